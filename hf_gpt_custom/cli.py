@@ -1,0 +1,184 @@
+"""The `hf-gpt-custom` console script: argument parsing only.
+
+Each subcommand is one `_add_<name>` function (its arguments) and one `_cmd_<name>` function that calls a single
+importable function elsewhere. Heavy modules are imported inside `_cmd_*` so `hf-gpt-custom --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _comma_ints(value: str) -> list[int]:
+    try:
+        return [int(item) for item in _comma_list(value)]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,1,5, got {value!r}") from err
+
+
+# --- tokenizer train ---------------------------------------------------------------------------------------------
+
+
+def _add_tokenizer(subparsers) -> None:
+    parser = subparsers.add_parser("tokenizer", help="train a byte-level BPE tokenizer")
+    tokenizer_sub = parser.add_subparsers(dest="tokenizer_command", required=True)
+    train = tokenizer_sub.add_parser("train", help="train a tokenizer on text files or a datasets dataset")
+    train.add_argument("inputs", nargs="+", help="text files / folders (.txt, .jsonl, .json, .parquet) or a Hub dataset name")
+    train.add_argument("--out", required=True, help="output folder that AutoTokenizer.from_pretrained loads")
+    train.add_argument("--vocab-size", type=int, default=8192, help="target vocabulary size incl. 256 bytes and specials (default: 8192)")
+    train.add_argument("--min-frequency", type=int, default=2, help="minimum pair count to merge (default: 2)")
+    train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/Hub data (default: text)")
+    train.add_argument("--dataset-config", default=None, help="Hub dataset configuration name (default: none)")
+    train.add_argument("--split", default="train", help="Hub dataset split (default: train)")
+    train.set_defaults(func=_cmd_tokenizer_train)
+
+
+def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+
+    train_tokenizer(
+        args.inputs,
+        out_dir=args.out,
+        vocab_size=args.vocab_size,
+        min_frequency=args.min_frequency,
+        text_field=args.text_field,
+        dataset_config=args.dataset_config,
+        split=args.split,
+    )
+
+
+# --- train -------------------------------------------------------------------------------------------------------
+
+
+def _add_train(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="pre-train or fine-tune with Accelerate")
+    parser.add_argument("config", help="training YAML, e.g. training/configs/shakespeare.yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200 model.n_layer=4")
+    parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
+                        help="'latest' or a checkpoint folder (default: start fresh)")
+    parser.add_argument("--init_from", "--init-from", default=None,
+                        help="fine-tune from a model folder (ours or a transformers GPT-2 folder)")
+    parser.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    from training.config import load_train_config
+    from training.train import train
+
+    overrides = list(args.overrides)
+    if args.resume_from_checkpoint is not None:
+        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
+    if args.init_from is not None:
+        overrides.append(f"init_from={args.init_from}")
+    train(load_train_config(args.config, overrides))
+
+
+# --- eval --------------------------------------------------------------------------------------------------------
+
+
+def _add_eval(subparsers) -> None:
+    parser = subparsers.add_parser("eval", help="zero-, one- and few-shot evaluation on benchmarks")
+    parser.add_argument("--model", required=True, help="model folder (any causal LM) or Hub id")
+    parser.add_argument("--tasks", required=True, type=_comma_list, help="comma-separated task names, e.g. lambada,hellaswag")
+    parser.add_argument("--shots", type=_comma_ints, default=[0], help="comma-separated K values (default: 0)")
+    parser.add_argument("--limit", type=int, default=None, help="score at most N documents per task (default: all)")
+    parser.add_argument("--batch-size", type=int, default=16, help="requests per forward pass (default: 16)")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype (default: float32)")
+    parser.add_argument("--seed", type=int, default=1234, help="few-shot sampling seed (default: 1234)")
+    parser.add_argument("--out", required=True, help="output folder for results.json, table.md, examples.jsonl, PNG")
+    parser.set_defaults(func=_cmd_eval)
+
+
+def _cmd_eval(args: argparse.Namespace) -> None:
+    from eval.runner import evaluate
+
+    evaluate(
+        args.model,
+        tasks=args.tasks,
+        shots=args.shots,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        device=args.device,
+        dtype=args.dtype,
+        seed=args.seed,
+        out_dir=args.out,
+    )
+
+
+# --- export / push -----------------------------------------------------------------------------------------------
+
+
+def _add_export(subparsers) -> None:
+    parser = subparsers.add_parser("export", help="write a Hub-ready folder (weights, code, tokenizer, card, plots)")
+    parser.add_argument("run_dir", help="a training run folder (runs/<name>)")
+    parser.add_argument("out_dir", help="where to write the Hub-ready folder")
+    parser.set_defaults(func=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> None:
+    from hf_gpt_custom.hub import export_folder
+
+    export_folder(args.run_dir, args.out_dir)
+
+
+def _add_push(subparsers) -> None:
+    parser = subparsers.add_parser("push", help="upload an exported folder to the Hugging Face Hub as it is")
+    parser.add_argument("folder", help="a folder written by `hf-gpt-custom export`")
+    parser.add_argument("--repo-id", required=True, help="user/name on the Hub")
+    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--revision", default=None, help="branch to push to (default: main)")
+    parser.set_defaults(func=_cmd_push)
+
+
+def _cmd_push(args: argparse.Namespace) -> None:
+    from hf_gpt_custom.hub import push_folder
+
+    push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision)
+
+
+# --- run (the main job) ------------------------------------------------------------------------------------------
+
+
+def _add_run(subparsers) -> None:
+    parser = subparsers.add_parser("run", help="tokenizer -> train -> evaluate -> card -> export, resumable by stage")
+    parser.add_argument("config", help="run YAML, e.g. training/configs/shakespeare.yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200")
+    parser.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    from hf_gpt_custom.run import run_pipeline
+
+    run_pipeline(args.config, args.overrides)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-gpt-custom", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for add_subcommand in (_add_tokenizer, _add_train, _add_eval, _add_export, _add_push, _add_run):
+        add_subcommand(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        # Our own checks raise these with a message that names the problem and the fix: one line, exit 2.
+        # Anything else is unexpected and keeps its traceback.
+        print(f"hf-gpt-custom {args.command}: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

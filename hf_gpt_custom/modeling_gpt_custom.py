@@ -1,0 +1,367 @@
+"""GPT-2 as a native transformers model: attention, MLP, block, GPTCustomModel, GPTCustomForCausalLM.
+
+Read top to bottom like nanoGPT's model.py. Everything transformers users expect plugs in here: the attention
+interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
+GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
+Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import can_return_tuple
+
+from .configuration_gpt_custom import GPTCustomConfig
+from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The textbook formula softmax(Q·Kᵀ·scaling + mask)·V; the reference every other implementation must match.
+
+    `attention_mask` is transformers' additive float mask (0 where allowed, dtype-min where not) of shape
+    (batch, 1, q_len, kv_len), already combining causality with padding. Returns the output as
+    (batch, q_len, heads, head_dim) and the attention weights as (batch, heads, q_len, kv_len).
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, q_len, kv_len)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value)  # (batch, heads, q_len, head_dim)
+    return output.transpose(1, 2), weights
+
+
+class GPTCustomAttention(nn.Module):
+    """Causal multi-head self-attention with one fused q/k/v projection, as in GPT-2."""
+
+    def __init__(self, config: GPTCustomConfig, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx  # which slot of the KV cache this layer owns
+        self.num_heads = config.n_head
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5 if config.scale_attn_weights else 1.0
+        self.is_causal = True  # read by transformers' sdpa/flash integrations
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.resid_dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, seq_len, _ = hidden_states.shape
+        qkv = self.c_attn(hidden_states).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, seq, head_dim)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, heads, past + seq, head_dim)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.config.attn_pdrop if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = output.reshape(batch, seq_len, -1)  # (batch, seq, n_embd): heads side by side again
+        return self.resid_dropout(self.c_proj(output)), weights
+
+
+class GPTCustomMLP(nn.Module):
+    """n_embd -> n_inner -> n_embd with GELU, the position-wise feed-forward network."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
+        self.activation = _activation(config.activation_function)
+        self.dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.activation(self.c_fc(hidden_states))))
+
+
+def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    # GPT-2's "gelu_new" is 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). transformers evaluates it as five separate
+    # ops; PyTorch's approximate="tanh" kernel computes the same formula fused (within 1e-6, ~1.2x faster training
+    # step on CPU and one saved activation tensor instead of several).
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    return {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}[name]
+
+
+class GPTCustomBlock(GradientCheckpointingLayer):
+    """Pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+    def __init__(self, config: GPTCustomConfig, layer_idx: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.attn = GPTCustomAttention(config, layer_idx)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.mlp = GPTCustomMLP(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attn_output, attn_weights = self.attn(self.ln_1(hidden_states), attention_mask, past_key_values, **kwargs)
+        hidden_states = hidden_states + attn_output
+        hidden_states = hidden_states + self.mlp(self.ln_2(hidden_states))
+        return hidden_states, attn_weights
+
+
+class GPTCustomPreTrainedModel(PreTrainedModel):
+    config_class = GPTCustomConfig
+    config: GPTCustomConfig
+    base_model_prefix = "transformer"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["GPTCustomBlock"]  # device_map="auto" keeps a block (and its residual) on one device
+    _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    # Old GPT-2 checkpoints store the causal mask as a buffer named attn.bias / attn.masked_bias.
+    _keys_to_ignore_on_load_unexpected = [r"\.attn\.bias$", r"\.attn\.masked_bias$"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """GPT-2 initialisation: N(0, initializer_range) for weights, zeros for biases, LayerNorm at identity."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        # GPT-2 paper, section 2.3: "scale the weights of residual layers at initialization by a factor of 1/√N where
+        # N is the number of residual layers" — two per block (attention and MLP), so std/√(2·n_layer).
+        if isinstance(module, (GPTCustomAttention, GPTCustomMLP)):
+            init.normal_(module.c_proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layer))
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers records only the saved class in auto_map; list every Auto class so that AutoModel and
+        # AutoModelForCausalLM both resolve from the folder with trust_remote_code=True.
+        module = "modeling_gpt_custom"
+        self.config.auto_map = {
+            **(getattr(self.config, "auto_map", None) or {}),
+            "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
+            "AutoModel": f"{module}.GPTCustomModel",
+            "AutoModelForCausalLM": f"{module}.GPTCustomForCausalLM",
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """Load our checkpoint, or convert a transformers GPT-2 checkpoint (model_type "gpt2") on the fly."""
+        if not model_args and is_gpt2_checkpoint(pretrained_model_name_or_path, **kwargs):
+            return load_gpt2_checkpoint(pretrained_model_name_or_path, model_class=cls, **kwargs)
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except Exception as err:
+            # A truncated or corrupt weights file surfaces as a bare SafetensorError deep inside loading.
+            if type(err).__name__ != "SafetensorError":
+                raise
+            raise ValueError(
+                f"cannot read the weights in {pretrained_model_name_or_path} (model.safetensors): {err}. The file is "
+                "truncated or corrupt; save or download it again."
+            ) from err
+
+
+class GPTCustomModel(GPTCustomPreTrainedModel):
+    """The decoder stack: token + position embeddings, n_layer blocks, final LayerNorm. Returns hidden states."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__(config)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.drop = nn.Dropout(config.embd_pdrop)
+        self.h = nn.ModuleList([GPTCustomBlock(config, layer_idx) for layer_idx in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.wte
+
+    def set_input_embeddings(self, new_embeddings: nn.Embedding) -> None:
+        self.wte = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)
+        batch, seq_len, _ = inputs_embeds.shape
+
+        # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.
+        if use_cache is None:
+            use_cache = self.config.use_cache and not self.training
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if past_length + seq_len > self.config.n_positions:
+            cached = f" (after {past_length} cached)" if past_length else ""
+            raise ValueError(
+                f"input_ids has {seq_len} tokens{cached} but n_positions is {self.config.n_positions}; truncate the "
+                "input or use a longer-context preset"
+            )
+        if position_ids is None:
+            position_ids = torch.arange(past_length, past_length + seq_len, device=inputs_embeds.device)[None]
+
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        if output_attentions and self.config._attn_implementation != "eager":
+            raise ValueError(
+                f"output_attentions=True needs the eager attention path, but attn_implementation is "
+                f"{self.config._attn_implementation!r} (it does not return attention weights); load the model with "
+                "attn_implementation='eager' or call model.set_attn_implementation('eager')"
+            )
+
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+        hidden_states = self.drop(inputs_embeds + self.wpe(position_ids))
+
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for block in self.h:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, attn_weights = block(
+                hidden_states, causal_mask, past_key_values, position_ids=position_ids, **kwargs
+            )
+            if output_attentions:
+                all_attentions += (attn_weights,)
+        hidden_states = self.ln_f(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+
+
+class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
+    """GPTCustomModel plus the language-modelling head, tied to the token embedding (stored once on save)."""
+
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__(config)
+        self.transformer = GPTCustomModel(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.post_init()  # ties lm_head to wte; without it the head stays silently untied
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids themselves (-100 to ignore a position); the model shifts them.
+
+        `logits_to_keep=k` computes logits for the last k positions only (generation asks for 1, which skips a
+        (batch, seq, vocab) matmul over the whole prompt); 0 keeps all.
+        """
+        outputs: BaseModelOutputWithPast = self.transformer(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int):
+            hidden_states = hidden_states[:, -logits_to_keep:, :]  # -0: keeps every position
+        else:
+            hidden_states = hidden_states[:, logits_to_keep, :]
+        logits = self.lm_head(hidden_states)  # (batch, seq, vocab)
+
+        loss = None
+        if labels is not None:
+            # transformers' causal-LM loss: shift by one, ignore -100, and honour num_items_in_batch (passed by
+            # Trainer-style gradient accumulation) so accumulated losses average over tokens, not micro-batches.
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = ["GPTCustomForCausalLM", "GPTCustomModel", "GPTCustomPreTrainedModel"]

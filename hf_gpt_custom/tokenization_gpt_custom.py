@@ -1,0 +1,224 @@
+"""GPTCustomTokenizerFast: byte-level BPE with GPT-2's byte alphabet and split pattern, on the `tokenizers` backend.
+
+Training lives in tokenizer_training.py and the pure-Python oracle in bpe_reference.py. This module imports only
+the standard library, `tokenizers` and `transformers`: `save_pretrained` copies it next to the tokenizer files as
+remote code, so it must load where hf_gpt_custom is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+
+from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import BPE
+from transformers import PreTrainedTokenizerFast
+
+ENDOFTEXT = "<|endoftext|>"
+
+# GPT-2's pre-tokenisation split (openai/gpt-2 src/encoder.py). `pre_tokenizers.ByteLevel(use_regex=True)` applies
+# exactly this pattern in Rust; it is spelled out here for the reference BPE and for tiktoken.
+GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+VOCAB_FILES_NAMES = {"vocab_file": "vocab.json", "merges_file": "merges.txt", "tokenizer_file": "tokenizer.json"}
+
+
+@lru_cache
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map, so every byte string is a readable vocab entry.
+
+    Printable Latin-1 bytes map to themselves; the other 68 (control bytes, space, 0x7F-0xA0, 0xAD) map to
+    U+0100 onwards in byte order. Space (0x20) becomes 'Ġ', newline (0x0A) becomes 'Ċ'.
+    """
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    byte_to_char = {byte: chr(byte) for byte in printable}
+    next_code_point = 256
+    for byte in range(256):
+        if byte not in byte_to_char:
+            byte_to_char[byte] = chr(next_code_point)
+            next_code_point += 1
+    return byte_to_char
+
+
+def token_to_bytes(token: str) -> bytes:
+    """The raw bytes behind a byte-level vocab entry, e.g. 'Ġthe' -> b' the'."""
+    char_to_byte = {char: byte for byte, char in bytes_to_unicode().items()}
+    return bytes(char_to_byte[char] for char in token)
+
+
+def _read_vocab(vocab: str | os.PathLike | dict[str, int] | None) -> dict[str, int] | None:
+    if vocab is None or isinstance(vocab, dict):
+        return vocab
+    with open(vocab, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _read_merges(merges: str | os.PathLike | list | None) -> list[tuple[str, str]]:
+    if merges is None:
+        return []
+    if isinstance(merges, (str, os.PathLike)):
+        with open(merges, encoding="utf-8") as handle:
+            lines = handle.read().split("\n")
+        # merges.txt starts with a "#version: 0.2" header, as GPT-2's does
+        merges = [line for line in lines if line and not line.startswith("#version")]
+    return [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in merges]
+
+
+class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
+    """Byte-level BPE tokenizer for GPT-Custom models: lossless on any Unicode text, GPT-2 compatible files.
+
+    Vocabulary layout (written by `train_tokenizer`): ids 0-255 are the 256 single bytes in byte order (id b is byte
+    b, as in minbpe and the reference BPE), then one id per merge in the order they were learned, then
+    `<|endoftext|>` last — GPT-2's convention (50256 is its last id). `<|endoftext|>` is bos, eos and the document
+    separator; there is no unk token (every byte is in the vocabulary) and no pad token unless you set one.
+
+    Special-token text in user input is encoded as plain text by default (`split_special_tokens=True`), so a
+    document that happens to contain the string "<|endoftext|>" cannot inject a document boundary. Append
+    `tokenizer.eos_token_id` to the ids to end a document, or opt in per call with
+    `tokenizer(text, split_special_tokens=False)` (or load with `split_special_tokens=False`).
+    """
+
+    vocab_files_names = VOCAB_FILES_NAMES
+    model_input_names = ["input_ids", "attention_mask"]
+    model = BPE
+
+    def __init__(
+        self,
+        vocab: str | dict[str, int] | None = None,
+        merges: str | list | None = None,
+        bos_token: str | AddedToken = ENDOFTEXT,
+        eos_token: str | AddedToken = ENDOFTEXT,
+        unk_token: str | AddedToken | None = None,
+        pad_token: str | AddedToken | None = None,
+        add_prefix_space: bool = False,
+        split_special_tokens: bool = True,
+        **kwargs,
+    ):
+        vocab = _read_vocab(vocab if vocab is not None else kwargs.pop("vocab_file", None))
+        merges = _read_merges(merges if merges is not None else kwargs.pop("merges_file", None))
+        if vocab is None:
+            # No files: the 256 bytes and <|endoftext|> — a valid (if slow to use) tokenizer with no merges.
+            vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+            vocab[ENDOFTEXT] = len(vocab)
+        self._tokenizer = Tokenizer(
+            BPE(
+                vocab=vocab,
+                merges=merges,
+                dropout=None,
+                continuing_subword_prefix="",
+                end_of_word_suffix="",
+                fuse_unk=False,
+            )
+        )
+        # ByteLevel(use_regex=True) = GPT-2_SPLIT_PATTERN, then bytes -> printable characters.
+        self._tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=True)
+        self._tokenizer.decoder = decoders.ByteLevel()
+        super().__init__(
+            bos_token=bos_token,
+            eos_token=eos_token,
+            unk_token=unk_token,
+            pad_token=pad_token,
+            add_prefix_space=add_prefix_space,
+            split_special_tokens=split_special_tokens,
+            **kwargs,
+        )
+
+    # -- encoding ---------------------------------------------------------------------------------------------------
+
+    def _encode_plus(self, text, text_pair=None, **kwargs):
+        _check_text_input(text, "text")
+        if text_pair is not None:
+            _check_text_input(text_pair, "text_pair")
+        try:
+            return super()._encode_plus(text, text_pair, **kwargs)
+        except (TypeError, UnicodeEncodeError) as err:
+            _raise_if_unencodable(text, text_pair, err)
+            raise
+
+    def encode_ids_batch(self, texts: list[str], split_special_tokens: bool | None = None) -> list[list[int]]:
+        """Token ids for many texts at once, straight from the Rust tokenizer: no special tokens, no padding.
+
+        The same ids as `tokenizer(texts)["input_ids"]`, without building attention masks, offsets and
+        `BatchEncoding` objects in Python — the fast path for tokenizing a corpus (see benchmarks/).
+        """
+        if isinstance(texts, str):
+            raise ValueError(f"encode_ids_batch expects a list of strings, got one string {texts[:40]!r}; wrap it in a list")
+        texts = list(texts)
+        _check_text_input(texts, "texts")
+        if split_special_tokens is None:
+            split_special_tokens = self.split_special_tokens
+        if self._tokenizer.encode_special_tokens != split_special_tokens:
+            self._tokenizer.encode_special_tokens = split_special_tokens
+        try:
+            encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        except (TypeError, UnicodeEncodeError) as err:
+            _raise_if_unencodable(texts, None, err)
+            raise
+        return [encoding.ids for encoding in encodings]
+
+    # -- saving -----------------------------------------------------------------------------------------------------
+
+    def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
+        """tokenizer.json (the full pipeline) plus GPT-2-style vocab.json and merges.txt for other tools."""
+        file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+        return file_names + self.save_vocabulary(str(save_directory), filename_prefix)
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, str]:
+        prefix = f"{filename_prefix}-" if filename_prefix else ""
+        vocab_path = os.path.join(save_directory, prefix + "vocab.json")
+        merges_path = os.path.join(save_directory, prefix + "merges.txt")
+        model = json.loads(self._tokenizer.to_str())["model"]
+        # Like GPT-2's vocab.json, include the special tokens with their ids so the file alone is the whole vocab.
+        vocab = dict(model["vocab"])
+        for token_id, token in self.added_tokens_decoder.items():
+            vocab.setdefault(token.content, token_id)
+        with open(vocab_path, "w", encoding="utf-8") as handle:
+            json.dump(dict(sorted(vocab.items(), key=lambda item: item[1])), handle, ensure_ascii=False)
+            handle.write("\n")
+        with open(merges_path, "w", encoding="utf-8") as handle:
+            handle.write("#version: 0.2\n")
+            for merge in model["merges"]:
+                handle.write((merge if isinstance(merge, str) else " ".join(merge)) + "\n")
+        return vocab_path, merges_path
+
+
+def _check_text_input(text, name: str) -> None:
+    """Reject a non-string early with its type in the message (transformers' own message names no value)."""
+    if isinstance(text, str):
+        return
+    if isinstance(text, (list, tuple)):
+        for position, item in enumerate(text):
+            if not isinstance(item, (str, list, tuple)):
+                raise ValueError(
+                    f"{name}[{position}] is {type(item).__name__} {item!r:.60}, but the tokenizer encodes str only; "
+                    "convert it with str() or drop it"
+                )
+        return
+    raise ValueError(
+        f"{name} is {type(text).__name__} {text!r:.60}, but the tokenizer encodes str or a list of str; "
+        "convert it with str() first"
+    )
+
+
+def _raise_if_unencodable(text, text_pair, err: Exception) -> None:
+    """Turn the backend's error for a lone surrogate into one that points at the character and the fix."""
+    pending = [text, text_pair]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as encode_err:
+                bad = item[encode_err.start]
+                raise ValueError(
+                    f"text contains a lone surrogate {bad!r} (U+{ord(bad):04X}) at position {encode_err.start}, which "
+                    "is not valid Unicode and has no UTF-8 bytes; fix the source, or replace it first with "
+                    "text.encode('utf-8', 'replace').decode('utf-8')"
+                ) from err
+
+
+__all__ = ["ENDOFTEXT", "GPT2_SPLIT_PATTERN", "GPTCustomTokenizerFast", "bytes_to_unicode", "token_to_bytes"]
