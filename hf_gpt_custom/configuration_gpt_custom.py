@@ -26,7 +26,9 @@ PRESETS: dict[str, dict] = {
     "gpt3-small": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 2048},  # d_head 64
     "gpt3-medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024, "n_positions": 2048},  # d_head 64
     "gpt3-large": {"n_layer": 24, "n_head": 16, "n_embd": 1536, "n_positions": 2048},  # d_head 96
-    "gpt3-xl": {"n_layer": 24, "n_head": 24, "n_embd": 2048, "n_positions": 2048},  # d_head 128
+    # The table's XL row (24 heads, d_head 128, d_model 2048) cannot all hold: 24 × 128 = 3072. We keep d_model 2048
+    # (it fixes the 1.3B parameter count) and d_head 128, hence 16 heads, as GPT-NeoX 1.3B and Pythia-1.4B do.
+    "gpt3-xl": {"n_layer": 24, "n_head": 16, "n_embd": 2048, "n_positions": 2048},  # d_head 128
     "gpt3-2.7b": {"n_layer": 32, "n_head": 32, "n_embd": 2560, "n_positions": 2048},  # d_head 80
     "gpt3-6.7b": {"n_layer": 32, "n_head": 32, "n_embd": 4096, "n_positions": 2048},  # d_head 128
     # The paper's table prints d_model 5140 for 13B, but it also gives 40 heads of d_head 128 = 5120, and 5140 is

@@ -65,6 +65,7 @@ class GPTCustomAttention(nn.Module):
         self.is_causal = True  # read by transformers' sdpa/flash integrations
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(
@@ -104,6 +105,7 @@ class GPTCustomMLP(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
         self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
+        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.activation = _activation(config.activation_function)
         self.dropout = nn.Dropout(config.resid_pdrop)
 
@@ -163,6 +165,11 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         """GPT-2 initialisation: N(0, initializer_range) for weights, zeros for biases, LayerNorm at identity."""
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
+            # GPT-2 paper, section 2.3: "scale the weights of residual layers at initialization by a factor of 1/√N
+            # where N is the number of residual layers" — two per block (attention and MLP), so std/√(2·n_layer).
+            # Marked on the Linear itself: transformers skips _init_weights for parameter-less custom-code modules.
+            if getattr(module, "is_residual_projection", False):
+                std = std / math.sqrt(2 * self.config.n_layer)
             init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
@@ -171,10 +178,6 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
-        # GPT-2 paper, section 2.3: "scale the weights of residual layers at initialization by a factor of 1/√N where
-        # N is the number of residual layers" — two per block (attention and MLP), so std/√(2·n_layer).
-        if isinstance(module, (GPTCustomAttention, GPTCustomMLP)):
-            init.normal_(module.c_proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layer))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel and

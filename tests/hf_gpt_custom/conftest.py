@@ -1,0 +1,37 @@
+"""Builders for model tests: a transformers GPT-2 with random weights and our model holding the same weights."""
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+from hf_gpt_custom.convert_gpt2 import convert_gpt2_state_dict
+
+TINY_GPT2 = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98)
+
+
+def randomize_(model: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
+    """Every parameter random — biases and LayerNorms too — so a mis-mapped bias cannot hide behind a zero init."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, std)
+    return model
+
+
+def make_gpt2_pair(attn_implementation: str = "sdpa", seed: int = 0, **overrides):
+    """(ours, reference) in eval mode with identical random weights."""
+    torch.manual_seed(seed)
+    fields = {**TINY_GPT2, **overrides}
+    reference = GPT2LMHeadModel(GPT2Config(**fields, attn_implementation=attn_implementation))
+    randomize_(reference).eval()
+    ours = GPTCustomForCausalLM(GPTCustomConfig(**fields))
+    ours.set_attn_implementation(attn_implementation)
+    missing, unexpected = ours.load_state_dict(convert_gpt2_state_dict(reference.state_dict()), strict=False)
+    assert missing == ["lm_head.weight"] and not unexpected, (missing, unexpected)  # lm_head is tied to wte
+    ours.tie_weights()
+    return ours.eval(), reference
+
+
+@pytest.fixture
+def tiny_gpt2_pair():
+    return make_gpt2_pair

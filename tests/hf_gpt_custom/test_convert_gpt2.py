@@ -1,0 +1,62 @@
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import GPT2Config
+
+from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomModel
+from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict, load_gpt2_checkpoint
+
+from .conftest import TINY_GPT2, make_gpt2_pair
+
+
+def test_conversion_is_key_for_key_with_one_transpose():
+    ours, reference = make_gpt2_pair()
+    converted = convert_gpt2_state_dict(reference.state_dict())
+    conv1d = reference.transformer.h[0].attn.c_attn.weight  # Conv1D: (in, out)
+    assert conv1d.shape == (32, 96)
+    assert torch.equal(converted["transformer.h.0.attn.c_attn.weight"], conv1d.t())
+    assert torch.equal(converted["transformer.h.0.attn.c_attn.bias"], reference.transformer.h[0].attn.c_attn.bias)
+    assert torch.equal(converted["transformer.h.1.mlp.c_proj.weight"], reference.transformer.h[1].mlp.c_proj.weight.t())
+    assert torch.equal(converted["transformer.wpe.weight"], reference.transformer.wpe.weight)
+    assert set(converted) == set(ours.state_dict()) - {"lm_head.weight"}
+
+
+def test_original_openai_layout_without_prefix_and_with_mask_buffers(tmp_path):
+    """The openai-community/gpt2 files are a GPT2Model state dict (no "transformer.") carrying attn.bias buffers."""
+    ours, reference = make_gpt2_pair()
+    state = {key.removeprefix("transformer."): value.contiguous() for key, value in reference.state_dict().items()
+             if key != "lm_head.weight"}
+    state["h.0.attn.bias"] = torch.tril(torch.ones(1, 1, 64, 64))
+    state["h.0.attn.masked_bias"] = torch.tensor(-1e4)
+    save_file(state, tmp_path / "model.safetensors")
+    GPT2Config(**TINY_GPT2).save_pretrained(tmp_path)
+
+    loaded = load_gpt2_checkpoint(tmp_path)
+    input_ids = torch.randint(0, 99, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
+    base = GPTCustomModel.from_pretrained(tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            base(input_ids).last_hidden_state, ours.transformer(input_ids).last_hidden_state, rtol=0, atol=1e-5
+        )
+
+
+def test_pytorch_model_bin_checkpoint_loads(tmp_path):
+    _, reference = make_gpt2_pair()
+    reference.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(reference.state_dict(), tmp_path / "pytorch_model.bin")
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert loaded.dtype == torch.bfloat16
+
+
+def test_gpt2_options_we_do_not_implement_are_refused_by_name():
+    with pytest.raises(ValueError, match="reorder_and_upcast_attn"):
+        config_from_gpt2({**TINY_GPT2, "model_type": "gpt2", "reorder_and_upcast_attn": True})
+
+
+def test_gpt2_folder_without_weights_names_the_missing_files(tmp_path):
+    GPT2Config(**TINY_GPT2).save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path)

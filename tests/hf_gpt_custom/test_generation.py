@@ -1,0 +1,99 @@
+"""Every generate() strategy through GenerationMixin, checked against transformers' GPT-2 on the same weights."""
+
+import pytest
+import torch
+from transformers import pipeline
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+from .conftest import make_gpt2_pair
+
+STRATEGIES = {
+    "greedy": dict(do_sample=False),
+    "temperature": dict(do_sample=True, temperature=0.7, top_k=0),
+    "top_k": dict(do_sample=True, top_k=5),
+    "top_p": dict(do_sample=True, top_p=0.8, top_k=0),
+    "beam_search": dict(do_sample=False, num_beams=3, num_return_sequences=2),
+    "repetition_penalty": dict(do_sample=False, repetition_penalty=1.5),
+}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return make_gpt2_pair("sdpa", seed=3)
+
+
+def _generate(model, prompt, seed=0, **settings):
+    torch.manual_seed(seed)  # sampling draws from the global generator: same seed, same draws
+    return model.generate(prompt, max_new_tokens=12, pad_token_id=0, **settings)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_matches_transformers_gpt2(pair, strategy):
+    ours, reference = pair
+    prompt = torch.randint(0, 98, (2, 6))
+    ours_tokens = _generate(ours, prompt, **STRATEGIES[strategy])
+    assert ours_tokens.shape[1] == 6 + 12
+    assert ours_tokens.tolist() == _generate(reference, prompt, **STRATEGIES[strategy]).tolist()
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "top_k", "beam_search"])
+def test_cached_and_uncached_decoding_give_the_same_tokens(pair, strategy):
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (2, 6))
+    cached = _generate(ours, prompt, use_cache=True, **STRATEGIES[strategy])
+    uncached = _generate(ours, prompt, use_cache=False, **STRATEGIES[strategy])
+    assert cached.tolist() == uncached.tolist()
+
+
+def test_sampling_is_reproducible_with_a_seed_and_varies_without(pair):
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (1, 4))
+    first = _generate(ours, prompt, seed=1, **STRATEGIES["temperature"])
+    assert first.tolist() == _generate(ours, prompt, seed=1, **STRATEGIES["temperature"]).tolist()
+    others = {tuple(_generate(ours, prompt, seed=s, **STRATEGIES["temperature"])[0].tolist()) for s in range(2, 6)}
+    assert len(others | {tuple(first[0].tolist())}) > 1
+
+
+def test_generation_stops_at_eos():
+    ours, _ = make_gpt2_pair("sdpa", seed=3)
+    prompt = torch.randint(0, 98, (1, 5))
+    free_run = _generate(ours, prompt, do_sample=False)[0, 5:].tolist()
+    eos = free_run[3]  # declare the 4th generated token to be end-of-text
+    stopped = ours.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=eos, pad_token_id=0)[0, 5:]
+    assert stopped.tolist() == free_run[: free_run.index(eos) + 1]
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_left_padded_batch_generates_what_each_prompt_generates_alone(attn_implementation):
+    ours, _ = make_gpt2_pair(attn_implementation, seed=4)
+    pad = 0  # prompts never contain it: generate() would read a pad id inside a prompt as padding
+    short, long = torch.randint(1, 98, (1, 4)), torch.randint(1, 98, (1, 9))
+    batch = torch.cat([torch.cat([torch.full((1, 5), pad), short], dim=1), long])
+    attention_mask = (torch.arange(9)[None] >= torch.tensor([[5], [0]])).long()
+    settings = dict(max_new_tokens=10, do_sample=False, pad_token_id=pad)
+    batched = ours.generate(batch, attention_mask=attention_mask, **settings)[:, 9:]
+    for row, prompt in enumerate((short, long)):
+        alone = ours.generate(prompt, attention_mask=torch.ones_like(prompt), **settings)[0, prompt.shape[1]:]
+        assert batched[row].tolist() == alone.tolist()
+
+
+def test_text_generation_pipeline(tmp_path, shared_data_dir):
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+
+    text = (shared_data_dir / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:50_000]
+    tokenizer_dir = train_tokenizer([text], out_dir=tmp_path / "tokenizer", vocab_size=400, show_progress=False)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                             bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    model = GPTCustomForCausalLM(config).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+
+    generator = pipeline("text-generation", model=str(tmp_path / "model"))
+    output = generator("ROMEO:", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+    expected_ids = model.generate(**tokenizer("ROMEO:", return_tensors="pt"), max_new_tokens=8, do_sample=False)
+    assert output == tokenizer.decode(expected_ids[0], skip_special_tokens=True)
+    assert output.startswith("ROMEO:")

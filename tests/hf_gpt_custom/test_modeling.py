@@ -1,0 +1,198 @@
+"""Behaviour of GPTCustomModel / GPTCustomForCausalLM that transformers users rely on."""
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
+
+
+@pytest.fixture
+def model(tiny_config):
+    return GPTCustomForCausalLM(tiny_config).eval()
+
+
+def test_architecture_is_pre_layernorm_gpt2(tiny_config):
+    model = GPTCustomForCausalLM(tiny_config)
+    block = model.transformer.h[0]
+    assert [name for name, _ in block.named_children()] == ["ln_1", "attn", "ln_2", "mlp"]
+    assert model.lm_head.weight is model.transformer.wte.weight  # tied
+    assert model.transformer.wpe.weight.shape == (tiny_config.n_positions, tiny_config.n_embd)
+
+
+def test_hidden_state_is_pre_layernorm_residual_stream(model):
+    """Block output = x + attn(ln_1(x)) + mlp(ln_2(x + attn(ln_1(x)))) — checked by hand for one block."""
+    input_ids = torch.randint(0, 99, (1, 6))
+    with torch.no_grad():
+        out = model.transformer(input_ids, output_hidden_states=True)
+        x = out.hidden_states[0]
+        block = model.transformer.h[0]
+        attn, _ = block.attn(block.ln_1(x), None)  # sdpa with no mask: causal
+        x = x + attn
+        x = x + block.mlp(block.ln_2(x))
+    torch.testing.assert_close(out.hidden_states[1], x, rtol=0, atol=1e-6)
+
+
+def test_gpt2_initialisation_scales_residual_projections():
+    config = GPTCustomConfig(vocab_size=512, n_positions=64, n_embd=256, n_layer=8, n_head=4)
+    model = GPTCustomForCausalLM(config)
+    block = model.transformer.h[3]
+    assert block.attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    residual_std = 0.02 / math.sqrt(2 * 8)
+    assert block.attn.c_proj.weight.std().item() == pytest.approx(residual_std, rel=0.05)
+    assert block.mlp.c_proj.weight.std().item() == pytest.approx(residual_std, rel=0.05)
+    assert torch.count_nonzero(block.mlp.c_fc.bias) == 0
+    assert torch.equal(block.ln_1.weight, torch.ones(256))
+
+
+def test_dropout_is_active_in_training_and_off_in_eval(tiny_config):
+    tiny_config.embd_pdrop = tiny_config.resid_pdrop = tiny_config.attn_pdrop = 0.5
+    model = GPTCustomForCausalLM(tiny_config)
+    input_ids = torch.randint(0, 99, (2, 8))
+    model.train()
+    assert not torch.equal(model(input_ids).logits, model(input_ids).logits)
+    model.eval()
+    assert torch.equal(model(input_ids).logits, model(input_ids).logits)
+
+
+def test_training_forward_does_not_build_a_kv_cache(model):
+    model.train()
+    assert model(torch.randint(0, 99, (1, 8))).past_key_values is None
+    model.eval()
+    assert model(torch.randint(0, 99, (1, 8))).past_key_values.get_seq_length() == 8
+
+
+def test_kv_cache_gives_the_same_logits_as_a_full_pass(model):
+    input_ids = torch.randint(0, 99, (2, 12))
+    with torch.no_grad():
+        full = model(input_ids).logits
+        prefix = model(input_ids[:, :9], use_cache=True)
+        step = model(input_ids[:, 9:], past_key_values=prefix.past_key_values, use_cache=True)
+    torch.testing.assert_close(step.logits, full[:, 9:], rtol=0, atol=1e-5)
+    assert step.past_key_values.get_seq_length() == 12
+
+
+def test_output_hidden_states_and_attentions(tiny_config):
+    model = GPTCustomForCausalLM(tiny_config, ).eval()
+    model.set_attn_implementation("eager")
+    out = model(torch.randint(0, 99, (2, 5)), output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == tiny_config.n_layer + 1
+    assert len(out.attentions) == tiny_config.n_layer
+    weights = out.attentions[0]
+    assert weights.shape == (2, tiny_config.n_head, 5, 5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, tiny_config.n_head, 5))
+    assert torch.all(weights.triu(diagonal=1) == 0)  # causal: nothing attends to the future
+
+
+def test_output_attentions_with_sdpa_explains_how_to_get_them(model):
+    with pytest.raises(ValueError, match="attn_implementation='eager'"):
+        model(torch.randint(0, 99, (1, 4)), output_attentions=True)
+
+
+def test_return_dict_false_gives_a_tuple(model):
+    input_ids = torch.randint(0, 99, (1, 4))
+    loss, logits = model(input_ids, labels=input_ids, use_cache=False, return_dict=False)[:2]
+    assert loss.ndim == 0 and logits.shape == (1, 4, 99)
+
+
+def test_logits_to_keep_returns_only_the_last_positions(model):
+    input_ids = torch.randint(0, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids, logits_to_keep=1).logits, model(input_ids).logits[:, -1:])
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_config):
+    tiny_config.embd_pdrop = tiny_config.resid_pdrop = tiny_config.attn_pdrop = 0.0
+    input_ids = torch.randint(0, 99, (2, 16))
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = GPTCustomForCausalLM(tiny_config).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert model.transformer.gradient_checkpointing
+        model(input_ids, labels=input_ids).loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for plain, checkpointed in zip(*grads):
+        torch.testing.assert_close(plain, checkpointed, rtol=0, atol=1e-6)
+
+
+def test_too_long_input_names_both_lengths(model):
+    with pytest.raises(ValueError, match=r"input_ids has 65 tokens but n_positions is 64; truncate"):
+        model(torch.randint(0, 99, (1, 65)))
+    with torch.no_grad():
+        cached = model(torch.randint(0, 99, (1, 60)), use_cache=True).past_key_values
+    with pytest.raises(ValueError, match=r"5 tokens \(after 60 cached\) but n_positions is 64"):
+        model(torch.randint(0, 99, (1, 5)), past_key_values=cached)
+
+
+def test_safetensors_round_trip_stores_tied_head_once_with_no_key_warnings(tmp_path, model):
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as weights:
+        keys = set(weights.keys())
+    assert "lm_head.weight" not in keys and "transformer.wte.weight" in keys
+    loaded, info = GPTCustomForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    input_ids = torch.randint(0, 99, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids).logits, model(input_ids).logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_loading_in_half_precision(tmp_path, model, dtype):
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=dtype)
+    assert loaded.dtype == dtype
+    input_ids = torch.randint(0, 99, (1, 6))
+    with torch.no_grad():
+        half, full = loaded(input_ids).logits.float(), model(input_ids).logits
+    torch.testing.assert_close(half, full, rtol=0, atol=0.05)
+
+
+def test_truncated_safetensors_error_names_the_file(tmp_path, model):
+    model.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"model\.safetensors.*truncated or corrupt"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path)
+    weights.write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match=r"model\.safetensors"):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_auto_classes_resolve_in_process(tmp_path, model):
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "gpt_custom"
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
+    assert type(AutoConfig.from_pretrained(tmp_path)) is GPTCustomConfig
+    assert type(AutoModel.from_pretrained(tmp_path)) is GPTCustomModel
+    assert type(AutoModelForCausalLM.from_pretrained(tmp_path)) is GPTCustomForCausalLM
+    assert type(AutoModelForCausalLM.from_config(model.config)) is GPTCustomForCausalLM
+
+
+def test_device_map_splits_between_blocks_never_inside_one(tiny_config):
+    from accelerate import infer_auto_device_map
+
+    tiny_config.n_layer = 6
+    model = GPTCustomForCausalLM(tiny_config)
+    budget = int(sum(p.numel() * 4 for p in model.parameters()) * 0.7)  # 70% of the weights fit "in memory"
+    device_map = infer_auto_device_map(
+        model, max_memory={"cpu": budget, "disk": 10**9}, no_split_module_classes=model._no_split_modules
+    )
+    block_devices = {name: device for name, device in device_map.items() if name.startswith("transformer.h.")}
+    assert set(block_devices.values()) == {"cpu", "disk"}  # the model really is sharded...
+    assert all(name.count(".") == 2 for name in block_devices), block_devices  # ...at block boundaries only
+
+
+def test_from_pretrained_with_device_map_auto(tmp_path, model):
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, device_map="auto")
+    input_ids = torch.randint(0, 99, (1, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids).logits, model(input_ids).logits)

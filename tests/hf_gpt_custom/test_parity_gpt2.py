@@ -1,0 +1,86 @@
+"""Our model is GPT-2: same weights in, the same logits, loss and greedy tokens out as transformers' GPT2LMHeadModel."""
+
+import pytest
+import torch
+
+from .conftest import make_gpt2_pair
+
+# Several random GPT-2 shapes: widths, depths, head counts, explicit MLP width, both GELU forms.
+SHAPES = {
+    "tiny-gelu_new": dict(n_embd=32, n_layer=2, n_head=4),
+    "tiny-gelu-exact": dict(n_embd=32, n_layer=2, n_head=4, activation_function="gelu"),
+    "wide-n_inner": dict(n_embd=48, n_layer=3, n_head=6, n_inner=80),
+    "one-head-deep": dict(n_embd=24, n_layer=4, n_head=1, activation_function="gelu"),
+}
+
+
+def _padded_batch(vocab_size: int = 99):
+    input_ids = torch.randint(0, vocab_size, (3, 19))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :6] = 0  # left padding, as in batched generation
+    attention_mask[1, -4:] = 0  # right padding, as in batched scoring
+    return input_ids, attention_mask
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_logits_match_transformers_gpt2(attn_implementation, shape):
+    ours, reference = make_gpt2_pair(attn_implementation, **SHAPES[shape])
+    input_ids, attention_mask = _padded_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
+        # With padding, positions that are padding are garbage in both models; compare the real ones.
+        ours_logits = ours(input_ids, attention_mask=attention_mask).logits
+        reference_logits = reference(input_ids, attention_mask=attention_mask).logits
+    keep = attention_mask.bool()
+    torch.testing.assert_close(ours_logits[keep], reference_logits[keep], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_left_padded_batch_with_position_ids_matches_reference(attn_implementation):
+    ours, reference = make_gpt2_pair(attn_implementation)
+    input_ids, attention_mask = _padded_batch()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        ours_logits = ours(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        reference_logits = reference(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    keep = attention_mask.bool()
+    torch.testing.assert_close(ours_logits[keep], reference_logits[keep], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", ["tiny-gelu_new", "wide-n_inner"])
+def test_loss_with_labels_matches_reference_and_ignores_minus_100(shape):
+    ours, reference = make_gpt2_pair("sdpa", **SHAPES[shape])
+    input_ids = torch.randint(0, 99, (2, 16))
+    labels = input_ids.clone()
+    labels[0, :5] = -100
+    with torch.no_grad():
+        ours_loss = ours(input_ids, labels=labels).loss
+        torch.testing.assert_close(ours_loss, reference(input_ids, labels=labels).loss, rtol=0, atol=1e-6)
+        # By hand: mean cross-entropy of position t predicting token t+1, over labels that are not -100.
+        log_probs = ours(input_ids).logits[:, :-1].log_softmax(-1)
+        targets = labels[:, 1:]
+        kept = targets != -100
+        by_hand = -log_probs[kept].gather(-1, targets[kept][:, None]).mean()
+    torch.testing.assert_close(ours_loss, by_hand, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("shape", ["tiny-gelu_new", "tiny-gelu-exact"])
+def test_greedy_generate_is_identical_token_for_token(attn_implementation, shape):
+    ours, reference = make_gpt2_pair(attn_implementation, **SHAPES[shape])
+    prompt = torch.randint(0, 98, (1, 7))
+    settings = dict(max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert ours.generate(prompt, **settings).tolist() == reference.generate(prompt, **settings).tolist()
+
+
+def test_from_pretrained_converts_a_transformers_gpt2_folder(tmp_path):
+    ours, reference = make_gpt2_pair("sdpa")
+    reference.save_pretrained(tmp_path)
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert loaded.transformer.wte.weight.data_ptr() == loaded.lm_head.weight.data_ptr()
+    input_ids = torch.randint(0, 99, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
