@@ -1,0 +1,324 @@
+"""train_tokenizer(): a corpus -> a folder that AutoTokenizer loads (tokenizer.json, vocab.json, merges.txt, code).
+
+The merges are learned by the `tokenizers` library's BpeTrainer on GPT-2 pre-tokenised text; this module only reads
+the corpus, lays out the vocabulary (bytes, merges, special tokens) and saves it. `datasets` is imported inside
+functions so `import hf_gpt_custom` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers.models import BPE
+from tokenizers.trainers import BpeTrainer
+
+from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast, bytes_to_unicode
+
+logger = logging.getLogger(__name__)
+
+# Suffix -> how a local file is read. A folder contributes files with these suffixes (so not its README.md or
+# PROVENANCE.md); a file named explicitly with any other suffix is read as plain text.
+RECORD_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+TEXT_SUFFIXES = {".txt", ".text", ".raw"}
+# "user/name" or "name": what a Hub dataset id looks like (no spaces, no file suffix)
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# Plain text is fed to the trainer in blocks of about this many characters (see _read_text_file).
+TEXT_BLOCK_CHARS = 1 << 20
+
+
+def train_tokenizer(
+    inputs: str | os.PathLike | Iterable[str],
+    out_dir: str | os.PathLike,
+    vocab_size: int = 8192,
+    min_frequency: int = 2,
+    special_tokens: list[str] | None = None,
+    text_field: str = "text",
+    dataset_config: str | None = None,
+    split: str = "train",
+    show_progress: bool = True,
+) -> Path:
+    """Train a byte-level BPE tokenizer and save it to `out_dir`; returns `out_dir` as a Path.
+
+    `inputs` is one of
+    - local files or folders (a path or a list of paths): .txt/.text/.raw (and any other file named
+      explicitly) are plain text; .jsonl/.json/.parquet are records whose `text_field` column is the text. A
+      folder contributes every file with one of those suffixes, recursively, in sorted order;
+    - a Hub dataset name (`"user/corpus"`; `"Salesforce/wikitext"` with dataset_config="wikitext-2-raw-v1"),
+      read with `datasets.load_dataset(name, dataset_config, split=split, streaming=True)`;
+    - an iterable of strings, one document each (a generator, a `datasets` column, a list of texts). A list whose
+      items are all existing paths is read as files, a one-item list holding a Hub-style name as a Hub dataset.
+
+    `vocab_size` counts everything: 256 bytes + merges + special tokens. `special_tokens` defaults to
+    ["<|endoftext|>"]; "<|endoftext|>" is always the first of them (bos = eos). Layout: ids 0-255 = bytes in byte
+    order, then merged tokens in the order they were learned, then the special tokens — GPT-2's convention of
+    <|endoftext|> right after the merges. If the corpus runs out of pairs occurring `min_frequency` times,
+    the vocabulary is smaller than asked (a warning says so); `len(tokenizer)` is always the true size.
+
+    The same corpus and settings give byte-identical files.
+    """
+    special_tokens = _check_special_tokens(special_tokens)
+    if not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
+        raise ValueError(
+            f"vocab_size={vocab_size!r} is too small: it must hold the 256 byte tokens and {len(special_tokens)} "
+            f"special token(s) {special_tokens}; use vocab_size >= {256 + len(special_tokens)} (8192 is typical)"
+        )
+    if not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
+    texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split)
+
+    counter = _CountingIterator(texts)
+    tokenizer = Tokenizer(BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = BpeTrainer(
+        vocab_size=vocab_size - len(special_tokens),  # specials are appended after the merges, not by the trainer
+        min_frequency=min_frequency,
+        show_progress=show_progress,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[],
+    )
+    tokenizer.train_from_iterator(counter, trainer=trainer)
+    if counter.n_chars == 0:
+        raise ValueError(
+            f"the corpus {_describe(inputs)} is empty ({counter.n_texts} documents, 0 characters of text); "
+            f"check the path, the text_field={text_field!r} and the split={split!r}"
+        )
+
+    vocab, merges = _lay_out_vocabulary(json.loads(tokenizer.to_str())["model"], special_tokens)
+    if len(vocab) < vocab_size:
+        logger.warning(
+            "vocabulary has %d entries, fewer than vocab_size=%d: no more pairs occur %d times in %d characters",
+            len(vocab), vocab_size, min_frequency, counter.n_chars,
+        )
+    fast_tokenizer = GPTCustomTokenizerFast(vocab=vocab, merges=merges, extra_special_tokens=special_tokens[1:])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fast_tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def _check_special_tokens(special_tokens: list[str] | None) -> list[str]:
+    if special_tokens is None:
+        return [ENDOFTEXT]
+    if isinstance(special_tokens, str) or not all(isinstance(token, str) and token for token in special_tokens):
+        raise ValueError(f"special_tokens={special_tokens!r} must be a list of non-empty strings, e.g. ['<|pad|>']")
+    ordered = [ENDOFTEXT] + [token for token in special_tokens if token != ENDOFTEXT]
+    if len(set(ordered)) != len(ordered):
+        raise ValueError(f"special_tokens={special_tokens!r} has duplicates; list each token once")
+    return ordered
+
+
+def _lay_out_vocabulary(trained_model: dict, special_tokens: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Renumber the trainer's vocabulary: bytes in byte order (id b = byte b), merged tokens, then specials.
+
+    The trainer numbers the 256 byte characters by sorting them as characters; merged tokens already follow in
+    creation order from id 256. Merges are applied by their rank, not by id, so renumbering changes no split.
+    """
+    byte_to_char = bytes_to_unicode()
+    vocab = {byte_to_char[byte]: byte for byte in range(256)}
+    for token, trainer_id in sorted(trained_model["vocab"].items(), key=lambda item: item[1]):
+        if trainer_id < 256:
+            assert token in vocab, f"trainer alphabet has non-byte token {token!r}"
+            continue
+        assert trainer_id == len(vocab), "trainer ids after the alphabet must be contiguous"
+        vocab[token] = trainer_id
+    for token in special_tokens:
+        if token in vocab:
+            raise ValueError(
+                f"special token {token!r} is also a learned (or byte) token; pick a name that cannot occur as text "
+                f"in one GPT-2 chunk, like '<|{token.strip('<|>')}|>'"
+            )
+        vocab[token] = len(vocab)
+    merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in trained_model["merges"]]
+    return vocab, merges
+
+
+# --- reading the corpus ------------------------------------------------------------------------------------------
+
+
+def iter_corpus(
+    inputs: str | os.PathLike | Iterable[str],
+    text_field: str = "text",
+    dataset_config: str | None = None,
+    split: str = "train",
+) -> Iterator[str]:
+    """The documents of `inputs` (see `train_tokenizer`) as strings. Paths are checked before anything is read."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, (str, os.PathLike)) for item in inputs):
+        kind = _classify_input_list(inputs)
+        if kind == "files":
+            return _iter_files(_expand_paths(inputs), text_field)
+        if kind == "hub":
+            return _iter_hub_dataset(str(inputs[0]), text_field, dataset_config, split)
+    if isinstance(inputs, (bytes, dict)) or not isinstance(inputs, Iterable):
+        raise ValueError(
+            f"inputs is {type(inputs).__name__}; pass file/folder paths, a Hub dataset name or an iterable of strings"
+        )
+    return _iter_strings(inputs)
+
+
+def _classify_input_list(items: list) -> str:
+    """'files', 'hub' or 'texts' for a list of strings; raises FileNotFoundError for a path that is not there."""
+    exists = [_path_exists(item) for item in items]
+    if any(exists):
+        missing = [str(item) for item, found in zip(items, exists) if not found]
+        if missing:
+            raise FileNotFoundError(
+                f"input file {missing[0]!r} not found (other inputs exist); fix the path or drop it"
+            )
+        return "files"
+    for item in items:
+        text = str(item)
+        looks_like_path = isinstance(item, os.PathLike) or (
+            "\n" not in text
+            and len(text) < 4096
+            and (Path(text).suffix.lower() in TEXT_SUFFIXES | set(RECORD_SUFFIXES) or text.startswith(("./", "/", "~")))
+        )
+        if looks_like_path:
+            raise FileNotFoundError(
+                f"input file {str(item)!r} not found (looked in {Path.cwd()}); check the path, "
+                "or pass a Hub dataset name such as 'wikitext'"
+            )
+    if len(items) == 1 and HUB_NAME.match(str(items[0])):
+        return "hub"
+    return "texts"
+
+
+def _path_exists(item) -> bool:
+    if not str(item).strip():
+        return False  # Path("") is the working directory; an empty string here is an empty document
+    try:
+        return Path(item).exists()
+    except (OSError, ValueError):  # a document, not a path: too long for a file name, or holds a NUL
+        return False
+
+
+def _expand_paths(paths: list) -> list[Path]:
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES | set(RECORD_SUFFIXES)
+            )
+            if not found:
+                raise FileNotFoundError(
+                    f"folder {str(path)!r} has no .txt/.jsonl/.json/.parquet files; point at the files themselves"
+                )
+            files.extend(found)
+        else:
+            files.append(path)
+    return files
+
+
+def _iter_files(files: list[Path], text_field: str) -> Iterator[str]:
+    for path in files:
+        loader = RECORD_SUFFIXES.get(path.suffix.lower())
+        if loader is None:
+            yield from _read_text_file(path)
+        else:
+            yield from _read_record_file(path, loader, text_field)
+
+
+def _read_text_file(path: Path) -> Iterator[str]:
+    """A plain text file in blocks of ~1 MB, cut only before a line that starts with a non-space character.
+
+    At such a cut GPT-2's split regex finds the same chunks as in the whole file (a chunk never spans a newline
+    followed by a letter), so the learned merges do not depend on the block size, and memory stays bounded.
+    """
+    block: list[str] = []
+    block_chars = 0
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for line in handle:
+                if block_chars >= TEXT_BLOCK_CHARS and not line[:1].isspace():
+                    yield "".join(block)
+                    block, block_chars = [], 0
+                block.append(line)
+                block_chars += len(line)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8") from err
+    if block:
+        yield "".join(block)
+
+
+def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]:
+    from datasets import load_dataset
+
+    # streaming=True reads the file directly: no Arrow cache written next to the user's data or in ~/.cache
+    records = load_dataset(loader, data_files=[str(path)], split="train", streaming=True)
+    yield from _texts_from_records(records, text_field, source=str(path))
+
+
+def _iter_hub_dataset(name: str, text_field: str, dataset_config: str | None, split: str) -> Iterator[str]:
+    from datasets import load_dataset
+
+    try:
+        records = load_dataset(name, dataset_config, split=split, streaming=True)
+    except (FileNotFoundError, ConnectionError) as err:  # offline mode raises ConnectionError
+        raise FileNotFoundError(
+            f"{name!r} is neither a local file nor a Hub dataset that could be loaded ({err}); check the name, "
+            "your network, or pass a local path"
+        ) from err
+    # Not a generator itself: a wrong name fails here, before training starts
+    return _texts_from_records(records, text_field, source=f"Hub dataset {name!r} split {split!r}")
+
+
+def _texts_from_records(records, text_field: str, source: str) -> Iterator[str]:
+    for row_number, record in enumerate(records, start=1):
+        if text_field not in record:
+            raise ValueError(
+                f"{source} record {row_number}: no {text_field!r} field (fields: {sorted(record)}); "
+                "pass text_field=<one of them> (--text-field on the command line)"
+            )
+        text = record[text_field]
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise ValueError(
+                f"{source} record {row_number}: field {text_field!r} is {type(text).__name__}, not text; "
+                "choose a text column with text_field"
+            )
+        yield text
+
+
+def _iter_strings(texts: Iterable) -> Iterator[str]:
+    for position, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(
+                f"inputs item {position} is {type(text).__name__} {text!r:.60}, not str; an iterable input must "
+                "yield strings (one document each)"
+            )
+        yield text
+
+
+class _CountingIterator:
+    """Passes documents through to the trainer and counts them, so an empty corpus can be reported."""
+
+    def __init__(self, texts: Iterator[str]):
+        self._texts = iter(texts)
+        self.n_texts = 0
+        self.n_chars = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        text = next(self._texts)
+        self.n_texts += 1
+        self.n_chars += len(text)
+        return text
+
+
+def _describe(inputs) -> str:
+    if isinstance(inputs, (str, os.PathLike)):
+        return repr(str(inputs))
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, (str, os.PathLike)) for item in inputs):
+        shown = ", ".join(repr(str(item)) for item in inputs[:3])
+        return f"[{shown}{', ...' if len(inputs) > 3 else ''}]"
+    return f"({type(inputs).__name__} of strings)"

@@ -1,0 +1,186 @@
+"""train_tokenizer(): every input kind gives the same tokenizer as the same texts, deterministically; bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hf_gpt_custom import GPTCustomTokenizerFast, tokenizer_training
+from hf_gpt_custom.cli import main as cli_main
+from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT
+from hf_gpt_custom.tokenizer_training import train_tokenizer
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "tokenization_gpt_custom.py")
+
+
+def read_files(folder) -> dict[str, bytes]:
+    return {name: (folder / name).read_bytes() for name in TOKENIZER_FILES}
+
+
+@pytest.fixture(scope="module")
+def shakespeare_path(shared_data_dir):
+    return shared_data_dir / "tinyshakespeare" / "input.txt"
+
+
+@pytest.fixture(scope="module")
+def lambada_texts(shared_data_dir):
+    path = shared_data_dir / "lambada" / "lambada_test.jsonl"
+    return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# --- determinism and equivalent inputs ---------------------------------------------------------------------------
+
+
+def test_same_corpus_and_settings_give_byte_identical_files_across_processes(shakespeare_path, tmp_path):
+    first = train_tokenizer(shakespeare_path, tmp_path / "a", vocab_size=1000, show_progress=False)
+    # A second interpreter has a different hash seed (Rust HashMaps and Python sets iterate differently)
+    code = (
+        "import sys; from hf_gpt_custom.tokenizer_training import train_tokenizer; "
+        "train_tokenizer(sys.argv[1], sys.argv[2], vocab_size=1000, show_progress=False)"
+    )
+    subprocess.run([sys.executable, "-c", code, str(shakespeare_path), str(tmp_path / "b")], check=True, timeout=120,
+                   env={**os.environ, "PYTHONHASHSEED": "123"})
+    assert read_files(first) == read_files(tmp_path / "b")
+
+
+def test_text_file_read_in_blocks_trains_like_the_whole_string(shakespeare_path, tmp_path, monkeypatch):
+    # Cut the 1.1 MB file into ~20 KB blocks: cuts fall only before lines starting with a letter, where GPT-2's
+    # split finds the same chunks as in the whole text, so the merges must be identical.
+    monkeypatch.setattr(tokenizer_training, "TEXT_BLOCK_CHARS", 20_000)
+    assert len(list(tokenizer_training.iter_corpus(shakespeare_path))) > 50
+    from_file = train_tokenizer([shakespeare_path], tmp_path / "file", vocab_size=1000, show_progress=False)
+    whole = shakespeare_path.read_text(encoding="utf-8")
+    from_string = train_tokenizer(iter([whole]), tmp_path / "string", vocab_size=1000, show_progress=False)
+    assert read_files(from_file) == read_files(from_string)
+
+
+def test_folder_input_reads_its_text_files_not_its_markdown(shared_data_dir, tmp_path):
+    folder = shared_data_dir / "tinyshakespeare"  # holds input.txt and PROVENANCE.md
+    from_folder = train_tokenizer(folder, tmp_path / "folder", vocab_size=600, show_progress=False)
+    from_file = train_tokenizer(folder / "input.txt", tmp_path / "file", vocab_size=600, show_progress=False)
+    assert read_files(from_folder) == read_files(from_file)
+
+
+def test_jsonl_records_train_like_their_texts(shared_data_dir, lambada_texts, tmp_path):
+    jsonl = shared_data_dir / "lambada" / "lambada_test.jsonl"
+    from_jsonl = train_tokenizer([jsonl], tmp_path / "jsonl", vocab_size=800, show_progress=False)
+    from_texts = train_tokenizer(lambada_texts, tmp_path / "texts", vocab_size=800, show_progress=False)
+    assert read_files(from_jsonl) == read_files(from_texts)
+    assert len(GPTCustomTokenizerFast.from_pretrained(from_jsonl)) == 800
+
+
+def test_parquet_records_train_like_their_texts(lambada_texts, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = lambada_texts[:1500]
+    parquet = tmp_path / "lambada_part.parquet"
+    pq.write_table(pa.table({"passage": texts, "id": list(range(len(texts)))}), parquet)
+    from_parquet = train_tokenizer(parquet, tmp_path / "parquet", vocab_size=700, text_field="passage", show_progress=False)
+    from_texts = train_tokenizer((text for text in texts), tmp_path / "texts", vocab_size=700, show_progress=False)
+    assert read_files(from_parquet) == read_files(from_texts)
+
+
+def test_extra_special_tokens_follow_endoftext_and_stay_text_in_input(tmp_path, lambada_texts):
+    folder = train_tokenizer(lambada_texts[:500], tmp_path / "tok", vocab_size=600,
+                             special_tokens=["<|pad|>", ENDOFTEXT], show_progress=False)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
+    assert len(tokenizer) == 600
+    assert tokenizer.eos_token_id == 598 and tokenizer.convert_tokens_to_ids("<|pad|>") == 599
+    assert 599 not in tokenizer("a <|pad|> b")["input_ids"]
+    assert 599 in tokenizer("a <|pad|> b", split_special_tokens=False)["input_ids"]
+
+
+def test_small_corpus_gives_a_smaller_vocabulary_and_says_so(tmp_path, caplog):
+    folder = train_tokenizer(["the cat sat on the mat. the cat sat."], tmp_path / "tok", vocab_size=5000,
+                             show_progress=False)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
+    assert 257 < len(tokenizer) < 300 and tokenizer.eos_token_id == len(tokenizer) - 1
+    assert "fewer than vocab_size=5000" in caplog.text
+
+
+# --- bad input ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("vocab_size", "special_tokens", "needed"), [(256, None, 257), (100, None, 257), (257, ["<|pad|>"], 258)])
+def test_vocab_size_too_small_names_the_minimum(tmp_path, vocab_size, special_tokens, needed):
+    with pytest.raises(ValueError, match=rf"vocab_size={vocab_size} is too small.*vocab_size >= {needed}"):
+        train_tokenizer(["some text"], tmp_path, vocab_size=vocab_size, special_tokens=special_tokens)
+
+
+@pytest.mark.parametrize("corpus", [[""], iter([]), ["", "", ""]], ids=["one_empty_string", "no_documents", "empty_strings"])
+def test_empty_corpus_is_an_error(tmp_path, corpus):
+    with pytest.raises(ValueError, match="is empty"):
+        train_tokenizer(corpus, tmp_path / "tok", show_progress=False)
+    assert not (tmp_path / "tok").exists()
+
+
+def test_empty_file_is_an_error(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty.txt.*is empty"):
+        train_tokenizer(empty, tmp_path / "tok", show_progress=False)
+
+
+def test_missing_file_names_the_path(shakespeare_path, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no_such_corpus.txt"):
+        train_tokenizer(tmp_path / "no_such_corpus.txt", tmp_path / "tok")
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        train_tokenizer([shakespeare_path, "data/missing.jsonl"], tmp_path / "tok")
+
+
+def test_unreachable_hub_dataset_is_a_clear_error(tmp_path):
+    # tests run offline (HF_HUB_OFFLINE=1): a Hub name cannot be fetched and the error says what to check
+    with pytest.raises(FileNotFoundError, match="neither a local file nor a Hub dataset"):
+        train_tokenizer("someone/no-such-corpus", tmp_path / "tok")
+
+
+def test_jsonl_without_the_text_field_names_the_fields(shared_data_dir, tmp_path):
+    piqa = shared_data_dir / "piqa" / "valid.jsonl"
+    with pytest.raises(ValueError, match=r"record 1: no 'text' field \(fields: \['goal', .*text_field"):
+        train_tokenizer(piqa, tmp_path / "tok", show_progress=False)
+
+
+@pytest.mark.parametrize(("inputs", "message"), [([b"bytes"], "not str"), (iter(["ok", 3]), "item 1 is int"), (42, "inputs is int")])
+def test_non_text_inputs_are_rejected(tmp_path, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        train_tokenizer(inputs, tmp_path / "tok", show_progress=False)
+
+
+def test_special_token_that_is_also_a_learned_token_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="special token 'the' is also a learned"):
+        train_tokenizer(["the the the the"], tmp_path / "tok", special_tokens=["the"], show_progress=False)
+
+
+def test_min_frequency_below_one_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="min_frequency=0"):
+        train_tokenizer(["text"], tmp_path, min_frequency=0)
+
+
+# --- command line ------------------------------------------------------------------------------------------------
+
+
+def test_cli_trains_a_loadable_tokenizer(shakespeare_path, tmp_path, capsys):
+    cli_main(["tokenizer", "train", str(shakespeare_path), "--out", str(tmp_path / "tok"), "--vocab-size", "700",
+              "--special-tokens", "<|pad|>", "--no-progress"])
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tmp_path / "tok")
+    assert len(tokenizer) == 700 and tokenizer.eos_token_id == 698
+    assert tokenizer.convert_tokens_to_ids("<|pad|>") == 699
+    assert "tokenizer saved to" in capsys.readouterr().out
+
+
+def test_cli_bad_vocab_size_is_one_line_and_exit_2(shakespeare_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["tokenizer", "train", str(shakespeare_path), "--out", str(tmp_path / "tok"), "--vocab-size", "10"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "vocab_size=10 is too small" in error
+
+
+def test_cli_missing_input_is_one_line_and_exit_2(shakespeare_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["tokenizer", "train", str(shakespeare_path), "corpus_typo", "--out", str(tmp_path / "tok")])
+    assert exit_info.value.code == 2
+    assert "input 'corpus_typo' not found" in capsys.readouterr().err
