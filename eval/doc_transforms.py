@@ -123,6 +123,44 @@ def winogrande_partial(docs: list[dict]) -> list[dict]:
     ]
 
 
+def winogrande_hub_partial(docs: list[dict]) -> list[dict]:
+    """allenai/winogrande rows (sentence with "_", option1/2, answer "1"/"2") -> the same partial-scoring fields,
+    built as lm-eval's preprocess_winogrande.py does."""
+    out = []
+    for doc in docs:
+        blank = doc["sentence"].index("_")
+        out.append(
+            {
+                "contexts": [doc["sentence"][:blank] + doc["option1"], doc["sentence"][:blank] + doc["option2"]],
+                "continuation": doc["sentence"][blank + 1 :].strip(),
+                "gold": {"1": 0, "2": 1}[doc["answer"]],
+            }
+        )
+    return out
+
+
+def openbookqa_hub_to_choices(docs: list[dict]) -> list[dict]:
+    """allenai/openbookqa rows (question_stem, choices.text/label, answerKey) -> question_stem / choices / gold."""
+    return [
+        {
+            "question_stem": doc["question_stem"],
+            "choices": list(doc["choices"]["text"]),
+            "gold": list(doc["choices"]["label"]).index(doc["answerKey"].lstrip()),
+        }
+        for doc in docs
+    ]
+
+
+def triviaqa_hub_to_aliases(docs: list[dict]) -> list[dict]:
+    """mandarjoshi/trivia_qa rc.nocontext rows -> question (with the "?" lm-eval's template adds) / aliases."""
+    out = []
+    for doc in docs:
+        value = doc["answer"]["value"]
+        aliases = [value] + [alias for alias in doc["answer"]["aliases"] if alias != value]
+        out.append({"question": doc["question"] + "?", "aliases": aliases})
+    return out
+
+
 def openbookqa_to_choices(docs: list[dict]) -> list[dict]:
     """llm-foundry OpenBookQA: query / choices / gold are already what the templates need."""
     return [{"question_stem": doc["query"], "choices": list(doc["choices"]), "gold": int(doc["gold"])} for doc in docs]
@@ -153,6 +191,11 @@ def wikitext_to_pages(docs: list[dict]) -> list[dict]:
         current.append(line)
     pages.append("\n".join(current))
     return [{"page": page, "text": wikitext_detokenize(page)} for page in pages]
+
+
+def wikitext_hub_pages(docs: list[dict]) -> list[dict]:
+    """EleutherAI/wikitext_document_level rows are already pages: keep `page`, add the detokenized `text`."""
+    return [{"page": doc["page"], "text": wikitext_detokenize(doc["page"])} for doc in docs]
 
 
 def wikitext_detokenize(string: str) -> str:
@@ -196,8 +239,12 @@ DOC_TRANSFORMS = {
         boolq_label_to_int,
         copa_to_choices,
         winogrande_partial,
+        winogrande_hub_partial,
         openbookqa_to_choices,
+        openbookqa_hub_to_choices,
         triviaqa_to_aliases,
+        triviaqa_hub_to_aliases,
         wikitext_to_pages,
+        wikitext_hub_pages,
     )
 }

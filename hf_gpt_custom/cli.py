@@ -35,21 +35,34 @@ def _add_tokenizer(subparsers) -> None:
     train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/Hub data (default: text)")
     train.add_argument("--dataset-config", default=None, help="Hub dataset configuration name (default: none)")
     train.add_argument("--split", default="train", help="Hub dataset split (default: train)")
+    train.add_argument("--special-tokens", type=_comma_list, default=None,
+                       help="comma-separated extra special tokens after <|endoftext|>, e.g. '<|pad|>' (default: none)")
+    train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                       help="show the trainer's progress bars (default: on)")
     train.set_defaults(func=_cmd_tokenizer_train)
 
 
 def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from pathlib import Path
 
-    train_tokenizer(
+    from hf_gpt_custom.tokenizer_training import HUB_NAME, train_tokenizer
+
+    # On the command line every input is a path or one Hub name, never literal text
+    missing = [item for item in args.inputs if not Path(item).exists()]
+    if missing and not (len(args.inputs) == 1 and HUB_NAME.match(args.inputs[0])):
+        raise FileNotFoundError(f"input {missing[0]!r} not found; pass existing files/folders or one Hub dataset name")
+    folder = train_tokenizer(
         args.inputs,
         out_dir=args.out,
         vocab_size=args.vocab_size,
         min_frequency=args.min_frequency,
+        special_tokens=args.special_tokens,
         text_field=args.text_field,
         dataset_config=args.dataset_config,
         split=args.split,
+        show_progress=args.progress,
     )
+    print(f"tokenizer saved to {folder}; load it with AutoTokenizer.from_pretrained({str(folder)!r})")
 
 
 # --- train -------------------------------------------------------------------------------------------------------
@@ -91,6 +104,8 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype (default: float32)")
     parser.add_argument("--seed", type=int, default=1234, help="few-shot sampling seed (default: 1234)")
+    parser.add_argument("--data-dir", default=None,
+                        help="benchmark data root (default: $HF_GPT_CUSTOM_DATA_DIR, else ../shared/data beside the repo)")
     parser.add_argument("--out", required=True, help="output folder for results.json, table.md, examples.jsonl, PNG")
     parser.set_defaults(func=_cmd_eval)
 
@@ -108,6 +123,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         dtype=args.dtype,
         seed=args.seed,
         out_dir=args.out,
+        data_dir=args.data_dir,
     )
 
 
@@ -117,21 +133,23 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 def _add_export(subparsers) -> None:
     parser = subparsers.add_parser("export", help="write a Hub-ready folder (weights, code, tokenizer, card, plots)")
     parser.add_argument("run_dir", help="a training run folder (runs/<name>)")
-    parser.add_argument("out_dir", help="where to write the Hub-ready folder")
+    parser.add_argument("out_dir", help="where to write the Hub-ready folder (replaced if it is an earlier export)")
+    parser.add_argument("--repo-id", default=None,
+                        help="user/name shown in the card's loading snippets (default: your-username/<run_name>)")
     parser.set_defaults(func=_cmd_export)
 
 
 def _cmd_export(args: argparse.Namespace) -> None:
     from hf_gpt_custom.hub import export_folder
 
-    export_folder(args.run_dir, args.out_dir)
+    print(export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id))
 
 
 def _add_push(subparsers) -> None:
     parser = subparsers.add_parser("push", help="upload an exported folder to the Hugging Face Hub as it is")
     parser.add_argument("folder", help="a folder written by `hf-gpt-custom export`")
     parser.add_argument("--repo-id", required=True, help="user/name on the Hub")
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--private", action="store_true", help="create the repository as private (default: public)")
     parser.add_argument("--revision", default=None, help="branch to push to (default: main)")
     parser.set_defaults(func=_cmd_push)
 
@@ -139,16 +157,21 @@ def _add_push(subparsers) -> None:
 def _cmd_push(args: argparse.Namespace) -> None:
     from hf_gpt_custom.hub import push_folder
 
-    push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision)
+    print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
 
 
 # --- run (the main job) ------------------------------------------------------------------------------------------
 
 
 def _add_run(subparsers) -> None:
-    parser = subparsers.add_parser("run", help="tokenizer -> train -> evaluate -> card -> export, resumable by stage")
+    parser = subparsers.add_parser(
+        "run", help="tokenizer -> train -> evaluate -> card -> export, resumable by stage",
+        description="The main job. Progress is kept in <run folder>/pipeline_state.json: rerun the same command after "
+                    "an interruption to skip finished stages and resume training from its latest checkpoint.",
+    )
     parser.add_argument("config", help="run YAML, e.g. training/configs/shakespeare.yaml")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200")
+    parser.add_argument("overrides", nargs="*",
+                        help="key=value overrides, e.g. max_steps=200 benchmark_tasks=copa,piqa benchmark_limit=50")
     parser.set_defaults(func=_cmd_run)
 
 

@@ -1,0 +1,118 @@
+"""Few-shot prompts: seeded sampling of solved examples and fitting the prompt into the context window.
+
+Sampling reproduces lm-evaluation-harness 0.4.13's ContextSampler, so the same seed gives the same examples:
+one `random.Random(seed)` per task and K, docs visited in order, and when examples come from the scored split,
+K + 1 are drawn and the doc being scored is removed. Scoring lives in eval/scoring.py.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from eval.scoring import encode_texts
+from eval.task import TaskSpec
+
+
+@dataclass(frozen=True)
+class Prompt:
+    doc_id: int
+    contexts: tuple[str, ...]  # one context; one per choice for multiple-input tasks (Winogrande)
+    n_examples: int  # solved examples actually in the prompt
+    n_dropped: int  # examples dropped to fit the context window
+
+
+def sample_fewshot_examples(pool: list[dict], k: int, rnd: random.Random, exclude: dict | None = None) -> list[dict]:
+    """k docs from `pool`, never `exclude` (the doc being scored when examples come from its own split)."""
+    if k == 0:
+        return []
+    available = len(pool) - (1 if exclude is not None else 0)  # the scored doc is in the pool it is drawn from
+    if k > available:
+        raise ValueError(
+            f"K={k} few-shot examples requested but the few-shot pool has only {available} docs"
+            f"{' besides the one being scored' if exclude is not None else ''}; use K <= {available}"
+        )
+    if exclude is None:
+        return rnd.sample(pool, k)
+    examples = [doc for doc in rnd.sample(pool, k + 1) if doc != exclude][:k]
+    if len(examples) < k:  # the pool holds copies of the scored doc: draw again without any of them
+        examples = rnd.sample([doc for doc in pool if doc != exclude], k)
+    return examples
+
+
+def build_prompts(
+    spec: TaskSpec,
+    docs: list[dict],
+    pool: list[dict],
+    k: int,
+    seed: int,
+    tokenizer,
+    max_length: int,
+    exclude_scored_doc: bool = True,
+) -> list[Prompt]:
+    """The prompt of every doc with k solved examples joined by the task's fewshot_delimiter.
+
+    If a prompt plus its longest continuation (or max_gen_toks for generation) exceeds max_length tokens, the
+    examples farthest from the target are dropped one at a time; the target is never cut here. If no doc can keep
+    even one example, that is a ValueError: the K-shot result would silently be a 0-shot one.
+    """
+    rnd = random.Random(seed)
+    drafts = []
+    for doc_id, doc in enumerate(docs):
+        examples = sample_fewshot_examples(pool, k, rnd, exclude=doc if exclude_scored_doc else None)
+        drafts.append([spec.fewshot_example(example) for example in examples])
+    prompts = [_render(spec, doc_id, doc, examples, 0) for doc_id, (doc, examples) in enumerate(zip(docs, drafts))]
+    if k == 0:
+        return prompts
+    reserve = _reserved_tokens(spec, docs, tokenizer)
+    lengths = [max(n) for n in _token_counts(prompts, tokenizer)]
+    for doc_id, doc in enumerate(docs):
+        n_dropped = 0
+        while lengths[doc_id] + reserve[doc_id] > max_length and n_dropped < len(drafts[doc_id]):
+            n_dropped += 1
+            prompts[doc_id] = _render(spec, doc_id, doc, drafts[doc_id][n_dropped:], n_dropped)
+            lengths[doc_id] = max(_token_counts([prompts[doc_id]], tokenizer)[0])
+    if all(prompt.n_examples == 0 for prompt in prompts):
+        worst = max(range(len(docs)), key=lambda i: reserve[i])
+        raise ValueError(
+            f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
+            f"(doc {worst} alone needs {reserve[worst] + _zero_shot_length(spec, docs[worst], tokenizer)} tokens); "
+            f"use K=0 or a model with a longer context"
+        )
+    return prompts
+
+
+def _render(spec: TaskSpec, doc_id: int, doc: dict, examples: list[str], n_dropped: int) -> Prompt:
+    prefix = spec.description + "".join(example + spec.fewshot_delimiter for example in examples)
+    if spec.multiple_input:
+        contexts = tuple(prefix + choice for choice in spec.choices(doc))
+    else:
+        contexts = (prefix + str(spec.text(doc)),)
+    return Prompt(doc_id, contexts, len(examples), n_dropped)
+
+
+def _token_counts(prompts: list[Prompt], tokenizer) -> list[list[int]]:
+    flat = [context for prompt in prompts for context in prompt.contexts]
+    counts = iter(len(ids) for ids in encode_texts(tokenizer, flat))
+    return [[next(counts) for _ in prompt.contexts] for prompt in prompts]
+
+
+def _reserved_tokens(spec: TaskSpec, docs: list[dict], tokenizer) -> list[int]:
+    """Tokens each doc needs after its context: the longest continuation, or the generation budget."""
+    if spec.output_type == "generate_until":
+        return [int(spec.generation_kwargs.get("max_gen_toks", 256))] * len(docs)
+    if spec.output_type == "multiple_choice":
+        per_doc = [
+            [spec.target_delimiter + str(spec.target(doc))] if spec.multiple_input
+            else [spec.target_delimiter + choice for choice in spec.choices(doc)]
+            for doc in docs
+        ]
+    else:
+        per_doc = [[str(spec.target(doc))] for doc in docs]
+    counts = iter(len(ids) for ids in encode_texts(tokenizer, [text for texts in per_doc for text in texts]))
+    # An input of n tokens scores n + 1 - len(context) continuation tokens: the last token is never fed.
+    return [max(next(counts) for _ in texts) - 1 for texts in per_doc]
+
+
+def _zero_shot_length(spec: TaskSpec, doc: dict, tokenizer) -> int:
+    return max(_token_counts([_render(spec, 0, doc, [], 0)], tokenizer)[0])

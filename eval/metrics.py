@@ -1,0 +1,171 @@
+"""Metrics: per-doc values from scored requests, their aggregation over docs, and standard errors.
+
+Each metric is one entry in METRICS (aggregation, stderr, higher_is_better), as in lm-evaluation-harness. The
+`evaluate` library's exact_match / squad metrics are scripts fetched from the Hub by `evaluate.load` (offline it
+raises FileNotFoundError), so exact match (lm-eval's `exact_match_hf_evaluate` rules) and SQuAD token F1 are
+implemented here; they are a few lines and need no network.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+import string
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BOOTSTRAP_ITERS = 1000
+
+
+# --- per-doc values ----------------------------------------------------------------------------------------------
+
+
+def multiple_choice_values(
+    loglikelihoods: Sequence[float],
+    choices: Sequence[str],
+    gold: int,
+    n_tokens: Sequence[int] | None = None,
+    uncond_loglikelihoods: Sequence[float] | None = None,
+) -> dict[str, float]:
+    """acc, acc_norm (log-likelihood / characters of the choice, lm-eval), acc_norm_tokens (/ tokens, GPT-3),
+    acc_uncond (log p(choice | context) - log p(choice | "Answer:"), GPT-3's ARC / OpenBookQA normalisation).
+    Ties go to the first choice (numpy argmax), as in lm-eval."""
+    lls = np.asarray(loglikelihoods, dtype=np.float64)
+    values = {
+        "acc": float(np.argmax(lls) == gold),
+        "acc_norm": float(np.argmax(lls / np.array([float(len(c)) for c in choices])) == gold),
+    }
+    if n_tokens is not None:
+        values["acc_norm_tokens"] = float(np.argmax(lls / np.asarray(n_tokens, dtype=np.float64)) == gold)
+    if uncond_loglikelihoods is not None:
+        values["acc_uncond"] = float(np.argmax(lls - np.asarray(uncond_loglikelihoods, dtype=np.float64)) == gold)
+    return values
+
+
+def _normalize_squad(text: str) -> str:
+    """SQuAD v1.1 answer normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """SQuAD token-overlap F1 between two answers after normalisation."""
+    prediction_tokens = _normalize_squad(prediction).split()
+    reference_tokens = _normalize_squad(reference).split()
+    common = collections.Counter(prediction_tokens) & collections.Counter(reference_tokens)
+    n_same = sum(common.values())
+    if not prediction_tokens or not reference_tokens:
+        return float(prediction_tokens == reference_tokens)
+    if n_same == 0:
+        return 0.0
+    precision, recall = n_same / len(prediction_tokens), n_same / len(reference_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, reference: str, ignore_case: bool = False, ignore_punctuation: bool = False) -> float:
+    """1.0 if equal after the optional case folding / punctuation removal (lm-eval's exact_match rules)."""
+    if ignore_case:
+        prediction, reference = prediction.lower(), reference.lower()
+    if ignore_punctuation:
+        table = str.maketrans("", "", string.punctuation)
+        prediction, reference = prediction.translate(table), reference.translate(table)
+    return float(prediction == reference)
+
+
+def generation_values(generation: str, answers: Sequence[str], **exact_match_kwargs) -> dict[str, float]:
+    """exact_match and F1 of a generation against the best-matching answer (TriviaQA aliases)."""
+    prediction = generation.strip()  # lm-eval's remove_whitespace filter
+    return {
+        "exact_match": max(exact_match(prediction, answer, **exact_match_kwargs) for answer in answers),
+        "f1": max(token_f1(prediction, answer) for answer in answers),
+    }
+
+
+def rolling_values(loglikelihood: float, words: int, n_bytes: int) -> dict[str, tuple[float, int]]:
+    """(loglikelihood, weight) pairs; the weighted aggregation divides total log-likelihood by total weight."""
+    return {
+        "word_perplexity": (loglikelihood, words),
+        "byte_perplexity": (loglikelihood, n_bytes),
+        "bits_per_byte": (loglikelihood, n_bytes),
+    }
+
+
+def count_words(text: str) -> int:
+    return len(re.split(r"\s+", text))  # lm-eval counts this way, on the text before detokenization
+
+
+# --- aggregation over docs ---------------------------------------------------------------------------------------
+
+
+def mean(items: Sequence[float]) -> float:
+    return float(np.mean(items))
+
+
+def perplexity(items: Sequence[float]) -> float:
+    """exp of minus the mean per-doc log-likelihood (LAMBADA: the target word's log-likelihood)."""
+    return math.exp(-mean(items))
+
+
+def weighted_perplexity(items: Sequence[tuple[float, int]]) -> float:
+    total_ll, total_weight = map(sum, zip(*items))
+    return math.exp(-total_ll / total_weight)
+
+
+def bits_per_byte(items: Sequence[tuple[float, int]]) -> float:
+    total_ll, total_bytes = map(sum, zip(*items))
+    return -total_ll / total_bytes / math.log(2)
+
+
+def mean_stderr(items: Sequence[float]) -> float | None:
+    """Sample standard deviation / sqrt(n), lm-eval's closed form for means."""
+    if len(items) < 2:
+        return None
+    return float(np.std(items, ddof=1) / math.sqrt(len(items)))
+
+
+def bootstrap_stderr(aggregate: Callable[[list], float], items: Sequence, iters: int = BOOTSTRAP_ITERS, seed: int = 1234) -> float | None:
+    """Standard deviation of the aggregate over resamples of the docs (lm-eval bootstraps perplexity too;
+    1000 draws instead of its 100000 keep this under a second)."""
+    if len(items) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    items = list(items)
+    draws = [aggregate([items[i] for i in rng.integers(0, len(items), len(items))]) for _ in range(iters)]
+    return float(np.std(draws, ddof=1))
+
+
+@dataclass(frozen=True)
+class Metric:
+    aggregate: Callable[[list], float]
+    stderr: Callable[[list], float | None]
+    higher_is_better: bool
+
+
+def _bootstrapped(aggregate: Callable[[list], float]) -> Callable[[list], float | None]:
+    return lambda items: bootstrap_stderr(aggregate, items)
+
+
+METRICS: dict[str, Metric] = {
+    "acc": Metric(mean, mean_stderr, True),
+    "acc_norm": Metric(mean, mean_stderr, True),
+    "acc_norm_tokens": Metric(mean, mean_stderr, True),
+    "acc_uncond": Metric(mean, mean_stderr, True),
+    "exact_match": Metric(mean, mean_stderr, True),
+    "f1": Metric(mean, mean_stderr, True),
+    "perplexity": Metric(perplexity, _bootstrapped(perplexity), False),
+    "word_perplexity": Metric(weighted_perplexity, _bootstrapped(weighted_perplexity), False),
+    "byte_perplexity": Metric(weighted_perplexity, _bootstrapped(weighted_perplexity), False),
+    "bits_per_byte": Metric(bits_per_byte, _bootstrapped(bits_per_byte), False),
+}
+
+
+def aggregate_metric(name: str, items: Sequence) -> tuple[float, float | None]:
+    """(value, stderr) of metric `name` over per-doc items."""
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+    metric = METRICS[name]
+    return metric.aggregate(list(items)), metric.stderr(list(items))

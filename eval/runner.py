@@ -1,0 +1,241 @@
+"""evaluate(model, tokenizer, tasks, shots) -> Results: the whole eval pipeline for any causal LM.
+
+task YAML -> docs -> few-shot prompts -> Requests -> scores -> per-doc metrics -> aggregate rows (+ report files).
+Model loading accepts a folder, a Hub id or a loaded model; `hf_gpt_custom` is imported only to register our
+Auto classes if it is importable, never required.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eval.fewshot import Prompt, build_prompts
+from eval.metrics import METRICS, aggregate_metric, count_words, generation_values, multiple_choice_values, rolling_values
+from eval.requests import Request, ScoredRequest
+from eval.scoring import CausalLMScorer, score_requests
+from eval.task import TaskSpec, default_data_dir, load_task
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Results:
+    model: str
+    config: dict[str, Any]
+    results: list[dict[str, Any]]  # one row per task x K x metric (results.json schema)
+    examples: list[dict[str, Any]] = field(default_factory=list)  # one per doc x K (examples.jsonl)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "config": self.config, "results": self.results}
+
+    def value(self, task: str, metric: str, num_fewshot: int = 0) -> float:
+        for row in self.results:
+            if (row["task"], row["metric"], row["num_fewshot"]) == (task, metric, num_fewshot):
+                return row["value"]
+        raise KeyError(f"no result for task={task} metric={metric} num_fewshot={num_fewshot}")
+
+
+def evaluate(
+    model,
+    tokenizer=None,
+    tasks: list[str] | tuple[str, ...] = ("lambada",),
+    shots: list[int] | tuple[int, ...] = (0,),
+    limit: int | None = None,
+    batch_size: int = 16,
+    device: str = "cpu",
+    dtype: str = "float32",
+    seed: int = 1234,
+    out_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    show_progress: bool = True,
+    share_context: bool = True,
+) -> Results:
+    """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
+    shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
+    model's `name_or_path` has one). Rolling-loglikelihood tasks (wikitext) are run at K=0 only."""
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    shots = [shots] if isinstance(shots, int) else list(shots)
+    if not tasks:
+        raise ValueError("no tasks given; pass e.g. tasks=['lambada', 'hellaswag']")
+    if not shots or any(not isinstance(k, int) or k < 0 for k in shots):
+        raise ValueError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit} must be a positive number of documents, or None for all")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
+    specs = [load_task(name) for name in tasks]  # unknown task names fail here, before the model loads
+    data_dir = Path(data_dir) if data_dir else default_data_dir()
+
+    model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
+    scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context)
+    rows, examples = [], []
+    for spec in specs:
+        docs = spec.docs("test", data_dir)[: limit or None]
+        for k in shots:
+            if k > 0 and spec.output_type == "loglikelihood_rolling":
+                logger.warning("task %s is scored by rolling log-likelihood: few-shot K=%d skipped (K=0 only)", spec.task, k)
+                continue
+            task_rows, task_examples = evaluate_task(spec, docs, k, scorer, seed, data_dir, show_progress)
+            rows += task_rows
+            examples += task_examples
+    results = Results(
+        model=model_name,
+        config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size},
+        results=rows,
+        examples=examples,
+    )
+    if out_dir is not None:
+        from eval.report import write_report
+
+        write_report(results, out_dir)
+    return results
+
+
+def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
+    """(model in eval mode on device, tokenizer, display name) from a path / Hub id or loaded objects."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:  # registers our config/model/tokenizer with the Auto classes, when the package is importable
+        import hf_gpt_custom  # noqa: F401
+    except Exception:  # noqa: BLE001 — evaluating other models must not depend on our package importing
+        pass
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        if Path(name).exists() and not (Path(name) / "config.json").is_file():
+            raise FileNotFoundError(f"{name} has no config.json; pass a folder written by save_pretrained or a Hub id")
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+    else:
+        name = getattr(model, "name_or_path", None) or type(model).__name__
+        if tokenizer is None:
+            if not getattr(model, "name_or_path", None):
+                raise ValueError("a loaded model without name_or_path needs tokenizer=...; pass the tokenizer or a folder")
+            tokenizer = AutoTokenizer.from_pretrained(model.name_or_path)
+        model = model.to(DTYPES[dtype])
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+    return model.to(device).eval(), tokenizer, name
+
+
+def build_requests(spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:
+    """The Requests of one doc: one per choice (plus GPT-3 unconditional ones), one target, or one generation."""
+    doc_id = prompt.doc_id
+    if spec.output_type == "multiple_choice":
+        if spec.multiple_input:
+            continuation = spec.target_delimiter + str(spec.target(doc))
+            return [Request(doc_id, context, continuation, choice_index=i) for i, context in enumerate(prompt.contexts)]
+        choices = [spec.target_delimiter + choice for choice in spec.choices(doc)]
+        requests = [Request(doc_id, prompt.contexts[0], choice, choice_index=i) for i, choice in enumerate(choices)]
+        if "acc_uncond" in spec.metric_names:
+            requests += [
+                Request(doc_id, spec.uncond_context or "", choice, choice_index=i, is_unconditional=True)
+                for i, choice in enumerate(choices)
+            ]
+        return requests
+    if spec.output_type == "loglikelihood":
+        return [Request(doc_id, prompt.contexts[0], str(spec.target(doc)))]
+    if spec.output_type == "loglikelihood_rolling":
+        return [Request(doc_id, "", str(spec.target(doc)), request_type="loglikelihood_rolling")]
+    kwargs = spec.generation_kwargs
+    return [
+        Request(
+            doc_id,
+            prompt.contexts[0],
+            "",
+            request_type="generate_until",
+            until=tuple(kwargs.get("until", ["\n\n"])),
+            max_gen_toks=int(kwargs.get("max_gen_toks", 256)),
+        )
+    ]
+
+
+def doc_metric_values(spec: TaskSpec, doc: dict, scored: list[ScoredRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metric name -> per-doc item, the examples.jsonl fields) for one doc's scored requests."""
+    if spec.output_type == "multiple_choice":
+        conditional = [s for s in scored if not s.request.is_unconditional]
+        unconditional = [s for s in scored if s.request.is_unconditional] or None
+        choices = spec.choices(doc)
+        gold = spec.gold_index(doc)
+        lls = [s.loglikelihood for s in conditional]
+        values = multiple_choice_values(
+            lls, choices, gold, n_tokens=[s.n_tokens for s in conditional],
+            uncond_loglikelihoods=[s.loglikelihood for s in unconditional] if unconditional else None,
+        )
+        log = {"choices": choices, "loglikelihoods": lls, "prediction": int(max(range(len(lls)), key=lls.__getitem__)), "gold": gold}
+        if unconditional:
+            log["uncond_loglikelihoods"] = [s.loglikelihood for s in unconditional]
+        return values, log
+    (one,) = scored
+    if spec.output_type == "loglikelihood":
+        values = {"perplexity": one.loglikelihood, "acc": float(one.is_greedy)}
+        return values, {"choices": [one.request.continuation], "loglikelihoods": [one.loglikelihood],
+                        "prediction": "greedy" if one.is_greedy else "not greedy", "gold": one.request.continuation}
+    if spec.output_type == "loglikelihood_rolling":
+        raw = str(doc[spec.count_field]) if spec.count_field else one.request.continuation
+        values = rolling_values(one.loglikelihood, count_words(raw), len(raw.encode("utf-8")))
+        return values, {"choices": [], "loglikelihoods": [one.loglikelihood], "prediction": None,
+                        "gold": None, "n_tokens": one.n_tokens}
+    answers = spec.target(doc)
+    answers = answers if isinstance(answers, list) else [answers]
+    exact_match_kwargs = next((
+        {key: entry[key] for key in ("ignore_case", "ignore_punctuation") if key in entry}
+        for entry in spec.metric_list if entry["metric"] == "exact_match"), {})
+    values = generation_values(one.generation or "", answers, **exact_match_kwargs)
+    return values, {"choices": [], "loglikelihoods": [], "prediction": one.generation, "gold": answers}
+
+
+def evaluate_task(
+    spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, seed: int, data_dir: Path, show_progress: bool = True
+) -> tuple[list[dict], list[dict]]:
+    """Result rows and example logs of one task at one K."""
+    pool = spec.fewshot_docs(data_dir) if k > 0 else []
+    prompts = build_prompts(
+        spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length,
+        exclude_scored_doc=spec.fewshot_split == "test",
+    )
+    requests = [request for doc, prompt in zip(docs, prompts) for request in build_requests(spec, doc, prompt)]
+    scored = score_requests(scorer, requests, show_progress=show_progress, desc=f"{spec.task} {k}-shot")
+    by_doc: list[list[ScoredRequest]] = [[] for _ in docs]
+    for item in scored:
+        by_doc[item.request.doc_id].append(item)
+    items: dict[str, list] = {name: [] for name in spec.metric_names}
+    examples = []
+    for doc_id, (doc, prompt, doc_scored) in enumerate(zip(docs, prompts, by_doc)):
+        values, log = doc_metric_values(spec, doc, doc_scored)
+        for name in spec.metric_names:
+            items[name].append(values[name])
+        examples.append({
+            "task": spec.task, "num_fewshot": k, "doc_id": doc_id,
+            "prompt": prompt.contexts[0] if len(prompt.contexts) == 1 else list(prompt.contexts),
+            **log, "n_fewshot_dropped": prompt.n_dropped, "context_truncated": any(s.is_truncated for s in doc_scored),
+            "metrics": {name: values[name] for name in spec.metric_names},
+        })
+    # A doc counts as truncated if few-shot examples were dropped or its context was still cut from the left.
+    n_truncated = sum(
+        1 for prompt, doc_scored in zip(prompts, by_doc) if prompt.n_dropped or any(s.is_truncated for s in doc_scored)
+    )
+    rows = []
+    for name in spec.metric_names:
+        value, stderr = aggregate_metric(name, items[name])
+        rows.append({
+            "task": spec.task, "dataset": dataset_label(spec, data_dir), "num_fewshot": k, "metric": name,
+            "value": value, "stderr": stderr, "n": len(docs),
+            "higher_is_better": METRICS[name].higher_is_better, "n_truncated": n_truncated,
+        })
+    return rows, examples
+
+
+def dataset_label(spec: TaskSpec, data_dir: Path) -> str:
+    """Where the scored docs came from: the local file(s) under the data root, or the Hub dataset."""
+    files = spec.data_files.get("test")
+    if files and all((Path(data_dir) / f).is_file() for f in ([files] if isinstance(files, str) else files)):
+        return files if isinstance(files, str) else files[0]
+    return f"{spec.dataset_path}/{spec.dataset_name or ''}:{spec.test_split}".replace("/:", ":")

@@ -1,0 +1,321 @@
+"""TaskSpec: one benchmark read from eval/tasks/<name>.yaml, and how a doc becomes prompt, choices and gold.
+
+Data comes from local files under the data root (default <repo>/../shared/data, override with the `data_dir`
+argument or $HF_GPT_CUSTOM_DATA_DIR) or, for users with network, from a Hub dataset. Few-shot sampling, scoring and
+metrics live elsewhere; this module only reads files and renders templates.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+import yaml
+
+from eval.doc_transforms import DOC_TRANSFORMS
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
+OUTPUT_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling", "generate_until")
+
+# Templates only look fields up: no access to attributes of Python objects beyond what Jinja's sandbox allows.
+_JINJA = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+
+def default_data_dir() -> Path:
+    """<repo>/../shared/data, independent of the working directory; $HF_GPT_CUSTOM_DATA_DIR overrides it."""
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@dataclass
+class TaskSpec:
+    """A benchmark in lm-evaluation-harness vocabulary (see eval/tasks/README.md for every field)."""
+
+    task: str
+    output_type: str
+    doc_to_text: str
+    doc_to_target: str | None = None
+    doc_to_choice: str | list[str] | None = None
+    process_docs: str | None = None
+    data_files: dict[str, str | list[str]] = field(default_factory=dict)
+    data_format: str = "jsonl"
+    record_fields: list[str] | None = None
+    dataset_path: str | None = None
+    dataset_name: str | None = None
+    test_split: str = "test"
+    hub_process_docs: str | None = None
+    fewshot_split: str = "test"
+    target_delimiter: str = " "
+    fewshot_delimiter: str = "\n\n"
+    description: str = ""
+    multiple_input: bool = False
+    uncond_context: str | None = None
+    count_field: str | None = None
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    metric_list: list[dict[str, Any]] = field(default_factory=list)
+    source_file: str = ""
+
+    def __post_init__(self) -> None:
+        if self.output_type not in OUTPUT_TYPES:
+            raise ValueError(
+                f"{self.source_file}: output_type {self.output_type!r} is not one of {', '.join(OUTPUT_TYPES)}"
+            )
+        for name in (self.process_docs, self.hub_process_docs):
+            if name is not None and name not in DOC_TRANSFORMS:
+                raise ValueError(
+                    f"{self.source_file}: process_docs {name!r} is not a function in eval/doc_transforms.py; "
+                    f"known: {', '.join(sorted(DOC_TRANSFORMS))}"
+                )
+        from eval.metrics import METRICS
+
+        for name in self.metric_names:
+            if name not in METRICS:
+                raise ValueError(f"{self.source_file}: unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+        if self.output_type == "multiple_choice" and self.doc_to_choice is None:
+            raise ValueError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [entry["metric"] for entry in self.metric_list]
+
+    # --- data ----------------------------------------------------------------------------------------------------
+
+    def docs(self, split: str = "test", data_dir: str | Path | None = None) -> list[dict]:
+        """The processed docs of `split` ("test" = the scored split), from local files or the Hub."""
+        return list(_load_docs(self, split, str(Path(data_dir) if data_dir else default_data_dir())))
+
+    def fewshot_docs(self, data_dir: str | Path | None = None) -> list[dict]:
+        return self.docs(self.fewshot_split, data_dir)
+
+    # --- doc -> prompt pieces ------------------------------------------------------------------------------------
+
+    def text(self, doc: dict) -> str | int:
+        return _resolve(self.doc_to_text, doc)
+
+    def choices(self, doc: dict) -> list[str]:
+        if isinstance(self.doc_to_choice, list):
+            return list(self.doc_to_choice)
+        value = _resolve(self.doc_to_choice, doc)
+        if not isinstance(value, list):
+            raise ValueError(f"task {self.task}: doc_to_choice {self.doc_to_choice!r} gave {value!r}, not a list")
+        return [str(choice) for choice in value]
+
+    def target(self, doc: dict) -> int | str | list[str]:
+        """Gold: a choice index for multiple_choice, a string for loglikelihood, a list of answers for generation."""
+        value = _resolve(self.doc_to_target, doc)
+        if self.output_type == "multiple_choice" and not self.multiple_input:
+            if isinstance(value, str) and not value.isdigit():
+                return self.choices(doc).index(value)
+            return int(value)
+        return value
+
+    def gold_index(self, doc: dict) -> int:
+        """Index of the correct choice (multiple_choice only; for multiple_input tasks it is doc_to_text)."""
+        return int(self.text(doc)) if self.multiple_input else int(self.target(doc))
+
+    def fewshot_example(self, doc: dict) -> str:
+        """A solved example exactly as lm-eval renders it: question + target_delimiter + answer."""
+        if self.multiple_input:
+            question, answer = self.choices(doc)[self.gold_index(doc)], str(self.target(doc))
+        else:
+            question, target = str(self.text(doc)), self.target(doc)
+            if self.output_type == "multiple_choice":
+                answer = self.choices(doc)[target]
+            elif isinstance(target, list):
+                answer = target[0]
+            else:
+                answer = str(target)
+        return question + self.target_delimiter + answer
+
+
+@lru_cache(maxsize=256)
+def _compiled_template(source: str) -> jinja2.Template:
+    return _JINJA.from_string(source)
+
+
+def _resolve(spec: str | None, doc: dict) -> Any:
+    """A field name is looked up; anything else is a Jinja template whose list/int output is parsed back."""
+    if spec is None:
+        raise ValueError("template missing")
+    if spec in doc:
+        return doc[spec]
+    rendered = _compiled_template(spec).render(**doc)
+    if rendered[:1] == "[" and rendered[-1:] == "]":
+        try:
+            return ast.literal_eval(rendered)
+        except (ValueError, SyntaxError):
+            pass
+    return rendered
+
+
+# --- loading task files ------------------------------------------------------------------------------------------
+
+
+def available_tasks(tasks_dir: str | Path | None = None) -> list[str]:
+    return sorted(path.stem for path in Path(tasks_dir or TASKS_DIR).glob("*.yaml"))
+
+
+def _read_yaml_with_includes(path: Path) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle) or {}
+    if "include" in config:
+        base = _read_yaml_with_includes(path.parent / config.pop("include"))
+        config = {**base, **config}
+    return config
+
+
+def load_task(name: str, tasks_dir: str | Path | None = None) -> TaskSpec:
+    """Read eval/tasks/<name>.yaml (following `include:`) into a TaskSpec."""
+    tasks_dir = Path(tasks_dir or TASKS_DIR)
+    path = tasks_dir / f"{name}.yaml"
+    if not path.is_file():
+        known = available_tasks(tasks_dir)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown task {name!r}; {hint}known tasks: {', '.join(known)}")
+    config = _read_yaml_with_includes(path)
+    known_fields = {f.name for f in fields(TaskSpec)}
+    unknown = sorted(set(config) - known_fields)
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known_fields))}")
+    return TaskSpec(**config, source_file=str(path))
+
+
+# --- local and Hub data -------------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path} line {line_number}: not valid JSON ({err.msg})") from err
+            if not isinstance(record, dict):
+                raise ValueError(f"{path} line {line_number}: expected a JSON object, got {type(record).__name__}")
+            records.append(record)
+    return records
+
+
+def _read_jsonl_with_labels(paths: list[Path]) -> list[dict]:
+    records_path, labels_path = paths
+    records = _read_jsonl(records_path)
+    labels = labels_path.read_text(encoding="utf-8").split()
+    if len(labels) != len(records):
+        raise ValueError(f"{labels_path}: {len(labels)} labels for {len(records)} records in {records_path}")
+    return [{**record, "label": label} for record, label in zip(records, labels)]
+
+
+def _read_line_records(path: Path, record_fields: list[str]) -> list[dict]:
+    lines = path.read_text(encoding="utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) % len(record_fields):
+        raise ValueError(
+            f"{path}: {len(lines)} lines is not a multiple of {len(record_fields)} "
+            f"(one record = {', '.join(record_fields)})"
+        )
+    return [dict(zip(record_fields, lines[start : start + len(record_fields)])) for start in range(0, len(lines), len(record_fields))]
+
+
+def _read_local(spec: TaskSpec, paths: list[Path]) -> list[dict]:
+    if spec.data_format == "jsonl":
+        return [record for path in paths for record in _read_jsonl(path)]
+    if spec.data_format == "jsonl_with_labels":
+        return _read_jsonl_with_labels(paths)
+    if spec.data_format == "lines":
+        return [record for path in paths for record in _read_line_records(path, spec.record_fields or ["text"])]
+    if spec.data_format == "raw_text":
+        return [{"text": path.read_text(encoding="utf-8")} for path in paths]
+    raise ValueError(f"{spec.source_file}: data_format {spec.data_format!r} is not one of jsonl, jsonl_with_labels, lines, raw_text")
+
+
+def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
+    """Render every template once so a malformed record fails here, naming its file and record number."""
+    try:
+        if spec.output_type == "multiple_choice":
+            spec.choices(doc)[spec.gold_index(doc)]
+        spec.text(doc)
+        if spec.doc_to_target is not None:
+            spec.target(doc)
+    except (KeyError, IndexError, ValueError, TypeError, jinja2.UndefinedError) as err:
+        raise ValueError(f"{where}: cannot build the prompt for task {spec.task} ({type(err).__name__}: {err})") from err
+
+
+_DOCS_CACHE: dict[tuple[str, str, str, str], tuple[dict, ...]] = {}
+
+
+def _load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
+    key = (spec.source_file, spec.task, split, data_dir)
+    if key not in _DOCS_CACHE:
+        _DOCS_CACHE[key] = _load_docs_uncached(spec, split, data_dir)
+    return _DOCS_CACHE[key]
+
+
+def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
+    files = spec.data_files.get(split)
+    missing_message = None
+    if files is not None:
+        paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files)]
+        missing = [str(path) for path in paths if not path.is_file()]
+        if not missing:
+            records = _read_local(spec, paths)
+            transform = DOC_TRANSFORMS[spec.process_docs] if spec.process_docs else None
+            return _processed(spec, records, transform, where=str(paths[0]))
+        missing_message = (
+            f"task {spec.task}: {missing[0]} not found; put the benchmark files under {data_dir} "
+            f"or point ${DATA_DIR_ENV} (or data_dir=) at the folder that holds them"
+        )
+        if spec.dataset_path is None:
+            raise FileNotFoundError(missing_message)
+    if spec.dataset_path is None:
+        raise ValueError(f"{spec.source_file}: no data_files for split {split!r} and no dataset_path")
+    import datasets  # only for users with network (or a warm cache)
+
+    hub_split = spec.test_split if split == "test" else split
+    try:
+        rows = datasets.load_dataset(spec.dataset_path, spec.dataset_name, split=hub_split)
+    except Exception as err:  # noqa: BLE001 — offline, unknown id, ...: say what was tried and how to fix it
+        if missing_message is None:
+            raise
+        raise FileNotFoundError(
+            f"{missing_message} (the Hub fallback {spec.dataset_path} could not be loaded either: {type(err).__name__})"
+        ) from err
+    records = [dict(row) for row in rows]
+    name = spec.hub_process_docs or spec.process_docs
+    return _processed(spec, records, DOC_TRANSFORMS[name] if name else None, where=f"{spec.dataset_path}[{hub_split}]")
+
+
+def _processed(spec: TaskSpec, records: list[dict], transform, where: str) -> tuple[dict, ...]:
+    if transform is not None:
+        try:
+            docs = transform(records)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
+            # Find the first record the transform rejects, so the message names it.
+            for number, record in enumerate(records, start=1):
+                try:
+                    transform([record])
+                except (KeyError, IndexError, ValueError, TypeError, AttributeError) as record_err:
+                    raise ValueError(
+                        f"{where} line {number}: record does not fit {spec.process_docs} "
+                        f"({type(record_err).__name__}: {record_err})"
+                    ) from record_err
+            raise ValueError(f"{where}: {spec.process_docs} failed ({err})") from err
+    else:
+        docs = records
+    for number, doc in enumerate(docs, start=1):
+        _check_record(spec, doc, f"{where} record {number}")
+    return tuple(docs)

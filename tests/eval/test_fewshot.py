@@ -1,0 +1,91 @@
+"""Few-shot sampling: deterministic, never the scored doc, the same draws as lm-eval's sampler; prompts that do
+not fit drop examples (never the target) and say so; impossible requests are clear ValueErrors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from eval.fewshot import build_prompts, sample_fewshot_examples
+from eval.task import load_task
+
+
+@pytest.fixture(scope="module")
+def copa(shared_data_dir):
+    spec = load_task("copa")
+    return spec, spec.docs("test", shared_data_dir)
+
+
+def test_sampling_is_deterministic_for_a_seed(copa, tiny_model_and_tokenizer):
+    spec, docs = copa
+    _, tokenizer = tiny_model_and_tokenizer
+    first = build_prompts(spec, docs[:30], docs, 3, 1234, tokenizer, 1024)
+    again = build_prompts(spec, docs[:30], docs, 3, 1234, tokenizer, 1024)
+    other_seed = build_prompts(spec, docs[:30], docs, 3, 99, tokenizer, 1024)
+    assert first == again
+    assert first != other_seed
+    assert all(p.n_examples == 3 and p.n_dropped == 0 for p in first)
+
+
+def test_examples_never_include_the_scored_doc(copa, tiny_model_and_tokenizer):
+    spec, docs = copa
+    _, tokenizer = tiny_model_and_tokenizer
+    # K = pool size - 1: every other doc must be drawn, so the scored doc would show up if it could.
+    prompts = build_prompts(spec, docs[:10], docs, len(docs) - 1, 0, tokenizer, 100_000)
+    for doc, prompt in zip(docs, prompts):
+        own_example = spec.fewshot_example(doc)
+        context = prompt.contexts[0]
+        assert context.endswith(spec.text(doc))  # the target question is last and intact
+        examples = context[: -len(spec.text(doc))].split(spec.fewshot_delimiter)[:-1]
+        assert len(examples) == len(docs) - 1 and own_example not in examples
+
+
+def test_sampler_reproduces_lm_eval_context_sampler(copa):
+    """Same seed, same pool, same doc order: the same examples as lm-eval 0.4.13's ContextSampler."""
+    from lm_eval.api.samplers import ContextSampler
+
+    _, docs = copa
+    theirs = ContextSampler(list(docs), rnd=1234)
+    rnd = random.Random(1234)
+    for doc in docs[:25]:
+        assert sample_fewshot_examples(list(docs), 5, rnd, exclude=doc) == list(theirs.sample(5, eval_doc=doc))
+
+
+def test_k_larger_than_the_pool_is_a_clear_error(copa):
+    _, docs = copa
+    with pytest.raises(ValueError, match=r"K=100 few-shot examples requested but the few-shot pool has only 99 docs"):
+        sample_fewshot_examples(list(docs), 100, random.Random(0), exclude=docs[0])
+
+
+def test_long_prompts_drop_examples_not_the_target(shared_data_dir, tiny_model_and_tokenizer):
+    spec = load_task("boolq")  # passages of a few hundred tokens with this small vocabulary
+    docs = spec.docs("test", shared_data_dir)
+    _, tokenizer = tiny_model_and_tokenizer
+    prompts = build_prompts(spec, docs[:8], docs, 4, 1234, tokenizer, max_length=1024)
+    assert any(p.n_dropped > 0 for p in prompts)
+    for doc, prompt in zip(docs, prompts):
+        assert prompt.n_examples + prompt.n_dropped == 4
+        assert prompt.contexts[0].endswith(spec.text(doc))
+        assert len(tokenizer.encode(prompt.contexts[0] + " yes")) <= 1024 + 1 or prompt.n_examples == 0
+
+
+def test_context_too_small_for_one_example_is_a_clear_error(shared_data_dir, tiny_model_and_tokenizer):
+    spec = load_task("lambada")
+    docs = spec.docs("test", shared_data_dir)
+    _, tokenizer = tiny_model_and_tokenizer
+    with pytest.raises(ValueError, match="cannot hold even one few-shot example"):
+        build_prompts(spec, docs[:3], docs, 1, 1234, tokenizer, max_length=200)
+
+
+def test_winogrande_examples_use_the_gold_option(shared_data_dir, tiny_model_and_tokenizer):
+    spec = load_task("winogrande")
+    docs = spec.docs("test", shared_data_dir)
+    _, tokenizer = tiny_model_and_tokenizer
+    (prompt,) = build_prompts(spec, docs[:1], docs, 1, 1234, tokenizer, 1024)
+    # One context per option, sharing the solved example (gold option + continuation) in front.
+    assert len(prompt.contexts) == 2
+    prefix = prompt.contexts[0][: -len(docs[0]["contexts"][0])]
+    assert prompt.contexts[1] == prefix + docs[0]["contexts"][1]
+    example = prefix[: -len(spec.fewshot_delimiter)]
+    assert any(example == d["contexts"][d["gold"]] + " " + d["continuation"] for d in docs)

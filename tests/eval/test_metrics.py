@@ -1,0 +1,77 @@
+"""Metrics equal hand computations and lm-eval's own functions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from eval.metrics import (
+    aggregate_metric,
+    bits_per_byte,
+    exact_match,
+    generation_values,
+    mean_stderr,
+    multiple_choice_values,
+    perplexity,
+    token_f1,
+    weighted_perplexity,
+)
+
+
+def test_multiple_choice_metrics_by_hand():
+    # Choice 0: ll -4 over 2 chars (-2/char); choice 1: ll -6 over 6 chars (-1/char); gold is 1.
+    # Unconditional lls -5 and -3: -4 - -5 = +1 beats -6 - -3 = -3.
+    values = multiple_choice_values([-4.0, -6.0], ["ab", "abcdef"], gold=1, n_tokens=[1, 4], uncond_loglikelihoods=[-5.0, -3.0])
+    assert values == {"acc": 0.0, "acc_norm": 1.0, "acc_norm_tokens": 1.0, "acc_uncond": 0.0}
+    # Ties go to the first choice, like numpy / lm-eval.
+    assert multiple_choice_values([-1.0, -1.0], ["a", "b"], gold=0)["acc"] == 1.0
+
+
+def test_perplexities_and_bits_per_byte_by_hand():
+    assert perplexity([-1.0, -3.0]) == pytest.approx(math.exp(2.0))
+    # Two docs: total ll -10 over 4 + 6 words -> exp(1); over 20 bytes -> bits = 10 / 20 / ln 2.
+    items = [(-4.0, 4), (-6.0, 6)]
+    assert weighted_perplexity(items) == pytest.approx(math.e)
+    assert bits_per_byte([(-4.0, 8), (-6.0, 12)]) == pytest.approx(0.5 / math.log(2))
+
+
+def test_mean_stderr_matches_lm_eval():
+    from lm_eval.api.metrics import mean_stderr as lm_eval_mean_stderr
+
+    items = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+    assert mean_stderr(items) == pytest.approx(lm_eval_mean_stderr(items))
+    # By hand: mean 4/7, sample variance (4*(3/7)^2 + 3*(4/7)^2) / 6 = 2/7.
+    assert mean_stderr(items) == pytest.approx(math.sqrt(2 / 7) / math.sqrt(7))
+    value, stderr = aggregate_metric("acc", items)
+    assert value == pytest.approx(4 / 7) and stderr == pytest.approx(mean_stderr(items))
+
+
+def test_bootstrap_stderr_of_perplexity_is_deterministic_and_positive():
+    value, stderr = aggregate_metric("perplexity", [-1.0, -2.0, -0.5, -3.0, -1.5])
+    assert value == pytest.approx(math.exp(1.6))
+    assert stderr == aggregate_metric("perplexity", [-1.0, -2.0, -0.5, -3.0, -1.5])[1] and stderr > 0
+
+
+def test_exact_match_matches_lm_eval_rules():
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+
+    cases = [("The Beatles!", "the beatles"), ("Paris", "paris."), ("Onion", "Onions"), ("", "")]
+    for prediction, reference in cases:
+        theirs = exact_match_hf_evaluate([prediction], [reference], ignore_case=True, ignore_punctuation=True)["exact_match"]
+        assert exact_match(prediction, reference, ignore_case=True, ignore_punctuation=True) == theirs
+    assert exact_match("Paris", "paris") == 0.0
+
+
+def test_f1_and_best_alias_by_hand():
+    # "the eiffel tower" vs "eiffel tower in paris": articles dropped -> 2 common of 2 predicted, 4 reference
+    # tokens: precision 1, recall 1/2, F1 = 2/3.
+    assert token_f1("the Eiffel Tower", "Eiffel Tower in Paris") == pytest.approx(2 / 3)
+    values = generation_values("  Onion", ["Allium cepa", "Onion"], ignore_case=True, ignore_punctuation=True)
+    assert values == {"exact_match": 1.0, "f1": 1.0}
+    assert generation_values("red onion", ["Onion"]) == {"exact_match": 0.0, "f1": pytest.approx(2 / 3)}
+
+
+def test_unknown_metric_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown metric 'accuracy'; known metrics: acc, acc_norm"):
+        aggregate_metric("accuracy", [1.0])

@@ -1,0 +1,78 @@
+"""End to end on a tiny model: evaluate() writes results.json (the contract's schema), table.md, examples.jsonl and
+shots_curve.png, and they parse back; the CLI calls the same function."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.report import RESULT_KEYS
+from eval.runner import evaluate
+
+
+@pytest.fixture(scope="module")
+def report_dir(tiny_model_folder, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("eval_out")
+    results = evaluate(
+        str(tiny_model_folder), tasks=["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], shots=[0, 1], limit=3,
+        batch_size=8, out_dir=out_dir, show_progress=False,
+    )
+    return out_dir, results
+
+
+def test_results_json_has_the_contract_schema(report_dir):
+    out_dir, results = report_dir
+    payload = json.loads((out_dir / "results.json").read_text())
+    assert set(payload) == {"model", "config", "results"}
+    assert payload["config"] == {"tasks": ["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], "shots": [0, 1],
+                                 "limit": 3, "seed": 1234, "batch_size": 8}
+    for row in payload["results"]:
+        assert tuple(row) == RESULT_KEYS
+        assert row["n"] == 3 and isinstance(row["higher_is_better"], bool) and row["n_truncated"] >= 0
+    keys = {(r["task"], r["num_fewshot"], r["metric"]) for r in payload["results"]}
+    assert ("arc_easy", 1, "acc_uncond") in keys and ("triviaqa", 0, "f1") in keys
+    # Perplexity has no few-shot: wikitext appears at K=0 only.
+    assert {k for (t, k, _) in keys if t == "wikitext"} == {0}
+    assert ("copa", 0, "acc") in keys and payload["results"][0]["dataset"] == "copa/val.jsonl"
+    assert results.value("copa", "acc", 0) == next(r["value"] for r in payload["results"] if (r["task"], r["num_fewshot"], r["metric"]) == ("copa", 0, "acc"))
+
+
+def test_examples_table_and_plot_are_written(report_dir):
+    out_dir, _ = report_dir
+    examples = [json.loads(line) for line in (out_dir / "examples.jsonl").read_text().splitlines()]
+    copa = [e for e in examples if e["task"] == "copa" and e["num_fewshot"] == 1]
+    assert len(copa) == 3
+    for example in copa:
+        assert example["prompt"].count("\n\n") == 1  # one solved example, then the question
+        assert len(example["choices"]) == len(example["loglikelihoods"]) == 2 and example["gold"] in (0, 1)
+        assert example["prediction"] == max(range(2), key=lambda i: example["loglikelihoods"][i])
+    trivia = next(e for e in examples if e["task"] == "triviaqa")
+    assert isinstance(trivia["prediction"], str) and "Onion" in trivia["gold"]
+    table = (out_dir / "table.md").read_text()
+    assert "| copa | 1 | acc ↑ |" in table and "| wikitext | 0 | bits_per_byte ↓ |" in table
+    assert (out_dir / "shots_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_eval_writes_the_same_report(tiny_model_folder, tmp_path):
+    from hf_gpt_custom.cli import main
+
+    main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--shots", "0", "--limit", "3", "--out", str(tmp_path)])
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert [row["metric"] for row in payload["results"]] == ["acc"]
+
+
+def test_cli_unknown_task_exits_2_with_one_line(tiny_model_folder, tmp_path, capsys):
+    from hf_gpt_custom.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", str(tiny_model_folder), "--tasks", "hellaswg", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "did you mean 'hellaswag'" in capsys.readouterr().err
+
+
+def test_bad_arguments_fail_before_loading_the_model(tmp_path):
+    with pytest.raises(ValueError, match="shots must be non-negative integers"):
+        evaluate(str(tmp_path / "no-model"), tasks=["copa"], shots=[-1])
+    with pytest.raises(ValueError, match="unknown task 'lambda'; did you mean 'lambada'"):
+        evaluate(str(tmp_path / "no-model"), tasks=["lambda"])

@@ -1,0 +1,200 @@
+"""Scoring: hand-computed log-likelihoods, token boundaries, the shared-context fast path, rolling windows,
+generation — on tiny GPT-2 models (transformers' GPT2LMHeadModel; the scorer never needs our model class)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from eval.requests import Request
+from eval.scoring import CausalLMScorer, encode_pair, encode_pairs, get_rolling_token_windows
+from eval.task import load_task
+
+
+@pytest.fixture(scope="module")
+def constant_logits_model(tiny_model_and_tokenizer):
+    """A GPT-2 whose logits are the same vector at every position, whatever the input: all block weights and
+    ln_f.weight are zero, so ln_f outputs its bias e_0, and the tied head gives logits = wte[:, 0]."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tokenizer = tiny_model_and_tokenizer
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=8, n_layer=1, n_head=2)
+    model = GPT2LMHeadModel(config).eval()
+    logits = torch.zeros(len(tokenizer))
+    favourite, second = tokenizer.encode(" the")[0], tokenizer.encode(" and")[0]
+    logits[favourite], logits[second] = 2.0, 1.0
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+        model.transformer.ln_f.bias[0] = 1.0
+        model.transformer.wte.weight[:, 0] = logits
+    return model, tokenizer, favourite, second
+
+
+def test_loglikelihood_matches_hand_computation(constant_logits_model):
+    model, tokenizer, favourite, second = constant_logits_model
+    vocab = len(tokenizer)
+    log_z = math.log((vocab - 2) + math.e**2 + math.e**1)  # logsumexp of the logit vector, on paper
+    scorer = CausalLMScorer(model, tokenizer, batch_size=4)
+    requests = [
+        Request(0, "Question: tea or coffee?\nAnswer:", " the"),  # the argmax token: greedy
+        Request(0, "Question: tea or coffee?\nAnswer:", " the and"),
+        Request(0, "Question: tea or coffee?\nAnswer:", " the the"),
+        Request(1, "", " and"),  # empty context -> the prefix token
+    ]
+    scored = scorer.loglikelihood(requests, show_progress=False)
+    expected = [2.0 - log_z, (2.0 - log_z) + (1.0 - log_z), 2 * (2.0 - log_z), 1.0 - log_z]
+    assert [s.loglikelihood for s in scored] == pytest.approx(expected, abs=1e-5)
+    assert [s.is_greedy for s in scored] == [True, False, True, False]
+    assert [s.n_tokens for s in scored] == [1, 2, 2, 1]
+
+
+def test_acc_and_acc_norm_from_hand_computed_loglikelihoods(constant_logits_model):
+    """With constant logits, ll(choice) = sum over its tokens of (logit - log Z): acc prefers the shortest choice in
+    tokens, acc_norm divides by characters and can prefer a longer one."""
+    from eval.metrics import multiple_choice_values
+
+    model, tokenizer, favourite, second = constant_logits_model
+    scorer = CausalLMScorer(model, tokenizer)
+    choices = [" the the", " and"]  # 2 favourite tokens (8 chars) vs 1 second-best token (4 chars)
+    scored = scorer.loglikelihood([Request(0, "Pick:", c) for c in choices], show_progress=False)
+    log_z = math.log((len(tokenizer) - 2) + math.e**2 + math.e)
+    lls = [2 * (2.0 - log_z), 1.0 - log_z]
+    assert [s.loglikelihood for s in scored] == pytest.approx(lls, abs=1e-5)
+    values = multiple_choice_values([s.loglikelihood for s in scored], choices, gold=1, n_tokens=[2, 1])
+    # acc: ll = 2(2 - logZ) < 1 - logZ since logZ ~ 6: the one-token choice wins.
+    assert values["acc"] == 1.0
+    # acc_norm, per character: (4 - 2 logZ)/8 = 0.5 - logZ/4 beats (1 - logZ)/4 = 0.25 - logZ/4: the 8-char choice.
+    assert values["acc_norm"] == 0.0
+    # per token (GPT-3): (2 - logZ) vs (1 - logZ): the favourite-token choice wins too.
+    assert values["acc_norm_tokens"] == 0.0
+
+
+def test_context_continuation_boundary_with_leading_spaces(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    # A trailing space of the context moves to the continuation (lm-eval), so both spellings agree...
+    with_space = encode_pair(tokenizer, "The king said ", "good night")
+    without_space = encode_pair(tokenizer, "The king said", " good night")
+    assert with_space == without_space
+    context_ids, continuation_ids = without_space
+    assert tokenizer.decode(context_ids) == "The king said"
+    assert tokenizer.decode(continuation_ids) == " good night"
+    # ...and the continuation is cut from the encoding of the whole string, i.e. the tokens the model would produce.
+    assert context_ids + continuation_ids == tokenizer.encode("The king said good night")
+    # A continuation without a leading space that merges with the context's last characters: the split is at
+    # len(encode(context)), exactly as lm-eval does, even if the tokens at the boundary differ from separate encodes.
+    context_ids, continuation_ids = encode_pair(tokenizer, "The kin", "g")
+    whole = tokenizer.encode("The king")
+    assert context_ids == tokenizer.encode("The kin") and continuation_ids == whole[len(context_ids):]
+
+
+def test_encode_pairs_matches_lm_eval_encode_pair(tiny_model_folder, tiny_model_and_tokenizer):
+    from lm_eval.models.huggingface import HFLM
+
+    _, tokenizer = tiny_model_and_tokenizer
+    lm = HFLM(pretrained=str(tiny_model_folder), batch_size=1, device="cpu")
+    pairs = [("Question: why?\nAnswer:", " because"), ("Some text  ", "x y"), ("a", "\n\nb"), ("The cat", " sat")]
+    assert encode_pairs(tokenizer, pairs) == [lm._encode_pair(c, x) for c, x in pairs]
+
+
+def test_shared_context_scoring_equals_one_row_per_choice(tiny_model_and_tokenizer, shared_data_dir):
+    """Choices scored from one pass over their context (KV cache copied per choice) equal the straightforward
+    way within 1e-4 — on real ARC items (3, 4 and 5 choices, plus the "Answer:" context shared by all of them),
+    HellaSwag and one-token BoolQ answers."""
+    model, tokenizer = tiny_model_and_tokenizer
+    requests = []
+    for name, n_docs in (("arc_easy", 12), ("hellaswag", 6), ("boolq", 4)):
+        spec = load_task(name)
+        docs = spec.docs("test", shared_data_dir)
+        if name == "arc_easy":  # make sure the odd choice counts are in
+            docs = [d for d in docs if len(d["choices"]) != 4][:4] + docs[:n_docs]
+        for doc_id, doc in enumerate(docs[:n_docs]):
+            requests += [Request(doc_id, spec.text(doc), " " + choice) for choice in spec.choices(doc)]
+            if name == "arc_easy":  # GPT-3's unconditional requests: one context shared by more than a batch
+                requests += [Request(doc_id, "Answer:", " " + choice) for choice in spec.choices(doc)]
+    fast = CausalLMScorer(model, tokenizer, batch_size=7).loglikelihood(requests, show_progress=False)
+    plain = CausalLMScorer(model, tokenizer, batch_size=5, share_context=False).loglikelihood(requests, show_progress=False)
+    assert [s.loglikelihood for s in fast] == pytest.approx([s.loglikelihood for s in plain], abs=1e-4, rel=0)
+    assert [s.is_greedy for s in fast] == [s.is_greedy for s in plain]
+
+
+def test_head_split_equals_full_logits(tiny_model_and_tokenizer):
+    """The LM head applied to selected hidden states only gives the same numbers as model(...).logits."""
+    model, tokenizer = tiny_model_and_tokenizer
+    requests = [Request(0, "To be, or not to be:", " that is the question"), Request(1, "Hello", " world")]
+    fast = CausalLMScorer(model, tokenizer, share_context=False)
+    assert fast._use_head_split
+    slow = CausalLMScorer(model, tokenizer, share_context=False)
+    slow._use_head_split = False
+    a = [s.loglikelihood for s in fast.loglikelihood(requests, show_progress=False)]
+    b = [s.loglikelihood for s in slow.loglikelihood(requests, show_progress=False)]
+    assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_rolling_windows_match_lm_eval():
+    from lm_eval.utils import get_rolling_token_windows as lm_eval_windows
+    from lm_eval.utils import make_disjoint_window
+
+    rng = random.Random(0)
+    for _ in range(50):
+        tokens = [rng.randrange(100) for _ in range(rng.randrange(1, 40))]
+        max_seq_len = rng.randrange(1, 12)
+        ours = list(get_rolling_token_windows(tokens, 999, max_seq_len, context_len=1))
+        theirs = [make_disjoint_window(w) for w in lm_eval_windows(tokens, 999, max_seq_len, 1)]
+        assert ours == theirs
+    # The docstring's worked example.
+    assert list(get_rolling_token_windows(list(range(1, 11)), 0, 4)) == [([0], [1, 2, 3, 4]), ([4], [5, 6, 7, 8]), ([6, 7, 8], [9, 10])]
+
+
+def test_rolling_loglikelihood_equals_one_pass_when_it_fits(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    text = "Now is the winter of our discontent made glorious summer by this sun of York."
+    ids = tokenizer.encode(text)
+    with torch.no_grad():
+        logits = model(torch.tensor([[tokenizer.eos_token_id] + ids])).logits[0, :-1]
+    expected = float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).sum())
+    scorer = CausalLMScorer(model, tokenizer)
+    (scored,) = scorer.loglikelihood_rolling([Request(0, "", text, request_type="loglikelihood_rolling")], show_progress=False)
+    assert scored.loglikelihood == pytest.approx(expected, abs=1e-4)
+    # With windows of 8 tokens every token is still predicted exactly once.
+    windowed = CausalLMScorer(model, tokenizer, max_length=8)
+    (scored8,) = windowed.loglikelihood_rolling([Request(0, "", text, request_type="loglikelihood_rolling")], show_progress=False)
+    assert scored8.n_tokens == len(ids) and scored8.loglikelihood < 0
+
+
+def test_generate_until_is_greedy_and_stops_at_stop_sequence(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    scorer = CausalLMScorer(model, tokenizer, batch_size=2)
+    contexts = ["Question: Who wrote Hamlet?\nAnswer:", "Q: 2+2?\nA:"]
+    requests = [Request(i, c, "", request_type="generate_until", until=(), max_gen_toks=6) for i, c in enumerate(contexts)]
+    generated = scorer.generate_until(requests, show_progress=False)
+    for request, result in zip(requests, generated):
+        ids = torch.tensor([tokenizer.encode(request.context)])
+        reference = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        reference_text = tokenizer.decode(reference[0, ids.shape[1]:])
+        eos = tokenizer.eos_token
+        assert result.generation == reference_text.split(eos)[0]
+        # With the first generated character as a stop sequence, the answer is cut before it.
+        if result.generation:
+            stop = result.generation[-1]
+            (cut,) = scorer.generate_until([Request(0, request.context, "", request_type="generate_until", until=(stop,), max_gen_toks=6)], show_progress=False)
+            assert cut.generation == result.generation.split(stop)[0]
+
+
+def test_our_model_class_scores_like_transformers_gpt2(tiny_model_folder, tiny_model_and_tokenizer, shared_data_dir):
+    """The team's GPTCustomForCausalLM, converted from the same GPT-2 weights, goes through the same fast paths
+    (head split, shared-context KV cache) and gives the same log-likelihoods."""
+    convert = pytest.importorskip("hf_gpt_custom.convert_gpt2")
+    ours = convert.load_gpt2_checkpoint(str(tiny_model_folder)).eval()
+    reference, tokenizer = tiny_model_and_tokenizer
+    spec = load_task("arc_easy")
+    docs = spec.docs("test", shared_data_dir)[:6]
+    requests = [Request(i, spec.text(d), " " + c) for i, d in enumerate(docs) for c in spec.choices(d)]
+    ours_scorer = CausalLMScorer(ours, tokenizer, batch_size=8)
+    assert ours_scorer._use_head_split
+    a = [s.loglikelihood for s in ours_scorer.loglikelihood(requests, show_progress=False)]
+    b = [s.loglikelihood for s in CausalLMScorer(reference, tokenizer, share_context=False).loglikelihood(requests, show_progress=False)]
+    assert a == pytest.approx(b, abs=1e-4, rel=0)

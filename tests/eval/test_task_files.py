@@ -1,0 +1,120 @@
+"""Every task file: loads, reads its real data (published split sizes), renders a prompt, gold among choices.
+Plus the errors a user can fix: unknown task, malformed data line, missing data folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from eval.task import available_tasks, load_task
+
+# Published sizes of the local splits (../shared/data/README.md); WikiText-2 test is 62 articles.
+EXPECTED_DOCS = {
+    "lambada": 5153, "hellaswag": 10042, "piqa": 1838, "arc_easy": 2376, "arc_challenge": 1172, "winogrande": 1267,
+    "copa": 100, "boolq": 3270, "openbookqa": 500, "wikitext": 62, "triviaqa": 3000,
+}
+
+
+def test_every_benchmark_has_a_task_file():
+    assert available_tasks() == sorted(EXPECTED_DOCS)
+
+
+@pytest.mark.parametrize("name", available_tasks())
+def test_task_loads_renders_and_gold_is_a_choice(name, shared_data_dir):
+    spec = load_task(name)
+    docs = spec.docs("test", shared_data_dir)
+    assert len(docs) == EXPECTED_DOCS[name]
+    for doc in docs[:: max(1, len(docs) // 50)]:
+        example = spec.fewshot_example(doc)
+        assert isinstance(example, str) and example
+        if spec.output_type == "multiple_choice":
+            choices = spec.choices(doc)
+            assert len(choices) >= 2 and 0 <= spec.gold_index(doc) < len(choices)
+            question = choices[spec.gold_index(doc)] if spec.multiple_input else spec.text(doc)
+            assert isinstance(question, str) and question
+        elif spec.output_type == "loglikelihood":
+            assert spec.target(doc).startswith(" ") and spec.text(doc) + spec.target(doc) == doc["text"]
+        elif spec.output_type == "generate_until":
+            assert spec.text(doc).startswith("Question: ") and spec.target(doc)
+        else:
+            assert spec.target(doc).strip()
+
+
+def test_known_answers_of_first_docs(shared_data_dir):
+    """Spot checks against the files: label encodings differ per benchmark (PROVENANCE.md)."""
+    hellaswag = load_task("hellaswag")
+    first = hellaswag.docs("test", shared_data_dir)[0]
+    assert hellaswag.text(first) == "Roof shingle removal: A man is sitting on a roof. he"
+    assert hellaswag.gold_index(first) == 3
+    arc = load_task("arc_easy")
+    numeric_key = next(d for d in arc.docs("test", shared_data_dir) if d["id"] and len(d["choices"]) == 5)
+    assert 0 <= arc.gold_index(numeric_key) < 5
+    boolq = load_task("boolq")
+    labels = [boolq.gold_index(d) for d in boolq.docs("test", shared_data_dir)]
+    assert labels.count(1) == 2033 and labels.count(0) == 1237  # "true" x 2033, "false" x 1237
+    copa = load_task("copa")
+    assert copa.text(copa.docs("test", shared_data_dir)[0]) == "The man turned on the faucet therefore"
+
+
+def test_arc_challenge_includes_arc_easy():
+    easy, challenge = load_task("arc_easy"), load_task("arc_challenge")
+    assert challenge.doc_to_text == easy.doc_to_text and challenge.uncond_context == "Answer:"
+    assert challenge.data_files != easy.data_files
+
+
+def test_unknown_task_suggests_the_closest_name():
+    with pytest.raises(ValueError, match=r"unknown task 'hellaswg'; did you mean 'hellaswag'\? known tasks: arc_challenge"):
+        load_task("hellaswg")
+
+
+def test_malformed_data_line_names_file_and_line(tmp_path, shared_data_dir):
+    (tmp_path / "copa").mkdir()
+    lines = (shared_data_dir / "copa" / "val.jsonl").read_text(encoding="utf-8").splitlines()
+    lines[16] = '{"premise": "broken'
+    (tmp_path / "copa" / "val.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"copa/val.jsonl line 17: not valid JSON"):
+        load_task("copa").docs("test", tmp_path)
+    lines[16] = json.dumps({"premise": "No choices here.", "question": "cause", "label": 0})
+    (tmp_path / "copa" / "val.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"copa/val.jsonl line 17: record does not fit copa_to_choices \(KeyError"):
+        load_task("copa").docs("test", tmp_path)
+
+
+def test_missing_data_names_the_folder_and_the_override(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"winogrande_dev_llmfoundry.jsonl not found.*HF_GPT_CUSTOM_DATA_DIR"):
+        load_task("winogrande").docs("test", tmp_path)
+
+
+def test_data_root_env_var_overrides_the_default(tmp_path, shared_data_dir, monkeypatch):
+    shutil.copytree(shared_data_dir / "copa", tmp_path / "copa")
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(tmp_path))
+    from eval.task import default_data_dir
+
+    assert default_data_dir() == tmp_path
+    assert len(load_task("copa").docs("test")) == 100
+
+
+def test_hub_transforms_give_the_same_docs_as_the_local_files(shared_data_dir):
+    """Users with network load the Hub versions: rebuilt in the Hub's row shape from the local records, each Hub
+    transform must give exactly the local docs (so prompts do not depend on the source)."""
+    from eval.doc_transforms import DOC_TRANSFORMS
+
+    arc_rows = [json.loads(line) for line in (shared_data_dir / "arc" / "ARC-Easy-Test.jsonl").read_text().splitlines()[:20]]
+    hub_rows = [
+        {"id": r["id"], "question": r["question"]["stem"], "answerKey": r["answerKey"],
+         "choices": {"text": [c["text"] for c in r["question"]["choices"]], "label": [c["label"] for c in r["question"]["choices"]]}}
+        for r in arc_rows
+    ]
+    assert DOC_TRANSFORMS["arc_hub_to_choices"](hub_rows) == DOC_TRANSFORMS["arc_to_choices"](arc_rows)
+
+    wino = [json.loads(line) for line in (shared_data_dir / "winogrande" / "winogrande_dev_llmfoundry.jsonl").read_text().splitlines()[:20]]
+    local = DOC_TRANSFORMS["winogrande_partial"](wino)
+    # "Sarah was ... so _ always got the easier cases." with option1 Sarah, option2 Maria, answer "2".
+    hub_row = {"sentence": "Sarah was a much better surgeon than Maria so _ always got the easier cases.",
+               "option1": "Sarah", "option2": "Maria", "answer": "2"}
+    assert DOC_TRANSFORMS["winogrande_hub_partial"]([hub_row]) == local[:1]
+
+    pages = load_task("wikitext").docs("test", shared_data_dir)
+    assert DOC_TRANSFORMS["wikitext_hub_pages"]([{"page": p["page"]} for p in pages[:3]]) == pages[:3]
