@@ -40,6 +40,10 @@ def sample_fewshot_examples(pool: list[dict], k: int, rnd: random.Random, exclud
     return examples
 
 
+class ContextTooShortError(ValueError):
+    """The model's context cannot hold even one few-shot example of the task: a K-shot score would be 0-shot."""
+
+
 def build_prompts(
     spec: TaskSpec,
     docs: list[dict],
@@ -74,7 +78,7 @@ def build_prompts(
             lengths[doc_id] = max(_token_counts([prompts[doc_id]], tokenizer)[0])
     if all(prompt.n_examples == 0 for prompt in prompts):
         worst = max(range(len(docs)), key=lambda i: reserve[i])
-        raise ValueError(
+        raise ContextTooShortError(
             f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
             f"(doc {worst} alone needs {reserve[worst] + _zero_shot_length(spec, docs[worst], tokenizer)} tokens); "
             f"use K=0 or a model with a longer context"

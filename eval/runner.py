@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from eval.fewshot import Prompt, build_prompts
+from eval.fewshot import ContextTooShortError, Prompt, build_prompts
 from eval.metrics import METRICS, aggregate_metric, count_words, generation_values, multiple_choice_values, rolling_values
 from eval.requests import Request, ScoredRequest
 from eval.scoring import CausalLMScorer, score_requests
@@ -31,9 +31,10 @@ class Results:
     config: dict[str, Any]
     results: list[dict[str, Any]]  # one row per task x K x metric (results.json schema)
     examples: list[dict[str, Any]] = field(default_factory=list)  # one per doc x K (examples.jsonl)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # {"task", "num_fewshot", "reason"} not evaluated
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "config": self.config, "results": self.results}
+        return {"model": self.model, "config": self.config, "results": self.results, "skipped": self.skipped}
 
     def value(self, task: str, metric: str, num_fewshot: int = 0) -> float:
         for row in self.results:
@@ -56,10 +57,15 @@ def evaluate(
     data_dir: str | Path | None = None,
     show_progress: bool = True,
     share_context: bool = True,
+    skip_unfittable: bool = False,
 ) -> Results:
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
-    model's `name_or_path` has one). Rolling-loglikelihood tasks (wikitext) are run at K=0 only."""
+    model's `name_or_path` has one). Rolling-loglikelihood tasks (wikitext) are run at K=0 only.
+
+    A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
+    `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
+    "skipped" in results.json and table.md."""
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
@@ -75,14 +81,21 @@ def evaluate(
 
     model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
     scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context)
-    rows, examples = [], []
+    rows, examples, skipped = [], [], []
     for spec in specs:
         docs = spec.docs("test", data_dir)[: limit or None]
         for k in shots:
             if k > 0 and spec.output_type == "loglikelihood_rolling":
                 logger.warning("task %s is scored by rolling log-likelihood: few-shot K=%d skipped (K=0 only)", spec.task, k)
                 continue
-            task_rows, task_examples = evaluate_task(spec, docs, k, scorer, seed, data_dir, show_progress)
+            try:
+                task_rows, task_examples = evaluate_task(spec, docs, k, scorer, seed, data_dir, show_progress)
+            except ContextTooShortError as err:
+                if not skip_unfittable:
+                    raise
+                logger.warning("skipped: %s", err)
+                skipped.append({"task": spec.task, "num_fewshot": k, "reason": str(err)})
+                continue
             rows += task_rows
             examples += task_examples
     results = Results(
@@ -90,6 +103,7 @@ def evaluate(
         config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size},
         results=rows,
         examples=examples,
+        skipped=skipped,
     )
     if out_dir is not None:
         from eval.report import write_report

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import CompileConfig, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
@@ -252,14 +252,22 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        if past_length + seq_len > self.config.n_positions:
-            cached = f" (after {past_length} cached)" if past_length else ""
-            raise ValueError(
-                f"input_ids has {seq_len} tokens{cached} but n_positions is {self.config.n_positions}; truncate the "
-                "input or use a longer-context preset"
-            )
         if position_ids is None:
+            if past_length + seq_len > self.config.n_positions:
+                cached = f" (after {past_length} cached)" if past_length else ""
+                raise ValueError(
+                    f"input_ids has {seq_len} tokens{cached} but n_positions is {self.config.n_positions}; truncate "
+                    "the input or use a longer-context preset"
+                )
             position_ids = torch.arange(past_length, past_length + seq_len, device=inputs_embeds.device)[None]
+        elif not torch.compiler.is_compiling() and int(position_ids.max()) >= self.config.n_positions:
+            # With explicit positions only the positions are bounded: a padded batch's cache can be physically longer
+            # than n_positions while every real row fits (generate() and batched scoring pass position_ids).
+            longest = int(position_ids.max()) + 1
+            raise ValueError(
+                f"input_ids reach {longest} tokens (position {longest - 1}) but n_positions is "
+                f"{self.config.n_positions}; truncate the input or use a longer-context preset"
+            )
 
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -313,6 +321,25 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         self.transformer = GPTCustomModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()  # ties lm_head to wte; without it the head stays silently untied
+
+    def set_fast_decode(self, enabled: bool = True, compile: bool = True, mode: str | None = None) -> None:
+        """Make later `generate` calls decode with a StaticCache and, with `compile`, a torch.compile'd decode step.
+
+        A batch-1 decode step is a few small matmuls wrapped in ~70 module calls; compiling the step removes the
+        Python between kernels, and the static cache replaces the per-step torch.cat of every layer's keys/values.
+        `mode` defaults to "reduce-overhead" on CUDA (each step replayed as a CUDA graph) and "default" elsewhere.
+        That is a GPU switch: on a 2-core CPU decoding is bound by streaming the weights, and this measured 0.95-1.01x
+        of plain `generate` (benchmarks/results/RESULTS.md). The first call pays the compile (15-40 s for the 6x384
+        model on CPU); tokens are identical to the plain path (tests/hf_gpt_custom/test_fast_paths.py).
+        """
+        generation_config = self.generation_config
+        generation_config.cache_implementation = "static" if enabled else None
+        generation_config.disable_compile = enabled and not compile  # a static cache alone auto-compiles on CUDA
+        generation_config.compile_config = None
+        if enabled and compile:
+            default_mode = "reduce-overhead" if self.device.type == "cuda" else "default"
+            generation_config.compile_config = CompileConfig(mode=mode or default_mode)
+            generation_config.compile_config._compile_all_devices = True  # else transformers skips compiling on CPU
 
     @can_return_tuple
     def forward(

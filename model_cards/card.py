@@ -34,18 +34,19 @@ BENCHMARK_DATASETS: dict[str, tuple[str, str | None, str, str]] = {
     "triviaqa": ("mandarjoshi/trivia_qa", "rc.nocontext", "validation", "TriviaQA"),
 }
 
-# Local training corpora (folder name under ../shared/data) -> (Hub dataset id, description, example prompt).
+# Local training corpora (folder name under ../shared/data) -> (Hub dataset id, short name, example prompt).
 KNOWN_TRAINING_DATASETS: dict[str, tuple[str, str, str]] = {
-    "tinyshakespeare": (
-        "karpathy/tiny_shakespeare",
-        "tiny Shakespeare (Karpathy's char-rnn corpus: 1.1 MB of dialogue from Shakespeare's plays)",
-        "ROMEO:",
-    ),
+    "tinyshakespeare": ("karpathy/tiny_shakespeare", "tiny Shakespeare", "ROMEO:"),
     "wikitext-2-raw": ("Salesforce/wikitext", "WikiText-2 (raw)", "The history of"),
 }
 
-# Settings that say where files are, not how the model was trained: left out of the hyperparameter table.
-_NOT_HYPERPARAMETERS = {"run_name", "out_dir", "model", "resume_from_checkpoint", "tokenizer", "dataset"}
+# Settings that say where files go or how fast the run goes, not what was trained: left out of the hyperparameter
+# table (they stay in training_summary.json). The model section has its own table.
+_NOT_HYPERPARAMETERS = {
+    "run_name", "out_dir", "model", "resume_from_checkpoint", "tokenizer", "dataset", "data_cache_dir", "num_proc",
+    "streaming", "log_with", "peak_flops", "checkpoint_interval", "keep_checkpoints", "cpu", "compile",
+    "eval_interval", "eval_batches",
+}
 
 
 def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: str = "apache-2.0") -> ModelCard:
@@ -111,9 +112,9 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: s
             "tie_word_embeddings": model_config.tie_word_embeddings,
         },
         parameters=[(name, f"{count:,}") for name, count in breakdown.items()],
-        tokenizer_description=_describe_tokenizer(final_dir, summary, run_dir, dataset_description),
-        training_data_description=_describe_training_data(dataset, dataset_description, train_config, summary),
-        training_overview=_describe_training(summary),
+        tokenizer_description=_describe_tokenizer(final_dir, summary, run_dir),
+        training_data_description=_describe_training_data(dataset, hub_dataset, dataset_description, train_config, summary),
+        training_overview=_describe_training(summary, train_config),
         hyperparameters=_hyperparameter_rows(train_config),
         training_results=_training_result_rows(summary),
         loss_curve="loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
@@ -131,11 +132,12 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str) -> list[Eval
     `args` (two K on one dataset would merge); it goes in each metric's `args` as {"num_fewshot": K} and in the
     metric's display name. Rows are reordered so each dataset's metrics are contiguous, which makes
     `model_index_to_eval_results(eval_results_to_model_index(...))` return exactly this list. Non-finite values
-    (a diverged perplexity) stay in the card's table but are left out here: YAML's .nan does not round-trip.
+    (a diverged perplexity; null in results.json) stay in the card's table but are left out here: the Hub wants a
+    number, and YAML's .nan would not round-trip.
     """
     eval_results = []
     for row in rows:
-        value = float(row["value"])
+        value = float("nan") if row["value"] is None else float(row["value"])  # report.py writes non-finite as null
         if not math.isfinite(value):
             continue
         task, k, metric = str(row["task"]), int(row["num_fewshot"]), str(row["metric"])
@@ -217,24 +219,26 @@ def _format_number(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3) else f"{value:.4f}"
+        if value != 0 and abs(value) < 1e-3:
+            return f"{value:.3g}"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3f}" if abs(value) >= 1 else f"{value:.4f}"
     return str(value)
 
 
 def _describe_training_dataset(dataset: str) -> tuple[str | None, str, str]:
-    """(Hub dataset id or None, a readable description, an example prompt) for the training `dataset` setting."""
-    is_local = dataset.startswith((".", "/", "~")) or Path(dataset).exists()
-    if is_local:
-        name = Path(dataset).name if Path(dataset).is_dir() or not Path(dataset).suffix else Path(dataset).parent.name
+    """(Hub dataset id or None, a short readable name, an example prompt) for the training `dataset` setting."""
+    path = Path(dataset)
+    if dataset.startswith((".", "/", "~")) or path.exists():
+        name = path.name if path.is_dir() or not path.suffix else path.parent.name  # a folder or a file in one
         if name in KNOWN_TRAINING_DATASETS:
             return KNOWN_TRAINING_DATASETS[name]
-        return None, f"the local text corpus `{Path(dataset).name}`", "The"
+        return None, f"the local text corpus `{path.name}`", "The"
     if dataset:
-        return dataset, f"the Hub dataset [{dataset}](https://huggingface.co/datasets/{dataset})", "The"
+        return dataset, f"the Hub dataset `{dataset}`", "The"
     return None, "an unrecorded dataset", "The"
 
 
-def _describe_tokenizer(final_dir: Path, summary: dict, run_dir: Path, dataset_description: str) -> str:
+def _describe_tokenizer(final_dir: Path, summary: dict, run_dir: Path) -> str:
     tokenizer_config_path = final_dir / "tokenizer_config.json"
     tokenizer_config = _read_json(tokenizer_config_path) if tokenizer_config_path.is_file() else {}
     vocab_size = None
@@ -245,7 +249,7 @@ def _describe_tokenizer(final_dir: Path, summary: dict, run_dir: Path, dataset_d
     source = str(summary.get("tokenizer") or "")
     trained_here = bool(source) and Path(source).resolve().is_relative_to(run_dir.resolve())
     origin = (
-        f"trained for this run on the same data ({dataset_description}) with `hf-gpt-custom tokenizer train`"
+        "trained for this run on its training data with `hf-gpt-custom tokenizer train`"
         if trained_here
         else f"loaded from `{source}`" if source else "shipped with the run"
     )
@@ -260,43 +264,57 @@ def _describe_tokenizer(final_dir: Path, summary: dict, run_dir: Path, dataset_d
     )
 
 
-def _describe_training_data(dataset: str, description: str, train_config: dict, summary: dict) -> str:
-    details = [f"Trained on {description} (`dataset: {dataset}`"]
+def _describe_training_data(
+    dataset: str, hub_dataset: str | None, name: str, train_config: dict, summary: dict
+) -> str:
+    if hub_dataset and hub_dataset != dataset:
+        source = f"{name} ([{hub_dataset}](https://huggingface.co/datasets/{hub_dataset}), read from the local copy `{dataset}`"
+    else:
+        source = f"{name} (`{dataset}`"
     if train_config.get("dataset_split"):
-        details.append(f", split `{train_config['dataset_split']}`")
-    details.append(").")
-    text = "".join(details)
-    text += (
-        " Documents are tokenized with `<|endoftext|>` appended, concatenated and cut into blocks of "
-        f"{train_config.get('block_size', 'block_size')} tokens; the model saw "
+        source += f", split `{train_config['dataset_split']}`"
+    return (
+        f"Trained on {source}). Documents are tokenized with `<|endoftext|>` appended, concatenated and cut into "
+        f"blocks of {train_config.get('block_size', 'block_size')} tokens; the model saw "
         f"{_format_number(summary.get('tokens_seen'))} training tokens in {_format_number(summary.get('steps'))} "
         "optimizer steps."
     )
-    return text
 
 
-def _describe_training(summary: dict) -> str:
+def _describe_training(summary: dict, train_config: dict) -> str:
     wall_time_s = summary.get("wall_time_s")
     minutes = f"{wall_time_s / 60:.1f} minutes" if isinstance(wall_time_s, (int, float)) else "an unrecorded time"
+    processes = summary.get("num_processes") or 1
+    batch_size, block_size = train_config.get("batch_size"), train_config.get("block_size")
+    per_step = ""
+    if isinstance(batch_size, int) and isinstance(block_size, int):
+        tokens = batch_size * block_size * (train_config.get("gradient_accumulation_steps") or 1) * processes
+        per_step = f" with {tokens:,} tokens per optimizer step"
     return (
-        f"Pre-trained from scratch with Hugging Face Accelerate (`hf-gpt-custom train`) in {minutes}, "
-        "next-token cross-entropy loss. The resolved configuration is `training_summary.json` → `config` in this "
-        "repository; the architecture settings are in `config.json`."
+        f"Pre-trained from scratch with Hugging Face Accelerate (`hf-gpt-custom train`, {processes} process"
+        f"{'es' if processes > 1 else ''}) in {minutes}{per_step}: AdamW on the next-token cross-entropy loss, "
+        "linear warmup then cosine decay of the learning rate. The full resolved configuration is "
+        "`training_summary.json` → `config` in this repository; the architecture is in `config.json`."
     )
 
 
 def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:
+    """Settings as written in the YAML (`0.002`, `1e-08`, seed `1337`), unset (null) ones left out."""
     rows = []
     for key, value in train_config.items():
-        if key in _NOT_HYPERPARAMETERS or key.startswith("benchmark_"):
+        if key in _NOT_HYPERPARAMETERS or key.startswith("benchmark_") or value is None:
             continue
         if isinstance(value, dict):
-            rows.extend((f"{key}.{sub}", _format_number(sub_value)) for sub, sub_value in value.items())
+            rows.extend((f"{key}.{sub}", _format_setting(sub_value)) for sub, sub_value in value.items())
         elif isinstance(value, (list, tuple)):
             rows.append((key, ", ".join(str(item) for item in value)))
         else:
-            rows.append((key, _format_number(value)))
+            rows.append((key, _format_setting(value)))
     return rows
+
+
+def _format_setting(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
@@ -314,15 +332,25 @@ def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
     return [(label, _format_number(summary[key])) for key, label in labels.items() if summary.get(key) is not None]
 
 
+def _format_metric(value: Any) -> str:
+    """Four decimals (accuracies, bits per byte) until the number gets long (an untrained model's perplexity)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "–"
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:,.1f}"
+
+
 def _format_eval_row(row: dict) -> dict:
-    stderr = row.get("stderr")
     return {
         "task": row["task"],
         "num_fewshot": row["num_fewshot"],
         "metric": row["metric"] + ("" if row.get("higher_is_better", True) else " ↓"),
-        "value": _format_number(float(row["value"])),
-        "stderr": _format_number(float(stderr)) if isinstance(stderr, (int, float)) else "–",
+        "value": "nan" if row["value"] is None else _format_metric(row["value"]),
+        "stderr": _format_metric(row.get("stderr")),
         "n": row.get("n", "–"),
+        "n_truncated": row.get("n_truncated", "–"),
     }
 
 
@@ -334,7 +362,13 @@ def _describe_eval(results: dict) -> str:
         f"Zero-, one- and few-shot evaluation with `hf-gpt-custom eval` (K = {shots} in-context examples sampled "
         f"with seed {config.get('seed', '?')}"
         + (f", at most {limit} documents per task" if limit else "")
-        + "). ↓ marks metrics where lower is better; stderr is the standard error of the mean over documents."
+        + "). ↓ marks metrics where lower is better; stderr is the standard error of the mean over documents. "
+        "When K examples do not fit the context window, examples are dropped (then the prompt cut) for that "
+        "document: the last column counts those documents, so a K with many of them measures fewer shots than K."
+        + "".join(
+            f" Not evaluated: {skip['task']} at K={skip['num_fewshot']} (the context cannot hold one example)."
+            for skip in results.get("skipped", [])
+        )
     )
 
 

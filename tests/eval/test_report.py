@@ -24,7 +24,7 @@ def report_dir(tiny_model_folder, tmp_path_factory):
 def test_results_json_has_the_contract_schema(report_dir):
     out_dir, results = report_dir
     payload = json.loads((out_dir / "results.json").read_text())
-    assert set(payload) == {"model", "config", "results"}
+    assert set(payload) == {"model", "config", "results", "skipped"} and payload["skipped"] == []
     assert payload["config"] == {"tasks": ["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], "shots": [0, 1],
                                  "limit": 3, "seed": 1234, "batch_size": 8}
     for row in payload["results"]:
@@ -76,3 +76,21 @@ def test_bad_arguments_fail_before_loading_the_model(tmp_path):
         evaluate(str(tmp_path / "no-model"), tasks=["copa"], shots=[-1])
     with pytest.raises(ValueError, match="unknown task 'lambda'; did you mean 'lambada'"):
         evaluate(str(tmp_path / "no-model"), tasks=["lambda"])
+
+
+def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, shared_data_dir):
+    """BoolQ passages are ~150-600 tokens: a 128-token model cannot take even one example at K=1."""
+    from eval.fewshot import ContextTooShortError
+
+    from .conftest import build_tiny_model_folder
+
+    folder = build_tiny_model_folder(tmp_path / "short", shared_data_dir, n_positions=128)
+    with pytest.raises(ContextTooShortError, match="boolq.*cannot hold even one few-shot example"):
+        evaluate(str(folder), tasks=["boolq"], shots=[1], limit=2, show_progress=False)
+    results = evaluate(str(folder), tasks=["boolq", "copa"], shots=[0, 1], limit=2, show_progress=False,
+                       skip_unfittable=True, out_dir=tmp_path / "out")
+    assert [(s["task"], s["num_fewshot"]) for s in results.skipped] == [("boolq", 1)]
+    assert {(r["task"], r["num_fewshot"]) for r in results.results} == {("boolq", 0), ("copa", 0), ("copa", 1)}
+    payload = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert payload["skipped"][0]["task"] == "boolq"
+    assert "Not evaluated: boolq at K=1" in (tmp_path / "out" / "table.md").read_text()

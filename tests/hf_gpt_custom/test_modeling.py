@@ -130,6 +130,28 @@ def test_too_long_input_names_both_lengths(model):
         model(torch.randint(0, 99, (1, 5)), past_key_values=cached)
 
 
+def test_padded_cache_longer_than_n_positions_is_fine_when_every_row_fits(model):
+    """Batched scoring pads contexts: here the cache grows to 62 + 4 = 66 slots (n_positions is 64), yet no row's
+    positions pass 55, so the model must accept it; a position of 64 must still be refused."""
+    context = torch.randint(0, 99, (2, 62))
+    mask = torch.ones(2, 62, dtype=torch.long)
+    mask[0, :52] = 0  # row 0: 10 real tokens, left-padded
+    mask[1, :10] = 0  # row 1: 52 real tokens
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    continuation = torch.randint(0, 99, (2, 4))
+    step_mask = torch.cat([mask, torch.ones(2, 4, dtype=torch.long)], dim=1)
+    step_positions = torch.tensor([[10, 11, 12, 13], [52, 53, 54, 55]])
+    with torch.no_grad():
+        cache = model(context, attention_mask=mask, position_ids=positions, use_cache=True).past_key_values
+        out = model(continuation, attention_mask=step_mask, position_ids=step_positions, past_key_values=cache)
+        assert out.past_key_values.get_seq_length() == 66
+        # Row 1 scored in one pass without padding gives the same logits.
+        alone = model(torch.cat([context[1:, 10:], continuation[1:]], dim=1)).logits[:, -4:]
+    torch.testing.assert_close(out.logits[1:], alone, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match=r"input_ids reach 65 tokens \(position 64\) but n_positions is 64"):
+        model(continuation, position_ids=torch.tensor([[61, 62, 63, 64]] * 2))
+
+
 def test_safetensors_round_trip_stores_tied_head_once_with_no_key_warnings(tmp_path, model):
     model.save_pretrained(tmp_path)
     with safe_open(tmp_path / "model.safetensors", "pt") as weights:

@@ -1,0 +1,183 @@
+"""The main job: tokenizer -> pre-training -> zero/one/few-shot evaluation -> model card + Hub-ready export.
+
+Each stage is one call into the part that owns it (training/, eval/, hub.py); this module only orders them, skips
+the ones already finished and shows where the run is. Progress lives in <run_dir>/pipeline_state.json (rewritten
+atomically after every stage), so an interrupted run resumes by rerunning the same command: finished stages are
+skipped and training continues from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+STAGES = ("tokenizer", "train", "eval", "export")
+STATE_FILE = "pipeline_state.json"
+# Changing only these settings re-runs evaluation and export on the trained model instead of refusing to resume.
+_EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
+# Not part of what the run computes: how to resume, not what to train.
+_NOT_FINGERPRINTED = {"resume_from_checkpoint"}
+
+
+def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) -> Path:
+    """Run (or resume) the main job for the YAML at `config_path` with `key=value` overrides; return the run folder.
+
+    The run folder is the config's out_dir (default runs/<run_name>); the Hub-ready result is <run_folder>/export
+    and evaluation results are in <run_folder>/eval. Rerunning with the same config skips finished stages; a
+    different config for the same folder raises ValueError naming the changed keys (only benchmark_* changes are
+    accepted: they re-run eval and export).
+    """
+    from training.config import load_train_config
+
+    config_path = Path(config_path)
+    if not config_path.is_file():
+        raise FileNotFoundError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
+    config = load_train_config(config_path, list(overrides or []))
+    run_dir = config.run_dir
+    fingerprint = _fingerprint(config)
+    state = _load_state(run_dir, fingerprint)
+    _save_state(run_dir, state)
+
+    started = time.perf_counter()
+    for stage in STAGES:
+        record = state["stages"].get(stage, {})
+        if record.get("status") in ("done", "skipped"):
+            continue
+        _print_stages(run_dir, state, running=stage)
+        stage_started = time.perf_counter()
+        try:
+            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state)
+        except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
+            _print_stages(run_dir, state, running=stage, failed=True)
+            what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+            print(f"stage '{stage}' {what}; finished stages are kept: rerun the same command to resume", flush=True)
+            raise
+        state["stages"][stage] = {
+            "status": status,
+            "output": str(output) if output is not None else None,
+            "wall_time_s": round(time.perf_counter() - stage_started, 2),
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        _save_state(run_dir, state)
+    _print_stages(run_dir, state, running=None)
+    print(
+        f"done in {time.perf_counter() - started:.1f} s this session; Hub-ready folder: {run_dir / 'export'} "
+        f"(push it with `hf-gpt-custom push {run_dir / 'export'} --repo-id USER/NAME`)",
+        flush=True,
+    )
+    return run_dir
+
+
+# --- the stages: each returns (output path or None, "done" | "skipped") ------------------------------------------
+
+
+def _stage_tokenizer(config, run_dir: Path, state: dict) -> tuple[Path, str]:
+    from training.train import prepare_tokenizer
+
+    return Path(prepare_tokenizer(config)), "done"
+
+
+def _stage_train(config, run_dir: Path, state: dict) -> tuple[Path, str]:
+    from training.checkpoint import list_checkpoints
+    from training.train import train
+
+    # train() calls prepare_tokenizer itself, which reuses the folder the tokenizer stage wrote (same data, same
+    # size), so config.yaml keeps the user's `tokenizer:` setting. An interrupted run continues from its latest
+    # checkpoint (find_checkpoint refuses a damaged one with the fix).
+    if list_checkpoints(run_dir / "checkpoints"):
+        config = dataclasses.replace(config, resume_from_checkpoint="latest")
+    return Path(train(config)), "done"
+
+
+def _stage_eval(config, run_dir: Path, state: dict) -> tuple[Path | None, str]:
+    if not config.benchmark_tasks:
+        return None, "skipped"
+    from eval.runner import evaluate
+
+    out_dir = run_dir / "eval"
+    evaluate(
+        str(run_dir / "final"),
+        tasks=list(config.benchmark_tasks),
+        shots=list(config.benchmark_shots),
+        limit=config.benchmark_limit,
+        out_dir=out_dir,
+        skip_unfittable=True,  # a sweep over many tasks: a K the context cannot hold is reported, not fatal
+    )
+    return out_dir, "done"
+
+
+def _stage_export(config, run_dir: Path, state: dict) -> tuple[Path, str]:
+    from .hub import export_folder
+
+    return export_folder(run_dir, run_dir / "export"), "done"
+
+
+_STAGE_FUNCTIONS = {
+    "tokenizer": _stage_tokenizer,
+    "train": _stage_train,
+    "eval": _stage_eval,
+    "export": _stage_export,
+}
+
+
+# --- state ---------------------------------------------------------------------------------------------------------
+
+
+def _fingerprint(config) -> dict[str, Any]:
+    return {key: value for key, value in config.to_dict().items() if key not in _NOT_FINGERPRINTED}
+
+
+def _load_state(run_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The saved state if it belongs to this config, a fresh one if there is none; ValueError on a real mismatch."""
+    path = run_dir / STATE_FILE
+    if not path.is_file():
+        return {"config": fingerprint, "stages": {}}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
+    saved = state.get("config", {})
+    # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
+    changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
+    if changed and not set(changed) <= _EVAL_ONLY_KEYS:
+        shown = ", ".join(f"{key}: {saved[key]!r} -> {fingerprint[key]!r}" for key in changed[:4])
+        raise ValueError(
+            f"{run_dir} was started with a different config ({shown}); rerun with the original settings to resume, "
+            f"or start a new run with run_name=<new name>"
+        )
+    if changed:  # only benchmark settings changed: keep the trained model, evaluate and export again
+        for stage in ("eval", "export"):
+            state["stages"].pop(stage, None)
+        state["config"] = fingerprint
+    return state
+
+
+def _save_state(run_dir: Path, state: dict[str, Any]) -> None:
+    """Write pipeline_state.json atomically: a crash leaves the previous complete file, never half of one."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp_path = run_dir / (STATE_FILE + ".tmp")
+    tmp_path.write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp_path, run_dir / STATE_FILE)
+
+
+def _print_stages(run_dir: Path, state: dict[str, Any], running: str | None, failed: bool = False) -> None:
+    """The stage list: done / skipped (with wall time) / running (or failed) / pending."""
+    lines = [f"hf-gpt-custom run: {run_dir}"]
+    for position, stage in enumerate(STAGES, start=1):
+        record = state["stages"].get(stage, {})
+        if record.get("status") in ("done", "skipped"):
+            status, detail = record["status"], f"{record.get('wall_time_s', 0):8.1f} s"
+        elif stage == running:
+            status, detail = ("failed" if failed else "running"), ""
+        else:
+            status, detail = "pending", ""
+        lines.append(f"  [{status:^8}] {position}/{len(STAGES)} {stage:<10}{detail}")
+    print("\n".join(lines), flush=True)
+
+
+__all__ = ["STAGES", "run_pipeline"]

@@ -1,0 +1,279 @@
+"""export_folder and push_folder: a Hub folder that loads where hf_gpt_custom is not installed, and a push that fails
+cleanly — one message, nothing changed — without a token or a network. No test contacts the network.
+
+The "package not importable" subprocess: the project is installed editable, and setuptools' editable finder is
+registered by a .pth file in site-packages, so even `python -I` from another directory can import hf_gpt_custom.
+We therefore start Python with `-I -S` (isolated, no `site` processing: no .pth files run) from a cwd outside the
+repository and append site-packages to sys.path by hand: transformers, torch and tokenizers import, our package
+does not — the test asserts that before loading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.model_cards.test_card import make_tiny_run
+
+PROMPT = "ROMEO: what light"
+NEW_TOKENS = 12
+
+# Runs in the clean interpreter; prints one JSON line.
+REMOTE_LOAD_SCRIPT = r"""
+import json, sys
+sys.path.append(sys.argv[1])  # site-packages, without its .pth files (the editable finder lives in one)
+try:
+    import hf_gpt_custom
+    importable = True
+except ModuleNotFoundError:
+    importable = False
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+folder = sys.argv[2]
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+base = AutoModel.from_pretrained(folder, trust_remote_code=True)
+input_ids = tokenizer(sys.argv[3], return_tensors="pt").input_ids
+with torch.no_grad():
+    logits = model(input_ids).logits[0]
+    generated = model.generate(input_ids, max_new_tokens=int(sys.argv[4]), do_sample=False)[0]
+print(json.dumps({
+    "hf_gpt_custom_importable": importable,
+    "classes": [type(obj).__module__ + "." + type(obj).__name__ for obj in (config, tokenizer, model, base)],
+    "input_ids": input_ids[0].tolist(),
+    "logits": logits.tolist(),
+    "generated": generated.tolist(),
+    "text": tokenizer.decode(generated),
+}))
+"""
+
+
+def _hash_folder(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    from hf_gpt_custom.hub import export_folder
+
+    root = tmp_path_factory.mktemp("export")
+    run_dir = make_tiny_run(root / "runs" / "tiny-shakespeare")
+    out_dir = export_folder(run_dir, root / "hub" / "tiny-shakespeare", repo_id="alice/tiny-shakespeare")
+    return run_dir, out_dir
+
+
+def test_export_writes_the_hub_files_and_no_trainer_state(exported):
+    run_dir, out_dir = exported
+    files = sorted(str(path.relative_to(out_dir)) for path in out_dir.rglob("*") if path.is_file())
+    assert files == sorted([
+        "README.md", "config.json", "generation_config.json", "model.safetensors",
+        "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
+        "convert_gpt2.py",  # modeling_gpt_custom.py imports it relatively, so save_pretrained ships it too
+        "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+        "loss_curve.png", "shots_curve.png", "training_summary.json", "eval/results.json", "eval/table.md",
+    ])
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config["model_type"] == "gpt_custom"
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
+        "AutoModel": "modeling_gpt_custom.GPTCustomModel",
+        "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
+    }
+    tokenizer_config = json.loads((out_dir / "tokenizer_config.json").read_text())
+    assert tokenizer_config["auto_map"]["AutoTokenizer"][1] == "tokenization_gpt_custom.GPTCustomTokenizerFast"
+    # The card is ours (model-index and all), not a generic one.
+    readme = (out_dir / "README.md").read_text()
+    assert readme.startswith("---\n") and "model-index:" in readme and "# tiny-shakespeare" in readme
+    # The remote-code files import nothing from the package (HF-V5-NOTES: that breaks loading elsewhere).
+    for name in ("configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py"):
+        source = (out_dir / name).read_text()
+        assert "import hf_gpt_custom" not in source and "from hf_gpt_custom" not in source and "from .." not in source
+    assert (run_dir / "checkpoints" / "step_000010" / "optimizer.bin").is_file()
+    assert not list(out_dir.rglob("*.bin")) and not list(out_dir.rglob("optimizer*"))
+
+
+def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, tmp_path):
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    run_dir, out_dir = exported
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
+    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
+    input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(input_ids).logits[0]
+        generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
+
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")  # remote-code module cache goes to tmp
+    completed = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(out_dir),
+         PROMPT, str(NEW_TOKENS)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    remote = json.loads(completed.stdout.strip().splitlines()[-1])
+
+    assert remote["hf_gpt_custom_importable"] is False
+    assert all(name.startswith("transformers_modules.") for name in remote["classes"]), remote["classes"]
+    assert [name.rsplit(".", 1)[1] for name in remote["classes"]] == [
+        "GPTCustomConfig", "GPTCustomTokenizerFast", "GPTCustomForCausalLM", "GPTCustomModel",
+    ]
+    assert remote["input_ids"] == input_ids[0].tolist()
+    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
+    assert remote["generated"] == generated.tolist()
+    assert len(remote["generated"]) == input_ids.shape[1] + NEW_TOKENS
+    assert remote["text"] == tokenizer.decode(generated)
+
+
+def test_export_replaces_an_earlier_export_but_not_a_foreign_folder(exported, tmp_path):
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir, out_dir = exported
+    before = (out_dir / "model.safetensors").read_bytes()
+    assert export_folder(run_dir, out_dir) == out_dir  # re-export in place
+    assert (out_dir / "model.safetensors").read_bytes() == before
+    assert not out_dir.with_name(out_dir.name + ".tmp").exists()
+
+    foreign = tmp_path / "my-notes"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match=r"exists and is not an earlier export"):
+        export_folder(run_dir, foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+
+
+def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
+    from hf_gpt_custom.hub import export_folder
+
+    with pytest.raises(FileNotFoundError, match=r"final/config.json not found"):
+        export_folder(tmp_path / "runs" / "nothing", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# --- push -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_token(monkeypatch, tmp_path):
+    """No HF_TOKEN and an empty token file location, whatever the developer's own login."""
+    import huggingface_hub.constants as constants
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token" / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_token" / "stored_tokens"))
+
+
+def test_push_without_a_token_says_how_to_log_in_and_changes_nothing(exported, no_token):
+    from hf_gpt_custom.hub import push_folder
+
+    _, out_dir = exported
+    before = _hash_folder(out_dir)
+    with pytest.raises(ValueError, match=r"no Hugging Face token found; log in with `hf auth login` or set HF_TOKEN"):
+        push_folder(out_dir, "alice/tiny-shakespeare")
+    assert _hash_folder(out_dir) == before
+
+
+def test_push_in_offline_mode_fails_with_one_message(exported, monkeypatch):
+    from hf_gpt_custom.hub import HubUnreachableError, push_folder
+
+    _, out_dir = exported
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = _hash_folder(out_dir)
+    with pytest.raises(HubUnreachableError, match=r"offline mode is on") as caught:
+        push_folder(out_dir, "alice/tiny-shakespeare", private=True)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, ConnectionError)
+    assert "\n" not in str(caught.value)
+    assert _hash_folder(out_dir) == before
+
+
+def test_push_to_an_unreachable_endpoint_fails_with_one_message(exported, monkeypatch, unused_tcp_port):
+    import huggingface_hub.constants as constants
+
+    from hf_gpt_custom.hub import HubUnreachableError, push_folder
+
+    _, out_dir = exported
+    endpoint = f"http://127.0.0.1:{unused_tcp_port}"  # nothing listens: connection refused, never the real Hub
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    before = _hash_folder(out_dir)
+    with pytest.raises(HubUnreachableError, match=r"the Hub at http://127\.0\.0\.1:\d+ is unreachable") as caught:
+        push_folder(out_dir, "alice/tiny-shakespeare", revision="v1")
+    assert "\n" not in str(caught.value) and "Nothing was changed" in str(caught.value)
+    assert _hash_folder(out_dir) == before
+
+
+def test_push_of_a_folder_that_is_not_an_export_is_refused(tmp_path):
+    from hf_gpt_custom.hub import push_folder
+
+    with pytest.raises(FileNotFoundError, match=r"hf-gpt-custom export RUN_DIR OUT_DIR"):
+        push_folder(tmp_path, "alice/x")
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_push_with_a_rejected_token_names_the_http_status(exported, monkeypatch):
+    """A local stand-in for the Hub that answers 401 to everything, as the real one does for a bad token."""
+    import http.server
+    import threading
+
+    import huggingface_hub.constants as constants
+
+    from hf_gpt_custom.hub import push_folder
+
+    class Unauthorized(http.server.BaseHTTPRequestHandler):
+        def _deny(self):
+            body = json.dumps({"error": "Invalid credentials in Authorization header"}).encode()
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_HEAD = _deny
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _, out_dir = exported
+        monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        before = _hash_folder(out_dir)
+        with pytest.raises(ValueError, match=r"HTTP 401 \(Invalid credentials in Authorization header\)"):
+            push_folder(out_dir, "alice/tiny-shakespeare")
+        assert _hash_folder(out_dir) == before
+    finally:
+        server.shutdown()
+        server.server_close()

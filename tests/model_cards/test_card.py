@@ -1,0 +1,211 @@
+"""The model card: front-matter the Hub parses back (model-index round trip), and every section filled from the run.
+
+`make_tiny_run` fabricates a finished run folder (STYLE §11) from a tiny model saved with save_pretrained, a
+training summary and eval results in the CONTRACTS.md schema; tests/hf_gpt_custom/test_hub_export.py reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from huggingface_hub import EvalResult, ModelCard, metadata_load
+from huggingface_hub.repocard_data import model_index_to_eval_results
+
+# One row per task × K × metric, as eval/report.py writes them. LAMBADA has two metrics at K=0 and the same metric
+# at two K — exactly the case where K must not be merged away by the model-index grouping.
+RESULT_ROWS = [
+    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 0, "metric": "acc", "value": 0.125,
+     "stderr": 0.0625, "n": 16, "higher_is_better": True, "n_truncated": 0},
+    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 0, "metric": "perplexity", "value": 4321.98765,
+     "stderr": None, "n": 16, "higher_is_better": False, "n_truncated": 0},
+    {"task": "arc_easy", "dataset": "ai2_arc/ARC-Easy", "num_fewshot": 0, "metric": "acc_norm", "value": 0.3125,
+     "stderr": 0.1197, "n": 16, "higher_is_better": True, "n_truncated": 0},
+    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 3, "metric": "acc", "value": 0.1875,
+     "stderr": 0.1008, "n": 16, "higher_is_better": True, "n_truncated": 2},
+    {"task": "arc_easy", "dataset": "ai2_arc/ARC-Easy", "num_fewshot": 3, "metric": "acc_norm", "value": 0.25,
+     "stderr": 0.1118, "n": 16, "higher_is_better": True, "n_truncated": 0},
+]
+
+
+def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
+    """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    run_dir = Path(run_dir)
+    tokenizer = GPTCustomTokenizerFast()  # the 256 bytes + <|endoftext|>: a real tokenizer without training one
+    config = GPTCustomConfig(
+        vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(config).eval()
+    model.save_pretrained(run_dir / "final")
+    tokenizer.save_pretrained(run_dir / "final")
+    # Pickled trainer state, as Accelerate's save_state leaves it: must never reach an export.
+    checkpoint = run_dir / "checkpoints" / "step_000010"
+    checkpoint.mkdir(parents=True)
+    torch.save({"step": 10}, checkpoint / "optimizer.bin")
+
+    train_config = {
+        "run_name": "tiny-shakespeare", "out_dir": str(run_dir), "seed": 1337,
+        "dataset": "../shared/data/tinyshakespeare", "dataset_split": "train", "text_field": "text",
+        "tokenizer": None, "tokenizer_vocab_size": 257, "model": {"n_layer": 2, "n_head": 4, "n_embd": 32},
+        "block_size": 64, "batch_size": 4, "max_steps": 10, "learning_rate": 0.0006, "warmup_steps": 2,
+        "benchmark_tasks": ["lambada", "arc_easy"], "benchmark_shots": [0, 3], "benchmark_limit": 16,
+    }
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(train_config, sort_keys=False), encoding="utf-8")
+    summary = {
+        "run_name": "tiny-shakespeare", "config": train_config, "n_params": model.num_parameters(),
+        "tokens_seen": 2560, "steps": 10, "wall_time_s": 4.5, "final_train_loss": 5.25, "final_val_loss": 5.5,
+        "val_perplexity": math.exp(5.5), "val_bits_per_byte": 7.9, "tokens_per_s": 568.9, "mfu": 0.0004,
+        "dataset": "../shared/data/tinyshakespeare", "tokenizer": str(run_dir / "tokenizer"),
+        "loss_curve": "loss_curve.png",
+    }
+    (run_dir / "training_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    figure, axis = plt.subplots(figsize=(3, 2))
+    axis.plot(range(10), [5.6 - 0.04 * step for step in range(10)], label="train")
+    figure.savefig(run_dir / "loss_curve.png")
+    if with_eval:
+        (run_dir / "eval").mkdir()
+        results = {
+            "model": str(run_dir / "final"),
+            "config": {"tasks": ["lambada", "arc_easy"], "shots": [0, 3], "limit": 16, "seed": 1234, "batch_size": 16},
+            "results": RESULT_ROWS,
+        }
+        (run_dir / "eval" / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        (run_dir / "eval" / "table.md").write_text("| task | K |\n|---|---|\n", encoding="utf-8")
+        figure.savefig(run_dir / "eval" / "shots_curve.png")
+    plt.close(figure)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    return make_tiny_run(tmp_path_factory.mktemp("runs") / "tiny-shakespeare")
+
+
+def test_card_metadata_parses_back_with_huggingface_hub(tiny_run, tmp_path):
+    from model_cards.card import build_model_card
+
+    path = tmp_path / "README.md"
+    build_model_card(tiny_run).save(path)
+
+    metadata = metadata_load(path)
+    assert metadata["library_name"] == "transformers"
+    assert metadata["pipeline_tag"] == "text-generation"
+    assert metadata["license"] == "apache-2.0"
+    assert metadata["datasets"] == ["karpathy/tiny_shakespeare"]
+    assert {"hf-gpt-custom", "gpt_custom", "text-generation"} <= set(metadata["tags"])
+
+    # Every results.json row, by hand: (task, Hub dataset, config, metric, K, value rounded to 4 places).
+    expected = [
+        ("lambada", "EleutherAI/lambada_openai", "default", "acc", 0, 0.125),
+        ("lambada", "EleutherAI/lambada_openai", "default", "perplexity", 0, 4321.9877),
+        ("lambada", "EleutherAI/lambada_openai", "default", "acc", 3, 0.1875),
+        ("arc_easy", "allenai/ai2_arc", "ARC-Easy", "acc_norm", 0, 0.3125),
+        ("arc_easy", "allenai/ai2_arc", "ARC-Easy", "acc_norm", 3, 0.25),
+    ]
+    model_name, parsed = model_index_to_eval_results(metadata["model-index"])
+    assert model_name == "tiny-shakespeare"
+    assert [
+        (r.task_name, r.dataset_type, r.dataset_config, r.metric_type, r.metric_args["num_fewshot"], r.metric_value)
+        for r in parsed
+    ] == expected
+    assert all(r.task_type == "text-generation" for r in parsed)
+
+
+def test_model_index_round_trip_equals_what_went_in(tiny_run, tmp_path):
+    from model_cards.card import build_eval_results, build_model_card
+
+    path = tmp_path / "README.md"
+    build_model_card(tiny_run).save(path)
+    went_in = build_eval_results(RESULT_ROWS, model_name="tiny-shakespeare")
+    assert len(went_in) == len(RESULT_ROWS)  # one EvalResult per row
+
+    loaded = ModelCard.load(path)
+    assert loaded.data.model_name == "tiny-shakespeare"
+    assert loaded.data.eval_results == went_in
+    assert model_index_to_eval_results(metadata_load(path)["model-index"]) == ("tiny-shakespeare", went_in)
+
+
+def test_two_k_of_one_metric_stay_two_results():
+    from model_cards.card import build_eval_results
+    from huggingface_hub.repocard_data import eval_results_to_model_index
+
+    rows = [dict(RESULT_ROWS[0], num_fewshot=k, value=0.1 * (k + 1)) for k in (0, 1, 5)]
+    results = build_eval_results(rows, model_name="m")
+    _, back = model_index_to_eval_results(eval_results_to_model_index("m", results))
+    assert [(r.metric_args["num_fewshot"], r.metric_value, r.metric_name) for r in back] == [
+        (0, 0.1, "acc (0-shot)"), (1, 0.2, "acc (1-shot)"), (5, 0.6, "acc (5-shot)"),
+    ]
+
+
+@pytest.mark.parametrize("bad_value", [None, float("inf")], ids=["null", "inf"])
+def test_non_finite_value_is_in_the_table_but_not_the_model_index(tmp_path, bad_value):
+    from model_cards.card import build_eval_results, build_model_card
+
+    rows = [RESULT_ROWS[0], dict(RESULT_ROWS[1], value=bad_value)]  # eval/report.py writes non-finite values as null
+    results = build_eval_results(rows, model_name="m")
+    assert [r.metric_type for r in results] == ["acc"] and isinstance(results[0], EvalResult)
+
+    run_dir = make_tiny_run(tmp_path / "run")
+    payload = json.loads((run_dir / "eval" / "results.json").read_text())
+    payload["results"] = rows
+    (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
+    card = build_model_card(run_dir)
+    shown = "nan" if bad_value is None else "inf"
+    assert f"| lambada | 0 | perplexity ↓ | {shown} | – | 16 | 0 |" in card.text
+    assert [r.metric_type for r in card.data.eval_results] == ["acc"]
+
+
+def test_card_body_has_every_section_filled_from_the_run(tiny_run):
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from model_cards.card import build_model_card
+
+    text = build_model_card(tiny_run, repo_id="alice/tiny-shakespeare").text
+    for heading in ("## How to load it", "## Architecture", "## Tokenizer", "## Training data",
+                    "## Training procedure", "## Evaluation", "## Intended use", "## Limitations and biases"):
+        assert heading in text
+    total = GPTCustomForCausalLM.from_pretrained(tiny_run / "final").num_parameters()
+    assert f"| total | {total:,} |" in text  # parameter_breakdown()["total"] == num_parameters()
+    assert "with 257 tokens" in text  # the saved tokenizer's vocabulary
+    assert "| `learning_rate` | 0.0006 |" in text and "| `block_size` | 64 |" in text and "| `seed` | 1337 |" in text
+    assert "with 256 tokens per optimizer step" in text  # batch_size 4 × block_size 64
+    assert "| final validation loss (nats/token) | 5.500 |" in text
+    assert "![Training and validation loss](loss_curve.png)" in text
+    assert "(shots_curve.png)" in text
+    # One table line per results.json row, grouped by task then K.
+    assert "| lambada | 3 | acc | 0.1875 | 0.1008 | 16 | 2 |" in text
+    assert "| lambada | 0 | perplexity ↓ | 4321.9877 | – | 16 | 0 |" in text
+    table_lines = [line for line in text.splitlines() if line.startswith(("| lambada |", "| arc_easy |"))]
+    assert len(table_lines) == len(RESULT_ROWS)
+    # Loading with and without the package.
+    assert 'AutoModelForCausalLM.from_pretrained("alice/tiny-shakespeare", trust_remote_code=True)' in text
+    assert "import hf_gpt_custom" in text
+
+
+def test_card_of_an_unevaluated_run_says_so(tmp_path):
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run", with_eval=False)
+    card = build_model_card(run_dir)
+    assert card.data.eval_results is None
+    assert "model-index" not in card.data.to_dict()
+    assert "has not been evaluated" in card.text
+
+
+def test_card_of_an_unfinished_run_names_the_missing_file(tmp_path):
+    from model_cards.card import build_model_card
+
+    with pytest.raises(FileNotFoundError, match=r"final/config.json not found"):
+        build_model_card(tmp_path)

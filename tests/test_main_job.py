@@ -1,0 +1,191 @@
+"""The main job, `hf-gpt-custom run CONFIG`, end to end on the real tiny-Shakespeare corpus and the real COPA file.
+
+A tiny override of training/configs/smoke.yaml (2 layers × 32 wide, a few dozen steps, COPA with 4 documents at
+K=0 and K=1). The run is killed mid-training (SIGKILL, like a crash), resumed by rerunning the same command, and the
+exported folder is loaded in a fresh interpreter where hf_gpt_custom cannot be imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.hf_gpt_custom.test_hub_export import REMOTE_LOAD_SCRIPT
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SMOKE_CONFIG = REPO_ROOT / "training" / "configs" / "smoke.yaml"
+PROMPT = "ROMEO:"
+NEW_TOKENS = 8
+
+
+def _overrides(tmp_path: Path) -> list[str]:
+    return [
+        f"out_dir={tmp_path / 'runs' / 'tiny'}",
+        f"data_cache_dir={tmp_path / 'cache'}",
+        "max_steps=40", "checkpoint_interval=4", "keep_checkpoints=2", "eval_interval=20", "eval_batches=2",
+        "model.n_positions=128",  # COPA 1-shot prompts fit without truncation (block_size stays 64)
+        "log_with=none",
+        "benchmark_tasks=copa", "benchmark_shots=0,1", "benchmark_limit=4",
+    ]
+
+
+def _hash_folder(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _start_and_kill_at_first_checkpoint(overrides: list[str], run_dir: Path, env: dict, cwd: Path) -> None:
+    """Run `hf-gpt-custom run` in a subprocess and SIGKILL it as soon as a complete checkpoint exists."""
+    script = Path(sys.executable).parent / "hf-gpt-custom"
+    process = subprocess.Popen(
+        [str(script), "run", str(SMOKE_CONFIG), *overrides],
+        cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            # Checkpoints are written to step_NNNNNN.tmp and renamed, so a step_* folder is a complete one.
+            if any(not p.name.endswith(".tmp") for p in (run_dir / "checkpoints").glob("step_*")):
+                break
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+
+
+@pytest.mark.slow
+def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(tmp_path, capsys, monkeypatch):
+    from huggingface_hub import ModelCard
+
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom.run import run_pipeline
+
+    overrides = _overrides(tmp_path)
+    run_dir = tmp_path / "runs" / "tiny"
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home")}
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.chdir(tmp_path)
+
+    # 1. Crash in the middle of training.
+    _start_and_kill_at_first_checkpoint(overrides, run_dir, env, cwd=tmp_path)
+    state = json.loads((run_dir / "pipeline_state.json").read_text())
+    assert state["stages"]["tokenizer"]["status"] == "done"
+    assert "train" not in state["stages"]
+    assert not (run_dir / "final").exists()
+    tokenizer_record = state["stages"]["tokenizer"]
+
+    # 2. The same command again: the tokenizer stage is skipped, training resumes from its latest checkpoint.
+    capsys.readouterr()
+    assert run_pipeline(SMOKE_CONFIG, overrides) == run_dir
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "checkpoints/step_" in out
+    state = json.loads((run_dir / "pipeline_state.json").read_text())
+    assert state["stages"]["tokenizer"] == tokenizer_record
+    assert [state["stages"][stage]["status"] for stage in ("tokenizer", "train", "eval", "export")] == ["done"] * 4
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["steps"] == 40
+
+    # 3. What the run leaves: results, plots, a card whose model-index holds every result row.
+    export = run_dir / "export"
+    for name in ("model.safetensors", "config.json", "README.md", "loss_curve.png", "shots_curve.png",
+                 "eval/results.json", "training_summary.json", "modeling_gpt_custom.py"):
+        assert (export / name).is_file(), name
+    rows = json.loads((run_dir / "eval" / "results.json").read_text())["results"]
+    assert {(row["task"], row["num_fewshot"]) for row in rows} == {("copa", 0), ("copa", 1)}
+    card = ModelCard.load(export / "README.md")
+    assert len(card.data.eval_results) == len([row for row in rows if row["value"] is not None])
+    assert {(r.task_name, r.metric_args["num_fewshot"], r.metric_type) for r in card.data.eval_results} == {
+        (row["task"], row["num_fewshot"], row["metric"]) for row in rows if row["value"] is not None
+    }
+
+    # 4. The export loads without the package and generates exactly what the trained model generates in-process.
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
+    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
+    input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(input_ids).logits[0]
+        generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    clean_env = {key: value for key, value in env.items() if not key.startswith("PYTHON")}
+    completed = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(export),
+         PROMPT, str(NEW_TOKENS)],
+        cwd=elsewhere, env=clean_env, capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    remote = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert remote["hf_gpt_custom_importable"] is False
+    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
+    assert remote["generated"] == generated.tolist()
+
+    # 5. Once more: every stage is finished, nothing runs, nothing changes.
+    before = _hash_folder(export)
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    out = capsys.readouterr().out
+    assert "running" not in out and out.count("[  done  ]") == 4
+    assert _hash_folder(export) == before
+
+
+def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
+    from hf_gpt_custom.run import run_pipeline
+    from training.config import load_train_config
+
+    overrides = _overrides(tmp_path)
+    config = load_train_config(SMOKE_CONFIG, overrides)
+    run_dir = tmp_path / "runs" / "tiny"
+    run_dir.mkdir(parents=True)
+    fingerprint = {k: v for k, v in config.to_dict().items() if k != "resume_from_checkpoint"}
+    (run_dir / "pipeline_state.json").write_text(json.dumps({"config": fingerprint, "stages": {}}))
+
+    with pytest.raises(ValueError, match=r"was started with a different config \(max_steps: 40 -> 99\)"):
+        run_pipeline(SMOKE_CONFIG, [*overrides, "max_steps=99"])
+
+
+def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):
+    from hf_gpt_custom.run import _load_state
+    from training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    fingerprint = {k: v for k, v in config.to_dict().items() if k != "resume_from_checkpoint"}
+    done = {"status": "done", "output": None, "wall_time_s": 1.0}
+    run_dir = tmp_path / "runs" / "tiny"
+    run_dir.mkdir(parents=True)
+    stages = {stage: dict(done) for stage in ("tokenizer", "train", "eval", "export")}
+    (run_dir / "pipeline_state.json").write_text(json.dumps({"config": fingerprint, "stages": stages}))
+
+    state = _load_state(run_dir, {**fingerprint, "benchmark_limit": 8})
+    assert sorted(state["stages"]) == ["tokenizer", "train"]
+    assert state["config"]["benchmark_limit"] == 8
+
+
+def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_path):
+    from hf_gpt_custom.run import _load_state
+    from training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    fingerprint = {k: v for k, v in config.to_dict().items() if k != "resume_from_checkpoint"}
+    old_fingerprint = {k: v for k, v in fingerprint.items() if k != "learning_rate"}  # as if the field were new
+    run_dir = tmp_path / "runs" / "tiny"
+    run_dir.mkdir(parents=True)
+    stages = {"tokenizer": {"status": "done", "output": None, "wall_time_s": 1.0}}
+    (run_dir / "pipeline_state.json").write_text(json.dumps({"config": old_fingerprint, "stages": stages}))
+
+    assert _load_state(run_dir, fingerprint)["stages"] == stages
