@@ -72,9 +72,10 @@ class TrainConfig:
     mixed_precision: str = "no"
     compile: bool = False
     cpu: bool | None = None  # None = CPU when no CUDA device is visible
+    torch_threads: int | None = None  # intra-op CPU threads during train(); None = torch's default (one per core)
     # --- evaluation, logging, checkpoints ------------------------------------------------------------------------
     eval_interval: int = 100  # steps between validation passes (and one at the end)
-    eval_batches: int | None = None  # cap on validation batches per pass; None = the whole validation set
+    eval_batches: int | None = None  # validate on the first eval_batches * batch_size blocks; None = all of them
     log_with: str | None = "tensorboard"
     peak_flops: float | None = None  # for MFU; None = DEFAULT_PEAK_FLOPS[mixed_precision]
     checkpoint_interval: int = 0  # steps between checkpoints; 0 = only at the end
@@ -217,11 +218,17 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
                 if not value.is_integer():
                     raise ValueError
                 return int(value)
-            return int(str(value).strip().replace("_", ""))
+            try:
+                return int(str(value).strip().replace("_", ""))
+            except ValueError:
+                raise ValueError from None
         if declared is float:
             if isinstance(value, bool):
                 raise ValueError
-            return float(str(value).strip()) if isinstance(value, str) else float(value)
+            try:
+                return float(str(value).strip()) if isinstance(value, str) else float(value)
+            except (TypeError, ValueError):
+                raise ValueError from None
         if declared is str:
             if isinstance(value, (dict, list)):
                 raise ValueError
@@ -274,6 +281,8 @@ def _validate(config: TrainConfig) -> None:
             raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1)")
     if not 0 < config.val_fraction < 1:
         raise ValueError(f"val_fraction={config.val_fraction} must be between 0 and 1 (exclusive); 0.1 holds out 10%")
+    if config.torch_threads is not None and config.torch_threads < 1:
+        raise ValueError(f"torch_threads={config.torch_threads} must be >= 1 or null (torch's default)")
     if config.eval_batches is not None and config.eval_batches < 1:
         raise ValueError(f"eval_batches={config.eval_batches} must be >= 1 or null (the whole validation set)")
     if config.peak_flops is not None and not config.peak_flops > 0:
@@ -307,17 +316,10 @@ def _validate_model_section(config: TrainConfig) -> None:
     from hf_gpt_custom import PRESETS, GPTCustomConfig
 
     model = dict(config.model)
-    if config.init_from and model:
-        raise ValueError(
-            f"model: {sorted(model)} is set together with init_from={config.init_from!r}; the architecture comes "
-            "from the init_from folder — remove the model: section"
-        )
     preset = model.pop("preset", None)
     if preset is not None and preset not in PRESETS:
         _check_choice("model.preset", str(preset), tuple(PRESETS))
-    import inspect
-
-    known = set(inspect.signature(GPTCustomConfig.__init__).parameters) - {"self", "kwargs"}
+    known = set(GPTCustomConfig.__annotations__)  # the architecture fields (generic PretrainedConfig ones excluded)
     for key in model:
         if key not in known:
             suggestion = difflib.get_close_matches(key, known, n=1)

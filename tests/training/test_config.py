@@ -1,0 +1,124 @@
+"""TrainConfig loading: YAML + key=value overrides by declared type, errors that name the key, shipped configs."""
+
+from pathlib import Path
+
+import pytest
+
+from training.config import REPO_ROOT, TrainConfig, load_train_config, save_train_config
+
+CONFIGS = REPO_ROOT / "training" / "configs"
+SMOKE = CONFIGS / "smoke.yaml"
+
+
+def test_overrides_are_converted_by_declared_type():
+    config = load_train_config(SMOKE, [
+        "max_steps=200", "learning_rate=6e-4", "compile=true", "eval_batches=null", "benchmark_shots=0,1,5",
+        "benchmark_tasks=[lambada, piqa]", "model.n_layer=4", "model.resid_pdrop=0.0", "run_name=other",
+    ])
+    assert config.max_steps == 200 and isinstance(config.max_steps, int)
+    assert config.learning_rate == 6e-4 and isinstance(config.learning_rate, float)
+    assert config.compile is True
+    assert config.eval_batches is None
+    assert config.benchmark_shots == [0, 1, 5]
+    assert config.benchmark_tasks == ["lambada", "piqa"]
+    assert config.model == {"n_layer": 4, "n_head": 2, "n_embd": 32, "resid_pdrop": 0.0}
+    assert config.run_name == "other" and config.run_dir == Path("runs/other")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("max_step=3", "unknown training config key 'max_step'; did you mean 'max_steps'?"),
+    ("max_steps=ten", "max_steps='ten' is not a valid int"),
+    ("block_size=0", "block_size=0 must be >= 1"),
+    ("learning_rate=-1", "learning_rate=-1.0 must be > 0"),
+    ("mixed_precision=bf61", "mixed_precision: unknown value 'bf61'; did you mean 'bf16'?"),
+    ("benchmark_tasks=lambada,hellaswg", "benchmark_tasks: unknown value 'hellaswg'; did you mean 'hellaswag'?"),
+    ("benchmark_shots=0,-1", "benchmark_shots contains -1"),
+    ("model.n_layr=4", "unknown model key 'model.n_layr'; did you mean 'model.n_layer'?"),
+    ("model.n_embd=33", "n_embd=33 must be divisible by n_head=2"),
+    ("warmup_steps=50", "warmup_steps=50 exceeds max_steps=20"),
+    ("compile=maybe", "compile='maybe' is not a valid bool"),
+    ("max_steps", "override 'max_steps' is not key=value"),
+    ("model.n_positions=32", "block_size=64 exceeds model.n_positions=32"),
+])
+def test_bad_keys_and_values_fail_at_start_up_naming_the_key(override, message):
+    with pytest.raises(ValueError) as err:
+        load_train_config(SMOKE, [override])
+    assert message in str(err.value)
+
+
+def test_unknown_yaml_key_is_rejected_with_a_suggestion(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(SMOKE.read_text() + "lerning_rate: 0.1\n")
+    with pytest.raises(ValueError, match="unknown training config key 'lerning_rate'; did you mean 'learning_rate'"):
+        load_train_config(path, [])
+
+
+def test_missing_config_file_and_dataset_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml not found"):
+        load_train_config(tmp_path / "nope.yaml", [])
+    with pytest.raises(FileNotFoundError, match="dataset='../missing/corpus.txt' not found"):
+        load_train_config(SMOKE, ["dataset=../missing/corpus.txt"])
+
+
+def test_dataset_path_resolves_from_any_working_directory(tmp_path, monkeypatch, shakespeare_path):
+    monkeypatch.chdir(tmp_path)
+    config = load_train_config(SMOKE, [])
+    assert Path(config.dataset) == shakespeare_path.resolve()
+
+
+def test_hub_names_are_kept_as_names():
+    config = load_train_config(SMOKE, ["dataset=HuggingFaceFW/fineweb-edu", "dataset_config=sample-10BT"])
+    assert config.dataset == "HuggingFaceFW/fineweb-edu"
+
+
+def test_resolved_config_round_trips_through_yaml(tmp_path):
+    config = load_train_config(SMOKE, ["max_steps=7", "model.n_layer=3"])
+    save_train_config(config, tmp_path / "config.yaml")
+    assert load_train_config(tmp_path / "config.yaml", []) == config
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "shakespeare.yaml", "gpt2-124m.yaml"])
+def test_shipped_configs_load(name):
+    config = load_train_config(CONFIGS / name, [])
+    assert isinstance(config, TrainConfig)
+
+
+def test_shakespeare_config_is_the_main_job():
+    config = load_train_config(CONFIGS / "shakespeare.yaml", [])
+    assert config.tokenizer is None and config.dataset.endswith("tinyshakespeare/input.txt")
+    assert set(config.benchmark_tasks) == {"lambada", "hellaswag", "piqa", "arc_easy", "arc_challenge", "winogrande",
+                                           "copa", "boolq", "openbookqa", "wikitext", "triviaqa"}
+    assert config.benchmark_shots == [0, 1, 5]
+
+
+def test_gpt2_124m_config_follows_the_gpt3_small_recipe():
+    from training.config import build_model_config
+
+    config = load_train_config(CONFIGS / "gpt2-124m.yaml", [])
+    tokens_per_step = config.batch_size * config.block_size * config.gradient_accumulation_steps
+    assert tokens_per_step == 524_288  # ~0.5M tokens, GPT-3 Table 2.1
+    assert (config.block_size, config.learning_rate, config.weight_decay, config.mixed_precision) == (1024, 6e-4, 0.1, "bf16")
+    model_config = build_model_config(config, vocab_size=50304, eos_token_id=50256)
+    assert (model_config.n_layer, model_config.n_head, model_config.n_embd, model_config.n_positions) == (12, 12, 768, 1024)
+
+
+@pytest.mark.parametrize("name, distributed_type", [
+    ("one_gpu_bf16.yaml", "NO"), ("multi_gpu_ddp.yaml", "MULTI_GPU"), ("fsdp.yaml", "FSDP"),
+])
+def test_accelerate_config_files_are_valid_for_accelerate_launch(name, distributed_type):
+    from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    path = CONFIGS / "accelerate" / name
+    config = load_config_from_file(str(path))
+    assert isinstance(config, ClusterConfig)
+    assert config.distributed_type.value == distributed_type and config.mixed_precision == "bf16"
+    # What `accelerate launch --config_file` does with it before spawning: merge it into the launch arguments.
+    args = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
+    args, defaults, _ = _validate_launch_command(args)
+    assert args.mixed_precision == "bf16" and args.num_processes == config.num_processes
+    if distributed_type == "FSDP":
+        assert args.use_fsdp and args.fsdp_transformer_layer_cls_to_wrap == "GPTCustomBlock"
+        from hf_gpt_custom import GPTCustomForCausalLM
+
+        assert "GPTCustomBlock" in GPTCustomForCausalLM._no_split_modules

@@ -1,0 +1,124 @@
+"""Data pipeline on real text: documents, end-of-text separators, exact packing, held-out split, cache reuse, bytes."""
+
+import json
+
+import datasets
+import pytest
+
+import training.data as data_module
+from training.data import (
+    load_text_dataset, pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(shakespeare_tokenizer_dir):
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
+
+
+def test_pack_into_blocks_by_hand():
+    # documents [1 2 EOS] [3 4 5 EOS] [6 EOS] (EOS = 0) = 9 tokens; block_size 4 -> 2 blocks, 1 token of tail dropped
+    documents = datasets.Dataset.from_dict({"input_ids": [[1, 2, 0], [3, 4, 5, 0], [6, 0]]})
+    blocks = pack_into_blocks(documents, block_size=4)
+    assert blocks["input_ids"] == [[1, 2, 0, 3], [4, 5, 0, 6]]
+    assert blocks["labels"] == blocks["input_ids"]  # the model shifts labels itself
+
+
+def test_shakespeare_speeches_are_documents(shakespeare_path, tmp_path):
+    documents = load_text_dataset(str(shakespeare_path), cache_dir=tmp_path)
+    text = shakespeare_path.read_text(encoding="utf-8")
+    speeches = [s for s in text.split("\n\n") if s]
+    assert len(documents) == len(speeches) == 7222
+    assert documents[0]["text"] == "First Citizen:\nBefore we proceed any further, hear me speak."
+    assert documents[-1]["text"] == speeches[-1]
+
+
+def test_tokenized_documents_end_with_eos_and_pack_exactly(shakespeare_path, tokenizer, tmp_path):
+    documents = load_text_dataset(str(shakespeare_path), cache_dir=tmp_path).select(range(300))
+    tokenized = tokenize_documents(documents, tokenizer)
+    eos = tokenizer.eos_token_id
+    for text, ids in zip(documents["text"], tokenized["input_ids"]):
+        assert ids[-1] == eos and eos not in ids[:-1]
+        assert tokenizer.decode(ids[:-1]) == text
+    stream = [token for ids in tokenized["input_ids"] for token in ids]
+    block_size = 37
+    blocks = pack_into_blocks(tokenized, block_size)
+    assert len(blocks) == len(stream) // block_size
+    assert [token for block in blocks["input_ids"] for token in block] == stream[: len(blocks) * block_size]
+    assert blocks["labels"] == blocks["input_ids"]
+
+
+def test_validation_split_is_seeded_and_disjoint(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
+    config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
+    packed = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    assert packed.stats["val_documents"] == 723 and packed.stats["train_documents"] == 7222 - 723  # 10%
+    again = prepare_datasets(make_config(f"data_cache_dir={tmp_path / 'cache2'}"), tokenizer, shakespeare_tokenizer_dir)
+    assert again.val["input_ids"] == packed.val["input_ids"]  # same seed, same split
+    other = prepare_datasets(make_config(f"data_cache_dir={tmp_path / 'cache3'}", "seed=7"), tokenizer,
+                             shakespeare_tokenizer_dir)
+    assert other.val["input_ids"][:5] != packed.val["input_ids"][:5]
+    train_blocks = {tuple(block) for block in packed.train["input_ids"]}
+    assert not train_blocks & {tuple(block) for block in packed.val["input_ids"]}
+
+
+def test_second_run_reuses_the_cache_without_tokenizing(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path,
+                                                        monkeypatch):
+    config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
+    first = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    assert not first.is_cache_hit
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("tokenize_documents called although the cache should have been used")
+
+    monkeypatch.setattr(data_module, "tokenize_documents", refuse)
+    second = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    assert second.is_cache_hit and second.cache_dir == first.cache_dir
+    assert second.train["input_ids"] == first.train["input_ids"]
+    # a different block size is a different cache entry: it has to tokenize again
+    with pytest.raises(AssertionError, match="tokenize_documents called"):
+        prepare_datasets(make_config(f"data_cache_dir={tmp_path / 'cache'}", "block_size=48"), tokenizer,
+                         shakespeare_tokenizer_dir)
+
+
+def test_jsonl_source_with_text_field(shared_data_dir, tmp_path):
+    lines = (shared_data_dir / "lambada" / "lambada_test.jsonl").read_text(encoding="utf-8").splitlines()[:5]
+    path = tmp_path / "lambada5.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    documents = load_text_dataset(str(path), text_field="text", cache_dir=tmp_path / "raw")
+    assert documents.column_names == ["text"]
+    assert documents["text"] == [json.loads(line)["text"] for line in lines]
+    with pytest.raises(ValueError, match=r"has no column 'story'; set text_field to one of \['text'\]"):
+        load_text_dataset(str(path), text_field="story", cache_dir=tmp_path / "raw")
+
+
+def test_malformed_jsonl_line_is_named(shared_data_dir, tmp_path):
+    lines = (shared_data_dir / "lambada" / "lambada_test.jsonl").read_text(encoding="utf-8").splitlines()[:3]
+    path = tmp_path / "broken.jsonl"
+    path.write_text("\n".join(lines[:2] + ['{"text": "unterminated'] + lines[2:]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken.jsonl line 3: expected a JSON object with a string 'text' field"):
+        load_text_dataset(str(path), cache_dir=tmp_path / "raw")
+
+
+def test_missing_local_dataset_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="empty has no .txt, .jsonl"):
+        (tmp_path / "empty").mkdir()
+        load_text_dataset(str(tmp_path / "empty"))
+
+
+def test_token_byte_lengths_count_utf8_bytes_exactly(tokenizer):
+    lengths = token_byte_lengths(tokenizer)
+    assert lengths[tokenizer.eos_token_id] == 0
+    for text in ["ROMEO:\nBut, soft! what light through yonder window breaks?", "naïve café — “quoted” 🎭 ünïcödé"]:
+        ids = tokenizer(text)["input_ids"]
+        assert sum(lengths[i] for i in ids) == len(text.encode("utf-8"))
+
+
+def test_streaming_gives_the_same_blocks(shakespeare_path, tokenizer, tmp_path):
+    documents = load_text_dataset(str(shakespeare_path), cache_dir=tmp_path).select(range(50))
+    eager = pack_into_blocks(tokenize_documents(documents, tokenizer), 64)
+    streamed = load_text_dataset(str(shakespeare_path), streaming=True).take(50)
+    blocks = list(pack_into_blocks(tokenize_documents(streamed, tokenizer), 64))
+    assert [b["input_ids"] for b in blocks] == eager["input_ids"]

@@ -1,0 +1,180 @@
+"""The training loop on real Shakespeare: loss goes down, every output is written, bits per byte is honest,
+a diverging run stops naming the step, and init_from starts from a transformers GPT-2 folder's exact weights."""
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from training.checkpoint import verify_checkpoint
+from training.config import load_train_config
+from training.data import prepare_datasets
+from training.train import TrainingDivergedError, train
+
+from .conftest import tiny_run_overrides
+
+SUMMARY_KEYS = {"run_name", "config", "n_params", "tokens_seen", "steps", "wall_time_s", "final_train_loss",
+                "final_val_loss", "val_perplexity", "val_bits_per_byte", "tokens_per_s", "mfu", "dataset", "tokenizer",
+                "loss_curve"}
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, shakespeare_path, shakespeare_tokenizer_dir, shared_data_cache):
+    out_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    config = load_train_config(None, tiny_run_overrides(out_dir, shakespeare_path, shakespeare_tokenizer_dir,
+                                                        shared_data_cache) + ["max_steps=40", "eval_interval=20"])
+    return config, train(config)
+
+
+def test_loss_goes_down_on_real_text(trained_run):
+    _, run_dir = trained_run
+    records = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()]
+    train_losses = [r["loss"] for r in records if r["kind"] == "train"]
+    val_losses = [r["val_loss"] for r in records if r["kind"] == "eval"]
+    assert len(train_losses) == 40 and len(val_losses) == 2
+    assert train_losses[0] == pytest.approx(math.log(512), abs=0.3)  # uniform over the 512-token vocabulary
+    assert sum(train_losses[-5:]) / 5 < train_losses[0] - 0.6
+    assert val_losses[1] < val_losses[0] < math.log(512) - 0.5
+
+
+def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
+    config, run_dir = trained_run
+    assert load_train_config(run_dir / "config.yaml", []) == config
+    step = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])
+    assert {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "data_digests"} <= set(step)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["steps"] == 40 and summary["tokens_seen"] == 40 * 4 * 32
+    assert summary["config"]["max_steps"] == 40 and summary["loss_curve"] == "loss_curve.png"
+    assert 0 < summary["mfu"] < 1 and summary["tokens_per_s"] > 0
+    assert (run_dir / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000040"]
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*")) == []  # log_with=none
+
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final")
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    assert model.num_parameters() == summary["n_params"] and len(tokenizer) == 512
+
+
+def test_bits_per_byte_matches_a_hand_count(trained_run, shakespeare_tokenizer_dir):
+    """Recompute the final evaluation from final/ by hand: nats from the logits, bytes from the decoded text."""
+    config, run_dir = trained_run
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final").eval()
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    val = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir).val
+    blocks = torch.tensor(val["input_ids"][: config.eval_batches * config.batch_size])
+    with torch.no_grad():
+        mean_loss = model(input_ids=blocks, labels=blocks).loss.item()  # mean over the 31 predicted tokens per block
+    n_tokens = blocks.shape[0] * (config.block_size - 1)
+    n_bytes = sum(len(tokenizer.decode(block[1:], skip_special_tokens=True).encode("utf-8")) for block in blocks)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["final_val_loss"] == pytest.approx(mean_loss, rel=1e-5)
+    assert summary["val_perplexity"] == pytest.approx(math.exp(mean_loss), rel=1e-5)
+    assert summary["val_bits_per_byte"] == pytest.approx(mean_loss * n_tokens / (math.log(2) * n_bytes), rel=1e-5)
+
+
+def test_diverging_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(make_config):
+    # lr 1e30 without clipping: step 1 is computed from the initial weights, the update overflows float32 after it
+    config = make_config("learning_rate=1e30", "warmup_steps=0", "grad_clip=0", "checkpoint_interval=1",
+                         "max_steps=6", "keep_checkpoints=3")
+    with pytest.raises(TrainingDivergedError) as err:
+        train(config)
+    match = re.search(r"training stopped at step (\d+): (loss|gradient norm) became (nan|inf)", str(err.value))
+    assert match, str(err.value)
+    step = int(match.group(1))
+    last_good = config.run_dir / "checkpoints" / f"step_{step - 1:06d}"
+    assert f"the last good checkpoint is {last_good}" in str(err.value)
+    assert verify_checkpoint(last_good) is None
+    assert not (config.run_dir / "final").exists()
+    records = [json.loads(line) for line in (config.run_dir / "run_log.jsonl").read_text().splitlines()]
+    assert records[-1]["kind"] == "error" and records[-1]["step"] == step
+
+
+def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from training.train import EpochShuffleSampler
+
+    torch.manual_seed(0)
+    reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    reference.save_pretrained(tmp_path / "gpt2-tiny")
+    config = make_config(f"init_from={tmp_path / 'gpt2-tiny'}", "max_steps=2", "warmup_steps=0",
+                         run_name="finetune", with_model_section=False)
+    run_dir = train(config)
+    first_loss = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])["loss"]
+
+    tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
+    train_blocks = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir).train
+    first_indices = list(EpochShuffleSampler(len(train_blocks), config.seed))[: config.batch_size]
+    batch = torch.tensor(train_blocks.select(first_indices)["input_ids"])
+    with torch.no_grad():
+        expected = reference(input_ids=batch, labels=batch).loss.item()
+    assert first_loss == pytest.approx(expected, abs=1e-5)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["n_params"] == reference.num_parameters()
+
+    # a model: section may stay if it agrees with the folder; a different size is named
+    agreeing = make_config(f"init_from={tmp_path / 'gpt2-tiny'}", "max_steps=1", "warmup_steps=0", "model.n_embd=32",
+                           run_name="agreeing", with_model_section=False)
+    assert train(agreeing).is_dir()
+    differing = make_config(f"init_from={tmp_path / 'gpt2-tiny'}", "model.n_layer=3", run_name="differing",
+                            with_model_section=False)
+    with pytest.raises(ValueError, match=r"model.n_layer=3 but init_from=.*gpt2-tiny has n_layer=2; .* drop model.n_layer"):
+        train(differing)
+
+
+def test_cli_reports_a_bad_override_in_one_line(capsys):
+    from hf_gpt_custom.cli import main
+
+    from training.config import REPO_ROOT
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", str(REPO_ROOT / "training" / "configs" / "smoke.yaml"), "max_step=3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("hf-gpt-custom train: error: unknown training config key 'max_step'; did you mean 'max_steps'? "
+                   + err.split("did you mean 'max_steps'? ")[1])
+    assert "\n" not in err
+
+
+def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_config, tmp_path, shakespeare_path):
+    from transformers import AutoTokenizer
+
+    from training.train import prepare_tokenizer
+
+    small = tmp_path / "speeches.txt"
+    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
+    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="own_tokenizer")
+    folder = prepare_tokenizer(config)
+    assert folder == config.run_dir / "tokenizer"
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    assert len(tokenizer) == 300 and tokenizer.eos_token == "<|endoftext|>"
+    written = (folder / "tokenizer.json").stat().st_mtime_ns
+    assert prepare_tokenizer(config) == folder and (folder / "tokenizer.json").stat().st_mtime_ns == written  # reused
+    bigger = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=320", run_name="own_tokenizer")
+    assert len(AutoTokenizer.from_pretrained(str(prepare_tokenizer(bigger)))) == 320  # a different size retrains
+
+
+def test_torch_threads_applies_during_training_and_is_restored(make_config, monkeypatch):
+    import training.train as train_module
+
+    seen = {}
+    real_train = train_module._train
+
+    def spy(config):
+        seen["threads"] = torch.get_num_threads()
+        return real_train(config)
+
+    monkeypatch.setattr(train_module, "_train", spy)
+    before = torch.get_num_threads()
+    train_module.train(make_config("torch_threads=2", "max_steps=1", "warmup_steps=0"))
+    assert seen["threads"] == 2 and torch.get_num_threads() == before

@@ -1,0 +1,381 @@
+"""Text sources -> tokenised documents -> packed blocks, cached on disk.
+
+Each stage is a plain function (load_text_dataset, tokenize_documents, pack_into_blocks); prepare_datasets chains
+them, holds out a seeded validation split and caches the packed result under a key that hashes the tokenizer
+files, the data, and every setting that changes the blocks. Batching, sharding and shuffling live in train.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import datasets
+
+from training.config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+# A data source is chosen by file suffix: one `datasets` builder per kind (STYLE §10).
+LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+# Bump when the packing or caching logic changes so old caches are not reused.
+CACHE_FORMAT_VERSION = 1
+# Streaming sources have no length: without a validation split, the first documents are held out.
+STREAMING_VAL_DOCUMENTS = 1000
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+# --- sources -------------------------------------------------------------------------------------------------------
+
+
+def list_local_files(path: str | os.PathLike) -> list[Path]:
+    """The data files of a local source: the file itself, or every supported file under a folder (sorted)."""
+    path = Path(path)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_BUILDERS)
+    else:
+        raise FileNotFoundError(f"dataset {path} not found; give a file/folder of {', '.join(LOCAL_BUILDERS)} files")
+    unsupported = [p for p in files if p.suffix not in LOCAL_BUILDERS]
+    if unsupported:
+        raise ValueError(f"dataset file {unsupported[0]} has an unsupported suffix; use one of {', '.join(LOCAL_BUILDERS)}")
+    if not files:
+        raise FileNotFoundError(f"dataset folder {path} has no {', '.join(LOCAL_BUILDERS)} files")
+    builders = {LOCAL_BUILDERS[p.suffix] for p in files}
+    if len(builders) > 1:
+        raise ValueError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
+    return files
+
+
+def load_text_dataset(
+    source: str,
+    text_field: str = "text",
+    dataset_config: str | None = None,
+    split: str = "train",
+    streaming: bool = False,
+    sample_by: str = "paragraph",
+    cache_dir: str | os.PathLike | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """A dataset with one column, "text", one row per document.
+
+    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply). A .txt file
+    becomes documents by `sample_by`: "paragraph" (blank-line separated, the default: a Shakespeare speech, a
+    Wikipedia paragraph), "line", or "document" (the whole file). .jsonl/.json/.parquet rows are documents and
+    `text_field` names the column.
+    """
+    if Path(source).exists():
+        files = list_local_files(source)
+        builder = LOCAL_BUILDERS[files[0].suffix]
+        kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
+        if builder == "text":
+            kwargs["sample_by"] = sample_by
+            text_field = "text"
+        if cache_dir is not None:
+            kwargs["cache_dir"] = str(cache_dir)
+        try:
+            dataset = datasets.load_dataset(builder, **kwargs)
+        except Exception as err:  # datasets wraps parse errors in several types; find the line ourselves
+            if builder == "json":
+                _raise_first_bad_json_line(files, text_field, err)
+            raise ValueError(f"could not read dataset {source}: {err}") from err
+        description = str(source)
+    else:
+        try:
+            dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
+                                            cache_dir=None if cache_dir is None else str(cache_dir))
+        except FileNotFoundError as err:
+            raise FileNotFoundError(
+                f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
+                "or download it first (tests and offline machines need local files)"
+            ) from err
+        description = f"{source} ({dataset_config or 'default'}/{split})"
+    columns = dataset.column_names
+    if columns is not None and text_field not in columns:
+        raise ValueError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
+    if columns is not None:
+        dataset = dataset.select_columns([text_field])
+    if text_field != "text":
+        dataset = dataset.rename_column(text_field, "text")
+    return dataset
+
+
+def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
+    """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
+    for file in files:
+        if file.suffix == ".json":
+            try:
+                json.loads(file.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as bad:
+                raise ValueError(f"{file}: not valid JSON ({bad})") from err
+            continue
+        with open(file, encoding="utf-8", errors="strict") as f:
+            for line_number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    row = None
+                if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+                    raise ValueError(
+                        f"{file} line {line_number}: expected a JSON object with a string {text_field!r} field, "
+                        f"got {line.strip()[:60]!r}"
+                    ) from err
+    raise ValueError(f"could not read {', '.join(map(str, files))}: {err}") from err
+
+
+# --- tokenising and packing ----------------------------------------------------------------------------------------
+
+
+def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
+    """Dataset{text} -> Dataset{input_ids}: each document's ids followed by the end-of-text token.
+
+    The end-of-text token after every document is GPT-2's separator: packed blocks then never run two documents
+    together without a boundary the model can see.
+    """
+    eos_token_id = tokenizer.eos_token_id
+    if eos_token_id is None:
+        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no eos_token; documents need an end-of-text separator")
+    backend = tokenizer.backend_tokenizer  # the Rust tokenizer: no Python BatchEncoding per document
+
+    def encode(batch: dict[str, list]) -> dict[str, list]:
+        encodings = backend.encode_batch_fast(batch["text"], add_special_tokens=False)
+        return {"input_ids": [encoding.ids + [eos_token_id] for encoding in encodings]}
+
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(encode, batched=True, remove_columns=["text"])
+    return dataset.map(encode, batched=True, num_proc=num_proc if num_proc > 1 else None, remove_columns=["text"],
+                       desc="tokenizing")
+
+
+def _iterate_blocks(token_lists: Iterator[list[int]], block_size: int) -> Iterator[dict[str, list[int]]]:
+    buffer: list[int] = []
+    for ids in token_lists:
+        buffer.extend(ids)
+        while len(buffer) >= block_size:
+            block, buffer = buffer[:block_size], buffer[block_size:]
+            yield {"input_ids": block, "labels": list(block)}
+    # the tail shorter than block_size is dropped: fewer than block_size tokens of the whole corpus
+
+
+def _blocks_from_dataset(dataset, block_size: int) -> Iterator[dict[str, list[int]]]:
+    yield from _iterate_blocks(_token_lists(dataset), block_size)
+
+
+def _token_lists(dataset) -> Iterator[list[int]]:
+    if isinstance(dataset, datasets.IterableDataset):
+        for row in dataset:
+            yield row["input_ids"]
+        return
+    for batch in dataset.iter(batch_size=1000):
+        yield from batch["input_ids"]
+
+
+def pack_into_blocks(dataset, block_size: int, cache_dir: str | os.PathLike | None = None):
+    """Dataset{input_ids} -> Dataset{input_ids, labels}: all documents concatenated, cut every `block_size` tokens.
+
+    Exactly floor(total_tokens / block_size) blocks; block k is tokens [k*block_size, (k+1)*block_size) of the
+    concatenation, carried across document (and map-batch) boundaries, so nothing is padded. Example with
+    block_size=4: documents [a b EOS] [c d e EOS] -> blocks [a b EOS c] and [d e EOS]-tail dropped (3 < 4 tokens).
+    `labels` equal `input_ids`; the model shifts them.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size} must be >= 1")
+    if isinstance(dataset, datasets.IterableDataset):
+        return datasets.IterableDataset.from_generator(
+            _blocks_from_dataset, gen_kwargs={"dataset": dataset, "block_size": block_size}
+        )
+    features = datasets.Features({
+        "input_ids": datasets.List(datasets.Value("int32")),
+        "labels": datasets.List(datasets.Value("int32")),
+    })
+    gen_kwargs = {"dataset": dataset, "block_size": block_size}
+    if cache_dir is not None:
+        return datasets.Dataset.from_generator(_blocks_from_dataset, gen_kwargs=gen_kwargs, features=features,
+                                               cache_dir=str(cache_dir))
+    with tempfile.TemporaryDirectory() as scratch:  # no cache wanted: build in memory, leave nothing behind
+        return datasets.Dataset.from_generator(_blocks_from_dataset, gen_kwargs=gen_kwargs, features=features,
+                                               keep_in_memory=True, cache_dir=scratch)
+
+
+# --- the whole pipeline with a cache -------------------------------------------------------------------------------
+
+
+@dataclass
+class PackedData:
+    train: Any  # datasets.Dataset (or IterableDataset when streaming) of {input_ids, labels}
+    val: Any
+    cache_dir: Path | None  # where the packed blocks live; None when streaming
+    is_cache_hit: bool  # True when nothing was tokenised this time
+    stats: dict[str, Any]
+
+
+def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> str:
+    """sha256 over the tokenizer files, the data (file contents, or Hub name/config/split) and the block settings."""
+    digest = hashlib.sha256()
+
+    def add(label: str, value: Any) -> None:
+        digest.update(f"{label}={value!r};".encode())
+
+    add("format", CACHE_FORMAT_VERSION)
+    tokenizer_dir = Path(tokenizer_dir)
+    for name in _TOKENIZER_FILES:
+        file = tokenizer_dir / name
+        if file.is_file():
+            add(name, _sha256_file(file))
+    if Path(config.dataset).exists():
+        root = Path(config.dataset)
+        for file in list_local_files(root):
+            add(str(file.relative_to(root) if root.is_dir() else file.name), _sha256_file(file))
+    else:
+        add("hub", (config.dataset, config.dataset_config, config.dataset_split))
+    for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "seed", "block_size"):
+        add(name, getattr(config, name))
+    return digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def default_data_cache_dir() -> Path:
+    hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    return hf_home / "hf_gpt_custom" / "packed"
+
+
+def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.PathLike) -> PackedData:
+    """Packed train and validation blocks for `config`, from the cache when the same tokenizer + data were seen.
+
+    Validation: the source's `val_split` if configured, else a seeded `val_fraction` of the documents (split
+    before tokenising, so no document is in both).
+    """
+    if config.streaming:
+        return _prepare_streaming(config, tokenizer)
+    cache_root = Path(config.data_cache_dir) if config.data_cache_dir else default_data_cache_dir()
+    key = compute_cache_key(config, tokenizer_dir)
+    folder = cache_root / key[:20]
+    marker = folder / "complete.json"
+    if marker.is_file():
+        stats = json.loads(marker.read_text())
+        logger.info("packed data from cache %s", folder)
+        return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
+                          folder, True, stats)
+
+    work = cache_root / f"{key[:20]}.tmp{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    raw_cache = cache_root / "raw"  # `datasets`' own Arrow cache of the parsed text files
+    documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
+                                  sample_by=config.text_sample_by, cache_dir=raw_cache)
+    if config.val_split is not None:
+        val_documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.val_split,
+                                          sample_by=config.text_sample_by, cache_dir=raw_cache)
+        train_documents = documents
+    else:
+        if len(documents) < 2:
+            raise ValueError(
+                f"dataset {config.dataset} has {len(documents)} document(s), too few to hold out validation; "
+                f"use text_sample_by=paragraph or line, or set val_split"
+            )
+        split = documents.train_test_split(test_size=config.val_fraction, seed=config.seed, shuffle=True)
+        train_documents, val_documents = split["train"], split["test"]
+    packed = {}
+    for name, docs in (("train", train_documents), ("val", val_documents)):
+        tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
+        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
+        if len(blocks) == 0:
+            total = sum(len(ids) for ids in tokenized["input_ids"])
+            raise ValueError(
+                f"the {name} split of {config.dataset} has {total} tokens, fewer than block_size={config.block_size}; "
+                f"lower block_size or add data"
+            )
+        blocks.save_to_disk(str(work / name))
+        packed[name] = blocks
+    stats = {
+        "train_documents": len(train_documents),
+        "val_documents": len(val_documents),
+        "train_blocks": len(packed["train"]),
+        "val_blocks": len(packed["val"]),
+        "block_size": config.block_size,
+        "cache_key": key,
+    }
+    for name in ("train", "val"):
+        shutil.rmtree(work / f"{name}_build", ignore_errors=True)
+    (work / "complete.json").write_text(json.dumps(stats, indent=2))
+    try:
+        os.rename(work, folder)
+    except OSError:  # another process finished the same cache first: use theirs
+        shutil.rmtree(work, ignore_errors=True)
+    return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
+                      folder, False, stats)
+
+
+def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:
+    documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
+                                  streaming=True, sample_by=config.text_sample_by)
+    if config.val_split is not None:
+        val_documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.val_split,
+                                          streaming=True, sample_by=config.text_sample_by)
+        train_documents = documents
+    else:
+        val_documents = documents.take(STREAMING_VAL_DOCUMENTS)
+        train_documents = documents.skip(STREAMING_VAL_DOCUMENTS)
+    train = pack_into_blocks(tokenize_documents(train_documents, tokenizer), config.block_size)
+    # Validation is re-read on every evaluation pass, so it is materialised once (it is small by construction).
+    val_rows = list(pack_into_blocks(tokenize_documents(val_documents, tokenizer), config.block_size))
+    if not val_rows:
+        raise ValueError(f"the streaming validation documents of {config.dataset} give no full block of {config.block_size} tokens")
+    val = datasets.Dataset.from_list(val_rows)
+    return PackedData(train, val, None, False, {"val_blocks": len(val), "block_size": config.block_size})
+
+
+# --- bytes per token (for bits per byte) ---------------------------------------------------------------------------
+
+
+def token_byte_lengths(tokenizer) -> list[int]:
+    """UTF-8 bytes each token id stands for; special tokens (end-of-text) count 0 bytes.
+
+    Byte-level BPE tokens are strings over GPT-2's 256-character byte alphabet, one character per byte, so the
+    count is exact even for tokens holding part of a multi-byte character. Other tokenizers fall back to decoding
+    the single token.
+    """
+    vocab_size = len(tokenizer)
+    special_ids = set(tokenizer.all_special_ids)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+    byte_alphabet = set(_bytes_to_unicode().values())
+    is_byte_level = all(token is None or token_id in special_ids or set(token) <= byte_alphabet
+                        for token_id, token in enumerate(tokens))
+    lengths = []
+    for token_id, token in enumerate(tokens):
+        if token is None or token_id in special_ids:
+            lengths.append(0)
+        elif is_byte_level:
+            lengths.append(len(token))
+        else:
+            lengths.append(len(tokenizer.decode([token_id]).encode("utf-8")))
+    return lengths
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table (the byte-level BPE alphabet)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    characters = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            characters.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, map(chr, characters)))

@@ -1,0 +1,83 @@
+"""What a run leaves for people to read: run_log.jsonl (one JSON object per step or evaluation),
+training_summary.json, and loss_curve.png (train and validation loss against step).
+
+Writing happens on the main process only; the caller decides that. Plotting uses matplotlib's Agg backend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+RUN_LOG_NAME = "run_log.jsonl"
+SUMMARY_NAME = "training_summary.json"
+LOSS_CURVE_NAME = "loss_curve.png"
+
+
+class RunLog:
+    """Append-only JSONL log. Records have "step" and "kind" ("train" or "eval")."""
+
+    def __init__(self, path: str | os.PathLike, resume_step: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            # Steps after the checkpoint were logged by the run that died; they are about to be redone.
+            kept = [r for r in read_run_log(self.path) if r.get("step", 0) <= resume_step]
+            partial = self.path.with_suffix(".jsonl.partial")
+            partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            os.replace(partial, self.path)
+        elif resume_step is None and self.path.exists():
+            self.path.unlink()  # a fresh run over an old folder starts a fresh log
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_run_log(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """All complete records; a torn last line (the process was killed mid-write) is skipped."""
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def write_training_summary(path: str | os.PathLike, summary: dict[str, Any]) -> None:
+    clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
+             for key, value in summary.items()}
+    Path(path).write_text(json.dumps(clean, indent=2) + "\n")
+
+
+def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, title: str = "") -> None:
+    """Train loss per step and validation loss at each evaluation, on one axis (nats per token)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train"]
+    val = [(r["step"], r["val_loss"]) for r in records if r.get("kind") == "eval"]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    if train:
+        ax.plot(*zip(*train), label="train", linewidth=1.0, alpha=0.8)
+    if val:
+        ax.plot(*zip(*val), label="validation", marker="o", markersize=3.5, linewidth=1.5)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy loss (nats / token)")
+    ax.set_title(title or "loss curve")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
