@@ -1,0 +1,170 @@
+"""Training step (forward + backward + AdamW) tokens/s: ours vs transformers' GPT2LMHeadModel (sdpa), same weights.
+
+Two sizes (SMALL: 6x384, 256 context, 8192 vocab; GPT-2 small: 124M, 1024 context), eager and torch.compile, MFU
+against the measured matmul peak, and the loss-trajectory check (same weights, same data, dropout 0, 20 fp32 AdamW
+steps -> the same losses within 1e-4). Run: python -m benchmarks.bench_train [--sizes small,gpt2] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from benchmarks.common import (
+    SIZES,
+    add_common_args,
+    compare_interleaved,
+    machine_info,
+    make_pair,
+    measure_matmul_peak,
+    param_count,
+    pin_threads,
+    write_json,
+)
+
+# (batch, seq_len) per size: full context; GPT-2 small at batch 1 so that one step stays within seconds on 2 cores.
+BATCH_SHAPES = {"small": (8, 256), "gpt2": (1, 1024)}
+TRAJECTORY_STEPS = 20
+TRAJECTORY_TOLERANCE = 1e-4
+
+
+def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer training/train.py uses, given to both models: AdamW, fused kernel (CPU and CUDA since torch 2.4).
+
+    The same optimizer on both sides: the benchmark compares models, not optimizer choices. fused=True is also what
+    transformers' Trainer picks by default (optim="adamw_torch_fused").
+    """
+    return torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+
+
+def make_step(model: torch.nn.Module, input_ids: torch.Tensor, compile_model: bool = False):
+    optimizer = make_optimizer(model)
+    forward = torch.compile(model) if compile_model else model
+    model.train()
+
+    def step() -> float:
+        loss = forward(input_ids=input_ids, labels=input_ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def random_batch(vocab_size: int, batch: int, seq_len: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (batch, seq_len), generator=generator)
+
+
+def check_loss_trajectory(size_name: str, compile_ours: bool = False, steps: int = TRAJECTORY_STEPS) -> dict:
+    """Same weights, same batches, dropout 0: our per-step losses vs the anchor's over `steps` AdamW steps."""
+    size = SIZES[size_name]
+    ours, anchor = make_pair(size, dropout=0.0)
+    batch, seq_len = BATCH_SHAPES[size_name]
+    batches = [random_batch(size["vocab_size"], batch, seq_len, seed=index) for index in range(steps)]
+    losses = {}
+    for name, model, compiled in (("ours", ours, compile_ours), ("anchor", anchor, False)):
+        optimizer = make_optimizer(model)
+        forward = torch.compile(model) if compiled else model
+        model.train()
+        losses[name] = []
+        for input_ids in batches:
+            loss = forward(input_ids=input_ids, labels=input_ids).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses[name].append(loss.item())
+    max_diff = max(abs(a - b) for a, b in zip(losses["ours"], losses["anchor"]))
+    result = {
+        "size": size_name,
+        "steps": steps,
+        "compiled_ours": compile_ours,
+        "max_abs_diff": max_diff,
+        "passed": max_diff <= TRAJECTORY_TOLERANCE,
+        "ours": losses["ours"],
+        "anchor": losses["anchor"],
+    }
+    label = "compiled ours vs eager anchor" if compile_ours else "eager"
+    print(
+        f"loss trajectory {size_name} ({label}): {steps} steps, first {losses['ours'][0]:.4f} last "
+        f"{losses['ours'][-1]:.4f}, max |ours - anchor| = {max_diff:.2e} -> {'OK' if result['passed'] else 'FAIL'}",
+        flush=True,
+    )
+    return result
+
+
+# Modes: both eager; both compiled; ours compiled vs the anchor eager (our default path against the anchor as most
+# people run it). Each size's default skips what does not fit a few minutes: the 124M anchor's compile is the longest.
+MODES = ("eager", "compile", "compile-vs-eager")
+DEFAULT_MODES = {"small": MODES, "gpt2": ("eager", "compile-vs-eager")}
+
+
+def measure_peaks() -> dict[str, float]:
+    peak = {
+        "float32": max(measure_matmul_peak(torch.float32, size) for size in (2048, 3072, 4096)),
+        "bfloat16": max(measure_matmul_peak(torch.bfloat16, size) for size in (2048, 3072, 4096)),
+    }
+    print(f"matmul peak: fp32 {peak['float32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s")
+    return peak
+
+
+def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float) -> list[dict]:
+    size = SIZES[size_name]
+    batch, seq_len = BATCH_SHAPES[size_name]
+    tokens = batch * seq_len
+    input_ids = random_batch(size["vocab_size"], batch, seq_len)
+    results = []
+    for mode in modes:
+        ours, anchor = make_pair(size)
+        n_params = param_count(ours)
+        ours_step = make_step(ours, input_ids, compile_model=mode != "eager")
+        anchor_step = make_step(anchor, input_ids, compile_model=mode == "compile")
+        compile_s = {}
+        if mode != "eager":  # the first call compiles; time it separately so that warm-up stays short
+            for name, step in (("ours", ours_step), ("anchor", anchor_step)):
+                start = time.perf_counter()
+                step()
+                compile_s[name] = time.perf_counter() - start
+            print(f"  first step (compile) ours {compile_s['ours']:.0f} s, anchor {compile_s['anchor']:.0f} s")
+        comparison = compare_interleaved(
+            f"train {size_name} {batch}x{seq_len} {mode}", ours_step, anchor_step, work=tokens, rounds=rounds, warmup=1
+        )
+        summary = comparison.summary()
+        mfu = {name: 6 * n_params * summary[name] / peak_flops for name in ("ours", "anchor")}
+        print(f"  N = {n_params:,} params; MFU ours {mfu['ours']:.1%}, anchor {mfu['anchor']:.1%}", flush=True)
+        summary.update(size=size_name, mode=mode, n_params=n_params, mfu_ours=mfu["ours"], mfu_anchor=mfu["anchor"],
+                       compile_s=compile_s)
+        results.append(summary)
+        del ours, anchor, ours_step, anchor_step
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = add_common_args(argparse.ArgumentParser(description=__doc__))
+    parser.add_argument("--sizes", default="small,gpt2", help="comma-separated: small, gpt2 (default: both)")
+    parser.add_argument("--modes", default=None, help=f"comma-separated of {', '.join(MODES)} (default: per size)")
+    parser.add_argument("--rounds", type=int, default=None, help="timed A/B rounds (default: 10 small, 4 gpt2)")
+    args = parser.parse_args(argv)
+    pin_threads(args.threads)
+    peak = measure_peaks()
+    payload = {"machine": machine_info(args.threads), "matmul_peak_flops": peak, "results": [], "trajectory": []}
+    for size_name in args.sizes.split(","):
+        rounds = args.rounds or ({"small": 10, "gpt2": 4}[size_name] // (2 if args.quick else 1))
+        modes = args.modes.split(",") if args.modes else DEFAULT_MODES[size_name]
+        payload["results"] += bench_size(size_name, modes, rounds, peak["float32"])
+    payload["trajectory"].append(check_loss_trajectory("small"))
+    if args.modes is None or "compile" in args.modes:
+        payload["trajectory"].append(check_loss_trajectory("small", compile_ours=True))
+    # Measured again at the end, keeping the best: under load a single measurement can catch a busy minute and
+    # understate the roof (we saw 31 GFLOP/s at load 6 where an idle core gives ~100).
+    final_peak = measure_peaks()
+    payload["matmul_peak_flops"] = {dtype: max(peak[dtype], final_peak[dtype]) for dtype in peak}
+    write_json("train", payload, args.out)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Shared helpers for the benchmarks: thread pinning, interleaved A/B timing, matmul peak, RSS, result files.
+
+Every benchmark times ours and the anchor in the same process, alternating (A B, B A, A B ...) after warm-up, and
+reports the median of the per-round ratios with its spread. The machine is shared, so absolute times drift by tens
+of percent within a minute; a ratio of two runs taken back to back drifts far less. Nothing here is collected by
+pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+# The two sizes every model benchmark runs, with the dropout of the training config that uses them: SMALL is
+# training/configs/shakespeare.yaml (dropout 0.1, vocab 8192 from our tokenizer), GPT2_SMALL is gpt2-124m.yaml
+# (dropout 0 for single-epoch pre-training). Dropout matters for speed: with attn_pdrop > 0, CPU SDPA leaves its
+# flash kernel for the math path that materialises the (seq x seq) attention weights, for both models alike.
+NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+SMALL = {"n_layer": 6, "n_head": 6, "n_embd": 384, "n_positions": 256, "vocab_size": 8192}
+GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257, **NO_DROPOUT}
+SIZES = {"small": SMALL, "gpt2": GPT2_SMALL}
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    # 1 thread by default: on a shared 2-core machine two OpenMP threads spin-wait on each other whenever one is
+    # descheduled; measured at load 6, a small training step took 10.9 s with 2 threads and 5.8 s with 1.
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, fixed for the run (default: 1)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder (default: benchmarks/results)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke run of the benchmark itself")
+    return parser
+
+
+def pin_threads(threads: int) -> None:
+    """Fix the intra-op thread count so that every measurement in the run uses the same parallelism."""
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set once in this process (run_all imports several benches)
+        pass
+
+
+@dataclass
+class Comparison:
+    """Paired timings of ours and the anchor, one pair per round. ratio = anchor time / our time (>1: we win)."""
+
+    name: str
+    ours_s: list[float]
+    anchor_s: list[float]
+    work: float  # units of work per call (tokens, examples ...), to turn seconds into a rate
+    unit: str = "tokens/s"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratios(self) -> list[float]:
+        return [anchor / ours for ours, anchor in zip(self.ours_s, self.anchor_s)]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def ratio_spread(self) -> tuple[float, float]:
+        """Interquartile range of the per-round ratios (min, max when there are fewer than 4 rounds)."""
+        ratios = sorted(self.ratios)
+        if len(ratios) < 4:
+            return ratios[0], ratios[-1]
+        quartiles = statistics.quantiles(ratios, n=4)
+        return quartiles[0], quartiles[2]
+
+    def rate(self, times: list[float]) -> float:
+        return self.work / statistics.median(times)
+
+    def summary(self) -> dict:
+        low, high = self.ratio_spread
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "ours": self.rate(self.ours_s),
+            "anchor": self.rate(self.anchor_s),
+            "ratio": self.ratio,
+            "ratio_iqr": [low, high],
+            "rounds": len(self.ours_s),
+            "ours_s": self.ours_s,
+            "anchor_s": self.anchor_s,
+            **self.extra,
+        }
+
+    def line(self) -> str:
+        low, high = self.ratio_spread
+        return (
+            f"{self.name:<48} ours {self.rate(self.ours_s):>10.1f} {self.unit:<9} anchor {self.rate(self.anchor_s):>10.1f}"
+            f"  ratio {self.ratio:5.2f}x (IQR {low:.2f}-{high:.2f}, {len(self.ours_s)} rounds)"
+        )
+
+
+def time_call(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def compare_interleaved(
+    name: str,
+    ours: Callable[[], object],
+    anchor: Callable[[], object],
+    work: float,
+    rounds: int,
+    warmup: int = 2,
+    unit: str = "tokens/s",
+) -> Comparison:
+    """Time `ours` and `anchor` alternately: round i runs A then B, round i+1 B then A (cancels order effects)."""
+    for _ in range(warmup):
+        ours()
+        anchor()
+    gc.collect()
+    ours_s, anchor_s = [], []
+    for index in range(rounds):
+        if index % 2 == 0:
+            ours_s.append(time_call(ours))
+            anchor_s.append(time_call(anchor))
+        else:
+            anchor_s.append(time_call(anchor))
+            ours_s.append(time_call(ours))
+    comparison = Comparison(name, ours_s, anchor_s, work, unit)
+    print(comparison.line(), flush=True)
+    return comparison
+
+
+def measure_matmul_peak(dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 5) -> float:
+    """Best observed FLOP/s of a square matmul at this thread count: the roof that MFU is measured against.
+
+    The best of a few rounds rather than the median: the peak is what the hardware can do when nobody else is using
+    it, which is what an MFU denominator should be.
+    """
+    a = torch.randn(size, size, dtype=dtype)
+    b = torch.randn(size, size, dtype=dtype)
+    torch.mm(a, b)
+    best = min(time_call(lambda: torch.mm(a, b)) for _ in range(rounds))
+    return 2 * size**3 / best
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def make_pair(size: dict, attn_implementation: str = "sdpa", dropout: float | None = None, seed: int = 0):
+    """(ours, anchor): transformers' GPT2LMHeadModel with a fresh init, and our model holding the same weights.
+
+    `dropout=None` keeps the size's dropout; the loss-trajectory check passes 0.0 so that both models do the same
+    arithmetic.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict
+
+    if dropout is not None:
+        size = {**size, "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
+    torch.manual_seed(seed)
+    anchor_config = GPT2Config(**size, bos_token_id=0, eos_token_id=0, attn_implementation=attn_implementation)
+    anchor = GPT2LMHeadModel(anchor_config)
+    config = config_from_gpt2(anchor_config.to_dict())
+    config._attn_implementation = attn_implementation
+    ours = GPTCustomForCausalLM(config)
+    missing, unexpected = ours.load_state_dict(convert_gpt2_state_dict(anchor.state_dict()), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    ours.tie_weights()
+    return ours, anchor
+
+
+def param_count(model: torch.nn.Module) -> int:
+    """Parameters counted once (tied lm_head = wte), as in 6·N·tokens MFU accounting."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def machine_info(threads: int) -> dict:
+    return {
+        "cpu": _cpu_name(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_json(name: str, payload: dict, out_dir: Path = RESULTS_DIR) -> Path:
+    """benchmarks/results/<name>.json, one file per benchmark; run_all.py merges them into results.json."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(value):
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
