@@ -116,8 +116,11 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": config.weight_decay},
         {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
     ]
+    # The fused kernel updates every tensor in one pass (measured 47 -> 15 ms per step for 13.9M parameters on this
+    # CPU, benchmarks/results/NOTES.md); it exists for CPU and CUDA parameters, the foreach path elsewhere.
+    fused = all(p.device.type in ("cpu", "cuda") for p in parameters)
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_eps)
+                             eps=config.adam_eps, fused=fused)
 
 
 def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
