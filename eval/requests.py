@@ -28,4 +28,4 @@ class ScoredRequest:
     is_greedy: bool  # every continuation token is the argmax given what precedes it
     n_tokens: int  # continuation tokens scored (generation: tokens generated)
     generation: str | None = None
-    is_truncated: bool = False  # the context was cut from the left to fit the model's context window
+    is_truncated: bool = False  # cut from the left to fit the context window (the context, or even the continuation)

@@ -227,8 +227,11 @@ class CausalLMScorer:
         for i, row in enumerate(rows):
             input_ids[i, : len(row)] = torch.tensor(row)
         features, _ = self._forward(input_ids.to(self.device))
-        selected = [features[i, len(row) - len(continuation) : len(row)] for i, ((_, continuation), row) in enumerate(zip(pairs, rows))]
-        return self._sum_and_greedy(selected, [continuation for _, continuation in pairs])
+        # A continuation longer than the window keeps its last len(row) tokens: the only ones one window can predict
+        # (lm-eval's slice goes out of range here). Such a request is reported as truncated.
+        kept = [continuation[-len(row) :] for (_, continuation), row in zip(pairs, rows)]
+        selected = [features[i, len(row) - len(tokens) : len(row)] for i, (tokens, row) in enumerate(zip(kept, rows))]
+        return self._sum_and_greedy(selected, kept)
 
     @torch.no_grad()
     def _score_shared_contexts(

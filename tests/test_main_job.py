@@ -13,14 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.hf_gpt_custom.test_hub_export import REMOTE_LOAD_SCRIPT
+from tests.hf_gpt_custom.test_hub_export import load_in_clean_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO_ROOT / "training" / "configs" / "smoke.yaml"
@@ -121,16 +120,7 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
     with torch.no_grad():
         logits = model(input_ids).logits[0]
         generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    clean_env = {key: value for key, value in env.items() if not key.startswith("PYTHON")}
-    completed = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(export),
-         PROMPT, str(NEW_TOKENS)],
-        cwd=elsewhere, env=clean_env, capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    remote = json.loads(completed.stdout.strip().splitlines()[-1])
+    remote = load_in_clean_process(export, PROMPT, NEW_TOKENS, tmp_path)
     assert remote["hf_gpt_custom_importable"] is False
     torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
     assert remote["generated"] == generated.tolist()

@@ -89,7 +89,7 @@ def _move_aside(folder: Path) -> None:
 def _write_manifest(folder: Path, step: int) -> None:
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": _sha256_file(path)}
+        files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     manifest = {"format": MANIFEST_FORMAT, "step": step, "files": files}
     partial = folder / f"{MANIFEST_NAME}.partial"
     partial.write_text(json.dumps(manifest, indent=2))
@@ -110,7 +110,7 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -156,7 +156,7 @@ def verify_checkpoint(folder: str | os.PathLike, quick: bool = False) -> str | N
             return f"{name} is missing"
         if path.stat().st_size != expected["size"]:
             return f"{name} has {path.stat().st_size} bytes, the manifest says {expected['size']}"
-        if not quick and _sha256_file(path) != expected["sha256"]:
+        if not quick and sha256_file(path) != expected["sha256"]:
             return f"{name} does not match its sha256 in the manifest"
     return None
 

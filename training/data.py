@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import datasets
 
+from training.checkpoint import sha256_file
 from training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -230,23 +231,15 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
     for name in _TOKENIZER_FILES:
         file = tokenizer_dir / name
         if file.is_file():
-            add(name, _sha256_file(file))
+            add(name, sha256_file(file))
     if Path(config.dataset).exists():
         root = Path(config.dataset)
         for file in list_local_files(root):
-            add(str(file.relative_to(root) if root.is_dir() else file.name), _sha256_file(file))
+            add(str(file.relative_to(root) if root.is_dir() else file.name), sha256_file(file))
     else:
         add("hub", (config.dataset, config.dataset_config, config.dataset_split))
     for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "seed", "block_size"):
         add(name, getattr(config, name))
-    return digest.hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
     return digest.hexdigest()
 
 

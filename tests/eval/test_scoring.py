@@ -134,6 +134,25 @@ def test_head_split_equals_full_logits(tiny_model_and_tokenizer):
     assert a == pytest.approx(b, abs=1e-5)
 
 
+def test_continuation_longer_than_the_window_scores_its_last_tokens(tiny_model_and_tokenizer):
+    """A 30-token continuation and an 8-token window: the one window holds the continuation's last 9 tokens, whose
+    last 8 are predicted — the log-likelihood is theirs, and the request is marked truncated (no IndexError)."""
+    model, tokenizer = tiny_model_and_tokenizer
+    random.seed(0)
+    words = " ".join(random.choice(["to", "be", "or", "not", "the", "king", "and", "queen"]) for _ in range(40))
+    context, continuation = encode_pair(tokenizer, "Once", " " + words)
+    continuation = continuation[:30]
+    text_continuation = tokenizer.decode(continuation)
+    scorer = CausalLMScorer(model, tokenizer, max_length=8, share_context=False)
+    (scored,) = scorer.loglikelihood([Request(0, "Once", text_continuation)], show_progress=False)
+    window = (context + continuation)[-9:]
+    with torch.no_grad():
+        log_probs = model(torch.tensor([window[:-1]])).logits[0].log_softmax(-1)
+    by_hand = sum(log_probs[i, token].item() for i, token in enumerate(window[1:]))
+    assert scored.is_truncated
+    assert scored.loglikelihood == pytest.approx(by_hand, abs=1e-4)
+
+
 def test_rolling_windows_match_lm_eval():
     from lm_eval.utils import get_rolling_token_windows as lm_eval_windows
     from lm_eval.utils import make_disjoint_window

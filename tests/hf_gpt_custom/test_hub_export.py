@@ -58,6 +58,21 @@ print(json.dumps({
 """
 
 
+def load_in_clean_process(folder: Path, prompt: str, new_tokens: int, tmp_path: Path) -> dict:
+    """Run REMOTE_LOAD_SCRIPT on `folder` in a fresh `-I -S` interpreter outside the repo; its JSON result."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir(exist_ok=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")  # remote-code module cache goes to tmp
+    completed = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(folder),
+         prompt, str(new_tokens)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
 def _hash_folder(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
@@ -118,17 +133,7 @@ def test_export_loads_without_the_package_and_matches_the_in_process_model(expor
         logits = model(input_ids).logits[0]
         generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
 
-    cwd = tmp_path / "elsewhere"
-    cwd.mkdir()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")  # remote-code module cache goes to tmp
-    completed = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(out_dir),
-         PROMPT, str(NEW_TOKENS)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    remote = json.loads(completed.stdout.strip().splitlines()[-1])
+    remote = load_in_clean_process(out_dir, PROMPT, NEW_TOKENS, tmp_path)
 
     assert remote["hf_gpt_custom_importable"] is False
     assert all(name.startswith("transformers_modules.") for name in remote["classes"]), remote["classes"]
