@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.hf_gpt_custom.test_hub_export import load_in_clean_process
+from tests.hf_gpt_custom.test_hub_export import assert_export_matches_in_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO_ROOT / "training" / "configs" / "smoke.yaml"
@@ -72,7 +71,6 @@ def _start_and_kill_at_first_checkpoint(overrides: list[str], run_dir: Path, env
 def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(tmp_path, capsys, monkeypatch):
     from huggingface_hub import ModelCard
 
-    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
     from hf_gpt_custom.run import run_pipeline
 
     overrides = _overrides(tmp_path)
@@ -114,16 +112,7 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
     }
 
     # 4. The export loads without the package and generates exactly what the trained model generates in-process.
-    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
-    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
-    input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
-    with torch.no_grad():
-        logits = model(input_ids).logits[0]
-        generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
-    remote = load_in_clean_process(export, PROMPT, NEW_TOKENS, tmp_path)
-    assert remote["hf_gpt_custom_importable"] is False
-    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
-    assert remote["generated"] == generated.tolist()
+    assert_export_matches_in_process(run_dir, export, tmp_path)
 
     # 5. Once more: every stage is finished, nothing runs, nothing changes.
     before = _hash_folder(export)

@@ -122,10 +122,12 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert not list(out_dir.rglob("*.bin")) and not list(out_dir.rglob("optimizer*"))
 
 
-def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, tmp_path):
+def assert_export_matches_in_process(run_dir: Path, export_dir: Path, tmp_path: Path) -> dict:
+    """The export, loaded where hf_gpt_custom is not importable, gives the trained model's logits and greedy tokens.
+
+    Returns the clean process's JSON result with this process's `input_ids`, `generated` and `tokenizer` added."""
     from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
 
-    run_dir, out_dir = exported
     tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
     model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
     input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
@@ -133,18 +135,23 @@ def test_export_loads_without_the_package_and_matches_the_in_process_model(expor
         logits = model(input_ids).logits[0]
         generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
 
-    remote = load_in_clean_process(out_dir, PROMPT, NEW_TOKENS, tmp_path)
-
+    remote = load_in_clean_process(export_dir, PROMPT, NEW_TOKENS, tmp_path)
     assert remote["hf_gpt_custom_importable"] is False
+    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
+    assert remote["generated"] == generated.tolist()
+    return {**remote, "local_input_ids": input_ids[0].tolist(), "local_generated": generated, "tokenizer": tokenizer}
+
+
+def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, tmp_path):
+    run_dir, out_dir = exported
+    remote = assert_export_matches_in_process(run_dir, out_dir, tmp_path)
     assert all(name.startswith("transformers_modules.") for name in remote["classes"]), remote["classes"]
     assert [name.rsplit(".", 1)[1] for name in remote["classes"]] == [
         "GPTCustomConfig", "GPTCustomTokenizerFast", "GPTCustomForCausalLM", "GPTCustomModel",
     ]
-    assert remote["input_ids"] == input_ids[0].tolist()
-    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
-    assert remote["generated"] == generated.tolist()
-    assert len(remote["generated"]) == input_ids.shape[1] + NEW_TOKENS
-    assert remote["text"] == tokenizer.decode(generated)
+    assert remote["input_ids"] == remote["local_input_ids"]
+    assert len(remote["generated"]) == len(remote["local_input_ids"]) + NEW_TOKENS
+    assert remote["text"] == remote["tokenizer"].decode(remote["local_generated"])
 
 
 def test_export_replaces_an_earlier_export_but_not_a_foreign_folder(exported, tmp_path):
