@@ -7,7 +7,6 @@ exported folder is loaded in a fresh interpreter where hf_gpt_custom cannot be i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hf_gpt_custom.test_hub_export import assert_export_matches_in_process
+from tests.hf_gpt_custom.test_hub_export import assert_export_matches_in_process, hash_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO_ROOT / "training" / "configs" / "smoke.yaml"
@@ -35,15 +34,6 @@ def _overrides(tmp_path: Path) -> list[str]:
         "log_with=none",
         "benchmark_tasks=copa", "benchmark_shots=0,1", "benchmark_limit=4",
     ]
-
-
-def _hash_folder(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        digest.update(str(path.relative_to(folder)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _start_and_kill_at_first_checkpoint(overrides: list[str], run_dir: Path, env: dict, cwd: Path) -> None:
@@ -115,12 +105,12 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
     assert_export_matches_in_process(run_dir, export, tmp_path)
 
     # 5. Once more: every stage is finished, nothing runs, nothing changes.
-    before = _hash_folder(export)
+    before = hash_folder(export)
     capsys.readouterr()
     run_pipeline(SMOKE_CONFIG, overrides)
     out = capsys.readouterr().out
     assert "running" not in out and out.count("[  done  ]") == 4
-    assert _hash_folder(export) == before
+    assert hash_folder(export) == before
 
 
 def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):

@@ -73,7 +73,8 @@ def load_in_clean_process(folder: Path, prompt: str, new_tokens: int, tmp_path: 
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def _hash_folder(folder: Path) -> str:
+def hash_folder(folder: Path) -> str:
+    """sha256 over every path and file byte below `folder`: equal hashes mean nothing was changed."""
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
         digest.update(str(path.relative_to(folder)).encode())
@@ -197,10 +198,10 @@ def test_push_without_a_token_says_how_to_log_in_and_changes_nothing(exported, n
     from hf_gpt_custom.hub import push_folder
 
     _, out_dir = exported
-    before = _hash_folder(out_dir)
+    before = hash_folder(out_dir)
     with pytest.raises(ValueError, match=r"no Hugging Face token found; log in with `hf auth login` or set HF_TOKEN"):
         push_folder(out_dir, "alice/tiny-shakespeare")
-    assert _hash_folder(out_dir) == before
+    assert hash_folder(out_dir) == before
 
 
 def test_push_in_offline_mode_fails_with_one_message(exported, monkeypatch):
@@ -209,12 +210,12 @@ def test_push_in_offline_mode_fails_with_one_message(exported, monkeypatch):
     _, out_dir = exported
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    before = _hash_folder(out_dir)
+    before = hash_folder(out_dir)
     with pytest.raises(HubUnreachableError, match=r"offline mode is on") as caught:
         push_folder(out_dir, "alice/tiny-shakespeare", private=True)
     assert isinstance(caught.value, ValueError) and isinstance(caught.value, ConnectionError)
     assert "\n" not in str(caught.value)
-    assert _hash_folder(out_dir) == before
+    assert hash_folder(out_dir) == before
 
 
 def test_push_to_an_unreachable_endpoint_fails_with_one_message(exported, monkeypatch, unused_tcp_port):
@@ -228,11 +229,11 @@ def test_push_to_an_unreachable_endpoint_fails_with_one_message(exported, monkey
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-    before = _hash_folder(out_dir)
+    before = hash_folder(out_dir)
     with pytest.raises(HubUnreachableError, match=r"the Hub at http://127\.0\.0\.1:\d+ is unreachable") as caught:
         push_folder(out_dir, "alice/tiny-shakespeare", revision="v1")
     assert "\n" not in str(caught.value) and "Nothing was changed" in str(caught.value)
-    assert _hash_folder(out_dir) == before
+    assert hash_folder(out_dir) == before
 
 
 def test_push_of_a_folder_that_is_not_an_export_is_refused(tmp_path):
@@ -282,10 +283,10 @@ def test_push_with_a_rejected_token_names_the_http_status(exported, monkeypatch)
         monkeypatch.setenv("HF_HUB_OFFLINE", "0")
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-        before = _hash_folder(out_dir)
+        before = hash_folder(out_dir)
         with pytest.raises(ValueError, match=r"HTTP 401 \(Invalid credentials in Authorization header\)"):
             push_folder(out_dir, "alice/tiny-shakespeare")
-        assert _hash_folder(out_dir) == before
+        assert hash_folder(out_dir) == before
     finally:
         server.shutdown()
         server.server_close()
