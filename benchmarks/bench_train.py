@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from hf_gpt_custom.onednn_linear import use_onednn_linear
 from benchmarks.common import (
     SIZES,
     add_common_args,
@@ -96,10 +97,24 @@ def check_loss_trajectory(size_name: str, compile_ours: bool = False, steps: int
     return result
 
 
-# Modes: both eager; both compiled; ours compiled vs the anchor eager (our default path against the anchor as most
-# people run it). Each size's default skips what does not fit a few minutes: the 124M anchor's compile is the longest.
-MODES = ("eager", "compile", "compile-vs-eager")
-DEFAULT_MODES = {"small": MODES, "gpt2": ("eager", "compile-vs-eager")}
+# Modes: both eager (our default path); both eager with our linear layers on F.linear/MKL instead of oneDNN (what the
+# rest of our graph gains on its own); both compiled; ours compiled vs the anchor eager. Each size's default skips
+# what does not fit a few minutes: the 124M anchor's compile is the longest.
+MODES = ("eager", "eager-mkl", "compile", "compile-vs-eager")
+DEFAULT_MODES = {"small": MODES, "gpt2": ("eager", "eager-mkl", "compile-vs-eager")}
+
+
+def without_onednn(step):
+    """The same training step with our linear layers on F.linear (MKL for fp32 on CPU)."""
+
+    def step_on_mkl() -> float:
+        use_onednn_linear(False)
+        try:
+            return step()
+        finally:
+            use_onednn_linear(True)
+
+    return step_on_mkl
 
 
 def measure_peaks() -> dict[str, float]:
@@ -120,10 +135,12 @@ def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float)
     for mode in modes:
         ours, anchor = make_pair(size)
         n_params = param_count(ours)
-        ours_step = make_step(ours, input_ids, compile_model=mode != "eager")
+        ours_step = make_step(ours, input_ids, compile_model=mode.startswith("compile"))
+        if mode == "eager-mkl":
+            ours_step = without_onednn(ours_step)
         anchor_step = make_step(anchor, input_ids, compile_model=mode == "compile")
         compile_s = {}
-        if mode != "eager":  # the first call compiles; time it separately so that warm-up stays short
+        if mode.startswith("compile"):  # the first call compiles; time it separately so that warm-up stays short
             for name, step in (("ours", ours_step), ("anchor", anchor_step)):
                 start = time.perf_counter()
                 step()

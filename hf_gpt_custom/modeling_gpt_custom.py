@@ -25,6 +25,8 @@ from transformers.utils import can_return_tuple
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
+from .kv_cache import preallocate
+from .onednn_linear import Linear
 
 
 def eager_attention_forward(
@@ -63,8 +65,8 @@ class GPTCustomAttention(nn.Module):
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5 if config.scale_attn_weights else 1.0
         self.is_causal = True  # read by transformers' sdpa/flash integrations
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_attn = Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = Linear(config.n_embd, config.n_embd)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
@@ -103,8 +105,8 @@ class GPTCustomMLP(nn.Module):
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
-        self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
+        self.c_fc = Linear(config.n_embd, config.inner_dim)
+        self.c_proj = Linear(config.inner_dim, config.n_embd)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.activation = _activation(config.activation_function)
         self.dropout = nn.Dropout(config.resid_pdrop)
@@ -319,7 +321,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
         self.transformer = GPTCustomModel(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()  # ties lm_head to wte; without it the head stays silently untied
 
     def set_fast_decode(self, enabled: bool = True, compile: bool = True, mode: str | None = None) -> None:
@@ -340,6 +342,15 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             default_mode = "reduce-overhead" if self.device.type == "cuda" else "default"
             generation_config.compile_config = CompileConfig(mode=mode or default_mode)
             generation_config.compile_config._compile_all_devices = True  # else transformers skips compiling on CPU
+
+    def _prepare_cache_for_generation(
+        self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length
+    ) -> None:
+        # generate's default DynamicCache concatenates every step; ours writes into a buffer sized for the call.
+        super()._prepare_cache_for_generation(
+            generation_config, model_kwargs, generation_mode, batch_size, max_cache_length
+        )
+        preallocate(model_kwargs.get("past_key_values"), capacity=max_cache_length)
 
     @can_return_tuple
     def forward(
