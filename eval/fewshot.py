@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eval.scoring import encode_texts
+from eval.tokens import encode_texts
 from eval.task import TaskSpec
 
 

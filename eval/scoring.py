@@ -1,15 +1,17 @@
 """Score Requests with any causal LM: loglikelihood, rolling loglikelihood and greedy generate_until.
 
-Token arithmetic follows lm-evaluation-harness 0.4.13 exactly (`_encode_pair`, left truncation to
-max_length + 1, `get_rolling_token_windows`), so numbers agree with it. Two things make it faster:
-choices that share a context are scored from one pass over that context (its KV cache is copied per choice),
-and the LM head + log-softmax run only on the positions that are scored, not on every position of every row.
+Token arithmetic follows lm-evaluation-harness 0.4.13 exactly (eval/tokens.py; left truncation to max_length + 1),
+so numbers agree with it. What makes it faster: choices that share a context are scored from one pass over that
+context and the tokens all of them start with (its KV cache is copied per choice); rows are batched longest first
+within a token budget, so a long outlier does not pad a whole batch; and the LM head + log-softmax run only on the
+positions that are scored, once each, a cache-sized chunk at a time.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -17,106 +19,9 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from eval.requests import Request, ScoredRequest
+from eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
 
-DEFAULT_MAX_LENGTH = 2048  # lm-eval's fallback when neither config nor tokenizer gives a context length
-
-
-# --- tokens ------------------------------------------------------------------------------------------------------
-
-
-def resolve_max_length(model, tokenizer) -> int:
-    """Context window in tokens: config n_positions / max_position_embeddings / n_ctx, then the tokenizer."""
-    for attribute in ("n_positions", "max_position_embeddings", "n_ctx"):
-        value = getattr(model.config, attribute, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    model_max_length = getattr(tokenizer, "model_max_length", None)
-    if isinstance(model_max_length, int) and 0 < model_max_length < 1_000_000_000:
-        return model_max_length
-    return DEFAULT_MAX_LENGTH
-
-
-def prefix_token_id(tokenizer) -> int:
-    """The token an empty context stands for (BOS, else EOS), as lm-eval's `prefix_token_id`."""
-    token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    if token_id is None:
-        raise ValueError("the tokenizer has neither a BOS nor an EOS token; set tokenizer.eos_token to score empty contexts")
-    return token_id
-
-
-def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, in one batched call (the fast tokenizer parallelises it)."""
-    if not texts:
-        return []
-    return [list(ids) for ids in tokenizer(list(texts))["input_ids"]]
-
-
-def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """(context ids, continuation ids) exactly as lm-eval's `_encode_pair` / `loglikelihood` split them.
-
-    Trailing spaces of the context move to the continuation; then the whole string is encoded and cut at the
-    length of the encoded context, so the continuation's ids are the ones the model would produce after the
-    context. Example with GPT-2: ("The cat", " sat") -> [464, 3797] and [3332] (" sat" is one token).
-    An empty context becomes the prefix token (BOS/EOS).
-    """
-    return encode_pairs(tokenizer, [(context, continuation)])[0]
-
-
-def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
-    """`encode_pair` over many pairs with two batched tokenizer calls."""
-    moved = []
-    for context, continuation in pairs:
-        n_spaces = len(context) - len(context.rstrip())
-        if n_spaces and context.strip():
-            continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
-        moved.append((context, continuation))
-    nonempty = [i for i, (context, _) in enumerate(moved) if context]
-    empty = [i for i, (context, _) in enumerate(moved) if not context]
-    unique_contexts = sorted({moved[i][0] for i in nonempty})
-    context_ids = dict(zip(unique_contexts, encode_texts(tokenizer, unique_contexts)))
-    whole_ids = encode_texts(tokenizer, [moved[i][0] + moved[i][1] for i in nonempty])
-    result: list[tuple[list[int], list[int]] | None] = [None] * len(pairs)
-    for i, whole in zip(nonempty, whole_ids):
-        ctx = context_ids[moved[i][0]]
-        result[i] = (ctx, whole[len(ctx) :])
-    if empty:
-        prefix = prefix_token_id(tokenizer)
-        for i, continuation_ids in zip(empty, encode_texts(tokenizer, [moved[i][1] for i in empty])):
-            # lm-eval: the prefix token is the context unless the continuation already starts with it.
-            if continuation_ids and continuation_ids[0] == prefix:
-                result[i] = (continuation_ids[:1], continuation_ids[1:])
-            else:
-                result[i] = ([prefix], continuation_ids)
-    return result  # type: ignore[return-value]
-
-
-def get_rolling_token_windows(
-    token_list: list[int], prefix_token: int, max_seq_len: int, context_len: int = 1
-) -> Iterator[tuple[list[int], list[int]]]:
-    """Disjoint (context, predicted) windows covering every token once (lm-eval's rolling windows).
-
-    Each window feeds at most max_seq_len tokens. Example with max_seq_len=4, context_len=1, tokens 1..10 and
-    prefix 0: ([0], [1,2,3,4]), ([4], [5,6,7,8]), ([6,7,8], [9,10]) — the first window predicts from the prefix;
-    a later one conditions on at least context_len earlier tokens, and a short last window fills the rest of its
-    max_seq_len input with earlier tokens.
-    """
-    assert 1 <= context_len <= max_seq_len
-    if not token_list:
-        return
-    pred_len = max_seq_len - context_len + 1
-    first_seq_len = min(max_seq_len, len(token_list))
-    windows = [([prefix_token] + token_list[: first_seq_len - 1], token_list[:first_seq_len])]
-    predicted = first_seq_len
-    while predicted < len(token_list):
-        window_pred_len = min(len(token_list) - predicted, pred_len)
-        window_end = predicted + window_pred_len
-        windows.append(
-            (token_list[window_end - max_seq_len - 1 : window_end - 1], token_list[window_end - window_pred_len : window_end])
-        )
-        predicted += window_pred_len
-    for inputs, predicted_tokens in windows:
-        # make the context disjoint from what is predicted (lm-eval make_disjoint_window)
-        yield inputs[: len(inputs) - (len(predicted_tokens) - 1)], predicted_tokens
+HEAD_CHUNK_LOGITS = 2**21  # logits per LM-head call: 8 MB of float32, 256 positions of an 8,192-token vocab
 
 
 # --- the model as two functions: hidden states, and log-probs of selected positions --------------------------------
@@ -142,6 +47,7 @@ class CausalLMScorer:
         self.context_tokens_per_window = 2048
         self.device = next(model.parameters()).device
         self.prefix_token_id = prefix_token_id(tokenizer)
+        self.vocab_size = _vocab_size(model)
         self._use_head_split = self._check_head_split()
 
     # Each call returns (features, cache): features are final hidden states (split mode) or logits.
@@ -210,8 +116,8 @@ class CausalLMScorer:
             for index, value in self._score_shared_contexts(pairs, window).items():
                 results[index] = value
             progress.update(sum(len(members) for members in window))
-        singles.sort(key=lambda i: -(len(pairs[i][0]) + len(pairs[i][1])))
-        for batch in _batches(singles, self.batch_size, size=lambda _: 1):
+        row_length = lambda i: min(len(pairs[i][0]) + len(pairs[i][1]) - 1, self.max_length)  # noqa: E731
+        for batch in _padded_batches(singles, row_length, self.batch_size):
             for index, value in zip(batch, self._score_full([pairs[i] for i in batch])):
                 results[index] = value
             progress.update(len(batch))
@@ -231,81 +137,131 @@ class CausalLMScorer:
         # (lm-eval's slice goes out of range here). Such a request is reported as truncated.
         kept = [continuation[-len(row) :] for (_, continuation), row in zip(pairs, rows)]
         selected = [features[i, len(row) - len(tokens) : len(row)] for i, (tokens, row) in enumerate(zip(kept, rows))]
-        return self._sum_and_greedy(selected, kept)
+        ends = list(accumulate(len(tokens) for tokens in kept))
+        positions = [range(end - len(tokens), end) for end, tokens in zip(ends, kept)]
+        return self._sum_and_greedy(torch.cat(selected), positions, kept)
 
     @torch.no_grad()
     def _score_shared_contexts(
         self, pairs: Sequence[tuple[list[int], list[int]]], groups: Sequence[list[int]]
     ) -> dict[int, tuple[float, bool]]:
-        """Score the continuations of each group of requests from one pass over the group's shared context.
+        """Score the continuations of each group of requests from one pass over the group's shared prefix.
 
-        Pass 1 runs the contexts (right-padded, batch_size per call) with use_cache and keeps each context's
-        KV cache; its last position predicts every continuation's first token. Pass 2 runs the continuations
-        minus their last token, sorted by length across the whole window (little padding), batch_size rows per
-        call, each row attending to a copy of its own context's cache, with position ids continuing after the
-        real context and the cache padding masked out. One-token continuations (BoolQ "no"/"yes") need pass 1 only.
+        A group's prefix is its context plus the tokens that all its continuations start with, each continuation
+        keeping at least its last token as its own (PIQA's two solutions often open with the same words: 1,086 of
+        the 6,235 continuation tokens of its first 100 docs). Pass 1 runs the prefixes and keeps their KV caches;
+        pass 2 runs each continuation's own tokens after a copy of its prefix's cache. The head then runs once
+        per scored position, a prefix's positions being shared by its group (_sum_and_greedy).
         """
-        contexts = [pairs[members[0]][0] for members in groups]
-        needs_cache = any(len(pairs[m][1]) > 1 for members in groups for m in members)
-        last_features, context_kv = [], []  # per group: (1, hidden) features; per layer (keys, values) of its context
-        for chunk in _batches(list(range(len(groups))), self.batch_size, size=lambda _: 1):
-            width = max(len(contexts[g]) for g in chunk)
+        n_shared = [_count_shared_tokens([pairs[m][1] for m in members]) for members in groups]
+        prefixes = [pairs[members[0]][0] + pairs[members[0]][1][:n] for members, n in zip(groups, n_shared)]
+        own = {m: pairs[m][1][n:] for members, n in zip(groups, n_shared) for m in members}
+        needs_cache = any(len(tokens) > 1 for tokens in own.values())
+        context_lengths = [len(pairs[members[0]][0]) for members in groups]
+        prefix_features, prefix_kv = self._run_prefixes(prefixes, context_lengths, needs_cache)
+        rows = [(g, m) for g, members in enumerate(groups) for m in members]
+        own_features = self._run_continuations(prefixes, prefix_kv, rows, own)
+        # Lay all feature blocks end to end; positions[i] lists the rows that predict member i's tokens.
+        blocks, positions, n_rows = [], [], 0
+        for g, members in enumerate(groups):
+            blocks.append(prefix_features[g])
+            shared_rows = range(n_rows, n_rows + len(prefix_features[g]))
+            n_rows += len(prefix_features[g])
+            for m in members:
+                if m in own_features:  # absent for a continuation with one own token: the prefix predicts it
+                    blocks.append(own_features[m])
+                positions.append([*shared_rows, *range(n_rows, n_rows + len(own[m]) - 1)])
+                n_rows += len(own[m]) - 1
+        members = [m for ms in groups for m in ms]
+        return dict(zip(members, self._sum_and_greedy(torch.cat(blocks), positions, [pairs[m][1] for m in members])))
+
+    def _run_prefixes(
+        self, prefixes: list[list[int]], context_lengths: list[int], needs_cache: bool
+    ) -> tuple[list[torch.Tensor], list[list | None]]:
+        """Pass 1: forward the prefixes, right-padded, batched longest first.
+
+        Returns per prefix the features of its positions from the context's last token on (they predict the
+        shared tokens, then every continuation's first own token) and, with needs_cache, its KV cache: a list over
+        layers of (keys, values) of shape (1, heads, prefix length, head_dim).
+        """
+        features: list = [None] * len(prefixes)
+        kv: list = [None] * len(prefixes)
+        for chunk in _padded_batches(list(range(len(prefixes))), lambda g: len(prefixes[g]), self.batch_size):
+            width = max(len(prefixes[g]) for g in chunk)
             input_ids = torch.full((len(chunk), width), self.prefix_token_id, dtype=torch.long)
             for row, g in enumerate(chunk):
-                input_ids[row, : len(contexts[g])] = torch.tensor(contexts[g])
+                input_ids[row, : len(prefixes[g])] = torch.tensor(prefixes[g])
             # No mask needed: with right padding, causal attention keeps real positions away from the padding
             # (and sdpa takes its is_causal fast path). Pass 2 masks the padded cache columns.
-            features, cache = self._forward(input_ids.to(self.device), use_cache=needs_cache)
+            output, cache = self._forward(input_ids.to(self.device), use_cache=needs_cache)
             for row, g in enumerate(chunk):
-                last_features.append(features[row, len(contexts[g]) - 1 : len(contexts[g])])
+                length = len(prefixes[g])
+                features[g] = output[row, context_lengths[g] - 1 : length]
                 if needs_cache:
-                    context_kv.append([(k[row : row + 1, :, : len(contexts[g])], v[row : row + 1, :, : len(contexts[g])]) for k, v, *_ in cache])
-        rows = [(g, m) for g, members in enumerate(groups) for m in members]
-        rows.sort(key=lambda row: -len(pairs[row[1]][1]))
-        results = {}
-        for batch in _batches(rows, self.batch_size, size=lambda _: 1):
-            continuations = [pairs[m][1] for _, m in batch]
-            width = max(len(c) for c in continuations) - 1
-            features = None
-            if width > 0:
-                context_width = max(len(contexts[g]) for g, _ in batch)
-                input_ids = torch.full((len(batch), width), self.prefix_token_id, dtype=torch.long)
-                mask = torch.zeros((len(batch), context_width + width), dtype=torch.long)
-                positions = torch.zeros((len(batch), width), dtype=torch.long)
-                for r, ((g, _), continuation) in enumerate(zip(batch, continuations)):
-                    input_ids[r, : len(continuation) - 1] = torch.tensor(continuation[:-1])
-                    mask[r, : len(contexts[g])] = 1
-                    mask[r, context_width : context_width + len(continuation) - 1] = 1
-                    # Padding columns of short rows would run past the position table: clamp them (they are masked).
-                    positions[r] = (len(contexts[g]) + torch.arange(width)).clamp(max=self.max_length - 1)
-                cache_data = []
-                for layer in range(len(context_kv[batch[0][0]])):
-                    keys, values = zip(*(_pad_seq(context_kv[g][layer], context_width) for g, _ in batch))
-                    cache_data.append((torch.cat(keys), torch.cat(values)))
-                cache = DynamicCache(ddp_cache_data=cache_data, config=self.model.config)
-                features, _ = self._forward(
-                    input_ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    position_ids=positions.to(self.device),
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-            selected = []
-            for r, ((g, _), continuation) in enumerate(zip(batch, continuations)):
-                selected.append(last_features[g])
-                if len(continuation) > 1:
-                    selected.append(features[r, : len(continuation) - 1])
-            for (_, m), value in zip(batch, self._sum_and_greedy(selected, continuations)):
-                results[m] = value
-        return results
+                    kv[g] = [(k[row : row + 1, :, :length], v[row : row + 1, :, :length]) for k, v, *_ in cache]
+        return features, kv
 
-    def _sum_and_greedy(self, selected: list[torch.Tensor], continuations: Sequence[list[int]]) -> list[tuple[float, bool]]:
-        """(sum of log-probs, all tokens greedy) per continuation; `selected` holds, in order, the features of the
-        positions that predict each continuation's tokens. One head matmul + log-softmax for the whole batch."""
-        log_probs = self._log_probs(torch.cat(selected))  # (scored tokens, vocab)
+    def _run_continuations(
+        self, prefixes: list[list[int]], prefix_kv: list, rows: list[tuple[int, int]], own: dict[int, list[int]]
+    ) -> dict[int, torch.Tensor]:
+        """Pass 2: for each (group, member) row whose own tokens are more than one, forward them minus the last
+        after its prefix's cache. Returns member -> features of those positions (len(own) - 1, hidden).
+
+        Rows of all groups in the window are batched together, longest first (little padding); each attends to a
+        copy of its own prefix's cache, zero-padded to the batch's longest prefix and masked there, with position
+        ids continuing after its real prefix.
+        """
+        rows = [row for row in rows if len(own[row[1]]) > 1]
+        features = {}
+        for batch in _padded_batches(rows, lambda row: len(own[row[1]]) - 1, self.batch_size):
+            width = max(len(own[m]) for _, m in batch) - 1
+            context_width = max(len(prefixes[g]) for g, _ in batch)
+            input_ids = torch.full((len(batch), width), self.prefix_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), context_width + width), dtype=torch.long)
+            positions = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, (g, m) in enumerate(batch):
+                input_ids[r, : len(own[m]) - 1] = torch.tensor(own[m][:-1])
+                mask[r, : len(prefixes[g])] = 1
+                mask[r, context_width : context_width + len(own[m]) - 1] = 1
+                # Padding columns of short rows would run past the position table: clamp them (they are masked).
+                positions[r] = (len(prefixes[g]) + torch.arange(width)).clamp(max=self.max_length - 1)
+            cache_data = []
+            for layer in range(len(prefix_kv[batch[0][0]])):
+                keys, values = zip(*(_pad_seq(prefix_kv[g][layer], context_width) for g, _ in batch))
+                cache_data.append((torch.cat(keys), torch.cat(values)))
+            cache = DynamicCache(ddp_cache_data=cache_data, config=self.model.config)
+            output, _ = self._forward(
+                input_ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                position_ids=positions.to(self.device),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            for r, (_, m) in enumerate(batch):
+                features[m] = output[r, : len(own[m]) - 1]
+        return features
+
+    def _sum_and_greedy(
+        self, features: torch.Tensor, positions: Sequence[Sequence[int]], continuations: Sequence[list[int]]
+    ) -> list[tuple[float, bool]]:
+        """(sum of log-probs, all tokens greedy) per continuation; positions[i][j] is the row of `features` that
+        predicts continuations[i][j] (rows may be shared between continuations).
+
+        The head and log-softmax run once per row, HEAD_CHUNK_LOGITS logits at a time: a chunk stays in cache
+        between the matmul, the log-softmax and the argmax (6,000 rows x 8,192 vocab: 0.36 s in chunks, 0.48 s in
+        one go, whose 200 MB of logits are written and read three times)."""
+        rows = torch.tensor([row for rows in positions for row in rows], device=self.device)
         targets = torch.tensor([token for continuation in continuations for token in continuation], device=self.device)
-        token_log_probs = log_probs.gather(-1, targets[:, None]).squeeze(-1)
-        is_greedy = log_probs.argmax(-1) == targets
+        assert len(rows) == len(targets), "one feature row per continuation token"
+        token_log_probs = torch.empty(len(targets), device=self.device)
+        is_greedy = torch.empty(len(targets), dtype=torch.bool, device=self.device)
+        chunk_rows = max(64, HEAD_CHUNK_LOGITS // self.vocab_size)  # >= 64: a big vocab still gets an efficient matmul
+        for start in range(0, len(features), chunk_rows):
+            log_probs = self._log_probs(features[start : start + chunk_rows])  # (chunk rows, vocab)
+            picked = ((rows >= start) & (rows < start + chunk_rows)).nonzero().squeeze(-1)
+            local_rows, local_targets = rows[picked] - start, targets[picked]
+            token_log_probs[picked] = log_probs[local_rows, local_targets]
+            is_greedy[picked] = log_probs.argmax(-1)[local_rows] == local_targets
         lengths = [len(continuation) for continuation in continuations]
         return [
             (float(lp.sum()), bool(greedy.all()))
@@ -391,11 +347,55 @@ class CausalLMScorer:
         return results
 
 
+def _vocab_size(model) -> int:
+    """Rows of the output embedding (the logits' width); sets how many positions one head call takes."""
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return weight.shape[0]
+    return getattr(model.config, "vocab_size", None) or 50_257  # GPT-2's, if nothing says: only sizes the chunks
+
+
+def _count_shared_tokens(continuations: Sequence[list[int]]) -> int:
+    """How many leading tokens all continuations share, leaving each at least one token of its own.
+
+    Example: [5, 6, 7], [5, 6, 8, 9] -> 2; [5, 6], [5, 6, 7] -> 1 (the first keeps its last token).
+    """
+    limit = min(len(continuation) for continuation in continuations) - 1
+    n = 0
+    while n < limit and all(continuation[n] == continuations[0][n] for continuation in continuations[1:]):
+        n += 1
+    return n
+
+
 def _pad_seq(key_value: tuple[torch.Tensor, torch.Tensor], length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad cached (keys, values) of shape (1, heads, seq, head_dim) with zeros to `length` positions."""
     keys, values = key_value
     missing = length - keys.shape[2]
     return (F.pad(keys, (0, 0, 0, missing)), F.pad(values, (0, 0, 0, missing))) if missing else (keys, values)
+
+
+def _padded_batches(items: list, length: Callable, max_rows: int) -> Iterator[list]:
+    """Items longest first, in batches of at most max_rows whose padded size (rows x the first item's length)
+    stays within max_rows rows of the average length.
+
+    Lengths have long tails: the longest of PIQA's first 200 continuations has 152 tokens, the average 31. Cut by
+    row count alone, batches of 64 fed the model 19,814 tokens for 6,916 real ones (10,159 with this rule) and
+    batch_size 64 ran 2x slower than 16. A batch never pads to more than max_rows average rows, unless one item
+    alone is longer, so memory stays within what batch_size promises.
+    """
+    items = sorted(items, key=lambda item: -length(item))
+    if not items:
+        return
+    token_budget = max_rows * max(1.0, sum(length(item) for item in items) / len(items))
+    batch: list = []
+    for item in items:
+        if batch and (len(batch) == max_rows or (len(batch) + 1) * length(batch[0]) > token_budget):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
 
 
 def _batches(items: list, batch_size: int, size: Callable) -> Iterator[list]:

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from eval.requests import Request
-from eval.scoring import CausalLMScorer, encode_pair, encode_pairs, get_rolling_token_windows
+import eval.scoring
+from eval.scoring import CausalLMScorer, _count_shared_tokens, _padded_batches
+from eval.tokens import encode_pair, encode_pairs, get_rolling_token_windows
 from eval.task import load_task
 
 
@@ -119,6 +121,79 @@ def test_shared_context_scoring_equals_one_row_per_choice(tiny_model_and_tokeniz
     plain = CausalLMScorer(model, tokenizer, batch_size=5, share_context=False).loglikelihood(requests, show_progress=False)
     assert [s.loglikelihood for s in fast] == pytest.approx([s.loglikelihood for s in plain], abs=1e-4, rel=0)
     assert [s.is_greedy for s in fast] == [s.is_greedy for s in plain]
+
+
+def test_count_shared_tokens_leaves_each_continuation_one_token_of_its_own():
+    assert _count_shared_tokens([[5, 6, 7], [5, 6, 8, 9]]) == 2  # the docstring's example
+    assert _count_shared_tokens([[5, 6], [5, 6, 7]]) == 1  # [5, 6] keeps its 6
+    assert _count_shared_tokens([[5, 6], [5, 6]]) == 1  # identical choices
+    assert _count_shared_tokens([[5, 6, 7], [5, 6, 7, 8], [5, 9]]) == 1
+    assert _count_shared_tokens([[4, 6], [5, 6]]) == 0
+    assert _count_shared_tokens([[5], [5, 6]]) == 0
+
+
+def test_padded_batches_put_a_long_outlier_in_a_small_batch():
+    """Lengths 151, 30, 30, 29, 28, 3, 2 with 4 rows per batch: the average is 39, so a batch may pad to 4 x 39 =
+    156 tokens — the 151-token item goes alone instead of padding three 30-token rows to 151."""
+    lengths = {"a": 30, "b": 151, "c": 3, "d": 29, "e": 30, "f": 2, "g": 28}
+    batches = list(_padded_batches(list(lengths), lengths.__getitem__, max_rows=4))
+    assert batches == [["b"], ["a", "e", "d", "g"], ["c", "f"]]
+    assert list(_padded_batches([], len, max_rows=4)) == []
+
+
+def test_choices_with_a_common_start_score_like_one_row_per_choice(tiny_model_and_tokenizer, shared_data_dir):
+    """The tokens all choices of a context start with are run once, with the context (PIQA's solutions often
+    differ in one word). Scores equal the straightforward way within 1e-4: for real PIQA docs, for a choice that
+    is the start of another, for identical choices and for choices that differ only in their last token."""
+    model, tokenizer = tiny_model_and_tokenizer
+    spec = load_task("piqa")
+    requests = []
+    for doc_id, doc in enumerate(spec.docs("test", shared_data_dir)[:10]):
+        requests += [Request(doc_id, spec.text(doc), " " + choice) for choice in spec.choices(doc)]
+    context = "Question: Where does the cup go?\nAnswer:"
+    for choice in (" Put the cup in the sink", " Put the cup in the oven", " Put the cup", " Put the cup in the sink"):
+        requests.append(Request(10, context, choice))
+    requests += [Request(11, "Pick one:", " to be or not to be"), Request(11, "Pick one:", " to be or not to see")]
+    pairs = encode_pairs(tokenizer, [(r.context, r.continuation) for r in requests])
+    shared_tokens = [
+        _count_shared_tokens([pair[1] for pair, r in zip(pairs, requests) if r.doc_id == doc_id]) for doc_id in range(12)
+    ]
+    # The path is exercised: " Put the cup" keeps its last token to itself; the rest is shared.
+    assert sum(shared_tokens[:10]) >= 10 and shared_tokens[10] == len(pairs[-4][1]) - 1 and shared_tokens[11] >= 5
+    fast = CausalLMScorer(model, tokenizer, batch_size=3).loglikelihood(requests, show_progress=False)
+    plain = CausalLMScorer(model, tokenizer, batch_size=1, share_context=False).loglikelihood(requests, show_progress=False)
+    assert [s.loglikelihood for s in fast] == pytest.approx([s.loglikelihood for s in plain], abs=1e-4, rel=0)
+    assert [s.is_greedy for s in fast] == [s.is_greedy for s in plain]
+    assert fast[-6].loglikelihood == fast[-3].loglikelihood  # identical choices: the very same number
+
+
+def test_scores_and_truncation_flags_do_not_depend_on_batching(tiny_model_and_tokenizer, monkeypatch):
+    """A batch mixing short rows, a long outlier and requests too long for a 24-token window: every batch size,
+    and a head that runs 64 positions at a time, give the same log-likelihoods; the too-long ones are flagged."""
+    model, tokenizer = tiny_model_and_tokenizer
+    rng = random.Random(1)
+    words = ["to", "be", "or", "not", "the", "king", "and", "queen", "night", "good"]
+    requests = []
+    sentence = lambda n_words: " ".join(rng.choice(words) for _ in range(n_words))  # noqa: E731
+    for doc_id in range(8):
+        context = sentence(rng.randrange(1, 8)).capitalize()
+        requests += [Request(doc_id, context, " " + sentence(rng.randrange(1, 6))) for _ in range(rng.randrange(1, 4))]
+    requests.append(Request(8, "Long:", " " + sentence(30)))  # a long outlier, truncated
+    requests.append(Request(9, sentence(30), " the end"))  # its context is cut from the left
+    score = lambda **kwargs: CausalLMScorer(model, tokenizer, max_length=24, **kwargs).loglikelihood(requests, show_progress=False)  # noqa: E731
+    runs = {batch_size: score(batch_size=batch_size) for batch_size in (1, 3, 16)}  # batch 1: no padding at all
+    runs["one row per request"] = score(batch_size=5, share_context=False)
+    monkeypatch.setattr(eval.scoring, "HEAD_CHUNK_LOGITS", 1)  # 64 rows per head call (the minimum)
+    runs["head in chunks"] = score(batch_size=16)
+    expected = [s.loglikelihood for s in runs[1]]
+    pairs = encode_pairs(tokenizer, [(r.context, r.continuation) for r in requests])
+    is_truncated = [len(context) + len(continuation) > 24 + 1 for context, continuation in pairs]
+    assert is_truncated[-2:] == [True, True] and is_truncated.count(False) >= 8
+    assert sum(s.n_tokens for s in runs[1]) > 2 * 64  # the head really runs in several chunks
+    for scored in runs.values():
+        assert [s.loglikelihood for s in scored] == pytest.approx(expected, abs=1e-5, rel=0)
+        assert [s.is_greedy for s in scored] == [s.is_greedy for s in runs[1]]
+        assert [s.is_truncated for s in scored] == is_truncated
 
 
 def test_head_split_equals_full_logits(tiny_model_and_tokenizer):

@@ -1,0 +1,106 @@
+"""Token arithmetic shared by scoring and few-shot fitting, exactly as lm-evaluation-harness 0.4.13 does it.
+
+The context/continuation split (`_encode_pair`), the prefix token that stands for an empty context, the context
+window of a model, and rolling windows for perplexity. No model runs here: eval/scoring.py does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+DEFAULT_MAX_LENGTH = 2048  # lm-eval's fallback when neither config nor tokenizer gives a context length
+
+
+def resolve_max_length(model, tokenizer) -> int:
+    """Context window in tokens: config n_positions / max_position_embeddings / n_ctx, then the tokenizer."""
+    for attribute in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(model.config, attribute, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    model_max_length = getattr(tokenizer, "model_max_length", None)
+    if isinstance(model_max_length, int) and 0 < model_max_length < 1_000_000_000:
+        return model_max_length
+    return DEFAULT_MAX_LENGTH
+
+
+def prefix_token_id(tokenizer) -> int:
+    """The token an empty context stands for (BOS, else EOS), as lm-eval's `prefix_token_id`."""
+    token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if token_id is None:
+        raise ValueError("the tokenizer has neither a BOS nor an EOS token; set tokenizer.eos_token to score empty contexts")
+    return token_id
+
+
+def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, in one batched call (the fast tokenizer parallelises it)."""
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts))["input_ids"]]
+
+
+def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """(context ids, continuation ids) exactly as lm-eval's `_encode_pair` / `loglikelihood` split them.
+
+    Trailing spaces of the context move to the continuation; then the whole string is encoded and cut at the
+    length of the encoded context, so the continuation's ids are the ones the model would produce after the
+    context. Example with GPT-2: ("The cat", " sat") -> [464, 3797] and [3332] (" sat" is one token).
+    An empty context becomes the prefix token (BOS/EOS).
+    """
+    return encode_pairs(tokenizer, [(context, continuation)])[0]
+
+
+def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """`encode_pair` over many pairs with two batched tokenizer calls."""
+    moved = []
+    for context, continuation in pairs:
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces and context.strip():
+            continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
+        moved.append((context, continuation))
+    nonempty = [i for i, (context, _) in enumerate(moved) if context]
+    empty = [i for i, (context, _) in enumerate(moved) if not context]
+    unique_contexts = sorted({moved[i][0] for i in nonempty})
+    context_ids = dict(zip(unique_contexts, encode_texts(tokenizer, unique_contexts)))
+    whole_ids = encode_texts(tokenizer, [moved[i][0] + moved[i][1] for i in nonempty])
+    result: list[tuple[list[int], list[int]] | None] = [None] * len(pairs)
+    for i, whole in zip(nonempty, whole_ids):
+        ctx = context_ids[moved[i][0]]
+        result[i] = (ctx, whole[len(ctx) :])
+    if empty:
+        prefix = prefix_token_id(tokenizer)
+        for i, continuation_ids in zip(empty, encode_texts(tokenizer, [moved[i][1] for i in empty])):
+            # lm-eval: the prefix token is the context unless the continuation already starts with it.
+            if continuation_ids and continuation_ids[0] == prefix:
+                result[i] = (continuation_ids[:1], continuation_ids[1:])
+            else:
+                result[i] = ([prefix], continuation_ids)
+    return result  # type: ignore[return-value]
+
+
+def get_rolling_token_windows(
+    token_list: list[int], prefix_token: int, max_seq_len: int, context_len: int = 1
+) -> Iterator[tuple[list[int], list[int]]]:
+    """Disjoint (context, predicted) windows covering every token once (lm-eval's rolling windows).
+
+    Each window feeds at most max_seq_len tokens. Example with max_seq_len=4, context_len=1, tokens 1..10 and
+    prefix 0: ([0], [1,2,3,4]), ([4], [5,6,7,8]), ([6,7,8], [9,10]) — the first window predicts from the prefix;
+    a later one conditions on at least context_len earlier tokens, and a short last window fills the rest of its
+    max_seq_len input with earlier tokens.
+    """
+    assert 1 <= context_len <= max_seq_len
+    if not token_list:
+        return
+    pred_len = max_seq_len - context_len + 1
+    first_seq_len = min(max_seq_len, len(token_list))
+    windows = [([prefix_token] + token_list[: first_seq_len - 1], token_list[:first_seq_len])]
+    predicted = first_seq_len
+    while predicted < len(token_list):
+        window_pred_len = min(len(token_list) - predicted, pred_len)
+        window_end = predicted + window_pred_len
+        windows.append(
+            (token_list[window_end - max_seq_len - 1 : window_end - 1], token_list[window_end - window_pred_len : window_end])
+        )
+        predicted += window_pred_len
+    for inputs, predicted_tokens in windows:
+        # make the context disjoint from what is predicted (lm-eval make_disjoint_window)
+        yield inputs[: len(inputs) - (len(predicted_tokens) - 1)], predicted_tokens
