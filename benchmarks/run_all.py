@@ -22,9 +22,9 @@ from benchmarks.common import RESULTS_DIR, machine_info
 REPO_ROOT = RESULTS_DIR.parents[1]
 BENCH_DIR = REPO_ROOT / "benchmarks"
 # The training path the target is judged on: our default, eager (TrainConfig.compile = False). On this CPU
-# torch.compile does not pay for training: matmuls are ~75% of a step and inductor leaves them as they are; measured
-# ours-compiled/ours-eager 0.92x (dropout 0.1) and 1.01x (dropout 0) at the small size, and ours-compiled vs anchor
-# eager 0.92x at 124M. The compiled rows stay in the table, unjudged.
+# torch.compile does not pay for training: matmuls are most of a step, and under compile our linear layers go back
+# to F.linear (MKL), half as fast as the oneDNN kernel eager mode calls (hf_gpt_custom/onednn_linear.py). The
+# compiled and eager-mkl rows stay in the table, unjudged.
 DEFAULT_TRAIN_MODE = "eager"
 TARGETS = {"train": 1.3, "generate": 1.5, "memory": 1.0, "tokenizer": 1.0, "eval": 2.0}
 
@@ -82,12 +82,15 @@ def collect_rows(threads: int) -> list[dict]:
     generate = _load("generate.json")
     if generate:
         for result in generate["results"]:
-            met = result["ratio"] >= TARGETS["generate"] and result["tokens_identical"]
+            # The target is judged on plain `generate`; the opt-in set_fast_decode variants are GPU paths, listed.
+            judged = result["variant"] == "default"
+            target = TARGETS["generate"] if judged else None
+            met = result["ratio"] >= TARGETS["generate"] and result["tokens_identical"] if judged else None
             note = "tokens identical" if result["tokens_identical"] else "TOKENS DIFFER"
-            if result["variant"] != "default":
-                note += f"; opt-in, first call {result['first_call_s']:.0f} s"
+            if not judged:
+                note += f"; opt-in set_fast_decode, first call {result['first_call_s']:.0f} s"
             rows.append(_row(result["name"], result["ours"], result["anchor"], result["unit"], result["ratio"],
-                             result["ratio_iqr"], TARGETS["generate"], met, note))
+                             result["ratio_iqr"], target, met, note))
     memory = _load("memory.json")
     if memory:
         for result in memory["results"]:
@@ -155,7 +158,9 @@ def render_markdown(rows: list[dict], meta: dict) -> str:
                      f"{peak['bfloat16'] / 1e9:.0f} GFLOP/s.")
     lines += [
         f"Training target judged on the `{DEFAULT_TRAIN_MODE}` rows (our default path, TrainConfig.compile = False); "
-        "`compile` = both torch.compile'd, `compile-vs-eager` = ours compiled vs the anchor eager.",
+        "`eager-mkl` = ours with its linear layers on F.linear/MKL instead of oneDNN (what the rest of our graph "
+        "gains alone), `compile` = both torch.compile'd, `compile-vs-eager` = ours compiled vs the anchor eager. "
+        "Generation target judged on plain `generate` (`default`).",
         "",
         "| figure | ours | anchor | unit | ratio | IQR | target | met | note |",
         "|---|---:|---:|---|---:|---|---|---|---|",

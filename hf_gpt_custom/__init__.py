@@ -8,6 +8,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from .configuration_gpt_custom import PRESETS, GPTCustomConfig
 from .modeling_gpt_custom import GPTCustomForCausalLM, GPTCustomModel, GPTCustomPreTrainedModel
+from .onednn_linear import use_onednn_linear
 from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
 AutoConfig.register(GPTCustomConfig.model_type, GPTCustomConfig, exist_ok=True)
@@ -28,4 +29,5 @@ __all__ = [
     "GPTCustomModel",
     "GPTCustomPreTrainedModel",
     "GPTCustomTokenizerFast",
+    "use_onednn_linear",
 ]

@@ -330,8 +330,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         A batch-1 decode step is a few small matmuls wrapped in ~70 module calls; compiling the step removes the
         Python between kernels, and the static cache replaces the per-step torch.cat of every layer's keys/values.
         `mode` defaults to "reduce-overhead" on CUDA (each step replayed as a CUDA graph) and "default" elsewhere.
-        That is a GPU switch: on a 2-core CPU decoding is bound by streaming the weights, and this measured 0.95-1.01x
-        of plain `generate` (benchmarks/results/RESULTS.md). The first call pays the compile (15-40 s for the 6x384
+        That is a GPU switch: on CPU plain `generate` is faster (compiled, the linear layers leave their oneDNN
+        kernel for F.linear; benchmarks/results/RESULTS.md). The first call pays the compile (10-40 s for the 6x384
         model on CPU); tokens are identical to the plain path (tests/hf_gpt_custom/test_fast_paths.py).
         """
         generation_config = self.generation_config
