@@ -145,11 +145,17 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
     eos_token_id = tokenizer.eos_token_id
     if eos_token_id is None:
         raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no eos_token; documents need an end-of-text separator")
-    backend = tokenizer.backend_tokenizer  # the Rust tokenizer: no Python BatchEncoding per document
+    # Ids only, no Python BatchEncoding per document: our tokenizer's encode_ids_batch (tiktoken's engine when the
+    # vocabulary allows, ~4x the Rust batch call), else any fast tokenizer's Rust backend.
+    encode_ids = getattr(tokenizer, "encode_ids_batch", None)
+    if encode_ids is None:
+        backend = tokenizer.backend_tokenizer
+
+        def encode_ids(texts: list[str]) -> list[list[int]]:
+            return [encoding.ids for encoding in backend.encode_batch_fast(texts, add_special_tokens=False)]
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        encodings = backend.encode_batch_fast(batch["text"], add_special_tokens=False)
-        return {"input_ids": [encoding.ids + [eos_token_id] for encoding in encodings]}
+        return {"input_ids": [ids + [eos_token_id] for ids in encode_ids(batch["text"])]}
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(encode, batched=True, remove_columns=["text"])

@@ -51,6 +51,18 @@ def test_tokenized_documents_end_with_eos_and_pack_exactly(shakespeare_path, tok
     assert blocks["labels"] == blocks["input_ids"]
 
 
+def test_any_fast_tokenizer_gives_the_ids_of_ours(shakespeare_path, tokenizer, shakespeare_tokenizer_dir, tmp_path):
+    """Ours encodes through encode_ids_batch; a tokenizer without it (GPT2TokenizerFast) through its Rust backend."""
+    from transformers import GPT2TokenizerFast
+
+    documents = load_text_dataset(str(shakespeare_path), cache_dir=tmp_path).select(range(200))
+    gpt2_style = GPT2TokenizerFast.from_pretrained(str(shakespeare_tokenizer_dir))
+    assert not hasattr(gpt2_style, "encode_ids_batch")
+    ours = tokenize_documents(documents, tokenizer)["input_ids"]
+    assert tokenize_documents(documents, gpt2_style)["input_ids"] == ours
+    assert ours[0] == tokenizer(documents[0]["text"])["input_ids"] + [tokenizer.eos_token_id]
+
+
 def test_validation_split_is_seeded_and_disjoint(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
     config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
     packed = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
