@@ -6,7 +6,7 @@ runs ~95 GFLOP/s on one thread while oneDNN, which PyTorch also ships, reaches ~
 so losses and generated tokens stay those of `F.linear`. PyTorch only routes fp32 matmuls to oneDNN when reduced
 precision (bf16/tf32) is allowed, hence this small autograd function around its linear kernel.
 
-Used only where it is the same computation: fp32 on CPU, no autocast (which wants its bf16 kernels), not under
+Used only where it is the same computation: fp32 on an x86 CPU, no autocast (which wants its bf16 kernels), not under
 torch.compile (inductor has its own CPU lowering). Everything else, and CUDA, goes to `F.linear`. Switch it off for
 A/B comparisons with `use_onednn_linear(False)` or `HF_GPT_CUSTOM_ONEDNN=0` in the environment.
 
@@ -19,6 +19,7 @@ is used for inference; it is dropped at the next forward with autograd on, or wi
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,8 @@ from torch import nn
 
 
 def _onednn_linear_kernel():
-    if not torch.backends.mkldnn.is_available():
+    # x86 only: there oneDNN has its own AVX2/AVX-512 kernels; on ARM it wraps other libraries, not measured here.
+    if not torch.backends.mkldnn.is_available() or platform.machine().lower() not in ("x86_64", "amd64"):
         return None
     try:
         return torch.ops.mkldnn._linear_pointwise.default  # (x, weight (out, in), bias, "none", [], "") -> x @ weightᵀ + bias

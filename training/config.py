@@ -29,8 +29,9 @@ MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
 TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 
 # Peak dense FLOP/s used for the MFU estimate when `peak_flops` is not set. Measured on this project's 2-core CPU
-# with a large matmul (fp32 ~190 GFLOP/s, bf16 ~410 GFLOP/s); set `peak_flops` for your own hardware.
-DEFAULT_PEAK_FLOPS = {"no": 190e9, "bf16": 410e9, "fp16": 410e9}
+# with a large matmul on both cores: fp32 ~420 GFLOP/s in oneDNN, which our linear layers call (MKL, torch.mm's
+# fp32 library, reaches ~190), bf16 ~860 GFLOP/s. Set `peak_flops` for your own hardware.
+DEFAULT_PEAK_FLOPS = {"no": 420e9, "bf16": 860e9, "fp16": 860e9}
 
 
 @dataclass
