@@ -7,7 +7,7 @@ so losses and generated tokens stay those of `F.linear`. PyTorch only routes fp3
 precision (bf16/tf32) is allowed, hence this small autograd function around its linear kernel.
 
 Used only where it is the same computation: fp32 on an x86 CPU, no autocast (which wants its bf16 kernels), not under
-torch.compile (inductor has its own CPU lowering). Everything else, and CUDA, goes to `F.linear`. Switch it off for
+torch.compile/torch.export (inductor has its own CPU lowering) or torch.jit.trace. Everything else, and CUDA, goes to `F.linear`. Switch it off for
 A/B comparisons with `use_onednn_linear(False)` or `HF_GPT_CUSTOM_ONEDNN=0` in the environment.
 
 Inference (no autograd) also keeps each weight reordered once into oneDNN's blocked layout, so a call does not
@@ -92,7 +92,8 @@ def _onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         and (bias is None or bias.dtype == torch.float32)
         and x.numel() > 0
         and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
+        and not torch.compiler.is_compiling()  # torch.compile / torch.export: inductor lowers F.linear itself
+        and not torch.jit.is_tracing()  # torch.jit.trace and the TorchScript ONNX exporter know F.linear, not oneDNN
     )
 
 

@@ -125,3 +125,12 @@ def test_training_follows_the_f_linear_loss_trajectory_and_weights():
     torch.testing.assert_close(runs[True][0], runs[False][0], rtol=0, atol=1e-5)
     for name, weight in runs[True][1].items():
         torch.testing.assert_close(weight, runs[False][1][name], rtol=0, atol=1e-4, msg=name)
+
+
+def test_tracing_and_export_see_f_linear():
+    """torch.jit.trace (and the TorchScript ONNX exporter) records F.linear, not the oneDNN op."""
+    layer = Linear(16, 8).eval()
+    x = torch.randn(2, 16)
+    traced = torch.jit.trace(layer, x)
+    assert "mkldnn" not in str(traced.graph) and "linear" in str(traced.graph)
+    torch.testing.assert_close(traced(x), F.linear(x, layer.weight, layer.bias))
