@@ -55,8 +55,9 @@ def onednn_linear_active() -> bool:
     return _enabled and _KERNEL is not None
 
 
-def _matmul_t(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weightᵀ (+ bias) by oneDNN; x may have leading batch dimensions, both may be transposed views."""
+def matmul_t(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weightᵀ (+ bias) by oneDNN, fp32 CPU, no autograd; x may have leading batch dimensions, both may be
+    transposed views. Only when `onednn_linear_active()`."""
     return _KERNEL(x, weight, bias, "none", [], "")
 
 
@@ -65,7 +66,7 @@ class _OneDNNLinearFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return _matmul_t(x, weight, bias)
+        return matmul_t(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
@@ -75,9 +76,9 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         # Transposed views, not copies: a contiguous copy is ~10% faster but would add the lm_head's
         # (tokens x vocab) gradient a second time to peak memory.
         if ctx.needs_input_grad[0]:
-            grad_x = _matmul_t(grad_output, weight.t())  # grad @ weight
+            grad_x = matmul_t(grad_output, weight.t())  # grad @ weight
         if ctx.needs_input_grad[1]:
-            grad_weight = _matmul_t(grad_2d.t(), x.reshape(-1, x.shape[-1]).t())  # gradᵀ @ x, (out, in)
+            grad_weight = matmul_t(grad_2d.t(), x.reshape(-1, x.shape[-1]).t())  # gradᵀ @ x, (out, in)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_2d.sum(0)
         return grad_x, grad_weight, grad_bias
@@ -130,7 +131,7 @@ class Linear(nn.Linear):
             if packed is None or packed[0] != identity:
                 self._packed = None  # free the old copy before making the new one
                 packed = self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-            return _KERNEL(input, packed[1], bias, "none", [], "")
+            return matmul_t(input, packed[1], bias)
         return linear(input, weight, bias)
 
     def __getstate__(self):

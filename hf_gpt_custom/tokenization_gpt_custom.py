@@ -1,9 +1,9 @@
 """GPTCustomTokenizerFast: byte-level BPE with GPT-2's byte alphabet and split pattern, on the `tokenizers` backend.
 
 Training lives in tokenizer_training.py and the pure-Python oracle in bpe_reference.py. This module imports only
-the standard library, `tokenizers` and `transformers` (plus `tiktoken` inside a function, when installed, as the
-engine of `encode_ids_batch`): `save_pretrained` copies it next to the tokenizer files as remote code, so it must
-load where hf_gpt_custom is not installed.
+the standard library, `tokenizers`, `transformers` and its sibling tiktoken_engine.py (which imports `tiktoken`,
+when installed, as the engine of `encode_ids_batch`): `save_pretrained` copies both next to the tokenizer files as
+remote code, so they must load where hf_gpt_custom is not installed.
 """
 
 from __future__ import annotations
