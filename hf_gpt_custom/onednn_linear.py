@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -125,14 +126,24 @@ class Linear(nn.Linear):
         if torch.is_grad_enabled():
             self._packed = None  # training again: free the inference copy (it would be stale after a step anyway)
         elif _pack_weights and _onednn_applies(input, weight, bias):
-            # A decoding step calls this ~25 times per token for a few microseconds of work each: keep it lean.
-            packed = self._packed
-            identity = _identity(weight)
-            if packed is None or packed[0] != identity:
-                self._packed = None  # free the old copy before making the new one
-                packed = self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-            return matmul_t(input, packed[1], bias)
+            return matmul_t(input, self._packed_weight(), bias)
         return linear(input, weight, bias)
+
+    def _packed_weight(self) -> torch.Tensor:
+        packed, identity = self._packed, _identity(self.weight)
+        if packed is None or packed[0] != identity:
+            self._packed = None  # free the old copy before making the new one
+            packed = self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach()))
+        return packed[1]
+
+    def frozen_forward(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """`self.forward` for a run of inference calls during which the weights do not change (a generate()
+        decoding loop) on inputs of the weight's dtype and device: kernel chosen and weight packed once, here."""
+        weight, bias = self.weight, self.bias
+        if not torch.is_grad_enabled() and _pack_weights and _onednn_applies(weight, weight, bias):
+            packed = self._packed_weight()
+            return lambda input: _KERNEL(input, packed, bias, "none", [], "")
+        return self.forward
 
     def __getstate__(self):
         # The packed copy is a cache in an opaque oneDNN layout: not something to deepcopy or pickle.

@@ -86,6 +86,19 @@ def test_inference_packs_the_weight_once_and_repacks_after_an_update():
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
+def test_frozen_forward_is_forward_with_the_choices_made_once():
+    layer, x = Linear(16, 8), torch.randn(3, 1, 16)
+    with torch.no_grad():
+        frozen = layer.frozen_forward()
+        assert frozen != layer.forward and layer._packed is not None  # the oneDNN kernel on the packed weight
+        assert torch.equal(frozen(x), layer(x))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer.frozen_forward() == layer.forward  # autocast wants its own kernels
+        use_onednn_linear(True, pack_weights=False)
+        assert layer.frozen_forward() == layer.forward
+    assert layer.frozen_forward() == layer.forward  # with autograd: no packed copy
+
+
 def test_pack_weights_off_keeps_no_copy():
     layer = Linear(16, 8)
     use_onednn_linear(True, pack_weights=False)
