@@ -1,4 +1,4 @@
-"""torch.profiler top-ops tables for the figures that miss their target: where ours and the anchor spend the time.
+"""torch.profiler top-ops tables for one benchmark figure: where ours and the anchor spend the time.
 
     python -m benchmarks.profile_ops generate --size small --batch 1     # -> results/profile_generate_small_b1.txt
     python -m benchmarks.profile_ops train --size gpt2                   # -> results/profile_train_gpt2.txt

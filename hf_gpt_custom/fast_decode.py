@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,9 @@ _PLAIN_MODULES = (nn.Embedding, nn.LayerNorm, nn.Dropout, nn.ModuleList, Linear)
 def supports_fast_decode(model: nn.Module, model_classes: tuple[type, ...]) -> bool:
     """True when `model` (a GPTCustomForCausalLM in eval mode) is exactly the architecture `DecodeStep` computes."""
     config = model.config
-    if model.training or config._attn_implementation != "sdpa" or config.output_attentions or config.output_hidden_states:
+    if model.training or config._attn_implementation != "sdpa":
+        return False
+    if config.output_attentions or config.output_hidden_states:
         return False
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return False
@@ -54,7 +57,23 @@ def supports_fast_decode(model: nn.Module, model_classes: tuple[type, ...]) -> b
 
 
 def _layer_norm(module: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
-    return partial(F.layer_norm, normalized_shape=module.normalized_shape, weight=module.weight, bias=module.bias, eps=module.eps)
+    return partial(F.layer_norm, normalized_shape=module.normalized_shape, weight=module.weight, bias=module.bias,
+                   eps=module.eps)
+
+
+class _Block(NamedTuple):
+    """One GPTCustomBlock's parameters and kernels, in the order a step uses them."""
+
+    ln_1: Callable
+    c_attn: Callable
+    heads: int
+    head_dim: int
+    scaling: float
+    attn_proj: Callable
+    ln_2: Callable
+    c_fc: Callable
+    activation: Callable
+    mlp_proj: Callable
 
 
 class DecodeStep:
@@ -68,8 +87,8 @@ class DecodeStep:
         self.n_positions = model.config.n_positions
         self.device = model.lm_head.weight.device
         self.embed_tokens, self.embed_positions = transformer.wte.forward, transformer.wpe.forward
-        self.layers = [
-            (
+        self.blocks = [
+            _Block(
                 _layer_norm(block.ln_1),
                 block.attn.c_attn.frozen_forward(),
                 block.attn.num_heads,
@@ -118,7 +137,7 @@ class DecodeStep:
             position_ids = torch.arange(past_length, past_length + 1, device=input_ids.device)[None]
         hidden = self.embed_tokens(input_ids) + self.embed_positions(position_ids)
         for (ln_1, c_attn, heads, head_dim, scaling, attn_proj, ln_2, c_fc, activation, mlp_proj), cache_layer in zip(
-            self.layers, cache.layers
+            self.blocks, cache.layers
         ):
             query, key, value = c_attn(ln_1(hidden)).view(batch, 1, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             key, value = cache_layer.update(key, value)

@@ -4,6 +4,7 @@ Read top to bottom like nanoGPT's model.py. Everything transformers users expect
 interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
 GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
+generate()'s one-token decoding steps run the same arithmetic without the module walk (fast_decode.py).
 """
 
 from __future__ import annotations
