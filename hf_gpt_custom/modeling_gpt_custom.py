@@ -4,7 +4,7 @@ Read top to bottom like nanoGPT's model.py. Everything transformers users expect
 interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
 GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
-generate()'s one-token decoding steps run the same arithmetic without the module walk (fast_decode.py).
+generate()'s one-token decoding steps run the same arithmetic without the module walk (decode_step.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
-from .fast_decode import DecodeStep, supports_fast_decode
+from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
 from .onednn_linear import Linear
 
@@ -359,10 +359,10 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
     @contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:
         # transformers wraps generate()'s decoding loop in this context: the place to decide, once per call, whether
-        # single-token steps may skip the module walk (fast_decode.py explains when they may).
+        # single-token steps may skip the module walk (decode_step.py explains when they may).
         with super()._optimize_model_for_decode():
             model_classes = (type(self), GPTCustomModel, GPTCustomBlock, GPTCustomAttention, GPTCustomMLP)
-            if supports_fast_decode(self, model_classes):
+            if supports_decode_step(self, model_classes):
                 self._decode_step = DecodeStep(self)
             try:
                 yield
@@ -423,7 +423,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         `logits_to_keep=k` computes logits for the last k positions only (generation asks for 1, which skips a
         (batch, seq, vocab) matmul over the whole prompt); 0 keeps all.
         """
-        # generate()'s decoding steps pass token ids, positions, the cache and maybe a mask (see fast_decode.py).
+        # generate()'s decoding steps pass token ids, positions, the cache and maybe a mask (see decode_step.py).
         # Under torch.compile the attribute is not even read, so a new DecodeStep per call cannot cause recompiles.
         plain_step = inputs_embeds is None and labels is None and use_cache is not False
         plain_step = plain_step and not (output_attentions or output_hidden_states or kwargs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -141,8 +142,7 @@ class Linear(nn.Linear):
         decoding loop) on inputs of the weight's dtype and device: kernel chosen and weight packed once, here."""
         weight, bias = self.weight, self.bias
         if not torch.is_grad_enabled() and _pack_weights and _onednn_applies(weight, weight, bias):
-            packed = self._packed_weight()
-            return lambda input: _KERNEL(input, packed, bias, "none", [], "")
+            return partial(matmul_t, weight=self._packed_weight(), bias=bias)
         return self.forward
 
     def __getstate__(self):

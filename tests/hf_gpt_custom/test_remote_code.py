@@ -40,7 +40,7 @@ print(json.dumps({
 def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny_config):
     model = GPTCustomForCausalLM(tiny_config).eval()
     model.save_pretrained(tmp_path)
-    assert {"configuration_gpt_custom.py", "modeling_gpt_custom.py", "convert_gpt2.py", "fast_decode.py", "kv_cache.py", "onednn_linear.py"} <= set(os.listdir(tmp_path))
+    assert {"configuration_gpt_custom.py", "modeling_gpt_custom.py", "convert_gpt2.py", "decode_step.py", "kv_cache.py", "onednn_linear.py"} <= set(os.listdir(tmp_path))
 
     input_ids = torch.randint(0, 99, (2, 7))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}

@@ -5,7 +5,7 @@ import torch
 from transformers import GenerationMixin
 
 from hf_gpt_custom import GPTCustomForCausalLM, modeling_gpt_custom
-from hf_gpt_custom.fast_decode import DecodeStep
+from hf_gpt_custom.decode_step import DecodeStep
 
 from .conftest import make_gpt2_pair
 
@@ -33,7 +33,7 @@ def _generate(model, prompt, **kwargs):
 
 def _generate_on_module_path(model, prompt, monkeypatch, **kwargs):
     with monkeypatch.context() as patch:
-        patch.setattr(modeling_gpt_custom, "supports_fast_decode", lambda *args: False)
+        patch.setattr(modeling_gpt_custom, "supports_decode_step", lambda *args: False)
         return _generate(model, prompt, **kwargs)
 
 

@@ -6,13 +6,13 @@ classes) adds ~0.4-0.9 ms of Python per token, which is why a small model decode
 PyTorch's own fast path for `nn.TransformerEncoderLayer`, `DecodeStep` runs the block arithmetic of
 modeling_gpt_custom.py straight on the parameters when nothing could observe the difference:
 
-- once per `generate` call (`supports_fast_decode`): eval mode, sdpa attention, no hooks anywhere, no module replaced or
+- once per `generate` call (`supports_decode_step`): eval mode, sdpa attention, no hooks anywhere, no module replaced or
   wrapped (adapters, quantized layers, accelerate's device hooks), no attentions or hidden states requested;
 - per step (`DecodeStep.applies`): one new token per row, no gradients, our preallocated KV cache, no padding, positions
   inside the context.
 
 Anything else takes the module path. The logits are bitwise those of the module path
-(tests/hf_gpt_custom/test_fast_decode.py); modeling_gpt_custom.py stays the definition of the model.
+(tests/hf_gpt_custom/test_decode_step.py); modeling_gpt_custom.py stays the definition of the model.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .onednn_linear import Linear
 _PLAIN_MODULES = (nn.Embedding, nn.LayerNorm, nn.Dropout, nn.ModuleList, Linear)
 
 
-def supports_fast_decode(model: nn.Module, model_classes: tuple[type, ...]) -> bool:
+def supports_decode_step(model: nn.Module, model_classes: tuple[type, ...]) -> bool:
     """True when `model` (a GPTCustomForCausalLM in eval mode) is exactly the architecture `DecodeStep` computes."""
     config = model.config
     if model.training or config._attn_implementation != "sdpa":
