@@ -3,8 +3,9 @@
 Run by hand (not collected by pytest):  python benchmarks/bench_eval.py [--limit 100] [--shots 0,5]
 Builds a small random GPT-2 (transformers GPT2LMHeadModel, 4 layers x 256, vocab 8192 from a BPE tokenizer trained
 on tiny Shakespeare) in a temp folder, mirrors our task files as lm-eval tasks over the same processed docs
-(tests/eval/lm_eval_tasks.py), then times both harnesses on each task and K, interleaved (lm-eval, ours, lm-eval,
-ours, ...) after a small untimed warm-up each, and prints the median examples/s and the accuracies side by side.
+(tests/eval/lm_eval_tasks.py), then times both harnesses on each task and K, interleaved (ours, lm-eval, lm-eval,
+ours, ours, lm-eval, ...; benchmarks.common.compare_interleaved) after one untimed run each, which gives the
+accuracies printed side by side; the speedup is the median of per-round ratios.
 Writes benchmarks/results/bench_eval.json and .md.
 """
 
@@ -14,10 +15,8 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -67,6 +66,7 @@ def main() -> None:
     from lm_eval.tasks import TaskManager
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from benchmarks.common import compare_interleaved
     from eval.runner import evaluate
     from eval.task import default_data_dir
     from tests.eval.lm_eval_tasks import write_lm_eval_tasks
@@ -97,27 +97,24 @@ def main() -> None:
     rows = []
     for task in tasks:
         for k in shots:
-            run_lm_eval(task, k, limit=5), run_ours(task, k, limit=5)  # warm-up (data loading, caches), untimed
-            accuracies = {}
-            seconds = {"lm_eval": [], "ours": []}
-            for _ in range(args.repeats):
-                for harness, run in (("lm_eval", run_lm_eval), ("ours", run_ours)):
-                    start = time.perf_counter()
-                    accuracies[harness] = run(task, k)
-                    seconds[harness].append(time.perf_counter() - start)
+            # One untimed full run of each gives the accuracies and warms up data loading and caches; then the timed
+            # rounds alternate the two harnesses (A B, B A, ...) like every other benchmark here.
+            accuracies = {"lm_eval": run_lm_eval(task, k), "ours": run_ours(task, k)}
+            comparison = compare_interleaved(f"few-shot eval {task} K={k}", lambda: run_ours(task, k),
+                                             lambda: run_lm_eval(task, k), work=args.limit, rounds=args.repeats,
+                                             warmup=0, unit="examples/s")
+            summary = comparison.summary()
             row = {
                 "task": task, "num_fewshot": k, "n_docs": args.limit,
-                "lm_eval_examples_per_s": args.limit / statistics.median(seconds["lm_eval"]),
-                "ours_examples_per_s": args.limit / statistics.median(seconds["ours"]),
-                "lm_eval_seconds": seconds["lm_eval"], "ours_seconds": seconds["ours"],
+                "lm_eval_examples_per_s": summary["anchor"], "ours_examples_per_s": summary["ours"],
+                "speedup": summary["ratio"], "speedup_iqr": summary["ratio_iqr"],
+                "lm_eval_seconds": summary["anchor_s"], "ours_seconds": summary["ours_s"],
                 "lm_eval_acc": accuracies["lm_eval"], "ours_acc": accuracies["ours"],
                 "accuracies_identical": accuracies["lm_eval"] == accuracies["ours"],
             }
-            row["speedup"] = row["ours_examples_per_s"] / row["lm_eval_examples_per_s"]
             rows.append(row)
-            print(f"{task:10s} K={k}: ours {row['ours_examples_per_s']:7.2f} ex/s  lm-eval {row['lm_eval_examples_per_s']:7.2f} ex/s"
-                  f"  speedup {row['speedup']:.2f}x  acc ours {accuracies['ours']} lm-eval {accuracies['lm_eval']}"
-                  f"  identical={row['accuracies_identical']}", flush=True)
+            print(f"  acc ours {accuracies['ours']} lm-eval {accuracies['lm_eval']} "
+                  f"identical={row['accuracies_identical']}", flush=True)
 
     meta = {"model": "random GPT2LMHeadModel 4x256, vocab 8192, n_positions 1024 (float32, CPU)",
             "torch_threads": args.threads, "cpu": platform.processor() or platform.machine(),
@@ -126,7 +123,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_eval.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = ["# Eval throughput: ours vs lm-evaluation-harness 0.4.13", "", f"{meta['model']}; batch size {args.batch_size}; "
-             f"{args.threads} torch thread(s); median of {args.repeats} interleaved timed runs after a warm-up; load average at end {meta['load_average_at_end'][0]:.1f}.", "",
+             f"{args.threads} torch thread(s); speedup = median of per-round ratios over {args.repeats} interleaved rounds (A B, B A, ...) after an untimed run each; load average at end {meta['load_average_at_end'][0]:.1f}.", "",
              "Ours (eval/scoring.py) runs each context once, together with the tokens all its choices start with, and "
              "copies its KV cache per choice; batches rows longest first within a token budget; and applies the LM head "
              "and log-softmax only to scored positions, in cache-sized chunks. lm-eval runs one padded row per choice "

@@ -13,6 +13,8 @@ import time
 import torch
 
 from hf_gpt_custom.onednn_linear import use_onednn_linear
+from training.config import TrainConfig
+from training.train import build_optimizer
 from benchmarks.common import (
     SIZES,
     add_common_args,
@@ -32,27 +34,31 @@ TRAJECTORY_TOLERANCE = 1e-4
 
 
 def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    """The optimizer training/train.py uses, given to both models: AdamW, fused kernel (CPU and CUDA since torch 2.4).
-
-    The same optimizer on both sides: the benchmark compares models, not optimizer choices. fused=True is also what
-    transformers' Trainer picks by default (optim="adamw_torch_fused").
-    """
-    return torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+    """training/train.py's optimizer with its default hyperparameters, given to both models: AdamW (fused kernel),
+    weight decay on matrices only. The same on both sides: the benchmark compares models, not optimizers."""
+    return build_optimizer(model, TrainConfig(dataset="random token batches"))  # the dataset is not read here
 
 
 def make_step(model: torch.nn.Module, input_ids: torch.Tensor, compile_model: bool = False):
+    """A training step (forward, backward, optimizer step) on `input_ids`, or on the batch it is given."""
     optimizer = make_optimizer(model)
     forward = torch.compile(model) if compile_model else model
     model.train()
 
-    def step() -> float:
-        loss = forward(input_ids=input_ids, labels=input_ids).loss
+    def step(batch: torch.Tensor = input_ids) -> float:
+        loss = forward(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
     return step
+
+
+def add_mfu(result: dict, peak_flops: float) -> None:
+    """MFU = 6·N·tokens/s ÷ the measured matmul peak, for ours and the anchor."""
+    for name in ("ours", "anchor"):
+        result[f"mfu_{name}"] = 6 * result["n_params"] * result[name] / peak_flops
 
 
 def random_batch(vocab_size: int, batch: int, seq_len: int, seed: int = 0) -> torch.Tensor:
@@ -68,16 +74,8 @@ def check_loss_trajectory(size_name: str, compile_ours: bool = False, steps: int
     batches = [random_batch(size["vocab_size"], batch, seq_len, seed=index) for index in range(steps)]
     losses = {}
     for name, model, compiled in (("ours", ours, compile_ours), ("anchor", anchor, False)):
-        optimizer = make_optimizer(model)
-        forward = torch.compile(model) if compiled else model
-        model.train()
-        losses[name] = []
-        for input_ids in batches:
-            loss = forward(input_ids=input_ids, labels=input_ids).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses[name].append(loss.item())
+        step = make_step(model, batches[0], compile_model=compiled)
+        losses[name] = [step(input_ids) for input_ids in batches]
     max_diff = max(abs(a - b) for a, b in zip(losses["ours"], losses["anchor"]))
     result = {
         "size": size_name,
@@ -150,10 +148,10 @@ def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float)
             f"train {size_name} {batch}x{seq_len} {mode}", ours_step, anchor_step, work=tokens, rounds=rounds, warmup=1
         )
         summary = comparison.summary()
-        mfu = {name: 6 * n_params * summary[name] / peak_flops for name in ("ours", "anchor")}
-        print(f"  N = {n_params:,} params; MFU ours {mfu['ours']:.1%}, anchor {mfu['anchor']:.1%}", flush=True)
-        summary.update(size=size_name, mode=mode, n_params=n_params, mfu_ours=mfu["ours"], mfu_anchor=mfu["anchor"],
-                       compile_s=compile_s)
+        summary.update(size=size_name, mode=mode, n_params=n_params, compile_s=compile_s)
+        add_mfu(summary, peak_flops)
+        print(f"  N = {n_params:,} params; MFU ours {summary['mfu_ours']:.1%}, anchor {summary['mfu_anchor']:.1%}",
+              flush=True)
         results.append(summary)
         del ours, anchor, ours_step, anchor_step
     return results
@@ -180,8 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     final_peak = measure_peaks()
     payload["matmul_peak_flops"] = peak = {dtype: max(peak[dtype], final_peak[dtype]) for dtype in peak}
     for result in payload["results"]:  # MFU against the better of the two roof measurements
-        for name in ("ours", "anchor"):
-            result[f"mfu_{name}"] = 6 * result["n_params"] * result[name] / peak["float32"]
+        add_mfu(result, peak["float32"])
     write_json("train", payload, args.out)
     return payload
 

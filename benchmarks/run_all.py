@@ -42,7 +42,8 @@ def bench_commands(threads: int, quick: bool) -> dict[str, list[str]]:
     if (BENCH_DIR / "bench_tokenizer.py").exists():
         commands["tokenizer"] = python + [str(BENCH_DIR / "bench_tokenizer.py"), "--threads", str(threads)]
     if (BENCH_DIR / "bench_eval.py").exists():
-        commands["eval"] = python + [str(BENCH_DIR / "bench_eval.py")] + (["--limit", "40"] if quick else [])
+        commands["eval"] = python + [str(BENCH_DIR / "bench_eval.py"), "--threads", str(threads)] + (
+            ["--limit", "40"] if quick else [])
     return commands
 
 
@@ -60,14 +61,11 @@ def collect_rows(threads: int) -> list[dict]:
     rows = []
     train = _load("train.json")
     if train:
-        peak = train["matmul_peak_flops"]["float32"]
         for result in train["results"]:
-            result["mfu_ours"], result["mfu_anchor"] = (6 * result["n_params"] * result[name] / peak
-                                                        for name in ("ours", "anchor"))
             mode = result["mode"]
             judged = mode == DEFAULT_TRAIN_MODE
             target = TARGETS["train"] if judged else None
-            note = f"MFU ours {result['mfu_ours']:.0%}, anchor {result['mfu_anchor']:.0%}" if "mfu_ours" in result else ""
+            note = f"MFU ours {result['mfu_ours']:.0%}, anchor {result['mfu_anchor']:.0%}"
             rows.append(_row(result["name"], result["ours"], result["anchor"], result["unit"], result["ratio"],
                              result["ratio_iqr"], target, result["ratio"] >= target if target else None, note))
         for check in train["trajectory"]:
@@ -128,8 +126,7 @@ def collect_rows(threads: int) -> list[dict]:
             met = row["speedup"] >= TARGETS["eval"] and row["accuracies_identical"]
             rows.append(_row(f"few-shot eval {row['task']} K={row['num_fewshot']} ({row['n_docs']} docs) vs lm-eval",
                              row["ours_examples_per_s"], row["lm_eval_examples_per_s"], "examples/s", row["speedup"],
-                             None, TARGETS["eval"], met,
-                             _accuracy_note(row)))
+                             row.get("speedup_iqr"), TARGETS["eval"], met, _accuracy_note(row)))
     return rows
 
 
