@@ -12,6 +12,7 @@ import tiktoken
 from datasets.fingerprint import Hasher
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tokenizers import AddedToken
 
 from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom import tiktoken_engine
@@ -112,6 +113,20 @@ def test_added_special_tokens_rebuild_the_engine(tokenizer):
     assert recognised == rust_ids(tokenizer, texts, split_special_tokens=False)
     assert recognised[0] == [len(tokenizer) - 1, *tokenizer.encode("hi"), tokenizer.eos_token_id]
     assert tokenizer.encode_ids_batch(texts) == rust_ids(tokenizer, texts)
+
+
+def test_changed_added_tokens_of_the_same_vocabulary_size_rebuild_the_engine(tokenizer):
+    word = next(token for token in tokenizer.get_vocab() if token.isascii() and token.isalpha() and len(token) >= 3)
+    texts = [f"other{word} x{word}y {word}", "x <|endoftext|> y"]
+    tokenizer.encode_ids_batch(texts)  # the engine is built for the tokens as they are
+    size = len(tokenizer)
+    tokenizer.add_tokens([word])  # already in the vocabulary: same size, but now matched before BPE
+    tokenizer.add_special_tokens({"eos_token": AddedToken("<|endoftext|>", lstrip=True, rstrip=True, special=True)})
+    assert len(tokenizer) == size
+    for split_special_tokens in (False, True):
+        assert tokenizer.encode_ids_batch(texts, split_special_tokens=split_special_tokens) == rust_ids(
+            tokenizer, texts, split_special_tokens=split_special_tokens
+        )
 
 
 def test_engine_is_not_pickled_or_fingerprinted(tokenizer):
