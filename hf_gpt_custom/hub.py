@@ -13,16 +13,6 @@ import os
 import shutil
 from pathlib import Path
 
-# Every Auto class resolves on a machine without this package (HF-V5-NOTES: saving the causal LM alone would
-# record only AutoConfig + AutoModelForCausalLM, and AutoModel.from_pretrained would then fail).
-AUTO_MAP = {
-    "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
-    "AutoModel": "modeling_gpt_custom.GPTCustomModel",
-    "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
-}
-REMOTE_CODE_FILES = ("configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py")
-
-
 class HubUnreachableError(ConnectionError, ValueError):
     """The Hub cannot be reached (offline mode or no network). A ValueError too, so the CLI prints one line."""
 
@@ -31,7 +21,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
-    generation_config.json, configuration/modeling/tokenization_gpt_custom.py, tokenizer.json, vocab.json,
+    generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
+    (`remote_code_files()`), tokenizer.json, vocab.json,
     merges.txt, tokenizer_config.json (auto_map: AutoTokenizer), README.md (the model card), loss_curve.png,
     shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has them.
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
@@ -60,8 +51,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     staging.mkdir(parents=True)
 
     model = GPTCustomForCausalLM.from_pretrained(final_dir)
-    model.config.auto_map = dict(AUTO_MAP)
-    model.save_pretrained(staging)  # safetensors + config.json + generation_config.json + the code files
+    model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
     tokenizer = GPTCustomTokenizerFast.from_pretrained(final_dir)
     tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json auto_map + tokenization_*.py
     card.save(staging / "README.md")
@@ -152,12 +142,23 @@ def _is_previous_export(folder: Path) -> bool:
         return False
 
 
+def remote_code_files() -> set[str]:
+    """The code a folder needs for trust_remote_code: our three entry modules and every module they import
+    (transformers copies those on save_pretrained; this asks it which they are)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    package = Path(__file__).parent
+    entries = [package / f"{kind}_gpt_custom.py" for kind in ("configuration", "modeling", "tokenization")]
+    return {Path(path).name for entry in entries for path in (entry, *get_relative_import_files(str(entry)))}
+
+
 def _check_export(folder: Path) -> None:
     """Internal invariants of an export: remote code present, no pickles or optimizer state."""
-    for name in ("model.safetensors", "config.json", "generation_config.json", "README.md", *REMOTE_CODE_FILES):
-        assert (folder / name).is_file(), f"export is missing {name}"
+    required = {"model.safetensors", "config.json", "generation_config.json", "README.md", *remote_code_files()}
+    missing = sorted(name for name in required if not (folder / name).is_file())
     pickled = [path.name for path in folder.rglob("*") if path.suffix in {".bin", ".pt", ".pth", ".pkl", ".ckpt"}]
-    assert not pickled, f"export must not contain pickled files: {pickled}"
+    if missing or pickled:
+        raise RuntimeError(f"export in {folder} is incomplete: missing {missing}, pickled files {pickled}")
 
 
 def _is_network_error(err: BaseException) -> bool:
@@ -167,4 +168,4 @@ def _is_network_error(err: BaseException) -> bool:
     return any(cls.__name__ == "TransportError" and cls.__module__.startswith("httpx") for cls in type(err).__mro__)
 
 
-__all__ = ["AUTO_MAP", "HubUnreachableError", "export_folder", "push_folder"]
+__all__ = ["HubUnreachableError", "export_folder", "push_folder", "remote_code_files"]

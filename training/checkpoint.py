@@ -53,15 +53,13 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
         if temporary.exists():  # our own leftover from a run killed while saving this very step
             shutil.rmtree(temporary)
     accelerator.wait_for_everyone()
-    if final.exists() and verify_checkpoint(final, quick=True) is None and read_training_state(final) == state:
-        return final  # this very state is already saved (a resumed run that had nothing left to do)
     accelerator.save_state(str(temporary))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (temporary / TRAINING_STATE_NAME).write_text(json.dumps(dataclasses.asdict(state), indent=2))
         _write_manifest(temporary, state.step)
         _fsync_folder(temporary)
-        if final.exists():  # left by an earlier attempt at this run (resumed from an older checkpoint)
+        if final.exists():  # left by an earlier attempt or run in this folder: these weights supersede it
             _move_aside(final)
         os.rename(temporary, final)
         _fsync_folder(checkpoints_dir)

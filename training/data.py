@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import datasets
 
+from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from training.checkpoint import sha256_file
 from training.config import TrainConfig
 
@@ -167,9 +168,12 @@ def _iterate_blocks(token_lists: Iterator[list[int]], block_size: int) -> Iterat
     buffer: list[int] = []
     for ids in token_lists:
         buffer.extend(ids)
-        while len(buffer) >= block_size:
-            block, buffer = buffer[:block_size], buffer[block_size:]
+        start = 0  # blocks are cut at offsets and the consumed prefix dropped once: slicing off each block from
+        while len(buffer) - start >= block_size:  # the front would copy the rest of a long document every time
+            block = buffer[start : start + block_size]
+            start += block_size
             yield {"input_ids": block, "labels": list(block)}
+        del buffer[:start]
     # the tail shorter than block_size is dropped: fewer than block_size tokens of the whole corpus
 
 
@@ -353,7 +357,7 @@ def token_byte_lengths(tokenizer) -> list[int]:
     vocab_size = len(tokenizer)
     special_ids = set(tokenizer.all_special_ids)
     tokens = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
-    byte_alphabet = set(_bytes_to_unicode().values())
+    byte_alphabet = set(bytes_to_unicode().values())
     is_byte_level = all(token is None or token_id in special_ids or set(token) <= byte_alphabet
                         for token_id, token in enumerate(tokens))
     lengths = []
@@ -365,16 +369,3 @@ def token_byte_lengths(tokenizer) -> list[int]:
         else:
             lengths.append(len(tokenizer.decode([token_id]).encode("utf-8")))
     return lengths
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character table (the byte-level BPE alphabet)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    characters = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            characters.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, map(chr, characters)))

@@ -337,7 +337,7 @@ def _train(config: TrainConfig) -> Path:
                     disable=not accelerator.is_local_main_process, dynamic_ncols=True)
     train_time_s = 0.0
     last_eval: dict | None = None
-    last_checkpoint = resume_folder
+    last_checkpoint, resumed_step = resume_folder, state.step
     model.train()
     while state.step < config.max_steps:
         step_start = time.perf_counter()
@@ -357,7 +357,10 @@ def _train(config: TrainConfig) -> Path:
                     else:
                         grad_norm = accelerator.clip_grad_norm_(model.parameters(), float("inf"))
                     grad_norm = float(grad_norm)
-                    if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
+                    # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that
+                    # update and lowers its scale itself. Only a non-finite loss is divergence there.
+                    overflow_is_normal = accelerator.scaler is not None
+                    if not (math.isfinite(step_loss) and (math.isfinite(grad_norm) or overflow_is_normal)):
                         _stop_diverged(accelerator, run_log, state.step + 1, step_loss, grad_norm, checkpoints_dir,
                                        last_checkpoint, progress)
                     optimizer.step()
@@ -399,7 +402,8 @@ def _train(config: TrainConfig) -> Path:
 
     if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
         last_eval = {**evaluate_loss(model, val_loader, accelerator, token_bytes), "step": state.step}
-    save_checkpoint(accelerator, checkpoints_dir, state, config.keep_checkpoints)
+    if last_checkpoint is None or state.step != resumed_step:  # a resumed run with no step left keeps its checkpoint
+        save_checkpoint(accelerator, checkpoints_dir, state, config.keep_checkpoints)
     accelerator.wait_for_everyone()
     # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
     state_dict = {key.removeprefix("_orig_mod."): value for key, value in accelerator.get_state_dict(model).items()}

@@ -116,7 +116,9 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     readme = (out_dir / "README.md").read_text()
     assert readme.startswith("---\n") and "model-index:" in readme and "# tiny-shakespeare" in readme
     # The remote-code files import nothing from the package (HF-V5-NOTES: that breaks loading elsewhere).
-    for name in ("configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py"):
+    from hf_gpt_custom.hub import remote_code_files
+
+    for name in remote_code_files():
         source = (out_dir / name).read_text()
         assert "import hf_gpt_custom" not in source and "from hf_gpt_custom" not in source and "from .." not in source
     assert (run_dir / "checkpoints" / "step_000010" / "optimizer.bin").is_file()

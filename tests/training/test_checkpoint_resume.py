@@ -69,6 +69,17 @@ def test_resume_with_gradient_accumulation_matches_uninterrupted_run(make_config
         assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"]
 
 
+def test_a_new_run_over_an_old_one_checkpoints_its_own_weights(make_config):
+    """Same step numbers and batch counts as the run before it in the folder, other weights: each save replaces."""
+    common = ["max_steps=4", "checkpoint_interval=2", "keep_checkpoints=5", "eval_interval=4", "eval_batches=1"]
+    train(make_config(*common, "learning_rate=1e-3", run_name="reused"))
+    run_dir = train(make_config(*common, "learning_rate=3e-3", run_name="reused"))
+    saved = load_file(str(run_dir / "checkpoints" / "step_000004" / "model.safetensors"))
+    final = _weights(run_dir)
+    shared = saved.keys() & final.keys()
+    assert shared and all(saved[name].equal(final[name]) for name in shared)
+
+
 @pytest.mark.slow
 def test_resume_after_kill_matches_uninterrupted_run(make_config, tmp_path):
     def command(config_path, *extra):
