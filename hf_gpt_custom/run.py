@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import time
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ STAGES = ("tokenizer", "train", "eval", "export")
 STATE_FILE = "pipeline_state.json"
 # Changing only these settings re-runs evaluation and export on the trained model instead of refusing to resume.
 _EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
-# Not part of what the run computes: how to resume, not what to train.
-_NOT_FINGERPRINTED = {"resume_from_checkpoint"}
+# Not part of what the run computes: how to resume and how fast or how often to save, not what to train.
+_NOT_FINGERPRINTED = {
+    "resume_from_checkpoint", "num_proc", "torch_threads", "keep_checkpoints", "checkpoint_interval", "log_with",
+}
 
 
 def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) -> Path:
@@ -96,6 +99,7 @@ def _stage_train(config, run_dir: Path, state: dict) -> tuple[Path, str]:
 
 def _stage_eval(config, run_dir: Path, state: dict) -> tuple[Path | None, str]:
     if not config.benchmark_tasks:
+        shutil.rmtree(run_dir / "eval", ignore_errors=True)  # results of earlier settings must not reach the card
         return None, "skipped"
     from eval.runner import evaluate
 

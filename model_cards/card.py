@@ -366,7 +366,7 @@ def _describe_eval(results: dict) -> str:
         "When K examples do not fit the context window, examples are dropped (then the prompt cut) for that "
         "document: the last column counts those documents, so a K with many of them measures fewer shots than K."
         + "".join(
-            f" Not evaluated: {skip['task']} at K={skip['num_fewshot']} (the context cannot hold one example)."
+            f" Not evaluated: {skip['task']} at K={skip['num_fewshot']} ({skip['reason']})."
             for skip in results.get("skipped", [])
         )
     )

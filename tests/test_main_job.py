@@ -114,14 +114,14 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
 
 
 def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
-    from hf_gpt_custom.run import run_pipeline
+    from hf_gpt_custom.run import _fingerprint, run_pipeline
     from training.config import load_train_config
 
     overrides = _overrides(tmp_path)
     config = load_train_config(SMOKE_CONFIG, overrides)
     run_dir = tmp_path / "runs" / "tiny"
     run_dir.mkdir(parents=True)
-    fingerprint = {k: v for k, v in config.to_dict().items() if k != "resume_from_checkpoint"}
+    fingerprint = _fingerprint(config)
     (run_dir / "pipeline_state.json").write_text(json.dumps({"config": fingerprint, "stages": {}}))
 
     with pytest.raises(ValueError, match=r"was started with a different config \(max_steps: 40 -> 99\)"):
@@ -129,11 +129,11 @@ def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
 
 
 def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):
-    from hf_gpt_custom.run import _load_state
+    from hf_gpt_custom.run import _fingerprint, _load_state
     from training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
-    fingerprint = {k: v for k, v in config.to_dict().items() if k != "resume_from_checkpoint"}
+    fingerprint = _fingerprint(config)
     done = {"status": "done", "output": None, "wall_time_s": 1.0}
     run_dir = tmp_path / "runs" / "tiny"
     run_dir.mkdir(parents=True)
@@ -143,14 +143,16 @@ def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):
     state = _load_state(run_dir, {**fingerprint, "benchmark_limit": 8})
     assert sorted(state["stages"]) == ["tokenizer", "train"]
     assert state["config"]["benchmark_limit"] == 8
+    faster = _fingerprint(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), "num_proc=2", "torch_threads=2"]))
+    assert faster == fingerprint  # how fast it runs is not what it trains
 
 
 def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_path):
-    from hf_gpt_custom.run import _load_state
+    from hf_gpt_custom.run import _fingerprint, _load_state
     from training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
-    fingerprint = {k: v for k, v in config.to_dict().items() if k != "resume_from_checkpoint"}
+    fingerprint = _fingerprint(config)
     old_fingerprint = {k: v for k, v in fingerprint.items() if k != "learning_rate"}  # as if the field were new
     run_dir = tmp_path / "runs" / "tiny"
     run_dir.mkdir(parents=True)
@@ -158,3 +160,16 @@ def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_p
     (run_dir / "pipeline_state.json").write_text(json.dumps({"config": old_fingerprint, "stages": stages}))
 
     assert _load_state(run_dir, fingerprint)["stages"] == stages
+
+
+def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_path):
+    from hf_gpt_custom.run import _stage_eval
+    from training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), "benchmark_tasks=[]"])
+    assert not config.benchmark_tasks
+    old_results = tmp_path / "runs" / "tiny" / "eval" / "results.json"
+    old_results.parent.mkdir(parents=True)
+    old_results.write_text("{}")
+    assert _stage_eval(config, tmp_path / "runs" / "tiny", {}) == (None, "skipped")
+    assert not old_results.parent.exists()

@@ -168,6 +168,16 @@ def test_non_finite_value_is_in_the_table_but_not_the_model_index(tmp_path, bad_
     assert [r.metric_type for r in card.data.eval_results] == ["acc"]
 
 
+def test_a_skipped_task_is_named_with_the_reason_evaluation_recorded(tmp_path):
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run")
+    payload = json.loads((run_dir / "eval" / "results.json").read_text())
+    payload["skipped"] = [{"task": "boolq", "num_fewshot": 5, "reason": "5 examples need 900 tokens; n_positions is 64"}]
+    (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
+    assert "Not evaluated: boolq at K=5 (5 examples need 900 tokens; n_positions is 64)." in build_model_card(run_dir).text
+
+
 def test_card_body_has_every_section_filled_from_the_run(tiny_run):
     from hf_gpt_custom import GPTCustomForCausalLM
     from model_cards.card import build_model_card
