@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -55,7 +56,11 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
         import hf_gpt_custom  # noqa: F401  (registers our tokenizer class with AutoTokenizer)
         from transformers import AutoTokenizer
 
-        AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
+        # Called under main_process_first: the main process saves, the others find the marker and read the files.
+        marker, source = target / _TOKENIZER_SOURCE_NAME, {"tokenizer": config.tokenizer}
+        if not (marker.is_file() and json.loads(marker.read_text()) == source):
+            AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
+            marker.write_text(json.dumps(source))
         return target
     if config.init_from and Path(config.init_from, "tokenizer.json").is_file():
         return Path(config.init_from)
@@ -318,6 +323,9 @@ def _train(config: TrainConfig) -> Path:
     state = TrainingState()
     if resume_folder is not None:
         state = load_checkpoint(accelerator, resume_folder)
+        # Checkpoints are taken at the end of an accumulation window: start counting the next window afresh, also
+        # if gradient_accumulation_steps changed since (the restored counter would put the sync mid-window).
+        accelerator.step = 0
         accelerator.print(f"resumed from {resume_folder} at step {state.step} (epoch {state.epoch}, "
                           f"{state.batches_in_epoch} batches into it)")
     run_log = RunLog(run_dir / RUN_LOG_NAME, resume_step=state.step if resume_folder else None) \
@@ -408,10 +416,12 @@ def _train(config: TrainConfig) -> Path:
     # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
     state_dict = {key.removeprefix("_orig_mod."): value for key, value in accelerator.get_state_dict(model).items()}
     if accelerator.is_main_process:
-        final_dir = run_dir / "final"
+        final_dir, staging = run_dir / "final", run_dir / "final.tmp"  # complete or absent, never half-written
+        shutil.rmtree(staging, ignore_errors=True)
+        accelerator.unwrap_model(model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
+        tokenizer.save_pretrained(staging)
         shutil.rmtree(final_dir, ignore_errors=True)
-        accelerator.unwrap_model(model, keep_torch_compile=False).save_pretrained(final_dir, state_dict=state_dict)
-        tokenizer.save_pretrained(final_dir)
+        os.replace(staging, final_dir)
         run_log.close()
         records = read_run_log(run_dir / RUN_LOG_NAME)
         train_losses = [r["loss"] for r in records if r["kind"] == "train"]
