@@ -99,7 +99,8 @@ def collect_rows(threads: int) -> list[dict]:
     tokenizer = _load(f"bench_tokenizer_threads{threads}.json") or _load("bench_tokenizer_threads1.json")
     if tokenizer:
         rates = {row["name"]: row["mb_per_s_median"] for row in tokenizer["rows"]}
-        note = f"ids identical: {tokenizer['ids_identical']}; {tokenizer['threads']} thread(s)"
+        # bench_tokenizer keeps each ratio's min-max over rounds (not an IQR): said in the note
+        note = f"ids identical: {tokenizer['ids_identical']}; {tokenizer['threads']} thread(s); range is min–max"
         # (ours, anchor, judged, extra note). Judged: encode_ids_batch, our batch-encoding API, against tiktoken's.
         pairs = [
             ("ours encode_ids_batch", "tiktoken encode_ordinary_batch", True, ""),

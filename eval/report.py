@@ -21,7 +21,6 @@ def write_report(results, out_dir: str | Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = results.to_dict()
     payload["results"] = [{key: _finite(row[key]) for key in RESULT_KEYS} for row in payload["results"]]
-    payload["skipped"] = payload.get("skipped", [])
     (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     (out_dir / "table.md").write_text(format_table(payload), encoding="utf-8")
     with open(out_dir / "examples.jsonl", "w", encoding="utf-8") as handle:
