@@ -96,10 +96,8 @@ def check_loss_trajectory(size_name: str, compile_ours: bool = False, steps: int
 
 
 # Modes: both eager (our default path); both eager with our linear layers on F.linear/MKL instead of oneDNN (what the
-# rest of our graph gains on its own); both compiled; ours compiled vs the anchor eager. Each size's default skips
-# what does not fit a few minutes: the 124M anchor's compile is the longest.
+# rest of our graph gains on its own); both compiled; ours compiled vs the anchor eager.
 MODES = ("eager", "eager-mkl", "compile", "compile-vs-eager")
-DEFAULT_MODES = {"small": MODES, "gpt2": ("eager", "eager-mkl", "compile-vs-eager")}
 
 
 def without_onednn(step):
@@ -160,7 +158,7 @@ def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float)
 def main(argv: list[str] | None = None) -> dict:
     parser = add_common_args(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--sizes", default="small,gpt2", help="comma-separated: small, gpt2 (default: both)")
-    parser.add_argument("--modes", default=None, help=f"comma-separated of {', '.join(MODES)} (default: per size)")
+    parser.add_argument("--modes", default=None, help=f"comma-separated of {', '.join(MODES)} (default: all)")
     parser.add_argument("--rounds", type=int, default=None, help="timed A/B rounds (default: 10 small, 4 gpt2)")
     args = parser.parse_args(argv)
     pin_threads(args.threads)
@@ -168,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {"machine": machine_info(args.threads), "matmul_peak_flops": peak, "results": [], "trajectory": []}
     for size_name in args.sizes.split(","):
         rounds = args.rounds or ({"small": 10, "gpt2": 4}[size_name] // (2 if args.quick else 1))
-        modes = args.modes.split(",") if args.modes else DEFAULT_MODES[size_name]
+        modes = args.modes.split(",") if args.modes else MODES
         payload["results"] += bench_size(size_name, modes, rounds, peak["float32"])
     payload["trajectory"].append(check_loss_trajectory("small"))
     if args.modes is None or "compile" in args.modes:
