@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from eval.tokens import encode_texts
 from eval.task import TaskSpec
+from hf_gpt_custom.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ def sample_fewshot_examples(pool: list[dict], k: int, rnd: random.Random, exclud
         return []
     available = len(pool) - (1 if exclude is not None else 0)  # the scored doc is in the pool it is drawn from
     if k > available:
-        raise ValueError(
+        raise UserError(
             f"K={k} few-shot examples requested but the few-shot pool has only {available} docs"
             f"{' besides the one being scored' if exclude is not None else ''}; use K <= {available}"
         )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from hf_gpt_custom.errors import UserError
 
 BOOTSTRAP_ITERS = 1000
 
@@ -166,6 +167,6 @@ METRICS: dict[str, Metric] = {
 def aggregate_metric(name: str, items: Sequence) -> tuple[float, float | None]:
     """(value, stderr) of metric `name` over per-doc items."""
     if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+        raise UserError(f"unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
     metric = METRICS[name]
     return metric.aggregate(list(items)), metric.stderr(list(items))

@@ -19,6 +19,7 @@ from eval.metrics import METRICS, aggregate_metric, count_words, generation_valu
 from eval.requests import Request, ScoredRequest
 from eval.scoring import CausalLMScorer, score_requests
 from eval.task import TaskSpec, default_data_dir, load_task
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +70,13 @@ def evaluate(
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
-        raise ValueError("no tasks given; pass e.g. tasks=['lambada', 'hellaswag']")
+        raise UserError("no tasks given; pass e.g. tasks=['lambada', 'hellaswag']")
     if not shots or any(not isinstance(k, int) or k < 0 for k in shots):
-        raise ValueError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
+        raise UserError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
     if limit is not None and limit < 1:
-        raise ValueError(f"limit={limit} must be a positive number of documents, or None for all")
+        raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
     if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
+        raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = [load_task(name) for name in tasks]  # unknown task names fail here, before the model loads
     data_dir = Path(data_dir) if data_dir else default_data_dir()
 
@@ -123,7 +124,7 @@ def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
     if isinstance(model, (str, Path)):
         name = str(model)
         if Path(name).exists() and not (Path(name) / "config.json").is_file():
-            raise FileNotFoundError(f"{name} has no config.json; pass a folder written by save_pretrained or a Hub id")
+            raise MissingFileError(f"{name} has no config.json; pass a folder written by save_pretrained or a Hub id")
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(name)
@@ -131,7 +132,7 @@ def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
         name = getattr(model, "name_or_path", None) or type(model).__name__
         if tokenizer is None:
             if not getattr(model, "name_or_path", None):
-                raise ValueError("a loaded model without name_or_path needs tokenizer=...; pass the tokenizer or a folder")
+                raise UserError("a loaded model without name_or_path needs tokenizer=...; pass the tokenizer or a folder")
             tokenizer = AutoTokenizer.from_pretrained(model.name_or_path)
         model = model.to(DTYPES[dtype])
     if isinstance(tokenizer, (str, Path)):

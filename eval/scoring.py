@@ -20,6 +20,7 @@ from transformers import DynamicCache
 
 from eval.requests import Request, ScoredRequest
 from eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
+from hf_gpt_custom.errors import UserError
 
 HEAD_CHUNK_LOGITS = 2**21  # logits per LM-head call: 8 MB of float32, 256 positions of an 8,192-token vocab
 
@@ -101,7 +102,7 @@ class CausalLMScorer:
         singles: list[int] = []
         for index, (context, continuation) in enumerate(pairs):
             if not continuation:
-                raise ValueError(f"request {index}: the continuation is empty after tokenization; nothing to score")
+                raise UserError(f"request {index}: the continuation is empty after tokenization; nothing to score")
             if self.share_context and len(context) + len(continuation) <= self.max_length + 1:
                 groups[tuple(context)].append(index)
             else:
@@ -428,7 +429,7 @@ def score_requests(
     results: list[ScoredRequest | None] = [None] * len(requests)
     for request_type, indices in by_type.items():
         if request_type not in SCORERS:
-            raise ValueError(f"request_type {request_type!r} is not one of {', '.join(SCORERS)}")
+            raise UserError(f"request_type {request_type!r} is not one of {', '.join(SCORERS)}")
         label = f"{desc}: {request_type}" if desc else request_type
         for index, scored in zip(indices, SCORERS[request_type](scorer, [requests[i] for i in indices], show_progress, label)):
             results[index] = scored

@@ -21,6 +21,7 @@ import jinja2.sandbox
 import yaml
 
 from eval.doc_transforms import DOC_TRANSFORMS
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
@@ -67,12 +68,12 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         if self.output_type not in OUTPUT_TYPES:
-            raise ValueError(
+            raise UserError(
                 f"{self.source_file}: output_type {self.output_type!r} is not one of {', '.join(OUTPUT_TYPES)}"
             )
         for name in (self.process_docs, self.hub_process_docs):
             if name is not None and name not in DOC_TRANSFORMS:
-                raise ValueError(
+                raise UserError(
                     f"{self.source_file}: process_docs {name!r} is not a function in eval/doc_transforms.py; "
                     f"known: {', '.join(sorted(DOC_TRANSFORMS))}"
                 )
@@ -80,9 +81,9 @@ class TaskSpec:
 
         for name in self.metric_names:
             if name not in METRICS:
-                raise ValueError(f"{self.source_file}: unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+                raise UserError(f"{self.source_file}: unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:
-            raise ValueError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
+            raise UserError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
 
     @property
     def metric_names(self) -> list[str]:
@@ -107,7 +108,7 @@ class TaskSpec:
             return list(self.doc_to_choice)
         value = _resolve(self.doc_to_choice, doc)
         if not isinstance(value, list):
-            raise ValueError(f"task {self.task}: doc_to_choice {self.doc_to_choice!r} gave {value!r}, not a list")
+            raise UserError(f"task {self.task}: doc_to_choice {self.doc_to_choice!r} gave {value!r}, not a list")
         return [str(choice) for choice in value]
 
     def target(self, doc: dict) -> int | str | list[str]:
@@ -146,7 +147,7 @@ def _compiled_template(source: str) -> jinja2.Template:
 def _resolve(spec: str | None, doc: dict) -> Any:
     """A field name is looked up; anything else is a Jinja template whose list/int output is parsed back."""
     if spec is None:
-        raise ValueError("template missing")
+        raise UserError("template missing")
     if spec in doc:
         return doc[spec]
     rendered = _compiled_template(spec).render(**doc)
@@ -182,12 +183,12 @@ def load_task(name: str, tasks_dir: str | Path | None = None) -> TaskSpec:
         known = available_tasks(tasks_dir)
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown task {name!r}; {hint}known tasks: {', '.join(known)}")
+        raise UserError(f"unknown task {name!r}; {hint}known tasks: {', '.join(known)}")
     config = _read_yaml_with_includes(path)
     known_fields = {f.name for f in fields(TaskSpec)}
     unknown = sorted(set(config) - known_fields)
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known_fields))}")
+        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known_fields))}")
     return TaskSpec(**config, source_file=str(path))
 
 
@@ -203,9 +204,9 @@ def _read_jsonl(path: Path) -> list[dict]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path} line {line_number}: not valid JSON ({err.msg})") from err
+                raise UserError(f"{path} line {line_number}: not valid JSON ({err.msg})") from err
             if not isinstance(record, dict):
-                raise ValueError(f"{path} line {line_number}: expected a JSON object, got {type(record).__name__}")
+                raise UserError(f"{path} line {line_number}: expected a JSON object, got {type(record).__name__}")
             records.append(record)
     return records
 
@@ -215,7 +216,7 @@ def _read_jsonl_with_labels(paths: list[Path]) -> list[dict]:
     records = _read_jsonl(records_path)
     labels = labels_path.read_text(encoding="utf-8").split()
     if len(labels) != len(records):
-        raise ValueError(f"{labels_path}: {len(labels)} labels for {len(records)} records in {records_path}")
+        raise UserError(f"{labels_path}: {len(labels)} labels for {len(records)} records in {records_path}")
     return [{**record, "label": label} for record, label in zip(records, labels)]
 
 
@@ -224,7 +225,7 @@ def _read_line_records(path: Path, record_fields: list[str]) -> list[dict]:
     if lines and lines[-1] == "":
         lines.pop()
     if len(lines) % len(record_fields):
-        raise ValueError(
+        raise UserError(
             f"{path}: {len(lines)} lines is not a multiple of {len(record_fields)} "
             f"(one record = {', '.join(record_fields)})"
         )
@@ -240,7 +241,7 @@ def _read_local(spec: TaskSpec, paths: list[Path]) -> list[dict]:
         return [record for path in paths for record in _read_line_records(path, spec.record_fields or ["text"])]
     if spec.data_format == "raw_text":
         return [{"text": path.read_text(encoding="utf-8")} for path in paths]
-    raise ValueError(f"{spec.source_file}: data_format {spec.data_format!r} is not one of jsonl, jsonl_with_labels, lines, raw_text")
+    raise UserError(f"{spec.source_file}: data_format {spec.data_format!r} is not one of jsonl, jsonl_with_labels, lines, raw_text")
 
 
 def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
@@ -252,7 +253,7 @@ def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
         if spec.doc_to_target is not None:
             spec.target(doc)
     except (KeyError, IndexError, ValueError, TypeError, jinja2.UndefinedError) as err:
-        raise ValueError(f"{where}: cannot build the prompt for task {spec.task} ({type(err).__name__}: {err})") from err
+        raise UserError(f"{where}: cannot build the prompt for task {spec.task} ({type(err).__name__}: {err})") from err
 
 
 _DOCS_CACHE: dict[tuple[str, str, str, str], tuple[dict, ...]] = {}
@@ -280,9 +281,9 @@ def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict
             f"or point ${DATA_DIR_ENV} (or data_dir=) at the folder that holds them"
         )
         if spec.dataset_path is None:
-            raise FileNotFoundError(missing_message)
+            raise MissingFileError(missing_message)
     if spec.dataset_path is None:
-        raise ValueError(f"{spec.source_file}: no data_files for split {split!r} and no dataset_path")
+        raise UserError(f"{spec.source_file}: no data_files for split {split!r} and no dataset_path")
     import datasets  # only for users with network (or a warm cache)
 
     hub_split = spec.test_split if split == "test" else split
@@ -291,7 +292,7 @@ def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict
     except Exception as err:  # noqa: BLE001 — offline, unknown id, ...: say what was tried and how to fix it
         if missing_message is None:
             raise
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{missing_message} (the Hub fallback {spec.dataset_path} could not be loaded either: {type(err).__name__})"
         ) from err
     records = [dict(row) for row in rows]
@@ -309,11 +310,11 @@ def _processed(spec: TaskSpec, records: list[dict], transform, where: str) -> tu
                 try:
                     transform([record])
                 except (KeyError, IndexError, ValueError, TypeError, AttributeError) as record_err:
-                    raise ValueError(
+                    raise UserError(
                         f"{where} line {number}: record does not fit {spec.process_docs} "
                         f"({type(record_err).__name__}: {record_err})"
                     ) from record_err
-            raise ValueError(f"{where}: {spec.process_docs} failed ({err})") from err
+            raise UserError(f"{where}: {spec.process_docs} failed ({err})") from err
     else:
         docs = records
     for number, doc in enumerate(docs, start=1):

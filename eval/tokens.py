@@ -7,6 +7,7 @@ window of a model, and rolling windows for perplexity. No model runs here: eval/
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from hf_gpt_custom.errors import UserError
 
 DEFAULT_MAX_LENGTH = 2048  # lm-eval's fallback when neither config nor tokenizer gives a context length
 
@@ -27,7 +28,7 @@ def prefix_token_id(tokenizer) -> int:
     """The token an empty context stands for (BOS, else EOS), as lm-eval's `prefix_token_id`."""
     token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if token_id is None:
-        raise ValueError("the tokenizer has neither a BOS nor an EOS token; set tokenizer.eos_token to score empty contexts")
+        raise UserError("the tokenizer has neither a BOS nor an EOS token; set tokenizer.eos_token to score empty contexts")
     return token_id
 
 

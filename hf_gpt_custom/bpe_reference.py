@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import regex
+from .errors import UserError
 
 # Same pattern as tokenization_gpt_custom.GPT2_SPLIT_PATTERN (openai/gpt-2 src/encoder.py); repeated here so this
 # file reads on its own. A test checks the two are equal.
@@ -114,9 +115,9 @@ def train(
     `"tokenizers"` takes the smallest pair in the Rust BpeTrainer's id order (see the module docstring).
     """
     if vocab_size < 256:
-        raise ValueError(f"vocab_size={vocab_size} is below the 256 single bytes; use vocab_size >= 256")
+        raise UserError(f"vocab_size={vocab_size} is below the 256 single bytes; use vocab_size >= 256")
     if tie_break not in ("first", "tokenizers"):
-        raise ValueError(f"tie_break={tie_break!r} is not known; use 'first' or 'tokenizers'")
+        raise UserError(f"tie_break={tie_break!r} is not known; use 'first' or 'tokenizers'")
     # Counter keeps first-seen order, so iterating chunks walks the text in order of first appearance.
     chunks: dict[tuple[int, ...], int] = dict(Counter(tuple(chunk) for chunk in split_into_chunks(text, split_pattern)))
     merges = Merges()

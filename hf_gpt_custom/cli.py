@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from .errors import MissingFileError, UserError
 
 
 def _comma_list(value: str) -> list[str]:
@@ -50,7 +51,7 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
     # On the command line every input is a path or one Hub name, never literal text
     missing = [item for item in args.inputs if not Path(item).exists()]
     if missing and not (len(args.inputs) == 1 and HUB_NAME.match(args.inputs[0])):
-        raise FileNotFoundError(f"input {missing[0]!r} not found; pass existing files/folders or one Hub dataset name")
+        raise MissingFileError(f"input {missing[0]!r} not found; pass existing files/folders or one Hub dataset name")
     folder = train_tokenizer(
         args.inputs,
         out_dir=args.out,
@@ -196,9 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except UserError as err:
         # Our own checks raise these with a message that names the problem and the fix: one line, exit 2.
-        # Anything else is unexpected and keeps its traceback.
+        # Anything else (a bug here or in torch/transformers) is unexpected and keeps its traceback.
         print(f"hf-gpt-custom {args.command}: error: {err}", file=sys.stderr)
         sys.exit(2)
 

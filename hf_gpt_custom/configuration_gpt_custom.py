@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 
 from transformers import PretrainedConfig
+from .errors import UserError
 
 # GELU variants by transformers' names. "gelu_new" is GPT-2's tanh approximation; we compute it with PyTorch's fused
 # kernel (same formula, one op instead of five). "gelu" is the exact erf form.
@@ -44,7 +45,7 @@ PRESETS: dict[str, dict] = {
 
 def _check_positive(name: str, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
+        raise UserError(f"{name}={value!r} must be a positive integer")
 
 
 class GPTCustomConfig(PretrainedConfig):
@@ -90,24 +91,24 @@ class GPTCustomConfig(PretrainedConfig):
             _check_positive("n_inner", self.n_inner)
         if self.n_embd % self.n_head != 0:
             suggestion = max(self.n_head, round(self.n_embd / self.n_head) * self.n_head)
-            raise ValueError(
+            raise UserError(
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}; try n_embd={suggestion}"
             )
         if self.activation_function not in ACTIVATIONS:
             close = difflib.get_close_matches(str(self.activation_function), ACTIVATIONS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(
+            raise UserError(
                 f"activation_function={self.activation_function!r} is not supported; {hint}"
                 f"choose one of {', '.join(ACTIVATIONS)}"
             )
         for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}={value!r} must be a dropout probability in [0, 1)")
+                raise UserError(f"{name}={value!r} must be a dropout probability in [0, 1)")
         for name in ("layer_norm_epsilon", "initializer_range"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name}={value!r} must be a positive number")
+                raise UserError(f"{name}={value!r} must be a positive number")
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> GPTCustomConfig:
@@ -115,7 +116,7 @@ class GPTCustomConfig(PretrainedConfig):
         if name not in PRESETS:
             close = difflib.get_close_matches(name, PRESETS, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"unknown preset {name!r}; {hint}known presets: {', '.join(PRESETS)}")
+            raise UserError(f"unknown preset {name!r}; {hint}known presets: {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
     @property

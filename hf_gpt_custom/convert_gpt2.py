@@ -13,6 +13,7 @@ import os
 import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
+from .errors import MissingFileError, UserError
 
 # The GPT-2 layers that are Conv1D in transformers and nn.Linear here.
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -61,7 +62,7 @@ def config_from_gpt2(gpt2_config: dict) -> GPTCustomConfig:
     """Our config for the same architecture as a GPT2Config dict."""
     enabled = [name for name in UNSUPPORTED_GPT2_OPTIONS if gpt2_config.get(name)]
     if enabled:
-        raise ValueError(
+        raise UserError(
             f"this GPT-2 checkpoint enables {', '.join(enabled)}, which GPTCustom does not implement; load it with "
             "transformers' GPT2LMHeadModel instead"
         )
@@ -99,8 +100,8 @@ def _load_gpt2_weights(path: str | os.PathLike, **kwargs) -> dict[str, torch.Ten
             try:
                 return loader(weights_file)
             except Exception as err:  # safetensors / pickle errors don't name the file
-                raise ValueError(f"cannot read GPT-2 weights from {weights_file}: {err}") from err
-    raise FileNotFoundError(
+                raise UserError(f"cannot read GPT-2 weights from {weights_file}: {err}") from err
+    raise MissingFileError(
         f"{path} has a GPT-2 config.json but no model.safetensors or pytorch_model.bin (sharded GPT-2 checkpoints: "
         "load them with GPT2LMHeadModel and call convert_gpt2_state_dict on its state_dict())"
     )
@@ -125,7 +126,7 @@ def load_gpt2_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [key for key in missing if key != "lm_head.weight"]  # tied to wte, filled by tie_weights
     if missing or unexpected:
-        raise ValueError(f"GPT-2 checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
+        raise UserError(f"GPT-2 checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     if isinstance(dtype, str) and dtype != "auto":

@@ -12,9 +12,10 @@ import json
 import os
 import shutil
 from pathlib import Path
+from .errors import MissingFileError, UserError
 
-class HubUnreachableError(ConnectionError, ValueError):
-    """The Hub cannot be reached (offline mode or no network). A ValueError too, so the CLI prints one line."""
+class HubUnreachableError(ConnectionError, UserError):
+    """The Hub cannot be reached (offline mode or no network). A UserError, so the CLI prints one line."""
 
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None) -> Path:
@@ -35,12 +36,12 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     final_dir = run_dir / "final"
     if not (final_dir / "config.json").is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"cannot export: {final_dir / 'config.json'} not found; {run_dir} must be a finished training run "
             "(its final/ folder is written at the end of `hf-gpt-custom train`)"
         )
     if out_dir.exists() and any(out_dir.iterdir()) and not _is_previous_export(out_dir):
-        raise ValueError(
+        raise UserError(
             f"cannot export to {out_dir}: the folder exists and is not an earlier export; choose a new or empty folder"
         )
     card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
@@ -86,13 +87,13 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
 
     folder = Path(folder)
     if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"cannot push {folder}: it has no config.json and README.md; write it first with "
             "`hf-gpt-custom export RUN_DIR OUT_DIR`"
         )
     token = get_token()
     if not token:
-        raise ValueError(
+        raise UserError(
             "cannot push: no Hugging Face token found; log in with `hf auth login` or set HF_TOKEN. "
             "Nothing was changed."
         )
@@ -118,7 +119,7 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
     except HfHubHTTPError as err:
         status = err.response.status_code if err.response is not None else "?"
         reason = (getattr(err, "server_message", None) or str(err)).strip().splitlines()[0]
-        raise ValueError(
+        raise UserError(
             f"cannot push to {repo_id}: the Hub answered HTTP {status} ({reason}); check that your token is valid and "
             "has write access to that namespace (`hf auth whoami`)"
         ) from err

@@ -30,6 +30,7 @@ from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
 from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
 from .onednn_linear import Linear
+from .errors import UserError
 
 
 def eager_attention_forward(
@@ -207,7 +208,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             # A truncated or corrupt weights file surfaces as a bare SafetensorError deep inside loading.
             if type(err).__name__ != "SafetensorError":
                 raise
-            raise ValueError(
+            raise UserError(
                 f"cannot read the weights in {pretrained_model_name_or_path} (model.safetensors): {err}. The file is "
                 "truncated or corrupt; save or download it again."
             ) from err
@@ -246,7 +247,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids or inputs_embeds")
+            raise UserError("pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)
         batch, seq_len, _ = inputs_embeds.shape
@@ -260,7 +261,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if position_ids is None:
             if past_length + seq_len > self.config.n_positions:
                 cached = f" (after {past_length} cached)" if past_length else ""
-                raise ValueError(
+                raise UserError(
                     f"input_ids has {seq_len} tokens{cached} but n_positions is {self.config.n_positions}; truncate "
                     "the input or use a longer-context preset"
                 )
@@ -269,7 +270,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             # With explicit positions only the positions are bounded: a padded batch's cache can be physically longer
             # than n_positions while every real row fits (generate() and batched scoring pass position_ids).
             longest = int(position_ids.max()) + 1
-            raise ValueError(
+            raise UserError(
                 f"input_ids reach {longest} tokens (position {longest - 1}) but n_positions is "
                 f"{self.config.n_positions}; truncate the input or use a longer-context preset"
             )
@@ -279,7 +280,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         if output_attentions and self.config._attn_implementation != "eager":
-            raise ValueError(
+            raise UserError(
                 f"output_attentions=True needs the eager attention path, but attn_implementation is "
                 f"{self.config._attn_implementation!r} (it does not return attention weights); load the model with "
                 "attn_implementation='eager' or call model.set_attn_implementation('eager')"

@@ -16,6 +16,7 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from .errors import MissingFileError, UserError
 
 STAGES = ("tokenizer", "train", "eval", "export")
 STATE_FILE = "pipeline_state.json"
@@ -39,7 +40,7 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) ->
 
     config_path = Path(config_path)
     if not config_path.is_file():
-        raise FileNotFoundError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
+        raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
     run_dir = config.run_dir
     fingerprint = _fingerprint(config)
@@ -144,13 +145,13 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
+        raise UserError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
     saved = state.get("config", {})
     # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     if changed and not set(changed) <= _EVAL_ONLY_KEYS:
         shown = ", ".join(f"{key}: {saved[key]!r} -> {fingerprint[key]!r}" for key in changed[:4])
-        raise ValueError(
+        raise UserError(
             f"{run_dir} was started with a different config ({shown}); rerun with the original settings to resume, "
             f"or start a new run with run_name=<new name>"
         )

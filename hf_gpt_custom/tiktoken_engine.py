@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .tokenization_gpt_custom import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
+from .errors import UserError
 
 # Joins a thread's share of texts into one tiktoken call, so the thread holds the GIL once per chunk, not per text.
 # A private-use character starts it and appears nowhere else in it: an occurrence cannot straddle a text boundary.
@@ -179,7 +180,7 @@ def resolve_num_threads(num_threads: int | None) -> int:
     """An explicit count, else the `tokenizers` switches: TOKENIZERS_PARALLELISM on -> RAYON_NUM_THREADS or all CPUs."""
     if num_threads is not None:
         if num_threads < 1:
-            raise ValueError(f"num_threads={num_threads} must be at least 1; use 1 for no threads")
+            raise UserError(f"num_threads={num_threads} must be at least 1; use 1 for no threads")
         return num_threads
     if os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower() in ("", "0", "false", "f", "no", "n", "off"):
         return 1

@@ -17,6 +17,7 @@ from tokenizers.models import BPE
 from transformers import BatchEncoding, PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy
+from .errors import UserError
 
 ENDOFTEXT = "<|endoftext|>"
 
@@ -215,7 +216,7 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         is switched on) encodes chunks of `texts` in parallel: tiktoken releases the GIL while it works.
         """
         if isinstance(texts, str):
-            raise ValueError(
+            raise UserError(
                 f"encode_ids_batch expects a list of strings, got one string {texts[:40]!r}; wrap it in a list"
             )
         texts = list(texts)
@@ -297,12 +298,12 @@ def _check_text_input(text, name: str) -> None:
     if isinstance(text, (list, tuple)):
         for position, item in enumerate(text):
             if not isinstance(item, (str, list, tuple)):
-                raise ValueError(
+                raise UserError(
                     f"{name}[{position}] is {type(item).__name__} {item!r:.60}, but the tokenizer encodes str only; "
                     "convert it with str() or drop it"
                 )
         return
-    raise ValueError(
+    raise UserError(
         f"{name} is {type(text).__name__} {text!r:.60}, but the tokenizer encodes str or a list of str; "
         "convert it with str() first"
     )
@@ -320,7 +321,7 @@ def _raise_if_unencodable(text, text_pair, err: Exception) -> None:
                 item.encode("utf-8")
             except UnicodeEncodeError as encode_err:
                 bad = item[encode_err.start]
-                raise ValueError(
+                raise UserError(
                     f"text contains a lone surrogate {bad!r} (U+{ord(bad):04X}) at position {encode_err.start}, which "
                     "is not valid Unicode and has no UTF-8 bytes; fix the source, or replace it first with "
                     "text.encode('utf-8', 'replace').decode('utf-8')"

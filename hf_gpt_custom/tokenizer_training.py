@@ -19,6 +19,7 @@ from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
 from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast, bytes_to_unicode
+from .errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +65,12 @@ def train_tokenizer(
     """
     special_tokens = _check_special_tokens(special_tokens)
     if not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
-        raise ValueError(
+        raise UserError(
             f"vocab_size={vocab_size!r} is too small: it must hold the 256 byte tokens and {len(special_tokens)} "
             f"special token(s) {special_tokens}; use vocab_size >= {256 + len(special_tokens)} (8192 is typical)"
         )
     if not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
+        raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
     texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split)
 
     counter = _CountingIterator(texts)
@@ -84,7 +85,7 @@ def train_tokenizer(
     )
     tokenizer.train_from_iterator(counter, trainer=trainer)
     if counter.n_chars == 0:
-        raise ValueError(
+        raise UserError(
             f"the corpus {_describe(inputs)} is empty ({counter.n_texts} documents, 0 characters of text); "
             f"check the path, the text_field={text_field!r} and the split={split!r}"
         )
@@ -106,10 +107,10 @@ def _check_special_tokens(special_tokens: list[str] | None) -> list[str]:
     if special_tokens is None:
         return [ENDOFTEXT]
     if isinstance(special_tokens, str) or not all(isinstance(token, str) and token for token in special_tokens):
-        raise ValueError(f"special_tokens={special_tokens!r} must be a list of non-empty strings, e.g. ['<|pad|>']")
+        raise UserError(f"special_tokens={special_tokens!r} must be a list of non-empty strings, e.g. ['<|pad|>']")
     ordered = [ENDOFTEXT] + [token for token in special_tokens if token != ENDOFTEXT]
     if len(set(ordered)) != len(ordered):
-        raise ValueError(f"special_tokens={special_tokens!r} has duplicates; list each token once")
+        raise UserError(f"special_tokens={special_tokens!r} has duplicates; list each token once")
     return ordered
 
 
@@ -129,7 +130,7 @@ def _lay_out_vocabulary(trained_model: dict, special_tokens: list[str]) -> tuple
         vocab[token] = trainer_id
     for token in special_tokens:
         if token in vocab:
-            raise ValueError(
+            raise UserError(
                 f"special token {token!r} is also a learned (or byte) token; pick a name that cannot occur as text "
                 f"in one GPT-2 chunk, like '<|{token.strip('<|>')}|>'"
             )
@@ -157,7 +158,7 @@ def iter_corpus(
         if kind == "hub":
             return _iter_hub_dataset(str(inputs[0]), text_field, dataset_config, split)
     if isinstance(inputs, (bytes, dict)) or not isinstance(inputs, Iterable):
-        raise ValueError(
+        raise UserError(
             f"inputs is {type(inputs).__name__}; pass file/folder paths, a Hub dataset name or an iterable of strings"
         )
     return _iter_strings(inputs)
@@ -169,7 +170,7 @@ def _classify_input_list(items: list) -> str:
     if any(exists):
         missing = [str(item) for item, found in zip(items, exists) if not found]
         if missing:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"input file {missing[0]!r} not found (other inputs exist); fix the path or drop it"
             )
         return "files"
@@ -181,7 +182,7 @@ def _classify_input_list(items: list) -> str:
             and (Path(text).suffix.lower() in TEXT_SUFFIXES | set(RECORD_SUFFIXES) or text.startswith(("./", "/", "~")))
         )
         if looks_like_path:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"input file {str(item)!r} not found (looked in {Path.cwd()}); check the path, "
                 "or pass a Hub dataset name such as 'wikitext'"
             )
@@ -207,7 +208,7 @@ def _expand_paths(paths: list) -> list[Path]:
                 p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES | set(RECORD_SUFFIXES)
             )
             if not found:
-                raise FileNotFoundError(
+                raise MissingFileError(
                     f"folder {str(path)!r} has no .txt/.jsonl/.json/.parquet files; point at the files themselves"
                 )
             files.extend(found)
@@ -242,7 +243,7 @@ def _read_text_file(path: Path) -> Iterator[str]:
                 block.append(line)
                 block_chars += len(line)
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8") from err
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8") from err
     if block:
         yield "".join(block)
 
@@ -261,7 +262,7 @@ def _iter_hub_dataset(name: str, text_field: str, dataset_config: str | None, sp
     try:
         records = load_dataset(name, dataset_config, split=split, streaming=True)
     except (FileNotFoundError, ConnectionError) as err:  # offline mode raises ConnectionError
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{name!r} is neither a local file nor a Hub dataset that could be loaded ({err}); check the name, "
             "your network, or pass a local path"
         ) from err
@@ -272,7 +273,7 @@ def _iter_hub_dataset(name: str, text_field: str, dataset_config: str | None, sp
 def _texts_from_records(records, text_field: str, source: str) -> Iterator[str]:
     for row_number, record in enumerate(records, start=1):
         if text_field not in record:
-            raise ValueError(
+            raise UserError(
                 f"{source} record {row_number}: no {text_field!r} field (fields: {sorted(record)}); "
                 "pass text_field=<one of them> (--text-field on the command line)"
             )
@@ -280,7 +281,7 @@ def _texts_from_records(records, text_field: str, source: str) -> Iterator[str]:
         if text is None:
             continue
         if not isinstance(text, str):
-            raise ValueError(
+            raise UserError(
                 f"{source} record {row_number}: field {text_field!r} is {type(text).__name__}, not text; "
                 "choose a text column with text_field"
             )
@@ -290,7 +291,7 @@ def _texts_from_records(records, text_field: str, source: str) -> Iterator[str]:
 def _iter_strings(texts: Iterable) -> Iterator[str]:
     for position, text in enumerate(texts):
         if not isinstance(text, str):
-            raise ValueError(
+            raise UserError(
                 f"inputs item {position} is {type(text).__name__} {text!r:.60}, not str; an iterable input must "
                 "yield strings (one document each)"
             )

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
@@ -62,7 +63,7 @@ def build_model_card(run_dir: str | Path, repo_id: str | None = None, license: s
     summary_path = run_dir / "training_summary.json"
     for required in (final_dir / "config.json", summary_path):
         if not required.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"cannot build a model card: {required} not found; {run_dir} must be a finished training run "
                 "(run `hf-gpt-custom train CONFIG` first)"
             )
@@ -169,7 +170,7 @@ def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); re-run the stage that writes it") from err
+        raise UserError(f"{path} is not valid JSON ({err}); re-run the stage that writes it") from err
 
 
 def _read_train_config(run_dir: Path, summary: dict) -> dict:
@@ -179,7 +180,7 @@ def _read_train_config(run_dir: Path, summary: dict) -> dict:
         try:
             loaded = yaml.safe_load(config_path.read_text(encoding="utf-8"))
         except yaml.YAMLError as err:
-            raise ValueError(f"{config_path} is not valid YAML ({err}); re-run training to rewrite it") from err
+            raise UserError(f"{config_path} is not valid YAML ({err}); re-run training to rewrite it") from err
         if isinstance(loaded, dict):
             return loaded
     return dict(summary.get("config") or {})

@@ -17,6 +17,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -171,14 +172,14 @@ def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str) -> Path:
     if which == "latest":
         folders = list_checkpoints(checkpoints_dir)
         if not folders:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no checkpoint to resume from in {checkpoints_dir}; run without resume_from_checkpoint to start fresh"
             )
         candidate = folders[-1]
     else:
         candidate = Path(which)
         if not candidate.is_dir():
-            raise FileNotFoundError(f"checkpoint {candidate} not found; give a step_NNNNNN folder or 'latest'")
+            raise MissingFileError(f"checkpoint {candidate} not found; give a step_NNNNNN folder or 'latest'")
         checkpoints_dir = candidate.parent
     problem = verify_checkpoint(candidate)
     if problem is not None:
@@ -187,7 +188,7 @@ def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str) -> Path:
             fix = f"the last complete one is {complete[-1]} — resume from it, or delete the damaged folder"
         else:
             fix = "there is no complete checkpoint beside it — delete the damaged folder and start fresh"
-        raise ValueError(f"checkpoint {candidate} is incomplete: {problem}; {fix}")
+        raise UserError(f"checkpoint {candidate} is incomplete: {problem}; {fix}")
     return candidate
 
 

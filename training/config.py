@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,14 +112,14 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"training config {path} not found; try training/configs/smoke.yaml")
+            raise MissingFileError(f"training config {path} not found; try training/configs/smoke.yaml")
         with open(path, encoding="utf-8") as f:
             try:
                 loaded = yaml.safe_load(f) or {}
             except yaml.YAMLError as err:
-                raise ValueError(f"{path}: not valid YAML ({err})") from err
+                raise UserError(f"{path}: not valid YAML ({err})") from err
         if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
+            raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     for key in values:
@@ -129,7 +130,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         key, sep, raw = override.partition("=")
         key = key.strip().lstrip("-")
         if not sep or not key:
-            raise ValueError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
+            raise UserError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
         if key.startswith("model."):
             values["model"][key[len("model."):]] = _parse_scalar(raw)
         else:
@@ -152,7 +153,7 @@ def _check_known_key(key: str, fields: dict) -> None:
         return
     suggestion = difflib.get_close_matches(key, fields, n=1)
     hint = f"did you mean {suggestion[0]!r}? " if suggestion else ""
-    raise ValueError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
+    raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
 
 
 def _resolve_local_path(key: str, value: str) -> str:
@@ -164,7 +165,7 @@ def _resolve_local_path(key: str, value: str) -> str:
             return str(full.resolve())
     looks_local = value.startswith((".", "/", "~")) or Path(value).suffix in (".txt", ".jsonl", ".json", ".parquet")
     if looks_local:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{key}={value!r} not found in {Path.cwd()} or {REPO_ROOT}; give an existing path or a Hub name"
         )
     return value  # a Hub dataset/model name such as "HuggingFaceFW/fineweb-edu"
@@ -203,7 +204,7 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
             return None
         return _convert(key, value, non_none[0], from_string)
     if value is None:
-        raise ValueError(f"{key} must not be null; give a value of type {getattr(declared, '__name__', declared)}")
+        raise UserError(f"{key} must not be null; give a value of type {getattr(declared, '__name__', declared)}")
     try:
         if declared is bool:
             if isinstance(value, bool):
@@ -244,7 +245,7 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
             return [_convert(f"{key}[{i}]", item, args[0], from_string) for i, item in enumerate(value)]
         if origin is dict:
             if from_string:
-                raise ValueError(f"set {key} entries one by one, e.g. {key}.n_layer=4")
+                raise UserError(f"set {key} entries one by one, e.g. {key}.n_layer=4")
             if not isinstance(value, dict):
                 raise ValueError
             return dict(value)
@@ -252,7 +253,7 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
         if str(err):
             raise
         type_name = getattr(declared, "__name__", str(declared))
-        raise ValueError(f"{key}={value!r} is not a valid {type_name}") from None
+        raise UserError(f"{key}={value!r} is not a valid {type_name}") from None
     return value
 
 
@@ -261,46 +262,46 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
 
 def _validate(config: TrainConfig) -> None:
     if not config.dataset:
-        raise ValueError("dataset is not set; give a text file/folder or a Hub dataset name, e.g. dataset=../shared/data/tinyshakespeare/input.txt")
+        raise UserError("dataset is not set; give a text file/folder or a Hub dataset name, e.g. dataset=../shared/data/tinyshakespeare/input.txt")
     for name in ("block_size", "batch_size", "gradient_accumulation_steps", "max_steps", "eval_interval",
                  "keep_checkpoints", "num_proc", "tokenizer_vocab_size"):
         value = getattr(config, name)
         if value < 1:
-            raise ValueError(f"{name}={value} must be >= 1")
+            raise UserError(f"{name}={value} must be >= 1")
     for name in ("warmup_steps", "checkpoint_interval", "weight_decay", "grad_clip", "adam_eps"):
         value = getattr(config, name)
         if value < 0:
-            raise ValueError(f"{name}={value} must be >= 0")
+            raise UserError(f"{name}={value} must be >= 0")
     if config.warmup_steps > config.max_steps:
-        raise ValueError(f"warmup_steps={config.warmup_steps} exceeds max_steps={config.max_steps}; lower warmup_steps")
+        raise UserError(f"warmup_steps={config.warmup_steps} exceeds max_steps={config.max_steps}; lower warmup_steps")
     if not config.learning_rate > 0:
-        raise ValueError(f"learning_rate={config.learning_rate} must be > 0; GPT-2 small uses 6e-4")
+        raise UserError(f"learning_rate={config.learning_rate} must be > 0; GPT-2 small uses 6e-4")
     if not 0 <= config.min_lr_ratio <= 1:
-        raise ValueError(f"min_lr_ratio={config.min_lr_ratio} must be in [0, 1]")
+        raise UserError(f"min_lr_ratio={config.min_lr_ratio} must be in [0, 1]")
     for name in ("adam_beta1", "adam_beta2"):
         if not 0 <= getattr(config, name) < 1:
-            raise ValueError(f"{name}={getattr(config, name)} must be in [0, 1)")
+            raise UserError(f"{name}={getattr(config, name)} must be in [0, 1)")
     if not 0 < config.val_fraction < 1:
-        raise ValueError(f"val_fraction={config.val_fraction} must be between 0 and 1 (exclusive); 0.1 holds out 10%")
+        raise UserError(f"val_fraction={config.val_fraction} must be between 0 and 1 (exclusive); 0.1 holds out 10%")
     if config.torch_threads is not None and config.torch_threads < 1:
-        raise ValueError(f"torch_threads={config.torch_threads} must be >= 1 or null (torch's default)")
+        raise UserError(f"torch_threads={config.torch_threads} must be >= 1 or null (torch's default)")
     if config.eval_batches is not None and config.eval_batches < 1:
-        raise ValueError(f"eval_batches={config.eval_batches} must be >= 1 or null (the whole validation set)")
+        raise UserError(f"eval_batches={config.eval_batches} must be >= 1 or null (the whole validation set)")
     if config.peak_flops is not None and not config.peak_flops > 0:
-        raise ValueError(f"peak_flops={config.peak_flops} must be > 0 (FLOP/s), e.g. 312e12 for an A100 in bf16")
+        raise UserError(f"peak_flops={config.peak_flops} must be > 0 (FLOP/s), e.g. 312e12 for an A100 in bf16")
     _check_choice("mixed_precision", config.mixed_precision, MIXED_PRECISION_CHOICES)
     _check_choice("text_sample_by", config.text_sample_by, TEXT_SAMPLE_BY_CHOICES)
     if config.log_with is not None and config.log_with not in ("tensorboard", "wandb", "all", "none"):
-        raise ValueError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
+        raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
     if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
-        raise ValueError("resume_from_checkpoint is empty; give 'latest' or a checkpoint folder")
+        raise UserError("resume_from_checkpoint is empty; give 'latest' or a checkpoint folder")
     for task in config.benchmark_tasks:
         _check_choice("benchmark_tasks", task, KNOWN_BENCHMARK_TASKS)
     for shots in config.benchmark_shots:
         if shots < 0:
-            raise ValueError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")
+            raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")
     if config.benchmark_limit is not None and config.benchmark_limit < 1:
-        raise ValueError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
+        raise UserError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
     _validate_model_section(config)
 
 
@@ -309,7 +310,7 @@ def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
         return
     suggestion = difflib.get_close_matches(value, choices, n=1)
     hint = f"did you mean {suggestion[0]!r}? " if suggestion else ""
-    raise ValueError(f"{key}: unknown value {value!r}; {hint}choose from {', '.join(choices)}")
+    raise UserError(f"{key}: unknown value {value!r}; {hint}choose from {', '.join(choices)}")
 
 
 def _validate_model_section(config: TrainConfig) -> None:
@@ -325,13 +326,13 @@ def _validate_model_section(config: TrainConfig) -> None:
         if key not in known:
             suggestion = difflib.get_close_matches(key, known, n=1)
             hint = f"did you mean 'model.{suggestion[0]}'? " if suggestion else ""
-            raise ValueError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(known))}")
+            raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(known))}")
     if config.init_from:
         return
     built = build_model_config(config, vocab_size=model.get("vocab_size") or config.tokenizer_vocab_size,
                                eos_token_id=0)
     if built.n_positions < config.block_size:
-        raise ValueError(
+        raise UserError(
             f"block_size={config.block_size} exceeds model.n_positions={built.n_positions}; lower block_size or "
             f"raise model.n_positions"
         )

@@ -22,6 +22,7 @@ import datasets
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from training.checkpoint import sha256_file
 from training.config import TrainConfig
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +46,15 @@ def list_local_files(path: str | os.PathLike) -> list[Path]:
     elif path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_BUILDERS)
     else:
-        raise FileNotFoundError(f"dataset {path} not found; give a file/folder of {', '.join(LOCAL_BUILDERS)} files")
+        raise MissingFileError(f"dataset {path} not found; give a file/folder of {', '.join(LOCAL_BUILDERS)} files")
     unsupported = [p for p in files if p.suffix not in LOCAL_BUILDERS]
     if unsupported:
-        raise ValueError(f"dataset file {unsupported[0]} has an unsupported suffix; use one of {', '.join(LOCAL_BUILDERS)}")
+        raise UserError(f"dataset file {unsupported[0]} has an unsupported suffix; use one of {', '.join(LOCAL_BUILDERS)}")
     if not files:
-        raise FileNotFoundError(f"dataset folder {path} has no {', '.join(LOCAL_BUILDERS)} files")
+        raise MissingFileError(f"dataset folder {path} has no {', '.join(LOCAL_BUILDERS)} files")
     builders = {LOCAL_BUILDERS[p.suffix] for p in files}
     if len(builders) > 1:
-        raise ValueError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
+        raise UserError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
     return files
 
 
@@ -87,21 +88,21 @@ def load_text_dataset(
         except Exception as err:  # datasets wraps parse errors in several types; find the line ourselves
             if builder == "json":
                 _raise_first_bad_json_line(files, text_field, err)
-            raise ValueError(f"could not read dataset {source}: {err}") from err
+            raise UserError(f"could not read dataset {source}: {err}") from err
         description = str(source)
     else:
         try:
             dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
                                             cache_dir=None if cache_dir is None else str(cache_dir))
         except FileNotFoundError as err:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
                 "or download it first (tests and offline machines need local files)"
             ) from err
         description = f"{source} ({dataset_config or 'default'}/{split})"
     columns = dataset.column_names
     if columns is not None and text_field not in columns:
-        raise ValueError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
+        raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
     if columns is not None:
         dataset = dataset.select_columns([text_field])
     if text_field != "text":
@@ -116,7 +117,7 @@ def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exceptio
             try:
                 json.loads(file.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as bad:
-                raise ValueError(f"{file}: not valid JSON ({bad})") from err
+                raise UserError(f"{file}: not valid JSON ({bad})") from err
             continue
         with open(file, encoding="utf-8", errors="strict") as f:
             for line_number, line in enumerate(f, start=1):
@@ -127,11 +128,11 @@ def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exceptio
                 except json.JSONDecodeError:
                     row = None
                 if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-                    raise ValueError(
+                    raise UserError(
                         f"{file} line {line_number}: expected a JSON object with a string {text_field!r} field, "
                         f"got {line.strip()[:60]!r}"
                     ) from err
-    raise ValueError(f"could not read {', '.join(map(str, files))}: {err}") from err
+    raise UserError(f"could not read {', '.join(map(str, files))}: {err}") from err
 
 
 # --- tokenising and packing ----------------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
     """
     eos_token_id = tokenizer.eos_token_id
     if eos_token_id is None:
-        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no eos_token; documents need an end-of-text separator")
+        raise UserError(f"tokenizer {tokenizer.name_or_path!r} has no eos_token; documents need an end-of-text separator")
     # Ids only, no Python BatchEncoding per document: our tokenizer's encode_ids_batch (tiktoken's engine when the
     # vocabulary allows, ~4x the Rust batch call), else any fast tokenizer's Rust backend.
     encode_ids = getattr(tokenizer, "encode_ids_batch", None)
@@ -199,7 +200,7 @@ def pack_into_blocks(dataset, block_size: int, cache_dir: str | os.PathLike | No
     `labels` equal `input_ids`; the model shifts them.
     """
     if block_size < 1:
-        raise ValueError(f"block_size={block_size} must be >= 1")
+        raise UserError(f"block_size={block_size} must be >= 1")
     if isinstance(dataset, datasets.IterableDataset):
         return datasets.IterableDataset.from_generator(
             _blocks_from_dataset, gen_kwargs={"dataset": dataset, "block_size": block_size}
@@ -288,7 +289,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         train_documents = documents
     else:
         if len(documents) < 2:
-            raise ValueError(
+            raise UserError(
                 f"dataset {config.dataset} has {len(documents)} document(s), too few to hold out validation; "
                 f"use text_sample_by=paragraph or line, or set val_split"
             )
@@ -300,7 +301,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
         if len(blocks) == 0:
             total = sum(len(ids) for ids in tokenized["input_ids"])
-            raise ValueError(
+            raise UserError(
                 f"the {name} split of {config.dataset} has {total} tokens, fewer than block_size={config.block_size}; "
                 f"lower block_size or add data"
             )
@@ -339,7 +340,7 @@ def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:
     # Validation is re-read on every evaluation pass, so it is materialised once (it is small by construction).
     val_rows = list(pack_into_blocks(tokenize_documents(val_documents, tokenizer), config.block_size))
     if not val_rows:
-        raise ValueError(f"the streaming validation documents of {config.dataset} give no full block of {config.block_size} tokens")
+        raise UserError(f"the streaming validation documents of {config.dataset} give no full block of {config.block_size} tokens")
     val = datasets.Dataset.from_list(val_rows)
     return PackedData(train, val, None, False, {"val_blocks": len(val), "block_size": config.block_size})
 

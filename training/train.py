@@ -27,6 +27,7 @@ from training.data import prepare_datasets, token_byte_lengths
 from training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, write_training_summary,
 )
+from hf_gpt_custom.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
             state.batches_in_epoch += 1
             yield batch
         if not produced and state.batches_in_epoch == 0:
-            raise ValueError("the training data gave no batch; lower batch_size or block_size, or add data")
+            raise UserError("the training data gave no batch; lower batch_size or block_size, or add data")
         state.epoch += 1
         state.batches_in_epoch = 0
 
@@ -206,12 +207,12 @@ def _load_model(config: TrainConfig, tokenizer):
         expected = {**PRESETS.get(expected.pop("preset", None), {}), **expected}
         for key, value in expected.items():
             if getattr(model.config, key) != value:
-                raise ValueError(
+                raise UserError(
                     f"model.{key}={value!r} but init_from={config.init_from} has {key}={getattr(model.config, key)!r}; "
                     f"the architecture comes from init_from — drop model.{key}"
                 )
         if model.config.n_positions < config.block_size:
-            raise ValueError(
+            raise UserError(
                 f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "
                 f"init_from={config.init_from}; lower block_size"
             )
@@ -220,7 +221,7 @@ def _load_model(config: TrainConfig, tokenizer):
                                           eos_token_id=tokenizer.eos_token_id)
         model = GPTCustomForCausalLM(model_config)
     if model.config.vocab_size < len(tokenizer):
-        raise ValueError(
+        raise UserError(
             f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}; "
             f"use the model's own tokenizer or raise model.vocab_size"
         )
