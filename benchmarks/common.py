@@ -206,8 +206,15 @@ def param_count(model: torch.nn.Module) -> int:
 
 
 def machine_info(threads: int) -> dict:
+    """What a figure was measured on. Machines of one kind differ: oneDNN's fp32 matmul was ~2x MKL's on one AMD EPYC
+    and ~1x on others, so every result names the CPU model, family/model and the ISA flags that decide such paths."""
+    cpu = cpu_info()
     return {
-        "cpu": _cpu_name(),
+        "cpu": cpu["model_name"],
+        "cpu_family": cpu["family"],
+        "cpu_model": cpu["model"],
+        "isa_flags": cpu["isa_flags"],
+        "logical_cpus": os.cpu_count(),
         "threads": threads,
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -215,15 +222,36 @@ def machine_info(threads: int) -> dict:
     }
 
 
-def _cpu_name() -> str:
+# The flags that change which kernels are fast: AVX-512 (wide fp32 units), AVX512-BF16 and AMX (bf16 matmuls).
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu_info() -> dict:
+    """Model name, CPU family/model and the ISA flags above, from /proc/cpuinfo (what `lscpu` prints)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    flags = set(fields.get("flags", "").split())
+    return {
+        "model_name": fields.get("model name") or platform.processor() or "unknown",
+        "family": fields.get("cpu family", "unknown"),
+        "model": fields.get("model", "unknown"),
+        "isa_flags": [flag for flag in _ISA_FLAGS if flag in flags],
+    }
+
+
+def describe_machine(meta: dict) -> str:
+    """One line for a report: 'AMD EPYC (family 25, model 1; avx2 fma), 1 of 2 threads'."""
+    flags = " ".join(meta.get("isa_flags") or []) or "no AVX2"
+    return (f"{meta['cpu']} (family {meta.get('cpu_family', '?')}, model {meta.get('cpu_model', '?')}; {flags}), "
+            f"{meta['threads']} of {meta.get('logical_cpus', '?')} threads")
 
 
 def write_json(name: str, payload: dict, out_dir: Path = RESULTS_DIR) -> Path:
