@@ -142,3 +142,15 @@ def test_a_path_ending_in_yaml_is_a_task_file_of_your_own(tmp_path):
     assert spec.task == "copa" and spec.source_file == str(tmp_path / "my_copa.yaml")
     with pytest.raises(MissingFileError, match=r"task file .*nothere.yaml not found"):
         load_task(str(tmp_path / "nothere.yaml"))
+
+
+def test_a_task_file_of_your_own_can_include_a_shipped_one_with_lm_eval_settings(tmp_path):
+    """README's command-line route to lm-eval's protocol: include by absolute path, override two fields."""
+    (tmp_path / "lambada_lm_eval.yaml").write_text(
+        f"include: {TASKS_DIR / 'lambada.yaml'}\ntask: lambada_lm_eval\ntarget_delimiter: \" \"\nfewshot_fit: lm-eval\n",
+        encoding="utf-8",
+    )
+    mine = load_task(str(tmp_path / "lambada_lm_eval.yaml"))
+    protocol = load_task("lambada", protocol="lm-eval")
+    assert (mine.target_delimiter, mine.fewshot_fit) == (" ", "lm-eval") == (protocol.target_delimiter, protocol.fewshot_fit)
+    assert load_task("lambada").target_delimiter == ""
