@@ -58,3 +58,34 @@ def test_shipped_names_do_not_shadow_lm_eval_builtins():
     assert {"lambada_openai", "piqa", "hellaswag", "arc_easy", "winogrande", "wikitext"} <= builtin
     assert not set(SHIPPED) & builtin
     assert not {name for name in builtin if name.startswith(TASK_PREFIX)}
+
+
+def test_lm_eval_reads_the_data_root_it_is_given(shared_data_dir, tmp_path):
+    """`--metadata '{"data_dir": ...}'` (TaskManager metadata) reaches our loader: a 10-record COPA copy gives 10 docs."""
+    from lm_eval.tasks import TaskManager
+
+    (tmp_path / "copa").mkdir()
+    lines = (shared_data_dir / "copa" / "val.jsonl").read_text(encoding="utf-8").splitlines()[:10]
+    (tmp_path / "copa" / "val.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    manager = TaskManager(include_path=str(LM_EVAL_TASKS_DIR), include_defaults=False, metadata={"data_dir": str(tmp_path)})
+    task = manager.load([f"{TASK_PREFIX}copa"])["tasks"][f"{TASK_PREFIX}copa"]
+    assert len(list(task.test_docs())) == 10
+
+
+def test_wikitext_results_count_words_and_bytes_as_lm_eval_wikitext(shared_data_dir):
+    """gptc_wikitext's process_results equals lm-eval's own wikitext one (counts on the raw page)."""
+    import importlib.util
+
+    import lm_eval
+
+    spec = importlib.util.spec_from_file_location(
+        "preprocess_wikitext", Path(lm_eval.__file__).parent / "tasks" / "wikitext" / "preprocess_wikitext.py"
+    )
+    theirs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(theirs)
+    data_spec = importlib.util.spec_from_file_location("gptc_data", LM_EVAL_TASKS_DIR / "gptc_data.py")
+    ours = importlib.util.module_from_spec(data_spec)
+    data_spec.loader.exec_module(ours)
+    for doc in load_task("wikitext").docs("test", shared_data_dir)[:3]:
+        assert doc["page"] != doc["text"]  # detokenized text differs from the page the counts are taken on
+        assert ours.count_on_page(doc, [-1234.5]) == theirs.process_results(doc, [-1234.5])
