@@ -284,8 +284,6 @@ def _matches_type(value: Any, hint: Any) -> bool:
         return isinstance(value, dict) and all(
             _matches_type(key, args[0]) and _matches_type(item, args[1]) for key, item in value.items()
         )
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, hint)
 
 

@@ -114,6 +114,7 @@ def test_a_missing_required_field_names_the_file_the_field_and_the_fix(tmp_path,
         ("multiple_input", "yes", r"field 'multiple_input' must be bool, got 'yes'"),
         ("data_files", ["copa/val.jsonl"], r"field 'data_files' must be dict\[str, str \| list\[str\]\], got \['copa/val.jsonl'\]"),
         ("doc_to_text", None, r"field 'doc_to_text' must be str, got None"),
+        ("doc_to_choice", 5, r"field 'doc_to_choice' must be str \| list\[str\] \| None, got 5"),
     ],
 )
 def test_a_mistyped_field_is_named_with_its_expected_type(tmp_path, field, value, expected):
@@ -122,6 +123,21 @@ def test_a_mistyped_field_is_named_with_its_expected_type(tmp_path, field, value
     (tmp_path / "copa.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     with pytest.raises(UserError, match=expected):
         load_task("copa", tmp_path)
+
+
+def test_every_type_a_union_field_allows_is_accepted(tmp_path):
+    config = yaml.safe_load((TASKS_DIR / "copa.yaml").read_text(encoding="utf-8"))
+    for doc_to_choice in ("choices", ["no", "yes"], None):
+        (tmp_path / "copa.yaml").write_text(yaml.safe_dump({**config, "output_type": "loglikelihood", "doc_to_choice": doc_to_choice}), encoding="utf-8")
+        assert load_task("copa", tmp_path).doc_to_choice == doc_to_choice
+
+
+def test_a_misspelt_lm_eval_override_is_named(tmp_path):
+    config = yaml.safe_load((TASKS_DIR / "lambada.yaml").read_text(encoding="utf-8"))
+    config["lm_eval_overrides"] = {"target_delimitr": " "}
+    (tmp_path / "lambada.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    with pytest.raises(UserError, match=r"lambada.yaml: lm_eval_overrides has unknown key\(s\) target_delimitr; allowed: "):
+        load_task("lambada", tmp_path)
 
 
 def test_a_file_that_is_not_a_mapping_is_named(tmp_path):
