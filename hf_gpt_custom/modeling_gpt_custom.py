@@ -63,8 +63,9 @@ def eager_attention_forward(
 
 def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
     """Raise a UserError naming what is wrong with `token_ids` (input_ids or labels) before it becomes a cryptic
-    IndexError deep in an embedding or the loss. One min/max pass over the ids; skipped under torch.compile."""
-    if torch.compiler.is_compiling():
+    IndexError deep in an embedding or the loss. One min/max pass over the ids; skipped under torch.compile and
+    torch.jit.trace (which would record the check as constants)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return
     if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
         raise UserError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}; convert with .long()")
