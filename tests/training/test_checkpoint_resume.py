@@ -337,6 +337,12 @@ def test_resume_with_more_processes_than_saved_random_states_is_refused(run_with
         check_random_states(latest, rank=1, num_processes=2)
 
 
+def test_a_random_state_without_the_generators_accelerate_restores_is_refused(tmp_path):
+    torch.save({"random_state": None, "step": 0}, tmp_path / "random_states_0.pkl")  # loads, but has no RNG states
+    with pytest.raises(UserError, match=r"lacks numpy_random_seed, torch_manual_seed"):
+        check_random_states(tmp_path, rank=0, num_processes=1)
+
+
 def test_checkpoint_manifest_has_one_home_in_model_folder(run_with_checkpoints):
     _, run_dir = run_with_checkpoints
     folder = run_dir / "checkpoints" / "step_000008"

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from training.config import REPO_ROOT, save_train_config
+from training.launcher import mixed_precision_for_run
 from training.data import prepare_datasets
 from training.train import EpochShuffleSampler, _batch_digest, train
 
@@ -102,3 +103,9 @@ def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_
     assert "accelerate launch says mixed_precision=bf16" in warning
     assert "training config says mixed_precision=no; training in no" in warning
     assert json.loads((run_dir / "training_summary.json").read_text())["config"]["mixed_precision"] == "no"
+
+
+def test_the_training_yaml_precision_is_the_one_used(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert mixed_precision_for_run("no") == "no"
+    assert mixed_precision_for_run("fp16") == "fp16"

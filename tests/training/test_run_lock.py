@@ -65,7 +65,7 @@ def test_the_lock_excludes_other_holders_while_held_and_nests_in_one_process(tmp
         with lock_run_folder(run_dir):  # the main job holds the folder, then train() inside it
             pass
         with open(run_dir / LOCK_NAME) as other, pytest.raises(BlockingIOError):
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # still held after the inner block
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held exclusively (not even a shared lock), still
     with open(run_dir / LOCK_NAME) as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
 
