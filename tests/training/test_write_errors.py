@@ -76,8 +76,10 @@ def test_read_only_folders_are_named_and_earlier_checkpoints_stay_good(make_conf
     # what torch's zip writer raises when the disk fills up under it
     (RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file data/3: file "
                   "write failed"), "torch could not write the file ([enforce fail at inline_container.cc:858]"),
+    (RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1472 vs 1360"),
+     "torch could not write the file ([enforce fail at inline_container.cc:626] . unexpected pos 1472 vs 1360)"),
     (OSError(errno.ENOSPC, "No space left on device"), "No space left on device (ENOSPC)"),
-], ids=["torch_writer", "oserror"])
+], ids=["torch_writer", "torch_position", "oserror"])
 def test_a_full_disk_while_checkpointing_is_named_and_earlier_checkpoints_stay_good(make_config, monkeypatch,
                                                                                     failure, cause):
     real_save_state = Accelerator.save_state
