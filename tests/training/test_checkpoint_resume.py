@@ -284,14 +284,14 @@ def test_resuming_an_older_checkpoint_keeps_its_branch_and_sets_the_newer_histor
     checkpoints_dir = config.run_dir / "checkpoints"
     shutil.copytree(original / "checkpoints", checkpoints_dir)  # steps 2, 4, 6, 8
     config.resume_from_checkpoint = str(checkpoints_dir / "step_000002")
-    _stop_after_checkpoint(monkeypatch, 5)
+    _stop_after_checkpoint(monkeypatch, 3)
     with pytest.raises(_Stopped):
         train(config)
     monkeypatch.undo()
 
     # rotation kept this branch (where it resumed, and its own new checkpoint), and "latest" is on it
-    assert [p.name for p in list_checkpoints(checkpoints_dir)] == ["step_000002", "step_000005"]
-    assert find_checkpoint(checkpoints_dir, "latest") == checkpoints_dir / "step_000005"
+    assert [p.name for p in list_checkpoints(checkpoints_dir)] == ["step_000002", "step_000003"]
+    assert find_checkpoint(checkpoints_dir, "latest") == checkpoints_dir / "step_000003"
     (abandoned,) = checkpoints_dir.glob("abandoned_after_step_000002_*")
     assert sorted(p.name for p in abandoned.iterdir()) == ["step_000004", "step_000006", "step_000008"]
     assert all(verify_checkpoint(p) is None for p in abandoned.iterdir())  # moved whole, not deleted
@@ -348,7 +348,8 @@ def test_checkpoint_manifest_has_one_home_in_model_folder(run_with_checkpoints):
     folder = run_dir / "checkpoints" / "step_000008"
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["format"] == 1 and manifest["step"] == 8
-    assert {"training_state.json", "model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= manifest["files"].keys()
+    expected_files = {"training_state.json", "model.safetensors", "optimizer.bin", "random_states_0.pkl"}
+    assert expected_files <= manifest["files"].keys()
     assert manifest["files"]["model.safetensors"]["sha256"] == model_folder.sha256_file(folder / "model.safetensors")
     assert model_folder.verify_manifest(folder) is None
     for name in ("sha256_file", "write_manifest", "verify_manifest"):
