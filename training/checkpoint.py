@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.model_folder import MANIFEST_NAME, sha256_file, verify_manifest, write_manifest
+# sha256_file is re-exported: data.py hashes the cache key's files with it
+from hf_gpt_custom.model_folder import MANIFEST_NAME, sha256_file, verify_manifest, write_manifest  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,8 @@ def _delete_old_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
         shutil.rmtree(folder)
 
 
-def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike, resume_folder: Path | None) -> Path | None:
+def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
+                              resume_folder: Path | None) -> Path | None:
     """Before training: move checkpoints that are not on the branch about to be trained into an abandoned_* folder.
 
     Resuming from step S of this folder abandons its checkpoints after S (rotation would otherwise keep those, the

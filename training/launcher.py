@@ -34,8 +34,8 @@ def mixed_precision_for_run(configured: str) -> str:
     launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")
     if launcher is not None and launcher.lower() != configured.lower() and launch_rank() == 0:
         logger.warning(
-            "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision) but the training config "
-            "says mixed_precision=%s; training in %s, the training config's value. To train in %s set "
+            "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision) but the training "
+            "config says mixed_precision=%s; training in %s, the training config's value. To train in %s set "
             "mixed_precision=%s in the training YAML (or on the command line); make the two agree to silence this.",
             launcher, configured, configured, launcher, launcher,
         )

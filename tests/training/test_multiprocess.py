@@ -79,7 +79,8 @@ def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shake
     command = ["accelerate", "launch", "--config_file", "training/configs/accelerate/cpu_two_processes.yaml",
                "--main_process_port", str(_free_port()), "-m", "hf_gpt_custom.cli", "train",
                "training/configs/smoke.yaml", f"out_dir={run_dir}", f"tokenizer={shakespeare_tokenizer_dir}",
-               f"data_cache_dir={shared_data_cache}", "max_steps=2", "warmup_steps=1", "eval_interval=2", "eval_batches=2",
+               f"data_cache_dir={shared_data_cache}", "max_steps=2", "warmup_steps=1", "eval_interval=2",
+               "eval_batches=2",
                "checkpoint_interval=1"]
     result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True,
                             text=True, timeout=300)
