@@ -1,7 +1,9 @@
 """The model card: front-matter the Hub parses back (model-index round trip), and every section filled from the run.
 
-`make_tiny_run` fabricates a finished run folder (STYLE §11) from a tiny model saved with save_pretrained, a
-training summary and eval results in the CONTRACTS.md schema; tests/hf_gpt_custom/test_hub_export.py reuses it.
+`make_tiny_run` fabricates a finished run folder (STYLE §11) as training leaves it — absolute local paths in
+config.yaml and training_summary.json, a tokenizer_config.json with transformers' load-time keys — from a tiny model
+saved with save_pretrained, and eval results with eval/report.py's row keys; tests/hf_gpt_custom/test_hub_export.py
+reuses it.
 """
 
 from __future__ import annotations
@@ -17,22 +19,28 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 
 # One row per task × K × metric, as eval/report.py writes them. LAMBADA has two metrics at K=0 and the same metric
 # at two K — exactly the case where K must not be merged away by the model-index grouping.
+LAMBADA = {"path": "EleutherAI/lambada_openai", "name": "default", "split": "test"}  # from the task YAML
+ARC_EASY = {"path": "allenai/ai2_arc", "name": "ARC-Easy", "split": "test"}
 RESULT_ROWS = [
-    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 0, "metric": "acc", "value": 0.125,
+    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 0, "metric": "acc", "value": 0.125,
      "stderr": 0.0625, "n": 16, "higher_is_better": True, "n_truncated": 0},
-    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 0, "metric": "perplexity", "value": 4321.98765,
+    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 0, "metric": "perplexity", "value": 4321.98765,
      "stderr": None, "n": 16, "higher_is_better": False, "n_truncated": 0},
-    {"task": "arc_easy", "dataset": "ai2_arc/ARC-Easy", "num_fewshot": 0, "metric": "acc_norm", "value": 0.3125,
+    {"task": "arc_easy", "dataset": ARC_EASY, "num_fewshot": 0, "metric": "acc_norm", "value": 0.3125,
      "stderr": 0.1197, "n": 16, "higher_is_better": True, "n_truncated": 0},
-    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 3, "metric": "acc", "value": 0.1875,
+    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 3, "metric": "acc", "value": 0.1875,
      "stderr": 0.1008, "n": 16, "higher_is_better": True, "n_truncated": 2},
-    {"task": "arc_easy", "dataset": "ai2_arc/ARC-Easy", "num_fewshot": 3, "metric": "acc_norm", "value": 0.25,
+    {"task": "arc_easy", "dataset": ARC_EASY, "num_fewshot": 3, "metric": "acc_norm", "value": 0.25,
      "stderr": 0.1118, "n": 16, "higher_is_better": True, "n_truncated": 0},
 ]
 
 
-def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
-    """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/."""
+def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None = None, **settings) -> Path:
+    """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/.
+
+    Paths are recorded absolute, as load_train_config stores them: the dataset is a file in a `tinyshakespeare`
+    folder beside the run, the tokenizer was trained into <run>/tokenizer, packed data lives in a cache folder.
+    `settings` override training settings (e.g. warmup_steps=0)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -41,8 +49,14 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
 
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
 
-    run_dir = Path(run_dir)
-    tokenizer = GPTCustomTokenizerFast()  # the 256 bytes + <|endoftext|>: a real tokenizer without training one
+    run_dir = Path(run_dir).absolute()
+    dataset_file = run_dir.parent / "data" / "tinyshakespeare" / "input.txt"
+    dataset_file.parent.mkdir(parents=True, exist_ok=True)
+    dataset_file.write_text("ROMEO: what light through yonder window breaks\n", encoding="utf-8")
+    # the 256 bytes + <|endoftext|>: a real tokenizer without training one, saved and loaded back from a local
+    # folder as training does (that load is what adds is_local / local_files_only to tokenizer_config.json)
+    GPTCustomTokenizerFast().save_pretrained(run_dir / "tokenizer")
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "tokenizer")
     config = GPTCustomConfig(
         vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -58,17 +72,21 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
 
     train_config = {
         "run_name": "tiny-shakespeare", "out_dir": str(run_dir), "seed": 1337,
-        "dataset": "../shared/data/tinyshakespeare", "dataset_split": "train", "text_field": "text",
+        "dataset": str(dataset_file), "dataset_split": "train", "text_field": "text",
+        "data_cache_dir": str(Path.home() / ".cache" / "hf_gpt_custom" / "packed"),
         "tokenizer": None, "tokenizer_vocab_size": 257, "model": {"n_layer": 2, "n_head": 4, "n_embd": 32},
-        "block_size": 64, "batch_size": 4, "max_steps": 10, "learning_rate": 0.0006, "warmup_steps": 2,
+        "init_from": init_from, "block_size": 64, "batch_size": 4, "max_steps": 10, "learning_rate": 0.0006,
+        "min_lr_ratio": 0.1, "warmup_steps": 2,
         "benchmark_tasks": ["lambada", "arc_easy"], "benchmark_shots": [0, 3], "benchmark_limit": 16,
+        **settings,
     }
     (run_dir / "config.yaml").write_text(yaml.safe_dump(train_config, sort_keys=False), encoding="utf-8")
     summary = {
         "run_name": "tiny-shakespeare", "config": train_config, "n_params": model.num_parameters(),
         "tokens_seen": 2560, "steps": 10, "wall_time_s": 4.5, "final_train_loss": 5.25, "final_val_loss": 5.5,
         "val_perplexity": math.exp(5.5), "val_bits_per_byte": 7.9, "tokens_per_s": 568.9, "mfu": 0.0004,
-        "dataset": "../shared/data/tinyshakespeare", "tokenizer": str(run_dir / "tokenizer"),
+        "dataset": str(dataset_file), "tokenizer": str(run_dir / "tokenizer"),
+        "data_cache": str(Path.home() / ".cache" / "hf_gpt_custom" / "packed" / "e0f59c7615c232ab04a4"),
         "loss_curve": "loss_curve.png",
     }
     (run_dir / "training_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -83,7 +101,7 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
             "results": RESULT_ROWS,
         }
         (run_dir / "eval" / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        (run_dir / "eval" / "table.md").write_text("| task | K |\n|---|---|\n", encoding="utf-8")
+        (run_dir / "eval" / "table.md").write_text(f"Model: `{run_dir / 'final'}`\n", encoding="utf-8")
         figure.savefig(run_dir / "eval" / "shots_curve.png")
     plt.close(figure)
     return run_dir
@@ -195,7 +213,7 @@ def test_card_body_has_every_section_filled_from_the_run(tiny_run):
     assert "![Training and validation loss](loss_curve.png)" in text
     assert "(shots_curve.png)" in text
     # One table line per results.json row, grouped by task then K.
-    assert "| lambada | 3 | acc | 0.1875 | 0.1008 | 16 | 2 |" in text
+    assert "| lambada | 3 | acc ↑ | 0.1875 | 0.1008 | 16 | 2 |" in text
     assert "| lambada | 0 | perplexity ↓ | 4321.9877 | – | 16 | 0 |" in text
     table_lines = [line for line in text.splitlines() if line.startswith(("| lambada |", "| arc_easy |"))]
     assert len(table_lines) == len(RESULT_ROWS)
