@@ -263,7 +263,10 @@ def _check_card(folder: Path) -> None:
     try:
         metadata = metadata_load(readme)
     except Exception as err:  # yaml errors of several kinds: all mean the front matter is broken
-        raise UserError(f"cannot publish: the card's metadata in {readme} does not parse ({err})") from err
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""  # +1 for 0-based, +1 for the opening ---
+        reason = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"cannot publish: the card's metadata in {readme} does not parse ({reason}{where})") from err
     if not metadata or not metadata.get("license") or not metadata.get("library_name"):
         raise UserError(f"cannot publish: {readme} has no card metadata (license, library_name); export again")
     for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):

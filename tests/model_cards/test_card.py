@@ -237,3 +237,80 @@ def test_card_of_an_unfinished_run_names_the_missing_file(tmp_path):
 
     with pytest.raises(FileNotFoundError, match=r"final/config.json not found"):
         build_model_card(tmp_path)
+
+
+# --- the card tells the truth about this run ------------------------------------------------------------------------
+
+
+def test_a_scratch_run_says_scratch_and_a_fine_tune_names_its_base(tmp_path):
+    from model_cards.card import build_model_card
+
+    scratch = build_model_card(make_tiny_run(tmp_path / "scratch", with_eval=False)).text
+    assert "trained from scratch" in scratch and "Pre-trained from scratch (random initialisation)" in scratch
+    assert "Fine-tuned" not in scratch and "fine-tuned from" not in scratch
+
+    base = tmp_path / "models" / "gpt2-shakespeare-base"  # a local folder: named by its base name, not its path
+    tuned = build_model_card(make_tiny_run(tmp_path / "tuned", with_eval=False, init_from=str(base))).text
+    assert "fine-tuned from `gpt2-shakespeare-base`" in tuned
+    assert "Fine-tuned from the weights of `gpt2-shakespeare-base`" in tuned
+    assert "from scratch" not in tuned and str(tmp_path) not in tuned
+
+
+@pytest.mark.parametrize(("settings", "sentence"), [
+    ({}, "Learning rate: linear warmup from 0 to 0.0006 over 2 steps, then cosine decay to 6e-05 (0.1 × the peak) "
+         "at step 10."),
+    ({"warmup_steps": 0}, "Learning rate: no warmup; cosine decay to 6e-05 (0.1 × the peak) at step 10."),
+    ({"min_lr_ratio": 1.0, "learning_rate": 0.001}, "Learning rate: linear warmup from 0 to 0.001 over 2 steps, "
+                                                    "then constant at 0.001."),
+    ({"min_lr_ratio": 0.0, "max_steps": 40}, "then cosine decay to 0 (0.0 × the peak) at step 40."),
+], ids=["warmup+cosine", "no-warmup", "constant", "to-zero"])
+def test_the_schedule_sentence_is_the_configured_schedule(tmp_path, settings, sentence):
+    """lr(step) = peak · (min_ratio + (1 - min_ratio) · ½(1 + cos π·progress)) after warmup (train.py's schedule):
+    the card states peak, warmup and end value the way they were configured, worked out by hand above."""
+    from model_cards.card import build_model_card
+
+    text = " ".join(build_model_card(make_tiny_run(tmp_path / "run", with_eval=False, **settings)).text.split())
+    assert sentence in text
+
+
+def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
+    """The dataset of a model-index entry comes from the results row (the task YAML's path/name/split); an older
+    results.json with a plain string falls back to the task name instead of inventing a Hub id."""
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run")
+    payload = json.loads((run_dir / "eval" / "results.json").read_text())
+    payload["results"] = [
+        dict(RESULT_ROWS[0], task="piqa", metric="acc", dataset={"path": "baber/piqa", "name": None, "split": "validation"}),
+        dict(RESULT_ROWS[0], task="copa", metric="acc", dataset="copa/val.jsonl"),
+    ]
+    (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
+    parsed = ModelCard(build_model_card(run_dir).content).data.eval_results  # parsed back from the front matter
+    assert [(r.task_name, r.dataset_type, r.dataset_config, r.dataset_split) for r in parsed] == [
+        ("piqa", "baber/piqa", None, "validation"), ("copa", "copa", None, None),
+    ]
+
+
+def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
+    from hf_gpt_custom.hub import remote_code_files
+    from model_cards.card import build_model_card
+
+    text = build_model_card(tiny_run, package_source="git+https://example.org/me/hf-gpt-custom@v1").text
+    assert len(remote_code_files()) > 3
+    for name in remote_code_files():
+        assert f"`{name}`" in text
+    assert "three" not in text and "pip install hf-gpt-custom" not in text
+    assert 'pip install "git+https://example.org/me/hf-gpt-custom@v1"' in text
+    assert "pads with `<|endoftext|>`" in text and "on the **left**" in text and "`model_max_length` is 64" in text
+    assert 'target_modules=["c_attn", "c_proj", "c_fc"]' in text
+
+
+def test_hyperparameter_rows_leave_out_what_the_metadata_says_does_not_change_training(tiny_run, monkeypatch):
+    import hf_gpt_custom.run
+    from model_cards.card import build_model_card
+
+    assert "| `warmup_steps` | 2 |" in build_model_card(tiny_run).text
+    monkeypatch.setattr(hf_gpt_custom.run, "settings_not_changing_training", lambda: frozenset({"warmup_steps"}))
+    text = build_model_card(tiny_run).text
+    assert "| `warmup_steps` |" not in text and "| `learning_rate` | 0.0006 |" in text
+    assert "| `benchmark_limit` | 16 |" in text  # no longer left out by a list of its own
