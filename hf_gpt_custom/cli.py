@@ -41,12 +41,13 @@ def _check_device(device: str) -> None:
 
 
 def _check_model_argument(model: str) -> None:
-    """An existing path must be a model folder; anything else must read as a Hub id (user/name)."""
+    """An existing path must be a folder with a config.json; anything else must read as a Hub id (user/name).
+    What the folder holds (any causal LM for eval) is the loader's business."""
     from .hub import is_hub_repo_id
     from .model_folder import check_model_folder
 
-    if Path(model).exists() or not is_hub_repo_id(model):
-        check_model_folder(model)  # names what is missing: the folder, config.json or the weights
+    if (Path(model).exists() or not is_hub_repo_id(model)) and not (Path(model) / "config.json").is_file():
+        check_model_folder(model)  # raises, naming what is wrong: no such folder, a file, no config.json
 
 
 def _comma_ints(value: str) -> list[int]:

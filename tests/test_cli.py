@@ -217,3 +217,15 @@ def test_eval_with_a_device_torch_does_not_know_is_one_line(exported_folder, tmp
         capsys,
     )
     _assert_one_line_error(code, err, "eval", "--device 'gpu0' is not a torch device")
+
+
+def test_the_model_check_leaves_other_architectures_and_hub_ids_to_the_loader(tmp_path):
+    """eval takes any causal LM: the CLI only checks that a path is a folder with a config.json."""
+    from hf_gpt_custom.cli import _check_model_argument
+
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama"}')
+    _check_model_argument(str(tmp_path / "llama"))
+    _check_model_argument("openai-community/gpt2")
+    with pytest.raises(ValueError, match="has no config.json"):
+        _check_model_argument(str(tmp_path))

@@ -314,3 +314,14 @@ def test_hyperparameter_rows_leave_out_what_the_metadata_says_does_not_change_tr
     text = build_model_card(tiny_run).text
     assert "| `warmup_steps` |" not in text and "| `learning_rate` | 0.0006 |" in text
     assert "| `benchmark_limit` | 16 |" in text  # no longer left out by a list of its own
+
+
+def test_tokens_per_step_counts_accumulation_and_processes(tmp_path):
+    """batch_size 4 × block_size 64 × 3 accumulation steps × 2 processes = 1,536 tokens per optimizer step."""
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run", with_eval=False, gradient_accumulation_steps=3)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    (run_dir / "training_summary.json").write_text(json.dumps({**summary, "num_processes": 2}))
+    text = build_model_card(run_dir).text
+    assert "with 1,536 tokens per optimizer step" in text and "2 processes" in text
