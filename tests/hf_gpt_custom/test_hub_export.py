@@ -172,6 +172,8 @@ def test_export_replaces_an_earlier_export_but_not_a_foreign_folder(exported, tm
     with pytest.raises(ValueError, match=r"exists and is not an earlier export"):
         export_folder(run_dir, foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ValueError, match=r"notes.txt: it is a file; choose a folder path"):
+        export_folder(run_dir, foreign / "notes.txt")
 
 
 def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
@@ -292,3 +294,111 @@ def test_push_with_a_rejected_token_names_the_http_status(exported, monkeypatch)
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- what an export publishes: no local path, readable weights, a tokenizer ready for batches ------------------------
+
+
+def local_strings(run_dir: Path) -> list[str]:
+    """Strings that would give away the machine the run was on: the run's own absolute paths (the folder, the
+    dataset file beside it, the tokenizer folder, the packed-data cache), the home folder and the working directory."""
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    return [str(run_dir), str(run_dir.parent), summary["dataset"], summary["tokenizer"], summary["data_cache"],
+            str(Path.home()), os.getcwd()]
+
+
+def test_export_publishes_no_local_path(exported):
+    run_dir, out_dir = exported
+    forbidden = local_strings(run_dir)
+    assert all(os.path.isabs(item) for item in forbidden)
+    # the run itself does record them (otherwise this test would prove nothing)
+    assert str(run_dir) in (run_dir / "training_summary.json").read_text()
+    assert '"is_local": true' in (run_dir / "final" / "tokenizer_config.json").read_text()
+    for path in out_dir.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            leaked = [item for item in forbidden if item in text]
+            assert not leaked, f"{path.relative_to(out_dir)} publishes {leaked}"
+    tokenizer_config = json.loads((out_dir / "tokenizer_config.json").read_text())
+    assert "is_local" not in tokenizer_config and "local_files_only" not in tokenizer_config
+    summary = json.loads((out_dir / "training_summary.json").read_text())
+    # a file outside the run by its base name, a folder inside the run by its path there
+    assert (summary["dataset"], summary["config"]["dataset"], summary["tokenizer"]) == ("input.txt", "input.txt", "tokenizer")
+    assert summary["final_val_loss"] == 5.5  # numbers untouched
+    results = json.loads((out_dir / "eval" / "results.json").read_text())
+    assert results["model"] == "final"
+    assert (out_dir / "eval" / "table.md").read_text().startswith("Model: `final`")
+    card = (out_dir / "README.md").read_text()
+    assert "`input.txt`" in card and "karpathy/tiny_shakespeare" in card
+
+
+def test_export_weights_are_readable_by_others(exported, tmp_path):
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir, _ = exported
+    previous = os.umask(0o022)
+    try:
+        out_dir = export_folder(run_dir, tmp_path / "export")
+    finally:
+        os.umask(previous)
+    assert (run_dir / "final" / "model.safetensors").stat().st_mode & 0o777 == 0o600  # what save_pretrained leaves
+    for path in out_dir.rglob("*"):
+        assert path.stat().st_mode & 0o777 == (0o755 if path.is_dir() else 0o644), path
+
+
+def test_export_tokenizer_pads_left_with_eos_and_truncates_at_the_context_length(exported):
+    from transformers import AutoTokenizer
+
+    _, out_dir = exported
+    tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)
+    n_positions = json.loads((out_dir / "config.json").read_text())["n_positions"]
+    assert tokenizer.model_max_length == n_positions == 64
+    assert tokenizer.pad_token == tokenizer.eos_token == "<|endoftext|>" and tokenizer.padding_side == "left"
+    batch = tokenizer(["ab", "abcd"], padding=True)
+    eos = tokenizer.eos_token_id
+    assert batch["input_ids"][0][:2] == [eos, eos] and batch["attention_mask"][0] == [0, 0, 1, 1]
+    assert len(tokenizer("x" * 500, truncation=True)["input_ids"]) == n_positions
+
+
+def test_export_refuses_a_final_folder_with_a_missing_weight(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "broken", with_eval=False)
+    weights = run_dir / "final" / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["transformer.ln_f.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"does not hold every weight.*transformer\.ln_f\.weight"):
+        export_folder(run_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
+    import shutil
+
+    from hf_gpt_custom.hub import check_export, push_folder
+
+    _, out_dir = exported
+    files = check_export(out_dir)
+    assert ("model.safetensors", (out_dir / "model.safetensors").stat().st_size) in files
+    edited = tmp_path / "edited"
+    shutil.copytree(out_dir, edited)
+    with open(edited / "README.md", "a", encoding="utf-8") as card:
+        card.write(f"\nTrained from {Path.home() / 'data' / 'corpus.txt'}\n")
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    before = hash_folder(edited)
+    with pytest.raises(ValueError, match=r"README\.md contains the local path"):
+        push_folder(edited, "alice/tiny-shakespeare")
+    assert hash_folder(edited) == before
+
+    config = json.loads((out_dir / "config.json").read_text())
+    (edited / "README.md").write_text((out_dir / "README.md").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, "_name_or_path": "/srv/models/tiny"}))
+    with pytest.raises(ValueError, match=r"config\.json contains local information _name_or_path = '/srv/models/tiny'"):
+        check_export(edited)
+    (edited / "config.json").write_text(json.dumps(config))
+    (edited / "loss_curve.png").unlink()
+    with pytest.raises(ValueError, match=r"README\.md shows loss_curve\.png, which is not in"):
+        check_export(edited)
