@@ -147,6 +147,56 @@ def test_thread_count_follows_the_tokenizers_switches(monkeypatch):
         tiktoken_engine.resolve_num_threads(0)
 
 
+# --- documents tiktoken cannot take -----------------------------------------------------------------------------
+
+# Every Unicode White_Space character (PropList.txt): what `\s` matches in tiktoken's regex.
+UNICODE_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + \
+    "\u2028\u2029\u202f\u205f\u3000"
+
+
+@pytest.fixture(scope="module")
+def texts_with_a_million_whitespace_run(tokenizer_folder):
+    """(texts, their ids from `__call__`): the middle text holds one run of 1M whitespace characters, every kind of
+    White_Space among them, on which tiktoken panics (PanicException, a BaseException; issue 13)."""
+    run = " " * (1_000_000 - len(UNICODE_WHITE_SPACE)) + UNICODE_WHITE_SPACE
+    texts = ["To be, or not to be", "Before the gap." + run + "After it.", "that is the question"]
+    return texts, rust_ids(GPTCustomTokenizerFast.from_pretrained(tokenizer_folder), texts)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_million_whitespace_document_never_reaches_tiktoken_and_gets_the_tokenizers_ids(
+        tokenizer, texts_with_a_million_whitespace_run, num_threads, monkeypatch):
+    texts, expected = texts_with_a_million_whitespace_run
+    reached_tiktoken = []
+    encode_on_tiktoken = tiktoken_engine.TiktokenEngine._encode_batch_on_tiktoken
+
+    def spy(engine, texts, *args):
+        reached_tiktoken.extend(texts)
+        return encode_on_tiktoken(engine, texts, *args)
+
+    monkeypatch.setattr(tiktoken_engine.TiktokenEngine, "_encode_batch_on_tiktoken", spy)
+    assert tokenizer.encode_ids_batch(texts, num_threads=num_threads) == expected
+    assert reached_tiktoken == [texts[0], texts[2]]
+
+
+def test_a_tiktoken_panic_falls_back_to_tokenizers_with_a_warning(tokenizer, texts_with_a_million_whitespace_run,
+                                                                   monkeypatch, caplog):
+    texts, expected = texts_with_a_million_whitespace_run
+    monkeypatch.setattr(tiktoken_engine, "LONGEST_WHITESPACE_RUN_ON_TIKTOKEN", 10_000_000)  # let it reach tiktoken
+    assert tokenizer.encode_ids_batch(texts) == expected
+    assert "tiktoken panicked" in caplog.text
+
+
+def test_long_whitespace_runs_are_found_wherever_they_start():
+    limit = tiktoken_engine.LONGEST_WHITESPACE_RUN_ON_TIKTOKEN
+    assert all(char.isspace() for char in UNICODE_WHITE_SPACE)  # so every kind of run is seen
+    for offset in (0, 1, limit // 2 - 1, limit // 2 + 1, 3 * limit // 4):
+        for run in (" " * limit, "\u3000" * limit, "\n\t" * (limit // 2)):
+            assert tiktoken_engine.has_long_whitespace_run("x" * offset + run + "y")
+        assert not tiktoken_engine.has_long_whitespace_run("x" * offset + " " * (limit // 2 - 1) + "y")
+    assert not tiktoken_engine.has_long_whitespace_run(("word " * limit))
+
+
 # --- and falls back where it would not -------------------------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
 
     run_dir = Path(run_dir)
-    tokenizer = GPTCustomTokenizerFast()  # the 256 bytes + <|endoftext|>: a real tokenizer without training one
+    tokenizer = GPTCustomTokenizerFast.bytes_only()  # 256 bytes + <|endoftext|>: a real tokenizer, none trained
     config = GPTCustomConfig(
         vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
