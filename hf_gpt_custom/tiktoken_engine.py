@@ -127,7 +127,7 @@ def has_long_whitespace_run(text: str) -> bool:
     tiktoken's regex matches as whitespace (and a few control characters more: they only send more text elsewhere).
     """
     window = LONGEST_WHITESPACE_RUN_ON_TIKTOKEN // 2
-    return any(
+    return len(text) >= window and any(
         text[start].isspace() and text[start : start + window].isspace()
         for start in range(0, len(text) - window + 1, window)
     )

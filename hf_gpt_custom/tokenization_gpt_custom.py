@@ -110,7 +110,8 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     Vocabulary layout (written by `train_tokenizer`): ids 0-255 are the 256 single bytes in byte order (id b is byte
     b, as in minbpe and the reference BPE), then the merged tokens in the order they were learned, then
     `<|endoftext|>` last — GPT-2's convention (50256 is its last id). `<|endoftext|>` is bos, eos and the document
-    separator; there is no unk token (every byte is in the vocabulary) and no pad token unless you set one.
+    separator; there is no unk token (every byte is in the vocabulary). `train_tokenizer` folders set pad = eos; a
+    model's folder also sets `model_max_length` (= n_positions) and `padding_side="left"` for batched generation.
 
     Special-token text in input becomes the special token, as in transformers' GPT-2 tokenizer:
     `tokenizer(text + tokenizer.eos_token)` ends with `eos_token_id`. To keep such strings as plain text (so a

@@ -16,7 +16,7 @@ from tokenizers import AddedToken
 
 from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom import tiktoken_engine
-from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
+from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, bytes_to_unicode
 from hf_gpt_custom.tokenizer_training import train_tokenizer
 
 ADVERSARIAL = [
@@ -210,8 +210,9 @@ def build_tokenizer(merges: list[tuple[str, str]], **kwargs) -> GPTCustomTokeniz
 
 
 def naive_tiktoken(tokenizer: GPTCustomTokenizerFast) -> tiktoken.Encoding:
-    ranks = {token_to_bytes(token): token_id for token, token_id in tokenizer.get_vocab().items() if token != ENDOFTEXT}
-    return tiktoken.Encoding("naive", pat_str=GPT2_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={})
+    """tiktoken on the vocabulary as it is, without the engine's checks: what they prevent."""
+    ranks = {token: token_id for token, token_id in tokenizer.get_vocab().items() if token != ENDOFTEXT}
+    return tiktoken_engine.make_tiktoken_encoding(ranks, special_tokens={}, name="naive")
 
 
 def test_consistent_hand_made_merges_run_on_tiktoken():
