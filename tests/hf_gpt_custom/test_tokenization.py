@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import AutoTokenizer, GPT2Tokenizer, GPT2TokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer, GPT2TokenizerFast
 
 from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, bytes_to_unicode
@@ -255,8 +255,12 @@ def test_offsets_char_mapping_and_pairs_still_work(tokenizer):
     assert pair == tokenizer.encode("To be") + tokenizer.encode("or not")
 
 
-def test_encode_ids_batch_never_pads_or_truncates_after_a_padded_call(tokenizer_folder):
+@pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
+def test_encode_ids_batch_never_pads_or_truncates_after_a_padded_call(tokenizer_folder, engine, monkeypatch):
+    if engine == "tokenizers":
+        monkeypatch.setitem(sys.modules, "tiktoken", None)  # `import tiktoken` fails: the Rust tokenizers path runs
     tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
+    assert tokenizer.encode_ids_engine() == engine
     texts = ["To be, or not to be", "Ay"]
     tokenizer(texts, padding="max_length", max_length=4, truncation=True)
     assert tokenizer.encode_ids_batch(texts) == [tokenizer.encode(text) for text in texts]
@@ -302,63 +306,36 @@ def test_model_max_length_padding_side_and_pad_token_round_trip(model_style_fold
     assert batch["attention_mask"][1] == [0] * (16 - len(ay)) + [1] * len(ay)
 
 
-def test_text_generation_pipeline_batches_with_the_saved_tokenizer(model_style_folder, tmp_path):
-    """Batched generation must give each prompt the continuation it gets alone: needs pad = eos and left padding."""
+def test_batched_generation_with_the_saved_tokenizer_matches_one_prompt_at_a_time(model_style_folder, tmp_path):
+    """Each prompt gets the continuation it gets alone: `generate` needs the folder's left padding (right padding
+    would continue after the pad tokens), the text-generation pipeline needs its pad token."""
     from transformers import pipeline
 
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-
     tokenizer = AutoTokenizer.from_pretrained(model_style_folder)
-    config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                             bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-    GPTCustomForCausalLM(config).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(save_tiny_model(tmp_path, vocab_size=len(tokenizer))).eval()
     tokenizer.save_pretrained(tmp_path)
-    generator = pipeline("text-generation", model=str(tmp_path), device="cpu")
     prompts = ["To be, or not to be, that is", "Ay"]
-    options = {"max_new_tokens": 4, "do_sample": False, "return_full_text": False}
-    batched = generator(prompts, batch_size=2, **options)
+    options = {"max_new_tokens": 4, "do_sample": False}
+
+    def continuation(batch, row: int = 0) -> list[int]:
+        with torch.no_grad():
+            output = model.generate(**batch, **options, pad_token_id=tokenizer.pad_token_id)
+        return output[row, batch["input_ids"].shape[1]:].tolist()
+
+    batch = tokenizer(prompts, padding=True, return_tensors="pt")
+    assert [continuation(batch, row) for row in range(2)] == [
+        continuation(tokenizer([prompt], return_tensors="pt")) for prompt in prompts]
+
+    generator = pipeline("text-generation", model=str(tmp_path), device="cpu")
+    batched = generator(prompts, batch_size=2, return_full_text=False, **options)
     assert [result[0]["generated_text"] for result in batched] == [
-        generator(prompt, **options)[0]["generated_text"] for prompt in prompts]
-
-
-# --- files -------------------------------------------------------------------------------------------------------
-
-
-def test_save_pretrained_writes_gpt2_style_files(tokenizer, tmp_path):
-    tokenizer.save_pretrained(tmp_path)
-    vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
-    merges = (tmp_path / "merges.txt").read_text(encoding="utf-8").splitlines()
-    assert len(vocab) == VOCAB_SIZE and vocab[ENDOFTEXT] == VOCAB_SIZE - 1 and vocab["Ġ"] == 32
-    assert merges[0] == "#version: 0.2" and merges[1] == "Ġ t" and len(merges) == 1 + VOCAB_SIZE - 257
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
-    assert config["auto_map"]["AutoTokenizer"][1] == "tokenization_gpt_custom.GPTCustomTokenizerFast"
-    assert (tmp_path / "tokenization_gpt_custom.py").is_file()
-
-
-def test_gpt2_tokenizer_loads_our_folder_with_identical_ids(tokenizer_folder, tokenizer, held_out_text):
-    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder)
-    assert gpt2(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
-    assert gpt2.eos_token_id == tokenizer.eos_token_id and len(gpt2) == len(tokenizer)
-
-
-def test_vocab_and_merges_files_alone_rebuild_the_tokenizer(tokenizer_folder, tokenizer, held_out_text, tmp_path):
-    for name in ("vocab.json", "merges.txt"):
-        (tmp_path / name).write_bytes((tokenizer_folder / name).read_bytes())
-    rebuilt = GPTCustomTokenizerFast.from_pretrained(tmp_path)
-    assert rebuilt(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
-    assert rebuilt.eos_token_id == tokenizer.eos_token_id
-
-
-def test_auto_tokenizer_loads_the_folder_in_process(tokenizer_folder, tokenizer, held_out_text):
-    auto = AutoTokenizer.from_pretrained(tokenizer_folder)
-    assert type(auto) is GPTCustomTokenizerFast
-    assert auto(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
+        generator(prompt, return_full_text=False, **options)[0]["generated_text"] for prompt in prompts]
 
 
 def save_tiny_model(folder, vocab_size: int = 1000):
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 
-    config = GPTCustomConfig(vocab_size=vocab_size, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+    config = GPTCustomConfig(vocab_size=vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4,
                              bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1)
     GPTCustomForCausalLM(config).save_pretrained(folder)
     return folder

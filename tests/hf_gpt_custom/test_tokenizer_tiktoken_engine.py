@@ -97,6 +97,15 @@ def test_any_unicode_gives_identical_ids(tokenizer, texts, split_special_tokens,
     assert tokenizer.encode_ids_batch(texts, split_special_tokens, num_threads=num_threads) == expected
 
 
+def test_tiktoken_encoding_gives_the_tokenizers_ids_special_tokens_included(tokenizer, corpus):
+    encoding = tiktoken_engine.tiktoken_encoding(tokenizer)  # what tests and the benchmark compare against
+    texts = corpus[:100] + ADVERSARIAL
+    assert [encoding.encode_ordinary(text) for text in texts] == rust_ids(tokenizer, texts)
+    assert [encoding.encode(text, allowed_special="all") for text in texts] == rust_ids(tokenizer, texts, False)
+    with pytest.raises(ValueError, match="no tiktoken equivalent: merge 2"):
+        tiktoken_engine.tiktoken_encoding(build_tokenizer([("a", "b"), ("b", "c"), ("a", "bc")]))
+
+
 def test_lone_surrogate_gets_the_same_clear_error_on_tiktoken(tokenizer, monkeypatch):
     monkeypatch.setattr(tiktoken_engine, "_MIN_CHUNK_CHARS", 4)
     for num_threads in (1, 2):
@@ -156,10 +165,11 @@ UNICODE_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0
 
 @pytest.fixture(scope="module")
 def texts_with_a_million_whitespace_run(tokenizer_folder):
-    """(texts, their ids from `__call__`): the middle text holds one run of 1M whitespace characters, every kind of
-    White_Space among them, on which tiktoken panics (PanicException, a BaseException; issue 13)."""
+    """(texts, their ids from `__call__` with special-token text as text, encode_ids_batch's default): the middle
+    text holds one run of 1M whitespace characters, every kind of White_Space among them, on which tiktoken panics
+    (PanicException, a BaseException; issue 13)."""
     run = " " * (1_000_000 - len(UNICODE_WHITE_SPACE)) + UNICODE_WHITE_SPACE
-    texts = ["To be, or not to be", "Before the gap." + run + "After it.", "that is the question"]
+    texts = ["To be, or not to be", "Before the gap<|endoftext|>." + run + "After it.", "that is the question"]
     return texts, rust_ids(GPTCustomTokenizerFast.from_pretrained(tokenizer_folder), texts)
 
 
@@ -191,8 +201,9 @@ def test_long_whitespace_runs_are_found_wherever_they_start():
     limit = tiktoken_engine.LONGEST_WHITESPACE_RUN_ON_TIKTOKEN
     assert all(char.isspace() for char in UNICODE_WHITE_SPACE)  # so every kind of run is seen
     for offset in (0, 1, limit // 2 - 1, limit // 2 + 1, 3 * limit // 4):
-        for run in (" " * limit, "\u3000" * limit, "\n\t" * (limit // 2)):
-            assert tiktoken_engine.has_long_whitespace_run("x" * offset + run + "y")
+        for run in (" " * limit, "\u3000" * limit, "\n\t" * (limit // 2), " " * (limit - 1)):
+            for end in ("y", ""):  # the run may end the text
+                assert tiktoken_engine.has_long_whitespace_run("x" * offset + run + end)
         assert not tiktoken_engine.has_long_whitespace_run("x" * offset + " " * (limit // 2 - 1) + "y")
     assert not tiktoken_engine.has_long_whitespace_run(("word " * limit))
 
