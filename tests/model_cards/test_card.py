@@ -55,7 +55,7 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None =
     dataset_file.write_text("ROMEO: what light through yonder window breaks\n", encoding="utf-8")
     # the 256 bytes + <|endoftext|>: a real tokenizer without training one, saved and loaded back from a local
     # folder as training does (that load is what adds is_local / local_files_only to tokenizer_config.json)
-    GPTCustomTokenizerFast().save_pretrained(run_dir / "tokenizer")
+    GPTCustomTokenizerFast.bytes_only().save_pretrained(run_dir / "tokenizer")
     tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "tokenizer")
     config = GPTCustomConfig(
         vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
