@@ -142,3 +142,53 @@ def assert_export_matches_in_process(run_dir: Path, export_dir: Path, python_wit
     torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
     assert remote["generated"] == generated.tolist()
     return {**remote, "local_input_ids": input_ids[0].tolist(), "local_generated": generated, "tokenizer": tokenizer}
+
+
+# --- tiny training runs ---------------------------------------------------------------------------------------------
+
+
+def write_small_corpus(path: Path, source: Path, n_chars: int = 4000) -> Path:
+    """The first `n_chars` characters of `source` (cut at a paragraph end): a run over it has a few dozen blocks,
+    so epochs end within a few dozen steps."""
+    text = source.read_text(encoding="utf-8")[:n_chars]
+    path.write_text(text[: text.rindex("\n\n")] + "\n", encoding="utf-8")
+    return path
+
+
+def save_dropout_free_model(folder: Path, tokenizer_dir: Path, n_positions: int = 32, seed: int = 0) -> Path:
+    """A 2-layer, 32-wide model without dropout for `init_from`: its training forward is a pure function of the
+    weights, so a test can recompute a logged loss or gradient from the weights and the batch alone."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    config = GPTCustomConfig(
+        vocab_size=len(tokenizer), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    GPTCustomForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def batch_digest(input_ids: torch.Tensor) -> int:
+    """The fingerprint run_log.jsonl records per micro-batch (`data_digests`): 48-bit BLAKE2b of the int64 ids."""
+    return int.from_bytes(hashlib.blake2b(input_ids.to(torch.int64).numpy().tobytes(), digest_size=6).digest(), "little")
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    """The "train" records of run_log.jsonl, in step order."""
+    lines = (Path(run_dir) / "run_log.jsonl").read_text(encoding="utf-8").splitlines()
+    return [record for record in map(json.loads, lines) if record["kind"] == "train"]
+
+
+def packed_train_blocks(config) -> torch.Tensor:
+    """(n_blocks, block_size) ids of the run's packed training set, read through the data pipeline's own cache."""
+    from transformers import AutoTokenizer
+
+    from training.data import prepare_datasets
+
+    data = prepare_datasets(config, AutoTokenizer.from_pretrained(str(config.tokenizer)), config.tokenizer)
+    return torch.tensor(data.train["input_ids"], dtype=torch.int64)
