@@ -63,3 +63,21 @@ def test_greedy_generate_with_the_option_matches_transformers_gpt2_step_by_step(
     for step, (got, want) in enumerate(zip(fast.logits, expected.logits)):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4, msg=lambda m: f"decoding step {step}: {m}")
     assert torch.equal(fast.sequences, expected.sequences)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("dropout", ["embd_pdrop", "attn_pdrop", "resid_pdrop"])
+def test_training_forward_applies_each_dropout_as_transformers_gpt2_does(dropout, attn_implementation):
+    """In train mode with one dropout probability set, the same seed gives GPT-2's logits: the dropout is applied
+    at the same place, to the same tensor, drawing the same mask (a dropped dropout would give other logits)."""
+    ours, reference = make_gpt2_pair(attn_implementation, **{"embd_pdrop": 0.0, "attn_pdrop": 0.0,
+                                                             "resid_pdrop": 0.0, dropout: 0.3})
+    ours.train(), reference.train()
+    input_ids = _prompt()
+    torch.manual_seed(11)
+    expected = reference(input_ids).logits
+    torch.manual_seed(11)
+    got = ours(input_ids).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    torch.manual_seed(12)
+    assert not torch.allclose(ours(input_ids).logits, got)  # the dropout really is on: another seed, other logits
