@@ -3,6 +3,7 @@
 The expectation is computed here from the weights and the batches alone: a step's logged loss is the mean
 next-token loss over all of its micro-batches, evaluated with the weights that step started from (the previous
 step's checkpoint), and tokens_seen counts batch_size x accumulation x block_size tokens per optimizer step.
+The logged MFU is checked against nanoGPT's estimate from the model's own parameter count.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.helpers import (
 from training.train import train
 
 BATCH_SIZE, ACCUMULATION, BLOCK_SIZE, STEPS = 2, 4, 32, 3
+PEAK_FLOPS = 1e12
 
 
 def _mean_token_loss(model, batches: list[torch.Tensor]) -> float:
@@ -71,3 +73,18 @@ def test_logged_loss_and_tokens_seen_count_every_micro_batch(make_config, tmp_pa
         assert record["tokens_seen"] == record["step"] * tokens_per_step
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["tokens_seen"] == STEPS * tokens_per_step
+
+
+def test_logged_mfu_is_nanogpts_estimate(make_config, tmp_path, shakespeare_path):
+    """MFU = (6N + 12·L·T·d) · tokens/s / peak FLOP/s, N = parameters without the position table (nanoGPT's
+    estimate_mfu, from the PaLM paper's appendix B)."""
+    corpus = write_small_corpus(tmp_path / "small.txt", shakespeare_path)
+    config = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", "max_steps=2",
+                         f"peak_flops={PEAK_FLOPS}", "eval_batches=1")
+    run_dir = train(config)
+    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final")
+    d, layers = model.config.n_embd, model.config.n_layer
+    n = sum(p.numel() for p in model.parameters()) - model.config.n_positions * d  # tied head counted once
+    flops_per_token = 6 * n + 12 * layers * config.block_size * d
+    for record in train_records(run_dir):
+        assert record["mfu"] == pytest.approx(flops_per_token * record["tokens_per_s"] / PEAK_FLOPS, rel=1e-9)
