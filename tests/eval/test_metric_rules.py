@@ -98,3 +98,22 @@ def test_a_prompt_that_fits_exactly_keeps_all_examples_and_one_token_less_drops_
     assert (exact.n_examples, exact.n_dropped, exact.contexts) == (k, 0, unlimited.contexts)
     one_short = prompt(needed - 1)
     assert one_short.n_dropped >= 1 and one_short.n_examples == k - one_short.n_dropped
+    # The examples farthest from the question go first: what is left is the end of the full prompt.
+    assert unlimited.contexts[0].endswith(one_short.contexts[0][len(spec.description):])
+
+
+# Articles, punctuation, case, repeated and missing words: each case exercises one step of SQuAD's normalisation.
+F1_CASES = [
+    ("An onion", "onion"), ("the Eiffel Tower", "Eiffel Tower in Paris"), ("a red, red rose", "Red rose!"),
+    ("The Beatles", "Beatles (band)"), ("an apple a day", "The apple"), ("New York City", "new-york"),
+    ("Thea", "the a"), ("answer: anne", "Anne"), ("U.S.A.", "USA"), ("Paris, France", "france"),
+]
+
+
+@pytest.mark.parametrize("prediction, reference", F1_CASES)
+def test_token_f1_is_the_official_squad_f1(prediction, reference):
+    from lm_eval.tasks.mlqa.utils import f1_score  # the SQuAD v1.1 script as lm-eval ships it (English)
+
+    from eval.metrics import generation_values
+
+    assert generation_values(prediction, [reference])["f1"] == pytest.approx(f1_score(prediction, reference, "en"))
