@@ -23,7 +23,7 @@ from training.train import build_optimizer, train
 @pytest.fixture
 def small_run(make_config, tmp_path, shakespeare_path):
     """make_config for a run over a small corpus (its own packed-data cache)."""
-    corpus = write_small_corpus(tmp_path / "small.txt", shakespeare_path)
+    corpus = write_small_corpus(tmp_path / "small.txt", shakespeare_path, n_chars=2500)
 
     def make(*overrides: str, run_name: str = "small", **kwargs):
         return make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", "eval_batches=1",
@@ -109,7 +109,7 @@ def test_every_epoch_is_a_fresh_seeded_permutation_of_the_training_blocks(small_
     blocks = packed_train_blocks(small_run())
     position = {batch_digest(row[None]): i for i, row in enumerate(blocks)}
     n = len(blocks)
-    assert len(position) == n > 10  # distinct blocks, enough of them for orders to differ
+    assert len(position) == n >= 10  # distinct blocks, enough of them for orders to differ
 
     def block_order(run_name: str) -> list[int]:
         config = small_run("batch_size=1", f"max_steps={2 * n + 3}", "warmup_steps=0", "eval_interval=1000",
