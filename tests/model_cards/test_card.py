@@ -7,15 +7,14 @@ save_pretrained, a training summary and eval results in results.json's schema.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
-import yaml
 from huggingface_hub import EvalResult, ModelCard, metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from tests.helpers import RESULT_ROWS, make_tiny_run
+
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
