@@ -1,7 +1,8 @@
 """Scoring rules checked against lm-evaluation-harness's own definitions, through evaluate() and build_prompts.
 
-- TriviaQA exact match: lm-eval's triviaqa task (its default.yaml metric options and its exact_match function)
-  decides each doc; our whole pipeline, from the task YAML to the per-doc metric, must agree.
+- TriviaQA exact match: lm-eval's triviaqa task (its default.yaml metric options, its remove_whitespace filter and
+  its exact_match function) decides each doc; our pipeline, from the task YAML to the per-doc metric, must agree.
+- Token F1: the official SQuAD F1 as lm-eval ships it.
 - Few-shot fitting: lm-eval feeds context + continuation without its last token (a loglikelihood request of n
   tokens fits in n - 1 positions) and gives a generation max_gen_toks positions after the context. A prompt that
   needs exactly max_length positions keeps every example; one position fewer drops one.
@@ -38,19 +39,19 @@ def _write_triviaqa(data_dir: Path, docs: list[dict]) -> None:
 
 def test_triviaqa_exact_match_follows_lm_eval_rules_case_included(tiny_model_folder, shared_data_dir, tmp_path):
     from lm_eval.api.metrics import exact_match_hf_evaluate
+    from lm_eval.filters.extraction import WhitespaceFilter
 
     lines = (shared_data_dir / TRIVIAQA_FILE).read_text(encoding="utf-8").splitlines()[:12]
     docs = [json.loads(line) for line in lines]
     _write_triviaqa(tmp_path / "first", docs)  # two folders: docs are cached per path within a process
     first = evaluate(str(tiny_model_folder), tasks=["triviaqa"], shots=[0], data_dir=tmp_path / "first",
                      show_progress=False)
-    # The random model's answers, made the only alias with every letter's case flipped. Only answers without
-    # trailing whitespace: lm-eval strips leading whitespace only, we strip both; both agree on these.
+    # The random model's answers, each made the only alias with every letter's case flipped.
     generations = [example["prediction"] for example in first.examples]
     flipped = [
         dict(doc, answer=text.strip().swapcase(), aliases=[text.strip().swapcase()])
         for doc, text in zip(docs, generations)
-        if text.strip() != text.strip().swapcase() and text.lstrip() == text.strip()
+        if text.strip() != text.strip().swapcase()
     ]
     assert len(flipped) >= 3, generations
     _write_triviaqa(tmp_path / "second", flipped)
@@ -61,7 +62,7 @@ def test_triviaqa_exact_match_follows_lm_eval_rules_case_included(tiny_model_fol
     options = _lm_eval_triviaqa_exact_match_options()
     assert options.get("ignore_case") is True  # the rule this test is about
     for example, doc in zip(second.examples, flipped):
-        prediction = example["prediction"].lstrip()  # lm-eval's remove_whitespace filter
+        ((prediction,),) = WhitespaceFilter().apply([[example["prediction"]]], [doc])  # lm-eval's remove_whitespace
         expected = exact_match_hf_evaluate([prediction], doc["aliases"], **options)["exact_match"]
         assert example["metrics"]["exact_match"] == expected == 1.0, (prediction, doc["aliases"])
     assert second.value("triviaqa", "exact_match") == 1.0
@@ -117,3 +118,23 @@ def test_token_f1_is_the_official_squad_f1(prediction, reference):
     from eval.metrics import generation_values
 
     assert generation_values(prediction, [reference])["f1"] == pytest.approx(f1_score(prediction, reference, "en"))
+
+
+@pytest.mark.parametrize("generation, aliases", [
+    (" Paris ", ["paris"]), ("\tThe Beatles  ", ["the beatles!", "Beatles"]), ("onion", ["Onion skins", "ONION"]),
+    ("New-York", ["new york"]), (" red onion", ["Onion"]),
+])
+def test_triviaqa_exact_match_of_a_raw_generation_is_lm_evals(generation, aliases):
+    """The raw generation through our task's options and metric equals lm-eval's filter + exact_match + best alias."""
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+    from lm_eval.filters.extraction import WhitespaceFilter
+
+    from eval.metrics import generation_values
+
+    spec = load_task("triviaqa")
+    (ours,) = [entry for entry in spec.metric_list if entry["metric"] == "exact_match"]
+    options = {key: ours[key] for key in ("ignore_case", "ignore_punctuation") if key in ours}
+    ((filtered,),) = WhitespaceFilter().apply([[generation]], [{}])
+    expected = max(exact_match_hf_evaluate([filtered], [alias], **_lm_eval_triviaqa_exact_match_options())["exact_match"]
+                   for alias in aliases)
+    assert generation_values(generation, aliases, **options)["exact_match"] == expected
