@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from hf_gpt_custom import GPTCustomForCausalLM
 from tests.helpers import (
-    batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_small_corpus,
+    batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_first_speeches,
 )
 from training.train import train
 
@@ -45,7 +45,7 @@ def _weights_before_step(step: int, init_dir, run_dir) -> GPTCustomForCausalLM:
 
 
 def test_logged_loss_and_tokens_seen_count_every_micro_batch(make_config, tmp_path, shakespeare_path):
-    corpus = write_small_corpus(tmp_path / "small.txt", shakespeare_path)
+    corpus = write_first_speeches(tmp_path / "speeches.txt", shakespeare_path)
     base = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}")
     init = save_dropout_free_model(tmp_path / "init", base.tokenizer)
     config = make_config(
@@ -78,7 +78,7 @@ def test_logged_loss_and_tokens_seen_count_every_micro_batch(make_config, tmp_pa
 def test_logged_mfu_is_nanogpts_estimate(make_config, tmp_path, shakespeare_path):
     """MFU = (6N + 12·L·T·d) · tokens/s / peak FLOP/s, N = parameters without the position table (nanoGPT's
     estimate_mfu, from the PaLM paper's appendix B)."""
-    corpus = write_small_corpus(tmp_path / "small.txt", shakespeare_path)
+    corpus = write_first_speeches(tmp_path / "speeches.txt", shakespeare_path)
     config = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", "max_steps=2",
                          f"peak_flops={PEAK_FLOPS}", "eval_batches=1")
     run_dir = train(config)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from hf_gpt_custom import GPTCustomForCausalLM
 from tests.helpers import (
-    batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_small_corpus,
+    batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_first_speeches,
 )
 from training.train import build_optimizer, train
 
@@ -23,7 +23,7 @@ from training.train import build_optimizer, train
 @pytest.fixture
 def small_run(make_config, tmp_path, shakespeare_path):
     """make_config for a run over a small corpus (its own packed-data cache)."""
-    corpus = write_small_corpus(tmp_path / "small.txt", shakespeare_path, n_chars=2500)
+    corpus = write_first_speeches(tmp_path / "speeches.txt", shakespeare_path, n_speeches=20)
 
     def make(*overrides: str, run_name: str = "small", **kwargs):
         return make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", "eval_batches=1",
