@@ -122,7 +122,7 @@ def test_push_of_a_missing_folder_is_one_line(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def exported_folder(tmp_path_factory) -> Path:
     from hf_gpt_custom.hub import export_folder
-    from tests.model_cards.test_card import make_tiny_run
+    from tests.helpers import make_tiny_run
 
     root = tmp_path_factory.mktemp("cli_export")
     return export_folder(make_tiny_run(root / "runs" / "tiny"), root / "export")

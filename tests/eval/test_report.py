@@ -130,7 +130,7 @@ def test_one_renderer_formats_rows_by_hand():
 def test_the_card_shows_the_table_md_rows(report_dir, tmp_path):
     """table.md and the model card render the same rows with the same function: the card's lines are table.md's."""
     from model_cards.card import build_model_card
-    from tests.model_cards.test_card import make_tiny_run
+    from tests.helpers import make_tiny_run
 
     out_dir, _ = report_dir
     run_dir = make_tiny_run(tmp_path / "run")

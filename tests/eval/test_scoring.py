@@ -281,8 +281,9 @@ def test_generate_until_is_greedy_and_stops_at_stop_sequence(tiny_model_and_toke
 def test_our_model_class_scores_like_transformers_gpt2(tiny_model_folder, tiny_model_and_tokenizer, shared_data_dir):
     """The team's GPTCustomForCausalLM, converted from the same GPT-2 weights, goes through the same fast paths
     (head split, shared-context KV cache) and gives the same log-likelihoods."""
-    convert = pytest.importorskip("hf_gpt_custom.convert_gpt2")
-    ours = convert.load_gpt2_checkpoint(str(tiny_model_folder)).eval()
+    from hf_gpt_custom.convert_gpt2 import load_gpt2_checkpoint  # our own module: a broken import must fail, not skip
+
+    ours = load_gpt2_checkpoint(str(tiny_model_folder)).eval()
     reference, tokenizer = tiny_model_and_tokenizer
     spec = load_task("arc_easy")
     docs = spec.docs("test", shared_data_dir)[:6]

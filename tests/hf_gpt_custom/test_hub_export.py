@@ -1,86 +1,17 @@
 """export_folder and push_folder: a Hub folder that loads where hf_gpt_custom is not installed, and a push that fails
 cleanly — one message, nothing changed — without a token or a network. No test contacts the network.
 
-The "package not importable" subprocess: the project is installed editable, and setuptools' editable finder is
-registered by a .pth file in site-packages, so even `python -I` from another directory can import hf_gpt_custom.
-We therefore start Python with `-I -S` (isolated, no `site` processing: no .pth files run) from a cwd outside the
-repository and append site-packages to sys.path by hand: transformers, torch and tokenizers import, our package
-does not — the test asserts that before loading anything.
+The "package not importable" process is the `python_without_project` fixture (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.model_cards.test_card import make_tiny_run
-
-PROMPT = "ROMEO: what light"
-NEW_TOKENS = 12
-
-# Runs in the clean interpreter; prints one JSON line.
-REMOTE_LOAD_SCRIPT = r"""
-import json, sys
-sys.path.append(sys.argv[1])  # site-packages, without its .pth files (the editable finder lives in one)
-try:
-    import hf_gpt_custom
-    importable = True
-except ModuleNotFoundError:
-    importable = False
-import torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
-
-folder = sys.argv[2]
-config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-base = AutoModel.from_pretrained(folder, trust_remote_code=True)
-input_ids = tokenizer(sys.argv[3], return_tensors="pt").input_ids
-with torch.no_grad():
-    logits = model(input_ids).logits[0]
-    generated = model.generate(input_ids, max_new_tokens=int(sys.argv[4]), do_sample=False)[0]
-print(json.dumps({
-    "hf_gpt_custom_importable": importable,
-    "classes": [type(obj).__module__ + "." + type(obj).__name__ for obj in (config, tokenizer, model, base)],
-    "input_ids": input_ids[0].tolist(),
-    "logits": logits.tolist(),
-    "generated": generated.tolist(),
-    "text": tokenizer.decode(generated),
-}))
-"""
-
-
-def load_in_clean_process(folder: Path, prompt: str, new_tokens: int, tmp_path: Path) -> dict:
-    """Run REMOTE_LOAD_SCRIPT on `folder` in a fresh `-I -S` interpreter outside the repo; its JSON result."""
-    cwd = tmp_path / "elsewhere"
-    cwd.mkdir(exist_ok=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")  # remote-code module cache goes to tmp
-    completed = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(folder),
-         prompt, str(new_tokens)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def hash_folder(folder: Path) -> str:
-    """sha256 over every path and file byte below `folder`: equal hashes mean nothing was changed."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        digest.update(str(path.relative_to(folder)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
+from tests.helpers import NEW_TOKENS, assert_export_matches_in_process, hash_folder, make_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -125,29 +56,9 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert not list(out_dir.rglob("*.bin")) and not list(out_dir.rglob("optimizer*"))
 
 
-def assert_export_matches_in_process(run_dir: Path, export_dir: Path, tmp_path: Path) -> dict:
-    """The export, loaded where hf_gpt_custom is not importable, gives the trained model's logits and greedy tokens.
-
-    Returns the clean process's JSON result with this process's `input_ids`, `generated` and `tokenizer` added."""
-    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
-
-    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
-    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
-    input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
-    with torch.no_grad():
-        logits = model(input_ids).logits[0]
-        generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
-
-    remote = load_in_clean_process(export_dir, PROMPT, NEW_TOKENS, tmp_path)
-    assert remote["hf_gpt_custom_importable"] is False
-    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
-    assert remote["generated"] == generated.tolist()
-    return {**remote, "local_input_ids": input_ids[0].tolist(), "local_generated": generated, "tokenizer": tokenizer}
-
-
-def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, tmp_path):
+def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, python_without_project):
     run_dir, out_dir = exported
-    remote = assert_export_matches_in_process(run_dir, out_dir, tmp_path)
+    remote = assert_export_matches_in_process(run_dir, out_dir, python_without_project)
     assert all(name.startswith("transformers_modules.") for name in remote["classes"]), remote["classes"]
     assert [name.rsplit(".", 1)[1] for name in remote["classes"]] == [
         "GPTCustomConfig", "GPTCustomTokenizerFast", "GPTCustomForCausalLM", "GPTCustomModel",

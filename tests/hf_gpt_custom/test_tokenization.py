@@ -1,9 +1,6 @@
 """GPTCustomTokenizerFast: vocabulary layout, lossless round trips, special tokens, batching, files, remote code."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -383,18 +380,9 @@ def test_bytes_only_vocabulary_must_be_asked_for():
     assert bytes_only.encode("héllo") == list("héllo".encode("utf-8"))
 
 
-# Runs in a fresh interpreter that cannot import hf_gpt_custom: only the folder's copy of the module is available.
+# Runs under the `python_without_project` fixture (tests/conftest.py): only the folder's copy of the module exists.
 REMOTE_CODE_SCRIPT = r"""
-import importlib.util, json, sys
-
-# `python -I` keeps the working directory and PYTHON* variables off sys.path, but the editable install adds
-# hf_gpt_custom through a meta-path finder registered by a .pth file (setuptools' __editable__ hook). Drop that
-# finder and its path hook, then check the package really is gone before loading anything.
-sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
-sys.path_hooks[:] = [h for h in sys.path_hooks if "__editable__" not in getattr(h, "__module__", "")]
-sys.path_importer_cache.clear()
-sys.path[:] = [p for p in sys.path if "hf_gpt_custom" not in p and not p.rstrip("/").endswith("/work/main")]
-assert importlib.util.find_spec("hf_gpt_custom") is None, "hf_gpt_custom is still importable"
+import json, sys
 
 from transformers import AutoTokenizer
 
@@ -411,16 +399,9 @@ print(json.dumps({
 """
 
 
-def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder, tokenizer, tmp_path):
+def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder, tokenizer, python_without_project):
     text = "Wherefore art thou Romeo? 👋 <|endoftext|> 漢字"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_CODE_SCRIPT, str(tokenizer_folder), text],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    loaded = python_without_project(REMOTE_CODE_SCRIPT, tokenizer_folder, text)
     assert loaded["class"] == "GPTCustomTokenizerFast"
     assert loaded["module"].startswith("transformers_modules")  # the copy saved in the folder, not our package
     assert loaded["ids"] == tokenizer(text)["input_ids"]

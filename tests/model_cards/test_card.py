@@ -1,110 +1,20 @@
 """The model card: front-matter the Hub parses back (model-index round trip), and every section filled from the run.
 
-`make_tiny_run` fabricates a finished run folder (STYLE §11) as training leaves it — absolute local paths in
-config.yaml and training_summary.json, a tokenizer_config.json with transformers' load-time keys — from a tiny model
-saved with save_pretrained, and eval results with eval/report.py's row keys; tests/hf_gpt_custom/test_hub_export.py
-reuses it.
+`make_tiny_run` (tests/helpers.py) fabricates a finished run folder (STYLE §11) as training leaves it — absolute
+local paths in config.yaml and training_summary.json, a tokenizer_config.json with transformers' load-time keys — from a
+tiny model saved with save_pretrained, and eval results with eval/report.py's row keys.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
-import yaml
 from huggingface_hub import EvalResult, ModelCard, metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-# One row per task × K × metric, as eval/report.py writes them. LAMBADA has two metrics at K=0 and the same metric
-# at two K — exactly the case where K must not be merged away by the model-index grouping.
-LAMBADA = {"path": "EleutherAI/lambada_openai", "name": "default", "split": "test"}  # from the task YAML
-ARC_EASY = {"path": "allenai/ai2_arc", "name": "ARC-Easy", "split": "test"}
-RESULT_ROWS = [
-    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 0, "metric": "acc", "value": 0.125,
-     "stderr": 0.0625, "n": 16, "higher_is_better": True, "n_truncated": 0},
-    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 0, "metric": "perplexity", "value": 4321.98765,
-     "stderr": None, "n": 16, "higher_is_better": False, "n_truncated": 0},
-    {"task": "arc_easy", "dataset": ARC_EASY, "num_fewshot": 0, "metric": "acc_norm", "value": 0.3125,
-     "stderr": 0.1197, "n": 16, "higher_is_better": True, "n_truncated": 0},
-    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 3, "metric": "acc", "value": 0.1875,
-     "stderr": 0.1008, "n": 16, "higher_is_better": True, "n_truncated": 2},
-    {"task": "arc_easy", "dataset": ARC_EASY, "num_fewshot": 3, "metric": "acc_norm", "value": 0.25,
-     "stderr": 0.1118, "n": 16, "higher_is_better": True, "n_truncated": 0},
-]
-
-
-def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None = None, **settings) -> Path:
-    """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/.
-
-    Paths are recorded absolute, as load_train_config stores them: the dataset is a file in a `tinyshakespeare`
-    folder beside the run, the tokenizer was trained into <run>/tokenizer, packed data lives in a cache folder.
-    `settings` override training settings (e.g. warmup_steps=0)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import torch
-
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
-
-    run_dir = Path(run_dir).absolute()
-    dataset_file = run_dir.parent / "data" / "tinyshakespeare" / "input.txt"
-    dataset_file.parent.mkdir(parents=True, exist_ok=True)
-    dataset_file.write_text("ROMEO: what light through yonder window breaks\n", encoding="utf-8")
-    # the 256 bytes + <|endoftext|>: a real tokenizer without training one, saved and loaded back from a local
-    # folder as training does (that load is what adds is_local / local_files_only to tokenizer_config.json)
-    GPTCustomTokenizerFast.bytes_only().save_pretrained(run_dir / "tokenizer")
-    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "tokenizer")
-    config = GPTCustomConfig(
-        vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    model = GPTCustomForCausalLM(config).eval()
-    model.save_pretrained(run_dir / "final")
-    tokenizer.save_pretrained(run_dir / "final")
-    # Pickled trainer state, as Accelerate's save_state leaves it: must never reach an export.
-    checkpoint = run_dir / "checkpoints" / "step_000010"
-    checkpoint.mkdir(parents=True)
-    torch.save({"step": 10}, checkpoint / "optimizer.bin")
-
-    train_config = {
-        "run_name": "tiny-shakespeare", "out_dir": str(run_dir), "seed": 1337,
-        "dataset": str(dataset_file), "dataset_split": "train", "text_field": "text",
-        "data_cache_dir": str(Path.home() / ".cache" / "hf_gpt_custom" / "packed"),
-        "tokenizer": None, "tokenizer_vocab_size": 257, "model": {"n_layer": 2, "n_head": 4, "n_embd": 32},
-        "init_from": init_from, "block_size": 64, "batch_size": 4, "max_steps": 10, "learning_rate": 0.0006,
-        "min_lr_ratio": 0.1, "warmup_steps": 2,
-        "benchmark_tasks": ["lambada", "arc_easy"], "benchmark_shots": [0, 3], "benchmark_limit": 16,
-        **settings,
-    }
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(train_config, sort_keys=False), encoding="utf-8")
-    summary = {
-        "run_name": "tiny-shakespeare", "config": train_config, "n_params": model.num_parameters(),
-        "tokens_seen": 2560, "steps": 10, "wall_time_s": 4.5, "final_train_loss": 5.25, "final_val_loss": 5.5,
-        "val_perplexity": math.exp(5.5), "val_bits_per_byte": 7.9, "tokens_per_s": 568.9, "mfu": 0.0004,
-        "dataset": str(dataset_file), "tokenizer": str(run_dir / "tokenizer"),
-        "data_cache": str(Path.home() / ".cache" / "hf_gpt_custom" / "packed" / "e0f59c7615c232ab04a4"),
-        "loss_curve": "loss_curve.png",
-    }
-    (run_dir / "training_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    figure, axis = plt.subplots(figsize=(3, 2))
-    axis.plot(range(10), [5.6 - 0.04 * step for step in range(10)], label="train")
-    figure.savefig(run_dir / "loss_curve.png")
-    if with_eval:
-        (run_dir / "eval").mkdir()
-        results = {
-            "model": str(run_dir / "final"),
-            "config": {"tasks": ["lambada", "arc_easy"], "shots": [0, 3], "limit": 16, "seed": 1234, "batch_size": 16},
-            "results": RESULT_ROWS,
-        }
-        (run_dir / "eval" / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        (run_dir / "eval" / "table.md").write_text(f"Model: `{run_dir / 'final'}`\n", encoding="utf-8")
-        figure.savefig(run_dir / "eval" / "shots_curve.png")
-    plt.close(figure)
-    return run_dir
+from tests.helpers import RESULT_ROWS, make_tiny_run
 
 
 @pytest.fixture(scope="module")
