@@ -7,6 +7,7 @@ The "package not importable" process is the `python_without_project` fixture (te
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest

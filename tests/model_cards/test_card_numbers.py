@@ -41,6 +41,6 @@ def test_card_states_tokens_per_step_and_tokens_seen_of_the_run(tmp_path, accumu
     summary = _rewrite_run(run_dir, accumulation, processes)
     text = str(build_model_card(run_dir))
     # make_tiny_run's config: batch_size 4, block_size 64
-    assert _card_number(text, r"([\d,]+) tokens per (?:optimizer )?step") == 4 * accumulation * 64 * processes
-    assert _card_number(text, r"([\d,]+) training tokens") == summary["tokens_seen"]
-    assert _card_number(text, r"([\d,]+) optimizer steps") == summary["steps"]
+    assert _card_number(text, r"([\d,]+)\s+tokens\s+per\s+(?:optimizer\s+)?step") == 4 * accumulation * 64 * processes
+    assert _card_number(text, r"([\d,]+)\s+training\s+tokens") == summary["tokens_seen"]
+    assert _card_number(text, r"([\d,]+)\s+optimizer\s+steps") == summary["steps"]
