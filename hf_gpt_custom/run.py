@@ -43,11 +43,18 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) ->
     accepted: they re-run eval and export).
     """
     from training.config import load_train_config
+    from training.run_lock import lock_run_folder
 
     config_path = Path(config_path)
     if not config_path.is_file():
         raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
+    with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
+        return _run_stages(config)
+
+
+def _run_stages(config) -> Path:
+    """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock."""
     run_dir = config.run_dir
     fingerprint = _fingerprint(config)
     state = _load_state(run_dir, fingerprint)

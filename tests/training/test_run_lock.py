@@ -94,3 +94,19 @@ def test_packing_removes_build_folders_of_dead_processes_only(make_config, tmp_p
     assert all(folder.is_dir() for folder in kept)
     assert sorted(p.name for p in cache.iterdir()) == sorted([data.cache_dir.name] + [f.name for f in kept])
     assert remove_stale_build_folders(cache) == []
+
+
+def test_the_main_job_is_refused_on_a_run_folder_another_process_holds(tmp_path):
+    from hf_gpt_custom.run import run_pipeline
+
+    config_path = tmp_path / "run.yaml"
+    run_dir = tmp_path / "runs" / "held"
+    config_path.write_text(f"run_name: held\nout_dir: {run_dir}\ndataset: ../shared/data/tinyshakespeare/input.txt\n")
+    holder = _hold_lock_in_another_process(run_dir)
+    try:
+        with pytest.raises(UserError, match=rf"is in use by process {holder.pid}"):
+            run_pipeline(config_path)
+        assert not (run_dir / "run_state.json").exists() and not list(run_dir.glob("*.json"))  # nothing written
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
