@@ -22,20 +22,21 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 
 from training.checkpoint import TrainingState, find_checkpoint, load_checkpoint, save_checkpoint
-from training.config import DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, save_train_config
+from training.config import (
+    DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
+)
 from training.data import prepare_datasets, token_byte_lengths
+from training.divergence import DivergenceGuard, TrainingDivergedError
+from training.resume_check import check_resume_settings, record_settings_in_checkpoints
 from training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, write_training_summary,
 )
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import load_model_folder, write_manifest
 
 logger = logging.getLogger(__name__)
 
 _TOKENIZER_SOURCE_NAME = "training_source.json"  # beside a tokenizer we trained: what it was trained on
-
-
-class TrainingDivergedError(ValueError):
-    """The loss or gradient norm stopped being finite; the run stopped without saving the broken weights."""
 
 
 # --- tokenizer -----------------------------------------------------------------------------------------------------
@@ -199,13 +200,12 @@ def evaluate_loss(model, val_loader, accelerator, token_bytes: torch.Tensor) -> 
 
 
 def _load_model(config: TrainConfig, tokenizer):
-    from hf_gpt_custom import PRESETS, GPTCustomForCausalLM
+    from hf_gpt_custom import GPTCustomForCausalLM
 
     if config.init_from:
-        model = GPTCustomForCausalLM.from_pretrained(config.init_from)  # our folders and transformers GPT-2 folders
-        expected = dict(config.model)
-        expected = {**PRESETS.get(expected.pop("preset", None), {}), **expected}
-        for key, value in expected.items():
+        # strict: a missing tensor is an error, not a random init; a folder with a manifest must match it
+        model = load_model_folder(config.init_from)  # our folders, checkpoints, transformers GPT-2 folders
+        for key, value in requested_architecture(config).items():
             if getattr(model.config, key) != value:
                 raise UserError(
                     f"model.{key}={value!r} but init_from={config.init_from} has {key}={getattr(model.config, key)!r}; "
@@ -260,6 +260,7 @@ def _train(config: TrainConfig) -> Path:
     run_dir = config.run_dir.absolute()
     checkpoints_dir = run_dir / "checkpoints"
     log_with = None if config.log_with in (None, "none") else config.log_with
+    check_tracker_installed(log_with)
     accelerator = Accelerator(
         cpu=config.cpu if config.cpu is not None else not torch.cuda.is_available(),
         mixed_precision=config.mixed_precision,
@@ -276,6 +277,7 @@ def _train(config: TrainConfig) -> Path:
     resume_folder = None
     if config.resume_from_checkpoint:  # check before any heavy work
         resume_folder = find_checkpoint(checkpoints_dir, config.resume_from_checkpoint)
+        check_resume_settings(config, resume_folder)  # before config.yaml is rewritten: it may be the record
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
@@ -317,13 +319,22 @@ def _train(config: TrainConfig) -> Path:
         val_data = val_data.select(range(min(len(val_data), config.eval_batches * config.batch_size)))
     val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_blocks,
                             generator=torch.Generator().manual_seed(config.seed))
+    model_config = model.config
     model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, val_loader, scheduler
     )
+    record_settings_in_checkpoints(accelerator, config, model_config)
 
     state = TrainingState()
     if resume_folder is not None:
-        state = load_checkpoint(accelerator, resume_folder)
+        try:
+            state = load_checkpoint(accelerator, resume_folder)
+        except RuntimeError as err:  # an older checkpoint without recorded settings, from another architecture
+            if "size mismatch" not in str(err):
+                raise
+            raise UserError(f"checkpoint {resume_folder} holds weights of another architecture than this config's "
+                            f"model section ({str(err).splitlines()[-1].strip()}); resume with the model settings it "
+                            f"was trained with, or start a new run") from err
         # Checkpoints are taken at the end of an accumulation window: start counting the next window afresh, also
         # if gradient_accumulation_steps changed since (the restored counter would put the sync mid-window).
         accelerator.step = 0
@@ -347,6 +358,7 @@ def _train(config: TrainConfig) -> Path:
     train_time_s = 0.0
     last_eval: dict | None = None
     last_checkpoint, resumed_step = resume_folder, state.step
+    guard = DivergenceGuard(resumed_from=resume_folder)
     model.train()
     while state.step < config.max_steps:
         step_start = time.perf_counter()
@@ -368,10 +380,12 @@ def _train(config: TrainConfig) -> Path:
                     grad_norm = float(grad_norm)
                     # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that
                     # update and lowers its scale itself. Only a non-finite loss is divergence there.
-                    overflow_is_normal = accelerator.scaler is not None
-                    if not (math.isfinite(step_loss) and (math.isfinite(grad_norm) or overflow_is_normal)):
-                        _stop_diverged(accelerator, run_log, state.step + 1, step_loss, grad_norm, checkpoints_dir,
-                                       last_checkpoint, progress)
+                    problem = guard.problem(step_loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
+                    if problem is not None:
+                        _stop_diverged(accelerator, run_log, state.step + 1, f"{problem} (this update was not applied)",
+                                       step_loss, grad_norm,
+                                       guard.advice(checkpoints_dir), progress)
+                    guard.record_healthy_step(step_loss)
                     optimizer.step()
                     scheduler.step()
                     optimizer.zero_grad(set_to_none=True)
@@ -406,12 +420,15 @@ def _train(config: TrainConfig) -> Path:
                 progress.write(f"step {state.step}: val loss {last_eval['val_loss']:.4f}, "
                                f"bits/byte {last_eval['val_bits_per_byte']:.4f}")
         if config.checkpoint_interval and state.step % config.checkpoint_interval == 0 and state.step < config.max_steps:
+            _check_weights_finite(accelerator, model, run_log, state.step, guard.advice(checkpoints_dir), progress)
             last_checkpoint = save_checkpoint(accelerator, checkpoints_dir, state, config.keep_checkpoints)
+            guard.checkpoint_saved(last_checkpoint)
     progress.close()
 
     if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
         last_eval = {**evaluate_loss(model, val_loader, accelerator, token_bytes), "step": state.step}
     if last_checkpoint is None or state.step != resumed_step:  # a resumed run with no step left keeps its checkpoint
+        _check_weights_finite(accelerator, model, run_log, state.step, guard.advice(checkpoints_dir), None)
         save_checkpoint(accelerator, checkpoints_dir, state, config.keep_checkpoints)
     accelerator.wait_for_everyone()
     # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
@@ -420,7 +437,8 @@ def _train(config: TrainConfig) -> Path:
         final_dir, staging = run_dir / "final", run_dir / "final.tmp"  # complete or absent, never half-written
         shutil.rmtree(staging, ignore_errors=True)
         accelerator.unwrap_model(model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
-        tokenizer.save_pretrained(staging)
+        prepare_tokenizer_for_model(tokenizer, model_config).save_pretrained(staging)
+        write_manifest(staging)  # what eval/export verify final/ against
         shutil.rmtree(final_dir, ignore_errors=True)
         os.replace(staging, final_dir)
         run_log.close()
@@ -460,18 +478,45 @@ def _train(config: TrainConfig) -> Path:
     return run_dir
 
 
-def _stop_diverged(accelerator, run_log, step: int, loss: float, grad_norm: float, checkpoints_dir: Path,
-                   last_checkpoint: Path | None, progress) -> None:
-    progress.close()
-    what = f"loss became {loss}" if not math.isfinite(loss) else f"gradient norm became {grad_norm}"
-    if last_checkpoint is not None:
-        fix = (f"the last good checkpoint is {last_checkpoint} (kept); lower learning_rate or raise warmup_steps and "
-               f"resume from it with resume_from_checkpoint={last_checkpoint}")
-    else:
-        fix = "no checkpoint was saved before it; lower learning_rate or raise warmup_steps and start again"
+def check_tracker_installed(log_with: str | None) -> None:
+    """Refuse a tracker that is not installed: Accelerate would silently drop it and the run would log nowhere."""
+    from accelerate.utils import is_tensorboard_available, is_wandb_available
+
+    installed = {"tensorboard": is_tensorboard_available, "wandb": is_wandb_available}
+    if log_with in installed and not installed[log_with]():
+        package = "tensorboard" if log_with == "tensorboard" else "wandb"
+        raise UserError(f"log_with={log_with} but the {package} package is not installed; pip install {package}, "
+                        f"or set log_with=none (the run log and loss curve are written either way)")
+
+
+def prepare_tokenizer_for_model(tokenizer, model_config):
+    """The tokenizer as it ships beside the model: its context length, and padding for batched generation.
+
+    pad = end-of-text (GPT-2 has no pad token) on the left, so every prompt in a batch ends where generation starts.
+    """
+    tokenizer.model_max_length = model_config.n_positions
+    tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _check_weights_finite(accelerator, model, run_log, step: int, advice: str, progress) -> None:
+    """Stop instead of checkpointing weights that are no longer finite (they would push good checkpoints out)."""
+    finite = torch.tensor(float(all(bool(torch.isfinite(p).all()) for p in model.parameters())),
+                          device=accelerator.device)
+    if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
+        _stop_diverged(accelerator, run_log, step, "the weights stopped being finite", float("nan"), float("nan"),
+                       advice, progress)
+
+
+def _stop_diverged(accelerator, run_log, step: int, problem: str, loss: float, grad_norm: float, advice: str,
+                   progress) -> None:
+    if progress is not None:
+        progress.close()
     if run_log is not None:
-        run_log.write({"kind": "error", "step": step, "loss": loss if math.isfinite(loss) else str(loss),
+        run_log.write({"kind": "error", "step": step, "problem": problem,
+                       "loss": loss if math.isfinite(loss) else str(loss),
                        "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm)})
         run_log.close()
     accelerator.end_training()
-    raise TrainingDivergedError(f"training stopped at step {step}: {what} (weights not updated); {fix}")
+    raise TrainingDivergedError(f"training stopped at step {step}: {problem}; {advice}")
