@@ -437,7 +437,7 @@ def _train(config: TrainConfig) -> Path:
         final_dir, staging = run_dir / "final", run_dir / "final.tmp"  # complete or absent, never half-written
         shutil.rmtree(staging, ignore_errors=True)
         accelerator.unwrap_model(model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
-        prepare_tokenizer_for_model(tokenizer, model_config).save_pretrained(staging)
+        tokenizer_for_model(tokenizer_dir, tokenizer.eos_token, model_config.n_positions).save_pretrained(staging)
         write_manifest(staging)  # what eval/export verify final/ against
         shutil.rmtree(final_dir, ignore_errors=True)
         os.replace(staging, final_dir)
@@ -489,15 +489,16 @@ def check_tracker_installed(log_with: str | None) -> None:
                         f"or set log_with=none (the run log and loss curve are written either way)")
 
 
-def prepare_tokenizer_for_model(tokenizer, model_config):
-    """The tokenizer as it ships beside the model: its context length, and padding for batched generation.
+def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_positions: int):
+    """The tokenizer as it ships beside the model: the model's context length, and padding for batched generation.
 
     pad = end-of-text (GPT-2 has no pad token) on the left, so every prompt in a batch ends where generation starts.
+    Passed to from_pretrained because save_pretrained writes only constructor arguments (and model_max_length).
     """
-    tokenizer.model_max_length = model_config.n_positions
-    tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    return tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions, pad_token=eos_token,
+                                         padding_side="left")
 
 
 def _check_weights_finite(accelerator, model, run_log, step: int, advice: str, progress) -> None:
