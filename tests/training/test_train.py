@@ -142,7 +142,7 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from training.train import EpochShuffleSampler
+    from training.batches import EpochShuffleSampler
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -194,7 +194,7 @@ def test_cli_reports_a_bad_override_in_one_line(capsys):
 def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_config, tmp_path, shakespeare_path):
     from transformers import AutoTokenizer
 
-    from training.train import prepare_tokenizer
+    from training.tokenizer_stage import prepare_tokenizer
 
     small = tmp_path / "speeches.txt"
     small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
