@@ -229,7 +229,9 @@ def _resolve_local_path(key: str, value: str) -> str:
         full = candidate if candidate.is_absolute() else base / candidate
         if full.exists():
             return str(full.resolve())
-    looks_local = value.startswith((".", "/", "~")) or Path(value).suffix in (".txt", ".jsonl", ".json", ".parquet")
+    from training.corpus import CORPUS_SUFFIXES
+
+    looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
     if looks_local:
         raise MissingFileError(
             f"{key}={value!r} not found in {Path.cwd()} or {REPO_ROOT}; give an existing path or a Hub name"

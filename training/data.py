@@ -23,12 +23,11 @@ import datasets
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from training.checkpoint import sha256_file
 from training.config import TrainConfig
+from training.corpus import list_corpus_files, reader_for
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
-# A data source is chosen by file suffix: one `datasets` builder per kind (STYLE §10).
-LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 # Bump when the packing or caching logic changes so old caches are not reused.
 CACHE_FORMAT_VERSION = 2
 # Streaming sources have no length: without a validation split, the first documents are held out.
@@ -40,20 +39,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_con
 
 
 def list_local_files(path: str | os.PathLike) -> list[Path]:
-    """The data files of a local source: the file itself, or every supported file under a folder (sorted)."""
-    path = Path(path)
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_BUILDERS)
-    else:
-        raise MissingFileError(f"dataset {path} not found; give a file/folder of {', '.join(LOCAL_BUILDERS)} files")
-    unsupported = [p for p in files if p.suffix not in LOCAL_BUILDERS]
-    if unsupported:
-        raise UserError(f"dataset file {unsupported[0]} has an unsupported suffix; use one of {', '.join(LOCAL_BUILDERS)}")
-    if not files:
-        raise MissingFileError(f"dataset folder {path} has no {', '.join(LOCAL_BUILDERS)} files")
-    builders = {LOCAL_BUILDERS[p.suffix] for p in files}
+    """The data files of a local source (training/corpus.py's rules), all read by one `datasets` builder."""
+    files = list_corpus_files(path, what="dataset")
+    builders = {reader_for(p) for p in files}
     if len(builders) > 1:
         raise UserError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
     return files
@@ -77,7 +65,7 @@ def load_text_dataset(
     """
     if Path(source).exists():
         files = list_local_files(source)
-        builder = LOCAL_BUILDERS[files[0].suffix]
+        builder = reader_for(files[0])
         kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
         if builder == "text":
             kwargs["sample_by"] = sample_by

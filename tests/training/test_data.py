@@ -115,7 +115,7 @@ def test_malformed_jsonl_line_is_named(shared_data_dir, tmp_path):
 
 
 def test_missing_local_dataset_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="empty has no .txt, .jsonl"):
+    with pytest.raises(FileNotFoundError, match="empty has no .txt, .text, .raw, .jsonl"):
         (tmp_path / "empty").mkdir()
         load_text_dataset(str(tmp_path / "empty"))
 
@@ -215,3 +215,23 @@ def test_a_million_whitespace_characters_tokenise_through_the_training_pipeline(
     documents = datasets.Dataset.from_dict({"text": [text, "JULIET:\nAy me!"]})
     ids = tokenize_documents(documents, tokenizer)["input_ids"]
     assert tokenizer.decode(ids[0][:-1]) == text and ids[0][-1] == tokenizer.eos_token_id
+
+
+def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp_path):
+    """wikitext's wiki.test.raw: the tokenizer trainer always read it; training refused the .raw suffix."""
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    from training.data import list_local_files
+
+    raw = shared_data_dir / "wikitext-2-raw" / "wiki.test.raw"
+    documents = load_text_dataset(str(raw), sample_by="document", cache_dir=tmp_path)
+    assert documents["text"] == [raw.read_text(encoding="utf-8")] == ["".join(iter_corpus(raw))]
+    # a folder: the same files in the same order (the .raw file, not PROVENANCE.md), for both readers
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.txt").write_text("second file\n", encoding="utf-8")
+    (folder / "sub" / "a.raw").write_text("first file\n", encoding="utf-8")
+    (folder / "README.md").write_text("# not text to train on\n", encoding="utf-8")
+    assert list_local_files(folder) == [folder / "b.txt", folder / "sub" / "a.raw"]
+    assert list(iter_corpus(folder)) == ["second file\n", "first file\n"]
+    assert load_text_dataset(str(folder), sample_by="line", cache_dir=tmp_path)["text"] == ["second file", "first file"]
