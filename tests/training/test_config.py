@@ -177,9 +177,10 @@ def test_preset_is_expanded_in_one_place():
 
     from training.config import build_model_config, requested_architecture, split_preset
 
-    config = load_train_config(CONFIGS / "gpt2-124m.yaml", [])
+    config = load_train_config(CONFIGS / "gpt2-124m.yaml", ["model.n_layer=6"])
     preset, rest = split_preset(config.model)
     assert preset == "gpt2" and "preset" not in rest and config.model["preset"] == "gpt2"  # the config is not changed
     assert requested_architecture(config) == {**PRESETS["gpt2"], **rest}
+    assert requested_architecture(config)["n_layer"] == 6  # an explicit key wins over the preset's
     built = build_model_config(config, vocab_size=50304, eos_token_id=50256)
     assert all(getattr(built, key) == value for key, value in requested_architecture(config).items())

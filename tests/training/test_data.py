@@ -235,3 +235,14 @@ def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp
     assert list_local_files(folder) == [folder / "b.txt", folder / "sub" / "a.raw"]
     assert list(iter_corpus(folder)) == ["second file\n", "first file\n"]
     assert load_text_dataset(str(folder), sample_by="line", cache_dir=tmp_path)["text"] == ["second file", "first file"]
+
+
+def test_the_holdout_mode_is_part_of_the_cache_key(numbered_corpus, make_config, tokenizer, shakespeare_tokenizer_dir,
+                                                   tmp_path):
+    train_file, _, train_speeches, _ = numbered_corpus
+    common = [f"dataset={train_file}", "val_fraction=0.2", "block_size=8", f"data_cache_dir={tmp_path / 'shared'}"]
+    random_split = prepare_datasets(make_config(*common), tokenizer, shakespeare_tokenizer_dir)
+    tail_split = prepare_datasets(make_config(*common, "val_holdout=tail"), tokenizer, shakespeare_tokenizer_dir)
+    assert not tail_split.is_cache_hit and tail_split.cache_dir != random_split.cache_dir
+    expected = [t for text in train_speeches[32:] for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+    assert [t for block in tail_split.val["input_ids"] for t in block] == expected[: len(tail_split.val) * 8]
