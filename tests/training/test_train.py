@@ -249,3 +249,44 @@ def test_a_tracker_that_is_not_installed_is_refused_naming_the_fix(make_config, 
     with pytest.raises(ValueError, match="log_with=wandb but the wandb package is not installed; pip install wandb, "
                                          "or set log_with=none"):
         train(make_config("log_with=wandb", "max_steps=1", "warmup_steps=0"))
+
+
+def test_weights_that_overflow_are_never_checkpointed(make_config):
+    # lr 1e300 is infinite in float32: the first update makes the weights inf, while step 1's loss was fine
+    config = make_config("learning_rate=1e300", "warmup_steps=0", "grad_clip=0", "checkpoint_interval=1",
+                         "max_steps=4")
+    with pytest.raises(TrainingDivergedError, match=r"^training stopped at step 1: the weights stopped being finite; "
+                                                    r"no checkpoint holds weights that gave a healthy loss"):
+        train(config)
+    assert not (config.run_dir / "checkpoints" / "step_000001").exists()
+
+
+@pytest.fixture
+def known_start(tmp_path):
+    """A saved tiny model with known weights, to measure how far one update moves them."""
+    from safetensors.torch import load_file
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    folder = tmp_path / "start"
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=512, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                         eos_token_id=0, bos_token_id=0)).save_pretrained(folder)
+    return folder, load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("grad_clip", [1e-6, 0.0])
+def test_gradient_clipping_bounds_the_first_update(make_config, known_start, grad_clip):
+    """Adam's first step is lr * g / (|g| + eps) per element (m_hat = g, v_hat = g^2). With eps = 1 that is at most
+    lr * |g| <= lr * (global norm after clipping): clipping to 1e-6 must keep every weight within 1e-6 of its start."""
+    from safetensors.torch import load_file
+
+    folder, before = known_start
+    config = make_config(f"init_from={folder}", "max_steps=1", "warmup_steps=0", "learning_rate=1.0",
+                         "adam_eps=1.0", "weight_decay=0", f"grad_clip={grad_clip}", run_name=f"clip{grad_clip}",
+                         with_model_section=False)
+    after = load_file(str(train(config) / "final" / "model.safetensors"))
+    largest_change = max((after[name] - before[name]).abs().max().item() for name in before)
+    if grad_clip:
+        assert 0 < largest_change <= grad_clip * 1.001
+    else:
+        assert largest_change > 1e-3  # the unclipped gradient norm is ~1: the same update is far larger
