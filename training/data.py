@@ -21,10 +21,10 @@ from typing import Any, Iterator
 import datasets
 
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
-from training.checkpoint import sha256_file
 from training.config import TrainConfig
 from training.corpus import list_corpus_files, reader_for
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.model_folder import sha256_file
 
 logger = logging.getLogger(__name__)
 

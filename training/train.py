@@ -2,11 +2,12 @@
 
 The same function runs on a laptop CPU, one GPU, or many processes under `accelerate launch` / torchrun: Accelerate
 owns devices, precision, DDP/FSDP wrapping and gradient accumulation; this file owns the loop (accumulation,
-clipping, divergence stop), evaluation (loss, perplexity, bits per byte), logging and exact resume. Elsewhere: the
-recipe (AdamW groups, schedule) in recipe.py, batching in batches.py, data in data.py, the tokenizer stage in
+clipping, divergence stop), logging and exact resume. Elsewhere: the recipe (AdamW groups, schedule) in recipe.py,
+validation figures in evaluation.py, batching in batches.py, data in data.py, the tokenizer stage in
 tokenizer_stage.py, checkpoint files in checkpoint.py, resume checks in resume_check.py, divergence rules in
 divergence.py, the log/summary/plot in run_log.py.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 # EpochShuffleSampler and collate_blocks are imported from here by older callers (tests, benchmarks) too
 from training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
@@ -29,6 +29,7 @@ from training.config import (
     DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
 )
 from training.data import prepare_datasets, token_byte_lengths
+from training.evaluation import evaluate_loss
 from training.divergence import DivergenceGuard, TrainingDivergedError
 from training.recipe import build_optimizer, build_scheduler, flops_per_token
 from training.resume_check import check_resume_settings, record_settings_in_checkpoints
@@ -71,39 +72,6 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
             raise UserError("the training data gave no batch; lower batch_size or block_size, or add data")
         state.epoch += 1
         state.batches_in_epoch = 0
-
-
-@torch.no_grad()
-def evaluate_loss(model, val_loader, accelerator, token_bytes: torch.Tensor) -> dict[str, float]:
-    """Validation loss (nats/token), perplexity and bits per byte over the whole validation loader.
-
-    Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted tokens). Each block predicts its tokens
-    1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted but stands for 0
-    bytes, so the figure is, if anything, slightly pessimistic.
-    """
-    model.eval()
-    total_nats = torch.zeros((), dtype=torch.float64)
-    total_tokens = 0
-    total_bytes = 0
-    for batch in val_loader:
-        logits = model(input_ids=batch["input_ids"]).logits
-        targets = batch["labels"][:, 1:]
-        nats = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                               reduction="none").view(targets.shape).sum(dim=1)
-        n_bytes = token_bytes.to(targets.device)[targets].sum(dim=1)
-        nats, n_bytes = accelerator.gather_for_metrics((nats, n_bytes))
-        total_nats += nats.double().sum().cpu()
-        total_bytes += int(n_bytes.sum())
-        total_tokens += targets.size(1) * nats.numel()
-    model.train()
-    val_loss = float(total_nats) / max(total_tokens, 1)
-    return {
-        "val_loss": val_loss,
-        "val_perplexity": math.exp(min(val_loss, 700.0)),
-        "val_bits_per_byte": float(total_nats) / (math.log(2) * max(total_bytes, 1)),
-        "val_tokens": total_tokens,
-        "val_bytes": total_bytes,
-    }
 
 
 def _load_model(config: TrainConfig, tokenizer):

@@ -8,7 +8,6 @@ import re
 import pytest
 import torch
 
-from training.checkpoint import verify_checkpoint
 from training.config import load_train_config
 from training.data import prepare_datasets
 from training.train import TrainingDivergedError, train
