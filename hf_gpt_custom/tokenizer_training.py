@@ -23,10 +23,8 @@ from .errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
-# Suffix -> how a local file is read. A folder contributes files with these suffixes (so not its README.md or
-# PROVENANCE.md); a file named explicitly with any other suffix is read as plain text.
-RECORD_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-TEXT_SUFFIXES = {".txt", ".text", ".raw"}
+# Which files a local corpus is made of and how each is read live in training/corpus.py, shared with training
+# (imported inside the functions that read files, so `import hf_gpt_custom` does not load the trainer's package).
 # "user/name" or "name": what a Hub dataset id looks like (no spaces, no file suffix)
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 # Plain text is fed to the trainer in blocks of about this many characters (see _read_text_file).
@@ -183,7 +181,7 @@ def _classify_input_list(items: list) -> str:
         looks_like_path = isinstance(item, os.PathLike) or (
             "\n" not in text
             and len(text) < 4096
-            and (Path(text).suffix.lower() in TEXT_SUFFIXES | set(RECORD_SUFFIXES) or text.startswith(("./", "/", "~")))
+            and (Path(text).suffix.lower() in _corpus_suffixes() or text.startswith(("./", "/", "~")))
         )
         if looks_like_path:
             raise MissingFileError(
@@ -204,30 +202,27 @@ def _path_exists(item) -> bool:
         return False
 
 
+def _corpus_suffixes() -> tuple[str, ...]:
+    from training.corpus import CORPUS_SUFFIXES
+
+    return CORPUS_SUFFIXES
+
+
 def _expand_paths(paths: list) -> list[Path]:
-    files: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES | set(RECORD_SUFFIXES)
-            )
-            if not found:
-                raise MissingFileError(
-                    f"folder {str(path)!r} has no .txt/.jsonl/.json/.parquet files; point at the files themselves"
-                )
-            files.extend(found)
-        else:
-            files.append(path)
-    return files
+    from training.corpus import list_corpus_files
+
+    return [file for path in paths for file in list_corpus_files(path, what="input")]
 
 
 def _iter_files(files: list[Path], text_field: str) -> Iterator[str]:
+    from training.corpus import reader_for
+
     for path in files:
-        loader = RECORD_SUFFIXES.get(path.suffix.lower())
-        if loader is None:
+        reader = reader_for(path)
+        if reader == "text":
             yield from _read_text_file(path)
         else:
-            yield from _read_record_file(path, loader, text_field)
+            yield from _read_record_file(path, reader, text_field)
 
 
 def _read_text_file(path: Path) -> Iterator[str]:

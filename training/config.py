@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -23,6 +24,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
 TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
+# Which val_fraction of the documents is held out: a seeded random sample, or the last ones in file order (nanoGPT's
+# split of tiny Shakespeare, the way results on it are usually quoted).
+VAL_HOLDOUT_CHOICES = ("random", "tail")
 
 # Peak dense FLOP/s used for the MFU estimate when `peak_flops` is not set. Measured on this project's 2-core CPU
 # with a large matmul on both cores: fp32 ~420 GFLOP/s in oneDNN, which our linear layers call (MKL, torch.mm's
@@ -30,58 +34,99 @@ TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 DEFAULT_PEAK_FLOPS = {"no": 420e9, "bf16": 860e9, "fp16": 860e9}
 
 
+def _setting(default: Any = dataclasses.MISSING, *, help: str, changes_training: bool, factory: Any = None):
+    """A TrainConfig field with its one-line help and whether changing it changes what is trained.
+
+    `changes_training=False` marks settings that only say where files go, how fast the run goes, how often it
+    saves or logs, or what is evaluated afterwards: a run may be resumed with another value for them.
+    """
+    metadata = {"help": help, "changes_training": changes_training}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
     # --- run -----------------------------------------------------------------------------------------------------
-    run_name: str = "run"
-    out_dir: str | None = None  # default: runs/<run_name> under the working directory
-    seed: int = 1337
+    run_name: str = _setting("run", help="name of the run; the run folder is runs/<run_name> unless out_dir is set",
+                             changes_training=False)
+    out_dir: str | None = _setting(None, help="run folder (default: runs/<run_name> under the working directory)",
+                                   changes_training=False)
+    seed: int = _setting(1337, help="seed for initialisation, dropout, shuffling and the random validation split",
+                         changes_training=True)
     # --- data ----------------------------------------------------------------------------------------------------
-    dataset: str = ""  # local file/folder (.txt .jsonl .json .parquet) or a Hub dataset name
-    dataset_config: str | None = None
-    dataset_split: str = "train"
-    text_field: str = "text"
-    text_sample_by: str = "paragraph"  # how a .txt file becomes documents: paragraph (blank-line separated) | line | document
-    val_split: str | None = None  # a split of the source to validate on; None = hold out val_fraction of the documents
-    val_fraction: float = 0.1
-    streaming: bool = False  # Hub corpora that don't fit on disk: tokenise and pack on the fly (no cache, no shuffle)
-    num_proc: int = 1  # processes for Dataset.map tokenisation
-    data_cache_dir: str | None = None  # default: $HF_HOME/hf_gpt_custom/packed (shared by runs)
+    dataset: str = _setting("", help="training text: a local file/folder (.txt .text .raw .jsonl .json .parquet) "
+                                     "or a Hub dataset name", changes_training=True)
+    dataset_config: str | None = _setting(None, help="Hub dataset configuration name", changes_training=True)
+    dataset_split: str = _setting("train", help="Hub dataset split to train on", changes_training=True)
+    text_field: str = _setting("text", help="column holding the text in .jsonl/.json/.parquet/Hub data",
+                               changes_training=True)
+    text_sample_by: str = _setting("paragraph", help="how a text file becomes documents: paragraph (blank-line "
+                                   "separated), line or document (the whole file)", changes_training=True)
+    val_dataset: str | None = _setting(None, help="a separate local validation file/folder (the usual train/validation "
+                                       "files); then all of dataset is trained on", changes_training=True)
+    val_split: str | None = _setting(None, help="a split of the Hub dataset to validate on (local files have one "
+                                     "split: use val_dataset)", changes_training=True)
+    val_fraction: float = _setting(0.1, help="without val_dataset/val_split: the fraction of documents held out",
+                                   changes_training=True)
+    val_holdout: str = _setting("random", help="which documents val_fraction holds out: random (seeded) or tail (the "
+                                "last ones in file order, nanoGPT's split)", changes_training=True)
+    streaming: bool = _setting(False, help="tokenise and pack Hub corpora on the fly (no cache, no shuffle)",
+                               changes_training=True)
+    num_proc: int = _setting(1, help="processes for tokenisation (Dataset.map)", changes_training=False)
+    data_cache_dir: str | None = _setting(None, help="packed-data cache (default: $HF_HOME/hf_gpt_custom/packed, "
+                                          "shared by runs)", changes_training=False)
     # --- tokenizer -----------------------------------------------------------------------------------------------
-    tokenizer: str | None = None  # a tokenizer folder; None = train one into <out_dir>/tokenizer
-    tokenizer_vocab_size: int = 8192
+    tokenizer: str | None = _setting(None, help="a tokenizer folder or Hub name; null = train one into "
+                                     "<run folder>/tokenizer", changes_training=True)
+    tokenizer_vocab_size: int = _setting(8192, help="vocabulary size of the tokenizer trained when tokenizer is null",
+                                         changes_training=True)
     # --- model ---------------------------------------------------------------------------------------------------
-    model: dict[str, Any] = field(default_factory=dict)  # GPTCustomConfig kwargs; `preset:` allowed
-    init_from: str | None = None  # fine-tune from a model folder (ours or a transformers GPT-2 folder)
-    block_size: int = 256
+    model: dict[str, Any] = _setting(help="GPTCustomConfig keyword arguments (model.n_layer=4); preset: allowed",
+                                     changes_training=True, factory=dict)
+    init_from: str | None = _setting(None, help="fine-tune from a model folder (ours, a transformers GPT-2 folder, or "
+                                     "a checkpoint folder)", changes_training=True)
+    block_size: int = _setting(256, help="tokens per training sequence", changes_training=True)
     # --- optimisation --------------------------------------------------------------------------------------------
-    batch_size: int = 8  # sequences per micro-batch per process
-    gradient_accumulation_steps: int = 1
-    max_steps: int = 1000  # optimizer steps
-    learning_rate: float = 6e-4
-    min_lr_ratio: float = 0.1  # cosine decays to learning_rate * min_lr_ratio (nanoGPT/Chinchilla use 0.1)
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
-    mixed_precision: str = "no"
-    compile: bool = False
-    cpu: bool | None = None  # None = CPU when no CUDA device is visible
-    torch_threads: int | None = None  # intra-op CPU threads during train(); None = torch's default (one per core)
+    batch_size: int = _setting(8, help="sequences per micro-batch per process", changes_training=True)
+    gradient_accumulation_steps: int = _setting(1, help="micro-batches per optimizer step", changes_training=True)
+    max_steps: int = _setting(1000, help="optimizer steps (the cosine schedule ends here)", changes_training=True)
+    learning_rate: float = _setting(6e-4, help="peak learning rate after warmup", changes_training=True)
+    min_lr_ratio: float = _setting(0.1, help="cosine decays to learning_rate * min_lr_ratio (nanoGPT/Chinchilla: 0.1)",
+                                   changes_training=True)
+    warmup_steps: int = _setting(100, help="optimizer steps of linear warmup", changes_training=True)
+    weight_decay: float = _setting(0.1, help="AdamW weight decay on 2-D weights (none on biases and LayerNorm)",
+                                   changes_training=True)
+    adam_beta1: float = _setting(0.9, help="AdamW beta1", changes_training=True)
+    adam_beta2: float = _setting(0.95, help="AdamW beta2", changes_training=True)
+    adam_eps: float = _setting(1e-8, help="AdamW epsilon", changes_training=True)
+    grad_clip: float = _setting(1.0, help="max global gradient norm; 0 disables clipping", changes_training=True)
+    mixed_precision: str = _setting("no", help="no, bf16 or fp16 (autocast)", changes_training=True)
+    compile: bool = _setting(False, help="torch.compile the model (speed only)", changes_training=False)
+    cpu: bool | None = _setting(None, help="force the CPU; null = CPU when no CUDA device is visible",
+                                changes_training=False)
+    torch_threads: int | None = _setting(None, help="intra-op CPU threads during training; null = torch's default",
+                                         changes_training=False)
     # --- evaluation, logging, checkpoints ------------------------------------------------------------------------
-    eval_interval: int = 100  # steps between validation passes (and one at the end)
-    eval_batches: int | None = None  # validate on the first eval_batches * batch_size blocks; None = all of them
-    log_with: str | None = "tensorboard"
-    peak_flops: float | None = None  # for MFU; None = DEFAULT_PEAK_FLOPS[mixed_precision]
-    checkpoint_interval: int = 0  # steps between checkpoints; 0 = only at the end
-    keep_checkpoints: int = 2
-    resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
+    eval_interval: int = _setting(100, help="steps between validation passes (and one at the end)",
+                                  changes_training=False)
+    eval_batches: int | None = _setting(None, help="validate on the first eval_batches * batch_size blocks; null = all",
+                                        changes_training=False)
+    log_with: str | None = _setting("tensorboard", help="tracker: tensorboard, wandb, all, none", changes_training=False)
+    peak_flops: float | None = _setting(None, help="peak FLOP/s for the MFU figure; null = a measured CPU default",
+                                        changes_training=False)
+    checkpoint_interval: int = _setting(0, help="steps between checkpoints; 0 = only at the end",
+                                        changes_training=False)
+    keep_checkpoints: int = _setting(2, help="how many of the newest checkpoints to keep", changes_training=False)
+    resume_from_checkpoint: str | None = _setting(None, help="'latest' or a checkpoint folder to continue from",
+                                                  changes_training=False)
     # --- read only by `hf-gpt-custom run` (the main job) ---------------------------------------------------------
-    benchmark_tasks: list[str] = field(default_factory=list)
-    benchmark_shots: list[int] = field(default_factory=lambda: [0])
-    benchmark_limit: int | None = None
+    benchmark_tasks: list[str] = _setting(help="benchmarks `hf-gpt-custom run` evaluates", changes_training=False,
+                                          factory=list)
+    benchmark_shots: list[int] = _setting(help="few-shot K values `hf-gpt-custom run` evaluates",
+                                          changes_training=False, factory=lambda: [0])
+    benchmark_limit: int | None = _setting(None, help="documents per benchmark; null = all", changes_training=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -92,6 +137,22 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def settings_that_do_not_change_training() -> frozenset[str]:
+    """Names of the TrainConfig fields a run can change between resumes (speed, logging, saving, evaluation)."""
+    return frozenset(f.name for f in dataclasses.fields(TrainConfig) if not f.metadata["changes_training"])
+
+
+def training_settings(config: TrainConfig) -> dict[str, Any]:
+    """The values of every setting that changes what is trained: what a checkpoint records and a resume compares."""
+    unchanged = settings_that_do_not_change_training()
+    return {key: value for key, value in config.to_dict().items() if key not in unchanged}
+
+
+def setting_help() -> dict[str, str]:
+    """Field name -> one-line help, in declaration order (what `hf-gpt-custom train --help` lists)."""
+    return {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
 
 
 # --- loading -------------------------------------------------------------------------------------------------------
@@ -116,10 +177,10 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    fields = _declared_types()
     for key in values:
         _check_known_key(key, fields)
-    values = {key: _convert(key, value, fields[key].type) for key, value in values.items()}
+    values = {key: _convert(key, value, fields[key]) for key, value in values.items()}
     values["model"] = dict(values.get("model") or {})
     for override in overrides or []:
         key, sep, raw = override.partition("=")
@@ -130,8 +191,8 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             values["model"][key[len("model."):]] = _parse_scalar(raw)
         else:
             _check_known_key(key, fields)
-            values[key] = _convert(key, raw, fields[key].type, from_string=True)
-    for key in ("dataset", "tokenizer", "init_from"):
+            values[key] = _convert(key, raw, fields[key], from_string=True)
+    for key in ("dataset", "val_dataset", "tokenizer", "init_from"):
         if values.get(key):
             values[key] = _resolve_local_path(key, str(values[key]))
     return TrainConfig(**values)
@@ -141,6 +202,11 @@ def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config)."""
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+
+
+def _declared_types() -> dict[str, Any]:
+    """Field name -> declared type, resolved from the annotation strings that `from __future__` leaves."""
+    return typing.get_type_hints(TrainConfig)
 
 
 def _check_known_key(key: str, fields: dict) -> None:
@@ -158,7 +224,9 @@ def _resolve_local_path(key: str, value: str) -> str:
         full = candidate if candidate.is_absolute() else base / candidate
         if full.exists():
             return str(full.resolve())
-    looks_local = value.startswith((".", "/", "~")) or Path(value).suffix in (".txt", ".jsonl", ".json", ".parquet")
+    from training.corpus import CORPUS_SUFFIXES
+
+    looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
     if looks_local:
         raise MissingFileError(
             f"{key}={value!r} not found in {Path.cwd()} or {REPO_ROOT}; give an existing path or a Hub name"
@@ -189,8 +257,6 @@ def _parse_scalar(raw: str) -> Any:
 
 def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> Any:
     """Convert `value` to the field's declared type, or raise ValueError naming the key."""
-    if isinstance(declared, str):
-        declared = eval(declared, {**vars(typing), "Any": Any})  # annotations are strings (`from __future__`)
     origin = typing.get_origin(declared)
     args = typing.get_args(declared)
     if origin in (typing.Union, types.UnionType):
@@ -258,7 +324,15 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
 def _validate(config: TrainConfig) -> None:
     if not config.dataset:
         raise UserError("dataset is not set; give a text file/folder or a Hub dataset name, e.g. dataset=../shared/data/tinyshakespeare/input.txt")
-    for name in ("block_size", "batch_size", "gradient_accumulation_steps", "max_steps", "eval_interval",
+    for name, declared in _declared_types().items():  # NaN and inf pass every `<` check below: refuse them first
+        value = getattr(config, name)
+        if declared in (float, float | None) and value is not None and not math.isfinite(value):
+            raise UserError(f"{name}={value} is not a finite number; give a real value (default: "
+                            f"{_default_of(name)})")
+    if config.block_size < 2:
+        raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
+                        f"in its block, so a block of one token has nothing to predict (256 is typical)")
+    for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "eval_interval",
                  "keep_checkpoints", "num_proc", "tokenizer_vocab_size"):
         value = getattr(config, name)
         if value < 1:
@@ -286,6 +360,8 @@ def _validate(config: TrainConfig) -> None:
         raise UserError(f"peak_flops={config.peak_flops} must be > 0 (FLOP/s), e.g. 312e12 for an A100 in bf16")
     _check_choice("mixed_precision", config.mixed_precision, MIXED_PRECISION_CHOICES)
     _check_choice("text_sample_by", config.text_sample_by, TEXT_SAMPLE_BY_CHOICES)
+    _check_choice("val_holdout", config.val_holdout, VAL_HOLDOUT_CHOICES)
+    _validate_validation_source(config)
     if config.log_with is not None and config.log_with not in ("tensorboard", "wandb", "all", "none"):
         raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
     if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
@@ -305,6 +381,34 @@ def _validate(config: TrainConfig) -> None:
     _validate_model_section(config)
 
 
+def _default_of(name: str) -> Any:
+    declared = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
+    return declared.default
+
+
+def _validate_validation_source(config: TrainConfig) -> None:
+    """Validation documents come from exactly one place, and never from the training documents by accident."""
+    dataset_is_local = Path(config.dataset).exists()
+    if config.val_split is not None and dataset_is_local:
+        raise UserError(
+            f"val_split={config.val_split!r} names a split of a Hub dataset, but dataset={config.dataset} is a local "
+            f"path, which has one split; name a separate validation file with val_dataset=<path>, or drop val_split "
+            f"to hold out val_fraction of the documents"
+        )
+    if config.val_dataset is not None and config.val_split is not None:
+        raise UserError(f"val_dataset={config.val_dataset} and val_split={config.val_split!r} both name the validation "
+                        f"data; keep one")
+    if config.val_dataset is not None and not Path(config.val_dataset).exists():
+        raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
+    has_own_validation = config.val_dataset is not None or config.val_split is not None
+    if config.val_holdout != "random" and has_own_validation:
+        raise UserError(f"val_holdout={config.val_holdout!r} splits the training documents, but validation comes from "
+                        f"{'val_dataset' if config.val_dataset else 'val_split'}; drop val_holdout")
+    if config.val_holdout == "tail" and config.streaming:
+        raise UserError("val_holdout='tail' needs the whole corpus; a streamed corpus has no end to hold out — set "
+                        "val_split, or streaming=false")
+
+
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value in choices:
         return
@@ -317,8 +421,7 @@ def _validate_model_section(config: TrainConfig) -> None:
     """Check the `model:` keys against GPTCustomConfig and its values by building one (with a stand-in vocab)."""
     from hf_gpt_custom import PRESETS, GPTCustomConfig
 
-    model = dict(config.model)
-    preset = model.pop("preset", None)
+    preset, model = split_preset(config.model)
     if preset is not None and preset not in PRESETS:
         _check_choice("model.preset", str(preset), tuple(PRESETS))
     known = set(GPTCustomConfig.__annotations__)  # the architecture fields (generic PretrainedConfig ones excluded)
@@ -338,12 +441,25 @@ def _validate_model_section(config: TrainConfig) -> None:
         )
 
 
+def split_preset(model_section: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The `model:` section as (preset name or None, the other GPTCustomConfig keyword arguments)."""
+    rest = dict(model_section)
+    return rest.pop("preset", None), rest
+
+
+def requested_architecture(config: TrainConfig) -> dict[str, Any]:
+    """The GPTCustomConfig fields the `model:` section sets, a preset expanded into its own fields."""
+    from hf_gpt_custom import PRESETS
+
+    preset, rest = split_preset(config.model)
+    return {**PRESETS.get(preset, {}), **rest}
+
+
 def build_model_config(config: TrainConfig, vocab_size: int, eos_token_id: int):
     """GPTCustomConfig from the `model:` section; n_positions defaults to block_size, vocab from the tokenizer."""
     from hf_gpt_custom import GPTCustomConfig
 
-    model = dict(config.model)
-    preset = model.pop("preset", None)
+    preset, model = split_preset(config.model)
     kwargs = {"vocab_size": vocab_size, "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
     if preset is None:
         kwargs["n_positions"] = config.block_size

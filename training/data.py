@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -20,17 +21,16 @@ from typing import Any, Iterator
 import datasets
 
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
-from training.checkpoint import sha256_file
 from training.config import TrainConfig
 from training.run_lock import claim_build_folder
+from training.corpus import list_corpus_files, reader_for
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.model_folder import sha256_file
 
 logger = logging.getLogger(__name__)
 
-# A data source is chosen by file suffix: one `datasets` builder per kind (STYLE §10).
-LOCAL_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 # Bump when the packing or caching logic changes so old caches are not reused.
-CACHE_FORMAT_VERSION = 1
+CACHE_FORMAT_VERSION = 2
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -40,20 +40,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_con
 
 
 def list_local_files(path: str | os.PathLike) -> list[Path]:
-    """The data files of a local source: the file itself, or every supported file under a folder (sorted)."""
-    path = Path(path)
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_BUILDERS)
-    else:
-        raise MissingFileError(f"dataset {path} not found; give a file/folder of {', '.join(LOCAL_BUILDERS)} files")
-    unsupported = [p for p in files if p.suffix not in LOCAL_BUILDERS]
-    if unsupported:
-        raise UserError(f"dataset file {unsupported[0]} has an unsupported suffix; use one of {', '.join(LOCAL_BUILDERS)}")
-    if not files:
-        raise MissingFileError(f"dataset folder {path} has no {', '.join(LOCAL_BUILDERS)} files")
-    builders = {LOCAL_BUILDERS[p.suffix] for p in files}
+    """The data files of a local source (training/corpus.py's rules), all read by one `datasets` builder."""
+    files = list_corpus_files(path, what="dataset")
+    builders = {reader_for(p) for p in files}
     if len(builders) > 1:
         raise UserError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
     return files
@@ -77,7 +66,7 @@ def load_text_dataset(
     """
     if Path(source).exists():
         files = list_local_files(source)
-        builder = LOCAL_BUILDERS[files[0].suffix]
+        builder = reader_for(files[0])
         kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
         if builder == "text":
             kwargs["sample_by"] = sample_by
@@ -158,12 +147,42 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
             return [encoding.ids for encoding in backend.encode_batch_fast(texts, add_special_tokens=False)]
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        return {"input_ids": [ids + [eos_token_id] for ids in encode_ids(batch["text"])]}
+        return {"input_ids": [ids + [eos_token_id] for ids in _encode_with_fallback(tokenizer, encode_ids, batch["text"])]}
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(encode, batched=True, remove_columns=["text"])
     return dataset.map(encode, batched=True, num_proc=num_proc if num_proc > 1 else None, remove_columns=["text"],
                        desc="tokenizing")
+
+
+def _encode_with_fallback(tokenizer, encode_ids, texts: list[str]) -> list[list[int]]:
+    """`encode_ids(texts)`, or document by document through the tokenizer's own __call__ when the fast path panics.
+
+    A Rust panic (tiktoken's stack overflow on ~1M whitespace characters) arrives as pyo3's PanicException, a
+    BaseException that `except Exception` lets through: it would end training with a traceback from inside map().
+    """
+    try:
+        return encode_ids(texts)
+    except Exception:
+        raise
+    except BaseException as err:  # noqa: B036 - see the docstring; interpreter exits are re-raised
+        if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        logger.warning("the fast tokenizer path failed (%s: %s); tokenising this batch document by document",
+                       type(err).__name__, err)
+        return [_encode_one(tokenizer, text) for text in texts]
+
+
+def _encode_one(tokenizer, text: str) -> list[int]:
+    try:
+        return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    except Exception:
+        raise
+    except BaseException as err:  # noqa: B036
+        if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        raise UserError(f"a document of {len(text):,} characters (starting {text[:40]!r}) cannot be tokenised "
+                        f"({type(err).__name__}: {err}); split or remove it") from err
 
 
 def _iterate_blocks(token_lists: Iterator[list[int]], block_size: int) -> Iterator[dict[str, list[int]]]:
@@ -244,13 +263,16 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
         file = tokenizer_dir / name
         if file.is_file():
             add(name, sha256_file(file))
-    if Path(config.dataset).exists():
-        root = Path(config.dataset)
-        for file in list_local_files(root):
-            add(str(file.relative_to(root) if root.is_dir() else file.name), sha256_file(file))
-    else:
-        add("hub", (config.dataset, config.dataset_config, config.dataset_split))
-    for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "seed", "block_size"):
+    for role, source in (("train", config.dataset), ("val", config.val_dataset)):
+        if source is None:
+            continue
+        if Path(source).exists():
+            root = Path(source)
+            for file in list_local_files(root):
+                add(f"{role}:{file.relative_to(root) if root.is_dir() else file.name}", sha256_file(file))
+        else:
+            add(f"{role}:hub", (source, config.dataset_config, config.dataset_split))
+    for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "val_holdout", "seed", "block_size"):
         add(name, getattr(config, name))
     return digest.hexdigest()
 
@@ -260,11 +282,38 @@ def default_data_cache_dir() -> Path:
     return hf_home / "hf_gpt_custom" / "packed"
 
 
+def split_documents(config: TrainConfig, raw_cache: str | os.PathLike | None = None):
+    """(train documents, validation documents) as Dataset{text}; no document is in both.
+
+    Validation comes from `val_dataset` (a separate local file/folder), else from the Hub dataset's `val_split`,
+    else from holding out `val_fraction` of the documents: a seeded random sample (`val_holdout: random`) or the
+    last ones in file order (`val_holdout: tail`, nanoGPT's split). Either way ceil(n * val_fraction) documents.
+    """
+    def load(source: str, split: str):
+        return load_text_dataset(source, config.text_field, config.dataset_config, split,
+                                 sample_by=config.text_sample_by, cache_dir=raw_cache)
+
+    documents = load(config.dataset, config.dataset_split)
+    if config.val_dataset is not None:
+        return documents, load(config.val_dataset, config.dataset_split)
+    if config.val_split is not None:
+        return documents, load(config.dataset, config.val_split)
+    if len(documents) < 2:
+        raise UserError(
+            f"dataset {config.dataset} has {len(documents)} document(s), too few to hold out validation; "
+            f"use text_sample_by=paragraph or line, or name a validation file with val_dataset"
+        )
+    if config.val_holdout == "tail":
+        n_train = len(documents) - math.ceil(len(documents) * config.val_fraction)
+        return documents.select(range(n_train)), documents.select(range(n_train, len(documents)))
+    split = documents.train_test_split(test_size=config.val_fraction, seed=config.seed, shuffle=True)
+    return split["train"], split["test"]
+
+
 def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.PathLike) -> PackedData:
     """Packed train and validation blocks for `config`, from the cache when the same tokenizer + data were seen.
 
-    Validation: the source's `val_split` if configured, else a seeded `val_fraction` of the documents (split
-    before tokenising, so no document is in both).
+    Validation documents: see `split_documents` (split before tokenising, so no document is in both).
     """
     if config.streaming:
         return _prepare_streaming(config, tokenizer)
@@ -279,21 +328,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
                           folder, True, stats)
 
     work = claim_build_folder(cache_root, key[:20])  # also removes builds of dead processes (run_lock.py)
-    raw_cache = cache_root / "raw"  # `datasets`' own Arrow cache of the parsed text files
-    documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
-                                  sample_by=config.text_sample_by, cache_dir=raw_cache)
-    if config.val_split is not None:
-        val_documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.val_split,
-                                          sample_by=config.text_sample_by, cache_dir=raw_cache)
-        train_documents = documents
-    else:
-        if len(documents) < 2:
-            raise UserError(
-                f"dataset {config.dataset} has {len(documents)} document(s), too few to hold out validation; "
-                f"use text_sample_by=paragraph or line, or set val_split"
-            )
-        split = documents.train_test_split(test_size=config.val_fraction, seed=config.seed, shuffle=True)
-        train_documents, val_documents = split["train"], split["test"]
+    train_documents, val_documents = split_documents(config, raw_cache=cache_root / "raw")
     packed = {}
     for name, docs in (("train", train_documents), ("val", val_documents)):
         tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
@@ -328,8 +363,10 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
 def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:
     documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
                                   streaming=True, sample_by=config.text_sample_by)
-    if config.val_split is not None:
-        val_documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.val_split,
+    if config.val_dataset is not None or config.val_split is not None:
+        val_source, val_split = (config.val_dataset, config.dataset_split) if config.val_dataset else \
+            (config.dataset, config.val_split)
+        val_documents = load_text_dataset(val_source, config.text_field, config.dataset_config, val_split,
                                           streaming=True, sample_by=config.text_sample_by)
         train_documents = documents
     else:

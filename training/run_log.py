@@ -81,3 +81,16 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """final_train_loss (mean of the last 10 steps) and tokens_per_s (mean over steps after the first, which includes
+    warm-up: compilation, allocator, caches) from a run's log records."""
+    train_losses = [r["loss"] for r in records if r.get("kind") == "train"]
+    timed = [r["tokens_per_s"] for r in records if r.get("kind") == "train" and r["step"] > 1]
+    if not timed:  # a one-step run: its only step is all there is
+        timed = [r["tokens_per_s"] for r in records if r.get("kind") == "train"]
+    return {
+        "final_train_loss": sum(train_losses[-10:]) / len(train_losses[-10:]) if train_losses else None,
+        "tokens_per_s": sum(timed) / len(timed) if timed else None,
+    }

@@ -1,145 +1,54 @@
-"""train(config): pre-train or fine-tune with Accelerate, readable top to bottom.
+"""train(config): pre-train or fine-tune with Accelerate — set up, loop, finish, each readable on its own.
 
 The same function runs on a laptop CPU, one GPU, or many processes under `accelerate launch` / torchrun: Accelerate
-owns devices, precision, DDP/FSDP wrapping and gradient accumulation; this file owns the recipe (AdamW, warmup +
-cosine, clipping), evaluation (loss, perplexity, bits per byte), logging and exact resume. Data preparation is in
-data.py, checkpoint files in checkpoint.py, the log/summary/plot in run_log.py.
+owns devices, precision, DDP/FSDP wrapping and gradient accumulation; this file owns the loop (accumulation,
+clipping, divergence stop), logging and exact resume. Elsewhere: the recipe (AdamW groups, schedule) in recipe.py,
+validation figures in evaluation.py, batching in batches.py, data in data.py, the tokenizer stage in
+tokenizer_stage.py, checkpoint files in checkpoint.py, resume checks in resume_check.py, divergence rules in
+divergence.py, the log/summary/plot in run_log.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, Sampler
 
+# EpochShuffleSampler and collate_blocks are imported from here by older callers (tests, benchmarks) too
+from training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
 from training.checkpoint import (
     TrainingState, find_checkpoint, load_checkpoint, save_checkpoint, set_aside_other_histories,
 )
-from training.config import DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, save_train_config
-from training.data import prepare_datasets, token_byte_lengths
 from training.launcher import mixed_precision_for_run
 from training.run_lock import lock_run_folder
-from training.run_log import (
-    LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, write_training_summary,
+from training.config import (
+    DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
 )
+from training.data import prepare_datasets, token_byte_lengths
+from training.evaluation import evaluate_loss
+from training.divergence import DivergenceGuard, TrainingDivergedError
+from training.recipe import build_optimizer, build_scheduler, flops_per_token
+from training.resume_check import check_resume_settings, record_settings_in_checkpoints
+from training.run_log import (
+    LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
+    write_training_summary,
+)
+from training.tokenizer_stage import prepare_tokenizer
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import load_model_folder, write_manifest
 
 logger = logging.getLogger(__name__)
 
-_TOKENIZER_SOURCE_NAME = "training_source.json"  # beside a tokenizer we trained: what it was trained on
-
-
-class TrainingDivergedError(ValueError):
-    """The loss or gradient norm stopped being finite; the run stopped without saving the broken weights."""
-
-
-# --- tokenizer -----------------------------------------------------------------------------------------------------
-
-
-def prepare_tokenizer(config: TrainConfig) -> Path:
-    """A local tokenizer folder for this run.
-
-    `tokenizer:` set -> that folder (a Hub name is downloaded once and saved to <out_dir>/tokenizer). Unset with
-    `init_from` holding a tokenizer -> the init_from folder, so fine-tuning keeps the model's vocabulary. Unset
-    otherwise -> a byte-level BPE of `tokenizer_vocab_size` trained on the dataset into <out_dir>/tokenizer (reused
-    when a previous call trained it on the same data with the same size).
-    """
-    run_dir = config.run_dir
-    target = run_dir / "tokenizer"
-    if config.tokenizer:
-        if Path(config.tokenizer).is_dir():
-            return Path(config.tokenizer)
-        import hf_gpt_custom  # noqa: F401  (registers our tokenizer class with AutoTokenizer)
-        from transformers import AutoTokenizer
-
-        # Called under main_process_first: the main process saves, the others find the marker and read the files.
-        marker, source = target / _TOKENIZER_SOURCE_NAME, {"tokenizer": config.tokenizer}
-        if not (marker.is_file() and json.loads(marker.read_text()) == source):
-            AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
-            marker.write_text(json.dumps(source))
-        return target
-    if config.init_from and Path(config.init_from, "tokenizer.json").is_file():
-        return Path(config.init_from)
-    source = {"dataset": config.dataset, "dataset_config": config.dataset_config, "split": config.dataset_split,
-              "text_field": config.text_field, "vocab_size": config.tokenizer_vocab_size}
-    marker = target / _TOKENIZER_SOURCE_NAME
-    if marker.is_file() and json.loads(marker.read_text()) == source:
-        return target
-    from hf_gpt_custom.tokenizer_training import train_tokenizer
-
-    local = Path(config.dataset).exists()
-    folder = train_tokenizer(
-        [config.dataset] if local else config.dataset,
-        out_dir=target,
-        vocab_size=config.tokenizer_vocab_size,
-        text_field=config.text_field,
-        dataset_config=config.dataset_config,
-        split=config.dataset_split,
-    )
-    Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))
-    return Path(folder)
-
 
 # --- pieces of the loop --------------------------------------------------------------------------------------------
-
-
-class EpochShuffleSampler(Sampler[int]):
-    """A fresh permutation per epoch from `seed + epoch`, owning its generator.
-
-    Unlike RandomSampler it never draws from the global RNG, so dropout's random stream is the same whether or
-    not the run was resumed, and every process computes the same permutation (Accelerate then shards batches).
-    """
-
-    def __init__(self, num_samples: int, seed: int):
-        self.num_samples = num_samples
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        yield from torch.randperm(self.num_samples, generator=generator).tolist()
-
-
-def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
-    return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
-
-
-def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on every 2-D weight (matmuls and embeddings, as nanoGPT/GPT-2), none on biases/LayerNorm."""
-    parameters = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
-    groups = [
-        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": config.weight_decay},
-        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    # The fused kernel updates every tensor in one pass (measured 47 -> 15 ms per step for 13.9M parameters on this
-    # CPU, benchmarks/results/NOTES.md); it exists for CPU and CUDA parameters, the foreach path elsewhere.
-    fused = all(p.device.type in ("cpu", "cuda") for p in parameters)
-    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_eps, fused=fused)
-
-
-def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the weights plus 12·L·T·d for attention (PaLM appendix B, as nanoGPT).
-
-    N excludes the position embeddings, which are a lookup, not a matmul.
-    """
-    n_matmul = n_params - model_config.n_positions * model_config.n_embd
-    return 6 * n_matmul + 12 * model_config.n_layer * seq_len * model_config.n_embd
 
 
 def _batch_digest(input_ids: torch.Tensor) -> int:
@@ -169,47 +78,13 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
         state.batches_in_epoch = 0
 
 
-@torch.no_grad()
-def evaluate_loss(model, val_loader, accelerator, token_bytes: torch.Tensor) -> dict[str, float]:
-    """Validation loss (nats/token), perplexity and bits per byte over the whole validation loader.
-
-    Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted tokens). Each block predicts its tokens
-    1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted but stands for 0
-    bytes, so the figure is, if anything, slightly pessimistic.
-    """
-    model.eval()
-    total_nats = torch.zeros((), dtype=torch.float64)
-    total_tokens = 0
-    total_bytes = 0
-    for batch in val_loader:
-        logits = model(input_ids=batch["input_ids"]).logits
-        targets = batch["labels"][:, 1:]
-        nats = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                               reduction="none").view(targets.shape).sum(dim=1)
-        n_bytes = token_bytes.to(targets.device)[targets].sum(dim=1)
-        nats, n_bytes = accelerator.gather_for_metrics((nats, n_bytes))
-        total_nats += nats.double().sum().cpu()
-        total_bytes += int(n_bytes.sum())
-        total_tokens += targets.size(1) * nats.numel()
-    model.train()
-    val_loss = float(total_nats) / max(total_tokens, 1)
-    return {
-        "val_loss": val_loss,
-        "val_perplexity": math.exp(min(val_loss, 700.0)),
-        "val_bits_per_byte": float(total_nats) / (math.log(2) * max(total_bytes, 1)),
-        "val_tokens": total_tokens,
-        "val_bytes": total_bytes,
-    }
-
-
 def _load_model(config: TrainConfig, tokenizer):
-    from hf_gpt_custom import PRESETS, GPTCustomForCausalLM
+    from hf_gpt_custom import GPTCustomForCausalLM
 
     if config.init_from:
-        model = GPTCustomForCausalLM.from_pretrained(config.init_from)  # our folders and transformers GPT-2 folders
-        expected = dict(config.model)
-        expected = {**PRESETS.get(expected.pop("preset", None), {}), **expected}
-        for key, value in expected.items():
+        # strict: a missing tensor is an error, not a random init; a folder with a manifest must match it
+        model = load_model_folder(config.init_from)  # our folders, checkpoints, transformers GPT-2 folders
+        for key, value in requested_architecture(config).items():
             if getattr(model.config, key) != value:
                 raise UserError(
                     f"model.{key}={value!r} but init_from={config.init_from} has {key}={getattr(model.config, key)!r}; "
@@ -255,36 +130,80 @@ def train(config: TrainConfig) -> Path:
 
 
 def _train(config: TrainConfig) -> Path:
-    import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
-    from accelerate import Accelerator
-    from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration, set_seed
-    from tqdm.auto import tqdm
-    from transformers import AutoTokenizer, get_cosine_with_min_lr_schedule_with_warmup
-
     start_time = time.time()
+    session = _set_up(config)
+    loop = _run_loop(session)
+    _finish(session, loop, wall_time_s=lambda: time.time() - start_time)
+    return session.run_dir
+
+
+@dataclass
+class _Session:
+    """What one train() call works with: built once by _set_up, then read by the loop and by _finish."""
+
+    config: TrainConfig
+    accelerator: Any
+    run_dir: Path
+    tokenizer_dir: Path
+    tokenizer: Any
+    data: Any  # PackedData
+    model: Any  # prepared (wrapped) model
+    model_config: Any
+    optimizer: Any
+    scheduler: Any
+    train_loader: Any
+    val_loader: Any
+    token_bytes: torch.Tensor  # UTF-8 bytes per token id, for bits per byte
+    n_params: int
+    state: TrainingState
+    resume_folder: Path | None
+    run_log: RunLog | None  # main process only
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def tokens_per_step(self) -> int:
+        config = self.config
+        return config.batch_size * config.block_size * config.gradient_accumulation_steps * self.accelerator.num_processes
+
+    @property
+    def peak_flops(self) -> float:
+        return self.config.peak_flops or DEFAULT_PEAK_FLOPS[self.config.mixed_precision]
+
+    def mfu(self, tokens_per_s: float) -> float:
+        flops = flops_per_token(self.model_config, self.n_params, self.config.block_size)
+        return flops * tokens_per_s / (self.peak_flops * self.accelerator.num_processes)
+
+
+@dataclass
+class _LoopResult:
+    resumed_step: int  # where this session started
+    last_eval: dict | None = None
+    last_checkpoint: Path | None = None
+    train_time_s: float = 0.0
+    advice_if_diverged: str = ""  # which checkpoint is safe, should the final weights turn out broken
+
+
+def _set_up(config: TrainConfig) -> _Session:
+    """Accelerator, resume checks, config.yaml, tokenizer, data, model, optimizer, schedule, loaders, restored state."""
+    import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
+    from accelerate.utils import set_seed
+    from transformers import AutoTokenizer
+
     run_dir = config.run_dir.absolute()
-    checkpoints_dir = run_dir / "checkpoints"
     log_with = None if config.log_with in (None, "none") else config.log_with
-    accelerator = Accelerator(
-        cpu=config.cpu if config.cpu is not None else not torch.cuda.is_available(),
-        mixed_precision=mixed_precision_for_run(config.mixed_precision),  # warns if the launcher differs
-        # sync_with_dataloader=False: an accumulation window may straddle an epoch boundary instead of being cut
-        # short there, so every optimizer step sees exactly gradient_accumulation_steps micro-batches.
-        gradient_accumulation_plugin=GradientAccumulationPlugin(
-            num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
-        ),
-        # The schedule is written in optimizer steps; Accelerate's default would step it once per process.
-        step_scheduler_with_optimizer=False,
-        log_with=log_with,
-        project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir / "tensorboard")),
-    )
+    check_tracker_installed(log_with)
+    accelerator = _make_accelerator(config, run_dir, log_with)
     resume_folder = None
     if config.resume_from_checkpoint:  # check before any heavy work
-        resume_folder = find_checkpoint(checkpoints_dir, config.resume_from_checkpoint)
+        resume_folder = find_checkpoint(run_dir / "checkpoints", config.resume_from_checkpoint)
+        check_resume_settings(config, resume_folder)  # before config.yaml is rewritten: it may be the record
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
-    set_aside_other_histories(accelerator, checkpoints_dir, resume_folder)  # rotation then sees only this branch
+    set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)  # rotation then sees only this branch
     set_seed(config.seed)
 
     with accelerator.main_process_first():
@@ -297,187 +216,261 @@ def _train(config: TrainConfig) -> Path:
     )
 
     model = _load_model(config, tokenizer)
-    n_params = model.num_parameters()
-    model_flops_per_token = flops_per_token(model.config, n_params, config.block_size)
+    model_config, n_params = model.config, model.num_parameters()
     # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets
-    token_bytes = torch.tensor(token_byte_lengths(tokenizer) + [0] * max(0, model.config.vocab_size - len(tokenizer)))
+    token_bytes = torch.tensor(token_byte_lengths(tokenizer) + [0] * max(0, model_config.vocab_size - len(tokenizer)))
     if config.compile:
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
-    scheduler = get_cosine_with_min_lr_schedule_with_warmup(
-        optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=config.max_steps,
-        min_lr_rate=config.min_lr_ratio,
-    )
-
-    if config.streaming:
-        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_blocks, drop_last=True)
-    else:
-        train_loader = DataLoader(
-            data.train, batch_size=config.batch_size, sampler=EpochShuffleSampler(len(data.train), config.seed),
-            collate_fn=collate_blocks, drop_last=True,
-            generator=torch.Generator().manual_seed(config.seed),  # the loader draws a seed per epoch: not from the global RNG
-        )
-    val_data = data.val
-    if config.eval_batches is not None:
-        # the same blocks whatever the number of processes, so validation numbers stay comparable
-        val_data = val_data.select(range(min(len(val_data), config.eval_batches * config.batch_size)))
-    val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_blocks,
-                            generator=torch.Generator().manual_seed(config.seed))
+    scheduler = build_scheduler(optimizer, config)
+    train_loader, val_loader = build_loaders(config, data)
     model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, val_loader, scheduler
     )
+    record_settings_in_checkpoints(accelerator, config, model_config)
 
-    state = TrainingState()
-    if resume_folder is not None:
-        state = load_checkpoint(accelerator, resume_folder)
-        # Checkpoints are taken at the end of an accumulation window: start counting the next window afresh, also
-        # if gradient_accumulation_steps changed since (the restored counter would put the sync mid-window).
-        accelerator.step = 0
-        accelerator.print(f"resumed from {resume_folder} at step {state.step} (epoch {state.epoch}, "
-                          f"{state.batches_in_epoch} batches into it)")
+    state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)
     run_log = RunLog(run_dir / RUN_LOG_NAME, resume_step=state.step if resume_folder else None) \
         if accelerator.is_main_process else None
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
+    return _Session(config, accelerator, run_dir, Path(tokenizer_dir), tokenizer, data, model, model_config,
+                    optimizer, scheduler, train_loader, val_loader, token_bytes, n_params, state, resume_folder, run_log)
 
-    accum = config.gradient_accumulation_steps
-    tokens_per_step = config.batch_size * config.block_size * accum * accelerator.num_processes
-    peak_flops = config.peak_flops or DEFAULT_PEAK_FLOPS[config.mixed_precision]
-    accelerator.print(
-        f"model: {n_params:,} parameters; {accelerator.num_processes} process(es); {tokens_per_step:,} tokens per "
-        f"optimizer step; {config.max_steps} steps"
+
+def _make_accelerator(config: TrainConfig, run_dir: Path, log_with: str | None):
+    from accelerate import Accelerator
+    from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration
+
+    return Accelerator(
+        cpu=config.cpu if config.cpu is not None else not torch.cuda.is_available(),
+        mixed_precision=mixed_precision_for_run(config.mixed_precision),  # warns if the launcher says otherwise
+        # sync_with_dataloader=False: an accumulation window may straddle an epoch boundary instead of being cut
+        # short there, so every optimizer step sees exactly gradient_accumulation_steps micro-batches.
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
+        ),
+        # The schedule is written in optimizer steps; Accelerate's default would step it once per process.
+        step_scheduler_with_optimizer=False,
+        log_with=log_with,
+        project_config=ProjectConfiguration(project_dir=str(run_dir), logging_dir=str(run_dir / "tensorboard")),
     )
-    batches = _next_batches(accelerator, train_loader, state)
+
+
+def _restore(accelerator, resume_folder: Path) -> TrainingState:
+    try:
+        state = load_checkpoint(accelerator, resume_folder)
+    except RuntimeError as err:  # an older checkpoint without recorded settings, from another architecture
+        if "size mismatch" not in str(err):
+            raise
+        raise UserError(f"checkpoint {resume_folder} holds weights of another architecture than this config's "
+                        f"model section ({str(err).splitlines()[-1].strip()}); resume with the model settings it "
+                        f"was trained with, or start a new run") from err
+    # Checkpoints are taken at the end of an accumulation window: start counting the next window afresh, also
+    # if gradient_accumulation_steps changed since (the restored counter would put the sync mid-window).
+    accelerator.step = 0
+    accelerator.print(f"resumed from {resume_folder} at step {state.step} (epoch {state.epoch}, "
+                      f"{state.batches_in_epoch} batches into it)")
+    return state
+
+
+def _run_loop(s: _Session) -> _LoopResult:
+    """Optimizer steps until max_steps: each one logged, evaluated and checkpointed on its interval."""
+    from tqdm.auto import tqdm
+
+    config, accelerator, state = s.config, s.accelerator, s.state
+    accelerator.print(
+        f"model: {s.n_params:,} parameters; {accelerator.num_processes} process(es); {s.tokens_per_step:,} tokens "
+        f"per optimizer step; {config.max_steps} steps"
+    )
+    batches = _next_batches(accelerator, s.train_loader, state)
     progress = tqdm(total=config.max_steps, initial=state.step, desc="training",
                     disable=not accelerator.is_local_main_process, dynamic_ncols=True)
-    train_time_s = 0.0
-    last_eval: dict | None = None
-    last_checkpoint, resumed_step = resume_folder, state.step
-    model.train()
+    result = _LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
+    guard = DivergenceGuard(resumed_from=s.resume_folder)
+    s.model.train()
     while state.step < config.max_steps:
         step_start = time.perf_counter()
-        loss_sum = torch.zeros((), device=accelerator.device)
-        digests = []
-        for _ in range(accum):
-            batch = next(batches)
-            digests.append(_batch_digest(batch["input_ids"]))
-            with accelerator.accumulate(model):
-                loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
-                accelerator.backward(loss)
-                loss_sum += loss.detach().float()
-                if accelerator.sync_gradients:
-                    step_loss = accelerator.reduce(loss_sum / accum, reduction="mean").item()
-                    if config.grad_clip > 0:
-                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-                    else:
-                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), float("inf"))
-                    grad_norm = float(grad_norm)
-                    # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that
-                    # update and lowers its scale itself. Only a non-finite loss is divergence there.
-                    overflow_is_normal = accelerator.scaler is not None
-                    if not (math.isfinite(step_loss) and (math.isfinite(grad_norm) or overflow_is_normal)):
-                        _stop_diverged(accelerator, run_log, state.step + 1, step_loss, grad_norm, checkpoints_dir,
-                                       last_checkpoint, progress)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
+        loss, grad_norm, digests = _optimizer_step(s, batches, guard, progress)
         state.step += 1
-        state.tokens_seen += tokens_per_step
+        state.tokens_seen += s.tokens_per_step
         step_time_s = time.perf_counter() - step_start
-        train_time_s += step_time_s
-        lr = scheduler.get_last_lr()[0]
-        tokens_per_s = tokens_per_step / step_time_s
-        all_digests = accelerator.gather(torch.tensor(digests, dtype=torch.int64, device=accelerator.device))
-        record = {
-            "kind": "train", "step": state.step, "epoch": state.epoch, "loss": step_loss, "lr": lr,
-            "grad_norm": grad_norm, "tokens_per_s": tokens_per_s,
-            "mfu": model_flops_per_token * tokens_per_s / (peak_flops * accelerator.num_processes),
-            "tokens_seen": state.tokens_seen, "step_time_s": step_time_s,
-            "data_digests": all_digests.view(accelerator.num_processes, accum).tolist(),
-        }
-        if run_log is not None:
-            run_log.write(record)
-        accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
-                        step=state.step)
-        progress.update(1)
-        progress.set_postfix(loss=f"{step_loss:.4f}", lr=f"{lr:.2e}")
-
+        result.train_time_s += step_time_s
+        _log_step(s, loss, grad_norm, digests, step_time_s, progress)
         if state.step % config.eval_interval == 0 or state.step == config.max_steps:
-            last_eval = evaluate_loss(model, val_loader, accelerator, token_bytes)
-            last_eval["step"] = state.step
-            if run_log is not None:
-                run_log.write({"kind": "eval", **last_eval})
-            accelerator.log({f"val/{k[4:]}": v for k, v in last_eval.items() if k.startswith("val_")}, step=state.step)
-            if accelerator.is_main_process:
-                progress.write(f"step {state.step}: val loss {last_eval['val_loss']:.4f}, "
-                               f"bits/byte {last_eval['val_bits_per_byte']:.4f}")
+            result.last_eval = _evaluate_and_log(s, progress)
         if config.checkpoint_interval and state.step % config.checkpoint_interval == 0 and state.step < config.max_steps:
-            last_checkpoint = save_checkpoint(accelerator, checkpoints_dir, state, config.keep_checkpoints)
+            _check_weights_finite(s, guard.advice(s.checkpoints_dir), progress)
+            result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
+            guard.checkpoint_saved(result.last_checkpoint)
     progress.close()
+    result.advice_if_diverged = guard.advice(s.checkpoints_dir)
+    return result
 
+
+def _optimizer_step(s: _Session, batches, guard: DivergenceGuard, progress) -> tuple[float, float, list[int]]:
+    """One accumulation window and the update after it; returns (mean loss, gradient norm, batch digests)."""
+    accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
+    loss_sum = torch.zeros((), device=accelerator.device)
+    digests = []
+    for _ in range(accum):
+        batch = next(batches)
+        digests.append(_batch_digest(batch["input_ids"]))
+        with accelerator.accumulate(model):
+            loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+            accelerator.backward(loss)
+            loss_sum += loss.detach().float()
+            if accelerator.sync_gradients:
+                step_loss = accelerator.reduce(loss_sum / accum, reduction="mean").item()
+                max_norm = s.config.grad_clip if s.config.grad_clip > 0 else float("inf")  # inf: measure, don't clip
+                grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), max_norm))
+                # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that
+                # update and lowers its scale itself. Only a non-finite loss is divergence there.
+                problem = guard.problem(step_loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
+                if problem is not None:
+                    _stop_diverged(s, s.state.step + 1, f"{problem} (this update was not applied)", step_loss,
+                                   grad_norm, guard.advice(s.checkpoints_dir), progress)
+                guard.record_healthy_step(step_loss)
+                s.optimizer.step()
+                s.scheduler.step()
+                s.optimizer.zero_grad(set_to_none=True)
+    return step_loss, grad_norm, digests
+
+
+def _log_step(s: _Session, loss: float, grad_norm: float, digests: list[int], step_time_s: float, progress) -> None:
+    accelerator, state = s.accelerator, s.state
+    lr = s.scheduler.get_last_lr()[0]
+    tokens_per_s = s.tokens_per_step / step_time_s
+    all_digests = accelerator.gather(torch.tensor(digests, dtype=torch.int64, device=accelerator.device))
+    record = {
+        "kind": "train", "step": state.step, "epoch": state.epoch, "loss": loss, "lr": lr,
+        "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
+        "tokens_seen": state.tokens_seen, "step_time_s": step_time_s,
+        "data_digests": all_digests.view(accelerator.num_processes, len(digests)).tolist(),
+    }
+    if s.run_log is not None:
+        s.run_log.write(record)
+    accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
+                    step=state.step)
+    progress.update(1)
+    progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+
+
+def _evaluate_and_log(s: _Session, progress) -> dict:
+    result = {**evaluate_loss(s.model, s.val_loader, s.accelerator, s.token_bytes), "step": s.state.step}
+    if s.run_log is not None:
+        s.run_log.write({"kind": "eval", **result})
+    s.accelerator.log({f"val/{k[4:]}": v for k, v in result.items() if k.startswith("val_")}, step=s.state.step)
+    if s.accelerator.is_main_process:
+        progress.write(f"step {s.state.step}: val loss {result['val_loss']:.4f}, "
+                       f"bits/byte {result['val_bits_per_byte']:.4f}")
+    return result
+
+
+def _finish(s: _Session, loop: _LoopResult, wall_time_s) -> None:
+    """The last evaluation and checkpoint, final/ (weights, tokenizer, manifest), the summary and the loss curve."""
+    accelerator, state, config = s.accelerator, s.state, s.config
+    last_eval = loop.last_eval
     if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
-        last_eval = {**evaluate_loss(model, val_loader, accelerator, token_bytes), "step": state.step}
-    if last_checkpoint is None or state.step != resumed_step:  # a resumed run with no step left keeps its checkpoint
-        save_checkpoint(accelerator, checkpoints_dir, state, config.keep_checkpoints)
-    accelerator.wait_for_everyone()
-    # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
-    state_dict = {key.removeprefix("_orig_mod."): value for key, value in accelerator.get_state_dict(model).items()}
+        last_eval = {**evaluate_loss(s.model, s.val_loader, accelerator, s.token_bytes), "step": state.step}
+    if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
+        _check_weights_finite(s, loop.advice_if_diverged, None)
+        save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
+    _save_final_folder(s)
     if accelerator.is_main_process:
-        final_dir, staging = run_dir / "final", run_dir / "final.tmp"  # complete or absent, never half-written
-        shutil.rmtree(staging, ignore_errors=True)
-        accelerator.unwrap_model(model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
-        tokenizer.save_pretrained(staging)
-        shutil.rmtree(final_dir, ignore_errors=True)
-        os.replace(staging, final_dir)
-        run_log.close()
-        records = read_run_log(run_dir / RUN_LOG_NAME)
-        train_losses = [r["loss"] for r in records if r["kind"] == "train"]
-        step_records = [r for r in records if r["kind"] == "train" and r["step"] > 1]  # step 1 includes warm-up
-        mean_tokens_per_s = (sum(r["tokens_per_s"] for r in step_records) / len(step_records)) if step_records else tokens_per_s
-        write_training_summary(run_dir / SUMMARY_NAME, {
+        s.run_log.close()
+        records = read_run_log(s.run_dir / RUN_LOG_NAME)
+        steps = summarize_train_steps(records)
+        write_training_summary(s.run_dir / SUMMARY_NAME, {
             "run_name": config.run_name,
             "config": config.to_dict(),
-            "n_params": n_params,
+            "n_params": s.n_params,
             "tokens_seen": state.tokens_seen,
             "steps": state.step,
-            "wall_time_s": time.time() - start_time,
-            "train_time_s": train_time_s,
-            "final_train_loss": sum(train_losses[-10:]) / len(train_losses[-10:]) if train_losses else None,
+            "wall_time_s": wall_time_s(),
+            "train_time_s": loop.train_time_s,
+            "final_train_loss": steps["final_train_loss"],
             "final_val_loss": last_eval["val_loss"],
             "val_perplexity": last_eval["val_perplexity"],
             "val_bits_per_byte": last_eval["val_bits_per_byte"],
-            "tokens_per_s": mean_tokens_per_s,
-            "mfu": model_flops_per_token * mean_tokens_per_s / (peak_flops * accelerator.num_processes),
-            "peak_flops": peak_flops,
+            "tokens_per_s": steps["tokens_per_s"],
+            "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
+            "peak_flops": s.peak_flops,
             "num_processes": accelerator.num_processes,
             "dataset": config.dataset,
-            "train_blocks": data.stats.get("train_blocks"),
-            "val_blocks": data.stats.get("val_blocks"),
-            "tokenizer": str(Path(tokenizer_dir).absolute()),
-            "data_cache": str(data.cache_dir) if data.cache_dir else None,
+            "train_blocks": s.data.stats.get("train_blocks"),
+            "val_blocks": s.data.stats.get("val_blocks"),
+            "tokenizer": str(s.tokenizer_dir.absolute()),
+            "data_cache": str(s.data.cache_dir) if s.data.cache_dir else None,
             "loss_curve": LOSS_CURVE_NAME,
         })
-        plot_loss_curve(records, run_dir / LOSS_CURVE_NAME, title=f"{config.run_name}: {n_params / 1e6:.2f}M parameters")
+        plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
+                        title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
         accelerator.print(
             f"done: val loss {last_eval['val_loss']:.4f}, perplexity {last_eval['val_perplexity']:.2f}, "
-            f"{last_eval['val_bits_per_byte']:.4f} bits/byte; {run_dir}"
+            f"{last_eval['val_bits_per_byte']:.4f} bits/byte; {s.run_dir}"
         )
     accelerator.end_training()
-    return run_dir
 
 
-def _stop_diverged(accelerator, run_log, step: int, loss: float, grad_norm: float, checkpoints_dir: Path,
-                   last_checkpoint: Path | None, progress) -> None:
-    progress.close()
-    what = f"loss became {loss}" if not math.isfinite(loss) else f"gradient norm became {grad_norm}"
-    if last_checkpoint is not None:
-        fix = (f"the last good checkpoint is {last_checkpoint} (kept); lower learning_rate or raise warmup_steps and "
-               f"resume from it with resume_from_checkpoint={last_checkpoint}")
-    else:
-        fix = "no checkpoint was saved before it; lower learning_rate or raise warmup_steps and start again"
-    if run_log is not None:
-        run_log.write({"kind": "error", "step": step, "loss": loss if math.isfinite(loss) else str(loss),
-                       "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm)})
-        run_log.close()
-    accelerator.end_training()
-    raise TrainingDivergedError(f"training stopped at step {step}: {what} (weights not updated); {fix}")
+def _save_final_folder(s: _Session) -> None:
+    """final/: save_pretrained weights and the shipped tokenizer, with a manifest; complete or absent."""
+    accelerator = s.accelerator
+    accelerator.wait_for_everyone()
+    # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
+    state_dict = {key.removeprefix("_orig_mod."): value for key, value in accelerator.get_state_dict(s.model).items()}
+    if not accelerator.is_main_process:
+        return
+    final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
+    shutil.rmtree(staging, ignore_errors=True)
+    accelerator.unwrap_model(s.model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
+    tokenizer_for_model(s.tokenizer_dir, s.tokenizer.eos_token, s.model_config.n_positions).save_pretrained(staging)
+    write_manifest(staging)  # what eval/export verify final/ against
+    shutil.rmtree(final_dir, ignore_errors=True)
+    os.replace(staging, final_dir)
+
+
+def check_tracker_installed(log_with: str | None) -> None:
+    """Refuse a tracker that is not installed: Accelerate would silently drop it and the run would log nowhere."""
+    from accelerate.utils import is_tensorboard_available, is_wandb_available
+
+    installed = {"tensorboard": is_tensorboard_available, "wandb": is_wandb_available}
+    if log_with in installed and not installed[log_with]():
+        package = "tensorboard" if log_with == "tensorboard" else "wandb"
+        raise UserError(f"log_with={log_with} but the {package} package is not installed; pip install {package}, "
+                        f"or set log_with=none (the run log and loss curve are written either way)")
+
+
+def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_positions: int):
+    """The tokenizer as it ships beside the model: the model's context length, and padding for batched generation.
+
+    pad = end-of-text (GPT-2 has no pad token) on the left, so every prompt in a batch ends where generation starts.
+    Passed to from_pretrained because save_pretrained writes only constructor arguments (and model_max_length).
+    """
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions, pad_token=eos_token,
+                                         padding_side="left")
+
+
+def _check_weights_finite(s: _Session, advice: str, progress) -> None:
+    """Stop instead of checkpointing weights that are no longer finite (they would push good checkpoints out)."""
+    accelerator = s.accelerator
+    finite = torch.tensor(float(all(bool(torch.isfinite(p).all()) for p in s.model.parameters())),
+                          device=accelerator.device)
+    if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
+        _stop_diverged(s, s.state.step, "the weights stopped being finite", float("nan"), float("nan"), advice,
+                       progress)
+
+
+def _stop_diverged(s: _Session, step: int, problem: str, loss: float, grad_norm: float, advice: str,
+                   progress) -> None:
+    if progress is not None:
+        progress.close()
+    if s.run_log is not None:
+        s.run_log.write({"kind": "error", "step": step, "problem": problem,
+                         "loss": loss if math.isfinite(loss) else str(loss),
+                         "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm)})
+        s.run_log.close()
+    s.accelerator.end_training()
+    raise TrainingDivergedError(f"training stopped at step {step}: {problem}; {advice}")

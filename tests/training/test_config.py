@@ -28,7 +28,16 @@ def test_overrides_are_converted_by_declared_type():
 @pytest.mark.parametrize("override, message", [
     ("max_step=3", "unknown training config key 'max_step'; did you mean 'max_steps'?"),
     ("max_steps=ten", "max_steps='ten' is not a valid int"),
-    ("block_size=0", "block_size=0 must be >= 1"),
+    ("block_size=0", "block_size=0 must be >= 2"),
+    ("block_size=1", "block_size=1 must be >= 2: each token is trained to predict the next one"),
+    ("grad_clip=nan", "grad_clip=nan is not a finite number"),
+    ("learning_rate=inf", "learning_rate=inf is not a finite number"),
+    ("weight_decay=nan", "weight_decay=nan is not a finite number"),
+    ("adam_eps=-inf", "adam_eps=-inf is not a finite number"),
+    ("peak_flops=inf", "peak_flops=inf is not a finite number"),
+    ("val_holdout=last", "val_holdout: unknown value 'last'"),
+    ("val_split=validation", "val_split='validation' names a split of a Hub dataset, but dataset="),
+    ("val_dataset=../missing/valid.txt", "val_dataset='../missing/valid.txt' not found"),
     ("learning_rate=-1", "learning_rate=-1.0 must be > 0"),
     ("mixed_precision=bf61", "mixed_precision: unknown value 'bf61'; did you mean 'bf16'?"),
     ("benchmark_tasks=lambada,hellaswg", "benchmark_tasks: unknown value 'hellaswg'; did you mean 'hellaswag'?"),
@@ -122,3 +131,56 @@ def test_accelerate_config_files_are_valid_for_accelerate_launch(name, distribut
         from hf_gpt_custom import GPTCustomForCausalLM
 
         assert "GPTCustomBlock" in GPTCustomForCausalLM._no_split_modules
+
+
+def test_yaml_nan_and_inf_fail_validation(tmp_path):
+    """YAML's .nan/.inf arrive as floats, not strings: the check must be on the value, not on the parsing."""
+    for line, name in (("grad_clip: .nan", "grad_clip"), ("learning_rate: .inf", "learning_rate"),
+                       ("weight_decay: .nan", "weight_decay")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(SMOKE.read_text() + line + "\n")
+        with pytest.raises(ValueError, match=f"{name}=(nan|inf) is not a finite number"):
+            load_train_config(path, [])
+
+
+def test_every_setting_has_help_and_says_whether_it_changes_training():
+    import dataclasses
+
+    from training.config import setting_help, settings_that_do_not_change_training, training_settings
+
+    for field in dataclasses.fields(TrainConfig):
+        assert isinstance(field.metadata.get("changes_training"), bool), field.name
+        help_text = field.metadata.get("help")
+        assert isinstance(help_text, str) and help_text and "\n" not in help_text, field.name
+    assert list(setting_help()) == [field.name for field in dataclasses.fields(TrainConfig)]
+    speed_only = settings_that_do_not_change_training()
+    # what a resume may change (speed, saving, logging, evaluation) vs what it may not (the recipe, data, model)
+    assert {"num_proc", "torch_threads", "log_with", "checkpoint_interval", "keep_checkpoints", "eval_interval",
+            "resume_from_checkpoint", "compile", "benchmark_tasks"} <= speed_only
+    assert not {"learning_rate", "batch_size", "gradient_accumulation_steps", "block_size", "max_steps",
+                "warmup_steps", "min_lr_ratio", "seed", "dataset", "val_holdout", "model", "init_from"} & speed_only
+    settings = training_settings(load_train_config(SMOKE, []))
+    assert "learning_rate" in settings and "num_proc" not in settings
+
+
+def test_local_validation_file_is_accepted_and_resolved(tmp_path, monkeypatch, shakespeare_path):
+    monkeypatch.chdir(shakespeare_path.parent)
+    config = load_train_config(SMOKE, [f"val_dataset={shakespeare_path.name}", "val_holdout=random"])
+    assert Path(config.val_dataset) == shakespeare_path.resolve()
+    with pytest.raises(ValueError, match="val_holdout='tail' splits the training documents, but validation comes "
+                                         "from val_dataset"):
+        load_train_config(SMOKE, [f"val_dataset={shakespeare_path}", "val_holdout=tail"])
+
+
+def test_preset_is_expanded_in_one_place():
+    from hf_gpt_custom import PRESETS
+
+    from training.config import build_model_config, requested_architecture, split_preset
+
+    config = load_train_config(CONFIGS / "gpt2-124m.yaml", ["model.n_layer=6"])
+    preset, rest = split_preset(config.model)
+    assert preset == "gpt2" and "preset" not in rest and config.model["preset"] == "gpt2"  # the config is not changed
+    assert requested_architecture(config) == {**PRESETS["gpt2"], **rest}
+    assert requested_architecture(config)["n_layer"] == 6  # an explicit key wins over the preset's
+    built = build_model_config(config, vocab_size=50304, eos_token_id=50256)
+    assert all(getattr(built, key) == value for key, value in requested_architecture(config).items())

@@ -115,7 +115,7 @@ def test_malformed_jsonl_line_is_named(shared_data_dir, tmp_path):
 
 
 def test_missing_local_dataset_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="empty has no .txt, .jsonl"):
+    with pytest.raises(FileNotFoundError, match="empty has no .txt, .text, .raw, .jsonl"):
         (tmp_path / "empty").mkdir()
         load_text_dataset(str(tmp_path / "empty"))
 
@@ -134,3 +134,115 @@ def test_streaming_gives_the_same_blocks(shakespeare_path, tokenizer, tmp_path):
     streamed = load_text_dataset(str(shakespeare_path), streaming=True).take(50)
     blocks = list(pack_into_blocks(tokenize_documents(streamed, tokenizer), 64))
     assert [b["input_ids"] for b in blocks] == eager["input_ids"]
+
+
+@pytest.fixture
+def numbered_corpus(tmp_path):
+    """40 train and 10 validation speeches, each unique (numbered), in two files: where each text went is checkable."""
+    def speeches(prefix, count):
+        return [f"{prefix} {i}:\nSpeak the speech, I pray you, number {i} of {prefix}." for i in range(count)]
+
+    train_file, val_file = tmp_path / "train.txt", tmp_path / "valid.txt"
+    train_file.write_text("\n\n".join(speeches("TRAIN", 40)), encoding="utf-8")
+    val_file.write_text("\n\n".join(speeches("VALID", 10)), encoding="utf-8")
+    return train_file, val_file, speeches("TRAIN", 40), speeches("VALID", 10)
+
+
+@pytest.mark.parametrize("mode", ["random", "tail", "val_dataset"])
+def test_no_validation_text_is_in_the_training_set(mode, numbered_corpus, make_config, tokenizer,
+                                                   shakespeare_tokenizer_dir, tmp_path):
+    from training.data import split_documents
+
+    train_file, val_file, train_speeches, val_speeches = numbered_corpus
+    overrides = [f"dataset={train_file}", "val_fraction=0.2", "block_size=8", f"data_cache_dir={tmp_path / 'c'}"]
+    overrides += {"random": ["val_holdout=random"], "tail": ["val_holdout=tail"],
+                  "val_dataset": [f"val_dataset={val_file}"]}[mode]
+    config = make_config(*overrides)
+    train_docs, val_docs = split_documents(config, raw_cache=tmp_path / "raw")
+    train_texts, val_texts = list(train_docs["text"]), list(val_docs["text"])
+    assert not set(train_texts) & set(val_texts)
+    if mode == "val_dataset":
+        assert train_texts == train_speeches and val_texts == val_speeches  # all of train.txt is trained on
+    elif mode == "tail":  # nanoGPT's split: the first 80% of the file trains, the last 20% validates
+        assert train_texts == train_speeches[:32] and val_texts == train_speeches[32:]
+    else:
+        assert sorted(train_texts + val_texts) == sorted(train_speeches) and len(val_texts) == 8
+        assert val_texts != train_speeches[32:]  # a seeded sample, not the tail
+    # and the packed validation blocks hold exactly the validation text (each document + end-of-text, in order)
+    packed = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    val_stream = [token for block in packed.val["input_ids"] for token in block]
+    expected = [token for text in val_texts for token in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+    assert val_stream == expected[: len(val_stream)] and len(expected) - len(val_stream) < 8
+
+
+def test_val_split_of_a_local_file_is_refused(numbered_corpus, make_config):
+    """Local files have one split: naming another used to validate on the training documents themselves."""
+    train_file, _, _, _ = numbered_corpus
+    with pytest.raises(ValueError, match="val_split='validation' names a split of a Hub dataset, but dataset=.* is a "
+                                         "local path, which has one split; name a separate validation file with "
+                                         "val_dataset"):
+        make_config(f"dataset={train_file}", "val_split=validation")
+
+
+def test_tail_holdout_on_tiny_shakespeare_is_the_last_tenth_of_the_speeches(make_config, shakespeare_path, tmp_path):
+    from training.data import split_documents
+
+    train_docs, val_docs = split_documents(make_config("val_holdout=tail"), raw_cache=tmp_path / "raw")
+    speeches = [s for s in shakespeare_path.read_text(encoding="utf-8").split("\n\n") if s]
+    assert len(val_docs) == 723 and list(val_docs["text"]) == speeches[-723:]  # ceil(7222 * 0.1), as the random split
+    assert train_docs["text"][-1] == speeches[-724]
+
+
+def test_a_document_the_fast_path_cannot_encode_goes_through_the_tokenizer(tokenizer, monkeypatch):
+    """A BaseException that is not an Exception (pyo3's PanicException) from the fast path: fall back, don't crash."""
+
+    class FakePanic(BaseException):
+        pass
+
+    def panics(texts):
+        raise FakePanic("stack overflow")
+
+    monkeypatch.setattr(tokenizer, "encode_ids_batch", panics, raising=False)
+    documents = datasets.Dataset.from_dict({"text": ["ROMEO:\nBut, soft!", "JULIET:\nAy me!"]})
+    ids = tokenize_documents(documents, tokenizer)["input_ids"]
+    assert ids == [tokenizer("ROMEO:\nBut, soft!")["input_ids"] + [tokenizer.eos_token_id],
+                   tokenizer("JULIET:\nAy me!")["input_ids"] + [tokenizer.eos_token_id]]
+
+
+def test_a_million_whitespace_characters_tokenise_through_the_training_pipeline(tokenizer):
+    """The real case behind the fallback: tiktoken's engine panics (stack overflow) on this document."""
+    text = "ROMEO:" + " " * 1_000_000 + "soft!"
+    documents = datasets.Dataset.from_dict({"text": [text, "JULIET:\nAy me!"]})
+    ids = tokenize_documents(documents, tokenizer)["input_ids"]
+    assert tokenizer.decode(ids[0][:-1]) == text and ids[0][-1] == tokenizer.eos_token_id
+
+
+def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp_path):
+    """wikitext's wiki.test.raw: the tokenizer trainer always read it; training refused the .raw suffix."""
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    from training.data import list_local_files
+
+    raw = shared_data_dir / "wikitext-2-raw" / "wiki.test.raw"
+    documents = load_text_dataset(str(raw), sample_by="document", cache_dir=tmp_path)
+    assert documents["text"] == [raw.read_text(encoding="utf-8")] == ["".join(iter_corpus(raw))]
+    # a folder: the same files in the same order (the .raw file, not PROVENANCE.md), for both readers
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.txt").write_text("second file\n", encoding="utf-8")
+    (folder / "sub" / "a.raw").write_text("first file\n", encoding="utf-8")
+    (folder / "README.md").write_text("# not text to train on\n", encoding="utf-8")
+    assert list_local_files(folder) == [folder / "b.txt", folder / "sub" / "a.raw"]
+    assert list(iter_corpus(folder)) == ["second file\n", "first file\n"]
+    assert load_text_dataset(str(folder), sample_by="line", cache_dir=tmp_path)["text"] == ["second file", "first file"]
+
+
+def test_the_holdout_mode_is_part_of_the_cache_key(numbered_corpus, make_config, tokenizer, shakespeare_tokenizer_dir,
+                                                   tmp_path):
+    train_file, _, train_speeches, _ = numbered_corpus
+    common = [f"dataset={train_file}", "val_fraction=0.2", "block_size=8", f"data_cache_dir={tmp_path / 'shared'}"]
+    random_split = prepare_datasets(make_config(*common), tokenizer, shakespeare_tokenizer_dir)
+    tail_split = prepare_datasets(make_config(*common, "val_holdout=tail"), tokenizer, shakespeare_tokenizer_dir)
+    assert not tail_split.is_cache_hit and tail_split.cache_dir != random_split.cache_dir
+    expected = [t for text in train_speeches[32:] for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+    assert [t for block in tail_split.val["input_ids"] for t in block] == expected[: len(tail_split.val) * 8]

@@ -8,7 +8,6 @@ import re
 import pytest
 import torch
 
-from training.checkpoint import verify_checkpoint
 from training.config import load_train_config
 from training.data import prepare_datasets
 from training.train import TrainingDivergedError, train
@@ -61,6 +60,21 @@ def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
     assert model.num_parameters() == summary["n_params"] and len(tokenizer) == 512
 
 
+def test_final_folder_has_a_manifest_and_a_tokenizer_ready_for_batched_generation(trained_run):
+    from hf_gpt_custom.model_folder import load_model_folder, verify_manifest
+    from transformers import AutoTokenizer
+
+    _, run_dir = trained_run
+    final = run_dir / "final"
+    assert verify_manifest(final) is None
+    listed = set(json.loads((final / "manifest.json").read_text())["files"])
+    assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= listed
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    assert tokenizer.model_max_length == 32  # n_positions = block_size here
+    assert tokenizer.pad_token == "<|endoftext|>" == tokenizer.eos_token and tokenizer.padding_side == "left"
+    assert load_model_folder(final).config.n_positions == 32
+
+
 def test_bits_per_byte_matches_a_hand_count(trained_run, shakespeare_tokenizer_dir):
     """Recompute the final evaluation from final/ by hand: nats from the logits, bytes from the decoded text."""
     config, run_dir = trained_run
@@ -81,27 +95,53 @@ def test_bits_per_byte_matches_a_hand_count(trained_run, shakespeare_tokenizer_d
     assert summary["val_bits_per_byte"] == pytest.approx(mean_loss * n_tokens / (math.log(2) * n_bytes), rel=1e-5)
 
 
-def test_diverging_loss_stops_naming_the_step_and_keeps_the_last_checkpoint(make_config):
-    # lr 1e30 without clipping: step 1 is computed from the initial weights, the update overflows float32 after it
+def _max_abs_weight(folder) -> float:
+    from safetensors.torch import load_file
+
+    return max(tensor.abs().max().item() for tensor in load_file(str(folder / "model.safetensors")).values())
+
+
+def test_diverging_loss_stops_naming_the_step_and_no_poisoned_checkpoint(make_config):
+    # lr 1e30 without clipping: step 1 is computed from the initial weights; its update leaves weights of ~1e30,
+    # finite in float32, which the step-1 checkpoint holds. Step 2's loss is NaN: step 1 is not a good checkpoint.
     config = make_config("learning_rate=1e30", "warmup_steps=0", "grad_clip=0", "checkpoint_interval=1",
                          "max_steps=6", "keep_checkpoints=3")
     with pytest.raises(TrainingDivergedError) as err:
         train(config)
-    match = re.search(r"training stopped at step (\d+): (loss|gradient norm) became (nan|inf)", str(err.value))
-    assert match, str(err.value)
-    step = int(match.group(1))
-    last_good = config.run_dir / "checkpoints" / f"step_{step - 1:06d}"
-    assert f"the last good checkpoint is {last_good}" in str(err.value)
-    assert verify_checkpoint(last_good) is None
+    assert str(err.value).startswith("training stopped at step 2: loss became nan (this update was not applied); "
+                                     "no checkpoint holds weights that gave a healthy loss; lower learning_rate")
+    assert _max_abs_weight(config.run_dir / "checkpoints" / "step_000001") > 1e20  # why it must not be advised
     assert not (config.run_dir / "final").exists()
     records = [json.loads(line) for line in (config.run_dir / "run_log.jsonl").read_text().splitlines()]
-    assert records[-1]["kind"] == "error" and records[-1]["step"] == step
+    assert records[-1]["kind"] == "error" and records[-1]["step"] == 2
+
+
+def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config):
+    """lr 1e6 with 3 warmup steps: update 1 has lr 0 (weights unchanged), update 2 has lr 3.3e5 and ruins them while
+    the loss stays finite (~1e12). The error names step 1, whose weights gave a healthy loss, not step 2."""
+    config = make_config("learning_rate=1e6", "warmup_steps=3", "checkpoint_interval=1", "max_steps=8",
+                         "keep_checkpoints=10", "eval_interval=8")
+    with pytest.raises(TrainingDivergedError) as err:
+        train(config)
+    checkpoints = config.run_dir / "checkpoints"
+    message = str(err.value)
+    assert re.match(r"training stopped at step 3: loss became [0-9.e+]+, more than twice the best loss 6\.\d+ of this "
+                    r"run \(diverged\)", message), message
+    assert f"the last good checkpoint is {checkpoints / 'step_000001'} " in message
+    assert "step_000002 hold(s) the diverging weights" in message
+    assert _max_abs_weight(checkpoints / "step_000001") < 10 < 1e4 < _max_abs_weight(checkpoints / "step_000002")
+    # the advice works: a new run from the named checkpoint with a sane learning rate trains normally
+    advised = make_config(f"init_from={checkpoints / 'step_000001'}", "max_steps=2", "warmup_steps=0",
+                          run_name="from_good", with_model_section=False)
+    run_dir = train(advised)
+    first_loss = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])["loss"]
+    assert first_loss == pytest.approx(math.log(512), abs=0.3)
 
 
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from training.train import EpochShuffleSampler
+    from training.batches import EpochShuffleSampler
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -141,15 +181,19 @@ def test_cli_reports_a_bad_override_in_one_line(capsys):
         main(["train", str(REPO_ROOT / "training" / "configs" / "smoke.yaml"), "max_step=3"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("hf-gpt-custom train: error: unknown training config key 'max_step'; did you mean 'max_steps'? "
-                   + err.split("did you mean 'max_steps'? ")[1])
-    assert "\n" not in err
+    prefix = "hf-gpt-custom train: error: unknown training config key 'max_step'; did you mean 'max_steps'? known keys: "
+    assert err.startswith(prefix) and "\n" not in err
+    import dataclasses
+
+    from training.config import TrainConfig
+
+    assert err[len(prefix):].split(", ") == sorted(field.name for field in dataclasses.fields(TrainConfig))
 
 
 def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_config, tmp_path, shakespeare_path):
     from transformers import AutoTokenizer
 
-    from training.train import prepare_tokenizer
+    from training.tokenizer_stage import prepare_tokenizer
 
     small = tmp_path / "speeches.txt"
     small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
@@ -178,3 +222,70 @@ def test_torch_threads_applies_during_training_and_is_restored(make_config, monk
     before = torch.get_num_threads()
     train_module.train(make_config("torch_threads=2", "max_steps=1", "warmup_steps=0"))
     assert seen["threads"] == 2 and torch.get_num_threads() == before
+
+
+def test_init_from_a_folder_missing_a_weight_is_refused(make_config, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    folder = tmp_path / "incomplete"
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                         eos_token_id=0, bos_token_id=0)).save_pretrained(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    del weights["transformer.h.1.mlp.c_fc.weight"]
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = make_config(f"init_from={folder}", "max_steps=1", "warmup_steps=0", run_name="incomplete",
+                         with_model_section=False)
+    with pytest.raises(ValueError, match=r"does not hold every weight of its config: missing 1"):
+        train(config)
+
+
+def test_a_tracker_that_is_not_installed_is_refused_naming_the_fix(make_config, monkeypatch):
+    import accelerate.utils
+
+    monkeypatch.setattr(accelerate.utils, "is_wandb_available", lambda: False)
+    with pytest.raises(ValueError, match="log_with=wandb but the wandb package is not installed; pip install wandb, "
+                                         "or set log_with=none"):
+        train(make_config("log_with=wandb", "max_steps=1", "warmup_steps=0"))
+
+
+def test_weights_that_overflow_are_never_checkpointed(make_config):
+    # lr 1e300 is infinite in float32: the first update makes the weights inf, while step 1's loss was fine
+    config = make_config("learning_rate=1e300", "warmup_steps=0", "grad_clip=0", "checkpoint_interval=1",
+                         "max_steps=4")
+    with pytest.raises(TrainingDivergedError, match=r"^training stopped at step 1: the weights stopped being finite; "
+                                                    r"no checkpoint holds weights that gave a healthy loss"):
+        train(config)
+    assert not (config.run_dir / "checkpoints" / "step_000001").exists()
+
+
+@pytest.fixture
+def known_start(tmp_path):
+    """A saved tiny model with known weights, to measure how far one update moves them."""
+    from safetensors.torch import load_file
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    folder = tmp_path / "start"
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=512, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                         eos_token_id=0, bos_token_id=0)).save_pretrained(folder)
+    return folder, load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("grad_clip", [1e-6, 0.0])
+def test_gradient_clipping_bounds_the_first_update(make_config, known_start, grad_clip):
+    """Adam's first step is lr * g / (|g| + eps) per element (m_hat = g, v_hat = g^2). With eps = 1 that is at most
+    lr * |g| <= lr * (global norm after clipping): clipping to 1e-6 must keep every weight within 1e-6 of its start."""
+    from safetensors.torch import load_file
+
+    folder, before = known_start
+    config = make_config(f"init_from={folder}", "max_steps=1", "warmup_steps=0", "learning_rate=1.0",
+                         "adam_eps=1.0", "weight_decay=0", f"grad_clip={grad_clip}", run_name=f"clip{grad_clip}",
+                         with_model_section=False)
+    after = load_file(str(train(config) / "final" / "model.safetensors"))
+    largest_change = max((after[name] - before[name]).abs().max().item() for name in before)
+    if grad_clip:
+        assert 0 < largest_change <= grad_clip * 1.001
+    else:
+        assert largest_change > 1e-3  # the unclipped gradient norm is ~1: the same update is far larger
