@@ -24,16 +24,6 @@ STATE_FILE = "pipeline_state.json"
 _EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
 
 
-def settings_not_changing_training(config_class=None) -> frozenset[str]:
-    """TrainConfig fields whose metadata says `changes_training: False` (where files go, speed, logging,
-    checkpoints, what is evaluated afterwards). A field without that metadata counts as changing training."""
-    if config_class is None:
-        from training.config import TrainConfig as config_class  # noqa: N813
-    return frozenset(
-        field.name for field in dataclasses.fields(config_class) if not field.metadata.get("changes_training", True)
-    )
-
-
 def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) -> Path:
     """Run (or resume) the main job for the YAML at `config_path` with `key=value` overrides; return the run folder.
 
@@ -113,7 +103,7 @@ def _print_outputs(run_dir: Path) -> None:
 
 
 def _stage_tokenizer(config, run_dir: Path, state: dict) -> tuple[Path, str]:
-    from training.train import prepare_tokenizer
+    from training.tokenizer_stage import prepare_tokenizer
 
     return Path(prepare_tokenizer(config)), "done"
 
@@ -167,7 +157,9 @@ _STAGE_FUNCTIONS = {
 
 def _fingerprint(config) -> dict[str, Any]:
     """The settings a resumed run must share with the one that started: what is trained, and what is evaluated."""
-    ignored = settings_not_changing_training(type(config)) - _EVAL_ONLY_KEYS
+    from training.config import settings_that_do_not_change_training
+
+    ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS
     return {key: value for key, value in config.to_dict().items() if key not in ignored}
 
 
@@ -219,4 +211,4 @@ def _print_stages(run_dir: Path, state: dict[str, Any], running: str | None, fai
     print("\n".join(lines), flush=True)
 
 
-__all__ = ["STAGES", "run_pipeline", "settings_not_changing_training"]
+__all__ = ["STAGES", "run_pipeline"]

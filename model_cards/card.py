@@ -280,9 +280,9 @@ _SHOWN_ELSEWHERE = {"model", "dataset", "tokenizer", "init_from"}
 def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:
     """Settings that change what is trained, as written in the YAML (`0.002`, `1e-08`, seed `1337`), unset (null)
     ones left out. Paths, speed, logging and checkpoint settings stay in training_summary.json only."""
-    from hf_gpt_custom.run import settings_not_changing_training
+    from training.config import settings_that_do_not_change_training
 
-    left_out = settings_not_changing_training() | _SHOWN_ELSEWHERE
+    left_out = settings_that_do_not_change_training() | _SHOWN_ELSEWHERE
     rows = []
     for key, value in train_config.items():
         if key in left_out or value is None:

@@ -139,9 +139,11 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def settings_that_do_not_change_training() -> frozenset[str]:
-    """Names of the TrainConfig fields a run can change between resumes (speed, logging, saving, evaluation)."""
-    return frozenset(f.name for f in dataclasses.fields(TrainConfig) if not f.metadata["changes_training"])
+def settings_that_do_not_change_training(config_class: type = None) -> frozenset[str]:
+    """Names of the TrainConfig fields a run can change between resumes (speed, logging, saving, evaluation): the
+    one list, read from the fields' `changes_training` metadata; a field without it counts as changing training."""
+    fields = dataclasses.fields(config_class or TrainConfig)
+    return frozenset(f.name for f in fields if not f.metadata.get("changes_training", True))
 
 
 def training_settings(config: TrainConfig) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from hf_gpt_custom import run
+from training.config import settings_that_do_not_change_training
 
 
 @dataclasses.dataclass
@@ -25,15 +26,15 @@ class FakeConfig:
 
 
 def test_settings_not_changing_training_come_from_field_metadata():
-    assert run.settings_not_changing_training(FakeConfig) == {"keep_checkpoints", "benchmark_limit"}
+    assert settings_that_do_not_change_training(FakeConfig) == {"keep_checkpoints", "benchmark_limit"}
 
 
 def test_the_real_train_config_marks_only_fields_it_has():
     from training.config import TrainConfig
 
     names = {field.name for field in dataclasses.fields(TrainConfig)}
-    assert run.settings_not_changing_training() <= names
-    assert "learning_rate" not in run.settings_not_changing_training()
+    assert settings_that_do_not_change_training() <= names
+    assert "learning_rate" not in settings_that_do_not_change_training()
 
 
 def test_the_fingerprint_keeps_training_and_benchmark_settings_only():

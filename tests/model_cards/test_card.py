@@ -216,11 +216,11 @@ def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
 
 
 def test_hyperparameter_rows_leave_out_what_the_metadata_says_does_not_change_training(tiny_run, monkeypatch):
-    import hf_gpt_custom.run
+    import training.config
     from model_cards.card import build_model_card
 
     assert "| `warmup_steps` | 2 |" in build_model_card(tiny_run).text
-    monkeypatch.setattr(hf_gpt_custom.run, "settings_not_changing_training", lambda: frozenset({"warmup_steps"}))
+    monkeypatch.setattr(training.config, "settings_that_do_not_change_training", lambda: frozenset({"warmup_steps"}))
     text = build_model_card(tiny_run).text
     assert "| `warmup_steps` |" not in text and "| `learning_rate` | 0.0006 |" in text
     assert "| `benchmark_limit` | 16 |" in text  # no longer left out by a list of its own

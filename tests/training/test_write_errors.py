@@ -47,9 +47,11 @@ def _train_without_permission_override(*config_paths) -> list[str | None]:
 
 
 def test_read_only_folders_are_named_and_earlier_checkpoints_stay_good(make_config, tmp_path):
-    # a run whose checkpoints folder turned read-only after its step-2 checkpoint, resumed
-    config = make_config(*CHECKPOINTED[1:], "max_steps=2", run_name="checkpoints_read_only")
+    # a run whose checkpoints folder turned read-only after its step-2 checkpoint, resumed (with the same settings:
+    # a resume may not change max_steps, so the run went to step 4 and its step-4 checkpoint is removed)
+    config = make_config(*CHECKPOINTED, run_name="checkpoints_read_only")
     checkpoints = train(config) / "checkpoints"
+    shutil.rmtree(checkpoints / "step_000004")
     resumed = make_config(*CHECKPOINTED, "resume_from_checkpoint=latest", run_name="checkpoints_read_only")
     save_train_config(resumed, tmp_path / "resumed.yaml")
     # a run whose out_dir lies in a read-only folder
