@@ -310,3 +310,56 @@ def test_head_folder_loads_as_remote_code_without_the_package(causal_lm_folder, 
     assert remote["from_lm"] == "GPTCustomForMultipleChoice"
     with torch.no_grad():
         assert torch.equal(torch.tensor(remote["logits"]), head(input_ids).logits)
+
+
+def synthetic_classification_rows() -> list[dict]:
+    """16 unpadded rows of 8 tokens; the label is whether the first token is below 50 (the last token sees it)."""
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(1, 98, (16, 8), generator=generator)
+    return [{"input_ids": row, "labels": int(row[0] < 50)} for row in input_ids]
+
+
+def classification_losses(model, rows: list[dict]):
+    """The head's output on all rows (loss, and with λ > 0 task_loss and lm_loss), in eval mode."""
+    model.eval()
+    with torch.no_grad():
+        return model(torch.stack([row["input_ids"] for row in rows]), labels=torch.tensor([row["labels"] for row in rows]))
+
+
+def train_with_trainer(model, rows: list[dict], output_dir, learning_rate: float) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    arguments = TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=30, learning_rate=learning_rate,
+        report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+    )
+    Trainer(model=model, args=arguments, train_dataset=rows).train()
+
+
+def test_trainer_fine_tunes_the_sequence_classification_head(tmp_path):
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2, lm_loss_weight=0.5, resid_pdrop=0.0,
+                             embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPTCustomForSequenceClassification(config)
+    rows = synthetic_classification_rows()
+    before = classification_losses(model, rows)
+    train_with_trainer(model, rows, tmp_path, learning_rate=3e-3)
+    after = classification_losses(model, rows)
+    assert after.task_loss < 0.5 * before.task_loss and after.lm_loss < before.lm_loss  # Trainer optimised L2 + λ·L1
+
+
+def test_peft_lora_fine_tunes_the_sequence_classification_head(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                             attn_pdrop=0.0)
+    base = GPTCustomForSequenceClassification(config)
+    frozen_mlp = base.transformer.h[0].mlp.c_fc.weight.clone()
+    model = get_peft_model(base, LoraConfig(task_type="SEQ_CLS", target_modules=["c_attn"], r=4, lora_alpha=8))
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    assert trainable and all("lora_" in name or ".score." in name for name in trainable), trainable
+    assert any("c_attn.lora_A" in name for name in trainable) and any(".score." in name for name in trainable)
+    rows = synthetic_classification_rows()
+    before = classification_losses(model, rows).loss
+    train_with_trainer(model, rows, tmp_path, learning_rate=1e-2)
+    assert classification_losses(model, rows).loss < 0.5 * before
+    assert torch.equal(base.transformer.h[0].mlp.c_fc.weight, frozen_mlp)  # the body outside LoRA stays frozen
