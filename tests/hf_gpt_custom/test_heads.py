@@ -84,9 +84,10 @@ def head_pair(reference_class, our_class, head_names, **config_fields):
         (3, None, lambda: torch.tensor([2, 0, 1])),
         (1, None, lambda: torch.tensor([0.5, -1.0, 2.0])),
         (3, "multi_label_classification", lambda: torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 0]])),
+        (3, None, lambda: torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 0]])),  # float labels: inferred multi-label
         (2, "regression", lambda: torch.tensor([[0.5, 1.0], [-1.0, 0.0], [2.0, 0.1]])),
     ],
-    ids=["single_label", "regression_1", "multi_label", "regression_2"],
+    ids=["single_label", "regression_1", "multi_label", "inferred_multi_label", "regression_2"],
 )
 def test_sequence_classification_matches_transformers_gpt2(side, num_labels, problem_type, make_labels):
     ours, reference = head_pair(
@@ -202,6 +203,29 @@ def test_sequence_classification_adds_weighted_lm_loss(weight_in):
     torch.testing.assert_close(output.loss, task_only.loss + 0.5 * expected_lm_loss, rtol=0, atol=1e-5)
 
 
+def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
+    """∂(L2 + λ·L1)/∂body = ∂L2/∂body + λ·∂(causal-LM loss)/∂body: the auxiliary loss trains the body, not only wte."""
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)
+    model = randomize_(GPTCustomForSequenceClassification(config)).eval()  # eval: no dropout, gradients still flow
+    input_ids, attention_mask = padded_batch("left")
+    labels = torch.tensor([2, 0, 1])
+    body_weight = model.transformer.h[0].mlp.c_fc.weight
+
+    def gradient(loss: torch.Tensor) -> torch.Tensor:
+        (grad,) = torch.autograd.grad(loss, body_weight)
+        return grad
+
+    combined = gradient(model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.5).loss)
+    task_only = gradient(model(input_ids, attention_mask=attention_mask, labels=labels).loss)
+    causal_lm = GPTCustomForCausalLM(model.config).eval()
+    causal_lm.transformer = model.transformer  # the same modules, so the gradient is w.r.t. the same tensor
+    causal_lm.tie_weights()
+    lm_labels = input_ids.masked_fill(attention_mask == 0, -100)
+    lm_only = gradient(causal_lm(input_ids, attention_mask=attention_mask, labels=lm_labels).loss)
+    assert lm_only.abs().sum() > 0
+    torch.testing.assert_close(combined, task_only + 0.5 * lm_only, rtol=1e-4, atol=1e-6)
+
+
 def test_multiple_choice_adds_weighted_lm_loss_over_every_choice():
     model = randomize_(GPTCustomForMultipleChoice(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD))).eval()
     input_ids, attention_mask, _ = multiple_choice_batch()
@@ -219,6 +243,13 @@ def causal_lm_folder(tmp_path):
     model = randomize_(GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD)))
     model.save_pretrained(tmp_path / "lm")
     return tmp_path / "lm", model
+
+
+def test_causal_lm_folder_lists_every_head_auto_class(causal_lm_folder):
+    folder, _ = causal_lm_folder
+    saved_map = json.loads((folder / "config.json").read_text())["auto_map"]
+    for head_class, auto_class in HEAD_AUTO_CLASSES.items():
+        assert saved_map[auto_class.__name__] == f"modeling_gpt_custom.{head_class.__name__}"
 
 
 @pytest.mark.parametrize("head_class", list(HEAD_AUTO_CLASSES), ids=lambda cls: cls.__name__)
