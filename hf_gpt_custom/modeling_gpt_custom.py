@@ -546,25 +546,31 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
 # GPT2ForSequenceClassification do, and can add GPT-1's auxiliary language-modelling loss.
 
 
-def last_non_padding_index(input_ids: torch.Tensor | None, pad_token_id: int | None, rows: int) -> torch.Tensor | int:
+def last_non_padding_index(
+    input_ids: torch.Tensor | None, pad_token_id: int | None, rows: int, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor | int:
     """Position of each row's last token that is not `pad_token_id`, exactly as GPT2ForSequenceClassification finds it.
 
     The rightmost non-pad position, so left and right padding both work: with pad 0, row [0, 0, 5, 7] gives 3 and
-    row [5, 7, 0, 0] gives 1. Without a pad_token_id (or with inputs_embeds) every row is read at position -1, which
-    is only right for unpadded rows; a batch of several rows then needs a pad_token_id.
+    row [5, 7, 0, 0] gives 1. Without a pad_token_id, GPT-2 refuses a batch of several rows; we read the padding
+    from `attention_mask` instead when there is one. A single row without either is read at position -1.
     """
-    if pad_token_id is None:
+    if pad_token_id is None and attention_mask is not None:
+        is_real_token = attention_mask.to(torch.int32)
+    elif pad_token_id is None:
         if rows != 1:
             raise UserError(
                 f"config.pad_token_id is not set, so the last real token of each of the {rows} rows cannot be found; "
-                "set model.config.pad_token_id to the tokenizer's pad_token_id, or pass one row at a time"
+                "set model.config.pad_token_id to the tokenizer's pad_token_id, pass attention_mask, or pass one row "
+                "at a time"
             )
         return -1
-    if input_ids is None:
+    elif input_ids is None:
         logger.warning_once("padding cannot be detected in inputs_embeds; every row is read at its last position")
         return -1
-    is_real_token = (input_ids != pad_token_id).to(torch.int32)
-    positions = torch.arange(input_ids.shape[-1], device=input_ids.device, dtype=torch.int32)
+    else:
+        is_real_token = (input_ids != pad_token_id).to(torch.int32)
+    positions = torch.arange(is_real_token.shape[-1], device=is_real_token.device, dtype=torch.int32)
     return (positions * is_real_token).argmax(-1)  # (rows,)
 
 
@@ -679,7 +685,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         )
         hidden_states = outputs.last_hidden_state
         rows = hidden_states.shape[0]
-        last = last_non_padding_index(input_ids, self.config.pad_token_id, rows)
+        last = last_non_padding_index(input_ids, self.config.pad_token_id, rows, attention_mask)
         pooled_logits = self.score(hidden_states[torch.arange(rows, device=hidden_states.device), last])
 
         task_loss = None
@@ -824,7 +830,7 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         )
         hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
         rows = hidden_states.shape[0]
-        last = last_non_padding_index(flat_ids, self.config.pad_token_id, rows)
+        last = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask)
         pooled = hidden_states[torch.arange(rows, device=hidden_states.device), last]
         logits = self.score(pooled).view(batch, n_choices)
 

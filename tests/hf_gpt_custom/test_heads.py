@@ -175,6 +175,19 @@ def test_multiple_choice_scores_each_choice_at_its_last_token_by_hand():
     torch.testing.assert_close(output.loss, torch.nn.CrossEntropyLoss()(expected, labels), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("head_class", [GPTCustomForSequenceClassification, GPTCustomForMultipleChoice])
+def test_without_pad_token_id_padding_is_read_from_attention_mask(head_class):
+    with_pad = randomize_(head_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD))).eval()
+    without_pad = head_class(GPTCustomConfig(**TINY_GPT2)).eval()
+    without_pad.load_state_dict(with_pad.state_dict())
+    input_ids, attention_mask, _ = multiple_choice_batch()
+    if head_class is GPTCustomForSequenceClassification:
+        input_ids, attention_mask = input_ids[0], attention_mask[0]
+    with torch.no_grad():
+        expected = with_pad(input_ids, attention_mask=attention_mask).logits
+        torch.testing.assert_close(without_pad(input_ids, attention_mask=attention_mask).logits, expected, rtol=0, atol=0)
+
+
 def lm_loss_by_causal_lm(head, input_ids, attention_mask) -> torch.Tensor:
     """GPTCustomForCausalLM's loss on the same inputs with the head's body: labels = input_ids, -100 at padding."""
     causal_lm = GPTCustomForCausalLM(head.config).eval()
