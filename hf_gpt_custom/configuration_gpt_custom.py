@@ -79,6 +79,10 @@ class GPTCustomConfig(PretrainedConfig):
     eos_token_id: int | list[int] | None = 50256
     pad_token_id: int | None = None
     tie_word_embeddings: bool = True
+    # Task heads (modeling_gpt_custom.py). lm_loss_weight is GPT-1's λ in L3 = L2 + λ·L1: the classification and
+    # multiple-choice heads add λ × the language-modelling loss on their own inputs (0 turns it off; GPT-1 used 0.5).
+    lm_loss_weight: float = 0.0
+    max_choices: int | None = None  # the multiple-choice head refuses more choices per example (None: any number)
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -109,6 +113,13 @@ class GPTCustomConfig(PretrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise UserError(f"{name}={value!r} must be a positive number")
+
+        value = self.lm_loss_weight
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
+            raise UserError(f"lm_loss_weight={value!r} must be a number >= 0 (0 turns the auxiliary LM loss off; GPT-1 "
+                            "used 0.5)")
+        if self.max_choices is not None:
+            _check_positive("max_choices", self.max_choices)
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> GPTCustomConfig:

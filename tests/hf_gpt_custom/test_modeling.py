@@ -9,6 +9,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
+from hf_gpt_custom.modeling_gpt_custom import TASK_HEAD_AUTO_CLASSES
 
 
 @pytest.fixture
@@ -196,7 +197,7 @@ def test_auto_classes_resolve_in_process(tmp_path, model):
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "gpt_custom"
-    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
+    assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM", *TASK_HEAD_AUTO_CLASSES}
     assert type(AutoConfig.from_pretrained(tmp_path)) is GPTCustomConfig
     assert type(AutoModel.from_pretrained(tmp_path)) is GPTCustomModel
     assert type(AutoModelForCausalLM.from_pretrained(tmp_path)) is GPTCustomForCausalLM

@@ -1,0 +1,409 @@
+"""Task heads against transformers' GPT-2 heads with the same weights, hand computations, and GPT-1's L3 = L2 + λ·L1."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import (
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    GPT2Config,
+    GPT2ForQuestionAnswering,
+    GPT2ForSequenceClassification,
+    GPT2ForTokenClassification,
+)
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+from hf_gpt_custom.convert_gpt2 import convert_gpt2_state_dict
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.modeling_gpt_custom import (
+    GPTCustomForMultipleChoice,
+    GPTCustomForQuestionAnswering,
+    GPTCustomForSequenceClassification,
+    GPTCustomForTokenClassification,
+)
+
+from .conftest import TINY_GPT2, randomize_
+
+PAD = 0
+HEAD_AUTO_CLASSES = {
+    GPTCustomForSequenceClassification: AutoModelForSequenceClassification,
+    GPTCustomForTokenClassification: AutoModelForTokenClassification,
+    GPTCustomForQuestionAnswering: AutoModelForQuestionAnswering,
+    GPTCustomForMultipleChoice: AutoModelForMultipleChoice,
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registered_heads():
+    """What hf_gpt_custom/__init__.py registers for the heads (done here until the package does it)."""
+    for head_class, auto_class in HEAD_AUTO_CLASSES.items():
+        auto_class.register(GPTCustomConfig, head_class, exist_ok=True)
+        head_class.register_for_auto_class(auto_class.__name__)
+
+
+def padded_batch(side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three rows of lengths 7, 4, 2 with PAD on the given side; ids avoid PAD so the pad is unambiguous."""
+    torch.manual_seed(1)
+    lengths, width = (7, 4, 2), 7
+    input_ids = torch.full((3, width), PAD)
+    attention_mask = torch.zeros(3, width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        span = slice(width - length, width) if side == "left" else slice(0, length)
+        input_ids[row, span] = torch.randint(1, 98, (length,))
+        attention_mask[row, span] = 1
+    return input_ids, attention_mask
+
+
+def head_pair(reference_class, our_class, head_names, **config_fields):
+    """(ours, reference) in eval mode: a transformers GPT-2 head with random weights, its body converted, its head
+    copied."""
+    torch.manual_seed(0)
+    fields = {**TINY_GPT2, "pad_token_id": PAD, **config_fields}
+    reference = randomize_(reference_class(GPT2Config(**fields))).eval()
+    ours = our_class(GPTCustomConfig(**fields))
+    reference_state = reference.state_dict()
+    is_head = {name: name.split(".")[0] in head_names for name in reference_state}
+    state = convert_gpt2_state_dict({name: tensor for name, tensor in reference_state.items() if not is_head[name]})
+    state.update({name: tensor for name, tensor in reference_state.items() if is_head[name]})
+    missing, unexpected = ours.load_state_dict(state, strict=True)
+    assert not missing and not unexpected
+    return ours.eval(), reference
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize(
+    "num_labels, problem_type, make_labels",
+    [
+        (3, None, lambda: torch.tensor([2, 0, 1])),
+        (1, None, lambda: torch.tensor([0.5, -1.0, 2.0])),
+        (3, "multi_label_classification", lambda: torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 0]])),
+        (3, None, lambda: torch.tensor([[1.0, 0, 1], [0, 0, 1], [1, 1, 0]])),  # float labels: inferred multi-label
+        (2, "regression", lambda: torch.tensor([[0.5, 1.0], [-1.0, 0.0], [2.0, 0.1]])),
+    ],
+    ids=["single_label", "regression_1", "multi_label", "inferred_multi_label", "regression_2"],
+)
+def test_sequence_classification_matches_transformers_gpt2(side, num_labels, problem_type, make_labels):
+    ours, reference = head_pair(
+        GPT2ForSequenceClassification, GPTCustomForSequenceClassification, {"score"},
+        num_labels=num_labels, problem_type=problem_type,
+    )
+    input_ids, attention_mask = padded_batch(side)
+    labels = make_labels()
+    with torch.no_grad():
+        got = ours(input_ids, attention_mask=attention_mask, labels=labels)
+        expected = reference(input_ids, attention_mask=attention_mask, labels=labels)
+    torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+    assert ours.config.problem_type == reference.config.problem_type
+    assert got.lm_loss is None and torch.equal(got.task_loss, got.loss)
+
+
+def test_sequence_classification_pools_the_last_real_token_by_hand():
+    """Pooling worked out by hand: each row's score is score(hidden at its last non-pad position)."""
+    model = GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2)).eval()
+    for side in ("left", "right"):
+        input_ids, attention_mask = padded_batch(side)
+        last_positions = [6, 6, 6] if side == "left" else [6, 3, 1]
+        with torch.no_grad():
+            hidden = model.transformer(input_ids, attention_mask=attention_mask).last_hidden_state
+            logits = model(input_ids, attention_mask=attention_mask).logits
+        expected = torch.stack([model.score(hidden[row, position]) for row, position in enumerate(last_positions)])
+        torch.testing.assert_close(logits, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_token_classification_matches_transformers_gpt2(side):
+    ours, reference = head_pair(GPT2ForTokenClassification, GPTCustomForTokenClassification, {"classifier"}, num_labels=4)
+    input_ids, attention_mask = padded_batch(side)
+    labels = torch.randint(0, 4, input_ids.shape).masked_fill(attention_mask == 0, -100)
+    with torch.no_grad():
+        got = ours(input_ids, attention_mask=attention_mask, labels=labels)
+        expected = reference(input_ids, attention_mask=attention_mask, labels=labels)
+    torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_question_answering_matches_transformers_gpt2(side):
+    ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
+    input_ids, attention_mask = padded_batch(side)
+    # The last row's end lies outside the input: ignored by both, as transformers does for truncated answers.
+    start_positions, end_positions = torch.tensor([1, 4, 5]), torch.tensor([3, 6, 40])
+    with torch.no_grad():
+        got = ours(input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions)
+        expected = reference(
+            input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions
+        )
+    torch.testing.assert_close(got.start_logits, expected.start_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.end_logits, expected.end_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+
+
+def multiple_choice_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """2 examples × 3 choices, right-padded to 6 tokens, with different lengths per choice."""
+    torch.manual_seed(2)
+    lengths = [[6, 3, 4], [2, 5, 6]]
+    input_ids = torch.full((2, 3, 6), PAD)
+    attention_mask = torch.zeros(2, 3, 6, dtype=torch.long)
+    for example, row_lengths in enumerate(lengths):
+        for choice, length in enumerate(row_lengths):
+            input_ids[example, choice, :length] = torch.randint(1, 98, (length,))
+            attention_mask[example, choice, :length] = 1
+    return input_ids, attention_mask, torch.tensor(lengths) - 1
+
+
+def test_multiple_choice_scores_each_choice_at_its_last_token_by_hand():
+    model = randomize_(GPTCustomForMultipleChoice(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD))).eval()
+    input_ids, attention_mask, last_positions = multiple_choice_batch()
+    labels = torch.tensor([2, 0])
+    with torch.no_grad():
+        output = model(input_ids, attention_mask=attention_mask, labels=labels)
+        expected = torch.zeros(2, 3)
+        for example in range(2):
+            for choice in range(3):  # each choice alone, unpadded: padding must not change its score
+                length = int(last_positions[example, choice]) + 1
+                hidden = model.transformer(input_ids[example, choice, :length][None]).last_hidden_state
+                expected[example, choice] = model.score(hidden[0, -1])[0]
+    torch.testing.assert_close(output.logits, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(output.loss, torch.nn.CrossEntropyLoss()(expected, labels), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("head_class", [GPTCustomForSequenceClassification, GPTCustomForMultipleChoice])
+def test_without_pad_token_id_padding_is_read_from_attention_mask(head_class):
+    with_pad = randomize_(head_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD))).eval()
+    without_pad = head_class(GPTCustomConfig(**TINY_GPT2)).eval()
+    without_pad.load_state_dict(with_pad.state_dict())
+    input_ids, attention_mask, _ = multiple_choice_batch()
+    if head_class is GPTCustomForSequenceClassification:
+        input_ids, attention_mask = input_ids[0], attention_mask[0]
+    with torch.no_grad():
+        expected = with_pad(input_ids, attention_mask=attention_mask).logits
+        torch.testing.assert_close(without_pad(input_ids, attention_mask=attention_mask).logits, expected, rtol=0, atol=0)
+
+
+def lm_loss_by_causal_lm(head, input_ids, attention_mask) -> torch.Tensor:
+    """GPTCustomForCausalLM's loss on the same inputs with the head's body: labels = input_ids, -100 at padding."""
+    causal_lm = GPTCustomForCausalLM(head.config).eval()
+    causal_lm.transformer.load_state_dict(head.transformer.state_dict())
+    causal_lm.tie_weights()
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    with torch.no_grad():
+        return causal_lm(input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+@pytest.mark.parametrize("weight_in", ["config", "forward"])
+def test_sequence_classification_adds_weighted_lm_loss(weight_in):
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)
+    if weight_in == "config":
+        config.lm_loss_weight = 0.5
+    model = randomize_(GPTCustomForSequenceClassification(config)).eval()
+    input_ids, attention_mask = padded_batch("right")
+    labels = torch.tensor([2, 0, 1])
+    extra = {"lm_loss_weight": 0.5} if weight_in == "forward" else {}
+    with torch.no_grad():
+        output = model(input_ids, attention_mask=attention_mask, labels=labels, **extra)
+        task_only = model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.0)
+    expected_lm_loss = lm_loss_by_causal_lm(model, input_ids, attention_mask)
+    torch.testing.assert_close(output.lm_loss, expected_lm_loss, rtol=0, atol=1e-5)
+    torch.testing.assert_close(output.task_loss, task_only.loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(output.loss, task_only.loss + 0.5 * expected_lm_loss, rtol=0, atol=1e-5)
+
+
+def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
+    """∂(L2 + λ·L1)/∂body = ∂L2/∂body + λ·∂(causal-LM loss)/∂body: the auxiliary loss trains the body, not only wte."""
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)
+    model = randomize_(GPTCustomForSequenceClassification(config)).eval()  # eval: no dropout, gradients still flow
+    input_ids, attention_mask = padded_batch("left")
+    labels = torch.tensor([2, 0, 1])
+    body_weight = model.transformer.h[0].mlp.c_fc.weight
+
+    def gradient(loss: torch.Tensor) -> torch.Tensor:
+        (grad,) = torch.autograd.grad(loss, body_weight)
+        return grad
+
+    combined = gradient(model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.5).loss)
+    task_only = gradient(model(input_ids, attention_mask=attention_mask, labels=labels).loss)
+    causal_lm = GPTCustomForCausalLM(model.config).eval()
+    causal_lm.transformer = model.transformer  # the same modules, so the gradient is w.r.t. the same tensor
+    causal_lm.tie_weights()
+    lm_labels = input_ids.masked_fill(attention_mask == 0, -100)
+    lm_only = gradient(causal_lm(input_ids, attention_mask=attention_mask, labels=lm_labels).loss)
+    assert lm_only.abs().sum() > 0
+    torch.testing.assert_close(combined, task_only + 0.5 * lm_only, rtol=1e-4, atol=1e-6)
+
+
+def test_multiple_choice_adds_weighted_lm_loss_over_every_choice():
+    model = randomize_(GPTCustomForMultipleChoice(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD))).eval()
+    input_ids, attention_mask, _ = multiple_choice_batch()
+    labels = torch.tensor([1, 2])
+    with torch.no_grad():
+        output = model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.25)
+    expected_lm_loss = lm_loss_by_causal_lm(model, input_ids.view(6, 6), attention_mask.view(6, 6))
+    torch.testing.assert_close(output.lm_loss, expected_lm_loss, rtol=0, atol=1e-5)
+    torch.testing.assert_close(output.loss, output.task_loss + 0.25 * expected_lm_loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(output.task_loss, F.cross_entropy(output.logits, labels), rtol=0, atol=1e-6)
+
+
+@pytest.fixture
+def causal_lm_folder(tmp_path):
+    model = randomize_(GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD)))
+    model.save_pretrained(tmp_path / "lm")
+    return tmp_path / "lm", model
+
+
+def test_causal_lm_folder_lists_every_head_auto_class(causal_lm_folder):
+    folder, _ = causal_lm_folder
+    saved_map = json.loads((folder / "config.json").read_text())["auto_map"]
+    for head_class, auto_class in HEAD_AUTO_CLASSES.items():
+        assert saved_map[auto_class.__name__] == f"modeling_gpt_custom.{head_class.__name__}"
+
+
+@pytest.mark.parametrize("head_class", list(HEAD_AUTO_CLASSES), ids=lambda cls: cls.__name__)
+def test_head_from_causal_lm_folder_keeps_body_and_reloads_identically(causal_lm_folder, head_class, tmp_path, caplog):
+    folder, causal_lm = causal_lm_folder
+    head, loading_info = head_class.from_pretrained(folder, output_loading_info=True)
+    assert loading_info["missing_keys"], "the new head's weights must be reported as newly initialised"
+    assert all(not key.startswith("transformer.") for key in loading_info["missing_keys"])
+    for name, tensor in causal_lm.transformer.state_dict().items():
+        assert torch.equal(head.transformer.state_dict()[name], tensor), name
+
+    head.save_pretrained(tmp_path / "head")
+    saved_map = json.loads((tmp_path / "head" / "config.json").read_text())["auto_map"]
+    assert saved_map[HEAD_AUTO_CLASSES[head_class].__name__] == f"modeling_gpt_custom.{head_class.__name__}"
+    reloaded = HEAD_AUTO_CLASSES[head_class].from_pretrained(tmp_path / "head").eval()
+    assert type(reloaded) is head_class
+    input_ids, attention_mask = padded_batch("left")
+    if head_class is GPTCustomForMultipleChoice:
+        input_ids, attention_mask = input_ids[None], attention_mask[None]
+    with torch.no_grad():
+        for got, expected in zip(
+            reloaded(input_ids, attention_mask=attention_mask).to_tuple(),
+            head.eval()(input_ids, attention_mask=attention_mask).to_tuple(),
+        ):
+            if isinstance(got, torch.Tensor):
+                assert torch.equal(got, expected)
+
+
+def test_head_folder_loaded_into_another_head_class_is_refused(tmp_path):
+    GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD)).save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="holds a fine-tuned GPTCustomForSequenceClassification.*GPTCustomForTokenClass"):
+        GPTCustomForTokenClassification.from_pretrained(tmp_path)
+
+
+def test_bad_labels_and_choices_are_named():
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3, max_choices=2)
+    input_ids, attention_mask = padded_batch("right")
+    with pytest.raises(UserError, match="labels holds 3 but there are 3 classes"):
+        GPTCustomForSequenceClassification(config)(input_ids, attention_mask=attention_mask, labels=torch.tensor([0, 3, 1]))
+    with pytest.raises(UserError, match="labels holds -5 but there are 3 classes"):
+        GPTCustomForTokenClassification(config)(input_ids, labels=torch.full(input_ids.shape, -5))
+    multiple_choice = GPTCustomForMultipleChoice(config)
+    with pytest.raises(UserError, match="3 choices per example .* max_choices=2"):
+        multiple_choice(input_ids[None])
+    with pytest.raises(UserError, match="labels holds 2 but there are 2 classes"):
+        multiple_choice(input_ids[None, :2], labels=torch.tensor([2]))
+    with pytest.raises(UserError, match=r"must be \(batch, n_choices, seq\)"):
+        multiple_choice(input_ids)
+    with pytest.raises(UserError, match="pad_token_id is not set"):
+        GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2))(input_ids)
+    with pytest.raises(UserError, match="lm_loss_weight=-1"):
+        GPTCustomConfig(**TINY_GPT2, lm_loss_weight=-1)
+    with pytest.raises(UserError, match="max_choices=0"):
+        GPTCustomConfig(**TINY_GPT2, max_choices=0)
+
+
+# Runs in a fresh interpreter where hf_gpt_custom is not importable (see test_remote_code.py).
+LOAD_HEAD_IN_CLEAN_PROCESS = """
+import json, sys
+sys.modules["hf_gpt_custom"] = None
+import torch
+from transformers import AutoModelForMultipleChoice, AutoModelForSequenceClassification
+
+folder, lm_folder, input_ids = sys.argv[1], sys.argv[2], torch.tensor(json.loads(sys.argv[3]))
+model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+from_lm = AutoModelForMultipleChoice.from_pretrained(lm_folder, trust_remote_code=True)
+with torch.no_grad():
+    logits = model(input_ids).logits
+print(json.dumps({"module": type(model).__module__, "from_lm": type(from_lm).__name__, "logits": logits.tolist()}))
+"""
+
+
+@pytest.mark.slow  # ~20 s: a fresh interpreter imports torch and transformers
+def test_head_folder_loads_as_remote_code_without_the_package(causal_lm_folder, tmp_path):
+    lm_folder, _ = causal_lm_folder
+    head = randomize_(GPTCustomForSequenceClassification.from_pretrained(lm_folder, num_labels=3)).eval()
+    head.save_pretrained(tmp_path / "head")
+    input_ids, _ = padded_batch("left")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_HEAD_IN_CLEAN_PROCESS, str(tmp_path / "head"), str(lm_folder),
+         json.dumps(input_ids.tolist())],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    assert remote["module"].startswith("transformers_modules.")
+    assert remote["from_lm"] == "GPTCustomForMultipleChoice"
+    with torch.no_grad():
+        assert torch.equal(torch.tensor(remote["logits"]), head(input_ids).logits)
+
+
+def synthetic_classification_rows() -> list[dict]:
+    """16 unpadded rows of 8 tokens; the label is whether the first token is below 50 (the last token sees it)."""
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(1, 98, (16, 8), generator=generator)
+    return [{"input_ids": row, "labels": int(row[0] < 50)} for row in input_ids]
+
+
+def classification_losses(model, rows: list[dict]):
+    """The head's output on all rows (loss, and with λ > 0 task_loss and lm_loss), in eval mode."""
+    model.eval()
+    with torch.no_grad():
+        return model(torch.stack([row["input_ids"] for row in rows]), labels=torch.tensor([row["labels"] for row in rows]))
+
+
+def train_with_trainer(model, rows: list[dict], output_dir, learning_rate: float) -> None:
+    from transformers import Trainer, TrainingArguments
+
+    arguments = TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=30, learning_rate=learning_rate,
+        report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0,
+    )
+    Trainer(model=model, args=arguments, train_dataset=rows).train()
+
+
+def test_trainer_fine_tunes_the_sequence_classification_head(tmp_path):
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2, lm_loss_weight=0.5, resid_pdrop=0.0,
+                             embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPTCustomForSequenceClassification(config)
+    rows = synthetic_classification_rows()
+    before = classification_losses(model, rows)
+    train_with_trainer(model, rows, tmp_path, learning_rate=3e-3)
+    after = classification_losses(model, rows)
+    assert after.task_loss < 0.5 * before.task_loss and after.lm_loss < before.lm_loss  # Trainer optimised L2 + λ·L1
+
+
+def test_peft_lora_fine_tunes_the_sequence_classification_head(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                             attn_pdrop=0.0)
+    base = GPTCustomForSequenceClassification(config)
+    frozen_mlp = base.transformer.h[0].mlp.c_fc.weight.clone()
+    model = get_peft_model(base, LoraConfig(task_type="SEQ_CLS", target_modules=["c_attn"], r=4, lora_alpha=8))
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    assert trainable and all("lora_" in name or ".score." in name for name in trainable), trainable
+    assert any("c_attn.lora_A" in name for name in trainable) and any(".score." in name for name in trainable)
+    rows = synthetic_classification_rows()
+    before = classification_losses(model, rows).loss
+    train_with_trainer(model, rows, tmp_path, learning_rate=1e-2)
+    assert classification_losses(model, rows).loss < 0.5 * before
+    assert torch.equal(base.transformer.h[0].mlp.c_fc.weight, frozen_mlp)  # the body outside LoRA stays frozen
