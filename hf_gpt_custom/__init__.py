@@ -21,6 +21,10 @@ _LAZY_NAMES = {
     "GPTCustomModel": "modeling_gpt_custom",
     "GPTCustomForCausalLM": "modeling_gpt_custom",
     "GPTCustomPreTrainedModel": "modeling_gpt_custom",
+    "GPTCustomForSequenceClassification": "modeling_gpt_custom",
+    "GPTCustomForTokenClassification": "modeling_gpt_custom",
+    "GPTCustomForQuestionAnswering": "modeling_gpt_custom",
+    "GPTCustomForMultipleChoice": "modeling_gpt_custom",
     "GPTCustomTokenizerFast": "tokenization_gpt_custom",
     "use_onednn_linear": "onednn_linear",
 }
@@ -46,21 +50,23 @@ def __dir__() -> list[str]:
 def register_auto_classes() -> None:
     """Register GPTCustom* with AutoConfig / AutoModel / AutoModelForCausalLM / AutoTokenizer and for auto_map.
     Idempotent; imports torch and transformers."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer
 
+    from . import modeling_gpt_custom
     from .configuration_gpt_custom import GPTCustomConfig
-    from .modeling_gpt_custom import GPTCustomForCausalLM, GPTCustomModel
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
     AutoConfig.register(GPTCustomConfig.model_type, GPTCustomConfig, exist_ok=True)
-    AutoModel.register(GPTCustomConfig, GPTCustomModel, exist_ok=True)
-    AutoModelForCausalLM.register(GPTCustomConfig, GPTCustomForCausalLM, exist_ok=True)
     AutoTokenizer.register(GPTCustomConfig, fast_tokenizer_class=GPTCustomTokenizerFast, exist_ok=True)
     # Recorded in config.json / tokenizer_config.json `auto_map` on save, so remote code finds every class.
     GPTCustomConfig.register_for_auto_class()
-    GPTCustomModel.register_for_auto_class("AutoModel")
-    GPTCustomForCausalLM.register_for_auto_class("AutoModelForCausalLM")
     GPTCustomTokenizerFast.register_for_auto_class("AutoTokenizer")
+    # AutoModel, AutoModelForCausalLM and the task heads' Auto classes: one table in the modeling file.
+    for auto_class_name, model_class_name in modeling_gpt_custom.AUTO_MODEL_CLASSES.items():
+        model_class = getattr(modeling_gpt_custom, model_class_name)
+        getattr(transformers, auto_class_name).register(GPTCustomConfig, model_class, exist_ok=True)
+        model_class.register_for_auto_class(auto_class_name)
     _registered["transformers"] = True
 
 

@@ -120,11 +120,13 @@ def load_gpt2_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
         config._attn_implementation = kwargs["attn_implementation"]
     state = convert_gpt2_state_dict(_load_gpt2_weights(path, **kwargs))
     model = model_class(config)
-    if not hasattr(model, "lm_head"):  # the bare GPTCustomModel: its keys have no "transformer." prefix
-        prefix = model_class.base_model_prefix + "."
+    prefix = model_class.base_model_prefix + "."
+    if not hasattr(model, model_class.base_model_prefix):  # the bare GPTCustomModel: its keys have no prefix
         state = {key.removeprefix(prefix): tensor for key, tensor in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [key for key in missing if key != "lm_head.weight"]  # tied to wte, filled by tie_weights
+    # lm_head is tied to wte (filled by tie_weights); a task head's own weights are new, as transformers does it.
+    body_keys = prefix if hasattr(model, model_class.base_model_prefix) else ""
+    missing = [key for key in missing if key != "lm_head.weight" and key.startswith(body_keys)]
     if missing or unexpected:
         raise UserError(f"GPT-2 checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
     model.tie_weights()

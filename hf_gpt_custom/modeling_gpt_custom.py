@@ -51,6 +51,9 @@ TASK_HEAD_AUTO_CLASSES = {
     "AutoModelForQuestionAnswering": "GPTCustomForQuestionAnswering",
     "AutoModelForMultipleChoice": "GPTCustomForMultipleChoice",
 }
+# Every model class by its Auto class: registered in-process (hf_gpt_custom/__init__.py) and written to auto_map.
+AUTO_MODEL_CLASSES = {"AutoModel": "GPTCustomModel", "AutoModelForCausalLM": "GPTCustomForCausalLM",
+                      **TASK_HEAD_AUTO_CLASSES}
 
 
 def eager_attention_forward(
@@ -278,9 +281,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         self.config.auto_map = {
             **(getattr(self.config, "auto_map", None) or {}),
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
-            "AutoModel": f"{module}.GPTCustomModel",
-            "AutoModelForCausalLM": f"{module}.GPTCustomForCausalLM",
-            **{auto_class: f"{module}.{class_name}" for auto_class, class_name in TASK_HEAD_AUTO_CLASSES.items()},
+            **{auto_class: f"{module}.{class_name}" for auto_class, class_name in AUTO_MODEL_CLASSES.items()},
         }
         return super().save_pretrained(save_directory, *args, **kwargs)
 

@@ -407,3 +407,17 @@ def test_peft_lora_fine_tunes_the_sequence_classification_head(tmp_path):
     train_with_trainer(model, rows, tmp_path, learning_rate=1e-2)
     assert classification_losses(model, rows).loss < 0.5 * before
     assert torch.equal(base.transformer.h[0].mlp.c_fc.weight, frozen_mlp)  # the body outside LoRA stays frozen
+
+
+def test_a_transformers_gpt2_folder_loads_into_a_head_with_its_body_converted(tmp_path):
+    from transformers import AutoModelForSequenceClassification, GPT2Config, GPT2Model
+
+    import hf_gpt_custom  # noqa: F401 — registers the heads with the Auto classes
+
+    torch.manual_seed(0)
+    gpt2 = GPT2Model(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32)).eval()
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    head = hf_gpt_custom.GPTCustomForSequenceClassification.from_pretrained(tmp_path / "gpt2", num_labels=3).eval()
+    ids = torch.randint(0, 64, (1, 8))
+    torch.testing.assert_close(head.transformer(ids).last_hidden_state, gpt2(ids).last_hidden_state, rtol=0, atol=1e-5)
+    assert AutoModelForSequenceClassification.from_config(head.config).__class__.__name__ == head.__class__.__name__
