@@ -27,7 +27,7 @@ from training.batches import EpochShuffleSampler, build_loaders, collate_blocks 
 from training.checkpoint import (
     TrainingState, find_checkpoint, load_checkpoint, save_checkpoint, set_aside_other_histories,
 )
-from training.launcher import mixed_precision_for_run
+from training.launcher import mixed_precision_for_run, warn_if_bf16_is_emulated
 from training.run_lock import lock_run_folder
 from training.config import (
     DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
@@ -196,6 +196,7 @@ def _set_up(config: TrainConfig) -> _Session:
     log_with = None if config.log_with in (None, "none") else config.log_with
     check_tracker_installed(log_with)
     accelerator = _make_accelerator(config, run_dir, log_with)
+    warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
     resume_folder = None
     if config.resume_from_checkpoint:  # check before any heavy work
         resume_folder = find_checkpoint(run_dir / "checkpoints", config.resume_from_checkpoint)
