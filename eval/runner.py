@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from eval.fewshot import ContextTooShortError, Prompt, build_prompts
-from eval.metrics import METRICS, aggregate_metric, count_words, generation_values, multiple_choice_values, rolling_values
+from eval.metrics import METRICS, aggregate_metric
+from eval.output_types import OUTPUT_TYPES
 from eval.requests import Request, ScoredRequest
 from eval.scoring import CausalLMScorer, score_requests
 from eval.task import TaskSpec, default_data_dir, load_task
@@ -86,8 +87,8 @@ def evaluate(
     for spec in specs:
         docs = spec.docs("test", data_dir)[: limit or None]
         for k in shots:
-            if k > 0 and spec.output_type == "loglikelihood_rolling":
-                logger.warning("task %s is scored by rolling log-likelihood: few-shot K=%d skipped (K=0 only)", spec.task, k)
+            if k > 0 and not OUTPUT_TYPES[spec.output_type].supports_fewshot:
+                logger.warning("task %s (%s) is scored without examples: few-shot K=%d skipped (K=0 only)", spec.task, spec.output_type, k)
                 continue
             try:
                 task_rows, task_examples = evaluate_task(spec, docs, k, scorer, seed, data_dir, show_progress)
@@ -142,75 +143,14 @@ def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
 
 def build_requests(spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:
     """The Requests of one doc: one per choice (plus GPT-3 unconditional ones), one target, or one generation."""
-    doc_id = prompt.doc_id
-    if spec.output_type == "multiple_choice":
-        if spec.multiple_input:
-            continuation = spec.target_delimiter + str(spec.target(doc))
-            return [Request(doc_id, context, continuation, choice_index=i) for i, context in enumerate(prompt.contexts)]
-        choices = [spec.target_delimiter + choice for choice in spec.choices(doc)]
-        requests = [Request(doc_id, prompt.contexts[0], choice, choice_index=i) for i, choice in enumerate(choices)]
-        if "acc_uncond" in spec.metric_names:
-            requests += [
-                Request(doc_id, spec.uncond_context or "", choice, choice_index=i, is_unconditional=True)
-                for i, choice in enumerate(choices)
-            ]
-        return requests
-    if spec.output_type == "loglikelihood":
-        return [Request(doc_id, prompt.contexts[0], str(spec.target(doc)))]
-    if spec.output_type == "loglikelihood_rolling":
-        return [Request(doc_id, "", str(spec.target(doc)), request_type="loglikelihood_rolling")]
-    kwargs = spec.generation_kwargs
-    return [
-        Request(
-            doc_id,
-            prompt.contexts[0],
-            "",
-            request_type="generate_until",
-            until=tuple(kwargs.get("until", ["\n\n"])),
-            max_gen_toks=int(kwargs.get("max_gen_toks", 256)),
-        )
-    ]
-
-
-def doc_metric_values(spec: TaskSpec, doc: dict, scored: list[ScoredRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(metric name -> per-doc item, the examples.jsonl fields) for one doc's scored requests."""
-    if spec.output_type == "multiple_choice":
-        conditional = [s for s in scored if not s.request.is_unconditional]
-        unconditional = [s for s in scored if s.request.is_unconditional] or None
-        choices = spec.choices(doc)
-        gold = spec.gold_index(doc)
-        lls = [s.loglikelihood for s in conditional]
-        values = multiple_choice_values(
-            lls, choices, gold, n_tokens=[s.n_tokens for s in conditional],
-            uncond_loglikelihoods=[s.loglikelihood for s in unconditional] if unconditional else None,
-        )
-        log = {"choices": choices, "loglikelihoods": lls, "prediction": int(max(range(len(lls)), key=lls.__getitem__)), "gold": gold}
-        if unconditional:
-            log["uncond_loglikelihoods"] = [s.loglikelihood for s in unconditional]
-        return values, log
-    (one,) = scored
-    if spec.output_type == "loglikelihood":
-        values = {"perplexity": one.loglikelihood, "acc": float(one.is_greedy)}
-        return values, {"choices": [one.request.continuation], "loglikelihoods": [one.loglikelihood],
-                        "prediction": "greedy" if one.is_greedy else "not greedy", "gold": one.request.continuation}
-    if spec.output_type == "loglikelihood_rolling":
-        raw = str(doc[spec.count_field]) if spec.count_field else one.request.continuation
-        values = rolling_values(one.loglikelihood, count_words(raw), len(raw.encode("utf-8")))
-        return values, {"choices": [], "loglikelihoods": [one.loglikelihood], "prediction": None,
-                        "gold": None, "n_tokens": one.n_tokens}
-    answers = spec.target(doc)
-    answers = answers if isinstance(answers, list) else [answers]
-    exact_match_kwargs = next((
-        {key: entry[key] for key in ("ignore_case", "ignore_punctuation") if key in entry}
-        for entry in spec.metric_list if entry["metric"] == "exact_match"), {})
-    values = generation_values(one.generation or "", answers, **exact_match_kwargs)
-    return values, {"choices": [], "loglikelihoods": [], "prediction": one.generation, "gold": answers}
+    return OUTPUT_TYPES[spec.output_type].build_requests(spec, doc, prompt)
 
 
 def evaluate_task(
     spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, seed: int, data_dir: Path, show_progress: bool = True
 ) -> tuple[list[dict], list[dict]]:
     """Result rows and example logs of one task at one K."""
+    output_type = OUTPUT_TYPES[spec.output_type]
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(
         spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length,
@@ -224,7 +164,7 @@ def evaluate_task(
     items: dict[str, list] = {name: [] for name in spec.metric_names}
     examples = []
     for doc_id, (doc, prompt, doc_scored) in enumerate(zip(docs, prompts, by_doc)):
-        values, log = doc_metric_values(spec, doc, doc_scored)
+        values, log = output_type.doc_metric_values(spec, doc, doc_scored)
         for name in spec.metric_names:
             items[name].append(values[name])
         examples.append({

@@ -21,11 +21,11 @@ import jinja2.sandbox
 import yaml
 
 from eval.doc_transforms import DOC_TRANSFORMS
+from eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
-OUTPUT_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling", "generate_until")
 
 # Templates only look fields up: no access to attributes of Python objects beyond what Jinja's sandbox allows.
 _JINJA = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
