@@ -1,8 +1,8 @@
 """evaluate(model, tokenizer, tasks, shots) -> Results: the whole eval pipeline for any causal LM.
 
 task YAML -> docs -> few-shot prompts -> Requests -> scores -> per-doc metrics -> aggregate rows (+ report files).
-Model loading accepts a folder, a Hub id or a loaded model; `hf_gpt_custom` is imported only to register our
-Auto classes if it is importable, never required.
+Model loading accepts a local folder (loaded strictly by hf_gpt_custom.model_folder, which also registers our
+classes with the Auto classes), a Hub id or an already-loaded model with its tokenizer.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from eval.requests import Request, ScoredRequest
 from eval.scoring import CausalLMScorer, score_requests
 from eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.json", "merges.txt"))  # either set is a complete BPE vocabulary
 
 
 @dataclass
@@ -115,30 +117,83 @@ def evaluate(
 
 
 def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
-    """(model in eval mode on device, tokenizer, display name) from a path / Hub id or loaded objects."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model in eval mode on device, tokenizer, display name) from a local folder, a Hub id or loaded objects.
 
-    try:  # registers our config/model/tokenizer with the Auto classes, when the package is importable
-        import hf_gpt_custom  # noqa: F401
-    except Exception:  # noqa: BLE001 — evaluating other models must not depend on our package importing
-        pass
+    A local folder loads strictly (hf_gpt_custom.model_folder: our model or a transformers GPT-2 converted on
+    load; a missing tensor, another model_type or a damaged file is an error) and must hold its tokenizer's
+    vocabulary files. A Hub id goes through AutoModelForCausalLM.from_pretrained, as lm-eval loads it.
+    """
+    from transformers import AutoModelForCausalLM
+
     if isinstance(model, (str, Path)):
         name = str(model)
-        if Path(name).exists() and not (Path(name) / "config.json").is_file():
-            raise MissingFileError(f"{name} has no config.json; pass a folder written by save_pretrained or a Hub id")
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
-        if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(name)
+        folder = local_model_path(name)
+        if folder is not None:
+            model = load_model_folder(folder, dtype=DTYPES[dtype])
+        else:
+            try:
+                model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
+            except OSError as err:
+                raise MissingFileError(
+                    f"model {name!r} is not a local folder and could not be loaded as a Hub id "
+                    f"({str(err).splitlines()[0]}); pass a folder written by save_pretrained or a reachable Hub id"
+                ) from err
+        tokenizer = name if tokenizer is None else tokenizer
     else:
         name = getattr(model, "name_or_path", None) or type(model).__name__
         if tokenizer is None:
             if not getattr(model, "name_or_path", None):
                 raise UserError("a loaded model without name_or_path needs tokenizer=...; pass the tokenizer or a folder")
-            tokenizer = AutoTokenizer.from_pretrained(model.name_or_path)
+            tokenizer = model.name_or_path
         model = model.to(DTYPES[dtype])
     if isinstance(tokenizer, (str, Path)):
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        tokenizer = load_tokenizer(str(tokenizer))
     return model.to(device).eval(), tokenizer, name
+
+
+def local_model_path(name: str) -> Path | None:
+    """The folder `name` names, or None for a Hub id ("gpt2", "owner/model") with no such local folder.
+
+    A name that cannot be a Hub id ("runs/smoke/final", "./model", "/abs/path") is a local path even if it does not
+    exist, so that the error names the missing folder instead of complaining about the id's format.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return path
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return check_model_folder(path)  # a path that does not exist: raises MissingFileError naming it
+    return None
+
+
+def load_tokenizer(source: str):
+    """AutoTokenizer for a local folder (refused without vocabulary files, see check_tokenizer_files) or a Hub id."""
+    from transformers import AutoTokenizer
+
+    path = Path(source).expanduser()
+    if path.exists():
+        check_tokenizer_files(path)
+        source = str(path)
+    return AutoTokenizer.from_pretrained(source)
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Raise MissingFileError unless `folder` holds a BPE vocabulary: tokenizer.json, or vocab.json + merges.txt.
+
+    Without them transformers still builds a tokenizer, with no merges: GPTCustomTokenizerFast falls back to the 256
+    bytes + <|endoftext|>, a GPT-2 tokenizer to an empty vocabulary, and every score is silently wrong.
+    """
+    if any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILE_SETS):
+        return
+    missing = [name for names in TOKENIZER_FILE_SETS for name in names if not (folder / name).is_file()]
+    raise MissingFileError(
+        f"{folder} has no tokenizer vocabulary: it needs tokenizer.json, or vocab.json and merges.txt "
+        f"(missing: {', '.join(missing)}); save the tokenizer the model was trained with into that folder "
+        "(tokenizer.save_pretrained) or pass tokenizer=<its folder>"
+    )
 
 
 def build_requests(spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:

@@ -1,5 +1,6 @@
-"""Scoring: hand-computed log-likelihoods, token boundaries, the shared-context fast path, rolling windows,
-generation — on tiny GPT-2 models (transformers' GPT2LMHeadModel; the scorer never needs our model class)."""
+"""Scoring: hand-computed log-likelihoods, token boundaries, the shared-context fast path, rolling windows — on
+tiny GPT-2 models (transformers' GPT2LMHeadModel; the scorer never needs our model class). Generation is in
+test_generation.py."""
 
 from __future__ import annotations
 
@@ -259,25 +260,6 @@ def test_rolling_loglikelihood_equals_one_pass_when_it_fits(tiny_model_and_token
     windowed = CausalLMScorer(model, tokenizer, max_length=8)
     (scored8,) = windowed.loglikelihood_rolling([Request(0, "", text, request_type="loglikelihood_rolling")], show_progress=False)
     assert scored8.n_tokens == len(ids) and scored8.loglikelihood < 0
-
-
-def test_generate_until_is_greedy_and_stops_at_stop_sequence(tiny_model_and_tokenizer):
-    model, tokenizer = tiny_model_and_tokenizer
-    scorer = CausalLMScorer(model, tokenizer, batch_size=2)
-    contexts = ["Question: Who wrote Hamlet?\nAnswer:", "Q: 2+2?\nA:"]
-    requests = [Request(i, c, "", request_type="generate_until", until=(), max_gen_toks=6) for i, c in enumerate(contexts)]
-    generated = scorer.generate_until(requests, show_progress=False)
-    for request, result in zip(requests, generated):
-        ids = torch.tensor([tokenizer.encode(request.context)])
-        reference = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-        reference_text = tokenizer.decode(reference[0, ids.shape[1]:])
-        eos = tokenizer.eos_token
-        assert result.generation == reference_text.split(eos)[0]
-        # With the first generated character as a stop sequence, the answer is cut before it.
-        if result.generation:
-            stop = result.generation[-1]
-            (cut,) = scorer.generate_until([Request(0, request.context, "", request_type="generate_until", until=(stop,), max_gen_toks=6)], show_progress=False)
-            assert cut.generation == result.generation.split(stop)[0]
 
 
 def test_our_model_class_scores_like_transformers_gpt2(tiny_model_folder, tiny_model_and_tokenizer, shared_data_dir):
