@@ -39,54 +39,76 @@ def generate(model, tokenizer, contexts, until=(), max_gen_toks=8, batch_size=8)
 
 
 def test_generate_until_equals_an_independent_greedy_loop(tiny_model_and_tokenizer):
-    """Three contexts of different lengths in one left-padded batch, and each alone: the reference's tokens."""
+    """Contexts of different lengths and budgets in one call (left-padded batches), and each alone: the reference's
+    tokens, cut at the eos token."""
     model, tokenizer = tiny_model_and_tokenizer
-    references = [greedy_reference(model, tokenizer, context, 8) for context in CONTEXTS]
+    budgets = [8, 3, 8]
+    references = [greedy_reference(model, tokenizer, context, n) for context, n in zip(CONTEXTS, budgets)]
     assert max(len(tokens) for tokens in references) == 8  # at least one runs to max_gen_toks
     expected = [(cut(tokenizer.decode(tokens), [tokenizer.eos_token]), len(tokens)) for tokens in references]
     for batch_size in (8, 1):
-        generated = generate(model, tokenizer, CONTEXTS, batch_size=batch_size)
+        requests = [Request(i, c, "", request_type="generate_until", max_gen_toks=n) for i, (c, n) in enumerate(zip(CONTEXTS, budgets))]
+        generated = CausalLMScorer(model, tokenizer, batch_size=batch_size).generate_until(requests, show_progress=False)
         assert [(g.generation, g.n_tokens) for g in generated] == expected
 
 
 def test_generation_stops_where_a_stop_sequence_spanning_two_tokens_completes(tiny_model_and_tokenizer):
+    """The stop sequence is the last character of the first context's second token and the first of its third:
+    that row ends there while the others of its batch go on, and each row equals the reference with that stop."""
     model, tokenizer = tiny_model_and_tokenizer
-    for context in CONTEXTS:
-        unstopped = greedy_reference(model, tokenizer, context, 8)
-        # The last character of token 2 and the first of token 3: the stop sequence completes at token 3 at the
-        # latest (earlier if it happens to occur before), so generation must end before max_gen_toks.
-        stop = tokenizer.decode(unstopped[:2])[-1] + tokenizer.decode(unstopped[:3])[len(tokenizer.decode(unstopped[:2]))]
-        reference = greedy_reference(model, tokenizer, context, 8, stops=(stop,))
-        assert len(reference) <= 3 < len(unstopped)
-        (result,) = generate(model, tokenizer, [context], until=(stop,))
+    first = greedy_reference(model, tokenizer, CONTEXTS[0], 8)
+    two, three = tokenizer.decode(first[:2]), tokenizer.decode(first[:3])
+    stop = two[-1] + three[len(two)]
+    references = [greedy_reference(model, tokenizer, context, 8, stops=(stop,)) for context in CONTEXTS]
+    assert len(references[0]) <= 3 < max(len(tokens) for tokens in references)
+    generated = generate(model, tokenizer, CONTEXTS, until=(stop,))
+    for result, reference in zip(generated, references):
         assert result.n_tokens == len(reference)
-        assert result.generation == tokenizer.decode(reference).split(stop)[0] and stop not in result.generation
+        assert result.generation == cut(tokenizer.decode(reference), [stop, tokenizer.eos_token])
+        assert stop not in result.generation
 
 
-@pytest.fixture(scope="module")
-def newline_model(tiny_model_and_tokenizer):
-    """A GPT-2 whose logits favour "\\n" whatever the input: block weights and ln_f.weight are zero, so ln_f
+def test_a_context_longer_than_the_window_keeps_its_last_tokens(tiny_model_and_tokenizer):
+    """A 24-token window and 8 new tokens: the context keeps its last 16 tokens, and the request says it was cut."""
+    model, tokenizer = tiny_model_and_tokenizer
+    context = " ".join(["To be, or not to be, that is the question."] * 4)
+    kept = tokenizer.decode(tokenizer.encode(context)[-16:])
+    assert len(tokenizer.encode(context)) > 16 and tokenizer.encode(kept) == tokenizer.encode(context)[-16:]
+    reference = greedy_reference(model, tokenizer, kept, 8)
+    request = Request(0, context, "", request_type="generate_until", max_gen_toks=8)
+    (result,) = CausalLMScorer(model, tokenizer, max_length=24).generate_until([request], show_progress=False)
+    assert result.is_truncated and (result.generation, result.n_tokens) == (cut(tokenizer.decode(reference), [tokenizer.eos_token]), len(reference))
+
+
+def constant_model(tokenizer, favourite_id: int):
+    """A GPT-2 whose logits favour one token whatever the input: block weights and ln_f.weight are zero, so ln_f
     outputs its bias e_0 and the tied head gives logits = wte[:, 0]."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    _, tokenizer = tiny_model_and_tokenizer
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=8, n_layer=1, n_head=2)).eval()
-    (newline,) = tokenizer.encode("\n")
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.zero_()
         model.transformer.ln_f.bias[0] = 1.0
-        model.transformer.wte.weight[newline, 0] = 5.0
-    return model, tokenizer
+        model.transformer.wte.weight[favourite_id, 0] = 5.0
+    return model
 
 
-def test_a_stop_sequence_beginning_in_the_prompt_does_not_stop_generation(newline_model):
+def test_a_stop_sequence_beginning_in_the_prompt_does_not_stop_generation(tiny_model_and_tokenizer):
     """Prompt "Answer:\\n", stop "\\n\\n", a model that always says "\\n": the generated text reaches "\\n\\n" at its
     second token, as lm-eval sees it. (transformers' stop_strings would stop at the first "\\n", which completes
     "\\n\\n" with the prompt's last character, and leave "\\n" as the answer.)"""
-    model, tokenizer = newline_model
-    (result,) = generate(model, tokenizer, ["Answer:\n"], until=("\n\n",), max_gen_toks=5)
+    _, tokenizer = tiny_model_and_tokenizer
+    (newline,) = tokenizer.encode("\n")
+    (result,) = generate(constant_model(tokenizer, newline), tokenizer, ["Answer:\n"], until=("\n\n",), max_gen_toks=5)
     assert (result.generation, result.n_tokens) == ("", 2)
+
+
+def test_generation_ends_at_the_eos_token_and_leaves_it_out(tiny_model_and_tokenizer):
+    _, tokenizer = tiny_model_and_tokenizer
+    model = constant_model(tokenizer, tokenizer.eos_token_id)
+    (result,) = generate(model, tokenizer, ["Answer:"], until=("\n",), max_gen_toks=5)
+    assert (result.generation, result.n_tokens) == ("", 1)
 
 
 def test_the_models_sampling_settings_do_not_change_greedy_generation(tiny_model_and_tokenizer):
