@@ -58,9 +58,13 @@ def build_prompts(
 ) -> list[Prompt]:
     """The prompt of every doc with k solved examples joined by the task's fewshot_delimiter.
 
-    If a prompt plus its longest continuation (or max_gen_toks for generation) exceeds max_length tokens, the
-    examples farthest from the target are dropped one at a time; the target is never cut here. If no doc can keep
-    even one example, that is a ValueError: the K-shot result would silently be a 0-shot one.
+    spec.fewshot_fit says what happens when a prompt plus its longest continuation (or max_gen_toks for
+    generation) exceeds max_length tokens:
+    - "drop-examples" (ours): the examples farthest from the target are dropped one at a time; the target is
+      never cut here. If no doc can keep even one example, that is a ValueError: the K-shot result would
+      silently be a 0-shot one.
+    - "lm-eval": all K examples stay, as in lm-eval; the scorer then keeps the last tokens of the prompt
+      (lm-eval's left truncation) and marks the doc truncated.
     """
     rnd = random.Random(seed)
     drafts = []
@@ -68,7 +72,7 @@ def build_prompts(
         examples = sample_fewshot_examples(pool, k, rnd, exclude=doc if exclude_scored_doc else None)
         drafts.append([spec.fewshot_example(example) for example in examples])
     prompts = [_render(spec, doc_id, doc, examples, 0) for doc_id, (doc, examples) in enumerate(zip(docs, drafts))]
-    if k == 0:
+    if k == 0 or spec.fewshot_fit == "lm-eval":
         return prompts
     reserve = OUTPUT_TYPES[spec.output_type].reserved_tokens(spec, docs, tokenizer)
     lengths = [max(n) for n in _token_counts(prompts, tokenizer)]

@@ -1,9 +1,9 @@
 """Metrics: per-doc values from scored requests, their aggregation over docs, and standard errors.
 
-Each metric is one entry in METRICS (aggregation, stderr, higher_is_better), as in lm-evaluation-harness. The
-`evaluate` library's exact_match / squad metrics are scripts fetched from the Hub by `evaluate.load` (offline it
-raises FileNotFoundError), so exact match (lm-eval's `exact_match_hf_evaluate` rules) and SQuAD token F1 are
-implemented here; they are a few lines and need no network.
+Each metric is one entry in METRICS (aggregation, stderr, higher_is_better), as in lm-evaluation-harness. This is
+the one home of each formula: eval/metric_modules/ wraps these functions as `evaluate` modules that load offline
+with `evaluate.load(<local path>)` (the Hub's exact_match / squad scripts need network), and our runner calls them
+directly, so `evaluate` is not imported during an evaluation.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Write an evaluation's files: results.json (the schema in notes/CONTRACTS.md, read by the model card),
-table.md, examples.jsonl (prompt, choices, log-likelihoods, prediction, gold per doc) and shots_curve.png
-(metric against K for each task, like the GPT-3 paper's few-shot curves)."""
+"""Write an evaluation's files: results.json (one row per task x K x metric with the keys in RESULT_KEYS; the model
+card reads it), table.md, examples.jsonl (prompt, choices, log-likelihoods, prediction, gold per doc) and
+shots_curve.png (metric against K for each task, like the GPT-3 paper's few-shot curves).
+
+`format_results_table` is the one renderer of result rows: table.md and the model card both call it.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import math
 from pathlib import Path
 
 RESULT_KEYS = ("task", "dataset", "num_fewshot", "metric", "value", "stderr", "n", "higher_is_better", "n_truncated")
+REPORT_FILES = ("results.json", "table.md", "examples.jsonl", "shots_curve.png")
 
 
 def _finite(value):
@@ -31,23 +35,45 @@ def write_report(results, out_dir: str | Path) -> Path:
 
 
 def format_table(payload: dict) -> str:
-    """Markdown table, one line per task x K x metric."""
+    """table.md: which model, limit and seed, then `format_results_table`."""
+    config = payload["config"]
+    return (
+        f"Model: `{payload['model']}` · limit: {config['limit']} · seed: {config['seed']}\n\n"
+        + format_results_table(payload["results"], payload.get("skipped", []))
+    )
+
+
+def format_results_table(rows: list[dict], skipped: list[dict] = ()) -> str:
+    """Markdown: one line per task x K x metric, grouped by task (first appearance) then K, the metric's order
+    within a K kept; ↑/↓ says which direction is better. Then one sentence per (task, K) that was not evaluated."""
+    task_order: dict[str, int] = {}
+    for row in rows:
+        task_order.setdefault(row["task"], len(task_order))
     lines = [
-        f"Model: `{payload['model']}` · limit: {payload['config']['limit']} · seed: {payload['config']['seed']}",
-        "",
-        "| task | K | metric | value | ± stderr | n | prompts truncated |",
+        "| task | K (shots) | metric | value | ± stderr | documents | prompts cut to fit the context |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
-    for row in payload["results"]:
-        arrow = "↑" if row["higher_is_better"] else "↓"
-        stderr = "" if row["stderr"] is None else f"{row['stderr']:.4f}"
-        value = "nan" if row["value"] is None else f"{row['value']:.4f}"
-        lines.append(
-            f"| {row['task']} | {row['num_fewshot']} | {row['metric']} {arrow} | {value} | {stderr} | {row['n']} | {row['n_truncated']} |"
-        )
-    for skip in payload.get("skipped", []):
-        lines.append(f"\nNot evaluated: {skip['task']} at K={skip['num_fewshot']}: {skip['reason']}")
+    for row in sorted(rows, key=lambda row: (task_order[row["task"]], int(row["num_fewshot"]))):
+        arrow = "↑" if row.get("higher_is_better", True) else "↓"
+        value = "nan" if row["value"] is None else format_metric(row["value"])  # write_report stores non-finite as null
+        cells = (row["task"], row["num_fewshot"], f"{row['metric']} {arrow}", value, format_metric(row.get("stderr")),
+                 row.get("n", "–"), row.get("n_truncated", "–"))
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    lines.extend(
+        f"\nNot evaluated: {skip['task']} at K={skip['num_fewshot']} ({skip['reason']})." for skip in skipped
+    )
     return "\n".join(lines) + "\n"
+
+
+def format_metric(value) -> str:
+    """Four decimals (accuracies, bits per byte) until the number gets long (an untrained model's perplexity);
+    "–" when there is no number (a stderr that does not apply)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "–"
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:,.1f}"
 
 
 def plot_shots_curve(rows: list[dict], path: str | Path) -> Path:

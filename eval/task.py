@@ -11,7 +11,9 @@ import ast
 import difflib
 import json
 import os
-from dataclasses import dataclass, field, fields
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,18 @@ from hf_gpt_custom.errors import MissingFileError, UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
+# How K examples that do not fit the context are handled (eval/fewshot.py): ours drops whole examples, farthest
+# first; lm-eval keeps all K and the scorer cuts tokens from the left of the prompt.
+FEWSHOT_FIT_MODES = ("drop-examples", "lm-eval")
+# "ours" = the task files as written; "lm-eval" = each task's `lm_eval_overrides` applied and lm-eval's fitting,
+# so K > 0 prompts equal those of lm-eval's task of the same benchmark.
+PROTOCOLS = ("ours", "lm-eval")
+# What a task file must say; the rest has defaults. Shown in the error when one is missing.
+REQUIRED_FIELDS = {
+    "task": "task: my_benchmark",
+    "output_type": f"output_type: multiple_choice  (one of {', '.join(OUTPUT_TYPES)})",
+    "doc_to_text": 'doc_to_text: "Question: {{question}}\\nAnswer:"  (a field name or a Jinja template)',
+}
 
 # Templates only look fields up: no access to attributes of Python objects beyond what Jinja's sandbox allows.
 _JINJA = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -64,9 +78,15 @@ class TaskSpec:
     count_field: str | None = None
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
     metric_list: list[dict[str, Any]] = field(default_factory=list)
+    fewshot_fit: str = "drop-examples"
+    lm_eval_overrides: dict[str, Any] = field(default_factory=dict)
     source_file: str = ""
 
     def __post_init__(self) -> None:
+        if self.fewshot_fit not in FEWSHOT_FIT_MODES:
+            raise UserError(
+                f"{self.source_file}: fewshot_fit {self.fewshot_fit!r} is not one of {', '.join(FEWSHOT_FIT_MODES)}"
+            )
         if self.output_type not in OUTPUT_TYPES:
             raise UserError(
                 f"{self.source_file}: output_type {self.output_type!r} is not one of {', '.join(OUTPUT_TYPES)}"
@@ -88,6 +108,15 @@ class TaskSpec:
     @property
     def metric_names(self) -> list[str]:
         return [entry["metric"] for entry in self.metric_list]
+
+    def dataset_info(self) -> dict[str, str | None]:
+        """The Hub dataset this benchmark is (results.json's "dataset", read by the model card)."""
+        return {"path": self.dataset_path, "name": self.dataset_name, "split": self.test_split}
+
+    def as_lm_eval(self) -> TaskSpec:
+        """This task as lm-eval's task of the same benchmark scores it: `lm_eval_overrides` applied, all K
+        examples kept and the prompt cut from the left when it does not fit (see eval/tasks/README.md)."""
+        return replace(self, **self.lm_eval_overrides, fewshot_fit="lm-eval")
 
     # --- data ----------------------------------------------------------------------------------------------------
 
@@ -163,20 +192,26 @@ def _resolve(spec: str | None, doc: dict) -> Any:
 
 
 def available_tasks(tasks_dir: str | Path | None = None) -> list[str]:
+    """Every task: the YAML files of the tasks folder (eval/tasks). Adding a file adds a task."""
     return sorted(path.stem for path in Path(tasks_dir or TASKS_DIR).glob("*.yaml"))
 
 
-def _read_yaml_with_includes(path: Path) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle) or {}
-    if "include" in config:
-        base = _read_yaml_with_includes(path.parent / config.pop("include"))
-        config = {**base, **config}
-    return config
+def task_file(name: str, tasks_dir: str | Path | None = None) -> Path:
+    """The YAML file of task `name`: eval/tasks/<name>.yaml, or `name` itself when it is a path ending in .yaml.
 
-
-def load_task(name: str, tasks_dir: str | Path | None = None) -> TaskSpec:
-    """Read eval/tasks/<name>.yaml (following `include:`) into a TaskSpec."""
+    A path is a feature, as in lm-eval (`--tasks path/to/task.yaml`): a task file of your own, outside the
+    package. Anything else that looks like a path (no .yaml suffix) is refused, so a name never reaches a
+    file outside the tasks folder by accident."""
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise MissingFileError(f"task file {name} not found; give an existing .yaml file or a task name")
+        return path
+    if not name or "/" in name or "\\" in name or name.startswith((".", "~")):
+        raise UserError(
+            f"task {name!r} is neither a task name nor a .yaml file; use a name from eval/tasks "
+            f"({', '.join(available_tasks(tasks_dir))}) or the path of your own task file ending in .yaml"
+        )
     tasks_dir = Path(tasks_dir or TASKS_DIR)
     path = tasks_dir / f"{name}.yaml"
     if not path.is_file():
@@ -184,12 +219,76 @@ def load_task(name: str, tasks_dir: str | Path | None = None) -> TaskSpec:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UserError(f"unknown task {name!r}; {hint}known tasks: {', '.join(known)}")
+    return path
+
+
+def _read_yaml_with_includes(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle)
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({err})") from err
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise UserError(f"{path}: a task file is a mapping of fields (task: ..., output_type: ...), got {type(config).__name__}")
+    if "include" in config:
+        base = _read_yaml_with_includes(path.parent / str(config.pop("include")))
+        config = {**base, **config}
+    return config
+
+
+def load_task(name: str, tasks_dir: str | Path | None = None, protocol: str = "ours") -> TaskSpec:
+    """Read eval/tasks/<name>.yaml (or a .yaml path; `include:` followed) into a TaskSpec.
+
+    protocol="lm-eval" gives the task as lm-eval scores it (`TaskSpec.as_lm_eval`)."""
+    if protocol not in PROTOCOLS:
+        raise UserError(f"protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    path = task_file(name, tasks_dir)
     config = _read_yaml_with_includes(path)
-    known_fields = {f.name for f in fields(TaskSpec)}
-    unknown = sorted(set(config) - known_fields)
+    _check_fields(config, path)
+    spec = TaskSpec(**config, source_file=str(path))
+    return spec.as_lm_eval() if protocol == "lm-eval" else spec
+
+
+def _check_fields(config: dict, path: Path) -> None:
+    """Unknown, missing and mistyped fields, each named with its file and the fix (not a TypeError)."""
+    hints = typing.get_type_hints(TaskSpec)
+    known = set(hints) - {"source_file"}
+    unknown = sorted(set(config) - known)
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known_fields))}")
-    return TaskSpec(**config, source_file=str(path))
+        raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+    for name, example in REQUIRED_FIELDS.items():
+        if name not in config:
+            raise UserError(f"{path}: required field {name!r} is missing; add a line like  {example}")
+    for name, value in config.items():
+        if not _matches_type(value, hints[name]):
+            raise UserError(f"{path}: field {name!r} must be {_type_name(hints[name])}, got {value!r}")
+    for name in ("lm_eval_overrides",):
+        bad = sorted(set(config.get(name, {})) - known)
+        if bad:
+            raise UserError(f"{path}: {name} has unknown key(s) {', '.join(bad)}; allowed: {', '.join(sorted(known))}")
+
+
+def _matches_type(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches_type(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_matches_type(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            _matches_type(key, args[0]) and _matches_type(item, args[1]) for key, item in value.items()
+        )
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "") if typing.get_args(hint) else hint.__name__
 
 
 # --- local and Hub data -------------------------------------------------------------------------------------------

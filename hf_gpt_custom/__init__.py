@@ -1,33 +1,140 @@
 """hf-gpt-custom: a GPT-2 family language model native to the Hugging Face ecosystem.
 
-Importing this package registers the config, the models and the tokenizer with transformers' Auto classes, and
-marks them for `auto_map` so a folder written by `save_pretrained` loads with `trust_remote_code=True` anywhere.
+Importing this package registers the config, the models and the tokenizer with transformers' Auto classes (and
+marks them for `auto_map`, so a folder written by `save_pretrained` loads with `trust_remote_code=True` anywhere),
+and gives PEFT default LoRA targets for `gpt_custom`. It does so without importing torch or transformers itself:
+those take 5-12 s to import, which the console script (`hf-gpt-custom --help`) and the light modules (errors,
+model_folder, hub, run) must not pay. The public classes load on first use (PEP 562 `__getattr__`), and the
+registration runs as soon as transformers is imported — at once if it already is, otherwise right after its
+package finishes loading (`_after_import` below). `register_auto_classes()` does it explicitly.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+from __future__ import annotations
 
-from .configuration_gpt_custom import PRESETS, GPTCustomConfig
-from .modeling_gpt_custom import GPTCustomForCausalLM, GPTCustomModel, GPTCustomPreTrainedModel
-from .onednn_linear import use_onednn_linear
-from .tokenization_gpt_custom import GPTCustomTokenizerFast
+import importlib
+import sys
 
-AutoConfig.register(GPTCustomConfig.model_type, GPTCustomConfig, exist_ok=True)
-AutoModel.register(GPTCustomConfig, GPTCustomModel, exist_ok=True)
-AutoModelForCausalLM.register(GPTCustomConfig, GPTCustomForCausalLM, exist_ok=True)
-AutoTokenizer.register(GPTCustomConfig, fast_tokenizer_class=GPTCustomTokenizerFast, exist_ok=True)
+# Public name -> the submodule that defines it; imported on first access.
+_LAZY_NAMES = {
+    "PRESETS": "configuration_gpt_custom",
+    "GPTCustomConfig": "configuration_gpt_custom",
+    "GPTCustomModel": "modeling_gpt_custom",
+    "GPTCustomForCausalLM": "modeling_gpt_custom",
+    "GPTCustomPreTrainedModel": "modeling_gpt_custom",
+    "GPTCustomTokenizerFast": "tokenization_gpt_custom",
+    "use_onednn_linear": "onednn_linear",
+}
 
-# Recorded in config.json / tokenizer_config.json `auto_map` on save, so remote code finds every class.
-GPTCustomConfig.register_for_auto_class()
-GPTCustomModel.register_for_auto_class("AutoModel")
-GPTCustomForCausalLM.register_for_auto_class("AutoModelForCausalLM")
-GPTCustomTokenizerFast.register_for_auto_class("AutoTokenizer")
+# Our layers carry GPT-2's names (c_attn, c_proj, c_fc, ln_1, ln_2, ln_f), so PEFT's GPT-2 defaults fit us exactly.
+PEFT_MODEL_TYPE_WITH_OUR_LAYER_NAMES = "gpt2"
 
-__all__ = [
-    "PRESETS",
-    "GPTCustomConfig",
-    "GPTCustomForCausalLM",
-    "GPTCustomModel",
-    "GPTCustomPreTrainedModel",
-    "GPTCustomTokenizerFast",
-    "use_onednn_linear",
-]
+_registered = {"transformers": False, "peft": False}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_NAMES})
+
+
+def register_auto_classes() -> None:
+    """Register GPTCustom* with AutoConfig / AutoModel / AutoModelForCausalLM / AutoTokenizer and for auto_map.
+    Idempotent; imports torch and transformers."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    from .configuration_gpt_custom import GPTCustomConfig
+    from .modeling_gpt_custom import GPTCustomForCausalLM, GPTCustomModel
+    from .tokenization_gpt_custom import GPTCustomTokenizerFast
+
+    AutoConfig.register(GPTCustomConfig.model_type, GPTCustomConfig, exist_ok=True)
+    AutoModel.register(GPTCustomConfig, GPTCustomModel, exist_ok=True)
+    AutoModelForCausalLM.register(GPTCustomConfig, GPTCustomForCausalLM, exist_ok=True)
+    AutoTokenizer.register(GPTCustomConfig, fast_tokenizer_class=GPTCustomTokenizerFast, exist_ok=True)
+    # Recorded in config.json / tokenizer_config.json `auto_map` on save, so remote code finds every class.
+    GPTCustomConfig.register_for_auto_class()
+    GPTCustomModel.register_for_auto_class("AutoModel")
+    GPTCustomForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+    GPTCustomTokenizerFast.register_for_auto_class("AutoTokenizer")
+    _registered["transformers"] = True
+
+
+def register_peft_target_modules() -> None:
+    """Give `gpt_custom` PEFT's GPT-2 default target modules, so `LoraConfig(task_type="CAUSAL_LM")` needs no
+    `target_modules` (LoRA: c_attn). PEFT picks defaults by `model_type` from dicts in peft.utils.constants, one per
+    method (LoRA, IA3, AdaLoRA, ...; most are copies made at import), so every dict with a GPT-2 entry gets ours."""
+    from peft.utils import constants
+
+    for name, mapping in vars(constants).items():
+        if name.startswith("TRANSFORMERS_MODELS_TO_") and isinstance(mapping, dict):
+            if PEFT_MODEL_TYPE_WITH_OUR_LAYER_NAMES in mapping:
+                mapping.setdefault("gpt_custom", mapping[PEFT_MODEL_TYPE_WITH_OUR_LAYER_NAMES])
+    _registered["peft"] = True
+
+
+_REGISTER = {"transformers": register_auto_classes, "peft": register_peft_target_modules}
+
+
+def _ours_initializing(except_name: str) -> bool:
+    """True while one of our submodules is half-imported: registering then would import it half-done."""
+    return any(
+        name.startswith(__name__ + ".") and name != except_name
+        and getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for name, module in list(sys.modules.items())
+    )
+
+
+def _register_what_is_imported(just_loaded: str = "") -> None:
+    if _ours_initializing(just_loaded):
+        return  # the submodule being imported triggers this again when it is complete
+    for package, register in _REGISTER.items():
+        if not _registered[package] and package in sys.modules:
+            _registered[package] = True  # set first: registering imports modules that reach this hook again
+            try:
+                register()
+            except BaseException:
+                _registered[package] = False
+                raise
+    if all(_registered.values()) and _after_import in sys.meta_path:
+        sys.meta_path.remove(_after_import)
+
+
+class _AfterImport:
+    """Runs `_register_what_is_imported` after transformers' or peft's top-level package (or one of our
+    submodules) finishes executing. It finds nothing itself: it asks the other finders for the spec and wraps that
+    loader's exec_module, so the module, its loader and its spec are exactly what they would be without it."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _REGISTER and not fullname.startswith(__name__ + "."):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        # Only a loader object of this one module (a file loader), never a class shared by many (builtins, frozen).
+        if loader is not None and not isinstance(loader, type) and hasattr(loader, "exec_module"):
+
+            def exec_then_register(module, _loader=loader, _name=fullname):
+                del _loader.exec_module  # the loader's own method again
+                _loader.exec_module(module)
+                _register_what_is_imported(_name)
+
+            loader.exec_module = exec_then_register
+        return spec
+
+
+_after_import = _AfterImport()
+sys.meta_path.insert(0, _after_import)
+_register_what_is_imported()
+
+__all__ = [*_LAZY_NAMES, "register_auto_classes", "register_peft_target_modules"]

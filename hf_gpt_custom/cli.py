@@ -1,18 +1,53 @@
 """The `hf-gpt-custom` console script: argument parsing only.
 
-Each subcommand is one `_add_<name>` function (its arguments) and one `_cmd_<name>` function that calls a single
-importable function elsewhere. Heavy modules are imported inside `_cmd_*` so `hf-gpt-custom --help` stays fast.
+Each subcommand is one `_add_<name>` function (its arguments) and one `_cmd_<name>` function that checks the
+arguments a user can get wrong (right after parsing, before anything heavy loads) and then calls a single importable
+function elsewhere. torch and transformers are imported only inside `_cmd_*` (and `import hf_gpt_custom` itself does
+not import them), so `--help` and argument errors answer in a fraction of a second; tests/test_cli.py times it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from pathlib import Path
+
 from .errors import MissingFileError, UserError
 
 
 def _comma_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _check_output_folder(path: str, flag: str) -> None:
+    if Path(path).exists() and not Path(path).is_dir():
+        raise UserError(f"{flag} {path} is a file; pass a folder path (it is created if missing)")
+
+
+def _check_device(device: str) -> None:
+    """A device torch knows and this machine has: `--device cuda` without CUDA fails here, not deep in a load."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as err:
+        raise UserError(f"--device {device!r} is not a torch device ({err}); use cpu, cuda or cuda:0") from err
+    if kind == "cuda" and not torch.cuda.is_available():
+        reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        raise UserError(f"--device {device}: {reason} on this machine; use --device cpu")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+
+
+def _check_model_argument(model: str) -> None:
+    """An existing path must be a folder with a config.json; anything else must read as a Hub id (user/name).
+    What the folder holds (any causal LM for eval) is the loader's business."""
+    from .hub import is_hub_repo_id
+    from .model_folder import check_model_folder
+
+    if (Path(model).exists() or not is_hub_repo_id(model)) and not (Path(model) / "config.json").is_file():
+        check_model_folder(model)  # raises, naming what is wrong: no such folder, a file, no config.json
 
 
 def _comma_ints(value: str) -> list[int]:
@@ -44,14 +79,15 @@ def _add_tokenizer(subparsers) -> None:
 
 
 def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
-    from pathlib import Path
+    from .hub import is_hub_repo_id
 
-    from hf_gpt_custom.tokenizer_training import HUB_NAME, train_tokenizer
-
+    _check_output_folder(args.out, "--out")
     # On the command line every input is a path or one Hub name, never literal text
     missing = [item for item in args.inputs if not Path(item).exists()]
-    if missing and not (len(args.inputs) == 1 and HUB_NAME.match(args.inputs[0])):
+    if missing and not (len(args.inputs) == 1 and is_hub_repo_id(args.inputs[0])):
         raise MissingFileError(f"input {missing[0]!r} not found; pass existing files/folders or one Hub dataset name")
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+
     folder = train_tokenizer(
         args.inputs,
         out_dir=args.out,
@@ -70,7 +106,10 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 
 def _add_train(subparsers) -> None:
-    parser = subparsers.add_parser("train", help="pre-train or fine-tune with Accelerate")
+    parser = subparsers.add_parser(
+        "train", help="pre-train or fine-tune with Accelerate",
+        epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("config", help="training YAML, e.g. training/configs/shakespeare.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200 model.n_layer=4")
     parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
@@ -78,6 +117,36 @@ def _add_train(subparsers) -> None:
     parser.add_argument("--init_from", "--init-from", default=None,
                         help="fine-tune from a model folder (ours or a transformers GPT-2 folder)")
     parser.set_defaults(func=_cmd_train)
+
+
+def training_keys_help() -> str:
+    """Every TrainConfig key with its default and the one-line help from the field's metadata."""
+    from training.config import TrainConfig
+
+    rows = []
+    for field in dataclasses.fields(TrainConfig):
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        rows.append((field.name, _yaml_value(default), field.metadata.get("help", "")))
+    rows.append(("model.<field>", "", "any GPTCustomConfig field (n_layer, n_head, n_embd, n_positions, ...) or model.preset"))
+    name_width = max(len(name) for name, _, _ in rows)
+    default_width = max(len(default) for _, default, _ in rows)
+    lines = [f"  {name:<{name_width}}  {default:<{default_width}}  {text}".rstrip() for name, default, text in rows]
+    return "training keys (in the YAML, or key=value after it; default shown):\n" + "\n".join(lines)
+
+
+def _yaml_value(value) -> str:
+    """How a default is written in a training YAML: null, true, [0], "" for an empty string."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value == "":
+        return '""'
+    if isinstance(value, list):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    return str(value)
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -112,6 +181,10 @@ def _add_eval(subparsers) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
+    _check_output_folder(args.out, "--out")
+    _check_model_argument(args.model)
+    _check_device(args.device)
+    from eval.report import REPORT_FILES
     from eval.runner import evaluate
 
     evaluate(
@@ -126,6 +199,9 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         out_dir=args.out,
         data_dir=args.data_dir,
     )
+    out_dir = Path(args.out)
+    print((out_dir / "table.md").read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(str(out_dir / name) for name in REPORT_FILES if (out_dir / name).exists()))
 
 
 # --- export / push -----------------------------------------------------------------------------------------------
@@ -143,7 +219,9 @@ def _add_export(subparsers) -> None:
 def _cmd_export(args: argparse.Namespace) -> None:
     from hf_gpt_custom.hub import export_folder
 
-    print(export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id))
+    _check_output_folder(args.out_dir, "OUT_DIR")
+    out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id)
+    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id USER/NAME --dry-run`)")
 
 
 def _add_push(subparsers) -> None:
@@ -152,13 +230,34 @@ def _add_push(subparsers) -> None:
     parser.add_argument("--repo-id", required=True, help="user/name on the Hub")
     parser.add_argument("--private", action="store_true", help="create the repository as private (default: public)")
     parser.add_argument("--revision", default=None, help="branch to push to (default: main)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the folder and its card and list what would be uploaded, with sizes; upload nothing")
     parser.set_defaults(func=_cmd_push)
 
 
 def _cmd_push(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import push_folder
+    from hf_gpt_custom.hub import check_export, push_folder
 
-    print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
+    if not args.dry_run:
+        print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
+        return
+    files = check_export(args.folder)
+    total = sum(size for _, size in files)
+    print(f"dry run: would upload {len(files)} files ({_human_bytes(total)}) from {args.folder} to "
+          f"{args.repo_id}{'@' + args.revision if args.revision else ''}{' (private)' if args.private else ''}:")
+    for name, size in files:
+        print(f"  {_human_bytes(size):>10}  {name}")
+    print("checks passed: required files and remote code present, no pickles, no local paths, the card's metadata "
+          "parses. Nothing was uploaded.")
+
+
+def _human_bytes(size: int) -> str:
+    value, unit = float(size), "B"
+    for larger_unit in ("KB", "MB", "GB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger_unit
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 # --- run (the main job) ------------------------------------------------------------------------------------------
@@ -169,6 +268,7 @@ def _add_run(subparsers) -> None:
         "run", help="tokenizer -> train -> evaluate -> card -> export, resumable by stage",
         description="The main job. Progress is kept in <run folder>/pipeline_state.json: rerun the same command after "
                     "an interruption to skip finished stages and resume training from its latest checkpoint.",
+        epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="run YAML, e.g. training/configs/shakespeare.yaml")
     parser.add_argument("overrides", nargs="*",

@@ -2,20 +2,39 @@
 
 `export_folder` writes exactly what a Hub repository needs — safetensors weights, config.json with an `auto_map`
 for every Auto class, generation_config.json, the remote-code files, tokenizer files, the model card and the
-plots/results — and never optimizer state or pickled checkpoints. `push_folder` uploads that folder as it is
-(`push_to_hub` would replace our README.md with a generic card).
+plots/results — and never optimizer state, pickled checkpoints or a path of the machine it ran on (local paths in
+the run's JSON files become their base name, or their path inside the run folder). `check_export` is the one check
+of such a folder; export runs it before the folder replaces the previous one and `push` before uploading.
+`push_folder` uploads the folder as it is (`push_to_hub` would replace our README.md with a generic card).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
+
 from .errors import MissingFileError, UserError
+
+# A Hub repository id: "name" or "owner/name" (huggingface_hub's rules, simplified: letters, digits, "-", "_", ".").
+_HUB_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+# Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
+_LOAD_TIME_KEYS = ("is_local", "local_files_only")
+_PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".ckpt"}
+_WEIGHT_SUFFIXES = {".safetensors"}  # binary: not scanned for text
+_UPLOAD_IGNORED = (".git/", ".cache/")  # huggingface_hub's upload_folder leaves these out
+
 
 class HubUnreachableError(ConnectionError, UserError):
     """The Hub cannot be reached (offline mode or no network). A UserError, so the CLI prints one line."""
+
+
+def is_hub_repo_id(value: str) -> bool:
+    """True for strings shaped like a Hub repository id ("gpt2", "alice/tiny"); says nothing about existence."""
+    return bool(_HUB_REPO_ID.match(value)) and ".." not in value
 
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None) -> Path:
@@ -23,16 +42,13 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
     generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
-    (`remote_code_files()`), tokenizer.json, vocab.json,
-    merges.txt, tokenizer_config.json (auto_map: AutoTokenizer), README.md (the model card), loss_curve.png,
-    shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has them.
+    (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
+    AutoTokenizer; model_max_length = n_positions, pad token = eos, left padding), README.md (the model card),
+    loss_curve.png, shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has
+    them. The weights load through `load_model_folder` (strict: a missing tensor or a manifest mismatch is an error).
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
     or the complete new one. An existing `out_dir` is replaced only if it is a previous export.
     """
-    from model_cards.card import build_model_card
-
-    from . import GPTCustomForCausalLM, GPTCustomTokenizerFast  # registers the classes for auto_map
-
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     final_dir = run_dir / "final"
     if not (final_dir / "config.json").is_file():
@@ -40,35 +56,50 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             f"cannot export: {final_dir / 'config.json'} not found; {run_dir} must be a finished training run "
             "(its final/ folder is written at the end of `hf-gpt-custom train`)"
         )
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"cannot export to {out_dir}: it is a file; choose a folder path")
     if out_dir.exists() and any(out_dir.iterdir()) and not _is_previous_export(out_dir):
         raise UserError(
             f"cannot export to {out_dir}: the folder exists and is not an earlier export; choose a new or empty folder"
         )
+    from model_cards.card import build_model_card
+
+    from .model_folder import load_model_folder
+    from .tokenization_gpt_custom import GPTCustomTokenizerFast
+
     card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
+    model = load_model_folder(final_dir)
 
     staging = out_dir.with_name(out_dir.name + ".tmp")
     if staging.exists():
         shutil.rmtree(staging)  # left by an interrupted export
     staging.mkdir(parents=True)
-
-    model = GPTCustomForCausalLM.from_pretrained(final_dir)
     model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
-    tokenizer = GPTCustomTokenizerFast.from_pretrained(final_dir)
+    eos = GPTCustomTokenizerFast.from_pretrained(final_dir).eos_token
+    # Batched generation and `padding=True` need a pad token; GPT-2 recipes pad with eos on the left.
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(
+        final_dir, model_max_length=model.config.n_positions, pad_token=eos, padding_side="left"
+    )
     tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json auto_map + tokenization_*.py
     card.save(staging / "README.md")
 
-    extras = {
-        run_dir / "loss_curve.png": staging / "loss_curve.png",
-        run_dir / "eval" / "shots_curve.png": staging / "shots_curve.png",
-        run_dir / "training_summary.json": staging / "training_summary.json",
-        run_dir / "eval" / "results.json": staging / "eval" / "results.json",
-        run_dir / "eval" / "table.md": staging / "eval" / "table.md",
-    }
-    for source, destination in extras.items():
+    local_paths = _run_local_paths(run_dir)
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
+        _write_public_json(staging / name, read_json(staging / name), run_dir, local_paths)
+    if (run_dir / "training_summary.json").is_file():
+        summary = read_json(run_dir / "training_summary.json")
+        _write_public_json(staging / "training_summary.json", summary, run_dir, local_paths)
+    if (run_dir / "eval" / "results.json").is_file():
+        from eval.report import format_table
+
+        results = _public_value(read_json(run_dir / "eval" / "results.json"), run_dir, local_paths)
+        _write_public_json(staging / "eval" / "results.json", results, run_dir, local_paths)
+        (staging / "eval" / "table.md").write_text(format_table(results), encoding="utf-8")
+    for source in (run_dir / "loss_curve.png", run_dir / "eval" / "shots_curve.png"):
         if source.is_file():
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, destination)
-    _check_export(staging)
+            shutil.copyfile(source, staging / source.name)
+    _make_world_readable(staging)
+    check_export(staging, forbidden=local_paths)
 
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -79,18 +110,15 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
 def push_folder(folder: str | Path, repo_id: str, private: bool = False, revision: str | None = None) -> str:
     """Upload `folder` as it is to the Hub model repository `repo_id` (created if missing); return the commit URL.
 
-    Uses the token of the user's standard login (`hf auth login` or HF_TOKEN). Without a token, in offline mode
-    or without network it raises one clear error (ValueError / HubUnreachableError) and changes nothing locally.
+    Runs `check_export` first (an edited folder may have gained a local path or lost a file). Uses the token of the
+    user's standard login (`hf auth login` or HF_TOKEN). Without a token, in offline mode or without network it
+    raises one clear error (UserError / HubUnreachableError) and changes nothing locally.
     """
     from huggingface_hub import HfApi, get_token, is_offline_mode
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
     folder = Path(folder)
-    if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
-        raise MissingFileError(
-            f"cannot push {folder}: it has no config.json and README.md; write it first with "
-            "`hf-gpt-custom export RUN_DIR OUT_DIR`"
-        )
+    check_export(folder)
     token = get_token()
     if not token:
         raise UserError(
@@ -153,13 +181,183 @@ def remote_code_files() -> set[str]:
     return {Path(path).name for entry in entries for path in (entry, *get_relative_import_files(str(entry)))}
 
 
-def _check_export(folder: Path) -> None:
-    """Internal invariants of an export: remote code present, no pickles or optimizer state."""
+def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:
+    """Check that `folder` can be published; return its files as (relative path, size in bytes), sorted.
+
+    Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a
+    pickle, a card whose metadata does not parse or that links a missing image, and anything local — the
+    `forbidden` strings (the run's own absolute paths), this machine's home and working directory, an absolute
+    path as a JSON value, or the load-time keys transformers writes (`is_local`, `local_files_only`).
+    """
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
+        raise MissingFileError(
+            f"cannot publish {folder}: it has no config.json and README.md; write it first with "
+            "`hf-gpt-custom export RUN_DIR OUT_DIR`"
+        )
+    files = sorted(
+        (path.relative_to(folder).as_posix(), path.stat().st_size)
+        for path in folder.rglob("*")
+        if path.is_file() and not path.relative_to(folder).as_posix().startswith(_UPLOAD_IGNORED)
+    )
+    names = {name for name, _ in files}
     required = {"model.safetensors", "config.json", "generation_config.json", "README.md", *remote_code_files()}
-    missing = sorted(name for name in required if not (folder / name).is_file())
-    pickled = [path.name for path in folder.rglob("*") if path.suffix in {".bin", ".pt", ".pth", ".pkl", ".ckpt"}]
-    if missing or pickled:
-        raise RuntimeError(f"export in {folder} is incomplete: missing {missing}, pickled files {pickled}")
+    missing = sorted(required - names)
+    if missing:
+        raise UserError(f"cannot publish {folder}: missing {', '.join(missing)}; export the run again")
+    pickled = [name for name in names if Path(name).suffix in _PICKLE_SUFFIXES]
+    if pickled:
+        raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
+    for name in sorted(names):
+        if Path(name).suffix not in _WEIGHT_SUFFIXES:
+            _check_no_local_paths(folder / name, name, forbidden)
+    _check_card(folder)
+    return files
+
+
+def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    for prefix in _local_prefixes(forbidden):
+        match = re.search(re.escape(prefix) + r"(?![\w.-])", text)
+        if match:
+            raise UserError(
+                f"cannot publish: {name} contains the local path {prefix!r} (…{text[max(0, match.start() - 40):match.end() + 40]!r}…); "
+                "remove it, or export again"
+            )
+    if path.suffix == ".json":
+        found = _find_local_json_values(json.loads(text))
+        if found:
+            raise UserError(f"cannot publish: {name} contains local information {found}; export again")
+
+
+def _local_prefixes(forbidden) -> list[str]:
+    """The run's own absolute paths plus this machine's home and working directory (never "/" itself)."""
+    prefixes = {str(item) for item in forbidden}
+    for base in (Path.home(), Path.cwd()):
+        prefixes.update({str(base), str(base.resolve())})
+    return sorted((p for p in prefixes if p.strip("/\\") and os.path.isabs(p)), key=len, reverse=True)
+
+
+def _find_local_json_values(value: Any, where: str = "") -> str | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in _LOAD_TIME_KEYS:
+                return f"key {where + key!r}"
+            found = _find_local_json_values(item, f"{where}{key}.")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            found = _find_local_json_values(item, f"{where}{position}.")
+            if found:
+                return found
+    elif isinstance(value, str) and _is_local_path(value):
+        return f"{where.rstrip('.')} = {value!r}"
+    return None
+
+
+def _check_card(folder: Path) -> None:
+    from huggingface_hub import metadata_load
+
+    readme = folder / "README.md"
+    try:
+        metadata = metadata_load(readme)
+    except Exception as err:  # yaml errors of several kinds: all mean the front matter is broken
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""  # +1 for 0-based, +1 for the opening ---
+        reason = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"cannot publish: the card's metadata in {readme} does not parse ({reason}{where})") from err
+    if not metadata or not metadata.get("license") or not metadata.get("library_name"):
+        raise UserError(f"cannot publish: {readme} has no card metadata (license, library_name); export again")
+    for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
+        if "://" not in image and not (folder / image).is_file():
+            raise UserError(f"cannot publish: {readme} shows {image}, which is not in {folder}")
+
+
+# --- local paths out of published JSON -----------------------------------------------------------------------------
+
+
+def _is_local_path(value: str) -> bool:
+    """An absolute path of this machine: "/a/b/..." (or an existing "/a"), "~/...", "C:\\...". Not "/" or "</s>"."""
+    if value.startswith("~/") or re.match(r"^[A-Za-z]:[\\/]", value):
+        return True
+    if not value.startswith("/") or any(char.isspace() for char in value):
+        return False
+    return len(Path(value).parts) >= 3 or Path(value).exists()
+
+
+def _public_path(value: str, run_dir: Path) -> str:
+    """A path inside the run folder as its path there ("tokenizer", "final"; the folder itself as its name); any
+    other local path as its base name ("input.txt")."""
+    path, root = Path(value).expanduser(), run_dir.resolve()
+    try:
+        inside = path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+    return run_dir.resolve().name if inside == "." else inside
+
+
+def _public_value(value: Any, run_dir: Path, local_paths: list[str]) -> Any:
+    """`value` (parsed JSON) with every local path made public and transformers' load-time keys dropped."""
+    if isinstance(value, dict):
+        return {key: _public_value(item, run_dir, local_paths) for key, item in value.items()
+                if key not in _LOAD_TIME_KEYS}
+    if isinstance(value, list):
+        return [_public_value(item, run_dir, local_paths) for item in value]
+    if isinstance(value, str):
+        if _is_local_path(value):
+            return _public_path(value, run_dir)
+        for path in local_paths:  # a path inside a sentence, e.g. an error message recorded in results.json
+            value = value.replace(path, _public_path(path, run_dir))
+    return value
+
+
+def _write_public_json(path: Path, payload: Any, run_dir: Path, local_paths: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    public = _public_value(payload, run_dir, local_paths)
+    path.write_text(json.dumps(public, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _run_local_paths(run_dir: Path) -> list[str]:
+    """Every absolute path the run recorded (summary, config, results, final/'s JSON), plus the run folder; longest
+    first, so replacing them inside sentences replaces the most specific one."""
+    import yaml
+
+    found = {str(run_dir.resolve()), str(run_dir.absolute())}
+
+    def collect(value: Any) -> None:
+        if isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item)
+        elif isinstance(value, str) and _is_local_path(value):
+            found.add(value)
+
+    for path in (run_dir / "training_summary.json", run_dir / "eval" / "results.json", *sorted((run_dir / "final").glob("*.json"))):
+        if path.is_file():
+            collect(read_json(path))
+    if (run_dir / "config.yaml").is_file():
+        collect(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    return sorted(found, key=len, reverse=True)
+
+
+def read_json(path: Path) -> Any:
+    """Parsed JSON, or a UserError naming the file (a run file someone edited or a stage cut short)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path} is not valid JSON ({err}); re-run the stage that writes it") from err
+
+
+def _make_world_readable(folder: Path) -> None:
+    """Files as any other file the user writes (0644 under umask 022): save_pretrained leaves the weights 0600
+    (a temporary file renamed into place), and an upload or a copy for other users would keep that."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _is_network_error(err: BaseException) -> bool:
@@ -169,4 +367,4 @@ def _is_network_error(err: BaseException) -> bool:
     return any(cls.__name__ == "TransportError" and cls.__module__.startswith("httpx") for cls in type(err).__mro__)
 
 
-__all__ = ["HubUnreachableError", "export_folder", "push_folder", "remote_code_files"]
+__all__ = ["HubUnreachableError", "check_export", "export_folder", "is_hub_repo_id", "push_folder", "remote_code_files"]

@@ -22,10 +22,16 @@ STAGES = ("tokenizer", "train", "eval", "export")
 STATE_FILE = "pipeline_state.json"
 # Changing only these settings re-runs evaluation and export on the trained model instead of refusing to resume.
 _EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
-# Not part of what the run computes: how to resume and how fast or how often to save, not what to train.
-_NOT_FINGERPRINTED = {
-    "resume_from_checkpoint", "num_proc", "torch_threads", "keep_checkpoints", "checkpoint_interval", "log_with",
-}
+
+
+def settings_not_changing_training(config_class=None) -> frozenset[str]:
+    """TrainConfig fields whose metadata says `changes_training: False` (where files go, speed, logging,
+    checkpoints, what is evaluated afterwards). A field without that metadata counts as changing training."""
+    if config_class is None:
+        from training.config import TrainConfig as config_class  # noqa: N813
+    return frozenset(
+        field.name for field in dataclasses.fields(config_class) if not field.metadata.get("changes_training", True)
+    )
 
 
 def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) -> Path:
@@ -37,11 +43,18 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) ->
     accepted: they re-run eval and export).
     """
     from training.config import load_train_config
+    from training.run_lock import lock_run_folder
 
     config_path = Path(config_path)
     if not config_path.is_file():
         raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
+    with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
+        return _run_stages(config)
+
+
+def _run_stages(config) -> Path:
+    """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock."""
     run_dir = config.run_dir
     fingerprint = _fingerprint(config)
     state = _load_state(run_dir, fingerprint)
@@ -69,12 +82,31 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) ->
         }
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
+    _print_outputs(run_dir)
     print(
         f"done in {time.perf_counter() - started:.1f} s this session; Hub-ready folder: {run_dir / 'export'} "
-        f"(push it with `hf-gpt-custom push {run_dir / 'export'} --repo-id USER/NAME`)",
+        f"(check it with `hf-gpt-custom push {run_dir / 'export'} --repo-id USER/NAME --dry-run`, then push it "
+        "without --dry-run)",
         flush=True,
     )
     return run_dir
+
+
+def _print_outputs(run_dir: Path) -> None:
+    """The results table (small: tasks x K x metrics) and where each output of the run is."""
+    table = run_dir / "eval" / "table.md"
+    if table.is_file():
+        print(table.read_text(encoding="utf-8"), flush=True)
+    outputs = {
+        "trained model": run_dir / "final",
+        "training summary": run_dir / "training_summary.json",
+        "loss curve": run_dir / "loss_curve.png",
+        "evaluation": run_dir / "eval" / "results.json",
+        "results table": table,
+        "model card": run_dir / "export" / "README.md",
+    }
+    width = max(len(label) for label in outputs)
+    print("\n".join(f"  {label:<{width}}  {path}" for label, path in outputs.items() if path.exists()), flush=True)
 
 
 # --- the stages: each returns (output path or None, "done" | "skipped") ------------------------------------------
@@ -134,7 +166,9 @@ _STAGE_FUNCTIONS = {
 
 
 def _fingerprint(config) -> dict[str, Any]:
-    return {key: value for key, value in config.to_dict().items() if key not in _NOT_FINGERPRINTED}
+    """The settings a resumed run must share with the one that started: what is trained, and what is evaluated."""
+    ignored = settings_not_changing_training(type(config)) - _EVAL_ONLY_KEYS
+    return {key: value for key, value in config.to_dict().items() if key not in ignored}
 
 
 def _load_state(run_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -185,4 +219,4 @@ def _print_stages(run_dir: Path, state: dict[str, Any], running: str | None, fai
     print("\n".join(lines), flush=True)
 
 
-__all__ = ["STAGES", "run_pipeline"]
+__all__ = ["STAGES", "run_pipeline", "settings_not_changing_training"]

@@ -3,7 +3,8 @@
 tiktoken encodes a list of documents ~4x faster than `tokenizers`' batch call on one thread (it builds no offsets or
 Encoding objects). It is used only when tiktoken is installed and the vocabulary is proven tiktoken-equivalent
 (`build_tiktoken_engine`); otherwise `encode_ids_batch` stays on `tokenizers`. Shipped as remote code with
-tokenization_gpt_custom.py, so it imports nothing from the package but that module.
+tokenization_gpt_custom.py, so it imports nothing from the package but that module (and errors.py).
+`tiktoken_encoding(tokenizer)` gives the same vocabulary as a plain `tiktoken.Encoding` for benchmarks and tests.
 """
 
 from __future__ import annotations
@@ -11,17 +12,26 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import logging
 import os
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .tokenization_gpt_custom import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import UserError
 
+logger = logging.getLogger(__name__)
+
 # Joins a thread's share of texts into one tiktoken call, so the thread holds the GIL once per chunk, not per text.
 # A private-use character starts it and appears nowhere else in it: an occurrence cannot straddle a text boundary.
 _DOCUMENT_BREAK = "\ue000gpt-custom-document-break"
+
+# tiktoken's regex engine (fancy-regex) keeps one backtracking entry per character of a whitespace run (`\s+(?!\S)`)
+# and gives up at 1,000,000 of them; tiktoken then panics (measured: 999,998 characters pass, 999,999 panic, for
+# spaces, newlines, U+3000 alike). Documents with a run this long or longer go to `tokenizers`: a 10x margin.
+LONGEST_WHITESPACE_RUN_ON_TIKTOKEN = 100_000
 
 
 @dataclass(frozen=True)
@@ -31,12 +41,41 @@ class TiktokenEngine:
     reason: str  # why core is None ("" when it is not)
     special_tokens: set[str] | None = None  # matched when split_special_tokens=False; None: that needs tokenizers
     break_id: int | None = None  # the id tiktoken gives _DOCUMENT_BREAK; None: threads encode text by text
+    ranks: dict[str, int] | None = None  # byte-level token -> rank (= id) the core was built from
+    special_token_ids: dict[str, int] | None = None  # the tokenizer's special tokens (without _DOCUMENT_BREAK)
 
     def can_encode(self, split_special_tokens: bool) -> bool:
         return self.core is not None and (split_special_tokens or self.special_tokens is not None)
 
-    def encode_batch(self, texts: list[str], split_special_tokens: bool, num_threads: int) -> list[list[int]]:
-        """[ids of text for text in texts]: a plain loop on one thread (tiktoken's fastest way through a list).
+    def encode_batch(
+        self,
+        texts: list[str],
+        split_special_tokens: bool,
+        num_threads: int,
+        encode_elsewhere: Callable[[list[str]], list[list[int]]],
+    ) -> list[list[int]]:
+        """[ids of text for text in texts]; `encode_elsewhere` (the `tokenizers` path) takes what tiktoken cannot.
+
+        Documents with a long whitespace run never reach tiktoken; should tiktoken panic on anything else (a
+        `PanicException`, which is not an `Exception`), the whole batch is encoded elsewhere, with a warning.
+        """
+        elsewhere = [position for position, text in enumerate(texts) if has_long_whitespace_run(text)]
+        if elsewhere:
+            skipped = set(elsewhere)
+            rest = [text for position, text in enumerate(texts) if position not in skipped]
+            on_tiktoken = iter(self.encode_batch(rest, split_special_tokens, num_threads, encode_elsewhere))
+            on_tokenizers = iter(encode_elsewhere([texts[position] for position in elsewhere]))
+            return [next(on_tokenizers if position in skipped else on_tiktoken) for position in range(len(texts))]
+        try:
+            return self._encode_batch_on_tiktoken(texts, split_special_tokens, num_threads)
+        except BaseException as err:  # noqa: BLE001 — pyo3's PanicException derives from BaseException only
+            if type(err).__name__ != "PanicException":
+                raise
+            logger.warning("tiktoken panicked (%s); encoding these %d texts with tokenizers", err, len(texts))
+            return encode_elsewhere(texts)
+
+    def _encode_batch_on_tiktoken(self, texts: list[str], split_special_tokens: bool, num_threads: int) -> list[list[int]]:
+        """A plain loop on one thread (tiktoken's fastest way through a list).
 
         On more threads each takes contiguous chunks of ~64K characters or more, joined by _DOCUMENT_BREAK into one
         call: tiktoken encodes the text between two allowed special tokens on its own, so the ids between breaks are
@@ -79,6 +118,45 @@ _MIN_CHUNK_CHARS, _MAX_CHUNK_CHARS = 1 << 16, 1 << 22
 ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def has_long_whitespace_run(text: str) -> bool:
+    """True if `text` has a run of LONGEST_WHITESPACE_RUN_ON_TIKTOKEN or more whitespace characters (and maybe for
+    runs half as long), in len(text) / 50,000 steps for ordinary text.
+
+    A run of 2w - 1 or more characters covers a whole window [k*w, (k+1)*w) with w = half the limit, so only the
+    first character of each window needs a look. `str.isspace` accepts every Unicode White_Space character, what
+    tiktoken's regex matches as whitespace (and a few control characters more: they only send more text elsewhere).
+    """
+    window = LONGEST_WHITESPACE_RUN_ON_TIKTOKEN // 2
+    return len(text) >= window and any(
+        text[start].isspace() and text[start : start + window].isspace()
+        for start in range(0, len(text) - window + 1, window)
+    )
+
+
+def make_tiktoken_encoding(ranks: dict[str, int], special_tokens: dict[str, int], name: str = "gpt_custom"):
+    """A `tiktoken.Encoding` with GPT-2's split over byte-level tokens {'Ġthe': id} ranked by id — the one builder
+    of tiktoken encoders from our vocabularies (the engine, `tiktoken_encoding`, tests and benchmarks)."""
+    import tiktoken
+
+    return tiktoken.Encoding(
+        name,
+        pat_str=GPT2_SPLIT_PATTERN,
+        mergeable_ranks={token_to_bytes(token): token_id for token, token_id in ranks.items()},
+        special_tokens=special_tokens,
+    )
+
+
+def tiktoken_encoding(tokenizer):
+    """The `tiktoken.Encoding` giving exactly `tokenizer`'s ids: the vocabulary `encode_ids_batch` runs on tiktoken.
+
+    Raises UserError, with the check that failed, for a tokenizer tiktoken would encode differently.
+    """
+    engine = tokenizer._tiktoken_engine()
+    if engine.core is None:
+        raise UserError(f"this tokenizer has no tiktoken equivalent: {engine.reason}")
+    return make_tiktoken_encoding(engine.ranks, engine.special_token_ids)
+
+
 def build_tiktoken_engine(state: dict, pipeline_key: tuple) -> TiktokenEngine:
     """A tiktoken encoder giving exactly the ids of the Rust pipeline `state` (tokenizer.json), if one exists.
 
@@ -96,7 +174,7 @@ def build_tiktoken_engine(state: dict, pipeline_key: tuple) -> TiktokenEngine:
         return TiktokenEngine(pipeline_key, None, reason)
 
     try:
-        import tiktoken
+        import tiktoken  # noqa: F401 — make_tiktoken_encoding imports it; here only to know it is installed
     except ImportError:
         return unavailable("tiktoken is not installed")
     model, pre_tokenizer = state.get("model") or {}, state.get("pre_tokenizer") or {}
@@ -124,13 +202,9 @@ def build_tiktoken_engine(state: dict, pipeline_key: tuple) -> TiktokenEngine:
     if not any(_DOCUMENT_BREAK[0] in content for content in special_tokens):
         break_id = max([*vocab.values(), *special_tokens.values()]) + 1
     try:
-        encoding = tiktoken.Encoding(
-            "gpt_custom",
-            pat_str=GPT2_SPLIT_PATTERN,
-            mergeable_ranks={token_to_bytes(token): token_id for token, token_id in ranks.items()},
-            special_tokens={**special_tokens, **({_DOCUMENT_BREAK: break_id} if break_id is not None else {})},
-        )
-        core = encoding._core_bpe  # the Rust object: raises on a lone surrogate, as the tokenizers path does
+        with_break = {**special_tokens, **({_DOCUMENT_BREAK: break_id} if break_id is not None else {})}
+        # the Rust object: raises on a lone surrogate, as the tokenizers path does
+        core = make_tiktoken_encoding(ranks, with_break)._core_bpe
         core.encode_ordinary, core.encode, core.encode_to_tiktoken_buffer
     except Exception as err:  # a tiktoken version without these internals, duplicate ids: use tokenizers
         return unavailable(f"tiktoken refused the vocabulary: {err!r:.200}")
@@ -139,7 +213,9 @@ def build_tiktoken_engine(state: dict, pipeline_key: tuple) -> TiktokenEngine:
     contents = list(special_tokens)
     plain = all(not (token["lstrip"] or token["rstrip"] or token["single_word"]) for token in added_tokens)
     nested = any(a != b and a in b for a in contents for b in contents)
-    return TiktokenEngine(pipeline_key, core, "", set(contents) if plain and not nested else None, break_id)
+    return TiktokenEngine(
+        pipeline_key, core, "", set(contents) if plain and not nested else None, break_id, ranks, special_tokens
+    )
 
 
 def _ranks_if_tiktoken_equivalent(vocab: dict[str, int], merges: list) -> dict[str, int] | str:

@@ -17,7 +17,7 @@ from tokenizers.models import BPE
 from transformers import BatchEncoding, PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy
-from .errors import UserError
+from .errors import MissingFileError, UserError
 
 ENDOFTEXT = "<|endoftext|>"
 
@@ -86,18 +86,42 @@ def _read_merges(merges: str | os.PathLike | list | None) -> list[tuple[str, str
     return [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in merges]
 
 
+def _build_backend(vocab: dict[str, int], merges: list[tuple[str, str]], add_prefix_space: bool) -> Tokenizer:
+    """The Rust pipeline: GPT-2's split and byte alphabet, then plain BPE."""
+    backend = Tokenizer(
+        BPE(
+            vocab=vocab,
+            merges=merges,
+            dropout=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+        )
+    )
+    # ByteLevel(use_regex=True) splits with GPT2_SPLIT_PATTERN, then maps bytes to printable characters.
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
 class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     """Byte-level BPE tokenizer for GPT-Custom models: lossless on any Unicode text, GPT-2 compatible files.
 
     Vocabulary layout (written by `train_tokenizer`): ids 0-255 are the 256 single bytes in byte order (id b is byte
     b, as in minbpe and the reference BPE), then the merged tokens in the order they were learned, then
     `<|endoftext|>` last — GPT-2's convention (50256 is its last id). `<|endoftext|>` is bos, eos and the document
-    separator; there is no unk token (every byte is in the vocabulary) and no pad token unless you set one.
+    separator; there is no unk token (every byte is in the vocabulary). `train_tokenizer` folders set pad = eos; a
+    model's folder also sets `model_max_length` (= n_positions) and `padding_side="left"` for batched generation.
 
-    Special-token text in user input is encoded as plain text by default (`split_special_tokens=True`), so a
-    document that happens to contain the string "<|endoftext|>" cannot inject a document boundary. Append
-    `tokenizer.eos_token_id` to the ids to end a document, or opt in per call with
-    `tokenizer(text, split_special_tokens=False)` (or load with `split_special_tokens=False`).
+    Special-token text in input becomes the special token, as in transformers' GPT-2 tokenizer:
+    `tokenizer(text + tokenizer.eos_token)` ends with `eos_token_id`. To keep such strings as plain text (so a
+    document cannot inject a boundary) pass `split_special_tokens=True` per call or when loading.
+    `encode_ids_batch`, the corpus path, keeps them as text unless told otherwise: training data is data, and the
+    training pipeline appends `eos_token_id` after each document itself.
+
+    A tokenizer needs its vocabulary: `from_pretrained` on a folder without tokenizer.json or vocab.json +
+    merges.txt raises `MissingFileError`; `GPTCustomTokenizerFast.bytes_only()` is the explicit 257-token tokenizer
+    (the 256 bytes and `<|endoftext|>`, no merges).
     """
 
     vocab_files_names = VOCAB_FILES_NAMES
@@ -113,28 +137,18 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         unk_token: str | AddedToken | None = None,
         pad_token: str | AddedToken | None = None,
         add_prefix_space: bool = False,
-        split_special_tokens: bool = True,
+        split_special_tokens: bool = False,
         **kwargs,
     ):
         vocab = _read_vocab(vocab if vocab is not None else kwargs.pop("vocab_file", None))
         merges = _read_merges(merges if merges is not None else kwargs.pop("merges_file", None))
-        if vocab is None:
-            # No files: the 256 bytes and <|endoftext|> — a valid (if slow to use) tokenizer with no merges.
-            vocab = {char: byte for byte, char in bytes_to_unicode().items()}
-            vocab[ENDOFTEXT] = len(vocab)
-        self._tokenizer = Tokenizer(
-            BPE(
-                vocab=vocab,
-                merges=merges,
-                dropout=None,
-                continuing_subword_prefix="",
-                end_of_word_suffix="",
-                fuse_unk=False,
+        if vocab is not None:
+            self._tokenizer = _build_backend(vocab, merges, add_prefix_space)
+        elif not os.path.isfile(kwargs.get("tokenizer_file") or ""):  # with tokenizer.json the base class loads it
+            raise MissingFileError(
+                "GPTCustomTokenizerFast needs a vocabulary: pass vocab= and merges=, load a folder with "
+                "from_pretrained, or call GPTCustomTokenizerFast.bytes_only() for the 257-token bytes-only one"
             )
-        )
-        # ByteLevel(use_regex=True) splits with GPT2_SPLIT_PATTERN, then maps bytes to printable characters.
-        self._tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=True)
-        self._tokenizer.decoder = decoders.ByteLevel()
         super().__init__(
             bos_token=bos_token,
             eos_token=eos_token,
@@ -144,6 +158,32 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             split_special_tokens=split_special_tokens,
             **kwargs,
         )
+
+    @classmethod
+    def bytes_only(cls, **kwargs) -> GPTCustomTokenizerFast:
+        """The 256 single bytes and `<|endoftext|>`, no merges: lossless but ~4x the tokens of a trained vocabulary.
+
+        For tests and tools that need a real tokenizer without training one; a model trained with one must keep it.
+        """
+        vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+        vocab[ENDOFTEXT] = len(vocab)
+        return cls(vocab=vocab, merges=[], **kwargs)
+
+    @classmethod
+    def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
+        """Refuse a folder without the vocabulary instead of falling back to the bytes-only one (wrong ids)."""
+        found = {key for key, path in resolved_vocab_files.items() if path is not None}
+        has_vocabulary = "tokenizer_file" in found or {"vocab_file", "merges_file"} <= found
+        if not has_vocabulary and kwargs.get("vocab") is None:
+            wanted = [VOCAB_FILES_NAMES["tokenizer_file"]] + [
+                VOCAB_FILES_NAMES[key] for key in ("vocab_file", "merges_file") if key not in found
+            ]
+            raise MissingFileError(
+                f"{pretrained_model_name_or_path} has no tokenizer vocabulary: missing {', '.join(wanted)} "
+                "(tokenizer.json alone, or vocab.json with merges.txt, is enough); save the tokenizer into the folder "
+                "with tokenizer.save_pretrained(folder), or load it from the folder it was trained into"
+            )
+        return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
 
     # -- encoding ---------------------------------------------------------------------------------------------------
 
@@ -201,16 +241,21 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         return BatchEncoding(data, encodings, tensor_type=return_tensors)
 
     def encode_ids_batch(
-        self, texts: list[str], split_special_tokens: bool | None = None, num_threads: int | None = None
+        self, texts: list[str], split_special_tokens: bool = True, num_threads: int | None = None
     ) -> list[list[int]]:
         """Token ids for many texts at once: no special tokens added, no padding, no truncation.
 
-        The same ids as `tokenizer(texts)["input_ids"]`, without attention masks, offsets and `BatchEncoding`
-        objects — the fast path for tokenizing a corpus. When `tiktoken` is installed and the vocabulary is verified
-        to be one tiktoken encodes identically (`encode_ids_engine()`), tiktoken's Rust BPE does the work: on one
-        thread ~4x the speed of the `tokenizers` batch call, the speed of a loop of tiktoken's `encode_ordinary`
-        and ~3.8x its `encode_ordinary_batch` (benchmarks/bench_tokenizer.py). Otherwise the `tokenizers` backend
-        does, as in `__call__`.
+        The same ids as `tokenizer(texts, split_special_tokens=split_special_tokens)["input_ids"]`, without
+        attention masks, offsets and `BatchEncoding` objects — the fast path for tokenizing a corpus (the training
+        pipeline's, which appends `eos_token_id` after each document). Unlike `__call__`, special-token text such as
+        a literal "<|endoftext|>" stays text by default (`split_special_tokens=True`), whatever the tokenizer was
+        loaded with: a corpus that mentions the string cannot fake document boundaries. Pass False to match it.
+
+        When `tiktoken` is installed and the vocabulary is verified to be one tiktoken encodes identically
+        (`encode_ids_engine()`), tiktoken's Rust BPE does the work: on one thread ~4x the speed of the `tokenizers`
+        batch call, the speed of a loop of tiktoken's `encode_ordinary` (benchmarks/bench_tokenizer.py). Otherwise,
+        and for documents tiktoken cannot take (a whitespace run of 100K+ characters, see tiktoken_engine.py), the
+        `tokenizers` backend does, as in `__call__`.
 
         `num_threads` (tiktoken engine only; default: 1, or RAYON_NUM_THREADS / all CPUs when TOKENIZERS_PARALLELISM
         is switched on) encodes chunks of `texts` in parallel: tiktoken releases the GIL while it works.
@@ -221,31 +266,32 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             )
         texts = list(texts)
         _check_text_input(texts, "texts")
-        if split_special_tokens is None:
-            split_special_tokens = self.split_special_tokens
         engine = self._tiktoken_engine()
         try:
             if engine.can_encode(split_special_tokens):
                 try:
-                    return engine.encode_batch(texts, split_special_tokens, resolve_num_threads(num_threads))
+                    return engine.encode_batch(
+                        texts,
+                        split_special_tokens,
+                        resolve_num_threads(num_threads),
+                        encode_elsewhere=functools.partial(self._encode_ids_on_tokenizers, split_special_tokens),
+                    )
                 except TypeError:
                     pass  # a (text, pair) item: tiktoken takes str only, the Rust path below knows pairs
-            # An earlier `tokenizer(..., padding=True)` leaves padding on in the Rust tokenizer: switch it off
-            self.set_truncation_and_padding(
-                PaddingStrategy.DO_NOT_PAD, TruncationStrategy.DO_NOT_TRUNCATE, None, 0, None, None
-            )
-            if self._tokenizer.encode_special_tokens != split_special_tokens:
-                self._tokenizer.encode_special_tokens = split_special_tokens
-            encodings = self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+            return self._encode_ids_on_tokenizers(split_special_tokens, texts)
         except (TypeError, UnicodeEncodeError) as err:
             _raise_if_unencodable(texts, None, err)
             raise
-        return [encoding.ids for encoding in encodings]
 
-    def encode_ids_engine(self, split_special_tokens: bool | None = None) -> str:
+    def _encode_ids_on_tokenizers(self, split_special_tokens: bool, texts: list[str]) -> list[list[int]]:
+        # An earlier `tokenizer(..., padding=True)` leaves padding on in the Rust tokenizer: switch it off
+        self.set_truncation_and_padding(PaddingStrategy.DO_NOT_PAD, TruncationStrategy.DO_NOT_TRUNCATE, None, 0, None, None)
+        if self._tokenizer.encode_special_tokens != split_special_tokens:
+            self._tokenizer.encode_special_tokens = split_special_tokens
+        return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def encode_ids_engine(self, split_special_tokens: bool = True) -> str:
         """Which library `encode_ids_batch` runs on: "tiktoken" or "tokenizers" (see tiktoken_engine.py)."""
-        if split_special_tokens is None:
-            split_special_tokens = self.split_special_tokens
         return "tiktoken" if self._tiktoken_engine().can_encode(split_special_tokens) else "tokenizers"
 
     def _tiktoken_engine(self) -> TiktokenEngine:

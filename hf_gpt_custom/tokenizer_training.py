@@ -96,7 +96,11 @@ def train_tokenizer(
             "vocabulary has %d entries, fewer than vocab_size=%d: no more pairs occur %d times in %d characters",
             len(vocab), vocab_size, min_frequency, counter.n_chars,
         )
-    fast_tokenizer = GPTCustomTokenizerFast(vocab=vocab, merges=merges, extra_special_tokens=special_tokens[1:])
+    # pad = eos, as GPT-2 fine-tuning recipes set it, so `tokenizer(texts, padding=True)` works on the bare folder;
+    # padding is masked out, so the id it uses does not matter. (A model's folder also sets model_max_length.)
+    fast_tokenizer = GPTCustomTokenizerFast(
+        vocab=vocab, merges=merges, pad_token=ENDOFTEXT, extra_special_tokens=special_tokens[1:]
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fast_tokenizer.save_pretrained(out_dir)

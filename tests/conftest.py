@@ -39,3 +39,44 @@ def tiny_config():
     return GPTCustomConfig(
         vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98
     )
+
+
+# Prepended to every script run by `python_without_project`: the interpreter starts with `-I -S` (isolated mode and no
+# `site`, so no .pth file runs: the editable install's finder lives in one), gets the virtualenv's site-packages back
+# by hand, and proves that none of the project's packages can be imported before the script does anything.
+_WITHOUT_PROJECT_PRELUDE = """\
+import importlib.util as _util, sys as _sys
+_sys.path.extend({site_packages!r})
+for _name in ("hf_gpt_custom", "training", "eval", "model_cards"):
+    assert _util.find_spec(_name) is None, _name + " is importable in the clean interpreter"
+"""
+
+
+@pytest.fixture
+def python_without_project(tmp_path):
+    """Run a Python script where none of this project's packages is importable (as on a user's machine that only
+    has torch/transformers): `run(script, *args) -> dict`, the JSON object the script prints on its last line.
+
+    The process starts outside the repository, offline, with its remote-code module cache under tmp_path, so a
+    folder saved with its code files must load through `trust_remote_code=True` alone."""
+    import json
+    import subprocess
+    import sys
+    import sysconfig
+
+    site_packages = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    prelude = _WITHOUT_PROJECT_PRELUDE.format(site_packages=site_packages)
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir(exist_ok=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), HF_MODULES_CACHE=str(tmp_path / "modules"))
+
+    def run(script: str, *args: str) -> dict:
+        completed = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", prelude + script, *map(str, args)],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        return json.loads(completed.stdout.strip().splitlines()[-1])
+
+    return run

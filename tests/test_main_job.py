@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hf_gpt_custom.test_hub_export import assert_export_matches_in_process, hash_folder
+from tests.helpers import assert_export_matches_in_process, hash_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CONFIG = REPO_ROOT / "training" / "configs" / "smoke.yaml"
@@ -58,7 +58,8 @@ def _start_and_kill_at_first_checkpoint(overrides: list[str], run_dir: Path, env
 
 
 @pytest.mark.slow
-def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(tmp_path, capsys, monkeypatch):
+def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(tmp_path, capsys, monkeypatch,
+                                                                                python_without_project):
     from huggingface_hub import ModelCard
 
     from hf_gpt_custom.run import run_pipeline
@@ -102,7 +103,7 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
     }
 
     # 4. The export loads without the package and generates exactly what the trained model generates in-process.
-    assert_export_matches_in_process(run_dir, export, tmp_path)
+    assert_export_matches_in_process(run_dir, export, python_without_project)
 
     # 5. Once more: every stage is finished, nothing runs, nothing changes.
     before = hash_folder(export)

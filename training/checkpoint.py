@@ -4,27 +4,36 @@ A checkpoint folder is `accelerator.save_state` output (model, optimizer, schedu
 training_state.json (optimizer step, epoch, batches consumed in the epoch, tokens seen) and manifest.json, written
 last, listing every file with its size and sha256. It is written as step_NNNNNN.tmp and renamed when complete, so a
 folder named step_NNNNNN without a verifying manifest was damaged afterwards: it is refused, never deleted here.
+The folder holds one linear history: a run that starts over or resumes from an older step first moves the other
+history's checkpoints into an abandoned_* folder, so rotation and "latest" only ever see the branch being trained.
+The manifest helpers live in hf_gpt_custom.model_folder (one format for checkpoints and model folders).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import errno
 import json
 import logging
 import os
 import re
 import shutil
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
 from hf_gpt_custom.errors import MissingFileError, UserError
+# sha256_file is re-exported: data.py hashes the cache key's files with it
+from hf_gpt_custom.model_folder import MANIFEST_NAME, sha256_file, verify_manifest, write_manifest  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_NAME = "manifest.json"
 TRAINING_STATE_NAME = "training_state.json"
-MANIFEST_FORMAT = 1
+RANDOM_STATES_NAME = "random_states_{rank}.pkl"  # accelerate's per-rank RNG file (RNG_STATE_NAME + rank)
 _CHECKPOINT_RE = re.compile(r"^step_(\d{6,})$")
+# What torch's zip writer says when a write fails (a full disk, mostly): it raises RuntimeError, not OSError.
+_TORCH_WRITE_FAILURES = ("inline_container", "file write failed", "PytorchStreamWriter")
 
 
 @dataclass
@@ -41,32 +50,72 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def checkpoint_step(folder: Path) -> int | None:
+    match = _CHECKPOINT_RE.match(folder.name)
+    return int(match.group(1)) if match else None
+
+
 def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: TrainingState, keep_last: int) -> Path:
     """Write checkpoints_dir/step_NNNNNN atomically (save to .tmp, write manifest, rename), then keep the last K.
 
-    Every process must call this (each saves its own RNG state). Returns the final folder.
+    Every process must call this (each saves its own RNG state). Returns the final folder. A failed write (read-only
+    folder, full disk) removes the partial .tmp folder and raises a UserError naming the folder and the cause; the
+    checkpoints saved before stay as they were.
     """
     checkpoints_dir = Path(checkpoints_dir)
     final = checkpoints_dir / checkpoint_name(state.step)
     temporary = checkpoints_dir / f"{final.name}.tmp"
-    if accelerator.is_main_process:
-        checkpoints_dir.mkdir(parents=True, exist_ok=True)
-        if temporary.exists():  # our own leftover from a run killed while saving this very step
-            shutil.rmtree(temporary)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(temporary))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        (temporary / TRAINING_STATE_NAME).write_text(json.dumps(dataclasses.asdict(state), indent=2))
-        _write_manifest(temporary, state.step)
-        _fsync_folder(temporary)
-        if final.exists():  # left by an earlier attempt or run in this folder: these weights supersede it
-            _move_aside(final)
-        os.rename(temporary, final)
-        _fsync_folder(checkpoints_dir)
-        _delete_old_checkpoints(checkpoints_dir, keep_last)
+    with _write_errors_named(checkpoints_dir, temporary, f"checkpoint {final.name}"):
+        if accelerator.is_main_process:
+            checkpoints_dir.mkdir(parents=True, exist_ok=True)
+            if temporary.exists():  # our own leftover from a run killed while saving this very step
+                shutil.rmtree(temporary)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(temporary))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (temporary / TRAINING_STATE_NAME).write_text(json.dumps(dataclasses.asdict(state), indent=2))
+            write_manifest(temporary, step=state.step)
+            _fsync_folder(temporary)
+            if final.exists():  # left by an earlier attempt or run in this folder: these weights supersede it
+                _move_aside(final)
+            os.rename(temporary, final)
+            _fsync_folder(checkpoints_dir)
+            _delete_old_checkpoints(checkpoints_dir, keep_last)
     accelerator.wait_for_everyone()
     return final
+
+
+@contextmanager
+def _write_errors_named(folder: Path, partial: Path, what: str):
+    """Turn an OSError, or torch's RuntimeError for a failed write ("[enforce fail at inline_container.cc] ...",
+    "file write failed"), into a UserError naming `folder` and the cause; delete the partial `partial` folder."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, RuntimeError) as error:
+        if isinstance(error, OSError):
+            code = errno.errorcode.get(error.errno, error.errno)
+            cause = f"{os.strerror(error.errno)} ({code})" if error.errno else str(error)
+        elif any(text in str(error) for text in _TORCH_WRITE_FAILURES):
+            cause = f"torch could not write the file ({str(error).strip().splitlines()[0][:120]})"
+        else:
+            raise
+        shutil.rmtree(partial, ignore_errors=True)  # frees the space the half-written files took
+        complete = [f.name for f in list_checkpoints(folder) if verify_checkpoint(f, quick=True) is None]
+        kept = f"the complete checkpoints {', '.join(complete)} are untouched" if complete else "no checkpoint was lost"
+        raise UserError(
+            f"cannot write {what} to {folder}: {cause}; {_free_space(folder)}. {kept} — make the folder writable or "
+            f"free space, then resume with --resume_from_checkpoint latest"
+        ) from error
+
+
+def _free_space(folder: Path) -> str:
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if existing is None:
+        return "free space unknown"
+    return f"{shutil.disk_usage(existing).free / 2**20:,.0f} MiB free on that filesystem"
 
 
 def _move_aside(folder: Path) -> None:
@@ -85,16 +134,6 @@ def _move_aside(folder: Path) -> None:
     os.rename(folder, damaged)
 
 
-def _write_manifest(folder: Path, step: int) -> None:
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    manifest = {"format": MANIFEST_FORMAT, "step": step, "files": files}
-    partial = folder / f"{MANIFEST_NAME}.partial"
-    partial.write_text(json.dumps(manifest, indent=2))
-    os.replace(partial, folder / MANIFEST_NAME)
-
-
 def _fsync_folder(folder: Path) -> None:
     for path in [*folder.rglob("*"), folder] if folder.is_dir() else []:
         try:
@@ -109,57 +148,71 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _delete_old_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
-    """Delete complete checkpoints beyond the newest `keep_last`; incomplete folders are left for a human."""
+    """Delete complete checkpoints beyond the newest `keep_last`; incomplete folders are left for a human.
+
+    Safe because the folder holds only the branch being trained (set_aside_other_histories ran at the start)."""
     complete = [folder for folder in list_checkpoints(checkpoints_dir) if verify_checkpoint(folder, quick=True) is None]
     for folder in complete[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(folder)
+
+
+def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
+                              resume_folder: Path | None) -> Path | None:
+    """Before training: move checkpoints that are not on the branch about to be trained into an abandoned_* folder.
+
+    Resuming from step S of this folder abandons its checkpoints after S (rotation would otherwise keep those, the
+    newest, and delete the resumed branch, and "latest" would point at the other history). A fresh run, or one
+    resumed from another folder, abandons all of them. Nothing is deleted. Returns the folder they went to, if any.
+    """
+    checkpoints_dir = Path(checkpoints_dir)
+    if not accelerator.is_main_process:
+        return None
+    resumed_here = resume_folder is not None and Path(resume_folder).resolve().parent == checkpoints_dir.resolve()
+    resumed_step = checkpoint_step(Path(resume_folder)) if resumed_here else None
+    other = [f for f in list_checkpoints(checkpoints_dir) if resumed_step is None or checkpoint_step(f) > resumed_step]
+    if not other:
+        return None
+    reason = f"after_{checkpoint_name(resumed_step)}" if resumed_step is not None else "before_new_run"
+    abandoned = checkpoints_dir / f"abandoned_{reason}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    suffix = 1
+    while abandoned.exists():
+        abandoned, suffix = abandoned.with_name(f"{abandoned.name.split('.')[0]}.{suffix}"), suffix + 1
+    abandoned.mkdir()
+    for folder in other:
+        os.rename(folder, abandoned / folder.name)
+    why = f"resuming from {resume_folder}" if resume_folder is not None else "starting a new run in this folder"
+    logger.warning(
+        "%s: moved the checkpoints of the other history (%s) to %s — kept, not deleted; 'latest' and rotation now "
+        "see only this run's branch. Delete that folder when you no longer need it.",
+        why, ", ".join(f.name for f in other), abandoned,
+    )
+    return abandoned
 
 
 # --- finding and verifying -----------------------------------------------------------------------------------------
 
 
 def list_checkpoints(checkpoints_dir: str | os.PathLike) -> list[Path]:
-    """Folders named step_NNNNNN (complete or not), oldest first; *.tmp folders are not checkpoints."""
+    """Folders named step_NNNNNN (complete or not), oldest first; *.tmp and abandoned_* folders are not listed."""
     checkpoints_dir = Path(checkpoints_dir)
     if not checkpoints_dir.is_dir():
         return []
     folders = [p for p in checkpoints_dir.iterdir() if p.is_dir() and _CHECKPOINT_RE.match(p.name)]
-    return sorted(folders, key=lambda p: int(_CHECKPOINT_RE.match(p.name).group(1)))
+    return sorted(folders, key=checkpoint_step)
 
 
 def verify_checkpoint(folder: str | os.PathLike, quick: bool = False) -> str | None:
     """None if `folder` is a complete checkpoint, else the reason it is not. `quick` checks sizes, not sha256."""
     folder = Path(folder)
-    manifest_path = folder / MANIFEST_NAME
-    if not manifest_path.is_file():
+    if not (folder / MANIFEST_NAME).is_file():
         return f"it has no {MANIFEST_NAME} (written last, so the save never finished)"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        files = manifest["files"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return f"its {MANIFEST_NAME} is unreadable"
-    if TRAINING_STATE_NAME not in files:
+    problem = verify_manifest(folder, quick=quick)
+    if problem is not None:
+        return problem
+    if TRAINING_STATE_NAME not in json.loads((folder / MANIFEST_NAME).read_text())["files"]:
         return f"its manifest does not list {TRAINING_STATE_NAME}"
-    for name, expected in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != expected["size"]:
-            return f"{name} has {path.stat().st_size} bytes, the manifest says {expected['size']}"
-        if not quick and sha256_file(path) != expected["sha256"]:
-            return f"{name} does not match its sha256 in the manifest"
     return None
-
-
 def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str) -> Path:
     """The checkpoint to resume from: `which` is "latest" or a folder. Refuses an incomplete one with the fix.
 
@@ -199,6 +252,42 @@ def read_training_state(folder: str | os.PathLike) -> TrainingState:
 
 
 def load_checkpoint(accelerator, folder: str | os.PathLike) -> TrainingState:
-    """Restore model, optimizer, scheduler and RNG states from a verified checkpoint; return where the run was."""
+    """Restore model, optimizer, scheduler and RNG states from a verified checkpoint; return where the run was.
+
+    Accelerate skips a random-state file it cannot load with an info-level log line, and the run then goes on with
+    other random numbers (dropout differs from an uninterrupted run). That file is checked first and refused.
+    """
+    check_random_states(folder, accelerator.process_index, accelerator.num_processes)
     accelerator.load_state(str(folder))
     return read_training_state(folder)
+
+
+def check_random_states(folder: str | os.PathLike, rank: int, num_processes: int) -> None:
+    """Raise a UserError unless this rank's random_states_<rank>.pkl loads as accelerate's load_state will load it."""
+    from accelerate.utils import load
+    import torch
+
+    folder = Path(folder)
+    path = folder / RANDOM_STATES_NAME.format(rank=rank)
+    not_exact = "without it the run would not continue exactly (other dropout masks than an uninterrupted run)"
+    if not path.is_file():
+        saved_by = len(list(folder.glob(RANDOM_STATES_NAME.format(rank="*"))))
+        raise UserError(
+            f"checkpoint {folder} has no {path.name}: it was saved by {saved_by} process(es) and this run has "
+            f"{num_processes}; {not_exact} — resume with {saved_by} process(es)"
+        )
+    needed = ["random_state", "numpy_random_seed", "torch_manual_seed"]
+    needed += ["torch_cuda_manual_seed"] if torch.cuda.is_available() else []
+    try:
+        states = load(path)  # accelerate's loader: torch.load with weights_only=True
+        missing = [key for key in needed if key not in states]
+    except Exception as err:  # unpickling fails in many ways (another numpy/torch version, a damaged file)
+        raise UserError(
+            f"cannot load the random state {path} ({type(err).__name__}: {str(err).strip().splitlines()[0][:160]}); "
+            f"{not_exact} — resume with the torch/numpy versions that wrote it, or start a new run"
+        ) from err
+    if missing:
+        raise UserError(
+            f"the random state {path} lacks {', '.join(missing)} (saved on another kind of device?); {not_exact} — "
+            f"resume on the kind of device that wrote it, or start a new run"
+        )

@@ -21,11 +21,6 @@ from hf_gpt_custom.errors import MissingFileError, UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# The benchmark names `hf-gpt-custom run` understands (CONTRACTS.md); checked lightly here so a typo fails at start-up.
-KNOWN_BENCHMARK_TASKS = (
-    "lambada", "hellaswag", "piqa", "arc_easy", "arc_challenge", "winogrande",
-    "copa", "boolq", "openbookqa", "wikitext", "triviaqa",
-)
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
 TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 
@@ -295,8 +290,13 @@ def _validate(config: TrainConfig) -> None:
         raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
     if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
         raise UserError("resume_from_checkpoint is empty; give 'latest' or a checkpoint folder")
+    from eval.task import available_tasks, task_file  # the task YAML folder is the one list of tasks
+
     for task in config.benchmark_tasks:
-        _check_choice("benchmark_tasks", task, KNOWN_BENCHMARK_TASKS)
+        if task.endswith((".yaml", ".yml")):
+            task_file(task)  # a task file of your own: it must exist
+        else:
+            _check_choice("benchmark_tasks", task, tuple(available_tasks()))
     for shots in config.benchmark_shots:
         if shots < 0:
             raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")

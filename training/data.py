@@ -22,6 +22,7 @@ import datasets
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from training.checkpoint import sha256_file
 from training.config import TrainConfig
+from training.run_lock import claim_build_folder
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
@@ -277,9 +278,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
                           folder, True, stats)
 
-    work = cache_root / f"{key[:20]}.tmp{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = claim_build_folder(cache_root, key[:20])  # also removes builds of dead processes (run_lock.py)
     raw_cache = cache_root / "raw"  # `datasets`' own Arrow cache of the parsed text files
     documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
                                   sample_by=config.text_sample_by, cache_dir=raw_cache)

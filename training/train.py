@@ -21,9 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 
-from training.checkpoint import TrainingState, find_checkpoint, load_checkpoint, save_checkpoint
+from training.checkpoint import (
+    TrainingState, find_checkpoint, load_checkpoint, save_checkpoint, set_aside_other_histories,
+)
 from training.config import DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, save_train_config
 from training.data import prepare_datasets, token_byte_lengths
+from training.launcher import mixed_precision_for_run
+from training.run_lock import lock_run_folder
 from training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, write_training_summary,
 )
@@ -244,7 +248,8 @@ def train(config: TrainConfig) -> Path:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
-        return _train(config)
+        with lock_run_folder(config.run_dir):  # one process per run folder (run_lock.py)
+            return _train(config)
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back
 
@@ -262,7 +267,7 @@ def _train(config: TrainConfig) -> Path:
     log_with = None if config.log_with in (None, "none") else config.log_with
     accelerator = Accelerator(
         cpu=config.cpu if config.cpu is not None else not torch.cuda.is_available(),
-        mixed_precision=config.mixed_precision,
+        mixed_precision=mixed_precision_for_run(config.mixed_precision),  # warns if the launcher differs
         # sync_with_dataloader=False: an accumulation window may straddle an epoch boundary instead of being cut
         # short there, so every optimizer step sees exactly gradient_accumulation_steps micro-batches.
         gradient_accumulation_plugin=GradientAccumulationPlugin(
@@ -279,6 +284,7 @@ def _train(config: TrainConfig) -> Path:
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
+    set_aside_other_histories(accelerator, checkpoints_dir, resume_folder)  # rotation then sees only this branch
     set_seed(config.seed)
 
     with accelerator.main_process_first():

@@ -1,8 +1,10 @@
-"""Mirror our task files as lm-evaluation-harness 0.4.13 task YAMLs over the same processed docs.
+"""Mirror our task files as lm-evaluation-harness 0.4.13 task YAMLs over the same processed docs, for the tests.
 
 Used by the agreement test and benchmarks/bench_eval.py: our docs (after process_docs) are written to JSONL, and
-each YAML reads them with `dataset_path: json` and uses the same templates, delimiters and few-shot split, so both
-harnesses see the same prompts and any disagreement is in the scoring.
+each YAML reads them with `dataset_path: json`; prompts and scoring fields come from eval/lm_eval_export.py (the
+code that writes the shipped eval/lm_eval_tasks), here with our own protocol, so both harnesses see the same
+prompts as `evaluate` and any disagreement is in the scoring. The shipped files differ only in the data source
+(our loader) and protocol (lm-eval's).
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from eval.lm_eval_export import lm_eval_task_config
 from eval.task import load_task
-
-LM_EVAL_METRICS = {"acc", "acc_norm", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "exact_match"}
 
 
 def write_lm_eval_tasks(task_names: list[str], out_dir: Path, data_dir: Path | None = None) -> dict[str, str]:
@@ -23,33 +24,19 @@ def write_lm_eval_tasks(task_names: list[str], out_dir: Path, data_dir: Path | N
     names = {}
     for name in task_names:
         spec = load_task(name)
+        if spec.count_field is not None:
+            raise ValueError(f"task {name}: counting on {spec.count_field!r} needs eval/lm_eval_tasks/gptc_{name}.yaml")
         docs_path = out_dir / f"{name}.jsonl"
         with open(docs_path, "w", encoding="utf-8") as handle:
             for doc in spec.docs("test", data_dir):
                 handle.write(json.dumps(doc) + "\n")
+        config = lm_eval_task_config(spec, f"ours_{name}")
         config = {
-            "task": f"ours_{name}",
+            "task": config.pop("task"),
             "dataset_path": "json",
             "dataset_kwargs": {"data_files": {"test": str(docs_path)}, "cache_dir": str(out_dir / "hf_datasets_cache")},
-            "test_split": "test",
-            "fewshot_split": "test",
-            "output_type": spec.output_type,
-            "doc_to_text": spec.doc_to_text,
-            "doc_to_target": spec.doc_to_target,
-            "target_delimiter": spec.target_delimiter,
-            "fewshot_delimiter": spec.fewshot_delimiter,
-            "metric_list": [
-                {"metric": m, **({"aggregation": "mean", "higher_is_better": True} if m in ("acc", "acc_norm") else {})}
-                for m in spec.metric_names
-                if m in LM_EVAL_METRICS
-            ],
+            **config,
         }
-        if spec.doc_to_choice is not None:
-            config["doc_to_choice"] = spec.doc_to_choice
-        if spec.description:
-            config["description"] = spec.description
-        if spec.generation_kwargs:
-            config["generation_kwargs"] = {**spec.generation_kwargs, "do_sample": False}
         (out_dir / f"ours_{name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         names[name] = f"ours_{name}"
     return names

@@ -54,12 +54,17 @@ def test_examples_table_and_plot_are_written(report_dir):
     assert (out_dir / "shots_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_eval_writes_the_same_report(tiny_model_folder, tmp_path):
+def test_cli_eval_writes_the_same_report_and_prints_the_table_and_the_paths(tiny_model_folder, tmp_path, capsys):
     from hf_gpt_custom.cli import main
 
     main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--shots", "0", "--limit", "3", "--out", str(tmp_path)])
     payload = json.loads((tmp_path / "results.json").read_text())
     assert [row["metric"] for row in payload["results"]] == ["acc"]
+    out = capsys.readouterr().out
+    assert (tmp_path / "table.md").read_text() in out
+    assert "| copa | 0 | acc ↑ |" in out
+    assert out.rstrip().splitlines()[-1] == "wrote " + ", ".join(
+        str(tmp_path / name) for name in ("results.json", "table.md", "examples.jsonl", "shots_curve.png"))
 
 
 def test_cli_unknown_task_exits_2_with_one_line(tiny_model_folder, tmp_path, capsys):
@@ -94,3 +99,46 @@ def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, sha
     payload = json.loads((tmp_path / "out" / "results.json").read_text())
     assert payload["skipped"][0]["task"] == "boolq"
     assert "Not evaluated: boolq at K=1" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_one_renderer_formats_rows_by_hand():
+    """Grouped by task then K whatever the row order; ↑/↓; four decimals, thousands separators for a long number,
+    – for a missing stderr, nan for a null value; one sentence per skipped (task, K)."""
+    from eval.report import format_results_table
+
+    rows = [
+        {"task": "wikitext", "num_fewshot": 0, "metric": "word_perplexity", "value": 123456.789, "stderr": None,
+         "n": 2, "higher_is_better": False, "n_truncated": 0},
+        {"task": "copa", "num_fewshot": 1, "metric": "acc", "value": 0.5, "stderr": 0.28867513, "n": 4,
+         "higher_is_better": True, "n_truncated": 1},
+        {"task": "wikitext", "num_fewshot": 0, "metric": "bits_per_byte", "value": None, "stderr": None, "n": 2,
+         "higher_is_better": False, "n_truncated": 0},
+        {"task": "copa", "num_fewshot": 0, "metric": "acc", "value": 0.75, "stderr": 0.25, "n": 4,
+         "higher_is_better": True, "n_truncated": 0},
+    ]
+    skipped = [{"task": "boolq", "num_fewshot": 5, "reason": "5 examples need 900 tokens; n_positions is 64"}]
+    assert format_results_table(rows, skipped).splitlines()[2:] == [
+        "| wikitext | 0 | word_perplexity ↓ | 123,456.8 | – | 2 | 0 |",
+        "| wikitext | 0 | bits_per_byte ↓ | nan | – | 2 | 0 |",
+        "| copa | 0 | acc ↑ | 0.7500 | 0.2500 | 4 | 0 |",
+        "| copa | 1 | acc ↑ | 0.5000 | 0.2887 | 4 | 1 |",
+        "",
+        "Not evaluated: boolq at K=5 (5 examples need 900 tokens; n_positions is 64).",
+    ]
+
+
+def test_the_card_shows_the_table_md_rows(report_dir, tmp_path):
+    """table.md and the model card render the same rows with the same function: the card's lines are table.md's."""
+    from model_cards.card import build_model_card
+    from tests.helpers import make_tiny_run
+
+    out_dir, _ = report_dir
+    run_dir = make_tiny_run(tmp_path / "run")
+    (run_dir / "eval" / "results.json").write_text((out_dir / "results.json").read_text())
+
+    def result_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("| ") and (" ↑ |" in line or " ↓ |" in line)]
+
+    card_rows = result_lines(build_model_card(run_dir).text)
+    table_rows = result_lines((out_dir / "table.md").read_text())
+    assert card_rows == table_rows and len(table_rows) > 5

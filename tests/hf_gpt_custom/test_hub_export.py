@@ -1,86 +1,18 @@
 """export_folder and push_folder: a Hub folder that loads where hf_gpt_custom is not installed, and a push that fails
 cleanly — one message, nothing changed — without a token or a network. No test contacts the network.
 
-The "package not importable" subprocess: the project is installed editable, and setuptools' editable finder is
-registered by a .pth file in site-packages, so even `python -I` from another directory can import hf_gpt_custom.
-We therefore start Python with `-I -S` (isolated, no `site` processing: no .pth files run) from a cwd outside the
-repository and append site-packages to sys.path by hand: transformers, torch and tokenizers import, our package
-does not — the test asserts that before loading anything.
+The "package not importable" process is the `python_without_project` fixture (tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.model_cards.test_card import make_tiny_run
-
-PROMPT = "ROMEO: what light"
-NEW_TOKENS = 12
-
-# Runs in the clean interpreter; prints one JSON line.
-REMOTE_LOAD_SCRIPT = r"""
-import json, sys
-sys.path.append(sys.argv[1])  # site-packages, without its .pth files (the editable finder lives in one)
-try:
-    import hf_gpt_custom
-    importable = True
-except ModuleNotFoundError:
-    importable = False
-import torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
-
-folder = sys.argv[2]
-config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-base = AutoModel.from_pretrained(folder, trust_remote_code=True)
-input_ids = tokenizer(sys.argv[3], return_tensors="pt").input_ids
-with torch.no_grad():
-    logits = model(input_ids).logits[0]
-    generated = model.generate(input_ids, max_new_tokens=int(sys.argv[4]), do_sample=False)[0]
-print(json.dumps({
-    "hf_gpt_custom_importable": importable,
-    "classes": [type(obj).__module__ + "." + type(obj).__name__ for obj in (config, tokenizer, model, base)],
-    "input_ids": input_ids[0].tolist(),
-    "logits": logits.tolist(),
-    "generated": generated.tolist(),
-    "text": tokenizer.decode(generated),
-}))
-"""
-
-
-def load_in_clean_process(folder: Path, prompt: str, new_tokens: int, tmp_path: Path) -> dict:
-    """Run REMOTE_LOAD_SCRIPT on `folder` in a fresh `-I -S` interpreter outside the repo; its JSON result."""
-    cwd = tmp_path / "elsewhere"
-    cwd.mkdir(exist_ok=True)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1")  # remote-code module cache goes to tmp
-    completed = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", REMOTE_LOAD_SCRIPT, sysconfig.get_paths()["purelib"], str(folder),
-         prompt, str(new_tokens)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def hash_folder(folder: Path) -> str:
-    """sha256 over every path and file byte below `folder`: equal hashes mean nothing was changed."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        digest.update(str(path.relative_to(folder)).encode())
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
+from tests.helpers import NEW_TOKENS, assert_export_matches_in_process, hash_folder, make_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -125,29 +57,9 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert not list(out_dir.rglob("*.bin")) and not list(out_dir.rglob("optimizer*"))
 
 
-def assert_export_matches_in_process(run_dir: Path, export_dir: Path, tmp_path: Path) -> dict:
-    """The export, loaded where hf_gpt_custom is not importable, gives the trained model's logits and greedy tokens.
-
-    Returns the clean process's JSON result with this process's `input_ids`, `generated` and `tokenizer` added."""
-    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
-
-    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
-    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
-    input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
-    with torch.no_grad():
-        logits = model(input_ids).logits[0]
-        generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
-
-    remote = load_in_clean_process(export_dir, PROMPT, NEW_TOKENS, tmp_path)
-    assert remote["hf_gpt_custom_importable"] is False
-    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
-    assert remote["generated"] == generated.tolist()
-    return {**remote, "local_input_ids": input_ids[0].tolist(), "local_generated": generated, "tokenizer": tokenizer}
-
-
-def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, tmp_path):
+def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, python_without_project):
     run_dir, out_dir = exported
-    remote = assert_export_matches_in_process(run_dir, out_dir, tmp_path)
+    remote = assert_export_matches_in_process(run_dir, out_dir, python_without_project)
     assert all(name.startswith("transformers_modules.") for name in remote["classes"]), remote["classes"]
     assert [name.rsplit(".", 1)[1] for name in remote["classes"]] == [
         "GPTCustomConfig", "GPTCustomTokenizerFast", "GPTCustomForCausalLM", "GPTCustomModel",
@@ -172,6 +84,8 @@ def test_export_replaces_an_earlier_export_but_not_a_foreign_folder(exported, tm
     with pytest.raises(ValueError, match=r"exists and is not an earlier export"):
         export_folder(run_dir, foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ValueError, match=r"notes.txt: it is a file; choose a folder path"):
+        export_folder(run_dir, foreign / "notes.txt")
 
 
 def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
@@ -292,3 +206,111 @@ def test_push_with_a_rejected_token_names_the_http_status(exported, monkeypatch)
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- what an export publishes: no local path, readable weights, a tokenizer ready for batches ------------------------
+
+
+def local_strings(run_dir: Path) -> list[str]:
+    """Strings that would give away the machine the run was on: the run's own absolute paths (the folder, the
+    dataset file beside it, the tokenizer folder, the packed-data cache), the home folder and the working directory."""
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    return [str(run_dir), str(run_dir.parent), summary["dataset"], summary["tokenizer"], summary["data_cache"],
+            str(Path.home()), os.getcwd()]
+
+
+def test_export_publishes_no_local_path(exported):
+    run_dir, out_dir = exported
+    forbidden = local_strings(run_dir)
+    assert all(os.path.isabs(item) for item in forbidden)
+    # the run itself does record them (otherwise this test would prove nothing)
+    assert str(run_dir) in (run_dir / "training_summary.json").read_text()
+    assert '"is_local": true' in (run_dir / "final" / "tokenizer_config.json").read_text()
+    for path in out_dir.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            leaked = [item for item in forbidden if item in text]
+            assert not leaked, f"{path.relative_to(out_dir)} publishes {leaked}"
+    tokenizer_config = json.loads((out_dir / "tokenizer_config.json").read_text())
+    assert "is_local" not in tokenizer_config and "local_files_only" not in tokenizer_config
+    summary = json.loads((out_dir / "training_summary.json").read_text())
+    # a file outside the run by its base name, a folder inside the run by its path there
+    assert (summary["dataset"], summary["config"]["dataset"], summary["tokenizer"]) == ("input.txt", "input.txt", "tokenizer")
+    assert summary["final_val_loss"] == 5.5  # numbers untouched
+    results = json.loads((out_dir / "eval" / "results.json").read_text())
+    assert results["model"] == "final"
+    assert (out_dir / "eval" / "table.md").read_text().startswith("Model: `final`")
+    card = (out_dir / "README.md").read_text()
+    assert "`input.txt`" in card and "karpathy/tiny_shakespeare" in card
+
+
+def test_export_weights_are_readable_by_others(exported, tmp_path):
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir, _ = exported
+    previous = os.umask(0o022)
+    try:
+        out_dir = export_folder(run_dir, tmp_path / "export")
+    finally:
+        os.umask(previous)
+    assert (run_dir / "final" / "model.safetensors").stat().st_mode & 0o777 == 0o600  # what save_pretrained leaves
+    for path in out_dir.rglob("*"):
+        assert path.stat().st_mode & 0o777 == (0o755 if path.is_dir() else 0o644), path
+
+
+def test_export_tokenizer_pads_left_with_eos_and_truncates_at_the_context_length(exported):
+    from transformers import AutoTokenizer
+
+    _, out_dir = exported
+    tokenizer = AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)
+    n_positions = json.loads((out_dir / "config.json").read_text())["n_positions"]
+    assert tokenizer.model_max_length == n_positions == 64
+    assert tokenizer.pad_token == tokenizer.eos_token == "<|endoftext|>" and tokenizer.padding_side == "left"
+    batch = tokenizer(["ab", "abcd"], padding=True)
+    eos = tokenizer.eos_token_id
+    assert batch["input_ids"][0][:2] == [eos, eos] and batch["attention_mask"][0] == [0, 0, 1, 1]
+    assert len(tokenizer("x" * 500, truncation=True)["input_ids"]) == n_positions
+
+
+def test_export_refuses_a_final_folder_with_a_missing_weight(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "broken", with_eval=False)
+    weights = run_dir / "final" / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["transformer.ln_f.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"does not hold every weight.*transformer\.ln_f\.weight"):
+        export_folder(run_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
+    import shutil
+
+    from hf_gpt_custom.hub import check_export, push_folder
+
+    _, out_dir = exported
+    files = check_export(out_dir)
+    assert ("model.safetensors", (out_dir / "model.safetensors").stat().st_size) in files
+    edited = tmp_path / "edited"
+    shutil.copytree(out_dir, edited)
+    with open(edited / "README.md", "a", encoding="utf-8") as card:
+        card.write(f"\nTrained from {Path.home() / 'data' / 'corpus.txt'}\n")
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    before = hash_folder(edited)
+    with pytest.raises(ValueError, match=r"README\.md contains the local path"):
+        push_folder(edited, "alice/tiny-shakespeare")
+    assert hash_folder(edited) == before
+
+    config = json.loads((out_dir / "config.json").read_text())
+    (edited / "README.md").write_text((out_dir / "README.md").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, "_name_or_path": "/srv/models/tiny"}))
+    with pytest.raises(ValueError, match=r"config\.json contains local information _name_or_path = '/srv/models/tiny'"):
+        check_export(edited)
+    (edited / "config.json").write_text(json.dumps(config))
+    (edited / "loss_curve.png").unlink()
+    with pytest.raises(ValueError, match=r"README\.md shows loss_curve\.png, which is not in"):
+        check_export(edited)

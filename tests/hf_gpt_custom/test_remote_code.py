@@ -2,23 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import torch
 
 from hf_gpt_custom import GPTCustomForCausalLM
 
-# Runs in a fresh interpreter. The package is installed (editable) in this virtualenv, so "not importable" is made
-# explicit: a None entry in sys.modules makes `import hf_gpt_custom` raise ImportError before any finder runs.
+# Runs under the `python_without_project` fixture (tests/conftest.py).
 LOAD_IN_CLEAN_PROCESS = """
 import json, sys
-sys.modules["hf_gpt_custom"] = None
-try:
-    import hf_gpt_custom
-    raise SystemExit("hf_gpt_custom should not be importable here")
-except ImportError:
-    pass
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
@@ -37,20 +28,13 @@ print(json.dumps({
 """
 
 
-def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny_config):
+def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny_config, python_without_project):
     model = GPTCustomForCausalLM(tiny_config).eval()
     model.save_pretrained(tmp_path)
     assert {"configuration_gpt_custom.py", "modeling_gpt_custom.py", "convert_gpt2.py", "decode_step.py", "kv_cache.py", "onednn_linear.py"} <= set(os.listdir(tmp_path))
 
     input_ids = torch.randint(0, 99, (2, 7))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    env.pop("PYTHONPATH", None)
-    result = subprocess.run(
-        [sys.executable, "-c", LOAD_IN_CLEAN_PROCESS, str(tmp_path), json.dumps(input_ids.tolist())],
-        cwd=tmp_path.parent, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    remote = python_without_project(LOAD_IN_CLEAN_PROCESS, tmp_path, json.dumps(input_ids.tolist()))
 
     assert all(module.startswith("transformers_modules.") for module in remote["classes"]), remote["classes"]
     with torch.no_grad():

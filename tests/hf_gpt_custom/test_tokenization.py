@@ -1,15 +1,12 @@
 """GPTCustomTokenizerFast: vocabulary layout, lossless round trips, special tokens, batching, files, remote code."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import AutoTokenizer, GPT2TokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer, GPT2TokenizerFast
 
 from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, bytes_to_unicode
@@ -48,7 +45,8 @@ def test_vocabulary_is_bytes_then_merges_then_endoftext(tokenizer):
     assert len(tokenizer) == VOCAB_SIZE
     assert tokenizer.eos_token == tokenizer.bos_token == ENDOFTEXT
     assert tokenizer.eos_token_id == tokenizer.bos_token_id == VOCAB_SIZE - 1  # last, like GPT-2's 50256
-    assert tokenizer.unk_token is None and tokenizer.pad_token is None
+    assert tokenizer.unk_token is None
+    assert tokenizer.pad_token == ENDOFTEXT and tokenizer.pad_token_id == tokenizer.eos_token_id  # set by train_tokenizer
     assert tokenizer.convert_ids_to_tokens([32, 10, 256]) == ["Ġ", "Ċ", tokenizer.convert_ids_to_tokens(256)]
     assert tokenizer.convert_ids_to_tokens(256) == "Ġt"  # the first merge learned on Shakespeare: ' ' + 't'
 
@@ -81,7 +79,7 @@ def test_decode_of_encode_is_identity_for_any_unicode(tokenizer, text):
 def test_batch_encoding_equals_one_by_one(tokenizer, texts):
     one_by_one = [tokenizer.encode(text) for text in texts]
     assert tokenizer(texts)["input_ids"] == one_by_one
-    assert tokenizer.encode_ids_batch(texts) == one_by_one
+    assert tokenizer.encode_ids_batch(texts, split_special_tokens=False) == one_by_one  # __call__'s default
     assert tokenizer.batch_decode(one_by_one) == texts
 
 
@@ -104,7 +102,10 @@ EDGE_CASES = {
 @pytest.mark.parametrize("text", EDGE_CASES.values(), ids=EDGE_CASES.keys())
 def test_named_edge_cases_round_trip(tokenizer, text):
     assert tokenizer.decode(tokenizer.encode(text)) == text
-    assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == text
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+    # kept as text, special-looking strings survive even skip_special_tokens (no special token was produced)
+    as_text = tokenizer(text, split_special_tokens=True)["input_ids"]
+    assert tokenizer.decode(as_text, skip_special_tokens=True) == text
 
 
 def test_real_held_out_text_round_trips(tokenizer, held_out_text):
@@ -128,21 +129,63 @@ def test_non_string_gets_a_clear_error(tokenizer, bad):
 # --- special tokens ----------------------------------------------------------------------------------------------
 
 
-def test_endoftext_inside_user_text_stays_text_by_default(tokenizer):
-    ids = tokenizer("one<|endoftext|>two")["input_ids"]
-    assert tokenizer.eos_token_id not in ids
-    assert tokenizer.decode(ids) == "one<|endoftext|>two"
-    assert tokenizer.tokenize("<|endoftext|>") != [ENDOFTEXT]
+@pytest.fixture(scope="module")
+def gpt2_from_vocab_and_merges(tokenizer_folder, tmp_path_factory):
+    """transformers' GPT2Tokenizer from our vocab.json + merges.txt alone: its own defaults, none of our config."""
+    folder = tmp_path_factory.mktemp("gpt2_files")
+    for name in ("vocab.json", "merges.txt"):
+        (folder / name).write_bytes((tokenizer_folder / name).read_bytes())
+    return GPT2Tokenizer.from_pretrained(folder)
 
 
-def test_endoftext_becomes_the_special_token_when_asked(tokenizer, tokenizer_folder):
+SPECIAL_TEXT = ["To be." + ENDOFTEXT, "one<|endoftext|>two", ENDOFTEXT, "x<|endoftext|>y <|endoftext|> <|endoftext",
+                "<|endoftext|><|endoftext|> a"]
+
+
+@pytest.mark.parametrize("text", SPECIAL_TEXT)
+def test_literal_special_token_text_becomes_the_special_token_like_gpt2(tokenizer, gpt2_from_vocab_and_merges, text):
+    assert gpt2_from_vocab_and_merges.eos_token_id == tokenizer.eos_token_id
+    assert tokenizer(text)["input_ids"] == gpt2_from_vocab_and_merges(text)["input_ids"]
+    assert tokenizer(text, split_special_tokens=True)["input_ids"] == gpt2_from_vocab_and_merges(
+        text, split_special_tokens=True)["input_ids"]
+
+
+def test_text_plus_eos_token_ends_with_the_eos_id(tokenizer):
+    # the fine-tuning recipe: tokenizer(text + tokenizer.eos_token)
+    ids = tokenizer("To be, or not to be" + tokenizer.eos_token)["input_ids"]
+    assert ids == tokenizer.encode("To be, or not to be") + [tokenizer.eos_token_id]
+    assert tokenizer("one<|endoftext|>two")["input_ids"] == tokenizer.encode("one") + [tokenizer.eos_token_id] + \
+        tokenizer.encode("two")
+
+
+def test_special_token_text_stays_text_when_asked(tokenizer, tokenizer_folder):
     eos = tokenizer.eos_token_id
-    opted_in = tokenizer("one<|endoftext|>two", split_special_tokens=False)["input_ids"]
-    assert opted_in == tokenizer.encode("one") + [eos] + tokenizer.encode("two")
-    loaded_opted_in = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, split_special_tokens=False)
-    assert loaded_opted_in("one<|endoftext|>two")["input_ids"] == opted_in
+    as_text = tokenizer("one<|endoftext|>two", split_special_tokens=True)["input_ids"]
+    assert eos not in as_text and tokenizer.decode(as_text) == "one<|endoftext|>two"
+    loaded_as_text = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, split_special_tokens=True)
+    assert loaded_as_text("one<|endoftext|>two")["input_ids"] == as_text
+    assert loaded_as_text.tokenize(ENDOFTEXT) != [ENDOFTEXT]
     # the default is restored on the next call without the flag
-    assert eos not in tokenizer("one<|endoftext|>two")["input_ids"]
+    assert eos in tokenizer("one<|endoftext|>two")["input_ids"]
+
+
+def test_corpus_path_keeps_special_token_text_as_text(tokenizer):
+    texts = ["one<|endoftext|>two", "a <|endoftext|>"]
+    as_text = tokenizer(texts, split_special_tokens=True)["input_ids"]
+    assert tokenizer.encode_ids_batch(texts) == as_text  # the default of encode_ids_batch, whatever __call__ does
+    assert tokenizer.encode_ids_batch(texts, split_special_tokens=False) == tokenizer(texts)["input_ids"]
+
+
+def test_training_pipeline_ends_each_document_with_one_eos_and_keeps_literal_eos_as_text(tokenizer):
+    import datasets
+
+    from training.data import tokenize_documents
+
+    documents = datasets.Dataset.from_dict({"text": ["Romeo wrote <|endoftext|> here.", "Juliet"]})
+    tokenized = tokenize_documents(documents, tokenizer)["input_ids"]
+    for text, ids in zip(documents["text"], tokenized):
+        assert ids == tokenizer(text, split_special_tokens=True)["input_ids"] + [tokenizer.eos_token_id]
+        assert ids.count(tokenizer.eos_token_id) == 1
 
 
 def test_document_separator_is_appended_by_id_and_decodes(tokenizer):
@@ -209,65 +252,137 @@ def test_offsets_char_mapping_and_pairs_still_work(tokenizer):
     assert pair == tokenizer.encode("To be") + tokenizer.encode("or not")
 
 
-def test_encode_ids_batch_never_pads_or_truncates_after_a_padded_call(tokenizer_folder):
+@pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
+def test_encode_ids_batch_never_pads_or_truncates_after_a_padded_call(tokenizer_folder, engine, monkeypatch):
+    if engine == "tokenizers":
+        monkeypatch.setitem(sys.modules, "tiktoken", None)  # `import tiktoken` fails: the Rust tokenizers path runs
     tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
+    assert tokenizer.encode_ids_engine() == engine
     texts = ["To be, or not to be", "Ay"]
     tokenizer(texts, padding="max_length", max_length=4, truncation=True)
     assert tokenizer.encode_ids_batch(texts) == [tokenizer.encode(text) for text in texts]
     assert len(tokenizer.encode_ids_batch(texts)[0]) > 4
 
 
-def test_padding_without_pad_token_explains_the_fix(tokenizer):
+def test_padding_without_pad_token_explains_the_fix(tokenizer_folder):
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, pad_token=None)
     with pytest.raises(ValueError, match="pad"):
         tokenizer(["a", "bb cc"], padding=True)
 
 
-# --- files -------------------------------------------------------------------------------------------------------
+def test_trained_folder_pads_with_eos_and_truncates(tokenizer):
+    texts = ["To be, or not to be", "Ay"]
+    lengths = [len(tokenizer.encode(text)) for text in texts]
+    batch = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    assert batch["input_ids"].shape == (2, max(lengths))
+    assert batch["input_ids"][1, lengths[1]:].eq(tokenizer.eos_token_id).all()  # pad = eos, on the right by default
+    ay = tokenizer.encode("Ay")
+    assert len(ay) < 3 and tokenizer(texts, padding=True, truncation=True, max_length=3)["input_ids"] == [
+        tokenizer.encode(texts[0])[:3], ay + [tokenizer.eos_token_id] * (3 - len(ay))]
 
 
-def test_save_pretrained_writes_gpt2_style_files(tokenizer, tmp_path):
+@pytest.fixture(scope="module")
+def model_style_folder(tokenizer_folder, tmp_path_factory):
+    """The tokenizer as a model folder carries it (train's final/, export): context length, pad = eos, left side."""
+    folder = tmp_path_factory.mktemp("with_model")
+    GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, model_max_length=16, padding_side="left").save_pretrained(
+        folder)
+    return folder
+
+
+@pytest.mark.parametrize("generic_path", [False, True], ids=["fast_call", "generic_call"])
+def test_model_max_length_padding_side_and_pad_token_round_trip(model_style_folder, held_out_text, generic_path):
+    loaded = AutoTokenizer.from_pretrained(model_style_folder)
+    assert (loaded.model_max_length, loaded.padding_side, loaded.pad_token) == (16, "left", ENDOFTEXT)
+    texts = [held_out_text[:500], "Ay"]
+    options = {"return_offsets_mapping": True} if generic_path else {}  # offsets take transformers' generic path
+    batch = loaded(texts, padding=True, truncation=True, **options)
+    assert batch["input_ids"][0] == loaded.encode(texts[0])[:16]  # cut to model_max_length
+    ay = loaded.encode("Ay")
+    assert batch["input_ids"][1] == [loaded.eos_token_id] * (16 - len(ay)) + ay  # padded on the left
+    assert batch["attention_mask"][1] == [0] * (16 - len(ay)) + [1] * len(ay)
+
+
+def test_batched_generation_with_the_saved_tokenizer_matches_one_prompt_at_a_time(model_style_folder, tmp_path):
+    """Each prompt gets the continuation it gets alone: `generate` needs the folder's left padding (right padding
+    would continue after the pad tokens), the text-generation pipeline needs its pad token."""
+    from transformers import pipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(model_style_folder)
+    model = AutoModelForCausalLM.from_pretrained(save_tiny_model(tmp_path, vocab_size=len(tokenizer))).eval()
     tokenizer.save_pretrained(tmp_path)
-    vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
-    merges = (tmp_path / "merges.txt").read_text(encoding="utf-8").splitlines()
-    assert len(vocab) == VOCAB_SIZE and vocab[ENDOFTEXT] == VOCAB_SIZE - 1 and vocab["Ġ"] == 32
-    assert merges[0] == "#version: 0.2" and merges[1] == "Ġ t" and len(merges) == 1 + VOCAB_SIZE - 257
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
-    assert config["auto_map"]["AutoTokenizer"][1] == "tokenization_gpt_custom.GPTCustomTokenizerFast"
-    assert (tmp_path / "tokenization_gpt_custom.py").is_file()
+    prompts = ["To be, or not to be, that is", "Ay"]
+    options = {"max_new_tokens": 4, "do_sample": False}
+
+    def continuation(batch, row: int = 0) -> list[int]:
+        with torch.no_grad():
+            output = model.generate(**batch, **options, pad_token_id=tokenizer.pad_token_id)
+        return output[row, batch["input_ids"].shape[1]:].tolist()
+
+    batch = tokenizer(prompts, padding=True, return_tensors="pt")
+    assert [continuation(batch, row) for row in range(2)] == [
+        continuation(tokenizer([prompt], return_tensors="pt")) for prompt in prompts]
+
+    generator = pipeline("text-generation", model=str(tmp_path), device="cpu")
+    batched = generator(prompts, batch_size=2, return_full_text=False, **options)
+    assert [result[0]["generated_text"] for result in batched] == [
+        generator(prompt, return_full_text=False, **options)[0]["generated_text"] for prompt in prompts]
 
 
-def test_gpt2_tokenizer_loads_our_folder_with_identical_ids(tokenizer_folder, tokenizer, held_out_text):
-    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder)
-    assert gpt2(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
-    assert gpt2.eos_token_id == tokenizer.eos_token_id and len(gpt2) == len(tokenizer)
+def save_tiny_model(folder, vocab_size: int = 1000):
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    config = GPTCustomConfig(vocab_size=vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                             bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1)
+    GPTCustomForCausalLM(config).save_pretrained(folder)
+    return folder
 
 
-def test_vocab_and_merges_files_alone_rebuild_the_tokenizer(tokenizer_folder, tokenizer, held_out_text, tmp_path):
-    for name in ("vocab.json", "merges.txt"):
+def test_model_folder_without_tokenizer_files_is_refused_naming_them(tmp_path):
+    """Not the 257-token bytes-only vocabulary, which evaluated with exit 0 and wrong numbers (issue 13)."""
+    from hf_gpt_custom.errors import MissingFileError
+
+    folder = save_tiny_model(tmp_path / "model")
+    message = r"model has no tokenizer vocabulary: missing tokenizer.json, vocab.json, merges.txt"
+    with pytest.raises(MissingFileError, match=message):
+        AutoTokenizer.from_pretrained(folder)
+    with pytest.raises(MissingFileError, match=message):
+        GPTCustomTokenizerFast.from_pretrained(folder)
+    from eval.runner import load_model_and_tokenizer
+
+    with pytest.raises(MissingFileError, match=message):
+        load_model_and_tokenizer(str(folder), None, "cpu", "float32")
+
+
+def test_vocab_json_without_merges_is_refused(tokenizer_folder, tmp_path):
+    from hf_gpt_custom.errors import MissingFileError
+
+    (tmp_path / "vocab.json").write_bytes((tokenizer_folder / "vocab.json").read_bytes())
+    with pytest.raises(MissingFileError, match="missing tokenizer.json, merges.txt"):
+        GPTCustomTokenizerFast.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("trust_remote_code", [False, True])
+def test_tokenizer_json_alone_is_enough(tokenizer_folder, tokenizer, held_out_text, tmp_path, trust_remote_code):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / name).write_bytes((tokenizer_folder / name).read_bytes())
-    rebuilt = GPTCustomTokenizerFast.from_pretrained(tmp_path)
-    assert rebuilt(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
-    assert rebuilt.eos_token_id == tokenizer.eos_token_id
+    loaded = GPTCustomTokenizerFast.from_pretrained(tmp_path, trust_remote_code=trust_remote_code)
+    assert loaded(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
 
 
-def test_auto_tokenizer_loads_the_folder_in_process(tokenizer_folder, tokenizer, held_out_text):
-    auto = AutoTokenizer.from_pretrained(tokenizer_folder)
-    assert type(auto) is GPTCustomTokenizerFast
-    assert auto(held_out_text)["input_ids"] == tokenizer(held_out_text)["input_ids"]
+def test_bytes_only_vocabulary_must_be_asked_for():
+    from hf_gpt_custom.errors import MissingFileError
+
+    with pytest.raises(MissingFileError, match=r"bytes_only\(\)"):
+        GPTCustomTokenizerFast()
+    bytes_only = GPTCustomTokenizerFast.bytes_only()
+    assert len(bytes_only) == 257 and bytes_only.eos_token_id == 256
+    assert bytes_only.encode("héllo") == list("héllo".encode("utf-8"))
 
 
-# Runs in a fresh interpreter that cannot import hf_gpt_custom: only the folder's copy of the module is available.
+# Runs under the `python_without_project` fixture (tests/conftest.py): only the folder's copy of the module exists.
 REMOTE_CODE_SCRIPT = r"""
-import importlib.util, json, sys
-
-# `python -I` keeps the working directory and PYTHON* variables off sys.path, but the editable install adds
-# hf_gpt_custom through a meta-path finder registered by a .pth file (setuptools' __editable__ hook). Drop that
-# finder and its path hook, then check the package really is gone before loading anything.
-sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
-sys.path_hooks[:] = [h for h in sys.path_hooks if "__editable__" not in getattr(h, "__module__", "")]
-sys.path_importer_cache.clear()
-sys.path[:] = [p for p in sys.path if "hf_gpt_custom" not in p and not p.rstrip("/").endswith("/work/main")]
-assert importlib.util.find_spec("hf_gpt_custom") is None, "hf_gpt_custom is still importable"
+import json, sys
 
 from transformers import AutoTokenizer
 
@@ -284,16 +399,9 @@ print(json.dumps({
 """
 
 
-def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder, tokenizer, tmp_path):
+def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder, tokenizer, python_without_project):
     text = "Wherefore art thou Romeo? 👋 <|endoftext|> 漢字"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", REMOTE_CODE_SCRIPT, str(tokenizer_folder), text],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    loaded = python_without_project(REMOTE_CODE_SCRIPT, tokenizer_folder, text)
     assert loaded["class"] == "GPTCustomTokenizerFast"
     assert loaded["module"].startswith("transformers_modules")  # the copy saved in the folder, not our package
     assert loaded["ids"] == tokenizer(text)["input_ids"]

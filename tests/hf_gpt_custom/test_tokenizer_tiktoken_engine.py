@@ -16,7 +16,7 @@ from tokenizers import AddedToken
 
 from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom import tiktoken_engine
-from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
+from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, bytes_to_unicode
 from hf_gpt_custom.tokenizer_training import train_tokenizer
 
 ADVERSARIAL = [
@@ -97,6 +97,15 @@ def test_any_unicode_gives_identical_ids(tokenizer, texts, split_special_tokens,
     assert tokenizer.encode_ids_batch(texts, split_special_tokens, num_threads=num_threads) == expected
 
 
+def test_tiktoken_encoding_gives_the_tokenizers_ids_special_tokens_included(tokenizer, corpus):
+    encoding = tiktoken_engine.tiktoken_encoding(tokenizer)  # what tests and the benchmark compare against
+    texts = corpus[:100] + ADVERSARIAL
+    assert [encoding.encode_ordinary(text) for text in texts] == rust_ids(tokenizer, texts)
+    assert [encoding.encode(text, allowed_special="all") for text in texts] == rust_ids(tokenizer, texts, False)
+    with pytest.raises(ValueError, match="no tiktoken equivalent: merge 2"):
+        tiktoken_engine.tiktoken_encoding(build_tokenizer([("a", "b"), ("b", "c"), ("a", "bc")]))
+
+
 def test_lone_surrogate_gets_the_same_clear_error_on_tiktoken(tokenizer, monkeypatch):
     monkeypatch.setattr(tiktoken_engine, "_MIN_CHUNK_CHARS", 4)
     for num_threads in (1, 2):
@@ -147,6 +156,58 @@ def test_thread_count_follows_the_tokenizers_switches(monkeypatch):
         tiktoken_engine.resolve_num_threads(0)
 
 
+# --- documents tiktoken cannot take -----------------------------------------------------------------------------
+
+# Every Unicode White_Space character (PropList.txt): what `\s` matches in tiktoken's regex.
+UNICODE_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + \
+    "\u2028\u2029\u202f\u205f\u3000"
+
+
+@pytest.fixture(scope="module")
+def texts_with_a_million_whitespace_run(tokenizer_folder):
+    """(texts, their ids from `__call__` with special-token text as text, encode_ids_batch's default): the middle
+    text holds one run of 1M whitespace characters, every kind of White_Space among them, on which tiktoken panics
+    (PanicException, a BaseException; issue 13)."""
+    run = " " * (1_000_000 - len(UNICODE_WHITE_SPACE)) + UNICODE_WHITE_SPACE
+    texts = ["To be, or not to be", "Before the gap<|endoftext|>." + run + "After it.", "that is the question"]
+    return texts, rust_ids(GPTCustomTokenizerFast.from_pretrained(tokenizer_folder), texts)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_million_whitespace_document_never_reaches_tiktoken_and_gets_the_tokenizers_ids(
+        tokenizer, texts_with_a_million_whitespace_run, num_threads, monkeypatch):
+    texts, expected = texts_with_a_million_whitespace_run
+    reached_tiktoken = []
+    encode_on_tiktoken = tiktoken_engine.TiktokenEngine._encode_batch_on_tiktoken
+
+    def spy(engine, texts, *args):
+        reached_tiktoken.extend(texts)
+        return encode_on_tiktoken(engine, texts, *args)
+
+    monkeypatch.setattr(tiktoken_engine.TiktokenEngine, "_encode_batch_on_tiktoken", spy)
+    assert tokenizer.encode_ids_batch(texts, num_threads=num_threads) == expected
+    assert reached_tiktoken == [texts[0], texts[2]]
+
+
+def test_a_tiktoken_panic_falls_back_to_tokenizers_with_a_warning(tokenizer, texts_with_a_million_whitespace_run,
+                                                                   monkeypatch, caplog):
+    texts, expected = texts_with_a_million_whitespace_run
+    monkeypatch.setattr(tiktoken_engine, "LONGEST_WHITESPACE_RUN_ON_TIKTOKEN", 10_000_000)  # let it reach tiktoken
+    assert tokenizer.encode_ids_batch(texts) == expected
+    assert "tiktoken panicked" in caplog.text
+
+
+def test_long_whitespace_runs_are_found_wherever_they_start():
+    limit = tiktoken_engine.LONGEST_WHITESPACE_RUN_ON_TIKTOKEN
+    assert all(char.isspace() for char in UNICODE_WHITE_SPACE)  # so every kind of run is seen
+    for offset in (0, 1, limit // 2 - 1, limit // 2 + 1, 3 * limit // 4):
+        for run in (" " * limit, "\u3000" * limit, "\n\t" * (limit // 2), " " * (limit - 1)):
+            for end in ("y", ""):  # the run may end the text
+                assert tiktoken_engine.has_long_whitespace_run("x" * offset + run + end)
+        assert not tiktoken_engine.has_long_whitespace_run("x" * offset + " " * (limit // 2 - 1) + "y")
+    assert not tiktoken_engine.has_long_whitespace_run(("word " * limit))
+
+
 # --- and falls back where it would not -------------------------------------------------------------------------
 
 
@@ -160,8 +221,9 @@ def build_tokenizer(merges: list[tuple[str, str]], **kwargs) -> GPTCustomTokeniz
 
 
 def naive_tiktoken(tokenizer: GPTCustomTokenizerFast) -> tiktoken.Encoding:
-    ranks = {token_to_bytes(token): token_id for token, token_id in tokenizer.get_vocab().items() if token != ENDOFTEXT}
-    return tiktoken.Encoding("naive", pat_str=GPT2_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={})
+    """tiktoken on the vocabulary as it is, without the engine's checks: what they prevent."""
+    ranks = {token: token_id for token, token_id in tokenizer.get_vocab().items() if token != ENDOFTEXT}
+    return tiktoken_engine.make_tiktoken_encoding(ranks, special_tokens={}, name="naive")
 
 
 def test_consistent_hand_made_merges_run_on_tiktoken():

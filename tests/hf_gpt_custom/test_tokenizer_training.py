@@ -83,14 +83,22 @@ def test_parquet_records_train_like_their_texts(lambada_texts, tmp_path):
     assert read_files(from_parquet) == read_files(from_texts)
 
 
-def test_extra_special_tokens_follow_endoftext_and_stay_text_in_input(tmp_path, lambada_texts):
+def test_extra_special_tokens_follow_endoftext_and_are_recognised_in_input(tmp_path, lambada_texts):
     folder = train_tokenizer(lambada_texts[:500], tmp_path / "tok", vocab_size=600,
                              special_tokens=["<|pad|>", ENDOFTEXT], show_progress=False)
     tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
     assert len(tokenizer) == 600
     assert tokenizer.eos_token_id == 598 and tokenizer.convert_tokens_to_ids("<|pad|>") == 599
-    assert 599 not in tokenizer("a <|pad|> b")["input_ids"]
-    assert 599 in tokenizer("a <|pad|> b", split_special_tokens=False)["input_ids"]
+    assert 599 in tokenizer("a <|pad|> b")["input_ids"]  # as transformers' tokenizers do
+    assert 599 not in tokenizer("a <|pad|> b", split_special_tokens=True)["input_ids"]
+
+
+def test_folder_sets_pad_token_to_eos_so_padding_works(tmp_path, lambada_texts):
+    folder = train_tokenizer(lambada_texts[:200], tmp_path / "tok", vocab_size=400, show_progress=False)
+    saved = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert saved["pad_token"] == saved["eos_token"] == ENDOFTEXT
+    padded = GPTCustomTokenizerFast.from_pretrained(folder)(["a b c d", "a"], padding=True)["input_ids"]
+    assert len(padded[0]) == len(padded[1]) and padded[1][-1] == 399
 
 
 def test_small_corpus_gives_a_smaller_vocabulary_and_says_so(tmp_path, caplog):

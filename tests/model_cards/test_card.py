@@ -1,92 +1,20 @@
 """The model card: front-matter the Hub parses back (model-index round trip), and every section filled from the run.
 
-`make_tiny_run` fabricates a finished run folder (STYLE §11) from a tiny model saved with save_pretrained, a
-training summary and eval results in the CONTRACTS.md schema; tests/hf_gpt_custom/test_hub_export.py reuses it.
+`make_tiny_run` (tests/helpers.py) fabricates a finished run folder (STYLE §11) as training leaves it — absolute
+local paths in config.yaml and training_summary.json, a tokenizer_config.json with transformers' load-time keys — from a
+tiny model saved with save_pretrained, and eval results with eval/report.py's row keys.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
-import yaml
 from huggingface_hub import EvalResult, ModelCard, metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-# One row per task × K × metric, as eval/report.py writes them. LAMBADA has two metrics at K=0 and the same metric
-# at two K — exactly the case where K must not be merged away by the model-index grouping.
-RESULT_ROWS = [
-    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 0, "metric": "acc", "value": 0.125,
-     "stderr": 0.0625, "n": 16, "higher_is_better": True, "n_truncated": 0},
-    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 0, "metric": "perplexity", "value": 4321.98765,
-     "stderr": None, "n": 16, "higher_is_better": False, "n_truncated": 0},
-    {"task": "arc_easy", "dataset": "ai2_arc/ARC-Easy", "num_fewshot": 0, "metric": "acc_norm", "value": 0.3125,
-     "stderr": 0.1197, "n": 16, "higher_is_better": True, "n_truncated": 0},
-    {"task": "lambada", "dataset": "lambada_openai", "num_fewshot": 3, "metric": "acc", "value": 0.1875,
-     "stderr": 0.1008, "n": 16, "higher_is_better": True, "n_truncated": 2},
-    {"task": "arc_easy", "dataset": "ai2_arc/ARC-Easy", "num_fewshot": 3, "metric": "acc_norm", "value": 0.25,
-     "stderr": 0.1118, "n": 16, "higher_is_better": True, "n_truncated": 0},
-]
-
-
-def make_tiny_run(run_dir: Path, with_eval: bool = True) -> Path:
-    """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import torch
-
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
-
-    run_dir = Path(run_dir)
-    tokenizer = GPTCustomTokenizerFast()  # the 256 bytes + <|endoftext|>: a real tokenizer without training one
-    config = GPTCustomConfig(
-        vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    model = GPTCustomForCausalLM(config).eval()
-    model.save_pretrained(run_dir / "final")
-    tokenizer.save_pretrained(run_dir / "final")
-    # Pickled trainer state, as Accelerate's save_state leaves it: must never reach an export.
-    checkpoint = run_dir / "checkpoints" / "step_000010"
-    checkpoint.mkdir(parents=True)
-    torch.save({"step": 10}, checkpoint / "optimizer.bin")
-
-    train_config = {
-        "run_name": "tiny-shakespeare", "out_dir": str(run_dir), "seed": 1337,
-        "dataset": "../shared/data/tinyshakespeare", "dataset_split": "train", "text_field": "text",
-        "tokenizer": None, "tokenizer_vocab_size": 257, "model": {"n_layer": 2, "n_head": 4, "n_embd": 32},
-        "block_size": 64, "batch_size": 4, "max_steps": 10, "learning_rate": 0.0006, "warmup_steps": 2,
-        "benchmark_tasks": ["lambada", "arc_easy"], "benchmark_shots": [0, 3], "benchmark_limit": 16,
-    }
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(train_config, sort_keys=False), encoding="utf-8")
-    summary = {
-        "run_name": "tiny-shakespeare", "config": train_config, "n_params": model.num_parameters(),
-        "tokens_seen": 2560, "steps": 10, "wall_time_s": 4.5, "final_train_loss": 5.25, "final_val_loss": 5.5,
-        "val_perplexity": math.exp(5.5), "val_bits_per_byte": 7.9, "tokens_per_s": 568.9, "mfu": 0.0004,
-        "dataset": "../shared/data/tinyshakespeare", "tokenizer": str(run_dir / "tokenizer"),
-        "loss_curve": "loss_curve.png",
-    }
-    (run_dir / "training_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    figure, axis = plt.subplots(figsize=(3, 2))
-    axis.plot(range(10), [5.6 - 0.04 * step for step in range(10)], label="train")
-    figure.savefig(run_dir / "loss_curve.png")
-    if with_eval:
-        (run_dir / "eval").mkdir()
-        results = {
-            "model": str(run_dir / "final"),
-            "config": {"tasks": ["lambada", "arc_easy"], "shots": [0, 3], "limit": 16, "seed": 1234, "batch_size": 16},
-            "results": RESULT_ROWS,
-        }
-        (run_dir / "eval" / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        (run_dir / "eval" / "table.md").write_text("| task | K |\n|---|---|\n", encoding="utf-8")
-        figure.savefig(run_dir / "eval" / "shots_curve.png")
-    plt.close(figure)
-    return run_dir
+from tests.helpers import RESULT_ROWS, make_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +123,7 @@ def test_card_body_has_every_section_filled_from_the_run(tiny_run):
     assert "![Training and validation loss](loss_curve.png)" in text
     assert "(shots_curve.png)" in text
     # One table line per results.json row, grouped by task then K.
-    assert "| lambada | 3 | acc | 0.1875 | 0.1008 | 16 | 2 |" in text
+    assert "| lambada | 3 | acc ↑ | 0.1875 | 0.1008 | 16 | 2 |" in text
     assert "| lambada | 0 | perplexity ↓ | 4321.9877 | – | 16 | 0 |" in text
     table_lines = [line for line in text.splitlines() if line.startswith(("| lambada |", "| arc_easy |"))]
     assert len(table_lines) == len(RESULT_ROWS)
@@ -219,3 +147,91 @@ def test_card_of_an_unfinished_run_names_the_missing_file(tmp_path):
 
     with pytest.raises(FileNotFoundError, match=r"final/config.json not found"):
         build_model_card(tmp_path)
+
+
+# --- the card tells the truth about this run ------------------------------------------------------------------------
+
+
+def test_a_scratch_run_says_scratch_and_a_fine_tune_names_its_base(tmp_path):
+    from model_cards.card import build_model_card
+
+    scratch = build_model_card(make_tiny_run(tmp_path / "scratch", with_eval=False)).text
+    assert "trained from scratch" in scratch and "Pre-trained from scratch (random initialisation)" in scratch
+    assert "Fine-tuned" not in scratch and "fine-tuned from" not in scratch
+
+    base = tmp_path / "models" / "gpt2-shakespeare-base"  # a local folder: named by its base name, not its path
+    tuned = build_model_card(make_tiny_run(tmp_path / "tuned", with_eval=False, init_from=str(base))).text
+    assert "fine-tuned from `gpt2-shakespeare-base`" in tuned
+    assert "Fine-tuned from the weights of `gpt2-shakespeare-base`" in tuned
+    assert "from scratch" not in tuned and str(tmp_path) not in tuned
+
+
+@pytest.mark.parametrize(("settings", "sentence"), [
+    ({}, "Learning rate: linear warmup from 0 to 0.0006 over 2 steps, then cosine decay to 6e-05 (0.1 × the peak) "
+         "at step 10."),
+    ({"warmup_steps": 0}, "Learning rate: no warmup; cosine decay to 6e-05 (0.1 × the peak) at step 10."),
+    ({"min_lr_ratio": 1.0, "learning_rate": 0.001}, "Learning rate: linear warmup from 0 to 0.001 over 2 steps, "
+                                                    "then constant at 0.001."),
+    ({"min_lr_ratio": 0.0, "max_steps": 40}, "then cosine decay to 0 (0.0 × the peak) at step 40."),
+], ids=["warmup+cosine", "no-warmup", "constant", "to-zero"])
+def test_the_schedule_sentence_is_the_configured_schedule(tmp_path, settings, sentence):
+    """lr(step) = peak · (min_ratio + (1 - min_ratio) · ½(1 + cos π·progress)) after warmup (train.py's schedule):
+    the card states peak, warmup and end value the way they were configured, worked out by hand above."""
+    from model_cards.card import build_model_card
+
+    text = " ".join(build_model_card(make_tiny_run(tmp_path / "run", with_eval=False, **settings)).text.split())
+    assert sentence in text
+
+
+def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
+    """The dataset of a model-index entry comes from the results row (the task YAML's path/name/split); an older
+    results.json with a plain string falls back to the task name instead of inventing a Hub id."""
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run")
+    payload = json.loads((run_dir / "eval" / "results.json").read_text())
+    payload["results"] = [
+        dict(RESULT_ROWS[0], task="piqa", metric="acc", dataset={"path": "baber/piqa", "name": None, "split": "validation"}),
+        dict(RESULT_ROWS[0], task="copa", metric="acc", dataset="copa/val.jsonl"),
+    ]
+    (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
+    parsed = ModelCard(build_model_card(run_dir).content).data.eval_results  # parsed back from the front matter
+    assert [(r.task_name, r.dataset_type, r.dataset_config, r.dataset_split) for r in parsed] == [
+        ("piqa", "baber/piqa", None, "validation"), ("copa", "copa", None, None),
+    ]
+
+
+def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
+    from hf_gpt_custom.hub import remote_code_files
+    from model_cards.card import build_model_card
+
+    text = build_model_card(tiny_run, package_source="git+https://example.org/me/hf-gpt-custom@v1").text
+    assert len(remote_code_files()) > 3
+    for name in remote_code_files():
+        assert f"`{name}`" in text
+    assert "three" not in text and "pip install hf-gpt-custom" not in text
+    assert 'pip install "git+https://example.org/me/hf-gpt-custom@v1"' in text
+    assert "pads with `<|endoftext|>`" in text and "on the **left**" in text and "`model_max_length` is 64" in text
+    assert 'target_modules=["c_attn", "c_proj", "c_fc"]' in text
+
+
+def test_hyperparameter_rows_leave_out_what_the_metadata_says_does_not_change_training(tiny_run, monkeypatch):
+    import hf_gpt_custom.run
+    from model_cards.card import build_model_card
+
+    assert "| `warmup_steps` | 2 |" in build_model_card(tiny_run).text
+    monkeypatch.setattr(hf_gpt_custom.run, "settings_not_changing_training", lambda: frozenset({"warmup_steps"}))
+    text = build_model_card(tiny_run).text
+    assert "| `warmup_steps` |" not in text and "| `learning_rate` | 0.0006 |" in text
+    assert "| `benchmark_limit` | 16 |" in text  # no longer left out by a list of its own
+
+
+def test_tokens_per_step_counts_accumulation_and_processes(tmp_path):
+    """batch_size 4 × block_size 64 × 3 accumulation steps × 2 processes = 1,536 tokens per optimizer step."""
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run", with_eval=False, gradient_accumulation_steps=3)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    (run_dir / "training_summary.json").write_text(json.dumps({**summary, "num_processes": 2}))
+    text = build_model_card(run_dir).text
+    assert "with 1,536 tokens per optimizer step" in text and "2 processes" in text

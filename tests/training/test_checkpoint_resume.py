@@ -1,8 +1,12 @@
 """Exact resume: a run stopped part-way (SIGKILL, or simply resumed from an older checkpoint) ends with weights
-bitwise identical to the uninterrupted run — dropout on, gradient accumulation across epoch boundaries included.
-Damaged checkpoints are refused with the name of the last complete one, and never deleted."""
+bitwise identical to the uninterrupted run — dropout on, gradient accumulation across epoch boundaries included —
+having trained on exactly the micro-batches the seeded sampler's contract gives. Damaged checkpoints are refused
+with the name of the last complete one, and never deleted; resuming an older checkpoint keeps the branch being
+trained and sets the other history aside."""
 
+import datetime
 import json
+import pickle
 import os
 import shutil
 import signal
@@ -11,11 +15,19 @@ import sys
 import time
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
-from training.checkpoint import find_checkpoint, list_checkpoints, read_training_state, verify_checkpoint
+import training.checkpoint as checkpoint
+import training.train as train_module
+from hf_gpt_custom import model_folder
+from hf_gpt_custom.errors import UserError
+from training.checkpoint import (
+    check_random_states, find_checkpoint, list_checkpoints, read_training_state, verify_checkpoint,
+)
 from training.config import REPO_ROOT, load_train_config, save_train_config
-from training.train import train
+from training.data import prepare_datasets
+from training.train import _batch_digest, train
 
 from .conftest import tiny_run_overrides
 
@@ -174,7 +186,10 @@ def test_resuming_from_an_older_checkpoint_keeps_a_damaged_newer_one_aside(run_w
     config.resume_from_checkpoint = str(run_dir / "checkpoints" / "step_000006")
     train(config)
     assert verify_checkpoint(latest) is None  # saved afresh
-    assert (run_dir / "checkpoints" / "step_000008.damaged" / "model.safetensors").is_file()  # the old one kept
+    # the damaged step 8 belongs to the abandoned history after step 6: set aside with it, not deleted
+    (abandoned,) = (run_dir / "checkpoints").glob("abandoned_after_step_000006_*")
+    assert (abandoned / "step_000008" / "model.safetensors").is_file()
+    assert verify_checkpoint(abandoned / "step_000008") is not None  # untouched: still the damaged original
 
 
 def test_interrupted_save_leaves_only_a_tmp_folder_that_resume_ignores(run_with_checkpoints):
@@ -188,3 +203,154 @@ def test_interrupted_save_leaves_only_a_tmp_folder_that_resume_ignores(run_with_
 def test_resume_without_checkpoints_says_how_to_start(make_config):
     with pytest.raises(FileNotFoundError, match="no checkpoint to resume from .* run without resume_from_checkpoint"):
         train(make_config("resume_from_checkpoint=latest"))
+
+
+# --- stopped mid-epoch; branches ------------------------------------------------------------------------------------
+
+DROPOUT = ("model.resid_pdrop=0.1", "model.embd_pdrop=0.1", "model.attn_pdrop=0.1")
+
+
+class _Stopped(Exception):
+    """Raised right after a checkpoint is saved: the run stops there, as a kill at that moment would stop it."""
+
+
+def _stop_after_checkpoint(monkeypatch, step: int) -> None:
+    real_save = train_module.save_checkpoint
+
+    def save_then_stop(accelerator, checkpoints_dir, state, keep_last):
+        folder = real_save(accelerator, checkpoints_dir, state, keep_last)
+        if state.step == step:
+            raise _Stopped(folder)
+        return folder
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_stop)
+
+
+def _expected_micro_batches(num_blocks: int, seed: int, batch_size: int, count: int) -> list[list[int]]:
+    """Block indices of the first `count` micro-batches of one process, from the sampler's contract alone: epoch e
+    visits the blocks in the order torch.randperm(num_blocks) draws from a generator seeded with seed + e, cut into
+    full batches of `batch_size` (the short tail dropped), epoch after epoch."""
+    batches, epoch = [], 0
+    while len(batches) < count:
+        order = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+        batches += [order[start:start + batch_size] for start in range(0, num_blocks - batch_size + 1, batch_size)]
+        epoch += 1
+    return batches[:count]
+
+
+def _logged_digests(run_dir) -> list[int]:
+    return [digest for record in _train_log(run_dir) for digest in record["data_digests"][0]]
+
+
+def test_resume_stopped_mid_epoch_with_accumulation_trains_on_the_expected_batches(make_config, small_corpus,
+                                                                                      monkeypatch):
+    accum, batch_size, max_steps = 2, 2, 8
+    common = [f"dataset={small_corpus}", f"gradient_accumulation_steps={accum}", f"batch_size={batch_size}",
+              f"max_steps={max_steps}", "keep_checkpoints=3", "eval_interval=8", "eval_batches=1", "val_fraction=0.2",
+              *DROPOUT]
+    config = make_config(*common)
+    from transformers import AutoTokenizer
+
+    blocks = prepare_datasets(config, AutoTokenizer.from_pretrained(str(config.tokenizer)), config.tokenizer).train
+    batches_per_epoch = len(blocks) // batch_size
+    # the first checkpoint past an epoch boundary that falls inside an epoch (not on its edge)
+    stop_step = next(step for step in range(1, max_steps)
+                     if step * accum > batches_per_epoch and (step * accum) % batches_per_epoch)
+    common.append(f"checkpoint_interval={stop_step}")
+
+    uninterrupted = train(make_config(*common, run_name="uninterrupted"))
+    _stop_after_checkpoint(monkeypatch, stop_step)
+    with pytest.raises(_Stopped):
+        train(make_config(*common, run_name="stopped"))
+    monkeypatch.undo()
+    run_dir = make_config(*common, run_name="stopped").run_dir
+    state = read_training_state(run_dir / "checkpoints" / f"step_{stop_step:06d}")
+    assert (state.epoch, state.batches_in_epoch) == divmod(stop_step * accum, batches_per_epoch)
+    assert state.epoch >= 1 and state.batches_in_epoch > 0  # mid-epoch, after a reshuffle
+    train(make_config(*common, "resume_from_checkpoint=latest", run_name="stopped"))
+
+    expected = [_batch_digest(torch.tensor(blocks.select(indices)["input_ids"]))
+                for indices in _expected_micro_batches(len(blocks), config.seed, batch_size, max_steps * accum)]
+    assert [r["step"] for r in _train_log(run_dir)] == list(range(1, max_steps + 1))
+    assert _logged_digests(run_dir) == expected  # neither replayed nor skipped a micro-batch
+    assert _logged_digests(uninterrupted) == expected
+    _assert_bitwise_equal(_weights(uninterrupted), _weights(run_dir))
+
+
+def test_resuming_an_older_checkpoint_keeps_its_branch_and_sets_the_newer_history_aside(make_config, monkeypatch):
+    common = ["max_steps=8", "eval_interval=8", "eval_batches=1"]
+    original = train(make_config(*common, "checkpoint_interval=2", "keep_checkpoints=5", run_name="original"))
+    config = make_config(*common, "checkpoint_interval=3", "keep_checkpoints=2", run_name="branch")
+    checkpoints_dir = config.run_dir / "checkpoints"
+    shutil.copytree(original / "checkpoints", checkpoints_dir)  # steps 2, 4, 6, 8
+    config.resume_from_checkpoint = str(checkpoints_dir / "step_000002")
+    _stop_after_checkpoint(monkeypatch, 3)
+    with pytest.raises(_Stopped):
+        train(config)
+    monkeypatch.undo()
+
+    # rotation kept this branch (where it resumed, and its own new checkpoint), and "latest" is on it
+    assert [p.name for p in list_checkpoints(checkpoints_dir)] == ["step_000002", "step_000003"]
+    assert find_checkpoint(checkpoints_dir, "latest") == checkpoints_dir / "step_000003"
+    (abandoned,) = checkpoints_dir.glob("abandoned_after_step_000002_*")
+    assert sorted(p.name for p in abandoned.iterdir()) == ["step_000004", "step_000006", "step_000008"]
+    assert all(verify_checkpoint(p) is None for p in abandoned.iterdir())  # moved whole, not deleted
+
+    config.resume_from_checkpoint = "latest"
+    train(config)
+    _assert_bitwise_equal(_weights(original), _weights(config.run_dir))  # the same training, continued
+
+
+def test_a_new_run_sets_the_earlier_runs_checkpoints_aside(make_config, monkeypatch):
+    common = ["max_steps=4", "eval_interval=4", "eval_batches=1", "keep_checkpoints=5"]
+    train(make_config(*common, "checkpoint_interval=2", run_name="reused"))  # steps 2 and 4 of the earlier run
+    _stop_after_checkpoint(monkeypatch, 3)
+    with pytest.raises(_Stopped):
+        train(make_config(*common, "checkpoint_interval=3", "learning_rate=1e-3", run_name="reused"))
+    checkpoints_dir = make_config(run_name="reused").run_dir / "checkpoints"
+    assert find_checkpoint(checkpoints_dir, "latest") == checkpoints_dir / "step_000003"  # not the earlier run's 4
+    (abandoned,) = checkpoints_dir.glob("abandoned_before_new_run_*")
+    assert sorted(p.name for p in abandoned.iterdir()) == ["step_000002", "step_000004"]
+
+
+# --- random states; the manifest ------------------------------------------------------------------------------------
+
+
+def test_resume_refuses_a_random_state_file_it_cannot_load(run_with_checkpoints):
+    config, run_dir = run_with_checkpoints
+    latest = run_dir / "checkpoints" / "step_000008"
+    # a pickle torch.load(weights_only=True) refuses, as it refuses one from another numpy/torch version
+    (latest / "random_states_0.pkl").write_bytes(pickle.dumps({"random_state": datetime.date(2026, 1, 1)}))
+    model_folder.write_manifest(latest, step=8)  # the checkpoint itself verifies: only the RNG file is unusable
+    config.resume_from_checkpoint = "latest"
+    with pytest.raises(UserError, match=r"cannot load the random state .*random_states_0\.pkl .*would not continue "
+                                        r"exactly"):
+        train(config)
+
+
+def test_resume_with_more_processes_than_saved_random_states_is_refused(run_with_checkpoints):
+    _, run_dir = run_with_checkpoints
+    latest = run_dir / "checkpoints" / "step_000008"
+    check_random_states(latest, rank=0, num_processes=1)
+    with pytest.raises(UserError, match=r"has no random_states_1\.pkl: it was saved by 1 process\(es\) and this run "
+                                        r"has 2; .* resume with 1 process"):
+        check_random_states(latest, rank=1, num_processes=2)
+
+
+def test_a_random_state_without_the_generators_accelerate_restores_is_refused(tmp_path):
+    torch.save({"random_state": None, "step": 0}, tmp_path / "random_states_0.pkl")  # loads, but has no RNG states
+    with pytest.raises(UserError, match=r"lacks numpy_random_seed, torch_manual_seed"):
+        check_random_states(tmp_path, rank=0, num_processes=1)
+
+
+def test_checkpoint_manifest_has_one_home_in_model_folder(run_with_checkpoints):
+    _, run_dir = run_with_checkpoints
+    folder = run_dir / "checkpoints" / "step_000008"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["format"] == 1 and manifest["step"] == 8
+    expected_files = {"training_state.json", "model.safetensors", "optimizer.bin", "random_states_0.pkl"}
+    assert expected_files <= manifest["files"].keys()
+    assert manifest["files"]["model.safetensors"]["sha256"] == model_folder.sha256_file(folder / "model.safetensors")
+    assert model_folder.verify_manifest(folder) is None
+    for name in ("sha256_file", "write_manifest", "verify_manifest"):
+        assert getattr(checkpoint, name) is getattr(model_folder, name), f"training.checkpoint has its own {name}"

@@ -1,15 +1,19 @@
 """The same training script as two CPU processes (gloo) through `accelerate launch`: two ranks really start, each
-trains on different blocks, and the loss trajectory equals one process with the same global batch."""
+trains on different blocks, and the loss trajectory equals one process with the same global batch. The shipped CPU
+accelerate config starts two ranks; a launcher precision that differs from the training YAML's is named in a warning."""
 
 import json
+import logging
 import os
 import shutil
+import socket
 import subprocess
 
 import pytest
 import torch
 
 from training.config import REPO_ROOT, save_train_config
+from training.launcher import mixed_precision_for_run
 from training.data import prepare_datasets
 from training.train import EpochShuffleSampler, _batch_digest, train
 
@@ -58,3 +62,51 @@ def test_two_cpu_ranks_match_one_process_with_the_same_global_batch(make_config,
     batch = torch.tensor(blocks.select(first_eight)["input_ids"])
     assert single_steps[0]["data_digests"] == [[_batch_digest(batch)]]
     assert two_steps[0]["data_digests"] == [[_batch_digest(batch[:4])], [_batch_digest(batch[4:])]]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:  # other test runs share this machine: never assume 29500 is free
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow  # three Python processes start torch: ~60 s on the shared 2-core machine
+def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shakespeare_tokenizer_dir,
+                                                                  shared_data_cache):
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    run_dir = tmp_path / "smoke"
+    command = ["accelerate", "launch", "--config_file", "training/configs/accelerate/cpu_two_processes.yaml",
+               "--main_process_port", str(_free_port()), "-m", "hf_gpt_custom.cli", "train",
+               "training/configs/smoke.yaml", f"out_dir={run_dir}", f"tokenizer={shakespeare_tokenizer_dir}",
+               f"data_cache_dir={shared_data_cache}", "max_steps=2", "warmup_steps=1", "eval_interval=2",
+               "eval_batches=2",
+               "checkpoint_interval=1"]
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["num_processes"] == 2
+    for record in _records(run_dir, "train"):
+        rank0, rank1 = record["data_digests"]  # one row per rank: both trained, on different batches
+        assert rank0 != rank1
+    # both ranks wrote their own RNG state into the checkpoint (and only rank 0 held the run-folder lock)
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "step_000001").glob("random_states_*.pkl")) == \
+        ["random_states_0.pkl", "random_states_1.pkl"]
+    assert "mixed_precision" not in result.stderr  # the shipped config agrees with smoke.yaml: no warning
+
+
+def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_config, monkeypatch, caplog):
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # what `accelerate launch` passes from its config file
+    with caplog.at_level(logging.WARNING, logger="training.launcher"):
+        run_dir = train(make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1"))
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "training.launcher"]
+    assert "accelerate launch says mixed_precision=bf16" in warning
+    assert "training config says mixed_precision=no; training in no" in warning
+    assert json.loads((run_dir / "training_summary.json").read_text())["config"]["mixed_precision"] == "no"
+
+
+def test_the_training_yaml_precision_is_the_one_used(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert mixed_precision_for_run("no") == "no"
+    assert mixed_precision_for_run("fp16") == "fp16"

@@ -1,0 +1,25 @@
+"""Exact match of a generated answer against its references (best of several aliases), lm-eval's rules.
+
+The prediction is stripped of surrounding whitespace (lm-eval's remove_whitespace filter), then compared with each
+reference after optional case folding (`ignore_case`) and punctuation removal (`ignore_punctuation`), as
+lm-eval's `exact_match_hf_evaluate`. Returns the mean over predictions and its standard error.
+
+    >>> metric = evaluate.load("eval/metric_modules/exact_match")
+    >>> metric.compute(predictions=[" Paris", "Rome"], references=[["paris", "Paris, France"], ["Milan"]], ignore_case=True)
+    {'exact_match': 0.5, 'exact_match_stderr': 0.5}
+"""
+
+import datasets
+import evaluate
+
+from eval.hf_evaluate import aggregated, metric_info
+from eval.metrics import generation_values
+
+
+class ExactMatch(evaluate.Metric):
+    def _info(self):
+        return metric_info(__doc__, {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))})
+
+    def _compute(self, predictions, references, ignore_case=False, ignore_punctuation=False):
+        options = {"ignore_case": ignore_case, "ignore_punctuation": ignore_punctuation}
+        return aggregated("exact_match", [generation_values(p, r, **options)["exact_match"] for p, r in zip(predictions, references)])

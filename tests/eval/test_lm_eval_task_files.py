@@ -1,0 +1,91 @@
+"""The shipped eval/lm_eval_tasks/gptc_<task>.yaml: lm-eval's TaskManager loads every one offline, from any working
+directory, with our docs and our first prompt; none shadows a built-in lm-eval task; and each file is what
+`python -m eval.lm_eval_export` writes from eval/tasks today (so the two formats cannot drift)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.lm_eval_export import LM_EVAL_TASKS_DIR, TASK_PREFIX, render_task_file
+from eval.task import available_tasks, load_task
+
+SHIPPED = sorted(path.stem for path in LM_EVAL_TASKS_DIR.glob(f"{TASK_PREFIX}*.yaml"))
+
+
+def test_every_task_file_has_its_lm_eval_version():
+    assert SHIPPED == [TASK_PREFIX + name for name in available_tasks()]
+
+
+@pytest.mark.parametrize("name", available_tasks())
+def test_shipped_file_is_what_the_exporter_writes_today(name):
+    shipped = (LM_EVAL_TASKS_DIR / f"{TASK_PREFIX}{name}.yaml").read_text(encoding="utf-8")
+    assert shipped == render_task_file(name), f"eval/lm_eval_tasks is stale: run  python -m eval.lm_eval_export {name}"
+
+
+def test_lm_eval_loads_every_shipped_task_offline_with_our_docs(shared_data_dir, tmp_path, monkeypatch):
+    from lm_eval.tasks import TaskManager
+
+    monkeypatch.chdir(tmp_path)  # lm-eval resolves json data_files against the working directory; ours must not
+    manager = TaskManager(include_path=str(LM_EVAL_TASKS_DIR), include_defaults=False, metadata={"data_dir": str(shared_data_dir)})
+    assert sorted(manager.all_tasks) == SHIPPED
+    names = available_tasks()
+    tasks = manager.load([TASK_PREFIX + name for name in names])["tasks"]
+    for name in names:
+        theirs, ours = tasks[TASK_PREFIX + name], load_task(name, protocol="lm-eval")
+        our_docs = ours.docs("test", shared_data_dir)
+        their_docs = list(theirs.test_docs())
+        assert len(their_docs) == len(our_docs), name
+        assert their_docs[0] == our_docs[0]
+        assert theirs.doc_to_text(their_docs[0]) == ours.text(our_docs[0])
+        assert theirs.config.target_delimiter == ours.target_delimiter
+
+
+def test_shipped_names_do_not_shadow_lm_eval_builtins():
+    """No built-in lm-eval task file declares a gptc_ name (indexing them all with TaskManager takes ~100 s here;
+    reading their `task:` lines is the same fact in a second)."""
+    import re
+
+    import lm_eval
+
+    builtin_dir = Path(lm_eval.__file__).parent / "tasks"
+    builtin = {
+        match.group(1)
+        for path in builtin_dir.rglob("*.yaml")
+        for match in re.finditer(r"^task: *['\"]?([\w.-]+)", path.read_text(encoding="utf-8", errors="replace"), re.M)
+    }
+    assert {"lambada_openai", "piqa", "hellaswag", "arc_easy", "winogrande", "wikitext"} <= builtin
+    assert not set(SHIPPED) & builtin
+    assert not {name for name in builtin if name.startswith(TASK_PREFIX)}
+
+
+def test_lm_eval_reads_the_data_root_it_is_given(shared_data_dir, tmp_path):
+    """`--metadata '{"data_dir": ...}'` (TaskManager metadata) reaches our loader: a 10-record COPA copy gives 10 docs."""
+    from lm_eval.tasks import TaskManager
+
+    (tmp_path / "copa").mkdir()
+    lines = (shared_data_dir / "copa" / "val.jsonl").read_text(encoding="utf-8").splitlines()[:10]
+    (tmp_path / "copa" / "val.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    manager = TaskManager(include_path=str(LM_EVAL_TASKS_DIR), include_defaults=False, metadata={"data_dir": str(tmp_path)})
+    task = manager.load([f"{TASK_PREFIX}copa"])["tasks"][f"{TASK_PREFIX}copa"]
+    assert len(list(task.test_docs())) == 10
+
+
+def test_wikitext_results_count_words_and_bytes_as_lm_eval_wikitext(shared_data_dir):
+    """gptc_wikitext's process_results equals lm-eval's own wikitext one (counts on the raw page)."""
+    import importlib.util
+
+    import lm_eval
+
+    spec = importlib.util.spec_from_file_location(
+        "preprocess_wikitext", Path(lm_eval.__file__).parent / "tasks" / "wikitext" / "preprocess_wikitext.py"
+    )
+    theirs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(theirs)
+    data_spec = importlib.util.spec_from_file_location("gptc_data", LM_EVAL_TASKS_DIR / "gptc_data.py")
+    ours = importlib.util.module_from_spec(data_spec)
+    data_spec.loader.exec_module(ours)
+    for doc in load_task("wikitext").docs("test", shared_data_dir)[:3]:
+        assert doc["page"] != doc["text"]  # detokenized text differs from the page the counts are taken on
+        assert ours.count_on_page(doc, [-1234.5]) == theirs.process_results(doc, [-1234.5])

@@ -1,0 +1,210 @@
+"""Helpers shared by test modules (a test module never imports another test module).
+
+Fixtures live in the conftest.py files; these are plain functions and constants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+import yaml
+
+PROMPT = "ROMEO: what light"
+NEW_TOKENS = 12
+
+# One row per task × K × metric, as eval/report.py writes them. LAMBADA has two metrics at K=0 and the same metric
+# at two K — exactly the case where K must not be merged away by the model-index grouping.
+LAMBADA = {"path": "EleutherAI/lambada_openai", "name": "default", "split": "test"}  # from the task YAML
+ARC_EASY = {"path": "allenai/ai2_arc", "name": "ARC-Easy", "split": "test"}
+RESULT_ROWS = [
+    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 0, "metric": "acc", "value": 0.125,
+     "stderr": 0.0625, "n": 16, "higher_is_better": True, "n_truncated": 0},
+    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 0, "metric": "perplexity", "value": 4321.98765,
+     "stderr": None, "n": 16, "higher_is_better": False, "n_truncated": 0},
+    {"task": "arc_easy", "dataset": ARC_EASY, "num_fewshot": 0, "metric": "acc_norm", "value": 0.3125,
+     "stderr": 0.1197, "n": 16, "higher_is_better": True, "n_truncated": 0},
+    {"task": "lambada", "dataset": LAMBADA, "num_fewshot": 3, "metric": "acc", "value": 0.1875,
+     "stderr": 0.1008, "n": 16, "higher_is_better": True, "n_truncated": 2},
+    {"task": "arc_easy", "dataset": ARC_EASY, "num_fewshot": 3, "metric": "acc_norm", "value": 0.25,
+     "stderr": 0.1118, "n": 16, "higher_is_better": True, "n_truncated": 0},
+]
+
+
+def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None = None, **settings) -> Path:
+    """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/.
+
+    Paths are recorded absolute, as load_train_config stores them: the dataset is a file in a `tinyshakespeare`
+    folder beside the run, the tokenizer was trained into <run>/tokenizer, packed data lives in a cache folder.
+    `settings` override training settings (e.g. warmup_steps=0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    run_dir = Path(run_dir).absolute()
+    dataset_file = run_dir.parent / "data" / "tinyshakespeare" / "input.txt"
+    dataset_file.parent.mkdir(parents=True, exist_ok=True)
+    dataset_file.write_text("ROMEO: what light through yonder window breaks\n", encoding="utf-8")
+    # the 256 bytes + <|endoftext|>: a real tokenizer without training one, saved and loaded back from a local
+    # folder as training does (that load is what adds is_local / local_files_only to tokenizer_config.json)
+    GPTCustomTokenizerFast.bytes_only().save_pretrained(run_dir / "tokenizer")
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "tokenizer")
+    config = GPTCustomConfig(
+        vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(config).eval()
+    model.save_pretrained(run_dir / "final")
+    tokenizer.save_pretrained(run_dir / "final")
+    # Pickled trainer state, as Accelerate's save_state leaves it: must never reach an export.
+    checkpoint = run_dir / "checkpoints" / "step_000010"
+    checkpoint.mkdir(parents=True)
+    torch.save({"step": 10}, checkpoint / "optimizer.bin")
+
+    train_config = {
+        "run_name": "tiny-shakespeare", "out_dir": str(run_dir), "seed": 1337,
+        "dataset": str(dataset_file), "dataset_split": "train", "text_field": "text",
+        "data_cache_dir": str(Path.home() / ".cache" / "hf_gpt_custom" / "packed"),
+        "tokenizer": None, "tokenizer_vocab_size": 257, "model": {"n_layer": 2, "n_head": 4, "n_embd": 32},
+        "init_from": init_from, "block_size": 64, "batch_size": 4, "max_steps": 10, "learning_rate": 0.0006,
+        "min_lr_ratio": 0.1, "warmup_steps": 2,
+        "benchmark_tasks": ["lambada", "arc_easy"], "benchmark_shots": [0, 3], "benchmark_limit": 16,
+        **settings,
+    }
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(train_config, sort_keys=False), encoding="utf-8")
+    summary = {
+        "run_name": "tiny-shakespeare", "config": train_config, "n_params": model.num_parameters(),
+        "tokens_seen": 2560, "steps": 10, "wall_time_s": 4.5, "final_train_loss": 5.25, "final_val_loss": 5.5,
+        "val_perplexity": math.exp(5.5), "val_bits_per_byte": 7.9, "tokens_per_s": 568.9, "mfu": 0.0004,
+        "dataset": str(dataset_file), "tokenizer": str(run_dir / "tokenizer"),
+        "data_cache": str(Path.home() / ".cache" / "hf_gpt_custom" / "packed" / "e0f59c7615c232ab04a4"),
+        "loss_curve": "loss_curve.png",
+    }
+    (run_dir / "training_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    figure, axis = plt.subplots(figsize=(3, 2))
+    axis.plot(range(10), [5.6 - 0.04 * step for step in range(10)], label="train")
+    figure.savefig(run_dir / "loss_curve.png")
+    if with_eval:
+        (run_dir / "eval").mkdir()
+        results = {
+            "model": str(run_dir / "final"),
+            "config": {"tasks": ["lambada", "arc_easy"], "shots": [0, 3], "limit": 16, "seed": 1234, "batch_size": 16},
+            "results": RESULT_ROWS,
+        }
+        (run_dir / "eval" / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        (run_dir / "eval" / "table.md").write_text(f"Model: `{run_dir / 'final'}`\n", encoding="utf-8")
+        figure.savefig(run_dir / "eval" / "shots_curve.png")
+    plt.close(figure)
+    return run_dir
+
+
+def hash_folder(folder: Path) -> str:
+    """sha256 over every path and file byte below `folder`: equal hashes mean nothing was changed."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+# Runs under the `python_without_project` fixture (tests/conftest.py); prints one JSON line.
+REMOTE_LOAD_SCRIPT = r"""
+import json, sys
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+folder = sys.argv[1]
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+base = AutoModel.from_pretrained(folder, trust_remote_code=True)
+input_ids = tokenizer(sys.argv[2], return_tensors="pt").input_ids
+with torch.no_grad():
+    logits = model(input_ids).logits[0]
+    generated = model.generate(input_ids, max_new_tokens=int(sys.argv[3]), do_sample=False)[0]
+print(json.dumps({
+    "classes": [type(obj).__module__ + "." + type(obj).__name__ for obj in (config, tokenizer, model, base)],
+    "input_ids": input_ids[0].tolist(),
+    "logits": logits.tolist(),
+    "generated": generated.tolist(),
+    "text": tokenizer.decode(generated),
+}))
+"""
+
+
+def assert_export_matches_in_process(run_dir: Path, export_dir: Path, python_without_project) -> dict:
+    """The export, loaded where hf_gpt_custom is not importable, gives the trained model's logits and greedy tokens.
+
+    Returns the clean process's JSON result with this process's `input_ids`, `generated` and `tokenizer` added."""
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
+    model = GPTCustomForCausalLM.from_pretrained(run_dir / "final").eval()
+    input_ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(input_ids).logits[0]
+        generated = model.generate(input_ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0]
+
+    remote = python_without_project(REMOTE_LOAD_SCRIPT, export_dir, PROMPT, NEW_TOKENS)
+    torch.testing.assert_close(torch.tensor(remote["logits"]), logits, rtol=0, atol=1e-5)
+    assert remote["generated"] == generated.tolist()
+    return {**remote, "local_input_ids": input_ids[0].tolist(), "local_generated": generated, "tokenizer": tokenizer}
+
+
+# --- tiny training runs ---------------------------------------------------------------------------------------------
+
+
+def write_first_speeches(path: Path, source: Path, n_speeches: int = 30) -> Path:
+    """The first `n_speeches` blank-line-separated paragraphs of `source` (tiny Shakespeare: 30 speeches are 4,058
+    characters, a few dozen 32-token blocks), so a tiny run crosses epochs within a few dozen steps."""
+    text = source.read_text(encoding="utf-8")
+    path.write_text("\n\n".join(text.split("\n\n")[:n_speeches]) + "\n", encoding="utf-8")
+    return path
+
+
+def save_dropout_free_model(folder: Path, tokenizer_dir: Path, n_positions: int = 32, seed: int = 0) -> Path:
+    """A 2-layer, 32-wide model without dropout for `init_from`: its training forward is a pure function of the
+    weights, so a test can recompute a logged loss or gradient from the weights and the batch alone."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    config = GPTCustomConfig(
+        vocab_size=len(tokenizer), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    GPTCustomForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def batch_digest(input_ids: torch.Tensor) -> int:
+    """The fingerprint run_log.jsonl records per micro-batch (`data_digests`): 48-bit BLAKE2b of the int64 ids."""
+    return int.from_bytes(hashlib.blake2b(input_ids.to(torch.int64).numpy().tobytes(), digest_size=6).digest(), "little")
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    """The "train" records of run_log.jsonl, in step order."""
+    lines = (Path(run_dir) / "run_log.jsonl").read_text(encoding="utf-8").splitlines()
+    return [record for record in map(json.loads, lines) if record["kind"] == "train"]
+
+
+def packed_train_blocks(config) -> torch.Tensor:
+    """(n_blocks, block_size) ids of the run's packed training set, read through the data pipeline's own cache."""
+    from transformers import AutoTokenizer
+
+    from training.data import prepare_datasets
+
+    data = prepare_datasets(config, AutoTokenizer.from_pretrained(str(config.tokenizer)), config.tokenizer)
+    return torch.tensor(data.train["input_ids"], dtype=torch.int64)

@@ -1,0 +1,72 @@
+"""The main job's bookkeeping: which settings a resumed run must keep (read from TrainConfig field metadata, the
+one list of settings that do not change training) and what it prints at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from hf_gpt_custom import run
+
+
+@dataclasses.dataclass
+class FakeConfig:
+    """Three kinds of field, as training/config.py marks them: changes training, does not, no metadata at all."""
+
+    learning_rate: float = dataclasses.field(default=6e-4, metadata={"help": "peak lr", "changes_training": True})
+    keep_checkpoints: int = dataclasses.field(default=2, metadata={"help": "kept", "changes_training": False})
+    benchmark_limit: int | None = dataclasses.field(default=None, metadata={"changes_training": False})
+    seed: int = 1337
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def test_settings_not_changing_training_come_from_field_metadata():
+    assert run.settings_not_changing_training(FakeConfig) == {"keep_checkpoints", "benchmark_limit"}
+
+
+def test_the_real_train_config_marks_only_fields_it_has():
+    from training.config import TrainConfig
+
+    names = {field.name for field in dataclasses.fields(TrainConfig)}
+    assert run.settings_not_changing_training() <= names
+    assert "learning_rate" not in run.settings_not_changing_training()
+
+
+def test_the_fingerprint_keeps_training_and_benchmark_settings_only():
+    fingerprint = run._fingerprint(FakeConfig())
+    assert fingerprint == {"learning_rate": 6e-4, "benchmark_limit": None, "seed": 1337}
+
+
+@pytest.mark.parametrize(("change", "accepted"), [
+    ({"keep_checkpoints": 5}, True),     # does not change training: resumes
+    ({"benchmark_limit": 10}, True),     # evaluation only: resumes, re-runs eval and export
+    ({"learning_rate": 1e-3}, False),    # changes training: refused
+    ({"seed": 1}, False),                # no metadata: counts as changing training
+])
+def test_a_resumed_run_accepts_exactly_the_changes_that_keep_the_trained_model(tmp_path, change, accepted):
+    run._save_state(tmp_path, {"config": run._fingerprint(FakeConfig()), "stages": {"train": {"status": "done"},
+                                                                                     "eval": {"status": "done"}}})
+    changed = run._fingerprint(FakeConfig(**change))
+    if not accepted:
+        with pytest.raises(ValueError, match=f"was started with a different config \\({next(iter(change))}"):
+            run._load_state(tmp_path, changed)
+        return
+    state = run._load_state(tmp_path, changed)
+    assert state["stages"]["train"] == {"status": "done"}
+    assert ("eval" in state["stages"]) == ("benchmark_limit" not in change)
+
+
+def test_the_end_of_a_run_prints_the_results_table_and_the_paths(tmp_path, capsys):
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "table.md").write_text("| copa | 0 | acc ↑ | 0.5000 |\n", encoding="utf-8")
+    (tmp_path / "eval" / "results.json").write_text(json.dumps({"results": []}))
+    (tmp_path / "final").mkdir()
+    run._print_outputs(tmp_path)
+    out = capsys.readouterr().out
+    assert "| copa | 0 | acc ↑ | 0.5000 |" in out
+    assert f"trained model     {tmp_path / 'final'}" in out and f"evaluation        {tmp_path / 'eval' / 'results.json'}" in out
+    assert "model card" not in out  # not written yet: not listed

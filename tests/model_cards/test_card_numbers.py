@@ -1,0 +1,46 @@
+"""The numbers the card prints about training agree with the run they describe, computed here from its config.
+
+tokens per optimizer step = batch_size x gradient_accumulation_steps x block_size x processes (the shipped 124M
+config: 16 x 32 x 1024 x 1 = 524,288); the tokens seen and steps are the summary's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from tests.helpers import make_tiny_run
+
+
+def _rewrite_run(run_dir, accumulation: int, processes: int) -> dict:
+    """Make the fabricated run one that accumulated `accumulation` micro-batches on `processes` processes."""
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["gradient_accumulation_steps"] = accumulation
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    tokens_per_step = config["batch_size"] * accumulation * config["block_size"] * processes
+    summary.update(config=config, num_processes=processes, tokens_seen=summary["steps"] * tokens_per_step)
+    (run_dir / "training_summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+def _card_number(text: str, pattern: str) -> int:
+    match = re.search(pattern, text)
+    assert match, f"no match for {pattern!r} in the card"
+    return int(match.group(1).replace(",", ""))
+
+
+@pytest.mark.parametrize("accumulation, processes", [(1, 1), (4, 1), (3, 2)])
+def test_card_states_tokens_per_step_and_tokens_seen_of_the_run(tmp_path, accumulation, processes):
+    from model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run", with_eval=False)
+    summary = _rewrite_run(run_dir, accumulation, processes)
+    text = str(build_model_card(run_dir))
+    # make_tiny_run's config: batch_size 4, block_size 64
+    assert _card_number(text, r"([\d,]+)\s+tokens\s+per\s+(?:optimizer\s+)?step") == 4 * accumulation * 64 * processes
+    assert _card_number(text, r"([\d,]+)\s+training\s+tokens") == summary["tokens_seen"]
+    assert _card_number(text, r"([\d,]+)\s+optimizer\s+steps") == summary["steps"]

@@ -1,0 +1,112 @@
+"""One process per run folder: a second training process on it stops at once with the holder's PID; a lock left
+by a killed process is taken over; ranks other than 0 of a launch take no lock. Build folders a killed data-packing
+process left in the shared cache are removed, those of live processes and other hosts are not."""
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from hf_gpt_custom.errors import UserError
+from training.data import prepare_datasets
+from training.run_lock import LOCK_NAME, lock_run_folder, process_is_alive, remove_stale_build_folders
+from training.train import train
+
+
+
+def _hold_lock_in_another_process(run_dir) -> subprocess.Popen:
+    """A process (util-linux flock(1), which takes the same flock(2) lock) holding run_dir's lock, with its PID and
+    host recorded in the file as lock_run_folder records them. Fast: no Python start-up."""
+    run_dir.mkdir(parents=True)
+    script = ('printf \'{"pid": %d, "host": "%s", "started": "2026-01-01 00:00:00 UTC"}\' $$ "$(hostname)" > "$0"; '
+              'exec flock -o "$0" sh -c "echo held; exec sleep 120"')
+    holder = subprocess.Popen(["sh", "-c", script, str(run_dir / LOCK_NAME)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has exited (and been reaped)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    assert not process_is_alive(process.pid)
+    return process.pid
+
+
+def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder_then_takes_over_when_it_dies(make_config,
+                                                                                                    caplog):
+    config = make_config("max_steps=2", "warmup_steps=1")
+    holder = _hold_lock_in_another_process(config.run_dir)
+    try:
+        with pytest.raises(UserError, match=rf"the run folder {config.run_dir} is in use by process {holder.pid} on "
+                                            rf"{socket.gethostname()} .*stop it \(kill {holder.pid}\) and resume"):
+            train(config)
+        assert not (config.run_dir / "config.yaml").exists()  # stopped before writing anything
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # the holder and its sleeping child
+        holder.wait()
+    with caplog.at_level(logging.INFO, logger="training.run_lock"):
+        with lock_run_folder(config.run_dir):  # the kernel dropped the dead holder's lock: taken over
+            pass
+    assert f"taking over the lock of process {holder.pid}" in caplog.text
+
+
+def test_the_lock_excludes_other_holders_while_held_and_nests_in_one_process(tmp_path):
+    run_dir = tmp_path / "run"
+    with lock_run_folder(run_dir):
+        assert json.loads((run_dir / LOCK_NAME).read_text())["pid"] == os.getpid()  # what a refused process is told
+        with lock_run_folder(run_dir):  # the main job holds the folder, then train() inside it
+            pass
+        with open(run_dir / LOCK_NAME) as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held exclusively (not even a shared lock), still
+    with open(run_dir / LOCK_NAME) as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+def test_only_rank_zero_of_a_launch_takes_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    with lock_run_folder(tmp_path / "run"):
+        assert not (tmp_path / "run" / LOCK_NAME).exists()
+
+
+def test_packing_removes_build_folders_of_dead_processes_only(make_config, tmp_path, shakespeare_tokenizer_dir):
+    cache = tmp_path / "cache"
+    dead, host = _dead_pid(), socket.gethostname()
+    stale = [cache / f"0123456789abcdef0123.tmp{dead}", cache / f"0123456789abcdef0123.tmp{dead}@{host}"]
+    kept = [cache / f"0123456789abcdef0123.tmp{dead}@another-host",  # its PID means nothing on this machine
+            cache / f"0123456789abcdef0123.tmp{os.getppid()}@{host}",  # a live process is still packing
+            cache / "raw"]
+    for folder in stale + kept:
+        (folder / "train_build").mkdir(parents=True)
+    from transformers import AutoTokenizer
+
+    config = make_config("block_size=16", f"data_cache_dir={cache}")
+    data = prepare_datasets(config, AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir)),
+                            shakespeare_tokenizer_dir)
+    assert not any(folder.exists() for folder in stale)
+    assert all(folder.is_dir() for folder in kept)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([data.cache_dir.name] + [f.name for f in kept])
+    assert remove_stale_build_folders(cache) == []
+
+
+def test_the_main_job_is_refused_on_a_run_folder_another_process_holds(tmp_path):
+    from hf_gpt_custom.run import run_pipeline
+
+    config_path = tmp_path / "run.yaml"
+    run_dir = tmp_path / "runs" / "held"
+    config_path.write_text(f"run_name: held\nout_dir: {run_dir}\ndataset: ../shared/data/tinyshakespeare/input.txt\n")
+    holder = _hold_lock_in_another_process(run_dir)
+    try:
+        with pytest.raises(UserError, match=rf"is in use by process {holder.pid}"):
+            run_pipeline(config_path)
+        assert not (run_dir / "run_state.json").exists() and not list(run_dir.glob("*.json"))  # nothing written
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()

@@ -1,0 +1,125 @@
+"""The training recipe against independent expectations, not against the code itself: the learning rate of every
+step from the warmup + cosine formula, the first update from AdamW's formula with the clipped gradient computed
+here, the weight-decay groups from the GPT-2 rule, and the data order epoch by epoch from the batch fingerprints.
+
+Each test trains a 2-layer, 32-wide model for a few steps on a few thousand characters of real Shakespeare.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_gpt_custom import GPTCustomForCausalLM
+from tests.helpers import (
+    batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_first_speeches,
+)
+from training.train import build_optimizer, train
+
+
+@pytest.fixture
+def small_run(make_config, tmp_path, shakespeare_path):
+    """make_config for a run over a small corpus (its own packed-data cache)."""
+    corpus = write_first_speeches(tmp_path / "speeches.txt", shakespeare_path, n_speeches=20)
+
+    def make(*overrides: str, run_name: str = "small", **kwargs):
+        return make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", "eval_batches=1",
+                           *overrides, run_name=run_name, **kwargs)
+
+    return make
+
+
+def cosine_with_warmup_lr(peak: float, completed_steps: int, warmup_steps: int, max_steps: int, min_lr_ratio: float):
+    """Linear warmup from 0, then half a cosine from `peak` down to `peak * min_lr_ratio` at `max_steps`
+    (the schedule README names: transformers' cosine-with-min-lr, as in the GPT-3 paper's recipe)."""
+    if completed_steps < warmup_steps:
+        return peak * completed_steps / warmup_steps
+    progress = (completed_steps - warmup_steps) / (max_steps - warmup_steps)
+    return peak * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def test_logged_lr_follows_linear_warmup_then_cosine_down_to_min_lr_ratio(small_run):
+    peak, warmup, steps, floor = 3e-3, 3, 12, 0.25
+    config = small_run(f"learning_rate={peak}", f"warmup_steps={warmup}", f"max_steps={steps}",
+                       f"min_lr_ratio={floor}", "eval_interval=100")
+    records = train_records(train(config))
+    # The lr logged with step k is the schedule after k optimizer steps (transformers' get_last_lr after
+    # scheduler.step()): the rate the next update uses. Warmup ends at step 3; the last step sits on the floor.
+    expected = [cosine_with_warmup_lr(peak, k, warmup, steps, floor) for k in range(1, steps + 1)]
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert [r["lr"] for r in records] == pytest.approx(expected, rel=1e-9, abs=0)
+    assert records[warmup - 1]["lr"] == pytest.approx(peak)
+    assert records[-1]["lr"] == pytest.approx(peak * floor)
+
+
+def test_first_update_is_adamw_on_the_gradient_clipped_to_grad_clip(small_run, tmp_path):
+    """AdamW's first step is p -= lr * g / (|g| + eps) whatever the scale of g, so with the usual eps clipping would
+    be invisible; eps = 1 makes the update proportional to the clipped gradient, which this test computes itself."""
+    lr, eps, clip = 1.0, 1.0, 1e-3
+    init = save_dropout_free_model(tmp_path / "init", small_run().tokenizer)
+    config = small_run(f"init_from={init}", "batch_size=1", "max_steps=1", "warmup_steps=0", "weight_decay=0",
+                       f"learning_rate={lr}", f"adam_eps={eps}", f"grad_clip={clip}", with_model_section=False)
+    run_dir = train(config)
+    (record,) = train_records(run_dir)
+
+    blocks = packed_train_blocks(config)
+    (block,) = [row for row in blocks if batch_digest(row[None]) == record["data_digests"][0][0]]
+    model = GPTCustomForCausalLM.from_pretrained(init)
+    logits = model(input_ids=block[None]).logits[0]
+    F.cross_entropy(logits[:-1], block[1:]).backward()  # next-token loss, mean over the block's 31 predictions
+    named = dict(model.named_parameters())  # the tied head appears once, as wte
+    grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in named.values())).item()
+    assert record["grad_norm"] == pytest.approx(grad_norm, rel=1e-4)  # logged before clipping
+    assert grad_norm > 100 * clip  # so clipping changes the update a lot
+
+    scale = min(1.0, clip / (grad_norm + 1e-6))  # torch.nn.utils.clip_grad_norm_
+    trained = dict(GPTCustomForCausalLM.from_pretrained(run_dir / "final").named_parameters())
+    for name, parameter in named.items():
+        clipped = parameter.grad * scale
+        expected_update = -lr * clipped / (clipped.abs() + eps)
+        update = trained[name].detach() - parameter.detach()
+        torch.testing.assert_close(update, expected_update, rtol=0, atol=lr * clip * 1e-3, msg=name)
+
+
+def test_weight_decay_applies_to_every_2d_weight_and_to_no_bias_or_layer_norm(small_run, tiny_config):
+    config = small_run("weight_decay=0.1")
+    model = GPTCustomForCausalLM(tiny_config)
+    optimizer = build_optimizer(model, config)
+    # GPT-2/nanoGPT rule, by name: matmul weights and the embeddings decay; biases and LayerNorm parameters do not.
+    decayed = {name for name, _ in model.named_parameters() if name.endswith(".weight") and ".ln_" not in name}
+    assert decayed == {"transformer.wte.weight", "transformer.wpe.weight"} | {
+        f"transformer.h.{i}.{layer}.weight" for i in range(2)
+        for layer in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+    }
+    names = {id(p): name for name, p in model.named_parameters()}
+    decay_of = {}
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            assert names[id(parameter)] not in decay_of, f"{names[id(parameter)]} is in two groups"
+            decay_of[names[id(parameter)]] = group["weight_decay"]
+    assert set(decay_of) == set(names.values())  # every trainable parameter, the tied head once
+    assert {name for name, decay in decay_of.items() if decay == 0.1} == decayed
+    assert {name for name, decay in decay_of.items() if decay == 0.0} == set(names.values()) - decayed
+
+
+def test_every_epoch_is_a_fresh_seeded_permutation_of_the_training_blocks(small_run):
+    blocks = packed_train_blocks(small_run())
+    position = {batch_digest(row[None]): i for i, row in enumerate(blocks)}
+    n = len(blocks)
+    assert len(position) == n >= 10  # distinct blocks, enough of them for orders to differ
+
+    def block_order(run_name: str) -> list[int]:
+        config = small_run("batch_size=1", f"max_steps={2 * n + 3}", "warmup_steps=0", "eval_interval=1000",
+                           run_name=run_name)
+        return [position[r["data_digests"][0][0]] for r in train_records(train(config))]
+
+    order = block_order("first")
+    epochs = [order[:n], order[n:2 * n]]
+    assert all(sorted(epoch) == list(range(n)) for epoch in epochs)  # each epoch: every block exactly once
+    assert epochs[0] != list(range(n))  # shuffled, not the packed order
+    assert epochs[1] != epochs[0]  # reshuffled for the second epoch
+    assert order[2 * n:] != epochs[1][:3]  # and again for the third
+    assert block_order("again") == order  # the order is a function of the seed alone

@@ -1,0 +1,114 @@
+"""Folders that cannot be written: a read-only run folder or checkpoints folder, and a full disk while a checkpoint
+is saved, stop the run with a message naming the folder and the cause; the checkpoints saved before stay complete
+and the half-written one is removed."""
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from accelerate import Accelerator
+
+from hf_gpt_custom.errors import UserError
+from training.checkpoint import verify_checkpoint
+from training.config import REPO_ROOT, save_train_config
+from training.train import train
+
+CHECKPOINTED = ("max_steps=4", "checkpoint_interval=2", "keep_checkpoints=5", "eval_interval=4", "eval_batches=1")
+# Runs each config in one interpreter and prints what it raised (or null): one Python start-up for several runs.
+TRAIN_EACH = """import json, sys
+from hf_gpt_custom.errors import UserError
+from training.config import load_train_config
+from training.train import train
+for path in sys.argv[1:]:
+    try:
+        train(load_train_config(path, []))
+        print(json.dumps(None), flush=True)
+    except UserError as err:
+        print(json.dumps(str(err)), flush=True)
+"""
+
+
+def _train_without_permission_override(*config_paths) -> list[str | None]:
+    """Run TRAIN_EACH so that chmod binds: as root, with the capabilities that bypass file permissions dropped."""
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: chmod cannot make a folder read-only for this process")
+        prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+    result = subprocess.run([*prefix, sys.executable, "-c", TRAIN_EACH, *map(str, config_paths)], cwd=REPO_ROOT,
+                            env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith(("null", '"'))]
+
+
+def test_read_only_folders_are_named_and_earlier_checkpoints_stay_good(make_config, tmp_path):
+    # a run whose checkpoints folder turned read-only after its step-2 checkpoint, resumed
+    config = make_config(*CHECKPOINTED[1:], "max_steps=2", run_name="checkpoints_read_only")
+    checkpoints = train(config) / "checkpoints"
+    resumed = make_config(*CHECKPOINTED, "resume_from_checkpoint=latest", run_name="checkpoints_read_only")
+    save_train_config(resumed, tmp_path / "resumed.yaml")
+    # a run whose out_dir lies in a read-only folder
+    (tmp_path / "read_only").mkdir()
+    fresh = make_config(*CHECKPOINTED, f"out_dir={tmp_path / 'read_only' / 'run'}")
+    save_train_config(fresh, tmp_path / "fresh.yaml")
+    os.chmod(checkpoints, 0o555)
+    os.chmod(tmp_path / "read_only", 0o555)
+    try:
+        checkpoint_error, run_folder_error = _train_without_permission_override(tmp_path / "resumed.yaml",
+                                                                                tmp_path / "fresh.yaml")
+    finally:
+        os.chmod(checkpoints, 0o755)
+        os.chmod(tmp_path / "read_only", 0o755)
+    assert checkpoint_error.startswith(f"cannot write checkpoint step_000004 to {checkpoints}: Permission denied")
+    assert "the complete checkpoints step_000002 are untouched" in checkpoint_error
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000002"]
+    assert verify_checkpoint(checkpoints / "step_000002") is None
+    assert run_folder_error.startswith(f"cannot write to the run folder {tmp_path / 'read_only' / 'run'}: "
+                                       f"Permission denied; choose a writable out_dir")
+
+
+@pytest.mark.parametrize("failure, cause", [
+    # what torch's zip writer raises when the disk fills up under it
+    (RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file data/3: file "
+                  "write failed"), "torch could not write the file ([enforce fail at inline_container.cc:858]"),
+    (RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1472 vs 1360"),
+     "torch could not write the file ([enforce fail at inline_container.cc:626] . unexpected pos 1472 vs 1360)"),
+    (OSError(errno.ENOSPC, "No space left on device"), "No space left on device (ENOSPC)"),
+], ids=["torch_writer", "torch_position", "oserror"])
+def test_a_full_disk_while_checkpointing_is_named_and_earlier_checkpoints_stay_good(make_config, monkeypatch,
+                                                                                    failure, cause):
+    real_save_state = Accelerator.save_state
+
+    def disk_full_at_step_4(self, output_dir=None, **kwargs):
+        if not output_dir.endswith("step_000004.tmp"):
+            return real_save_state(self, output_dir, **kwargs)
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "model.safetensors").write_bytes(bytes(4096))  # written up to the moment space ran out
+        raise failure
+
+    monkeypatch.setattr(Accelerator, "save_state", disk_full_at_step_4)
+    config = make_config(*CHECKPOINTED)
+    checkpoints = config.run_dir / "checkpoints"
+    with pytest.raises(UserError) as err:
+        train(config)
+    message = str(err.value)
+    assert message.startswith(f"cannot write checkpoint step_000004 to {checkpoints}: {cause}")
+    assert "MiB free on that filesystem" in message and "the complete checkpoints step_000002 are untouched" in message
+    assert err.value.__cause__ is failure  # the original error stays attached for a traceback
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000002"]  # the partial folder is gone
+    assert verify_checkpoint(checkpoints / "step_000002") is None
+
+
+def test_other_runtime_errors_while_checkpointing_keep_their_traceback(make_config, monkeypatch):
+    def broken(self, output_dir=None, **kwargs):
+        raise RuntimeError("a bug, not a write failure")
+
+    monkeypatch.setattr(Accelerator, "save_state", broken)
+    with pytest.raises(RuntimeError, match="a bug, not a write failure") as err:
+        train(make_config(*CHECKPOINTED))
+    assert not isinstance(err.value, UserError)

@@ -1,0 +1,145 @@
+"""Which process owns a folder: the lock a training run holds on its run folder, and build folders that processes
+which no longer run left in the shared packed-data cache.
+
+Two processes writing one run folder interleave their logs and checkpoints, so a run takes fcntl.flock on
+<run>/.run.lock. The kernel drops the lock when its holder exits or is killed, so a lock left by a dead process is
+simply taken over; the file records the holder's PID, host and start time for the error a second process gets.
+Under accelerate launch / torchrun only rank 0 takes it: the other ranks write there only in step with rank 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hf_gpt_custom.errors import UserError
+from training.launcher import launch_rank
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".run.lock"
+# <key>.tmp<pid>@<host> (and <key>.tmp<pid>, as older versions named them): a packed-data build in progress.
+_BUILD_FOLDER_RE = re.compile(r"^(?P<key>[^/]+?)\.tmp(?P<pid>\d+)(?:@(?P<host>.+))?$")
+_held: dict[str, list] = {}  # run folder -> [open lock file, depth]: one process may nest (the main job, then train)
+
+
+def process_is_alive(pid: int) -> bool:
+    """True if a process with this PID runs on this machine (a PID reused since counts as alive: the safe side)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by another user
+        return True
+    return True
+
+
+@contextmanager
+def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
+    """Hold the run folder for the duration of the block; a UserError naming the holder if another process has it.
+
+    Creates the folder. Re-entrant within one process. Ranks other than 0 of a multi-process launch do nothing.
+    """
+    if launch_rank() != 0:
+        yield
+        return
+    key = os.path.realpath(run_dir)
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield
+        finally:
+            _held[key][1] -= 1
+        return
+    handle = _acquire(Path(run_dir))
+    _held[key] = [handle, 1]
+    try:
+        yield
+    finally:
+        del _held[key]
+        handle.close()  # closing the file releases the lock
+
+
+def _acquire(run_dir: Path):
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
+    except OSError as err:
+        raise UserError(
+            f"cannot write to the run folder {run_dir}: {os.strerror(err.errno) if err.errno else err}; choose a "
+            f"writable out_dir (or run_name), or make the folder writable"
+        ) from err
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as err:
+        holder = _read_holder(handle)
+        handle.close()
+        who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (started {holder.get('started', '?')})"
+        raise UserError(
+            f"the run folder {run_dir} is in use by {who}; wait for it to finish, or stop it (kill "
+            f"{holder.get('pid', '<pid>')}) and resume with --resume_from_checkpoint latest, or give this run another "
+            f"run_name/out_dir"
+        ) from err
+    except OSError as err:  # e.g. ENOLCK: a network filesystem without lock support
+        logger.warning("cannot lock the run folder %s (%s): a second process on it would not be stopped",
+                       run_dir, errno.errorcode.get(err.errno, err))
+        return handle
+    previous = _read_holder(handle)
+    if previous.get("pid") not in (None, os.getpid()):
+        logger.info("run folder %s: taking over the lock of process %s, which no longer holds it (it ended or was "
+                    "killed)", run_dir, previous["pid"])
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}))
+    handle.flush()
+    return handle
+
+
+def _read_holder(handle) -> dict:
+    handle.seek(0)
+    try:
+        holder = json.loads(handle.read() or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def claim_build_folder(parent: str | os.PathLike, key: str) -> Path:
+    """A fresh, empty parent/<key>.tmp<pid>@<host> to build into, after removing build folders of dead processes."""
+    parent = Path(parent)
+    remove_stale_build_folders(parent)
+    work = parent / f"{key}.tmp{os.getpid()}@{socket.gethostname()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return work
+
+
+def remove_stale_build_folders(parent: str | os.PathLike) -> list[Path]:
+    """Delete build folders in `parent` whose process, on this host, no longer runs; return what was removed.
+
+    A folder another host wrote is left alone: its PID says nothing here (caches are shared over NFS). A folder
+    named without a host (older versions) is taken to be this host's.
+    """
+    parent, host, removed = Path(parent), socket.gethostname(), []
+    for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
+        match = _BUILD_FOLDER_RE.match(folder.name)
+        if not match or not folder.is_dir() or match["host"] not in (None, host):
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid() or process_is_alive(pid):
+            continue
+        logger.warning("removing %s: an unfinished data build of process %d, which no longer runs", folder, pid)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
