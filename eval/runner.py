@@ -190,8 +190,8 @@ def check_tokenizer_files(folder: Path) -> None:
         return
     missing = [name for names in TOKENIZER_FILE_SETS for name in names if not (folder / name).is_file()]
     raise MissingFileError(
-        f"{folder} has no tokenizer vocabulary: it needs tokenizer.json, or vocab.json and merges.txt "
-        f"(missing: {', '.join(missing)}); save the tokenizer the model was trained with into that folder "
+        f"{folder} has no tokenizer vocabulary: missing {', '.join(missing)} (tokenizer.json alone, or vocab.json "
+        "with merges.txt, is enough); save the tokenizer the model was trained with into that folder "
         "(tokenizer.save_pretrained) or pass tokenizer=<its folder>"
     )
 
