@@ -1,10 +1,11 @@
-"""Score Requests with any causal LM: loglikelihood, rolling loglikelihood and greedy generate_until.
+"""CausalLMScorer: any causal LM as the three scorers lm-eval defines (loglikelihood, loglikelihood_rolling,
+generate_until), and score_requests, which sends each Request to the one its request_type names.
 
 Token arithmetic follows lm-evaluation-harness 0.4.13 exactly (eval/tokens.py; left truncation to max_length + 1),
-so numbers agree with it. What makes it faster: choices that share a context are scored from one pass over that
-context and the tokens all of them start with (its KV cache is copied per choice); rows are batched longest first
-within a token budget, so a long outlier does not pad a whole batch; and the LM head + log-softmax run only on the
-positions that are scored, once each, a cache-sized chunk at a time.
+so numbers agree with it. Here: the model split into hidden states + LM head (run only on scored positions, a
+cache-sized chunk at a time), plain one-row-per-request scoring, rolling windows. Elsewhere: choices sharing a context
+scored from one pass over it (eval/shared_prefix.py), batching and padding (eval/batching.py), the greedy decoding
+loop (eval/generation.py), and which requests a kind of task makes (eval/output_types.py).
 """
 
 from __future__ import annotations
