@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from eval.output_types import OUTPUT_TYPES
 from eval.tokens import encode_texts
 from eval.task import TaskSpec
 from hf_gpt_custom.errors import UserError
@@ -73,7 +74,7 @@ def build_prompts(
     prompts = [_render(spec, doc_id, doc, examples, 0) for doc_id, (doc, examples) in enumerate(zip(docs, drafts))]
     if k == 0 or spec.fewshot_fit == "lm-eval":
         return prompts
-    reserve = _reserved_tokens(spec, docs, tokenizer)
+    reserve = OUTPUT_TYPES[spec.output_type].reserved_tokens(spec, docs, tokenizer)
     lengths = [max(n) for n in _token_counts(prompts, tokenizer)]
     for doc_id, doc in enumerate(docs):
         n_dropped = 0
@@ -104,23 +105,6 @@ def _token_counts(prompts: list[Prompt], tokenizer) -> list[list[int]]:
     flat = [context for prompt in prompts for context in prompt.contexts]
     counts = iter(len(ids) for ids in encode_texts(tokenizer, flat))
     return [[next(counts) for _ in prompt.contexts] for prompt in prompts]
-
-
-def _reserved_tokens(spec: TaskSpec, docs: list[dict], tokenizer) -> list[int]:
-    """Tokens each doc needs after its context: the longest continuation, or the generation budget."""
-    if spec.output_type == "generate_until":
-        return [int(spec.generation_kwargs.get("max_gen_toks", 256))] * len(docs)
-    if spec.output_type == "multiple_choice":
-        per_doc = [
-            [spec.target_delimiter + str(spec.target(doc))] if spec.multiple_input
-            else [spec.target_delimiter + choice for choice in spec.choices(doc)]
-            for doc in docs
-        ]
-    else:
-        per_doc = [[str(spec.target(doc))] for doc in docs]
-    counts = iter(len(ids) for ids in encode_texts(tokenizer, [text for texts in per_doc for text in texts]))
-    # An input of n tokens scores n + 1 - len(context) continuation tokens: the last token is never fed.
-    return [max(next(counts) for _ in texts) - 1 for texts in per_doc]
 
 
 def _zero_shot_length(spec: TaskSpec, doc: dict, tokenizer) -> int:

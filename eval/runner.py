@@ -1,8 +1,8 @@
 """evaluate(model, tokenizer, tasks, shots) -> Results: the whole eval pipeline for any causal LM.
 
 task YAML -> docs -> few-shot prompts -> Requests -> scores -> per-doc metrics -> aggregate rows (+ report files).
-Model loading accepts a folder, a Hub id or a loaded model; `hf_gpt_custom` is imported only to register our
-Auto classes if it is importable, never required.
+Model loading accepts a local folder (loaded strictly by hf_gpt_custom.model_folder, which also registers our
+classes with the Auto classes), a Hub id or an already-loaded model with its tokenizer.
 """
 
 from __future__ import annotations
@@ -15,15 +15,18 @@ from typing import Any
 import torch
 
 from eval.fewshot import ContextTooShortError, Prompt, build_prompts
-from eval.metrics import METRICS, aggregate_metric, count_words, generation_values, multiple_choice_values, rolling_values
+from eval.metrics import METRICS, aggregate_metric
+from eval.output_types import OUTPUT_TYPES
 from eval.requests import Request, ScoredRequest
 from eval.scoring import CausalLMScorer, score_requests
 from eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.json", "merges.txt"))  # either set is a complete BPE vocabulary
 
 
 @dataclass
@@ -86,8 +89,8 @@ def evaluate(
     for spec in specs:
         docs = spec.docs("test", data_dir)[: limit or None]
         for k in shots:
-            if k > 0 and spec.output_type == "loglikelihood_rolling":
-                logger.warning("task %s is scored by rolling log-likelihood: few-shot K=%d skipped (K=0 only)", spec.task, k)
+            if k > 0 and not OUTPUT_TYPES[spec.output_type].supports_fewshot:
+                logger.warning("task %s (%s) is scored without examples: few-shot K=%d skipped (K=0 only)", spec.task, spec.output_type, k)
                 continue
             try:
                 task_rows, task_examples = evaluate_task(spec, docs, k, scorer, seed, data_dir, show_progress)
@@ -114,103 +117,95 @@ def evaluate(
 
 
 def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
-    """(model in eval mode on device, tokenizer, display name) from a path / Hub id or loaded objects."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model in eval mode on device, tokenizer, display name) from a local folder, a Hub id or loaded objects.
 
-    try:  # registers our config/model/tokenizer with the Auto classes, when the package is importable
-        import hf_gpt_custom  # noqa: F401
-    except Exception:  # noqa: BLE001 — evaluating other models must not depend on our package importing
-        pass
+    A local folder loads strictly (hf_gpt_custom.model_folder: our model or a transformers GPT-2 converted on
+    load; a missing tensor, another model_type or a damaged file is an error) and must hold its tokenizer's
+    vocabulary files. A Hub id goes through AutoModelForCausalLM.from_pretrained, as lm-eval loads it.
+    """
+    from transformers import AutoModelForCausalLM
+
     if isinstance(model, (str, Path)):
         name = str(model)
-        if Path(name).exists() and not (Path(name) / "config.json").is_file():
-            raise MissingFileError(f"{name} has no config.json; pass a folder written by save_pretrained or a Hub id")
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
-        if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(name)
+        folder = local_model_path(name)
+        if folder is not None:
+            model = load_model_folder(folder, dtype=DTYPES[dtype])
+        else:
+            try:
+                model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
+            except OSError as err:
+                raise MissingFileError(
+                    f"model {name!r} is not a local folder and could not be loaded as a Hub id "
+                    f"({str(err).splitlines()[0]}); pass a folder written by save_pretrained or a reachable Hub id"
+                ) from err
+        tokenizer = name if tokenizer is None else tokenizer
     else:
         name = getattr(model, "name_or_path", None) or type(model).__name__
         if tokenizer is None:
             if not getattr(model, "name_or_path", None):
                 raise UserError("a loaded model without name_or_path needs tokenizer=...; pass the tokenizer or a folder")
-            tokenizer = AutoTokenizer.from_pretrained(model.name_or_path)
+            tokenizer = model.name_or_path
         model = model.to(DTYPES[dtype])
     if isinstance(tokenizer, (str, Path)):
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        tokenizer = load_tokenizer(str(tokenizer))
     return model.to(device).eval(), tokenizer, name
+
+
+def local_model_path(name: str) -> Path | None:
+    """The folder `name` names, or None for a Hub id ("gpt2", "owner/model") with no such local folder.
+
+    A name that cannot be a Hub id ("runs/smoke/final", "./model", "/abs/path") is a local path even if it does not
+    exist, so that the error names the missing folder instead of complaining about the id's format.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return path
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return check_model_folder(path)  # a path that does not exist: raises MissingFileError naming it
+    return None
+
+
+def load_tokenizer(source: str):
+    """AutoTokenizer for a local folder (refused without vocabulary files, see check_tokenizer_files) or a Hub id."""
+    from transformers import AutoTokenizer
+
+    path = Path(source).expanduser()
+    if path.exists():
+        check_tokenizer_files(path)
+        source = str(path)
+    return AutoTokenizer.from_pretrained(source)
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Raise MissingFileError unless `folder` holds a BPE vocabulary: tokenizer.json, or vocab.json + merges.txt.
+
+    Without them transformers still builds a tokenizer, with no merges: GPTCustomTokenizerFast falls back to the 256
+    bytes + <|endoftext|>, a GPT-2 tokenizer to an empty vocabulary, and every score is silently wrong.
+    """
+    if any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILE_SETS):
+        return
+    missing = [name for names in TOKENIZER_FILE_SETS for name in names if not (folder / name).is_file()]
+    raise MissingFileError(
+        f"{folder} has no tokenizer vocabulary: missing {', '.join(missing)} (tokenizer.json alone, or vocab.json "
+        "with merges.txt, is enough); save the tokenizer the model was trained with into that folder "
+        "(tokenizer.save_pretrained) or pass tokenizer=<its folder>"
+    )
 
 
 def build_requests(spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:
     """The Requests of one doc: one per choice (plus GPT-3 unconditional ones), one target, or one generation."""
-    doc_id = prompt.doc_id
-    if spec.output_type == "multiple_choice":
-        if spec.multiple_input:
-            continuation = spec.target_delimiter + str(spec.target(doc))
-            return [Request(doc_id, context, continuation, choice_index=i) for i, context in enumerate(prompt.contexts)]
-        choices = [spec.target_delimiter + choice for choice in spec.choices(doc)]
-        requests = [Request(doc_id, prompt.contexts[0], choice, choice_index=i) for i, choice in enumerate(choices)]
-        if "acc_uncond" in spec.metric_names:
-            requests += [
-                Request(doc_id, spec.uncond_context or "", choice, choice_index=i, is_unconditional=True)
-                for i, choice in enumerate(choices)
-            ]
-        return requests
-    if spec.output_type == "loglikelihood":
-        return [Request(doc_id, prompt.contexts[0], str(spec.target(doc)))]
-    if spec.output_type == "loglikelihood_rolling":
-        return [Request(doc_id, "", str(spec.target(doc)), request_type="loglikelihood_rolling")]
-    kwargs = spec.generation_kwargs
-    return [
-        Request(
-            doc_id,
-            prompt.contexts[0],
-            "",
-            request_type="generate_until",
-            until=tuple(kwargs.get("until", ["\n\n"])),
-            max_gen_toks=int(kwargs.get("max_gen_toks", 256)),
-        )
-    ]
-
-
-def doc_metric_values(spec: TaskSpec, doc: dict, scored: list[ScoredRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(metric name -> per-doc item, the examples.jsonl fields) for one doc's scored requests."""
-    if spec.output_type == "multiple_choice":
-        conditional = [s for s in scored if not s.request.is_unconditional]
-        unconditional = [s for s in scored if s.request.is_unconditional] or None
-        choices = spec.choices(doc)
-        gold = spec.gold_index(doc)
-        lls = [s.loglikelihood for s in conditional]
-        values = multiple_choice_values(
-            lls, choices, gold, n_tokens=[s.n_tokens for s in conditional],
-            uncond_loglikelihoods=[s.loglikelihood for s in unconditional] if unconditional else None,
-        )
-        log = {"choices": choices, "loglikelihoods": lls, "prediction": int(max(range(len(lls)), key=lls.__getitem__)), "gold": gold}
-        if unconditional:
-            log["uncond_loglikelihoods"] = [s.loglikelihood for s in unconditional]
-        return values, log
-    (one,) = scored
-    if spec.output_type == "loglikelihood":
-        values = {"perplexity": one.loglikelihood, "acc": float(one.is_greedy)}
-        return values, {"choices": [one.request.continuation], "loglikelihoods": [one.loglikelihood],
-                        "prediction": "greedy" if one.is_greedy else "not greedy", "gold": one.request.continuation}
-    if spec.output_type == "loglikelihood_rolling":
-        raw = str(doc[spec.count_field]) if spec.count_field else one.request.continuation
-        values = rolling_values(one.loglikelihood, count_words(raw), len(raw.encode("utf-8")))
-        return values, {"choices": [], "loglikelihoods": [one.loglikelihood], "prediction": None,
-                        "gold": None, "n_tokens": one.n_tokens}
-    answers = spec.target(doc)
-    answers = answers if isinstance(answers, list) else [answers]
-    exact_match_kwargs = next((
-        {key: entry[key] for key in ("ignore_case", "ignore_punctuation") if key in entry}
-        for entry in spec.metric_list if entry["metric"] == "exact_match"), {})
-    values = generation_values(one.generation or "", answers, **exact_match_kwargs)
-    return values, {"choices": [], "loglikelihoods": [], "prediction": one.generation, "gold": answers}
+    return OUTPUT_TYPES[spec.output_type].build_requests(spec, doc, prompt)
 
 
 def evaluate_task(
     spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, seed: int, data_dir: Path, show_progress: bool = True
 ) -> tuple[list[dict], list[dict]]:
     """Result rows and example logs of one task at one K."""
+    output_type = OUTPUT_TYPES[spec.output_type]
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(
         spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length,
@@ -224,7 +219,7 @@ def evaluate_task(
     items: dict[str, list] = {name: [] for name in spec.metric_names}
     examples = []
     for doc_id, (doc, prompt, doc_scored) in enumerate(zip(docs, prompts, by_doc)):
-        values, log = doc_metric_values(spec, doc, doc_scored)
+        values, log = output_type.doc_metric_values(spec, doc, doc_scored)
         for name in spec.metric_names:
             items[name].append(values[name])
         examples.append({

@@ -1,24 +1,27 @@
-"""Score Requests with any causal LM: loglikelihood, rolling loglikelihood and greedy generate_until.
+"""CausalLMScorer: any causal LM as the three scorers lm-eval defines (loglikelihood, loglikelihood_rolling,
+generate_until), and score_requests, which sends each Request to the one its request_type names.
 
 Token arithmetic follows lm-evaluation-harness 0.4.13 exactly (eval/tokens.py; left truncation to max_length + 1),
-so numbers agree with it. What makes it faster: choices that share a context are scored from one pass over that
-context and the tokens all of them start with (its KV cache is copied per choice); rows are batched longest first
-within a token budget, so a long outlier does not pad a whole batch; and the LM head + log-softmax run only on the
-positions that are scored, once each, a cache-sized chunk at a time.
+so numbers agree with it. Here: the model split into hidden states + LM head (run only on scored positions, a
+cache-sized chunk at a time), plain one-row-per-request scoring, rolling windows. Elsewhere: choices sharing a context
+scored from one pass over it (eval/shared_prefix.py), batching and padding (eval/batching.py), the greedy decoding
+loop (eval/generation.py), and which requests a kind of task makes (eval/output_types.py).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import DynamicCache
 
+from eval.batching import batches, pad_rows, padded_batches
+from eval.generation import generate_greedy
 from eval.requests import Request, ScoredRequest
+from eval.shared_prefix import score_shared_prefixes
 from eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
 from hf_gpt_custom.errors import UserError
 
@@ -51,8 +54,8 @@ class CausalLMScorer:
         self.vocab_size = _vocab_size(model)
         self._use_head_split = self._check_head_split()
 
-    # Each call returns (features, cache): features are final hidden states (split mode) or logits.
-    def _forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+    def forward_features(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+        """(features, cache): the final hidden states (head split) or the logits, and the KV cache if use_cache."""
         module = self.model.base_model if self._use_head_split else self.model
         output = module(
             input_ids=input_ids,
@@ -93,6 +96,7 @@ class CausalLMScorer:
             for request, (loglikelihood, is_greedy), pair in zip(requests, results, pairs)
         ]
 
+    @torch.no_grad()
     def loglikelihood_tokens(
         self, pairs: Sequence[tuple[list[int], list[int]]], show_progress: bool = True, desc: str = "loglikelihood"
     ) -> list[tuple[float, bool]]:
@@ -113,136 +117,32 @@ class CausalLMScorer:
         # Longest first, as lm-eval: an out-of-memory error happens at once rather than at the end. Contexts are
         # sorted by length (little padding in pass 1), then the choices of a window of contexts by their length.
         shared.sort(key=lambda members: -len(pairs[members[0]][0]))
-        for window in _batches(shared, self.context_tokens_per_window, size=lambda members: len(pairs[members[0]][0])):
-            for index, value in self._score_shared_contexts(pairs, window).items():
+        for window in batches(shared, self.context_tokens_per_window, size=lambda members: len(pairs[members[0]][0])):
+            for index, value in score_shared_prefixes(self, pairs, window).items():
                 results[index] = value
             progress.update(sum(len(members) for members in window))
         row_length = lambda i: min(len(pairs[i][0]) + len(pairs[i][1]) - 1, self.max_length)  # noqa: E731
-        for batch in _padded_batches(singles, row_length, self.batch_size):
+        for batch in padded_batches(singles, row_length, self.batch_size):
             for index, value in zip(batch, self._score_full([pairs[i] for i in batch])):
                 results[index] = value
             progress.update(len(batch))
         progress.close()
         return results  # type: ignore[return-value]
 
-    @torch.no_grad()
     def _score_full(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """The straightforward way (lm-eval's): one right-padded row per pair, context truncated from the left."""
         rows = [(context + continuation)[-(self.max_length + 1) :][:-1] for context, continuation in pairs]
-        width = max(len(row) for row in rows)
-        input_ids = torch.full((len(rows), width), self.prefix_token_id, dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row)
-        features, _ = self._forward(input_ids.to(self.device))
+        input_ids, _ = pad_rows(rows, self.prefix_token_id)  # right padding: causal attention never reaches it
+        features, _ = self.forward_features(input_ids.to(self.device))
         # A continuation longer than the window keeps its last len(row) tokens: the only ones one window can predict
         # (lm-eval's slice goes out of range here). Such a request is reported as truncated.
         kept = [continuation[-len(row) :] for (_, continuation), row in zip(pairs, rows)]
         selected = [features[i, len(row) - len(tokens) : len(row)] for i, (tokens, row) in enumerate(zip(kept, rows))]
         ends = list(accumulate(len(tokens) for tokens in kept))
         positions = [range(end - len(tokens), end) for end, tokens in zip(ends, kept)]
-        return self._sum_and_greedy(torch.cat(selected), positions, kept)
+        return self.sum_and_greedy(torch.cat(selected), positions, kept)
 
-    @torch.no_grad()
-    def _score_shared_contexts(
-        self, pairs: Sequence[tuple[list[int], list[int]]], groups: Sequence[list[int]]
-    ) -> dict[int, tuple[float, bool]]:
-        """Score the continuations of each group of requests from one pass over the group's shared prefix.
-
-        A group's prefix is its context plus the tokens that all its continuations start with, each continuation
-        keeping at least its last token as its own (PIQA's two solutions often open with the same words: 1,086 of
-        the 6,235 continuation tokens of its first 100 docs). Pass 1 runs the prefixes and keeps their KV caches;
-        pass 2 runs each continuation's own tokens after a copy of its prefix's cache. The head then runs once
-        per scored position, a prefix's positions being shared by its group (_sum_and_greedy).
-        """
-        n_shared = [_count_shared_tokens([pairs[m][1] for m in members]) for members in groups]
-        prefixes = [pairs[members[0]][0] + pairs[members[0]][1][:n] for members, n in zip(groups, n_shared)]
-        own = {m: pairs[m][1][n:] for members, n in zip(groups, n_shared) for m in members}
-        needs_cache = any(len(tokens) > 1 for tokens in own.values())
-        context_lengths = [len(pairs[members[0]][0]) for members in groups]
-        prefix_features, prefix_kv = self._run_prefixes(prefixes, context_lengths, needs_cache)
-        rows = [(g, m) for g, members in enumerate(groups) for m in members]
-        own_features = self._run_continuations(prefixes, prefix_kv, rows, own)
-        # Lay all feature blocks end to end; positions[i] lists the rows that predict member i's tokens.
-        blocks, positions, n_rows = [], [], 0
-        for g, members in enumerate(groups):
-            blocks.append(prefix_features[g])
-            shared_rows = range(n_rows, n_rows + len(prefix_features[g]))
-            n_rows += len(prefix_features[g])
-            for m in members:
-                if m in own_features:  # absent for a continuation with one own token: the prefix predicts it
-                    blocks.append(own_features[m])
-                positions.append([*shared_rows, *range(n_rows, n_rows + len(own[m]) - 1)])
-                n_rows += len(own[m]) - 1
-        members = [m for ms in groups for m in ms]
-        return dict(zip(members, self._sum_and_greedy(torch.cat(blocks), positions, [pairs[m][1] for m in members])))
-
-    def _run_prefixes(
-        self, prefixes: list[list[int]], context_lengths: list[int], needs_cache: bool
-    ) -> tuple[list[torch.Tensor], list[list | None]]:
-        """Pass 1: forward the prefixes, right-padded, batched longest first.
-
-        Returns per prefix the features of its positions from the context's last token on (they predict the
-        shared tokens, then every continuation's first own token) and, with needs_cache, its KV cache: a list over
-        layers of (keys, values) of shape (1, heads, prefix length, head_dim).
-        """
-        features: list = [None] * len(prefixes)
-        kv: list = [None] * len(prefixes)
-        for chunk in _padded_batches(list(range(len(prefixes))), lambda g: len(prefixes[g]), self.batch_size):
-            width = max(len(prefixes[g]) for g in chunk)
-            input_ids = torch.full((len(chunk), width), self.prefix_token_id, dtype=torch.long)
-            for row, g in enumerate(chunk):
-                input_ids[row, : len(prefixes[g])] = torch.tensor(prefixes[g])
-            # No mask needed: with right padding, causal attention keeps real positions away from the padding
-            # (and sdpa takes its is_causal fast path). Pass 2 masks the padded cache columns.
-            output, cache = self._forward(input_ids.to(self.device), use_cache=needs_cache)
-            for row, g in enumerate(chunk):
-                length = len(prefixes[g])
-                features[g] = output[row, context_lengths[g] - 1 : length]
-                if needs_cache:
-                    kv[g] = [(k[row : row + 1, :, :length], v[row : row + 1, :, :length]) for k, v, *_ in cache]
-        return features, kv
-
-    def _run_continuations(
-        self, prefixes: list[list[int]], prefix_kv: list, rows: list[tuple[int, int]], own: dict[int, list[int]]
-    ) -> dict[int, torch.Tensor]:
-        """Pass 2: for each (group, member) row whose own tokens are more than one, forward them minus the last
-        after its prefix's cache. Returns member -> features of those positions (len(own) - 1, hidden).
-
-        Rows of all groups in the window are batched together, longest first (little padding); each attends to a
-        copy of its own prefix's cache, zero-padded to the batch's longest prefix and masked there, with position
-        ids continuing after its real prefix.
-        """
-        rows = [row for row in rows if len(own[row[1]]) > 1]
-        features = {}
-        for batch in _padded_batches(rows, lambda row: len(own[row[1]]) - 1, self.batch_size):
-            width = max(len(own[m]) for _, m in batch) - 1
-            context_width = max(len(prefixes[g]) for g, _ in batch)
-            input_ids = torch.full((len(batch), width), self.prefix_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), context_width + width), dtype=torch.long)
-            positions = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, (g, m) in enumerate(batch):
-                input_ids[r, : len(own[m]) - 1] = torch.tensor(own[m][:-1])
-                mask[r, : len(prefixes[g])] = 1
-                mask[r, context_width : context_width + len(own[m]) - 1] = 1
-                # Padding columns of short rows would run past the position table: clamp them (they are masked).
-                positions[r] = (len(prefixes[g]) + torch.arange(width)).clamp(max=self.max_length - 1)
-            cache_data = []
-            for layer in range(len(prefix_kv[batch[0][0]])):
-                keys, values = zip(*(_pad_seq(prefix_kv[g][layer], context_width) for g, _ in batch))
-                cache_data.append((torch.cat(keys), torch.cat(values)))
-            cache = DynamicCache(ddp_cache_data=cache_data, config=self.model.config)
-            output, _ = self._forward(
-                input_ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                position_ids=positions.to(self.device),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            for r, (_, m) in enumerate(batch):
-                features[m] = output[r, : len(own[m]) - 1]
-        return features
-
-    def _sum_and_greedy(
+    def sum_and_greedy(
         self, features: torch.Tensor, positions: Sequence[Sequence[int]], continuations: Sequence[list[int]]
     ) -> list[tuple[float, bool]]:
         """(sum of log-probs, all tokens greedy) per continuation; positions[i][j] is the row of `features` that
@@ -289,63 +189,25 @@ class CausalLMScorer:
 
     # --- generation ------------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
     def generate_until(self, requests: Sequence[Request], show_progress: bool = True, desc: str = "generate_until") -> list[ScoredRequest]:
-        """Greedy continuation of each context until a stop sequence (cut there) or max_gen_toks tokens."""
-        order = sorted(range(len(requests)), key=lambda i: -len(requests[i].context))
+        """Greedy continuation of each context until a stop sequence (cut there) or max_gen_toks tokens.
+
+        Requests are batched longest context first among those with the same `until` and `max_gen_toks` (one
+        `generate` call takes one of each), as lm-eval groups them by generation settings."""
+        by_settings: dict[tuple, list[int]] = defaultdict(list)
+        for index in sorted(range(len(requests)), key=lambda i: -len(requests[i].context)):
+            by_settings[(requests[index].until, requests[index].max_gen_toks)].append(index)
         outputs: list[ScoredRequest | None] = [None] * len(requests)
         progress = tqdm(total=len(requests), desc=desc, disable=not show_progress)
-        for batch in _batches(order, self.batch_size, size=lambda _: 1):
-            for index, (text, n_tokens, is_truncated) in zip(batch, self._generate_batch([requests[i] for i in batch])):
+        for batch in (batch for group in by_settings.values() for batch in batches(group, self.batch_size, size=lambda _: 1)):
+            generated = generate_greedy(
+                self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.prefix_token_id
+            )
+            for index, (text, n_tokens, is_truncated) in zip(batch, generated):
                 outputs[index] = ScoredRequest(requests[index], 0.0, True, n_tokens, generation=text, is_truncated=is_truncated)
             progress.update(len(batch))
         progress.close()
         return outputs  # type: ignore[return-value]
-
-    def _generate_batch(self, requests: Sequence[Request]) -> list[tuple[str, int, bool]]:
-        max_new = max(r.max_gen_toks for r in requests)
-        eos = self.tokenizer.eos_token
-        stops = [tuple(r.until) + ((eos,) if eos else ()) for r in requests]
-        full_contexts = encode_texts(self.tokenizer, [r.context for r in requests])
-        contexts = [ids[-(self.max_length - max_new) :] for ids in full_contexts]
-        width = max(len(c) for c in contexts)
-        # Left padding: every row's next token is predicted from the last column.
-        input_ids = torch.full((len(contexts), width), self.prefix_token_id, dtype=torch.long)
-        mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for i, context in enumerate(contexts):
-            input_ids[i, width - len(context) :] = torch.tensor(context)
-            mask[i, width - len(context) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        generated = [[] for _ in requests]
-        done = [False] * len(requests)
-        cache = None
-        for _ in range(max_new):
-            output = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
-            )
-            cache = output.past_key_values
-            next_ids = output.logits[:, -1].argmax(-1)
-            for i, token_id in enumerate(next_ids.tolist()):
-                if done[i]:
-                    continue
-                generated[i].append(token_id)
-                text = self.tokenizer.decode(generated[i])
-                if any(stop and stop in text for stop in stops[i]) or len(generated[i]) >= requests[i].max_gen_toks:
-                    done[i] = True
-            if all(done):
-                break
-            input_ids = next_ids[:, None]
-            positions = positions[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        results = []
-        for i, tokens in enumerate(generated):
-            text = self.tokenizer.decode(tokens)
-            for stop in stops[i]:
-                if stop:
-                    text = text.split(stop)[0]
-            results.append((text, len(tokens), len(full_contexts[i]) > len(contexts[i])))
-        return results
 
 
 def _vocab_size(model) -> int:
@@ -355,61 +217,6 @@ def _vocab_size(model) -> int:
     if weight is not None:
         return weight.shape[0]
     return getattr(model.config, "vocab_size", None) or 50_257  # GPT-2's, if nothing says: only sizes the chunks
-
-
-def _count_shared_tokens(continuations: Sequence[list[int]]) -> int:
-    """How many leading tokens all continuations share, leaving each at least one token of its own.
-
-    Example: [5, 6, 7], [5, 6, 8, 9] -> 2; [5, 6], [5, 6, 7] -> 1 (the first keeps its last token).
-    """
-    limit = min(len(continuation) for continuation in continuations) - 1
-    n = 0
-    while n < limit and all(continuation[n] == continuations[0][n] for continuation in continuations[1:]):
-        n += 1
-    return n
-
-
-def _pad_seq(key_value: tuple[torch.Tensor, torch.Tensor], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad cached (keys, values) of shape (1, heads, seq, head_dim) with zeros to `length` positions."""
-    keys, values = key_value
-    missing = length - keys.shape[2]
-    return (F.pad(keys, (0, 0, 0, missing)), F.pad(values, (0, 0, 0, missing))) if missing else (keys, values)
-
-
-def _padded_batches(items: list, length: Callable, max_rows: int) -> Iterator[list]:
-    """Items longest first, in batches of at most max_rows whose padded size (rows x the first item's length)
-    stays within max_rows rows of the average length.
-
-    Lengths have long tails: the longest of PIQA's first 200 continuations has 152 tokens, the average 31. Cut by
-    row count alone, batches of 64 fed the model 19,814 tokens for 6,916 real ones (10,159 with this rule) and
-    batch_size 64 ran 2x slower than 16. A batch never pads to more than max_rows average rows, unless one item
-    alone is longer, so memory stays within what batch_size promises.
-    """
-    items = sorted(items, key=lambda item: -length(item))
-    if not items:
-        return
-    token_budget = max_rows * max(1.0, sum(length(item) for item in items) / len(items))
-    batch: list = []
-    for item in items:
-        if batch and (len(batch) == max_rows or (len(batch) + 1) * length(batch[0]) > token_budget):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
-
-
-def _batches(items: list, batch_size: int, size: Callable) -> Iterator[list]:
-    """Consecutive items whose sizes add up to at most batch_size (an item larger than that goes alone)."""
-    batch, used = [], 0
-    for item in items:
-        if batch and used + size(item) > batch_size:
-            yield batch
-            batch, used = [], 0
-        batch.append(item)
-        used += size(item)
-    if batch:
-        yield batch
 
 
 SCORERS: dict[str, Callable[..., list[ScoredRequest]]] = {

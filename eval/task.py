@@ -23,11 +23,11 @@ import jinja2.sandbox
 import yaml
 
 from eval.doc_transforms import DOC_TRANSFORMS
+from eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
-OUTPUT_TYPES = ("loglikelihood", "multiple_choice", "loglikelihood_rolling", "generate_until")
 # How K examples that do not fit the context are handled (eval/fewshot.py): ours drops whole examples, farthest
 # first; lm-eval keeps all K and the scorer cuts tokens from the left of the prompt.
 FEWSHOT_FIT_MODES = ("drop-examples", "lm-eval")

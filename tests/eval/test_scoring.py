@@ -1,5 +1,6 @@
-"""Scoring: hand-computed log-likelihoods, token boundaries, the shared-context fast path, rolling windows,
-generation — on tiny GPT-2 models (transformers' GPT2LMHeadModel; the scorer never needs our model class)."""
+"""Scoring: hand-computed log-likelihoods, token boundaries, the shared-context fast path, rolling windows — on
+tiny GPT-2 models (transformers' GPT2LMHeadModel; the scorer never needs our model class). Generation is in
+test_generation.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 
 from eval.requests import Request
 import eval.scoring
-from eval.scoring import CausalLMScorer, _count_shared_tokens, _padded_batches
+from eval.batching import padded_batches
+from eval.scoring import CausalLMScorer
+from eval.shared_prefix import count_shared_tokens
 from eval.tokens import encode_pair, encode_pairs, get_rolling_token_windows
 from eval.task import load_task
 
@@ -123,22 +126,22 @@ def test_shared_context_scoring_equals_one_row_per_choice(tiny_model_and_tokeniz
     assert [s.is_greedy for s in fast] == [s.is_greedy for s in plain]
 
 
-def test_count_shared_tokens_leaves_each_continuation_one_token_of_its_own():
-    assert _count_shared_tokens([[5, 6, 7], [5, 6, 8, 9]]) == 2  # the docstring's example
-    assert _count_shared_tokens([[5, 6], [5, 6, 7]]) == 1  # [5, 6] keeps its 6
-    assert _count_shared_tokens([[5, 6], [5, 6]]) == 1  # identical choices
-    assert _count_shared_tokens([[5, 6, 7], [5, 6, 7, 8], [5, 9]]) == 1
-    assert _count_shared_tokens([[4, 6], [5, 6]]) == 0
-    assert _count_shared_tokens([[5], [5, 6]]) == 0
+def testcount_shared_tokens_leaves_each_continuation_one_token_of_its_own():
+    assert count_shared_tokens([[5, 6, 7], [5, 6, 8, 9]]) == 2  # the docstring's example
+    assert count_shared_tokens([[5, 6], [5, 6, 7]]) == 1  # [5, 6] keeps its 6
+    assert count_shared_tokens([[5, 6], [5, 6]]) == 1  # identical choices
+    assert count_shared_tokens([[5, 6, 7], [5, 6, 7, 8], [5, 9]]) == 1
+    assert count_shared_tokens([[4, 6], [5, 6]]) == 0
+    assert count_shared_tokens([[5], [5, 6]]) == 0
 
 
-def test_padded_batches_put_a_long_outlier_in_a_small_batch():
+def testpadded_batches_put_a_long_outlier_in_a_small_batch():
     """Lengths 151, 30, 30, 29, 28, 3, 2 with 4 rows per batch: the average is 39, so a batch may pad to 4 x 39 =
     156 tokens — the 151-token item goes alone instead of padding three 30-token rows to 151."""
     lengths = {"a": 30, "b": 151, "c": 3, "d": 29, "e": 30, "f": 2, "g": 28}
-    batches = list(_padded_batches(list(lengths), lengths.__getitem__, max_rows=4))
+    batches = list(padded_batches(list(lengths), lengths.__getitem__, max_rows=4))
     assert batches == [["b"], ["a", "e", "d", "g"], ["c", "f"]]
-    assert list(_padded_batches([], len, max_rows=4)) == []
+    assert list(padded_batches([], len, max_rows=4)) == []
 
 
 def test_choices_with_a_common_start_score_like_one_row_per_choice(tiny_model_and_tokenizer, shared_data_dir):
@@ -156,7 +159,7 @@ def test_choices_with_a_common_start_score_like_one_row_per_choice(tiny_model_an
     requests += [Request(11, "Pick one:", " to be or not to be"), Request(11, "Pick one:", " to be or not to see")]
     pairs = encode_pairs(tokenizer, [(r.context, r.continuation) for r in requests])
     shared_tokens = [
-        _count_shared_tokens([pair[1] for pair, r in zip(pairs, requests) if r.doc_id == doc_id]) for doc_id in range(12)
+        count_shared_tokens([pair[1] for pair, r in zip(pairs, requests) if r.doc_id == doc_id]) for doc_id in range(12)
     ]
     # The path is exercised: " Put the cup" keeps its last token to itself; the rest is shared.
     assert sum(shared_tokens[:10]) >= 10 and shared_tokens[10] == len(pairs[-4][1]) - 1 and shared_tokens[11] >= 5
@@ -257,25 +260,6 @@ def test_rolling_loglikelihood_equals_one_pass_when_it_fits(tiny_model_and_token
     windowed = CausalLMScorer(model, tokenizer, max_length=8)
     (scored8,) = windowed.loglikelihood_rolling([Request(0, "", text, request_type="loglikelihood_rolling")], show_progress=False)
     assert scored8.n_tokens == len(ids) and scored8.loglikelihood < 0
-
-
-def test_generate_until_is_greedy_and_stops_at_stop_sequence(tiny_model_and_tokenizer):
-    model, tokenizer = tiny_model_and_tokenizer
-    scorer = CausalLMScorer(model, tokenizer, batch_size=2)
-    contexts = ["Question: Who wrote Hamlet?\nAnswer:", "Q: 2+2?\nA:"]
-    requests = [Request(i, c, "", request_type="generate_until", until=(), max_gen_toks=6) for i, c in enumerate(contexts)]
-    generated = scorer.generate_until(requests, show_progress=False)
-    for request, result in zip(requests, generated):
-        ids = torch.tensor([tokenizer.encode(request.context)])
-        reference = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-        reference_text = tokenizer.decode(reference[0, ids.shape[1]:])
-        eos = tokenizer.eos_token
-        assert result.generation == reference_text.split(eos)[0]
-        # With the first generated character as a stop sequence, the answer is cut before it.
-        if result.generation:
-            stop = result.generation[-1]
-            (cut,) = scorer.generate_until([Request(0, request.context, "", request_type="generate_until", until=(stop,), max_gen_toks=6)], show_progress=False)
-            assert cut.generation == result.generation.split(stop)[0]
 
 
 def test_our_model_class_scores_like_transformers_gpt2(tiny_model_folder, tiny_model_and_tokenizer, shared_data_dir):

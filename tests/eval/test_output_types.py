@@ -1,0 +1,75 @@
+"""The output_type table: the tokens a prompt leaves free for each kind of task, and a new kind of task added as
+one OUTPUT_TYPES entry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eval.fewshot import ContextTooShortError, build_prompts
+from eval.output_types import OUTPUT_TYPES, Loglikelihood
+from eval.runner import evaluate_task
+from eval.scoring import CausalLMScorer
+from eval.task import load_task
+from eval.tokens import encode_pair
+
+
+def continuation_loglikelihood(model, tokenizer, context: str, continuation: str) -> float:
+    """log p(continuation | context) from one forward pass over both, split where the context's tokens end."""
+    context_ids, whole = tokenizer.encode(context), tokenizer.encode(context + continuation)
+    with torch.no_grad():
+        log_probs = model(torch.tensor([whole])).logits[0].log_softmax(-1)
+    return sum(float(log_probs[position - 1, whole[position]]) for position in range(len(context_ids), len(whole)))
+
+
+
+def test_a_prompt_that_exactly_fills_the_context_keeps_its_example(tiny_model_and_tokenizer, shared_data_dir):
+    """The model is fed context + continuation minus its last token: COPA with one example fits a window of exactly
+    max over choices of (context tokens + choice tokens - 1), and not one token less."""
+    _, tokenizer = tiny_model_and_tokenizer
+    spec = load_task("copa")
+    docs = spec.docs("test", shared_data_dir)
+    (prompt,) = build_prompts(spec, docs[:1], docs, 1, 1234, tokenizer, max_length=100_000)
+    needed = max(
+        sum(len(ids) for ids in encode_pair(tokenizer, prompt.contexts[0], spec.target_delimiter + choice)) - 1
+        for choice in spec.choices(docs[0])
+    )
+    (fitted,) = build_prompts(spec, docs[:1], docs, 1, 1234, tokenizer, max_length=needed)
+    assert (fitted.n_examples, fitted.n_dropped) == (1, 0)
+    with pytest.raises(ContextTooShortError):
+        build_prompts(spec, docs[:1], docs, 1, 1234, tokenizer, max_length=needed - 1)
+
+
+def test_generation_reserves_max_gen_toks(tiny_model_and_tokenizer, shared_data_dir):
+    _, tokenizer = tiny_model_and_tokenizer
+    spec = load_task("triviaqa")
+    docs = spec.docs("test", shared_data_dir)[:2]
+    assert OUTPUT_TYPES["generate_until"].reserved_tokens(spec, docs, tokenizer) == [spec.generation_kwargs["max_gen_toks"]] * 2
+
+
+def test_a_new_output_type_is_one_table_entry(tmp_path, monkeypatch, tiny_model_and_tokenizer, shared_data_dir):
+    """A kind of task that scores only the gold answer (its log-likelihood as `perplexity`), added as one OUTPUT_TYPES
+    entry: the task file validates, few-shot fitting reserves its tokens, and the runner builds and scores its
+    requests — equal to scoring the same texts by hand."""
+    class GoldChoice(Loglikelihood):
+        def continuations(self, spec, doc):
+            return [spec.target_delimiter + spec.choices(doc)[spec.gold_index(doc)]]
+
+    monkeypatch.setitem(OUTPUT_TYPES, "gold_choice", GoldChoice())
+    copa = load_task("copa")
+    (tmp_path / "copa_gold.yaml").write_text(json.dumps({
+        "task": "copa_gold", "output_type": "gold_choice", "doc_to_text": copa.doc_to_text, "doc_to_target": copa.doc_to_target,
+        "doc_to_choice": copa.doc_to_choice, "data_files": copa.data_files, "process_docs": copa.process_docs,
+        "fewshot_split": copa.fewshot_split, "metric_list": [{"metric": "perplexity"}],
+    }))
+    spec = load_task("copa_gold", tasks_dir=tmp_path)
+    docs = spec.docs("test", shared_data_dir)[:3]
+    model, tokenizer = tiny_model_and_tokenizer
+    scorer = CausalLMScorer(model, tokenizer)
+    rows, examples = evaluate_task(spec, docs, 1, scorer, seed=0, data_dir=shared_data_dir, show_progress=False)
+    assert [row["metric"] for row in rows] == ["perplexity"]
+    by_hand = [continuation_loglikelihood(model, tokenizer, e["prompt"], e["gold"]) for e in examples]
+    assert [e["loglikelihoods"][0] for e in examples] == pytest.approx(by_hand, abs=1e-4)
+    assert all(e["prompt"].count("\n\n") == 1 for e in examples)  # one few-shot example each

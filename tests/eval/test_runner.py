@@ -1,0 +1,113 @@
+"""What `evaluate` accepts as a model: a local folder loads strictly (our model, or a transformers GPT-2 converted on
+load) and needs its tokenizer files; anything else is refused with a named error before a number is computed."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from eval.runner import evaluate, load_model_and_tokenizer
+from hf_gpt_custom.errors import MissingFileError, UserError
+
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json")
+
+
+@pytest.fixture
+def our_model_folder(tmp_path, tiny_model_folder):
+    """A GPTCustomForCausalLM folder (2 layers, 32 wide) with the tiny GPT-2 tokenizer's files (vocabulary of 400)."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    folder = tmp_path / "ours"
+    config = GPTCustomConfig(vocab_size=400, n_positions=256, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    GPTCustomForCausalLM(config).save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        shutil.copy(tiny_model_folder / name, folder / name)
+    return folder
+
+
+def run(model, **kwargs):
+    return evaluate(str(model), tasks=["copa"], shots=[0], limit=2, show_progress=False, **kwargs)
+
+
+def test_a_complete_folder_of_our_model_evaluates(our_model_folder):
+    assert len(run(our_model_folder).results) == 1
+
+
+def test_tokenizer_json_alone_is_a_complete_vocabulary(our_model_folder):
+    (our_model_folder / "vocab.json").unlink()
+    (our_model_folder / "merges.txt").unlink()
+    assert len(run(our_model_folder).results) == 1
+
+
+@pytest.mark.parametrize("removed", [TOKENIZER_FILES, ("merges.txt", "tokenizer.json")])
+def test_a_folder_without_tokenizer_vocabulary_is_refused_naming_the_files(our_model_folder, removed):
+    """Without them the tokenizer would fall back to a bytes-only vocabulary and the scores would be wrong."""
+    for name in removed:
+        (our_model_folder / name).unlink()
+    missing = ", ".join(name for name in ("tokenizer.json", "vocab.json", "merges.txt") if name in removed)
+    with pytest.raises(MissingFileError, match=f"has no tokenizer vocabulary: missing {missing} "):
+        run(our_model_folder)
+
+
+def test_a_gpt2_folder_without_tokenizer_files_is_refused(tmp_path, tiny_model_folder):
+    """transformers' GPT-2 tokenizer would load with an empty vocabulary: only eval's own check stands in the way."""
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_folder / name, folder / name)
+    with pytest.raises(MissingFileError, match="has no tokenizer vocabulary: missing tokenizer.json, vocab.json, merges.txt "):
+        run(folder)
+
+
+def test_cli_names_the_missing_tokenizer_files_in_one_line(our_model_folder, tmp_path, capsys):
+    from hf_gpt_custom.cli import main
+
+    for name in TOKENIZER_FILES:
+        (our_model_folder / name).unlink()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", str(our_model_folder), "--tasks", "copa", "--limit", "2", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "tokenizer.json" in err and "Traceback" not in err
+
+
+def test_a_missing_weight_is_an_error_not_a_random_init(our_model_folder):
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(our_model_folder / "model.safetensors")
+    del weights["transformer.h.1.mlp.c_fc.weight"]
+    save_file(weights, our_model_folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"does not hold every weight.*h\.1\.mlp\.c_fc\.weight"):
+        run(our_model_folder)
+
+
+def test_a_folder_of_another_model_type_is_refused(tmp_path, tiny_model_folder):
+    from transformers import BertConfig, BertLMHeadModel
+
+    folder = tmp_path / "bert"
+    config = BertConfig(vocab_size=400, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, is_decoder=True)
+    BertLMHeadModel(config).save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        shutil.copy(tiny_model_folder / name, folder / name)
+    with pytest.raises(UserError, match="holds a 'bert' model"):
+        run(folder)
+
+
+def test_a_nonexistent_model_is_a_named_error(tmp_path, monkeypatch):
+    with pytest.raises(MissingFileError, match="does not exist"):
+        run(tmp_path / "no_such_run" / "final")
+    # "runs/final" could be a Hub id: offline, the error says it is neither a folder nor a loadable id.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MissingFileError, match="'runs/final' is not a local folder and could not be loaded as a Hub id"):
+        run("runs/final")
+
+
+def test_a_transformers_gpt2_folder_is_converted_and_scores_like_the_loaded_gpt2(tiny_model_folder, tiny_model_and_tokenizer):
+    """The folder loads as our class (strict loading), the loaded GPT2LMHeadModel object as itself: same scores."""
+    model, _, _ = load_model_and_tokenizer(str(tiny_model_folder), None, "cpu", "float32")
+    assert type(model).__name__ == "GPTCustomForCausalLM"
+    from_folder = evaluate(str(tiny_model_folder), tasks=["arc_easy"], limit=4, show_progress=False)
+    gpt2, tokenizer = tiny_model_and_tokenizer
+    from_objects = evaluate(gpt2, tokenizer, tasks=["arc_easy"], limit=4, show_progress=False)
+    for ours, theirs in zip(from_folder.examples, from_objects.examples, strict=True):
+        assert ours["loglikelihoods"] == pytest.approx(theirs["loglikelihoods"], abs=1e-4, rel=0)
