@@ -62,6 +62,7 @@ def evaluate(
     show_progress: bool = True,
     share_context: bool = True,
     skip_unfittable: bool = False,
+    protocol: str = "ours",
 ) -> Results:
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
@@ -69,7 +70,8 @@ def evaluate(
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
-    "skipped" in results.json and table.md."""
+    "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
+    delimiters, all K examples kept and the prompt cut from the left; eval/tasks/README.md)."""
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
@@ -80,7 +82,7 @@ def evaluate(
         raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-    specs = [load_task(name) for name in tasks]  # unknown task names fail here, before the model loads
+    specs = [load_task(name, protocol=protocol) for name in tasks]  # unknown task names fail here, before the model loads
     data_dir = Path(data_dir) if data_dir else default_data_dir()
 
     model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
@@ -104,7 +106,8 @@ def evaluate(
             examples += task_examples
     results = Results(
         model=model_name,
-        config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size},
+        config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
+                "protocol": protocol},
         results=rows,
         examples=examples,
         skipped=skipped,
@@ -129,7 +132,7 @@ def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
         name = str(model)
         folder = local_model_path(name)
         if folder is not None:
-            model = load_model_folder(folder, dtype=DTYPES[dtype])
+            model = load_model_folder(folder, any_causal_lm=True, dtype=DTYPES[dtype])
         else:
             try:
                 model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
@@ -236,7 +239,7 @@ def evaluate_task(
     for name in spec.metric_names:
         value, stderr = aggregate_metric(name, items[name])
         rows.append({
-            "task": spec.task, "dataset": dataset_label(spec, data_dir), "num_fewshot": k, "metric": name,
+            "task": spec.task, "dataset": spec.dataset_info(), "source": dataset_label(spec, data_dir), "num_fewshot": k, "metric": name,
             "value": value, "stderr": stderr, "n": len(docs),
             "higher_is_better": METRICS[name].higher_is_better, "n_truncated": n_truncated,
         })

@@ -177,6 +177,9 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="benchmark data root (default: $HF_GPT_CUSTOM_DATA_DIR, else ../shared/data beside the repo)")
     parser.add_argument("--out", required=True, help="output folder for results.json, table.md, examples.jsonl, PNG")
+    parser.add_argument("--protocol", choices=["ours", "lm-eval"], default="ours",
+                        help="'lm-eval' scores K > 0 exactly as lm-evaluation-harness does: its target delimiters, all "
+                             "K examples kept and the prompt cut from the left (default: ours; see README)")
     parser.set_defaults(func=_cmd_eval)
 
 
@@ -198,6 +201,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         seed=args.seed,
         out_dir=args.out,
         data_dir=args.data_dir,
+        protocol=args.protocol,
     )
     out_dir = Path(args.out)
     print((out_dir / "table.md").read_text(encoding="utf-8"))

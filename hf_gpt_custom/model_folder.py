@@ -69,8 +69,9 @@ def verify_manifest(folder: str | os.PathLike, quick: bool = False) -> str | Non
     return None
 
 
-def check_model_folder(path: str | os.PathLike) -> Path:
-    """The folder as a Path after checking what can be checked before loading; raises a UserError naming the fix."""
+def check_model_folder(path: str | os.PathLike, any_model_type: bool = False) -> Path:
+    """The folder as a Path after checking what can be checked before loading; raises a UserError naming the fix.
+    `any_model_type` lets through folders of other architectures (for eval, which scores any causal LM)."""
     folder = Path(path)
     if not folder.exists():
         raise MissingFileError(
@@ -86,7 +87,7 @@ def check_model_folder(path: str | os.PathLike) -> Path:
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
     except (json.JSONDecodeError, AttributeError) as err:
         raise UserError(f"{config_path} is not a JSON object ({err}); save the model again") from err
-    if model_type not in LOADABLE_MODEL_TYPES:
+    if model_type not in LOADABLE_MODEL_TYPES and not any_model_type:
         raise UserError(
             f"{folder} holds a {model_type!r} model; hf-gpt-custom loads model_type "
             f"{' or '.join(repr(t) for t in LOADABLE_MODEL_TYPES)} (a GPT-2 folder is converted on load)"
@@ -98,16 +99,29 @@ def check_model_folder(path: str | os.PathLike) -> Path:
     return folder
 
 
-def load_model_folder(path: str | os.PathLike, model_class=None, **kwargs):
+def load_model_folder(path: str | os.PathLike, model_class=None, any_causal_lm: bool = False, **kwargs):
     """`model_class.from_pretrained(path, **kwargs)` (GPTCustomForCausalLM by default) for a local folder, strictly:
     every weight the model has must be in the file (a missing one is an error, not a random init), no tensor may
-    have the wrong shape, and a folder with a manifest must match it byte for byte."""
+    have the wrong shape, and a folder with a manifest must match it byte for byte.
+
+    `any_causal_lm=True` (eval) also loads other architectures, through AutoModelForCausalLM and just as strictly:
+    a BERT folder then fails on its missing LM head instead of scoring with a random one."""
     if model_class is None:
         from .modeling_gpt_custom import GPTCustomForCausalLM as model_class  # noqa: N813
-    folder = check_model_folder(path)
-    model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs) if _is_ours(folder) else (
-        model_class.from_pretrained(folder, **kwargs), {}  # GPT-2 conversion: strict already (convert_gpt2.py)
-    )
+    folder = check_model_folder(path, any_model_type=any_causal_lm)
+    model_type = _model_type(folder)
+    if model_type == "gpt_custom":
+        model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    elif model_type in LOADABLE_MODEL_TYPES:  # GPT-2, converted on load: strict already (convert_gpt2.py)
+        model, info = model_class.from_pretrained(folder, **kwargs), {}
+    else:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True, **kwargs)
+        except ValueError as err:  # "Unrecognized configuration class ... for AutoModelForCausalLM"
+            raise UserError(f"{folder} holds a {model_type!r} model, which is not a causal language model "
+                            f"transformers can load ({str(err).splitlines()[0][:200]})") from err
     tied = set(getattr(model, "_tied_weights_keys", None) or {}) if model.config.tie_word_embeddings else set()
     missing = [key for key in info.get("missing_keys", ()) if key not in tied]
     mismatched = [str(item) for item in info.get("mismatched_keys", ())]
@@ -120,8 +134,8 @@ def load_model_folder(path: str | os.PathLike, model_class=None, **kwargs):
     return model
 
 
-def _is_ours(folder: Path) -> bool:
-    return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type") == "gpt_custom"
+def _model_type(folder: Path) -> str | None:
+    return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
 
 
 __all__ = [

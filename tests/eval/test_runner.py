@@ -27,7 +27,7 @@ def our_model_folder(tmp_path, tiny_model_folder):
 
 
 def run(model, **kwargs):
-    return evaluate(str(model), tasks=["copa"], shots=[0], limit=2, show_progress=False, **kwargs)
+    return evaluate(str(model), **{"tasks": ["copa"], "shots": [0], "limit": 2, "show_progress": False, **kwargs})
 
 
 def test_a_complete_folder_of_our_model_evaluates(our_model_folder):
@@ -81,16 +81,20 @@ def test_a_missing_weight_is_an_error_not_a_random_init(our_model_folder):
         run(our_model_folder)
 
 
-def test_a_folder_of_another_model_type_is_refused(tmp_path, tiny_model_folder):
-    from transformers import BertConfig, BertLMHeadModel
+def test_another_architecture_loads_strictly_a_random_lm_head_is_refused(tmp_path, tiny_model_folder):
+    """Eval scores any causal LM, but a BERT encoder folder (no LM head) must not score with a randomly initialised
+    head, as AutoModelForCausalLM.from_pretrained would quietly give it."""
+    from transformers import BertConfig, BertLMHeadModel, BertModel
 
-    folder = tmp_path / "bert"
-    config = BertConfig(vocab_size=400, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, is_decoder=True)
-    BertLMHeadModel(config).save_pretrained(folder)
-    for name in TOKENIZER_FILES:
-        shutil.copy(tiny_model_folder / name, folder / name)
-    with pytest.raises(UserError, match="holds a 'bert' model"):
-        run(folder)
+    config = BertConfig(vocab_size=400, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, is_decoder=True)
+    for model_class in (BertModel, BertLMHeadModel):
+        model_class(config).save_pretrained(tmp_path / model_class.__name__)
+        for name in TOKENIZER_FILES:
+            shutil.copy(tiny_model_folder / name, tmp_path / model_class.__name__ / name)
+    with pytest.raises(UserError, match=r"does not hold every weight.*cls\.predictions"):
+        run(tmp_path / "BertModel")
+    run(tmp_path / "BertLMHeadModel")  # complete: scored like any causal LM
 
 
 def test_a_nonexistent_model_is_a_named_error(tmp_path, monkeypatch):
@@ -111,3 +115,22 @@ def test_a_transformers_gpt2_folder_is_converted_and_scores_like_the_loaded_gpt2
     from_objects = evaluate(gpt2, tokenizer, tasks=["arc_easy"], limit=4, show_progress=False)
     for ours, theirs in zip(from_folder.examples, from_objects.examples, strict=True):
         assert ours["loglikelihoods"] == pytest.approx(theirs["loglikelihoods"], abs=1e-4, rel=0)
+
+
+def test_the_lm_eval_protocol_reaches_the_prompts_and_is_recorded(our_model_folder, tmp_path):
+    """--protocol lm-eval keeps all K examples and cuts the prompt from the left, as lm-eval does: a LAMBADA
+    example that cannot fit the tiny model's 256 positions beside its doc is refused by our protocol (which drops
+    whole examples) and scored, left-truncated, by lm-eval's; results.json records the protocol."""
+    import json
+
+    from eval.fewshot import ContextTooShortError
+    from hf_gpt_custom.cli import main
+
+    with pytest.raises(ContextTooShortError, match="cannot hold even one few-shot example"):
+        run(our_model_folder, tasks=["lambada"], shots=[1])
+    out = tmp_path / "lm-eval"
+    main(["eval", "--model", str(our_model_folder), "--tasks", "lambada", "--shots", "1", "--limit", "2",
+          "--out", str(out), "--protocol", "lm-eval"])
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["protocol"] == "lm-eval"
+    assert {row["n_truncated"] for row in results["results"]} == {2}  # both docs' prompts were cut from the left
