@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .model_folder import write_manifest
 from .errors import MissingFileError, UserError
 
 # A Hub repository id: "name" or "owner/name" (huggingface_hub's rules, simplified: letters, digits, "-", "_", ".").
@@ -98,8 +99,10 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     for source in (run_dir / "loss_curve.png", run_dir / "eval" / "shots_curve.png"):
         if source.is_file():
             shutil.copyfile(source, staging / source.name)
-    _make_world_readable(staging)
     check_export(staging, forbidden=local_paths)
+    # Size and sha256 of every file: our loaders (eval, --init_from) then refuse a copy whose weights changed on disk.
+    write_manifest(staging)
+    _make_world_readable(staging)
 
     if out_dir.exists():
         shutil.rmtree(out_dir)

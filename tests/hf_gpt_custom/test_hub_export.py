@@ -32,7 +32,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
         "convert_gpt2.py", "decode_step.py", "errors.py", "kv_cache.py", "onednn_linear.py", "tiktoken_engine.py",  # relative imports
-        "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
+        "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
         "loss_curve.png", "shots_curve.png", "training_summary.json", "eval/results.json", "eval/table.md",
     ])
     config = json.loads((out_dir / "config.json").read_text())
@@ -41,6 +41,10 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
         "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
         "AutoModel": "modeling_gpt_custom.GPTCustomModel",
         "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
+        "AutoModelForSequenceClassification": "modeling_gpt_custom.GPTCustomForSequenceClassification",
+        "AutoModelForTokenClassification": "modeling_gpt_custom.GPTCustomForTokenClassification",
+        "AutoModelForQuestionAnswering": "modeling_gpt_custom.GPTCustomForQuestionAnswering",
+        "AutoModelForMultipleChoice": "modeling_gpt_custom.GPTCustomForMultipleChoice",
     }
     tokenizer_config = json.loads((out_dir / "tokenizer_config.json").read_text())
     assert tokenizer_config["auto_map"]["AutoTokenizer"][1] == "tokenization_gpt_custom.GPTCustomTokenizerFast"
@@ -314,3 +318,21 @@ def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, m
     (edited / "loss_curve.png").unlink()
     with pytest.raises(ValueError, match=r"README\.md shows loss_curve\.png, which is not in"):
         check_export(edited)
+
+
+def test_a_bit_flip_in_an_exported_weight_file_is_refused_by_our_loaders(exported, tmp_path):
+    """The export carries a manifest (size and sha256 of every file), so eval or --init_from on a copy whose
+    model.safetensors changed on disk refuses it instead of scoring other weights."""
+    import shutil
+
+    from hf_gpt_custom.model_folder import load_model_folder
+
+    _, out_dir = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(out_dir, copy)
+    load_model_folder(copy)  # intact: loads
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-10] ^= 1  # inside the last tensor's bytes: safetensors itself still opens the file
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"model\.safetensors does not match its sha256"):
+        load_model_folder(copy)
