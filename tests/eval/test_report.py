@@ -26,7 +26,7 @@ def test_results_json_has_the_contract_schema(report_dir):
     payload = json.loads((out_dir / "results.json").read_text())
     assert set(payload) == {"model", "config", "results", "skipped"} and payload["skipped"] == []
     assert payload["config"] == {"tasks": ["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], "shots": [0, 1],
-                                 "limit": 3, "seed": 1234, "batch_size": 8}
+                                 "limit": 3, "seed": 1234, "batch_size": 8, "protocol": "ours"}
     for row in payload["results"]:
         assert tuple(row) == RESULT_KEYS
         assert row["n"] == 3 and isinstance(row["higher_is_better"], bool) and row["n_truncated"] >= 0

@@ -1,6 +1,7 @@
 """GPTCustomTokenizerFast: vocabulary layout, lossless round trips, special tokens, batching, files, remote code."""
 
 import json
+import sys
 
 import pytest
 import torch
