@@ -239,16 +239,8 @@ def evaluate_task(
     for name in spec.metric_names:
         value, stderr = aggregate_metric(name, items[name])
         rows.append({
-            "task": spec.task, "dataset": spec.dataset_info(), "source": dataset_label(spec, data_dir), "num_fewshot": k, "metric": name,
+            "task": spec.task, "dataset": spec.dataset_info(), "num_fewshot": k, "metric": name,
             "value": value, "stderr": stderr, "n": len(docs),
             "higher_is_better": METRICS[name].higher_is_better, "n_truncated": n_truncated,
         })
     return rows, examples
-
-
-def dataset_label(spec: TaskSpec, data_dir: Path) -> str:
-    """Where the scored docs came from: the local file(s) under the data root, or the Hub dataset."""
-    files = spec.data_files.get("test")
-    if files and all((Path(data_dir) / f).is_file() for f in ([files] if isinstance(files, str) else files)):
-        return files if isinstance(files, str) else files[0]
-    return f"{spec.dataset_path}/{spec.dataset_name or ''}:{spec.test_split}".replace("/:", ":")

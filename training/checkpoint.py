@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hf_gpt_custom.errors import MissingFileError, UserError
 # sha256_file is re-exported: data.py hashes the cache key's files with it
-from hf_gpt_custom.model_folder import MANIFEST_NAME, sha256_file, verify_manifest, write_manifest  # noqa: F401
+from hf_gpt_custom.model_folder import MANIFEST_NAME, verify_manifest, write_manifest
 
 logger = logging.getLogger(__name__)
 
