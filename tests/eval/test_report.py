@@ -88,7 +88,7 @@ def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, sha
     """BoolQ passages are ~150-600 tokens: a 128-token model cannot take even one example at K=1."""
     from eval.fewshot import ContextTooShortError
 
-    from .conftest import build_tiny_model_folder
+    from tests.helpers import build_tiny_model_folder
 
     folder = build_tiny_model_folder(tmp_path / "short", shared_data_dir, n_positions=128)
     with pytest.raises(ContextTooShortError, match="boolq.*cannot hold even one few-shot example"):
