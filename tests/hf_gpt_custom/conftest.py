@@ -5,8 +5,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+from tests.helpers import TINY_GPT2
 
-TINY_GPT2 = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98)
 
 
 def randomize_(model: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:

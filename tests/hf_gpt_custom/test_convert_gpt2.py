@@ -6,7 +6,9 @@ from transformers import GPT2Config
 from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomModel
 from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict, from_gpt2_model, load_gpt2_checkpoint
 
-from .conftest import TINY_GPT2, make_gpt2_pair
+from tests.helpers import TINY_GPT2
+
+from .conftest import make_gpt2_pair
 
 
 def test_conversion_is_key_for_key_with_one_transpose():
