@@ -21,6 +21,7 @@ from eval.requests import Request, ScoredRequest
 from eval.scoring import CausalLMScorer, score_requests
 from eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.hub import is_hub_repo_id
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
 
 logger = logging.getLogger(__name__)
@@ -160,14 +161,10 @@ def local_model_path(name: str) -> Path | None:
     A name that cannot be a Hub id ("runs/smoke/final", "./model", "/abs/path") is a local path even if it does not
     exist, so that the error names the missing folder instead of complaining about the id's format.
     """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     path = Path(name).expanduser()
     if path.exists():
         return path
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
+    if not is_hub_repo_id(name):
         return check_model_folder(path)  # a path that does not exist: raises MissingFileError naming it
     return None
 

@@ -8,7 +8,6 @@ metrics live elsewhere; this module only reads files and renders templates.
 from __future__ import annotations
 
 import ast
-import difflib
 import json
 import os
 import types
@@ -24,7 +23,7 @@ import yaml
 
 from eval.doc_transforms import DOC_TRANSFORMS
 from eval.output_types import OUTPUT_TYPES
-from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
@@ -216,8 +215,7 @@ def task_file(name: str, tasks_dir: str | Path | None = None) -> Path:
     path = tasks_dir / f"{name}.yaml"
     if not path.is_file():
         known = available_tasks(tasks_dir)
-        close = difflib.get_close_matches(name, known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = did_you_mean(name, known)
         raise UserError(f"unknown task {name!r}; {hint}known tasks: {', '.join(known)}")
     return path
 

@@ -7,10 +7,8 @@ settings are in training/config.py. This module imports nothing but transformers
 
 from __future__ import annotations
 
-import difflib
-
 from transformers import PretrainedConfig
-from .errors import UserError
+from .errors import UserError, did_you_mean
 
 # GELU variants by transformers' names. "gelu_new" is GPT-2's tanh approximation; we compute it with PyTorch's fused
 # kernel (same formula, one op instead of five). "gelu" is the exact erf form.
@@ -99,8 +97,7 @@ class GPTCustomConfig(PretrainedConfig):
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}; try n_embd={suggestion}"
             )
         if self.activation_function not in ACTIVATIONS:
-            close = difflib.get_close_matches(str(self.activation_function), ACTIVATIONS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(self.activation_function, ACTIVATIONS)
             raise UserError(
                 f"activation_function={self.activation_function!r} is not supported; {hint}"
                 f"choose one of {', '.join(ACTIVATIONS)}"
@@ -125,8 +122,7 @@ class GPTCustomConfig(PretrainedConfig):
     def from_preset(cls, name: str, **overrides) -> GPTCustomConfig:
         """A config by preset name (see PRESETS), with any field overridden: `from_preset("gpt2", n_layer=6)`."""
         if name not in PRESETS:
-            close = difflib.get_close_matches(name, PRESETS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(name, PRESETS)
             raise UserError(f"unknown preset {name!r}; {hint}known presets: {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 

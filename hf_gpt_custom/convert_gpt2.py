@@ -118,18 +118,8 @@ def load_gpt2_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
     config = config_from_gpt2(_read_gpt2_config_dict(path, **kwargs))
     if kwargs.get("attn_implementation"):
         config._attn_implementation = kwargs["attn_implementation"]
-    state = convert_gpt2_state_dict(_load_gpt2_weights(path, **kwargs))
-    model = model_class(config)
-    prefix = model_class.base_model_prefix + "."
-    if not hasattr(model, model_class.base_model_prefix):  # the bare GPTCustomModel: its keys have no prefix
-        state = {key.removeprefix(prefix): tensor for key, tensor in state.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # lm_head is tied to wte (filled by tie_weights); a task head's own weights are new, as transformers does it.
-    body_keys = prefix if hasattr(model, model_class.base_model_prefix) else ""
-    missing = [key for key in missing if key != "lm_head.weight" and key.startswith(body_keys)]
-    if missing or unexpected:
-        raise UserError(f"GPT-2 checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
-    model.tie_weights()
+    weights = _load_gpt2_weights(path, **kwargs)
+    model = _model_with_gpt2_weights(config, weights, model_class, source=f"GPT-2 checkpoint {path}")
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype)
@@ -139,4 +129,32 @@ def load_gpt2_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
     return model
 
 
-__all__ = ["config_from_gpt2", "convert_gpt2_state_dict", "is_gpt2_checkpoint", "load_gpt2_checkpoint"]
+def from_gpt2_model(gpt2_model, model_class=None):
+    """Our model (GPTCustomForCausalLM or `model_class`), in eval mode, holding the weights of an in-memory
+    transformers GPT2LMHeadModel / GPT2Model, with its config and attention implementation."""
+    if model_class is None:
+        from .modeling_gpt_custom import GPTCustomForCausalLM as model_class  # noqa: N813 (lazy: avoids a cycle)
+
+    config = config_from_gpt2(gpt2_model.config.to_dict())
+    config._attn_implementation = gpt2_model.config._attn_implementation
+    return _model_with_gpt2_weights(config, gpt2_model.state_dict(), model_class, source="GPT-2 model").eval()
+
+
+def _model_with_gpt2_weights(config: GPTCustomConfig, gpt2_state: dict, model_class, source: str):
+    """`model_class(config)` loaded with the converted GPT-2 weights; every body weight must be there."""
+    state = convert_gpt2_state_dict(gpt2_state)
+    model = model_class(config)
+    prefix = model_class.base_model_prefix + "."
+    if not hasattr(model, model_class.base_model_prefix):  # the bare GPTCustomModel: its keys have no prefix
+        state = {key.removeprefix(prefix): tensor for key, tensor in state.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # lm_head is tied to wte (filled by tie_weights); a task head's own weights are new, as transformers does it.
+    body_keys = prefix if hasattr(model, model_class.base_model_prefix) else ""
+    missing = [key for key in missing if key != "lm_head.weight" and key.startswith(body_keys)]
+    if missing or unexpected:
+        raise UserError(f"{source} does not match its config: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model
+
+
+__all__ = ["config_from_gpt2", "convert_gpt2_state_dict", "from_gpt2_model", "is_gpt2_checkpoint", "load_gpt2_checkpoint"]

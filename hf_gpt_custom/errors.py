@@ -2,8 +2,11 @@
 
 The CLI prints a `UserError` as one line and exits 2; any other exception is a bug (ours or a library's) and keeps
 its traceback. `UserError` is a `ValueError` so code written against the older `except ValueError` still works.
-Shipped as remote code with the modeling/configuration/tokenization files, so it imports nothing.
+Shipped as remote code with the modeling/configuration/tokenization files, so it imports only the standard library.
 """
+
+import difflib
+from collections.abc import Iterable
 
 
 class UserError(ValueError):
@@ -14,4 +17,13 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user named (or that a folder must contain) does not exist."""
 
 
-__all__ = ["MissingFileError", "UserError"]
+def did_you_mean(value: str, choices: Iterable[str], prefix: str = "") -> str:
+    """"did you mean 'x'? " for the choice closest to `value` (shown as `prefix + choice`), or "" when none is close.
+
+    Meant to sit inside a message: f"unknown task {name!r}; {did_you_mean(name, known)}known tasks: ...".
+    """
+    close = difflib.get_close_matches(str(value), list(choices), n=1)
+    return f"did you mean {prefix + close[0]!r}? " if close else ""
+
+
+__all__ = ["MissingFileError", "UserError", "did_you_mean"]

@@ -20,8 +20,6 @@ from typing import Any
 from .model_folder import write_manifest
 from .errors import MissingFileError, UserError
 
-# A Hub repository id: "name" or "owner/name" (huggingface_hub's rules, simplified: letters, digits, "-", "_", ".").
-_HUB_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 # Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
 _LOAD_TIME_KEYS = ("is_local", "local_files_only")
 _PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".ckpt"}
@@ -33,9 +31,19 @@ class HubUnreachableError(ConnectionError, UserError):
     """The Hub cannot be reached (offline mode or no network). A UserError, so the CLI prints one line."""
 
 
-def is_hub_repo_id(value: str) -> bool:
-    """True for strings shaped like a Hub repository id ("gpt2", "alice/tiny"); says nothing about existence."""
-    return bool(_HUB_REPO_ID.match(value)) and ".." not in value
+def is_hub_repo_id(value) -> bool:
+    """True for strings shaped like a Hub repository id ("gpt2", "alice/tiny"); says nothing about existence.
+
+    The one "local path or Hub id?" test (CLI, tokenizer trainer, eval loader): huggingface_hub's own rule, the one
+    from_pretrained and load_dataset apply, so "runs/x/final", "./model" or "/abs/path" are never taken for ids.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # light (no torch); imported when needed
+
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return False
+    return isinstance(value, str) and bool(value)
 
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -20,13 +19,12 @@ from tokenizers.trainers import BpeTrainer
 
 from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast, bytes_to_unicode
 from .errors import MissingFileError, UserError
+from .hub import is_hub_repo_id
 
 logger = logging.getLogger(__name__)
 
 # Which files a local corpus is made of and how each is read live in training/corpus.py, shared with training
 # (imported inside the functions that read files, so `import hf_gpt_custom` does not load the trainer's package).
-# "user/name" or "name": what a Hub dataset id looks like (no spaces, no file suffix)
-HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 # Plain text is fed to the trainer in blocks of about this many characters (see _read_text_file).
 TEXT_BLOCK_CHARS = 1 << 20
 
@@ -188,7 +186,7 @@ def _classify_input_list(items: list) -> str:
                 f"input file {str(item)!r} not found (looked in {Path.cwd()}); check the path, "
                 "or pass a Hub dataset name such as 'wikitext'"
             )
-    if len(items) == 1 and HUB_NAME.match(str(items[0])):
+    if len(items) == 1 and is_hub_repo_id(str(items[0])):
         return "hub"
     return "texts"
 

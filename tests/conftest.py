@@ -36,9 +36,9 @@ def tiny_config():
     """2 layers, 32 wide: big enough to exercise every code path, small enough for milliseconds per step."""
     from hf_gpt_custom import GPTCustomConfig
 
-    return GPTCustomConfig(
-        vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98
-    )
+    from tests.helpers import TINY_GPT2
+
+    return GPTCustomConfig(**TINY_GPT2)
 
 
 # Prepended to every script run by `python_without_project`: the interpreter starts with `-I -S` (isolated mode and no

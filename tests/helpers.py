@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 import yaml
 
+# 2 layers, 32 wide: every code path, milliseconds per step (GPT2Config and GPTCustomConfig take the same fields).
+TINY_GPT2 = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98)
 PROMPT = "ROMEO: what light"
 NEW_TOKENS = 12
 
@@ -34,6 +36,55 @@ RESULT_ROWS = [
 ]
 
 
+def build_tiny_model_folder(folder: Path, shared_data_dir: Path, n_positions: int = 1024, vocab_size: int = 400) -> Path:
+    """A transformers GPT-2 folder (2 layers, 32 wide) for the eval tests, with a byte-level BPE tokenizer trained
+    here on the start of tiny Shakespeare plus ARC text and saved as a GPT-2 tokenizer, so nothing needs the Hub."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = [(shared_data_dir / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:60_000]]
+    corpus += (shared_data_dir / "arc" / "ARC-Easy-Test.jsonl").read_text(encoding="utf-8").splitlines()[:300]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus, vocab_size=vocab_size, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
+    bpe.save_model(str(folder))
+    from transformers import GPT2TokenizerFast
+
+    tokenizer = GPT2TokenizerFast.from_pretrained(
+        str(folder), bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
+    tokenizer.model_max_length = n_positions
+    tokenizer.save_pretrained(str(folder))
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=n_positions, n_embd=32, n_layer=2, n_head=4,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    model = GPT2LMHeadModel(config)
+    # Larger-than-default weights so the random model has peaked, distinguishable distributions.
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.1) if parameter.dim() > 1 else None
+    model.eval()
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def save_tiny_model(folder: Path, vocab_size: int, n_positions: int = 64, n_head: int = 4, seed: int | None = None,
+                    **overrides):
+    """Our model, 2 layers and 32 wide (eos = bos = token 0 unless overridden), saved to `folder`; returns the model.
+    `seed` reseeds torch first; None keeps the caller's random state."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    config = GPTCustomConfig(**{"vocab_size": vocab_size, "n_positions": n_positions, "n_embd": 32, "n_layer": 2,
+                                "n_head": n_head, "bos_token_id": 0, "eos_token_id": 0, **overrides})
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = GPTCustomForCausalLM(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
 def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None = None, **settings) -> Path:
     """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/.
 
@@ -46,7 +97,7 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None =
     import matplotlib.pyplot as plt
     import torch
 
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom import GPTCustomTokenizerFast
 
     run_dir = Path(run_dir).absolute()
     dataset_file = run_dir.parent / "data" / "tinyshakespeare" / "input.txt"
@@ -56,13 +107,8 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None =
     # folder as training does (that load is what adds is_local / local_files_only to tokenizer_config.json)
     GPTCustomTokenizerFast.bytes_only().save_pretrained(run_dir / "tokenizer")
     tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "tokenizer")
-    config = GPTCustomConfig(
-        vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(0)
-    model = GPTCustomForCausalLM(config).eval()
-    model.save_pretrained(run_dir / "final")
+    model = save_tiny_model(run_dir / "final", len(tokenizer), seed=0, bos_token_id=tokenizer.eos_token_id,
+                            eos_token_id=tokenizer.eos_token_id)
     tokenizer.save_pretrained(run_dir / "final")
     # Pickled trainer state, as Accelerate's save_state leaves it: must never reach an export.
     checkpoint = run_dir / "checkpoints" / "step_000010"
@@ -176,16 +222,10 @@ def save_dropout_free_model(folder: Path, tokenizer_dir: Path, n_positions: int 
     weights, so a test can recompute a logged loss or gradient from the weights and the batch alone."""
     from transformers import AutoTokenizer
 
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    config = GPTCustomConfig(
-        vocab_size=len(tokenizer), n_positions=n_positions, n_embd=32, n_layer=2, n_head=2,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(seed)
-    GPTCustomForCausalLM(config).save_pretrained(folder)
+    save_tiny_model(folder, len(tokenizer), n_positions=n_positions, n_head=2, seed=seed, resid_pdrop=0.0,
+                    embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
     return folder
 
 

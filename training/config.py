@@ -8,7 +8,6 @@ architecture); this module only checks its keys and values by building a config 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import types
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -214,8 +213,7 @@ def _declared_types() -> dict[str, Any]:
 def _check_known_key(key: str, fields: dict) -> None:
     if key in fields:
         return
-    suggestion = difflib.get_close_matches(key, fields, n=1)
-    hint = f"did you mean {suggestion[0]!r}? " if suggestion else ""
+    hint = did_you_mean(key, fields)
     raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
 
 
@@ -414,8 +412,7 @@ def _validate_validation_source(config: TrainConfig) -> None:
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
     if value in choices:
         return
-    suggestion = difflib.get_close_matches(value, choices, n=1)
-    hint = f"did you mean {suggestion[0]!r}? " if suggestion else ""
+    hint = did_you_mean(value, choices)
     raise UserError(f"{key}: unknown value {value!r}; {hint}choose from {', '.join(choices)}")
 
 
@@ -429,8 +426,7 @@ def _validate_model_section(config: TrainConfig) -> None:
     known = set(GPTCustomConfig.__annotations__)  # the architecture fields (generic PretrainedConfig ones excluded)
     for key in model:
         if key not in known:
-            suggestion = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean 'model.{suggestion[0]}'? " if suggestion else ""
+            hint = did_you_mean(key, known, prefix="model.")
             raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(known))}")
     if config.init_from:
         return

@@ -42,7 +42,7 @@ def lm_eval_lambada_instances(shared_data_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def short_context_model_folder(tmp_path_factory, shared_data_dir):
-    from tests.eval.conftest import build_tiny_model_folder
+    from tests.helpers import build_tiny_model_folder
 
     return build_tiny_model_folder(tmp_path_factory.mktemp("tiny_gpt2_128"), shared_data_dir, n_positions=128)
 

@@ -1,5 +1,5 @@
-"""End to end on a tiny model: evaluate() writes results.json (the contract's schema), table.md, examples.jsonl and
-shots_curve.png, and they parse back; the CLI calls the same function."""
+"""End to end on a tiny model: evaluate() writes results.json (schema: eval/report.py's docstring and RESULT_KEYS),
+table.md, examples.jsonl and shots_curve.png, and they parse back; the CLI calls the same function."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def report_dir(tiny_model_folder, tmp_path_factory):
     return out_dir, results
 
 
-def test_results_json_has_the_contract_schema(report_dir):
+def test_results_json_has_the_documented_schema(report_dir):
     out_dir, results = report_dir
     payload = json.loads((out_dir / "results.json").read_text())
     assert set(payload) == {"model", "config", "results", "skipped"} and payload["skipped"] == []
@@ -88,7 +88,7 @@ def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, sha
     """BoolQ passages are ~150-600 tokens: a 128-token model cannot take even one example at K=1."""
     from eval.fewshot import ContextTooShortError
 
-    from .conftest import build_tiny_model_folder
+    from tests.helpers import build_tiny_model_folder
 
     folder = build_tiny_model_folder(tmp_path / "short", shared_data_dir, n_positions=128)
     with pytest.raises(ContextTooShortError, match="boolq.*cannot hold even one few-shot example"):

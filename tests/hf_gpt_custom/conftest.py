@@ -4,10 +4,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-from hf_gpt_custom.convert_gpt2 import convert_gpt2_state_dict
+from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+from tests.helpers import TINY_GPT2
 
-TINY_GPT2 = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98)
 
 
 def randomize_(model: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
@@ -24,12 +23,7 @@ def make_gpt2_pair(attn_implementation: str = "sdpa", seed: int = 0, **overrides
     fields = {**TINY_GPT2, **overrides}
     reference = GPT2LMHeadModel(GPT2Config(**fields, attn_implementation=attn_implementation))
     randomize_(reference).eval()
-    ours = GPTCustomForCausalLM(GPTCustomConfig(**fields))
-    ours.set_attn_implementation(attn_implementation)
-    missing, unexpected = ours.load_state_dict(convert_gpt2_state_dict(reference.state_dict()), strict=False)
-    assert missing == ["lm_head.weight"] and not unexpected, (missing, unexpected)  # lm_head is tied to wte
-    ours.tie_weights()
-    return ours.eval(), reference
+    return from_gpt2_model(reference), reference
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from hf_gpt_custom import PRESETS, GPTCustomConfig, GPTCustomForCausalLM
+from hf_gpt_custom.errors import did_you_mean
 
 
 def test_gpt2_small_parameter_counts_match_textbook_and_true_count():
@@ -63,6 +64,12 @@ def test_gpt1_and_gpt2_family_presets():
         config = GPTCustomConfig.from_preset(name)
         assert (config.n_layer, config.n_embd, config.n_positions, config.vocab_size) == (layers, width, 1024, 50257)
     assert set(PRESETS) >= {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt1"}
+
+
+def test_did_you_mean_names_the_closest_choice_or_says_nothing():
+    assert did_you_mean("gtp2", ["gpt1", "gpt2-medium", "gpt2"]) == "did you mean 'gpt2'? "
+    assert did_you_mean("n_layr", {"n_layer", "n_head"}, prefix="model.") == "did you mean 'model.n_layer'? "
+    assert did_you_mean("zzzz", ["gpt2", "gpt1"]) == ""
 
 
 def test_preset_overrides_and_unknown_preset_suggestion():

@@ -4,9 +4,11 @@ from safetensors.torch import save_file
 from transformers import GPT2Config
 
 from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomModel
-from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict, load_gpt2_checkpoint
+from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict, from_gpt2_model, load_gpt2_checkpoint
 
-from .conftest import TINY_GPT2, make_gpt2_pair
+from tests.helpers import TINY_GPT2
+
+from .conftest import make_gpt2_pair
 
 
 def test_conversion_is_key_for_key_with_one_transpose():
@@ -60,3 +62,18 @@ def test_gpt2_folder_without_weights_names_the_missing_files(tmp_path):
     GPT2Config(**TINY_GPT2).save_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):
         GPTCustomForCausalLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_from_gpt2_model_keeps_the_attention_choice_and_refuses_a_model_missing_weights(attn_implementation):
+    ours, reference = make_gpt2_pair(attn_implementation)
+    assert ours.config._attn_implementation == attn_implementation and not ours.training
+    assert ours.transformer.wte.weight.data_ptr() == ours.lm_head.weight.data_ptr()  # tied, as GPT-2's head is
+
+    class Truncated(type(reference)):  # a GPT-2 whose state dict lost a block weight
+        def state_dict(self, *args, **kwargs):
+            return {k: v for k, v in super().state_dict(*args, **kwargs).items() if k != "transformer.h.1.ln_2.bias"}
+
+    reference.__class__ = Truncated
+    with pytest.raises(ValueError, match=r"GPT-2 model does not match its config: missing \['transformer.h.1.ln_2.bias'\]"):
+        from_gpt2_model(reference)

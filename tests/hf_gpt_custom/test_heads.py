@@ -29,7 +29,9 @@ from hf_gpt_custom.modeling_gpt_custom import (
     GPTCustomForTokenClassification,
 )
 
-from .conftest import TINY_GPT2, randomize_
+from tests.helpers import TINY_GPT2
+
+from .conftest import randomize_
 
 PAD = 0
 HEAD_AUTO_CLASSES = {

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_gpt_custom.hub import is_hub_repo_id
 from tests.helpers import NEW_TOKENS, assert_export_matches_in_process, hash_folder, make_tiny_run
 
 
@@ -336,3 +337,18 @@ def test_a_bit_flip_in_an_exported_weight_file_is_refused_by_our_loaders(exporte
     (copy / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"model\.safetensors does not match its sha256"):
         load_model_folder(copy)
+
+
+@pytest.mark.parametrize(
+    "value, is_id",
+    [("gpt2", True), ("alice/tiny-1.0", True), ("wikitext", True), ("runs/smoke/final", False), ("./model", False),
+     ("/abs/path", False), ("~/model", False), ("a..b", False), ("a--b", False), ("owner/x.git", False),
+     ("-x", False), ("x-", False), ("two words", False), ("", False)],
+)
+def test_local_path_or_hub_id_is_decided_once_by_huggingface_hubs_rule(value, is_id):
+    """CLI, tokenizer trainer and eval loader all ask is_hub_repo_id, which follows validate_repo_id."""
+    from hf_gpt_custom.tokenizer_training import _classify_input_list
+
+    assert is_hub_repo_id(value) is is_id
+    if value and not value.startswith(("./", "/", "~")):  # those are refused as missing files before the id check
+        assert _classify_input_list([value]) == ("hub" if is_id else "texts")

@@ -12,6 +12,7 @@ from training.config import load_train_config
 from training.data import prepare_datasets
 from training.train import TrainingDivergedError, train
 
+from tests.helpers import save_tiny_model
 from .conftest import tiny_run_overrides
 
 SUMMARY_KEYS = {"run_name", "config", "n_params", "tokens_seen", "steps", "wall_time_s", "final_train_loss",
@@ -227,11 +228,8 @@ def test_torch_threads_applies_during_training_and_is_restored(make_config, monk
 def test_init_from_a_folder_missing_a_weight_is_refused(make_config, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-
     folder = tmp_path / "incomplete"
-    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
-                                         eos_token_id=0, bos_token_id=0)).save_pretrained(folder)
+    save_tiny_model(folder, 512, n_head=2)
     weights = load_file(str(folder / "model.safetensors"))
     del weights["transformer.h.1.mlp.c_fc.weight"]
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -265,11 +263,8 @@ def known_start(tmp_path):
     """A saved tiny model with known weights, to measure how far one update moves them."""
     from safetensors.torch import load_file
 
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-
     folder = tmp_path / "start"
-    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=512, n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                                         eos_token_id=0, bos_token_id=0)).save_pretrained(folder)
+    save_tiny_model(folder, 512, n_positions=32, n_head=2)
     return folder, load_file(str(folder / "model.safetensors"))
 
 
