@@ -248,3 +248,34 @@ def packed_train_blocks(config) -> torch.Tensor:
 
     data = prepare_datasets(config, AutoTokenizer.from_pretrained(str(config.tokenizer)), config.tokenizer)
     return torch.tensor(data.train["input_ids"], dtype=torch.int64)
+
+
+def randomize_(model: torch.nn.Module, std: float = 0.2) -> torch.nn.Module:
+    """Every parameter random — biases and LayerNorms too — so a mis-mapped bias cannot hide behind a zero init."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, std)
+    return model
+
+
+def make_gpt2_pair(attn_implementation: str = "sdpa", seed: int = 0, **overrides):
+    """(ours, reference) in eval mode with identical random weights."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    torch.manual_seed(seed)
+    fields = {**TINY_GPT2, **overrides}
+    reference = GPT2LMHeadModel(GPT2Config(**fields, attn_implementation=attn_implementation))
+    randomize_(reference).eval()
+    return from_gpt2_model(reference), reference
+
+
+def tiny_run_overrides(out_dir, dataset, tokenizer_dir, data_cache_dir, run_name="tiny") -> list[str]:
+    """A tiny CPU run on real text: 2 layers, 32 wide, 32-token blocks, 4 blocks per batch, 12 steps."""
+    return [
+        f"run_name={run_name}", f"out_dir={out_dir}", f"dataset={dataset}", f"tokenizer={tokenizer_dir}",
+        f"data_cache_dir={data_cache_dir}", "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "block_size=32",
+        "batch_size=4", "max_steps=12", "warmup_steps=2", "learning_rate=3e-3", "eval_interval=6", "eval_batches=4",
+        "checkpoint_interval=0", "log_with=none", "seed=1234",
+    ]

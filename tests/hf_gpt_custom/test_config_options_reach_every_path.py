@@ -15,7 +15,7 @@ from hf_gpt_custom import GPTCustomForCausalLM
 
 from tests.helpers import TINY_GPT2
 
-from .conftest import make_gpt2_pair, randomize_
+from tests.helpers import make_gpt2_pair, randomize_
 
 # Each one moves logits by >1e-3 on the tiny random model (checked by planting the option being ignored).
 OPTIONS = {

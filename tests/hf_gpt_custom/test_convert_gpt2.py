@@ -8,7 +8,7 @@ from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict
 
 from tests.helpers import TINY_GPT2
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 
 def test_conversion_is_key_for_key_with_one_transpose():

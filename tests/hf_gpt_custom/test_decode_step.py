@@ -8,7 +8,7 @@ from transformers import GenerationMixin
 from hf_gpt_custom import GPTCustomForCausalLM, modeling_gpt_custom, onednn_linear
 from hf_gpt_custom.decode_step import DecodeStep
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 GREEDY = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
 

@@ -6,7 +6,7 @@ Speed itself is measured by benchmarks/ (python -m benchmarks.run_all), never as
 import pytest
 import torch
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 GREEDY = dict(do_sample=False, max_new_tokens=10, min_new_tokens=10, pad_token_id=0)
 

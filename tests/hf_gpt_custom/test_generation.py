@@ -6,7 +6,7 @@ from transformers import pipeline
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 STRATEGIES = {
     "greedy": dict(do_sample=False),

@@ -31,7 +31,7 @@ from hf_gpt_custom.modeling_gpt_custom import (
 
 from tests.helpers import TINY_GPT2
 
-from .conftest import randomize_
+from tests.helpers import randomize_
 
 PAD = 0
 HEAD_AUTO_CLASSES = {

@@ -6,7 +6,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from hf_gpt_custom.kv_cache import PreallocatedLayer, preallocate
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 
 def _states(batch, length, seed):

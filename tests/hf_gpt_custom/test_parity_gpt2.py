@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 # Several random GPT-2 shapes: widths, depths, head counts, explicit MLP width, both GELU forms.
 SHAPES = {

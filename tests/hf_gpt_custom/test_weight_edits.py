@@ -10,7 +10,7 @@ from torch import nn
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, onednn_linear
 
-from .conftest import make_gpt2_pair
+from tests.helpers import make_gpt2_pair
 
 GREEDY = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import tiny_run_overrides
 from training.config import load_train_config
 
 
@@ -42,16 +43,6 @@ def shakespeare_tokenizer_dir(tmp_path_factory, shakespeare_path) -> Path:
 def shared_data_cache(tmp_path_factory) -> Path:
     """One packed-data cache for the session, so tests after the first reuse the tokenised blocks."""
     return tmp_path_factory.mktemp("data_cache")
-
-
-def tiny_run_overrides(out_dir, dataset, tokenizer_dir, data_cache_dir, run_name="tiny") -> list[str]:
-    """A tiny CPU run on real text: 2 layers, 32 wide, 32-token blocks, 4 blocks per batch, 12 steps."""
-    return [
-        f"run_name={run_name}", f"out_dir={out_dir}", f"dataset={dataset}", f"tokenizer={tokenizer_dir}",
-        f"data_cache_dir={data_cache_dir}", "model.n_layer=2", "model.n_head=2", "model.n_embd=32", "block_size=32",
-        "batch_size=4", "max_steps=12", "warmup_steps=2", "learning_rate=3e-3", "eval_interval=6", "eval_batches=4",
-        "checkpoint_interval=0", "log_with=none", "seed=1234",
-    ]
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import yaml
 from training.config import load_train_config
 from training.train import train
 
-from .conftest import tiny_run_overrides
+from tests.helpers import tiny_run_overrides
 
 STEPS = ("max_steps=4", "checkpoint_interval=2", "keep_checkpoints=3", "eval_interval=4", "eval_batches=1")
 

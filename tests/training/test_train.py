@@ -13,7 +13,7 @@ from training.data import prepare_datasets
 from training.train import TrainingDivergedError, train
 
 from tests.helpers import save_tiny_model
-from .conftest import tiny_run_overrides
+from tests.helpers import tiny_run_overrides
 
 SUMMARY_KEYS = {"run_name", "config", "n_params", "tokens_seen", "steps", "wall_time_s", "final_train_loss",
                 "final_val_loss", "val_perplexity", "val_bits_per_byte", "tokens_per_s", "mfu", "dataset", "tokenizer",
