@@ -45,8 +45,9 @@ def mixed_precision_for_run(configured: str) -> str:
 def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
     """Warn (and return True) when bf16 autocast would run on a CPU without bf16 matmul units (no AVX512-BF16/AMX).
 
-    There oneDNN emulates bf16 matmuls: measured on an AMD EPYC family 25 model 1 (AVX2 only), ~1 GFLOP/s against
-    ~71 for fp32 on one thread, so a bf16 run is ~70x slower than fp32 with nothing gained.
+    There bf16 matmuls are emulated: measured on an AMD EPYC family 25 model 1 (AVX2 only), 1 thread, the small
+    model's training shapes ran at 9-10 GFLOP/s in bf16 against 66-89 in fp32 (benchmarks/results/bf16_threads1.json),
+    so a bf16 run is several times slower than fp32 with nothing gained.
     """
     import torch
 
@@ -56,6 +57,6 @@ def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
         return False
     logger.warning(
         "mixed_precision=bf16 on a CPU without bf16 matmul support (no AVX512-BF16 or AMX): bf16 matmuls are emulated "
-        "and run tens of times slower than fp32 here; set mixed_precision=no to train in fp32."
+        "and run several times slower than fp32 here; set mixed_precision=no to train in fp32."
     )
     return True

@@ -1,4 +1,4 @@
-"""bf16 autocast on a CPU without bf16 matmul units is emulated and tens of times slower: the run says so."""
+"""bf16 autocast on a CPU without bf16 matmul units is emulated and several times slower: the run says so."""
 
 import logging
 
