@@ -1,36 +1,51 @@
-"""generate()'s decoding steps without the nn.Module walk: the same ops, in the same order, on the same parameters.
+"""generate()'s decoding steps without the nn.Module walk, on the block methods the modules themselves call.
 
-A batch-1 decoding step of the 6x384 model is 25 small matmuls whose kernels take ~2 ms; calling them through
-the module tree (about 70 module calls, no-op dropouts, transformers' attention dispatch and mask builder, output
-classes) adds ~0.4-0.9 ms of Python per token, which is why a small model decodes far below its bandwidth. Like
-PyTorch's own fast path for `nn.TransformerEncoderLayer`, `DecodeStep` runs the block arithmetic of
-modeling_gpt_custom.py straight on the parameters when nothing could observe the difference:
+A batch-1 decoding step of the 6x384 model is 25 small matmuls whose kernels take ~2 ms; going through the full
+module tree (transformers' mask builder, output capturing, output classes, per-layer module dispatch) adds Python
+per token. Like PyTorch's own fast path for `nn.TransformerEncoderLayer`, `DecodeStep` skips that walk when nothing
+could observe the difference — but it does not restate the arithmetic: it calls GPTCustomModel.embed,
+GPTCustomBlock.residual_step, GPTCustomAttention.attend and GPTCustomMLP.feed_forward (modeling_gpt_custom.py),
+passing the linear kernels chosen once for the loop (onednn_linear.decoding_linear: oneDNN on a packed weight where
+it measured faster on this machine, else F.linear). A change to the block therefore reaches generation at once.
 
-- once per `generate` call (`supports_decode_step`): eval mode, sdpa attention, no hooks anywhere, no module replaced or
-  wrapped (adapters, quantized layers, accelerate's device hooks), no attentions or hidden states requested;
+- once per `generate` call (`supports_decode_step`): eval mode, sdpa attention, no hooks anywhere except transformers'
+  own (inactive) output-capturing hooks, no module replaced or wrapped (adapters, quantized layers, accelerate's device
+  hooks), no attentions or hidden states requested;
 - per step (`DecodeStep.applies`): one new token per row, no gradients, our preallocated KV cache, no padding, positions
   inside the context.
 
-Anything else takes the module path. The logits are bitwise those of the module path
-(tests/hf_gpt_custom/test_decode_step.py); modeling_gpt_custom.py stays the definition of the model.
+Anything else takes the module path. With F.linear kernels the logits are bitwise those of the module path; with
+oneDNN's, they differ by summation order only (tests/hf_gpt_custom/test_decode_step.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers.cache_utils import DynamicCache
+from transformers.utils import output_capturing
 
 from .kv_cache import PreallocatedLayer
-from .onednn_linear import Linear
+from .onednn_linear import decoding_linear
 
-# Module types the step reproduces exactly; the model's own classes are added by the caller.
-_PLAIN_MODULES = (nn.Embedding, nn.LayerNorm, nn.Dropout, nn.ModuleList, Linear)
+# Module types the step reproduces exactly (type-exact: a subclass may change forward); the model's own classes are
+# added by the caller.
+_PLAIN_MODULES = (nn.Embedding, nn.LayerNorm, nn.Dropout, nn.ModuleList, nn.Linear)
+
+
+def _is_output_capturing_hook(hook: Callable) -> bool:
+    # transformers' capture_outputs installs these once and for good; they record only while an output is requested,
+    # which a decoding step never does.
+    return getattr(hook, "__module__", None) == output_capturing.__name__
+
+
+def _has_foreign_hooks(module: nn.Module) -> bool:
+    if module._forward_pre_hooks:
+        return True
+    return any(not _is_output_capturing_hook(hook) for hook in module._forward_hooks.values())
 
 
 def supports_decode_step(model: nn.Module, model_classes: tuple[type, ...]) -> bool:
@@ -48,62 +63,40 @@ def supports_decode_step(model: nn.Module, model_classes: tuple[type, ...]) -> b
     for module in model.modules():
         if (
             type(module) not in allowed
-            or module._forward_hooks
-            or module._forward_pre_hooks
+            or _has_foreign_hooks(module)
             or "forward" in module.__dict__  # accelerate's add_hook_to_module and friends replace forward per instance
         ):
             return False
     return model.transformer.wte.max_norm is None  # max_norm would renormalise the embedding in place
 
 
-def _layer_norm(module: nn.LayerNorm) -> Callable[[torch.Tensor], torch.Tensor]:
-    return partial(F.layer_norm, normalized_shape=module.normalized_shape, weight=module.weight, bias=module.bias,
-                   eps=module.eps)
-
-
-class _Block(NamedTuple):
-    """One GPTCustomBlock's parameters and kernels, in the order a step uses them."""
-
-    ln_1: Callable
-    c_attn: Callable
-    heads: int
-    head_dim: int
-    scaling: float
-    attn_proj: Callable
-    ln_2: Callable
-    c_fc: Callable
-    activation: Callable
-    mlp_proj: Callable
-
-
 class DecodeStep:
-    """The decoding steps of one generate() call: modules resolved and kernels chosen once, then plain calls.
+    """The decoding steps of one generate() call: kernels chosen once per batch size, then plain calls.
 
-    Built when the decoding loop starts (the weights cannot change inside it) and dropped when it ends.
+    Built when the decoding loop starts (the weights cannot change inside it) and dropped when it ends, with any
+    packed weight copies.
     """
 
     def __init__(self, model: nn.Module):
-        transformer = model.transformer
+        self.model = model
         self.n_positions = model.config.n_positions
         self.device = model.lm_head.weight.device
-        self.embed_tokens, self.embed_positions = transformer.wte.forward, transformer.wpe.forward
-        self.blocks = [
-            _Block(
-                _layer_norm(block.ln_1),
-                block.attn.c_attn.frozen_forward(),
-                block.attn.num_heads,
-                block.attn.head_dim,
-                block.attn.scaling,
-                block.attn.c_proj.frozen_forward(),
-                _layer_norm(block.ln_2),
-                block.mlp.c_fc.frozen_forward(),
-                block.mlp.activation,
-                block.mlp.c_proj.frozen_forward(),
-            )
-            for block in transformer.h
-        ]
-        self.ln_f = _layer_norm(transformer.ln_f)
-        self.lm_head = model.lm_head.frozen_forward()
+        self._steps: dict[int, tuple[list, Callable]] = {}  # rows -> (block steps, lm_head kernel)
+
+    def _kernels_for(self, rows: int) -> tuple[list, Callable]:
+        if rows not in self._steps:
+            blocks = []
+            for block in self.model.transformer.h:
+                attn, mlp = block.attn, block.mlp
+                attention = partial(
+                    attn.attend, c_attn=decoding_linear(attn.c_attn, rows), c_proj=decoding_linear(attn.c_proj, rows)
+                )
+                feed_forward = partial(
+                    mlp.feed_forward, c_fc=decoding_linear(mlp.c_fc, rows), c_proj=decoding_linear(mlp.c_proj, rows)
+                )
+                blocks.append(partial(block.residual_step, attention=attention, feed_forward=feed_forward))
+            self._steps[rows] = blocks, decoding_linear(self.model.lm_head, rows)
+        return self._steps[rows]
 
     @staticmethod
     def uses(cache) -> bool:
@@ -127,21 +120,15 @@ class DecodeStep:
     def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, cache: DynamicCache) -> torch.Tensor:
         """Logits (batch, 1, vocab) for one new token per row, appending its keys/values to `cache`.
 
-        Mirrors GPTCustomModel.forward, GPTCustomBlock/Attention/MLP.forward and transformers' sdpa_attention_forward
-        for that case: dropout is the identity in eval mode, and one query attending to every cached position needs
-        no mask (create_causal_mask returns None, and sdpa then runs with is_causal=False).
+        GPTCustomModel.forward for that case: one query attending to every cached position needs no mask
+        (create_causal_mask returns None, and sdpa then runs with is_causal=False).
         """
-        batch = input_ids.shape[0]
+        transformer = self.model.transformer
+        blocks, lm_head = self._kernels_for(input_ids.shape[0])
         if position_ids is None:
             past_length = cache.get_seq_length()
             position_ids = torch.arange(past_length, past_length + 1, device=input_ids.device)[None]
-        hidden = self.embed_tokens(input_ids) + self.embed_positions(position_ids)
-        for (ln_1, c_attn, heads, head_dim, scaling, attn_proj, ln_2, c_fc, activation, mlp_proj), cache_layer in zip(
-            self.blocks, cache.layers
-        ):
-            query, key, value = c_attn(ln_1(hidden)).view(batch, 1, 3, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-            key, value = cache_layer.update(key, value)
-            attended = F.scaled_dot_product_attention(query, key, value, dropout_p=0.0, scale=scaling, is_causal=False)
-            hidden = hidden + attn_proj(attended.transpose(1, 2).reshape(batch, 1, -1))
-            hidden = hidden + mlp_proj(activation(c_fc(ln_2(hidden))))
-        return self.lm_head(self.ln_f(hidden))
+        hidden = transformer.embed(transformer.wte(input_ids), position_ids)
+        for residual_step in blocks:
+            hidden = residual_step(hidden, attention_mask=None, past_key_values=cache)
+        return lm_head(transformer.ln_f(hidden))

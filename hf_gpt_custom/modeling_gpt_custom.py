@@ -4,7 +4,8 @@ Read top to bottom like nanoGPT's model.py. Everything transformers users expect
 interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
 GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
-generate()'s one-token decoding steps run the same arithmetic without the module walk (decode_step.py).
+The block's arithmetic lives once, here: generate()'s fast decoding steps (decode_step.py) call the same
+`residual_step`/`attend`/`feed_forward` methods the module forward calls, with the loop's linear kernels passed in.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import can_return_tuple
+from transformers.utils import can_return_tuple, logging
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
 from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
-from .onednn_linear import Linear
 from .errors import UserError
+
+logger = logging.get_logger(__name__)
 
 
 def eager_attention_forward(
@@ -58,6 +61,30 @@ def eager_attention_forward(
     return output.transpose(1, 2), weights
 
 
+def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Raise a UserError naming what is wrong with `token_ids` (input_ids or labels) before it becomes a cryptic
+    IndexError deep in an embedding or the loss. One min/max pass over the ids; skipped under torch.compile."""
+    if torch.compiler.is_compiling():
+        return
+    if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
+        raise UserError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}; convert with .long()")
+    if token_ids.dim() != 2:
+        raise UserError(
+            f"{name} must be 2-D (batch, seq_len), got shape {tuple(token_ids.shape)}; for one sequence add the "
+            f"batch dimension ({name}[None] or .unsqueeze(0))"
+        )
+    if token_ids.numel() == 0:
+        raise UserError(f"{name} is empty (shape {tuple(token_ids.shape)}); pass at least one token per row")
+    lowest, highest = (int(value) for value in torch.aminmax(token_ids))
+    if highest >= vocab_size:
+        raise UserError(f"{name} holds token id {highest} but vocab_size is {vocab_size}; ids must be 0..{vocab_size - 1} "
+                        "(was the text tokenized with another tokenizer?)")
+    if lowest < 0 and (ignore_index is None or bool(((token_ids < 0) & (token_ids != ignore_index)).any())):
+        allowed = f" or {ignore_index} to ignore a position" if ignore_index is not None else ""
+        bad = int(token_ids[(token_ids < 0) & (token_ids != ignore_index)].min()) if ignore_index is not None else lowest
+        raise UserError(f"{name} holds token id {bad}; ids must be 0..{vocab_size - 1}{allowed}")
+
+
 class GPTCustomAttention(nn.Module):
     """Causal multi-head self-attention with one fused q/k/v projection, as in GPT-2."""
 
@@ -69,8 +96,8 @@ class GPTCustomAttention(nn.Module):
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5 if config.scale_attn_weights else 1.0
         self.is_causal = True  # read by transformers' sdpa/flash integrations
-        self.c_attn = Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = Linear(config.n_embd, config.n_embd)
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
@@ -81,8 +108,21 @@ class GPTCustomAttention(nn.Module):
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.attend(hidden_states, attention_mask, past_key_values, self.c_attn, self.c_proj, **kwargs)
+
+    def attend(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        past_key_values: Cache | None,
+        c_attn: Callable[[torch.Tensor], torch.Tensor],
+        c_proj: Callable[[torch.Tensor], torch.Tensor],
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """forward's arithmetic with the two projections passed in: forward passes its own Linear modules,
+        generate()'s fast decoding steps the kernels chosen for their loop (decode_step.py)."""
         batch, seq_len, _ = hidden_states.shape
-        qkv = self.c_attn(hidden_states).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        qkv = c_attn(hidden_states).view(batch, seq_len, 3, self.num_heads, self.head_dim)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, seq, head_dim)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, heads, past + seq, head_dim)
@@ -101,7 +141,7 @@ class GPTCustomAttention(nn.Module):
             **kwargs,
         )
         output = output.reshape(batch, seq_len, -1)  # (batch, seq, n_embd): heads side by side again
-        return self.resid_dropout(self.c_proj(output)), weights
+        return self.resid_dropout(c_proj(output)), weights
 
 
 class GPTCustomMLP(nn.Module):
@@ -109,14 +149,20 @@ class GPTCustomMLP(nn.Module):
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__()
-        self.c_fc = Linear(config.n_embd, config.inner_dim)
-        self.c_proj = Linear(config.inner_dim, config.n_embd)
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.activation = _activation(config.activation_function)
         self.dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.activation(self.c_fc(hidden_states))))
+        return self.feed_forward(hidden_states, self.c_fc, self.c_proj)
+
+    def feed_forward(
+        self, hidden_states: torch.Tensor, c_fc: Callable[[torch.Tensor], torch.Tensor], c_proj: Callable
+    ) -> torch.Tensor:
+        """forward's arithmetic with the two projections passed in (see GPTCustomAttention.attend)."""
+        return self.dropout(c_proj(self.activation(c_fc(hidden_states))))
 
 
 def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -144,11 +190,23 @@ class GPTCustomBlock(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attn_output, attn_weights = self.attn(self.ln_1(hidden_states), attention_mask, past_key_values, **kwargs)
+    ) -> torch.Tensor:
+        return self.residual_step(hidden_states, self.attn, self.mlp, attention_mask, past_key_values, **kwargs)
+
+    def residual_step(
+        self,
+        hidden_states: torch.Tensor,
+        attention: Callable,
+        feed_forward: Callable[[torch.Tensor], torch.Tensor],
+        attention_mask: torch.Tensor | None,
+        past_key_values: Cache | None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The block's arithmetic. forward passes its attn and mlp modules (so hooks on them fire); generate()'s fast
+        decoding steps pass their `attend`/`feed_forward` bound to the loop's kernels (decode_step.py)."""
+        attn_output, _ = attention(self.ln_1(hidden_states), attention_mask, past_key_values, **kwargs)
         hidden_states = hidden_states + attn_output
-        hidden_states = hidden_states + self.mlp(self.ln_2(hidden_states))
-        return hidden_states, attn_weights
+        return hidden_states + feed_forward(self.ln_2(hidden_states))
 
 
 class GPTCustomPreTrainedModel(PreTrainedModel):
@@ -163,6 +221,12 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+    # Collected by transformers' capture_outputs hooks, as in models/gpt2: each block's output is a hidden state,
+    # each attention's second output its weights (None under sdpa/flash, which then return no attentions).
+    _can_record_outputs = {
+        "hidden_states": GPTCustomBlock,
+        "attentions": OutputRecorder(GPTCustomAttention, index=1),
+    }
     # Old GPT-2 checkpoints store the causal mask as a buffer named attn.bias / attn.masked_bias.
     _keys_to_ignore_on_load_unexpected = [r"\.attn\.bias$", r"\.attn\.masked_bias$"]
 
@@ -233,7 +297,11 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
     def set_input_embeddings(self, new_embeddings: nn.Embedding) -> None:
         self.wte = new_embeddings
 
-    @can_return_tuple
+    def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings plus learned position embeddings: the first hidden state (also of decode_step.py)."""
+        return self.drop(inputs_embeds + self.wpe(position_ids))
+
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -242,13 +310,14 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
+        """Hidden states after ln_f; `output_hidden_states` (True, or indices such as [0, 2, -1]) and
+        `output_attentions` are collected by transformers' capture_outputs hooks (`_can_record_outputs`)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise UserError("pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
+            check_token_ids("input_ids", input_ids, self.config.vocab_size)
             inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)
         batch, seq_len, _ = inputs_embeds.shape
 
@@ -275,15 +344,16 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
                 f"{self.config.n_positions}; truncate the input or use a longer-context preset"
             )
 
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
+        kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
+        output_attentions = kwargs.pop("output_attentions", None)
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
         if output_attentions and self.config._attn_implementation != "eager":
-            raise UserError(
-                f"output_attentions=True needs the eager attention path, but attn_implementation is "
-                f"{self.config._attn_implementation!r} (it does not return attention weights); load the model with "
-                "attn_implementation='eager' or call model.set_attn_implementation('eager')"
+            # transformers' behaviour (GPT-2 too): go on and return no attention weights, with one warning.
+            logger.warning_once(
+                f"output_attentions=True returns no attention weights with attn_implementation="
+                f"{self.config._attn_implementation!r}; load the model with attn_implementation='eager' or call "
+                "model.set_attn_implementation('eager') to get them"
             )
 
         causal_mask = create_causal_mask(
@@ -293,27 +363,12 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             past_key_values=past_key_values,
             position_ids=position_ids,
         )
-        hidden_states = self.drop(inputs_embeds + self.wpe(position_ids))
-
-        all_hidden_states = () if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+        hidden_states = self.embed(inputs_embeds, position_ids)
         for block in self.h:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            hidden_states, attn_weights = block(
-                hidden_states, causal_mask, past_key_values, position_ids=position_ids, **kwargs
-            )
-            if output_attentions:
-                all_attentions += (attn_weights,)
+            hidden_states = block(hidden_states, causal_mask, past_key_values, position_ids=position_ids, **kwargs)
         hidden_states = self.ln_f(hidden_states)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-
         return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
+            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
         )
 
 
@@ -326,7 +381,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
         self.transformer = GPTCustomModel(config)
-        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()  # ties lm_head to wte; without it the head stays silently untied
 
     def set_fast_decode(self, enabled: bool = True, compile: bool = True, mode: str | None = None) -> None:
@@ -335,8 +390,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         A batch-1 decode step is a few small matmuls wrapped in ~70 module calls; compiling the step removes the
         Python between kernels, and the static cache replaces the per-step torch.cat of every layer's keys/values.
         `mode` defaults to "reduce-overhead" on CUDA (each step replayed as a CUDA graph) and "default" elsewhere.
-        That is a GPU switch: on CPU plain `generate` is faster (compiled, the linear layers leave their oneDNN
-        kernel for F.linear; benchmarks/results/RESULTS.md). The first call pays the compile (10-40 s for the 6x384
+        That is a GPU switch: on CPU plain `generate` (with decode_step.py's fast steps) is faster
+        (benchmarks/results/RESULTS.md). The first call pays the compile (10-40 s for the 6x384
         model on CPU); tokens are identical to the plain path (tests/hf_gpt_custom/test_fast_paths.py).
         """
         generation_config = self.generation_config
@@ -414,8 +469,6 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast:
@@ -427,7 +480,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         # generate()'s decoding steps pass token ids, positions, the cache and maybe a mask (see decode_step.py).
         # Under torch.compile the attribute is not even read, so a new DecodeStep per call cannot cause recompiles.
         plain_step = inputs_embeds is None and labels is None and use_cache is not False
-        plain_step = plain_step and not (output_attentions or output_hidden_states or kwargs)
+        outputs_requested = kwargs.get("output_attentions") or kwargs.get("output_hidden_states")
+        plain_step = plain_step and not outputs_requested and kwargs.keys() <= {"output_attentions", "output_hidden_states"}
         step = None if torch.compiler.is_compiling() else self._decode_step
         if step is not None and plain_step and step.applies(input_ids, attention_mask, position_ids, past_key_values):
             logits = step(input_ids, position_ids, past_key_values)
@@ -439,8 +493,6 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -452,6 +504,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
 
         loss = None
         if labels is not None:
+            check_token_ids("labels", labels, self.config.vocab_size, ignore_index=-100)
             # transformers' causal-LM loss: shift by one, ignore -100, and honour num_items_in_batch (passed by
             # Trainer-style gradient accumulation) so accumulated losses average over tokens, not micro-batches.
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -1,25 +1,24 @@
-"""fp32 linear layers through oneDNN on CPU: the same arithmetic as `F.linear`, about twice as fast here.
+"""oneDNN's packed fp32 linear kernel for generate()'s decoding loop, used only where a timing on this machine wins.
 
-PyTorch sends fp32 CPU matmuls to MKL. On this machine's AMD EPYC (AVX-512 with full-width units) MKL's sgemm
-runs ~95 GFLOP/s on one thread while oneDNN, which PyTorch also ships, reaches ~205 GFLOP/s on the same shapes
-(benchmarks/results/NOTES.md). oneDNN is still IEEE fp32 — only the summation order differs, ~1e-6 relative —
-so losses and generated tokens stay those of `F.linear`. PyTorch only routes fp32 matmuls to oneDNN when reduced
-precision (bf16/tf32) is allowed, hence this small autograd function around its linear kernel.
+The model's linear layers are plain `nn.Linear` (F.linear, which PyTorch sends to MKL on CPU). Only inside one
+generate() decoding loop, while no weight can change, `decoding_linear` may hand DecodeStep oneDNN's kernel on a
+copy of the weight reordered into oneDNN's blocked layout; the copy is dropped when the loop ends. Whether that
+pays depends on the CPU (≈2x on one AVX-512 EPYC, 0.83-1.9x across 1-8-row shapes on a Zen 3 EPYC), so each
+shape (rows, in, out, dtype, threads) is timed once per process against F.linear, like cuDNN's benchmark mode,
+and oneDNN is used only when it measured clearly faster; the choice is logged once at info level.
 
-Used only where it is the same computation: fp32 on an x86 CPU, no autocast (which wants its bf16 kernels), not under
-torch.compile/torch.export (inductor has its own CPU lowering) or torch.jit.trace. Everything else, and CUDA, goes to `F.linear`. Switch it off for
-A/B comparisons with `use_onednn_linear(False)` or `HF_GPT_CUSTOM_ONEDNN=0` in the environment.
-
-Inference (no autograd) also keeps each weight reordered once into oneDNN's blocked layout, so a call does not
-repack it: 1.5x faster again for the 1-8 rows of a decoding step (124M model, 1 thread: 15 ms per token for all
-linear layers vs 23 ms unpacked and 29 ms with MKL). The price is a second copy of the weights while the model
-is used for inference; it is dropped at the next forward with autograd on, or with `pack_weights=False`.
+Training and every other forward stay on F.linear: at training shapes oneDNN measured 0.84-0.99x MKL on Zen 3.
+`use_onednn_linear(False)` or `HF_GPT_CUSTOM_ONEDNN=0` switches the kernel off; builds without the private ops
+`torch.ops.mkldnn._linear_pointwise` / `_reorder_linear_weight`, non-x86 CPUs, other devices, other dtypes,
+autocast and torch.compile all get F.linear.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
+import time
 from collections.abc import Callable
 from functools import partial
 
@@ -27,126 +26,102 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+logger = logging.getLogger(__name__)
 
-def _onednn_linear_kernel():
+# oneDNN must beat F.linear by this factor before it is used, so timing noise cannot pick the slower kernel.
+REQUIRED_SPEEDUP = 1.05
+
+
+def _onednn_kernels():
     # x86 only: there oneDNN has its own AVX2/AVX-512 kernels; on ARM it wraps other libraries, not measured here.
     if not torch.backends.mkldnn.is_available() or platform.machine().lower() not in ("x86_64", "amd64"):
         return None
     try:
-        return torch.ops.mkldnn._linear_pointwise.default  # (x, weight (out, in), bias, "none", [], "") -> x @ weightᵀ + bias
-    except (AttributeError, RuntimeError):  # a build without the op
+        # _linear_pointwise(x, weight (out, in), bias, "none", [], "") = x @ weightᵀ + bias, weight plain or packed
+        return torch.ops.mkldnn._linear_pointwise.default, torch.ops.mkldnn._reorder_linear_weight
+    except (AttributeError, RuntimeError):  # a build without the ops
         return None
 
 
-_KERNEL = _onednn_linear_kernel()
+_KERNELS = _onednn_kernels()
 _enabled = os.environ.get("HF_GPT_CUSTOM_ONEDNN", "1") != "0"
-_pack_weights = True
+_speedups: dict[tuple, float] = {}  # (rows, in, out, dtype, threads) -> F.linear time / oneDNN time, measured once
 
 
-def use_onednn_linear(enabled: bool = True, pack_weights: bool = True) -> None:
-    """Route fp32 CPU linear layers through oneDNN (True, the default) or through `F.linear` (False).
-
-    `pack_weights=False` skips the inference-time copy of the weights in oneDNN's layout (less memory, slower
-    decoding).
-    """
-    global _enabled, _pack_weights
-    _enabled, _pack_weights = enabled, pack_weights
+def use_onednn_linear(enabled: bool = True) -> None:
+    """Allow (True, the default) or forbid (False) oneDNN's packed kernel in generate()'s decoding steps."""
+    global _enabled
+    _enabled = enabled
 
 
 def onednn_linear_active() -> bool:
-    return _enabled and _KERNEL is not None
+    return _enabled and _KERNELS is not None
 
 
 def matmul_t(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weightᵀ (+ bias) by oneDNN, fp32 CPU, no autograd; x may have leading batch dimensions, both may be
-    transposed views. Only when `onednn_linear_active()`."""
-    return _KERNEL(x, weight, bias, "none", [], "")
+    """x @ weightᵀ (+ bias) by oneDNN, fp32 CPU, no autograd; `weight` plain or packed by `pack_weight`.
+    Only when `onednn_linear_active()`."""
+    return _KERNELS[0](x, weight, bias, "none", [], "")
 
 
-class _OneDNNLinearFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return matmul_t(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        x, weight = ctx.saved_tensors
-        grad_2d = grad_output.reshape(-1, grad_output.shape[-1])  # (tokens, out)
-        grad_x = grad_weight = grad_bias = None
-        # Transposed views, not copies: a contiguous copy is ~10% faster but would add the lm_head's
-        # (tokens x vocab) gradient a second time to peak memory.
-        if ctx.needs_input_grad[0]:
-            grad_x = matmul_t(grad_output, weight.t())  # grad @ weight
-        if ctx.needs_input_grad[1]:
-            grad_weight = matmul_t(grad_2d.t(), x.reshape(-1, x.shape[-1]).t())  # gradᵀ @ x, (out, in)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_2d.sum(0)
-        return grad_x, grad_weight, grad_bias
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of `weight` (out, in) in oneDNN's blocked layout, for `matmul_t`."""
+    return _KERNELS[1](weight.detach())
 
 
-def _onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+def _applies(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     return (
-        _enabled
-        and _KERNEL is not None
-        and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
+        onednn_linear_active()
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
         and (bias is None or bias.dtype == torch.float32)
-        and x.numel() > 0
+        and not torch.is_grad_enabled()
         and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()  # torch.compile / torch.export: inductor lowers F.linear itself
-        and not torch.jit.is_tracing()  # torch.jit.trace and the TorchScript ONNX exporter know F.linear, not oneDNN
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
     )
 
 
-def _identity(weight: torch.Tensor) -> tuple:
-    """What must be unchanged for a packed copy of `weight` to be current.
+def decoding_linear(layer: nn.Linear, rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`layer`'s computation for inputs of `rows` rows during one decoding loop, whose weights cannot change.
 
-    data_ptr changes when the weight is replaced or moved, _version on every in-place update (optimizer steps,
-    load_state_dict, tie_weights), so a stale copy is never used. (Inference tensors have no version counter; they
-    can only change inside inference mode.)
+    oneDNN on a packed copy of the weight where a one-time timing of this shape says it is faster, else F.linear on
+    the layer's own parameters. The packed copy lives as long as the returned function, no longer.
     """
-    return weight.data_ptr(), None if weight.is_inference() else weight._version, weight.shape
+    weight, bias = layer.weight, layer.bias
+    plain = partial(F.linear, weight=weight, bias=bias)
+    if not _applies(weight, bias):
+        return plain
+    packed = pack_weight(weight)
+    fast = partial(matmul_t, weight=packed, bias=bias)
+    key = (rows, weight.shape[1], weight.shape[0], weight.dtype, torch.get_num_threads())
+    if key not in _speedups:
+        # A private generator: timing must not move the global RNG that seeded sampling depends on.
+        sample = torch.randn(rows, weight.shape[1], dtype=weight.dtype, generator=torch.Generator().manual_seed(0))
+        _speedups[key] = measure_speedup(plain, fast, sample)
+        chosen = "oneDNN (packed)" if _speedups[key] >= REQUIRED_SPEEDUP else "F.linear"
+        logger.info(
+            "decoding linear %d rows x %d -> %d, %d threads: oneDNN %.2fx F.linear, using %s",
+            rows, weight.shape[1], weight.shape[0], key[-1], _speedups[key], chosen,
+        )
+    return fast if _speedups[key] >= REQUIRED_SPEEDUP else plain
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear(x, weight, bias)`, computed by oneDNN when that is the same fp32 computation (see module doc)."""
-    if _onednn_applies(x, weight, bias):
-        return _OneDNNLinearFunction.apply(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
-class Linear(nn.Linear):
-    """nn.Linear whose fp32 CPU forward (and backward) runs on oneDNN; same parameters, same state dict."""
-
-    _packed: tuple | None = None  # (weight identity, weight in oneDNN's layout), for inference only
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
-        if torch.is_grad_enabled():
-            self._packed = None  # training again: free the inference copy (it would be stale after a step anyway)
-        elif _pack_weights and _onednn_applies(input, weight, bias):
-            return matmul_t(input, self._packed_weight(), bias)
-        return linear(input, weight, bias)
-
-    def _packed_weight(self) -> torch.Tensor:
-        packed, identity = self._packed, _identity(self.weight)
-        if packed is None or packed[0] != identity:
-            self._packed = None  # free the old copy before making the new one
-            packed = self._packed = (identity, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach()))
-        return packed[1]
-
-    def frozen_forward(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """`self.forward` for a run of inference calls during which the weights do not change (a generate()
-        decoding loop) on inputs of the weight's dtype and device: kernel chosen and weight packed once, here."""
-        weight, bias = self.weight, self.bias
-        if not torch.is_grad_enabled() and _pack_weights and _onednn_applies(weight, weight, bias):
-            return partial(matmul_t, weight=self._packed_weight(), bias=bias)
-        return self.forward
-
-    def __getstate__(self):
-        # The packed copy is a cache in an opaque oneDNN layout: not something to deepcopy or pickle.
-        state = super().__getstate__()
-        state.pop("_packed", None)
-        return state
+def measure_speedup(plain: Callable, fast: Callable, x: torch.Tensor, rounds: int = 7) -> float:
+    """Median over `rounds` of (time of `plain(x)`) / (time of `fast(x)`), the two interleaved so that a burst of
+    load on a shared machine hits both; each timed batch lasts about a millisecond."""
+    for _ in range(2):  # warm-up: first calls pay allocation and kernel selection
+        plain(x), fast(x)
+    start = time.perf_counter()
+    plain(x)
+    calls = max(1, int(1e-3 / max(time.perf_counter() - start, 1e-7)))
+    ratios = []
+    for _ in range(rounds):
+        timings = []
+        for function in (plain, fast):
+            start = time.perf_counter()
+            for _ in range(calls):
+                function(x)
+            timings.append(time.perf_counter() - start)
+        ratios.append(timings[0] / timings[1])
+    return sorted(ratios)[rounds // 2]

@@ -1,15 +1,22 @@
-"""generate()'s fast decoding step computes bitwise what the module path computes, and steps aside when it cannot."""
+"""generate()'s fast decoding step computes bitwise what the module path computes (with F.linear kernels; oneDNN's
+differ by summation order only), reaches every block option, and steps aside when it cannot."""
 
 import pytest
 import torch
 from transformers import GenerationMixin
 
-from hf_gpt_custom import GPTCustomForCausalLM, modeling_gpt_custom
+from hf_gpt_custom import GPTCustomForCausalLM, modeling_gpt_custom, onednn_linear
 from hf_gpt_custom.decode_step import DecodeStep
 
 from .conftest import make_gpt2_pair
 
 GREEDY = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+
+
+@pytest.fixture(autouse=True)
+def f_linear_kernels(monkeypatch):
+    """Bit-for-bit comparisons need the module path's kernel (F.linear) whatever this machine's timing prefers."""
+    monkeypatch.setattr(onednn_linear, "_enabled", False)
 
 
 @pytest.fixture
@@ -127,3 +134,57 @@ def test_decoding_past_the_context_still_raises_the_models_error(step_calls):
         _generate(ours, prompt, max_new_tokens=10)
     assert len(step_calls) == 6  # after the prompt's forward, positions 10..15 fit; position 16 does not
     assert ours._decode_step is None
+
+
+@pytest.mark.parametrize("option", [{"scale_attn_weights": False}, {"layer_norm_epsilon": 0.3}, {"n_inner": 48}])
+def test_a_changed_block_option_reaches_the_fast_steps(option, step_calls, monkeypatch):
+    """Fast steps run the block's own methods, so an option of the block changes them as it changes transformers'
+    GPT-2 with the same weights (GPT-2 forgets neither)."""
+    ours, reference_gpt2 = make_gpt2_pair(**option)
+    prompt = torch.randint(1, 98, (1, 6), generator=torch.Generator().manual_seed(0))
+    fast = _generate(ours, prompt)
+    assert len(step_calls) == GREEDY["max_new_tokens"] - 1
+    _assert_bitwise_equal(fast, _generate_on_module_path(ours, prompt, monkeypatch))
+    with torch.no_grad():
+        expected = reference_gpt2.generate(prompt, **GREEDY)
+    for got, want in zip(fast.logits, expected.logits):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.skipif(not onednn_linear._KERNELS, reason="this torch build has no oneDNN")
+def test_fast_steps_on_onednn_kernels_match_the_module_path_to_rounding(step_calls, monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_enabled", True)
+    monkeypatch.setattr(onednn_linear, "REQUIRED_SPEEDUP", 0.0)  # oneDNN for every shape
+    packed = []
+    monkeypatch.setattr(onednn_linear, "pack_weight", lambda weight, pack=onednn_linear.pack_weight: packed.append(1) or pack(weight))
+    ours, _ = make_gpt2_pair(n_layer=3)
+    prompt = torch.randint(1, 98, (2, 7), generator=torch.Generator().manual_seed(0))
+    fast = _generate(ours, prompt)
+    assert len(packed) == 4 * 3 + 1 and step_calls  # every linear layer packed once for the loop
+    reference = _generate_on_module_path(ours, prompt, monkeypatch)
+    assert torch.equal(fast.sequences, reference.sequences)
+    for got, want in zip(fast.logits, reference.logits):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_without_onednn_ops_generation_is_the_module_paths(step_calls, monkeypatch):
+    """The fallback for a torch build without torch.ops.mkldnn's private linear ops (other CPUs, other devices)."""
+    monkeypatch.setattr(onednn_linear, "_enabled", True)
+    monkeypatch.setattr(onednn_linear, "_KERNELS", None)
+    ours, _ = make_gpt2_pair()
+    prompt = torch.randint(1, 98, (1, 5), generator=torch.Generator().manual_seed(0))
+    fast = _generate(ours, prompt)
+    assert step_calls
+    _assert_bitwise_equal(fast, _generate_on_module_path(ours, prompt, monkeypatch))
+
+
+def test_transformers_output_capturing_hooks_keep_the_fast_path(step_calls):
+    """After output_hidden_states=True, transformers' capture hooks stay on every block; they record nothing in a
+    plain decoding step, so the fast steps still apply (a user's hook still turns them off, see above)."""
+    ours, _ = make_gpt2_pair()
+    prompt = torch.randint(1, 98, (1, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours(prompt, output_hidden_states=True)
+    assert any(block._forward_hooks for block in ours.transformer.h)
+    _generate(ours, prompt)
+    assert len(step_calls) == GREEDY["max_new_tokens"] - 1

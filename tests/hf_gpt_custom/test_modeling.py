@@ -88,9 +88,14 @@ def test_output_hidden_states_and_attentions(tiny_config):
     assert torch.all(weights.triu(diagonal=1) == 0)  # causal: nothing attends to the future
 
 
-def test_output_attentions_with_sdpa_explains_how_to_get_them(model):
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        model(torch.randint(0, 99, (1, 4)), output_attentions=True)
+def test_output_attentions_with_sdpa_warns_and_goes_on_like_transformers(model, caplog):
+    """transformers (GPT-2 too) warns and returns no weights under sdpa; libraries call models this way."""
+    input_ids = torch.randint(0, 99, (1, 4))
+    with torch.no_grad(), caplog.at_level("WARNING"):
+        out = model(input_ids, output_attentions=True)
+        torch.testing.assert_close(out.logits, model(input_ids).logits, rtol=0, atol=0)
+    assert out.attentions == ()
+    assert "attn_implementation='eager'" in caplog.text
 
 
 def test_return_dict_false_gives_a_tuple(model):
@@ -218,3 +223,32 @@ def test_from_pretrained_with_device_map_auto(tmp_path, model):
     input_ids = torch.randint(0, 99, (1, 5))
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids).logits, model(input_ids).logits)
+
+
+@pytest.mark.parametrize(
+    "input_ids, message",
+    [
+        (torch.tensor([[1, -3, 2]]), "token id -3"),
+        (torch.tensor([[1, 99, 2]]), "token id 99 but vocab_size is 99"),
+        (torch.tensor([[1.0, 2.0]]), "integer token ids, got dtype torch.float32"),
+        (torch.tensor([1, 2, 3]), r"2-D \(batch, seq_len\), got shape \(3,\)"),
+        (torch.zeros(1, 0, dtype=torch.long), r"empty \(shape \(1, 0\)\)"),
+    ],
+)
+def test_bad_input_ids_get_an_error_naming_the_problem(model, input_ids, message):
+    from hf_gpt_custom.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        model(input_ids)
+
+
+@pytest.mark.parametrize("bad_label, message", [(99, "token id 99 but vocab_size is 99"), (-5, "token id -5")])
+def test_out_of_range_labels_get_an_error_but_minus_100_is_ignored(model, bad_label, message):
+    from hf_gpt_custom.errors import UserError
+
+    input_ids = torch.tensor([[1, 2, 3, 4]])
+    labels = torch.tensor([[1, -100, 3, 4]])
+    assert torch.isfinite(model(input_ids, labels=labels).loss)
+    labels[0, 2] = bad_label
+    with pytest.raises(UserError, match=message):
+        model(input_ids, labels=labels)

@@ -84,3 +84,19 @@ def test_from_pretrained_converts_a_transformers_gpt2_folder(tmp_path):
     input_ids = torch.randint(0, 99, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("selection", [True, [0, 2, -1], 1])
+def test_hidden_states_and_attentions_match_transformers_gpt2(selection):
+    """Both models collect outputs with transformers' capture hooks: the same layers selected, the same values."""
+    ours, reference = make_gpt2_pair("eager", n_layer=3)
+    input_ids = torch.randint(0, 99, (2, 9))
+    with torch.no_grad():
+        got = ours(input_ids, output_hidden_states=selection, output_attentions=True)
+        want = reference(input_ids, output_hidden_states=selection, output_attentions=True)
+    assert len(got.hidden_states) == len(want.hidden_states) and len(got.attentions) == 3 == len(want.attentions)
+    for ours_state, reference_state in zip(got.hidden_states + got.attentions, want.hidden_states + want.attentions):
+        if reference_state is None:
+            assert ours_state is None
+        else:
+            torch.testing.assert_close(ours_state, reference_state, rtol=0, atol=1e-5)

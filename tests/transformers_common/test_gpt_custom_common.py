@@ -1,0 +1,64 @@
+"""transformers' own ModelTesterMixin (vendored from 5.23.0, see README.md) run against GPTCustomModel and
+GPTCustomForCausalLM, so that a departure from what transformers expects of a model shows up in our suite."""
+
+import unittest
+
+import pytest
+
+pytest.importorskip("parameterized")  # modeling_common.py's only extra test dependency
+
+import torch  # noqa: E402
+from transformers.models.auto import modeling_auto  # noqa: E402
+from transformers.testing_utils import torch_device  # noqa: E402
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel  # noqa: E402
+
+from .modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask  # noqa: E402
+from .stubs import GenerationTesterMixin  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def listed_like_a_builtin_model(monkeypatch):
+    """The common tests pick labels and skips by looking class names up in transformers' name tables (a base model is
+    not trained, a causal LM gets labels); list ours there as transformers lists GPT-2, for these tests only."""
+    monkeypatch.setitem(modeling_auto.MODEL_MAPPING_NAMES, "gpt_custom", "GPTCustomModel")
+    monkeypatch.setitem(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "gpt_custom", "GPTCustomForCausalLM")
+
+
+class GPTCustomModelTester:
+    """Small config and random inputs, as transformers' per-model testers build them (cf. GPT2ModelTester)."""
+
+    def __init__(self, parent, batch_size=7, seq_length=7, vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, n_positions=64, is_training=True):
+        self.parent = parent
+        self.batch_size, self.seq_length = batch_size, seq_length
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
+        self.n_positions, self.is_training = n_positions, is_training
+
+    def get_config(self) -> GPTCustomConfig:
+        return GPTCustomConfig(
+            vocab_size=self.vocab_size, n_embd=self.hidden_size, n_layer=self.num_hidden_layers,
+            n_head=self.num_attention_heads, n_positions=self.n_positions, bos_token_id=self.vocab_size - 1,
+            eos_token_id=self.vocab_size - 1, pad_token_id=self.vocab_size - 1,
+        )
+
+    def prepare_config_and_inputs_for_common(self):
+        input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+        attention_mask = random_attention_mask([self.batch_size, self.seq_length])
+        return self.get_config(), {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+class GPTCustomModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+    all_model_classes = (GPTCustomModel, GPTCustomForCausalLM)
+
+    def setUp(self):
+        self.model_tester = GPTCustomModelTester(self)
+
+    def test_forward_on_the_tester_inputs(self):
+        """The tester's inputs give the shapes transformers' tests expect (guards the tester itself)."""
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+        model = GPTCustomForCausalLM(config).to(torch_device).eval()
+        with torch.no_grad():
+            logits = model(**inputs).logits
+        self.assertEqual(tuple(logits.shape), (7, 7, 99))
