@@ -63,8 +63,9 @@ def eager_attention_forward(
 
 def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
     """Raise a UserError naming what is wrong with `token_ids` (input_ids or labels) before it becomes a cryptic
-    IndexError deep in an embedding or the loss. One min/max pass over the ids; skipped under torch.compile."""
-    if torch.compiler.is_compiling():
+    IndexError deep in an embedding or the loss. One min/max pass over the ids; skipped under torch.compile and
+    torch.jit.trace (which would record the check as constants)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return
     if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
         raise UserError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}; convert with .long()")
@@ -77,12 +78,16 @@ def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_
         raise UserError(f"{name} is empty (shape {tuple(token_ids.shape)}); pass at least one token per row")
     lowest, highest = (int(value) for value in torch.aminmax(token_ids))
     if highest >= vocab_size:
-        raise UserError(f"{name} holds token id {highest} but vocab_size is {vocab_size}; ids must be 0..{vocab_size - 1} "
-                        "(was the text tokenized with another tokenizer?)")
-    if lowest < 0 and (ignore_index is None or bool(((token_ids < 0) & (token_ids != ignore_index)).any())):
-        allowed = f" or {ignore_index} to ignore a position" if ignore_index is not None else ""
-        bad = int(token_ids[(token_ids < 0) & (token_ids != ignore_index)].min()) if ignore_index is not None else lowest
-        raise UserError(f"{name} holds token id {bad}; ids must be 0..{vocab_size - 1}{allowed}")
+        raise UserError(
+            f"{name} holds token id {highest} but vocab_size is {vocab_size}; ids must be 0..{vocab_size - 1} (was "
+            "the text tokenized with another tokenizer?)"
+        )
+    if lowest < 0:
+        negative = token_ids[token_ids < 0]
+        invalid = negative[negative != ignore_index] if ignore_index is not None else negative
+        if invalid.numel():
+            allowed = f" or {ignore_index} to ignore a position" if ignore_index is not None else ""
+            raise UserError(f"{name} holds token id {int(invalid.min())}; ids must be 0..{vocab_size - 1}{allowed}")
 
 
 class GPTCustomAttention(nn.Module):
