@@ -35,7 +35,7 @@ from benchmarks.nanogpt_model import NanoGPT, nanogpt_from_gpt2
 
 # (batch, seq_len) per size: full context; GPT-2 small at batch 1 so that one step stays within seconds on 2 cores.
 BATCH_SHAPES = {"small": (8, 256), "gpt2": (1, 1024)}
-TRAJECTORY_STEPS = 20
+TRAJECTORY_STEPS = 10
 TRAJECTORY_TOLERANCE = 1e-4
 
 
