@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -66,12 +65,13 @@ def main() -> None:
     from lm_eval.tasks import TaskManager
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from benchmarks.common import compare_interleaved
+    from benchmarks.common import compare_interleaved, describe_machine, machine_info
     from eval.runner import evaluate
     from eval.task import default_data_dir
     from tests.eval.lm_eval_tasks import write_lm_eval_tasks
 
     torch.set_num_threads(args.threads)
+    machine = machine_info(args.threads)  # at the start: its load average is the load the run began under
     tasks = [t for t in args.tasks.split(",") if t]
     shots = [int(k) for k in args.shots.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="bench_eval_"))
@@ -117,13 +117,13 @@ def main() -> None:
                   f"identical={row['accuracies_identical']}", flush=True)
 
     meta = {"model": "random GPT2LMHeadModel 4x256, vocab 8192, n_positions 1024 (float32, CPU)",
-            "torch_threads": args.threads, "cpu": platform.processor() or platform.machine(),
+            "torch_threads": args.threads, "machine": {**machine, "load_average_at_end": os.getloadavg()},
             "load_average_at_end": os.getloadavg(), "limit": args.limit, "batch_size": args.batch_size, "repeats": args.repeats}
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_eval.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     lines = ["# Eval throughput: ours vs lm-evaluation-harness 0.4.13", "", f"{meta['model']}; batch size {args.batch_size}; "
-             f"{args.threads} torch thread(s); speedup = median of per-round ratios over {args.repeats} interleaved rounds (A B, B A, ...) after an untimed run each; load average at end {meta['load_average_at_end'][0]:.1f}.", "",
+             f"measured on {describe_machine(machine)}; speedup = median of per-round ratios over {args.repeats} interleaved rounds (A B, B A, ...) after an untimed run each; load average at end {meta['load_average_at_end'][0]:.1f}.", "",
              "Ours (eval/scoring.py) runs each context once, together with the tokens all its choices start with, and "
              "copies its KV cache per choice; batches rows longest first within a token budget; and applies the LM head "
              "and log-softmax only to scored positions, in cache-sized chunks. lm-eval runs one padded row per choice "

@@ -1,7 +1,7 @@
 """Evaluation forward tokens/s (no grad, full logits): ours vs transformers' GPT2LMHeadModel (sdpa), same weights.
 
-Same sizes and batch shapes as bench_train.py, eager and torch.compile. Logits are checked equal (1e-4) first.
-Run: python -m benchmarks.bench_forward [--sizes small,gpt2] [--modes eager,compile] [--quick]
+Same sizes and batch shapes as bench_train.py, eager by default (`--modes eager,compile` adds torch.compile). Logits
+are checked equal (1e-4) first. Run: python -m benchmarks.bench_forward --threads 2 [--sizes small,gpt2] [--quick]
 """
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ import argparse
 import torch
 
 from benchmarks.bench_train import BATCH_SHAPES, random_batch
-from benchmarks.common import SIZES, add_common_args, compare_interleaved, machine_info, make_pair, pin_threads, write_json
+from benchmarks.common import (
+    SIZES,
+    add_common_args,
+    compare_interleaved,
+    machine_info,
+    make_pair,
+    pin_threads,
+    result_name,
+    write_json,
+)
 
 
 def bench_size(size_name: str, modes: list[str], rounds: int) -> list[dict]:
@@ -43,16 +52,15 @@ def bench_size(size_name: str, modes: list[str], rounds: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> dict:
     parser = add_common_args(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--sizes", default="small,gpt2", help="comma-separated: small, gpt2 (default: both)")
-    parser.add_argument("--modes", default=None, help="comma-separated: eager, compile (default: both for small, eager for gpt2)")
+    parser.add_argument("--modes", default="eager", help="comma-separated: eager, compile (default: eager)")
     parser.add_argument("--rounds", type=int, default=None, help="timed A/B rounds (default: 10 small, 4 gpt2)")
     args = parser.parse_args(argv)
     pin_threads(args.threads)
     payload = {"machine": machine_info(args.threads), "results": []}
     for size_name in args.sizes.split(","):
         rounds = args.rounds or ({"small": 10, "gpt2": 4}[size_name] // (2 if args.quick else 1))
-        modes = args.modes.split(",") if args.modes else {"small": ["eager", "compile"], "gpt2": ["eager"]}[size_name]
-        payload["results"] += bench_size(size_name, modes, rounds)
-    write_json("forward", payload, args.out)
+        payload["results"] += bench_size(size_name, args.modes.split(","), rounds)
+    write_json(result_name("forward", args.threads), payload, args.out)
     return payload
 
 

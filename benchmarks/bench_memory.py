@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks.common import RESULTS_DIR, SIZES, add_common_args, machine_info, write_json
+from benchmarks.common import RESULTS_DIR, SIZES, add_common_args, machine_info, result_name, write_json
 
 REPO_ROOT = RESULTS_DIR.parents[1]
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
             flush=True,
         )
         payload["results"].append(result)
-    write_json("memory", payload, args.out)
+    write_json(result_name("memory", args.threads), payload, args.out)
     return payload
 
 

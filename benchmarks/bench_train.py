@@ -1,8 +1,11 @@
-"""Training step (forward + backward + AdamW) tokens/s: ours vs transformers' GPT2LMHeadModel (sdpa), same weights.
+"""Training step (forward + backward + AdamW) tokens/s: ours vs transformers' GPT2LMHeadModel (sdpa) and nanoGPT's
+GPT, all three holding the same weights, timed in rotation in one process.
 
-Two sizes (SMALL: 6x384, 256 context, 8192 vocab; GPT-2 small: 124M, 1024 context), eager and torch.compile, MFU
-against the measured matmul peak, and the loss-trajectory check (same weights, same data, dropout 0, 20 fp32 AdamW
-steps -> the same losses within 1e-4). Run: python -m benchmarks.bench_train [--sizes small,gpt2] [--quick]
+Two sizes (SMALL: 6x384, 256 context, 8192 vocab; GPT-2 small: 124M, 1024 context), eager by default (`--modes
+compile,compile-vs-eager` adds torch.compile, minutes of compiling on a CPU), MFU against the measured fp32 matmul
+peak, and the loss-trajectory check (same weights, same data, dropout 0, fp32 AdamW steps -> the same losses as
+transformers' GPT-2 within 1e-4).
+Run: python -m benchmarks.bench_train --threads 2 [--sizes small,gpt2] [--quick]
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ import time
 
 import torch
 
-from hf_gpt_custom.onednn_linear import use_onednn_linear
 from training.config import TrainConfig
 from training.train import build_optimizer
 from benchmarks.common import (
     SIZES,
+    Comparison,
     add_common_args,
     compare_interleaved,
     machine_info,
@@ -24,12 +27,15 @@ from benchmarks.common import (
     measure_matmul_peak,
     param_count,
     pin_threads,
+    result_name,
+    time_rotating,
     write_json,
 )
+from benchmarks.nanogpt_model import NanoGPT, nanogpt_from_gpt2
 
 # (batch, seq_len) per size: full context; GPT-2 small at batch 1 so that one step stays within seconds on 2 cores.
 BATCH_SHAPES = {"small": (8, 256), "gpt2": (1, 1024)}
-TRAJECTORY_STEPS = 20
+TRAJECTORY_STEPS = 10
 TRAJECTORY_TOLERANCE = 1e-4
 
 
@@ -44,9 +50,13 @@ def make_step(model: torch.nn.Module, input_ids: torch.Tensor, compile_model: bo
     optimizer = make_optimizer(model)
     forward = torch.compile(model) if compile_model else model
     model.train()
+    nanogpt = isinstance(model, NanoGPT)
 
     def step(batch: torch.Tensor = input_ids) -> float:
-        loss = forward(input_ids=batch, labels=batch).loss
+        if nanogpt:  # nanoGPT takes the next tokens as targets; the batch rolled by one is the same amount of work
+            loss = forward(batch, batch.roll(-1, dims=1))[1]
+        else:
+            loss = forward(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -95,30 +105,16 @@ def check_loss_trajectory(size_name: str, compile_ours: bool = False, steps: int
     return result
 
 
-# Modes: both eager (our default path); both eager with our linear layers on F.linear/MKL instead of oneDNN (what the
-# rest of our graph gains on its own); both compiled; ours compiled vs the anchor eager.
-MODES = ("eager", "eager-mkl", "compile", "compile-vs-eager")
+# Modes: all three eager (our default path, TrainConfig.compile = False); ours and transformers' GPT-2 both compiled;
+# ours compiled vs GPT-2 eager. nanoGPT's model runs in the eager mode only.
+MODES = ("eager", "compile", "compile-vs-eager")
+DEFAULT_MODES = ("eager",)
 
 
-def without_onednn(step):
-    """The same training step with our linear layers on F.linear (MKL for fp32 on CPU)."""
-
-    def step_on_mkl() -> float:
-        use_onednn_linear(False)
-        try:
-            return step()
-        finally:
-            use_onednn_linear(True)
-
-    return step_on_mkl
-
-
-def measure_peaks() -> dict[str, float]:
-    peak = {
-        "float32": max(measure_matmul_peak(torch.float32, size) for size in (2048, 3072, 4096)),
-        "bfloat16": max(measure_matmul_peak(torch.bfloat16, size) for size in (2048, 3072, 4096)),
-    }
-    print(f"matmul peak: fp32 {peak['float32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s")
+def measure_peak(quick: bool = False) -> float:
+    """fp32 matmul peak in FLOP/s (square torch.mm, best over sizes and rounds). bf16 is bench_bf16.py's business."""
+    peak = max(measure_matmul_peak(torch.float32, size, rounds=2 if quick else 4) for size in (1024, 2048))
+    print(f"fp32 matmul peak: {peak / 1e9:.0f} GFLOP/s", flush=True)
     return peak
 
 
@@ -131,53 +127,71 @@ def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float)
     for mode in modes:
         ours, anchor = make_pair(size)
         n_params = param_count(ours)
-        ours_step = make_step(ours, input_ids, compile_model=mode.startswith("compile"))
-        if mode == "eager-mkl":
-            ours_step = without_onednn(ours_step)
-        anchor_step = make_step(anchor, input_ids, compile_model=mode == "compile")
-        compile_s = {}
-        if mode.startswith("compile"):  # the first call compiles; time it separately so that warm-up stays short
-            for name, step in (("ours", ours_step), ("anchor", anchor_step)):
+        name = f"train {size_name} {batch}x{seq_len} {mode}"
+        if mode == "eager":
+            nanogpt = nanogpt_from_gpt2(anchor)
+            times = time_rotating({"ours": make_step(ours, input_ids), "anchor": make_step(anchor, input_ids),
+                                   "nanogpt": make_step(nanogpt, input_ids)}, rounds, warmup=1)
+            comparisons = [
+                (Comparison(name, times["ours"], times["anchor"], tokens), "ours", "transformers GPT-2"),
+                (Comparison(name, times["nanogpt"], times["anchor"], tokens), "nanoGPT", "transformers GPT-2"),
+                (Comparison(name, times["ours"], times["nanogpt"], tokens), "ours", "nanoGPT"),
+            ]
+            compile_s = {}
+        else:
+            ours_step = make_step(ours, input_ids, compile_model=True)
+            anchor_step = make_step(anchor, input_ids, compile_model=mode == "compile")
+            compile_s = {}
+            for who, step in (("ours", ours_step), ("anchor", anchor_step)):  # the first call compiles: timed apart
                 start = time.perf_counter()
                 step()
-                compile_s[name] = time.perf_counter() - start
+                compile_s[who] = time.perf_counter() - start
             print(f"  first step (compile) ours {compile_s['ours']:.0f} s, anchor {compile_s['anchor']:.0f} s")
-        comparison = compare_interleaved(
-            f"train {size_name} {batch}x{seq_len} {mode}", ours_step, anchor_step, work=tokens, rounds=rounds, warmup=1
-        )
-        summary = comparison.summary()
-        summary.update(size=size_name, mode=mode, n_params=n_params, compile_s=compile_s)
-        add_mfu(summary, peak_flops)
-        print(f"  N = {n_params:,} params; MFU ours {summary['mfu_ours']:.1%}, anchor {summary['mfu_anchor']:.1%}",
-              flush=True)
-        results.append(summary)
-        del ours, anchor, ours_step, anchor_step
+            comparison = compare_interleaved(name, ours_step, anchor_step, work=tokens, rounds=rounds, warmup=1)
+            comparisons = [(comparison, "ours", "transformers GPT-2")]
+        for comparison, contender, anchor_name in comparisons:
+            summary = comparison.summary()
+            summary.update(size=size_name, mode=mode, contender=contender, anchor_name=anchor_name,
+                           n_params=n_params, compile_s=compile_s)
+            add_mfu(summary, peak_flops)
+            print(f"{name}: {contender} vs {anchor_name} {summary['ratio']:.2f}x (IQR {summary['ratio_iqr'][0]:.2f}-"
+                  f"{summary['ratio_iqr'][1]:.2f}); {contender} {summary['ours']:.0f} tokens/s, {anchor_name} "
+                  f"{summary['anchor']:.0f}; MFU {summary['mfu_ours']:.0%} vs {summary['mfu_anchor']:.0%}",
+                  flush=True)
+            results.append(summary)
     return results
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = add_common_args(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--sizes", default="small,gpt2", help="comma-separated: small, gpt2 (default: both)")
-    parser.add_argument("--modes", default=None, help=f"comma-separated of {', '.join(MODES)} (default: all)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed A/B rounds (default: 10 small, 4 gpt2)")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"comma-separated of {', '.join(MODES)} "
+                        f"(default: {','.join(DEFAULT_MODES)})")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default: 8 small, 3 gpt2; half --quick)")
+    parser.add_argument("--trajectory-steps", type=int, default=TRAJECTORY_STEPS,
+                        help=f"AdamW steps of the loss-trajectory check, 0 to skip (default: {TRAJECTORY_STEPS})")
     args = parser.parse_args(argv)
     pin_threads(args.threads)
-    peak = measure_peaks()
-    payload = {"machine": machine_info(args.threads), "matmul_peak_flops": peak, "results": [], "trajectory": []}
+    modes = args.modes.split(",")
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; known: {', '.join(MODES)}")
+    peak = measure_peak(args.quick)
+    payload = {"machine": machine_info(args.threads), "results": [], "trajectory": []}
     for size_name in args.sizes.split(","):
-        rounds = args.rounds or ({"small": 10, "gpt2": 4}[size_name] // (2 if args.quick else 1))
-        modes = args.modes.split(",") if args.modes else MODES
-        payload["results"] += bench_size(size_name, modes, rounds, peak["float32"])
-    payload["trajectory"].append(check_loss_trajectory("small"))
-    if args.modes is None or "compile" in args.modes:
-        payload["trajectory"].append(check_loss_trajectory("small", compile_ours=True))
-    # Measured again at the end, keeping the best: under load a single measurement can catch a busy minute and
-    # understate the roof (we saw 31 GFLOP/s at load 6 where an idle core gives ~100).
-    final_peak = measure_peaks()
-    payload["matmul_peak_flops"] = peak = {dtype: max(peak[dtype], final_peak[dtype]) for dtype in peak}
+        rounds = args.rounds or max(1, {"small": 8, "gpt2": 3}[size_name] // (2 if args.quick else 1))
+        payload["results"] += bench_size(size_name, modes, rounds, peak)
+    if args.trajectory_steps:
+        payload["trajectory"].append(check_loss_trajectory("small", steps=args.trajectory_steps))
+        if "compile" in modes:
+            payload["trajectory"].append(check_loss_trajectory("small", compile_ours=True, steps=args.trajectory_steps))
+    # Measured again at the end, keeping the best: on a shared machine one measurement can catch a busy minute and
+    # understate the roof.
+    peak = max(peak, measure_peak(args.quick))
+    payload["matmul_peak_flops"] = {"float32": peak}
     for result in payload["results"]:  # MFU against the better of the two roof measurements
-        add_mfu(result, peak["float32"])
-    write_json("train", payload, args.out)
+        add_mfu(result, peak)
+    write_json(result_name("train", args.threads), payload, args.out)
     return payload
 
 

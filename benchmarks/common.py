@@ -39,8 +39,8 @@ SIZES = {"small": SMALL, "gpt2": GPT2_SMALL}
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    # 1 thread by default: on a shared 2-core machine two OpenMP threads spin-wait on each other whenever one is
-    # descheduled; measured at load 6, a small training step took 10.9 s with 2 threads and 5.8 s with 1.
+    # One thread count per process (run_all.py runs each benchmark once per count). On a loaded machine 2 threads
+    # can be slower than 1: OpenMP threads spin-wait on each other whenever one is descheduled.
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, fixed for the run (default: 1)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder (default: benchmarks/results)")
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke run of the benchmark itself")
@@ -126,42 +126,42 @@ def compare_interleaved(
     unit: str = "tokens/s",
 ) -> Comparison:
     """Time `ours` and `anchor` alternately: round i runs A then B, round i+1 B then A (cancels order effects)."""
-    for _ in range(warmup):
-        ours()
-        anchor()
-    gc.collect()
-    ours_s, anchor_s = [], []
-    for index in range(rounds):
-        if index % 2 == 0:
-            ours_s.append(time_call(ours))
-            anchor_s.append(time_call(anchor))
-        else:
-            anchor_s.append(time_call(anchor))
-            ours_s.append(time_call(ours))
-    comparison = Comparison(name, ours_s, anchor_s, work, unit)
+    times = time_rotating({"ours": ours, "anchor": anchor}, rounds, warmup)
+    comparison = Comparison(name, times["ours"], times["anchor"], work, unit)
     print(comparison.line(), flush=True)
     return comparison
 
 
+def time_rotating(contenders: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of each contender, `rounds` times, the calling order rotated by one every round.
+
+    With two contenders that is A B, B A, A B ...; with three, A B C, B C A, C A B ... Each contender runs in every
+    position equally often, so a burst of load, a warm cache or a thermal drift hits all of them alike and a
+    per-round ratio of any two compares calls made seconds apart.
+    """
+    names = list(contenders)
+    for _ in range(warmup):
+        for name in names:
+            contenders[name]()
+    gc.collect()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(time_call(contenders[name]))
+    return times
+
+
 def measure_matmul_peak(dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 5) -> float:
-    """Best observed FLOP/s of a square matmul at this thread count: the roof that MFU is measured against.
+    """Best observed FLOP/s of a square `torch.mm` at this thread count: the roof that MFU is measured against.
 
     The best of a few rounds rather than the median: the peak is what the hardware can do when nobody else is using
-    it, which is what an MFU denominator should be. Both CPU matmul libraries are tried — `torch.mm` (MKL for fp32)
-    and oneDNN (what our fp32 linear layers call, hf_gpt_custom/onednn_linear.py) — and the faster counts, so that
-    MFU is against what the machine can do, not against the slower library.
+    it, which is what an MFU denominator should be. `torch.mm` is what training's `F.linear` calls (MKL for fp32).
     """
-    from hf_gpt_custom.onednn_linear import matmul_t, onednn_linear_active
-
     a = torch.randn(size, size, dtype=dtype)
     b = torch.randn(size, size, dtype=dtype)
-    candidates = [lambda: torch.mm(a, b)]
-    if onednn_linear_active() and dtype == torch.float32:  # bf16 torch.mm already runs on oneDNN
-        candidates.append(lambda: matmul_t(a, b))
-    best = float("inf")
-    for matmul in candidates:
-        matmul()
-        best = min(best, *(time_call(matmul) for _ in range(rounds)))
+    torch.mm(a, b)
+    best = min(time_call(lambda: torch.mm(a, b)) for _ in range(rounds))
     return 2 * size**3 / best
 
 
@@ -206,8 +206,13 @@ def param_count(model: torch.nn.Module) -> int:
 
 
 def machine_info(threads: int) -> dict:
-    """What a figure was measured on. Machines of one kind differ: oneDNN's fp32 matmul was ~2x MKL's on one AMD EPYC
-    and ~1x on others, so every result names the CPU model, family/model and the ISA flags that decide such paths."""
+    """What a figure was measured on, and how busy the machine was when the measurement started.
+
+    Machines of one kind differ: oneDNN's fp32 matmul was ~2x MKL's on an AVX-512 AMD EPYC and 0.8-1.0x on a Zen 3
+    one, bf16 matmuls run at ~2x fp32 where AVX512-BF16 exists and at ~1/50 of it where it does not. So every result
+    names the CPU model, family/model, the ISA flags that decide such paths, and the load average (the machine may be
+    shared: a load above the core count means another process took part of every core during the run).
+    """
     cpu = cpu_info()
     return {
         "cpu": cpu["model_name"],
@@ -219,7 +224,18 @@ def machine_info(threads: int) -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "load_average": load_average(),
     }
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (what `uptime` prints), rounded for a report."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def result_name(bench: str, threads: int) -> str:
+    """File stem of one benchmark's results at one thread count: train_threads2 -> results/train_threads2.json."""
+    return f"{bench}_threads{threads}"
 
 
 # The flags that change which kernels are fast: AVX-512 (wide fp32 units), AVX512-BF16 and AMX (bf16 matmuls).
@@ -255,7 +271,10 @@ def describe_machine(meta: dict) -> str:
 
 
 def write_json(name: str, payload: dict, out_dir: Path = RESULTS_DIR) -> Path:
-    """benchmarks/results/<name>.json, one file per benchmark; run_all.py merges them into results.json."""
+    """benchmarks/results/<name>.json, one file per benchmark and thread count; run_all.py merges them into
+    results.json. The load average at the end of the run is added beside the machine's (taken at the start)."""
+    if isinstance(payload.get("machine"), dict):
+        payload["machine"]["load_average_at_end"] = load_average()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")

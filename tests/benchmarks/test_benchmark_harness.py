@@ -1,0 +1,125 @@
+"""The benchmark harness itself: rotation order, the nanoGPT contender's weights, bf16 accounting, per-thread result
+files and the report built from them. Speed is never asserted; tiny models only."""
+
+import json
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from benchmarks import run_all
+from benchmarks.bench_bf16 import linear_shapes, step_linear_ratio
+from benchmarks.bench_train import make_step
+from benchmarks.common import SIZES, describe_machine, machine_info, result_name, time_rotating, write_json
+from benchmarks.nanogpt_model import nanogpt_from_gpt2
+
+
+def tiny_gpt2(activation: str = "gelu_new", dropout: float = 0.0) -> GPT2LMHeadModel:
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=101, activation_function=activation,
+                        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config)
+
+
+def test_time_rotating_rotates_the_calling_order():
+    calls = []
+    contenders = {name: (lambda name=name: calls.append(name)) for name in "ABC"}
+    times = time_rotating(contenders, rounds=4, warmup=1)
+    assert calls == list("ABC") + list("ABC") + list("BCA") + list("CAB") + list("ABC")
+    assert {name: len(values) for name, values in times.items()} == {"A": 4, "B": 4, "C": 4}
+
+
+def test_nanogpt_holds_the_gpt2_weights_and_computes_the_same_logits():
+    # With exact GELU (nanoGPT's nn.GELU) transformers' GPT-2 is the same function: any weight mapped wrong, any
+    # Conv1D matrix left untransposed, shows here.
+    gpt2 = tiny_gpt2(activation="gelu").eval()
+    nanogpt = nanogpt_from_gpt2(gpt2).eval()
+    ids = torch.randint(0, 101, (2, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = gpt2(ids, labels=ids)
+        logits, loss = nanogpt(ids[:, :-1], ids[:, 1:].contiguous())
+    torch.testing.assert_close(logits, expected.logits[:, :-1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loss, expected.loss, atol=1e-5, rtol=1e-5)
+    assert nanogpt.lm_head.weight is nanogpt.transformer.wte.weight
+
+
+def test_nanogpt_takes_the_gpt2_dropout_and_trains_in_the_benchmark_step():
+    gpt2 = tiny_gpt2(dropout=0.1)
+    nanogpt = nanogpt_from_gpt2(gpt2)
+    assert nanogpt.config.dropout == 0.1 and nanogpt.transformer.h[0].attn.dropout == 0.1
+    ids = torch.randint(0, 101, (2, 16), generator=torch.Generator().manual_seed(2))
+    before = nanogpt.transformer.h[0].mlp.c_fc.weight.detach().clone()
+    loss = make_step(nanogpt, ids)()
+    assert 3.0 < loss < 6.0  # ~ln(101) at initialisation
+    assert not torch.equal(before, nanogpt.transformer.h[0].mlp.c_fc.weight)
+
+
+def test_bf16_linear_shapes_and_step_ratio_by_hand():
+    shapes = linear_shapes(SIZES["small"])
+    assert shapes == {"attn.c_attn": (384, 1152), "attn.c_proj": (384, 384), "mlp.c_fc": (384, 1536),
+                      "mlp.c_proj": (1536, 384), "lm_head": (384, 8192)}
+    # Two layers: a block layer (counted n_layer = 2 times) at 10 GFLOP/s fp32, 5 bf16; the head at 20 and 20.
+    rows = [{"layer": "mlp.c_fc", "rows": 1, "in": 1, "out": 5e9, "fp32_gflops": 10.0, "bf16_gflops": 5.0},
+            {"layer": "lm_head", "rows": 1, "in": 1, "out": 10e9, "fp32_gflops": 20.0, "bf16_gflops": 20.0}]
+    # fp32: 2·(1 s) + 1 s = 3 s; bf16: 2·(2 s) + 1 s = 5 s.
+    assert step_linear_ratio(rows, {"n_layer": 2}) == pytest.approx(3 / 5)
+
+
+def test_result_files_record_machine_threads_and_load(tmp_path):
+    meta = machine_info(2)
+    assert meta["threads"] == 2 and len(meta["load_average"]) == 3 and "cpu_family" in meta
+    path = write_json(result_name("train", 2), {"machine": meta, "results": []}, tmp_path)
+    assert path.name == "train_threads2.json"
+    assert len(json.loads(path.read_text())["machine"]["load_average_at_end"]) == 3
+    assert "2 of" in describe_machine(meta)
+
+
+def _machine(threads):
+    return {"cpu": "Test CPU", "cpu_family": "25", "cpu_model": "1", "isa_flags": ["avx2"], "logical_cpus": 2,
+            "threads": threads, "load_average": [1.5, 1, 1], "load_average_at_end": [2.5, 1, 1]}
+
+
+def _train_result(contender, anchor_name, ratio, size="small"):
+    return {"name": f"train {size} 8x256 eager", "contender": contender, "anchor_name": anchor_name, "mode": "eager",
+            "size": size, "ours": 100.0 * ratio, "anchor": 100.0, "unit": "tokens/s", "ratio": ratio,
+            "ratio_iqr": [ratio - 0.1, ratio + 0.1], "mfu_ours": 0.5, "mfu_anchor": 0.4}
+
+
+def test_report_judges_each_thread_count_and_skips_files_without_a_machine(tmp_path):
+    train = {"machine": _machine(2), "trajectory": [], "results": [
+        _train_result("ours", "transformers GPT-2", 1.35), _train_result("ours", "nanoGPT", 0.97),
+        _train_result("nanoGPT", "transformers GPT-2", 1.39), _train_result("ours", "nanoGPT", 0.9, size="gpt2")]}
+    generate = {"machine": _machine(2), "decoding_kernels": [], "results": [
+        {"name": "generate small batch 1 default", "variant": "default", "batch": 1, "ours": 50.0, "anchor": 24.0,
+         "unit": "new tok/s", "ratio": 2.05, "ratio_iqr": [2.0, 2.1], "tokens_identical": True, "first_call_s": 1.0},
+        {"name": "generate small batch 8 default", "variant": "default", "batch": 8, "ours": 50.0, "anchor": 40.0,
+         "unit": "new tok/s", "ratio": 1.25, "ratio_iqr": [1.2, 1.3], "tokens_identical": True, "first_call_s": 1.0}]}
+    (tmp_path / "train_threads2.json").write_text(json.dumps(train))
+    (tmp_path / "generate_threads2.json").write_text(json.dumps(generate))
+    (tmp_path / "forward_threads2.json").write_text(json.dumps({"machine": {"cpu": "AMD EPYC", "threads": 2},
+                                                                 "results": []}))
+    (tmp_path / "train_threads1.json").write_text(json.dumps({**train, "machine": _machine(2)}))
+    rows, skipped = run_all.collect_rows(2, tmp_path)
+    met = {row["figure"]: row["met"] for row in rows}
+    assert met == {
+        "train small 8x256 eager: ours vs transformers GPT-2": True,
+        "train small 8x256 eager: ours vs nanoGPT": False,
+        "train small 8x256 eager: nanoGPT vs transformers GPT-2": None,
+        "train gpt2 8x256 eager: ours vs nanoGPT": None,  # the nanoGPT target is the small size's
+        "generate small batch 1 default: ours vs transformers GPT-2": True,
+        "generate small batch 8 default: ours vs transformers GPT-2": None,  # judged at batch 1 only
+    }
+    assert skipped == ["forward_threads2.json"]  # written before results named their CPU
+    assert run_all.collect_rows(1, tmp_path) == ([], ["train_threads1.json"])  # a 2-thread run filed as 1 thread
+    meta = {**_machine(2), "time_utc": "2026-11-25 01:00:00", "torch": "2.13.0+cpu"}
+    markdown = run_all.render_markdown({1: ([], []), 2: (rows, skipped)}, meta, tmp_path)
+    assert "Measured on Test CPU (family 25, model 1; avx2), 2 of 2 threads." in markdown
+    assert "| load 1.5 → 2.5 |" in markdown
+    assert "| > 1.0x | **no** |" in markdown
+
+
+def test_thread_counts_parse_or_fail_with_the_value():
+    assert run_all.parse_threads("1,2") == [1, 2]
+    assert run_all.parse_threads("all") == [run_all.os.cpu_count()]
+    with pytest.raises(ValueError, match="'0,x'"):
+        run_all.parse_threads("0,x")
