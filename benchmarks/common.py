@@ -183,21 +183,15 @@ def make_pair(size: dict, attn_implementation: str = "sdpa", dropout: float | No
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from hf_gpt_custom import GPTCustomForCausalLM
-    from hf_gpt_custom.convert_gpt2 import config_from_gpt2, convert_gpt2_state_dict
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 
     if dropout is not None:
         size = {**size, "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
     torch.manual_seed(seed)
     anchor_config = GPT2Config(**size, bos_token_id=0, eos_token_id=0, attn_implementation=attn_implementation)
     anchor = GPT2LMHeadModel(anchor_config)
-    config = config_from_gpt2(anchor_config.to_dict())
-    config._attn_implementation = attn_implementation
-    ours = GPTCustomForCausalLM(config)
-    missing, unexpected = ours.load_state_dict(convert_gpt2_state_dict(anchor.state_dict()), strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    ours.tie_weights()
-    return ours, anchor
+    # The same strict conversion the model loader uses; it returns eval mode, the benchmarks set the mode they time.
+    return from_gpt2_model(anchor).train(anchor.training), anchor
 
 
 def param_count(model: torch.nn.Module) -> int:
