@@ -66,8 +66,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from benchmarks.common import compare_interleaved, describe_machine, machine_info
-    from eval.runner import evaluate
-    from eval.task import default_data_dir
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.eval.task import default_data_dir
     from tests.eval.lm_eval_tasks import write_lm_eval_tasks
 
     torch.set_num_threads(args.threads)

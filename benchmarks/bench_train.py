@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from training.config import TrainConfig
-from training.train import build_optimizer
+from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.train import build_optimizer
 from benchmarks.common import (
     SIZES,
     Comparison,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eval.output_types import OUTPUT_TYPES
-from eval.tokens import encode_texts
-from eval.task import TaskSpec
+from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+from hf_gpt_custom.eval.tokens import encode_texts
+from hf_gpt_custom.eval.task import TaskSpec
 from hf_gpt_custom.errors import UserError
 
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-from eval.batching import pad_rows
-from eval.requests import Request
-from eval.tokens import encode_texts
+from hf_gpt_custom.eval.batching import pad_rows
+from hf_gpt_custom.eval.requests import Request
+from hf_gpt_custom.eval.tokens import encode_texts
 
 # Plain argmax decoding whatever the model's generation_config asks for (sampling, beams, penalties): these
 # override its values, while settings it leaves unset keep transformers' own (greedy) defaults.

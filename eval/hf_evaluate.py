@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eval.metrics import aggregate_metric
+from hf_gpt_custom.eval.metrics import aggregate_metric
 
 LM_EVAL_CITATION = """\
 @software{eval-harness,

@@ -5,7 +5,7 @@ lm-eval cannot read eval/tasks/*.yaml as they are (`data_files`, `data_format`, 
 load in lm-eval under `gptc_<task>`, get their docs from our own loaders (lm-eval's `custom_dataset`, so the data
 root is found as ours finds it, not relative to the working directory) and use our templates with the
 `lm_eval_overrides` of each task, so lm-eval on `gptc_<task>` gives what `protocol="lm-eval"` gives here.
-Regenerate after changing a task file:  python -m eval.lm_eval_export
+Regenerate after changing a task file:  python -m hf_gpt_custom.eval.lm_eval_export
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from eval.task import TaskSpec, available_tasks, load_task
+from hf_gpt_custom.eval.task import TaskSpec, available_tasks, load_task
 from hf_gpt_custom.errors import UserError
 
 LM_EVAL_TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
@@ -96,7 +96,7 @@ def shipped_task_config(name: str) -> dict[str, Any]:
 
 
 def render_task_file(name: str) -> str:
-    header = f"# Generated from eval/tasks/{name}.yaml by `python -m eval.lm_eval_export`; do not edit by hand.\n"
+    header = f"# Generated from eval/tasks/{name}.yaml by `python -m hf_gpt_custom.eval.lm_eval_export`; do not edit by hand.\n"
     return header + yaml.dump(shipped_task_config(name), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from eval.metrics import count_words, generation_values, multiple_choice_values, rolling_values
-from eval.requests import Request, ScoredRequest
-from eval.tokens import encode_texts
+from hf_gpt_custom.eval.metrics import count_words, generation_values, multiple_choice_values, rolling_values
+from hf_gpt_custom.eval.requests import Request, ScoredRequest
+from hf_gpt_custom.eval.tokens import encode_texts
 
 if TYPE_CHECKING:
-    from eval.fewshot import Prompt
-    from eval.task import TaskSpec
+    from hf_gpt_custom.eval.fewshot import Prompt
+    from hf_gpt_custom.eval.task import TaskSpec
 
 DEFAULT_UNTIL = ("\n\n",)
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from eval.fewshot import ContextTooShortError, Prompt, build_prompts
-from eval.metrics import METRICS, aggregate_metric
-from eval.output_types import OUTPUT_TYPES
-from eval.requests import Request, ScoredRequest
-from eval.scoring import CausalLMScorer, score_requests
-from eval.task import TaskSpec, default_data_dir, load_task
+from hf_gpt_custom.eval.fewshot import ContextTooShortError, Prompt, build_prompts
+from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
+from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+from hf_gpt_custom.eval.requests import Request, ScoredRequest
+from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
+from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.hub import is_hub_repo_id
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
@@ -114,7 +114,7 @@ def evaluate(
         skipped=skipped,
     )
     if out_dir is not None:
-        from eval.report import write_report
+        from hf_gpt_custom.eval.report import write_report
 
         write_report(results, out_dir)
     return results

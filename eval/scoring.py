@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from eval.batching import batches, pad_rows, padded_batches
-from eval.generation import generate_greedy
-from eval.requests import Request, ScoredRequest
-from eval.shared_prefix import score_shared_prefixes
-from eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
+from hf_gpt_custom.eval.batching import batches, pad_rows, padded_batches
+from hf_gpt_custom.eval.generation import generate_greedy
+from hf_gpt_custom.eval.requests import Request, ScoredRequest
+from hf_gpt_custom.eval.shared_prefix import score_shared_prefixes
+from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
 from hf_gpt_custom.errors import UserError
 
 HEAD_CHUNK_LOGITS = 2**21  # logits per LM-head call: 8 MB of float32, 256 positions of an 8,192-token vocab

@@ -14,7 +14,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import DynamicCache
 
-from eval.batching import pad_rows, padded_batches
+from hf_gpt_custom.eval.batching import pad_rows, padded_batches
 
 
 def score_shared_prefixes(

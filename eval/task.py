@@ -21,8 +21,8 @@ import jinja2
 import jinja2.sandbox
 import yaml
 
-from eval.doc_transforms import DOC_TRANSFORMS
-from eval.output_types import OUTPUT_TYPES
+from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
+from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -96,7 +96,7 @@ class TaskSpec:
                     f"{self.source_file}: process_docs {name!r} is not a function in eval/doc_transforms.py; "
                     f"known: {', '.join(sorted(DOC_TRANSFORMS))}"
                 )
-        from eval.metrics import METRICS
+        from hf_gpt_custom.eval.metrics import METRICS
 
         for name in self.metric_names:
             if name not in METRICS:

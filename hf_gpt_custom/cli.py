@@ -121,7 +121,7 @@ def _add_train(subparsers) -> None:
 
 def training_keys_help() -> str:
     """Every TrainConfig key with its default and the one-line help from the field's metadata."""
-    from training.config import TrainConfig
+    from hf_gpt_custom.training.config import TrainConfig
 
     rows = []
     for field in dataclasses.fields(TrainConfig):
@@ -150,8 +150,8 @@ def _yaml_value(value) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
-    from training.config import load_train_config
-    from training.train import train
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.train import train
 
     overrides = list(args.overrides)
     if args.resume_from_checkpoint is not None:
@@ -187,8 +187,8 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     _check_output_folder(args.out, "--out")
     _check_model_argument(args.model)
     _check_device(args.device)
-    from eval.report import REPORT_FILES
-    from eval.runner import evaluate
+    from hf_gpt_custom.eval.report import REPORT_FILES
+    from hf_gpt_custom.eval.runner import evaluate
 
     evaluate(
         args.model,

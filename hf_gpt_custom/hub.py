@@ -71,7 +71,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         raise UserError(
             f"cannot export to {out_dir}: the folder exists and is not an earlier export; choose a new or empty folder"
         )
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     from .model_folder import load_model_folder
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
@@ -99,7 +99,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         summary = read_json(run_dir / "training_summary.json")
         _write_public_json(staging / "training_summary.json", summary, run_dir, local_paths)
     if (run_dir / "eval" / "results.json").is_file():
-        from eval.report import format_table
+        from hf_gpt_custom.eval.report import format_table
 
         results = _public_value(read_json(run_dir / "eval" / "results.json"), run_dir, local_paths)
         _write_public_json(staging / "eval" / "results.json", results, run_dir, local_paths)

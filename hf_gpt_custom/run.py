@@ -32,8 +32,8 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) ->
     different config for the same folder raises ValueError naming the changed keys (only benchmark_* changes are
     accepted: they re-run eval and export).
     """
-    from training.config import load_train_config
-    from training.run_lock import lock_run_folder
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.run_lock import lock_run_folder
 
     config_path = Path(config_path)
     if not config_path.is_file():
@@ -103,14 +103,14 @@ def _print_outputs(run_dir: Path) -> None:
 
 
 def _stage_tokenizer(config, run_dir: Path, state: dict) -> tuple[Path, str]:
-    from training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
 
     return Path(prepare_tokenizer(config)), "done"
 
 
 def _stage_train(config, run_dir: Path, state: dict) -> tuple[Path, str]:
-    from training.checkpoint import list_checkpoints
-    from training.train import train
+    from hf_gpt_custom.training.checkpoint import list_checkpoints
+    from hf_gpt_custom.training.train import train
 
     # train() calls prepare_tokenizer itself, which reuses the folder the tokenizer stage wrote (same data, same
     # size), so config.yaml keeps the user's `tokenizer:` setting. An interrupted run continues from its latest
@@ -124,7 +124,7 @@ def _stage_eval(config, run_dir: Path, state: dict) -> tuple[Path | None, str]:
     if not config.benchmark_tasks:
         shutil.rmtree(run_dir / "eval", ignore_errors=True)  # results of earlier settings must not reach the card
         return None, "skipped"
-    from eval.runner import evaluate
+    from hf_gpt_custom.eval.runner import evaluate
 
     out_dir = run_dir / "eval"
     evaluate(
@@ -157,7 +157,7 @@ _STAGE_FUNCTIONS = {
 
 def _fingerprint(config) -> dict[str, Any]:
     """The settings a resumed run must share with the one that started: what is trained, and what is evaluated."""
-    from training.config import settings_that_do_not_change_training
+    from hf_gpt_custom.training.config import settings_that_do_not_change_training
 
     ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS
     return {key: value for key, value in config.to_dict().items() if key not in ignored}

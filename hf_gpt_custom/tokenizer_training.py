@@ -201,19 +201,19 @@ def _path_exists(item) -> bool:
 
 
 def _corpus_suffixes() -> tuple[str, ...]:
-    from training.corpus import CORPUS_SUFFIXES
+    from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES
 
     return CORPUS_SUFFIXES
 
 
 def _expand_paths(paths: list) -> list[Path]:
-    from training.corpus import list_corpus_files
+    from hf_gpt_custom.training.corpus import list_corpus_files
 
     return [file for path in paths for file in list_corpus_files(path, what="input")]
 
 
 def _iter_files(files: list[Path], text_field: str) -> Iterator[str]:
-    from training.corpus import reader_for
+    from hf_gpt_custom.training.corpus import reader_for
 
     for path in files:
         reader = reader_for(path)

@@ -40,7 +40,7 @@ def build_model_card(
     is the pip requirement for the hf-gpt-custom package (default: a git URL placeholder to fill in). Image links
     (loss_curve.png, shots_curve.png) are relative to the exported folder, where `export_folder` puts them.
     """
-    from eval.report import format_results_table
+    from hf_gpt_custom.eval.report import format_results_table
     from hf_gpt_custom import GPTCustomConfig  # imported here: the card module must not load torch at import
     from hf_gpt_custom.hub import read_json, remote_code_files
 
@@ -280,7 +280,7 @@ _SHOWN_ELSEWHERE = {"model", "dataset", "tokenizer", "init_from"}
 def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:
     """Settings that change what is trained, as written in the YAML (`0.002`, `1e-08`, seed `1337`), unset (null)
     ones left out. Paths, speed, logging and checkpoint settings stay in training_summary.json only."""
-    from training.config import settings_that_do_not_change_training
+    from hf_gpt_custom.training.config import settings_that_do_not_change_training
 
     left_out = settings_that_do_not_change_training() | _SHOWN_ELSEWHERE
     rows = []

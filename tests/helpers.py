@@ -244,7 +244,7 @@ def packed_train_blocks(config) -> torch.Tensor:
     """(n_blocks, block_size) ids of the run's packed training set, read through the data pipeline's own cache."""
     from transformers import AutoTokenizer
 
-    from training.data import prepare_datasets
+    from hf_gpt_custom.training.data import prepare_datasets
 
     data = prepare_datasets(config, AutoTokenizer.from_pretrained(str(config.tokenizer)), config.tokenizer)
     return torch.tensor(data.train["input_ids"], dtype=torch.int64)

@@ -58,7 +58,7 @@ def test_an_argument_error_answers_without_importing_torch(tmp_path):
 
 
 def test_train_help_lists_every_training_key_with_its_default_and_help(capsys):
-    from training.config import TrainConfig
+    from hf_gpt_custom.training.config import TrainConfig
 
     code, out, _ = _run_main(["train", "--help"], capsys)
     assert code == 0

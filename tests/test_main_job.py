@@ -116,7 +116,7 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
 
 def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
     from hf_gpt_custom.run import _fingerprint, run_pipeline
-    from training.config import load_train_config
+    from hf_gpt_custom.training.config import load_train_config
 
     overrides = _overrides(tmp_path)
     config = load_train_config(SMOKE_CONFIG, overrides)
@@ -131,7 +131,7 @@ def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
 
 def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):
     from hf_gpt_custom.run import _fingerprint, _load_state
-    from training.config import load_train_config
+    from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
     fingerprint = _fingerprint(config)
@@ -150,7 +150,7 @@ def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):
 
 def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_path):
     from hf_gpt_custom.run import _fingerprint, _load_state
-    from training.config import load_train_config
+    from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
     fingerprint = _fingerprint(config)
@@ -165,7 +165,7 @@ def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_p
 
 def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_path):
     from hf_gpt_custom.run import _stage_eval
-    from training.config import load_train_config
+    from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), "benchmark_tasks=[]"])
     assert not config.benchmark_tasks

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from training.config import TrainConfig
+from hf_gpt_custom.training.config import TrainConfig
 
 
 class EpochShuffleSampler(Sampler[int]):

@@ -224,7 +224,7 @@ def _resolve_local_path(key: str, value: str) -> str:
         full = candidate if candidate.is_absolute() else base / candidate
         if full.exists():
             return str(full.resolve())
-    from training.corpus import CORPUS_SUFFIXES
+    from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES
 
     looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
     if looks_local:
@@ -366,7 +366,7 @@ def _validate(config: TrainConfig) -> None:
         raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
     if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
         raise UserError("resume_from_checkpoint is empty; give 'latest' or a checkpoint folder")
-    from eval.task import available_tasks, task_file  # the task YAML folder is the one list of tasks
+    from hf_gpt_custom.eval.task import available_tasks, task_file  # the task YAML folder is the one list of tasks
 
     for task in config.benchmark_tasks:
         if task.endswith((".yaml", ".yml")):

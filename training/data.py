@@ -21,9 +21,9 @@ from typing import Any, Iterator
 import datasets
 
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
-from training.config import TrainConfig
-from training.run_lock import claim_build_folder
-from training.corpus import list_corpus_files, reader_for
+from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.run_lock import claim_build_folder
+from hf_gpt_custom.training.corpus import list_corpus_files, reader_for
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import sha256_file
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from training.config import TrainConfig
+from hf_gpt_custom.training.config import TrainConfig
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:

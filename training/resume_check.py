@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from hf_gpt_custom.errors import UserError
-from training.config import TrainConfig, training_settings
+from hf_gpt_custom.training.config import TrainConfig, training_settings
 
 logger = logging.getLogger(__name__)
 

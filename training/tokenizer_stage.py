@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.config import TrainConfig
+from hf_gpt_custom.training.config import TrainConfig
 
 _TOKENIZER_SOURCE_NAME = "training_source.json"  # beside a tokenizer we trained: what it was trained on
 

@@ -23,25 +23,25 @@ from typing import Any
 import torch
 
 # EpochShuffleSampler and collate_blocks are imported from here by older callers (tests, benchmarks) too
-from training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
-from training.checkpoint import (
+from hf_gpt_custom.training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
+from hf_gpt_custom.training.checkpoint import (
     TrainingState, find_checkpoint, load_checkpoint, save_checkpoint, set_aside_other_histories,
 )
-from training.launcher import mixed_precision_for_run, warn_if_bf16_is_emulated
-from training.run_lock import lock_run_folder
-from training.config import (
+from hf_gpt_custom.training.launcher import mixed_precision_for_run, warn_if_bf16_is_emulated
+from hf_gpt_custom.training.run_lock import lock_run_folder
+from hf_gpt_custom.training.config import (
     DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
 )
-from training.data import prepare_datasets, token_byte_lengths
-from training.evaluation import evaluate_loss
-from training.divergence import DivergenceGuard, TrainingDivergedError
-from training.recipe import build_optimizer, build_scheduler, flops_per_token
-from training.resume_check import check_resume_settings, record_settings_in_checkpoints
-from training.run_log import (
+from hf_gpt_custom.training.data import prepare_datasets, token_byte_lengths
+from hf_gpt_custom.training.evaluation import evaluate_loss
+from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError
+from hf_gpt_custom.training.recipe import build_optimizer, build_scheduler, flops_per_token
+from hf_gpt_custom.training.resume_check import check_resume_settings, record_settings_in_checkpoints
+from hf_gpt_custom.training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
     write_training_summary,
 )
-from training.tokenizer_stage import prepare_tokenizer
+from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.model_folder import load_model_folder, write_manifest
 

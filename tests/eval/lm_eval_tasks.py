@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from eval.lm_eval_export import lm_eval_task_config
-from eval.task import load_task
+from hf_gpt_custom.eval.lm_eval_export import lm_eval_task_config
+from hf_gpt_custom.eval.task import load_task
 
 
 def write_lm_eval_tasks(task_names: list[str], out_dir: Path, data_dir: Path | None = None) -> dict[str, str]:

@@ -25,7 +25,7 @@ def lm_eval_task_dir(tmp_path_factory, shared_data_dir):
 
 @pytest.mark.parametrize("num_fewshot", [0, 2])
 def test_loglikelihoods_and_accuracies_match_lm_eval(tiny_model_folder, lm_eval_task_dir, num_fewshot, tmp_path):
-    from eval.runner import evaluate
+    from hf_gpt_custom.eval.runner import evaluate
 
     reference = run_lm_eval(
         tiny_model_folder, lm_eval_task_dir, [f"ours_{name}" for name in TASKS], num_fewshot, LIMIT, batch_size=8

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from eval.fewshot import build_prompts, sample_fewshot_examples
-from eval.task import load_task
+from hf_gpt_custom.eval.fewshot import build_prompts, sample_fewshot_examples
+from hf_gpt_custom.eval.task import load_task
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import copy
 
 import torch
 
-from eval.requests import Request
-from eval.scoring import CausalLMScorer
+from hf_gpt_custom.eval.requests import Request
+from hf_gpt_custom.eval.scoring import CausalLMScorer
 
 CONTEXTS = ["Question: Who wrote Hamlet?\nAnswer:", "Q: 2+2?\nA:", "To be, or not to be, that is the question:"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval.fewshot import build_prompts
-from eval.task import load_task
+from hf_gpt_custom.eval.fewshot import build_prompts
+from hf_gpt_custom.eval.task import load_task
 
 N_DOCS, K, SEED = 6, 3, 1234
 
@@ -48,7 +48,7 @@ def short_context_model_folder(tmp_path_factory, shared_data_dir):
 
 
 def _our_requests(protocol: str, shared_data_dir, tokenizer, max_length: int):
-    from eval.runner import build_requests
+    from hf_gpt_custom.eval.runner import build_requests
 
     spec = load_task("lambada", protocol=protocol)
     docs = spec.docs("test", shared_data_dir)
@@ -79,7 +79,7 @@ def test_lm_eval_protocol_loglikelihoods_equal_lm_eval_under_left_truncation(
     from lm_eval.models.huggingface import HFLM
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.scoring import CausalLMScorer, score_requests
+    from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 
     model = AutoModelForCausalLM.from_pretrained(str(short_context_model_folder)).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(short_context_model_folder))

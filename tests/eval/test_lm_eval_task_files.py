@@ -1,6 +1,6 @@
 """The shipped eval/lm_eval_tasks/gptc_<task>.yaml: lm-eval's TaskManager loads every one offline, from any working
 directory, with our docs and our first prompt; none shadows a built-in lm-eval task; and each file is what
-`python -m eval.lm_eval_export` writes from eval/tasks today (so the two formats cannot drift)."""
+`python -m hf_gpt_custom.eval.lm_eval_export` writes from eval/tasks today (so the two formats cannot drift)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.lm_eval_export import LM_EVAL_TASKS_DIR, TASK_PREFIX, render_task_file
-from eval.task import available_tasks, load_task
+from hf_gpt_custom.eval.lm_eval_export import LM_EVAL_TASKS_DIR, TASK_PREFIX, render_task_file
+from hf_gpt_custom.eval.task import available_tasks, load_task
 
 SHIPPED = sorted(path.stem for path in LM_EVAL_TASKS_DIR.glob(f"{TASK_PREFIX}*.yaml"))
 
@@ -21,7 +21,7 @@ def test_every_task_file_has_its_lm_eval_version():
 @pytest.mark.parametrize("name", available_tasks())
 def test_shipped_file_is_what_the_exporter_writes_today(name):
     shipped = (LM_EVAL_TASKS_DIR / f"{TASK_PREFIX}{name}.yaml").read_text(encoding="utf-8")
-    assert shipped == render_task_file(name), f"eval/lm_eval_tasks is stale: run  python -m eval.lm_eval_export {name}"
+    assert shipped == render_task_file(name), f"eval/lm_eval_tasks is stale: run  python -m hf_gpt_custom.eval.lm_eval_export {name}"
 
 
 def test_lm_eval_loads_every_shipped_task_offline_with_our_docs(shared_data_dir, tmp_path, monkeypatch):

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval.fewshot import build_prompts
-from eval.runner import evaluate
-from eval.task import load_task
+from hf_gpt_custom.eval.fewshot import build_prompts
+from hf_gpt_custom.eval.runner import evaluate
+from hf_gpt_custom.eval.task import load_task
 
 TRIVIAQA_FILE = Path("triviaqa") / "triviaqa_sm_sub_llmfoundry.jsonl"
 
@@ -115,7 +115,7 @@ F1_CASES = [
 def test_token_f1_is_the_official_squad_f1(prediction, reference):
     from lm_eval.tasks.mlqa.utils import f1_score  # the SQuAD v1.1 script as lm-eval ships it (English)
 
-    from eval.metrics import generation_values
+    from hf_gpt_custom.eval.metrics import generation_values
 
     assert generation_values(prediction, [reference])["f1"] == pytest.approx(f1_score(prediction, reference, "en"))
 
@@ -129,7 +129,7 @@ def test_triviaqa_exact_match_of_a_raw_generation_is_lm_evals(generation, aliase
     from lm_eval.api.metrics import exact_match_hf_evaluate
     from lm_eval.filters.extraction import WhitespaceFilter
 
-    from eval.metrics import generation_values
+    from hf_gpt_custom.eval.metrics import generation_values
 
     spec = load_task("triviaqa")
     (ours,) = [entry for entry in spec.metric_list if entry["metric"] == "exact_match"]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from eval.metrics import (
+from hf_gpt_custom.eval.metrics import (
     aggregate_metric,
     bits_per_byte,
     exact_match,

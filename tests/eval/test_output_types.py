@@ -8,12 +8,12 @@ import json
 import pytest
 import torch
 
-from eval.fewshot import ContextTooShortError, build_prompts
-from eval.output_types import OUTPUT_TYPES, Loglikelihood
-from eval.runner import evaluate_task
-from eval.scoring import CausalLMScorer
-from eval.task import load_task
-from eval.tokens import encode_pair
+from hf_gpt_custom.eval.fewshot import ContextTooShortError, build_prompts
+from hf_gpt_custom.eval.output_types import OUTPUT_TYPES, Loglikelihood
+from hf_gpt_custom.eval.runner import evaluate_task
+from hf_gpt_custom.eval.scoring import CausalLMScorer
+from hf_gpt_custom.eval.task import load_task
+from hf_gpt_custom.eval.tokens import encode_pair
 
 
 def continuation_loglikelihood(model, tokenizer, context: str, continuation: str) -> float:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from eval.report import RESULT_KEYS
-from eval.runner import evaluate
+from hf_gpt_custom.eval.report import RESULT_KEYS
+from hf_gpt_custom.eval.runner import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_bad_arguments_fail_before_loading_the_model(tmp_path):
 
 def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, shared_data_dir):
     """BoolQ passages are ~150-600 tokens: a 128-token model cannot take even one example at K=1."""
-    from eval.fewshot import ContextTooShortError
+    from hf_gpt_custom.eval.fewshot import ContextTooShortError
 
     from tests.helpers import build_tiny_model_folder
 
@@ -105,7 +105,7 @@ def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, sha
 def test_one_renderer_formats_rows_by_hand():
     """Grouped by task then K whatever the row order; ↑/↓; four decimals, thousands separators for a long number,
     – for a missing stderr, nan for a null value; one sentence per skipped (task, K)."""
-    from eval.report import format_results_table
+    from hf_gpt_custom.eval.report import format_results_table
 
     rows = [
         {"task": "wikitext", "num_fewshot": 0, "metric": "word_perplexity", "value": 123456.789, "stderr": None,
@@ -130,7 +130,7 @@ def test_one_renderer_formats_rows_by_hand():
 
 def test_the_card_shows_the_table_md_rows(report_dir, tmp_path):
     """table.md and the model card render the same rows with the same function: the card's lines are table.md's."""
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
     from tests.helpers import make_tiny_run
 
     out_dir, _ = report_dir

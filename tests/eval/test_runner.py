@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from eval.runner import evaluate, load_model_and_tokenizer
+from hf_gpt_custom.eval.runner import evaluate, load_model_and_tokenizer
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json")
@@ -123,7 +123,7 @@ def test_the_lm_eval_protocol_reaches_the_prompts_and_is_recorded(our_model_fold
     whole examples) and scored, left-truncated, by lm-eval's; results.json records the protocol."""
     import json
 
-    from eval.fewshot import ContextTooShortError
+    from hf_gpt_custom.eval.fewshot import ContextTooShortError
     from hf_gpt_custom.cli import main
 
     with pytest.raises(ContextTooShortError, match="cannot hold even one few-shot example"):

@@ -10,13 +10,13 @@ import random
 import pytest
 import torch
 
-from eval.requests import Request
-import eval.scoring
-from eval.batching import padded_batches
-from eval.scoring import CausalLMScorer
-from eval.shared_prefix import count_shared_tokens
-from eval.tokens import encode_pair, encode_pairs, get_rolling_token_windows
-from eval.task import load_task
+from hf_gpt_custom.eval.requests import Request
+from hf_gpt_custom.eval import scoring as scoring_module
+from hf_gpt_custom.eval.batching import padded_batches
+from hf_gpt_custom.eval.scoring import CausalLMScorer
+from hf_gpt_custom.eval.shared_prefix import count_shared_tokens
+from hf_gpt_custom.eval.tokens import encode_pair, encode_pairs, get_rolling_token_windows
+from hf_gpt_custom.eval.task import load_task
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_loglikelihood_matches_hand_computation(constant_logits_model):
 def test_acc_and_acc_norm_from_hand_computed_loglikelihoods(constant_logits_model):
     """With constant logits, ll(choice) = sum over its tokens of (logit - log Z): acc prefers the shortest choice in
     tokens, acc_norm divides by characters and can prefer a longer one."""
-    from eval.metrics import multiple_choice_values
+    from hf_gpt_custom.eval.metrics import multiple_choice_values
 
     model, tokenizer, favourite, second = constant_logits_model
     scorer = CausalLMScorer(model, tokenizer)
@@ -186,7 +186,7 @@ def test_scores_and_truncation_flags_do_not_depend_on_batching(tiny_model_and_to
     score = lambda **kwargs: CausalLMScorer(model, tokenizer, max_length=24, **kwargs).loglikelihood(requests, show_progress=False)  # noqa: E731
     runs = {batch_size: score(batch_size=batch_size) for batch_size in (1, 3, 16)}  # batch 1: no padding at all
     runs["one row per request"] = score(batch_size=5, share_context=False)
-    monkeypatch.setattr(eval.scoring, "HEAD_CHUNK_LOGITS", 1)  # 64 rows per head call (the minimum)
+    monkeypatch.setattr(scoring_module, "HEAD_CHUNK_LOGITS", 1)  # 64 rows per head call (the minimum)
     runs["head in chunks"] = score(batch_size=16)
     expected = [s.loglikelihood for s in runs[1]]
     pairs = encode_pairs(tokenizer, [(r.context, r.continuation) for r in requests])

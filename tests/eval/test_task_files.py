@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from eval.task import available_tasks, load_task
+from hf_gpt_custom.eval.task import available_tasks, load_task
 
 # Published sizes of the shipped benchmarks' local splits (../shared/data/README.md); WikiText-2 test is 62
 # articles. A spot check of the data, not the list of tasks: that is the YAML folder.
@@ -94,7 +94,7 @@ def test_missing_data_names_the_folder_and_the_override(tmp_path):
 def test_data_root_env_var_overrides_the_default(tmp_path, shared_data_dir, monkeypatch):
     shutil.copytree(shared_data_dir / "copa", tmp_path / "copa")
     monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(tmp_path))
-    from eval.task import default_data_dir
+    from hf_gpt_custom.eval.task import default_data_dir
 
     assert default_data_dir() == tmp_path
     assert len(load_task("copa").docs("test")) == 100
@@ -103,7 +103,7 @@ def test_data_root_env_var_overrides_the_default(tmp_path, shared_data_dir, monk
 def test_hub_transforms_give_the_same_docs_as_the_local_files(shared_data_dir):
     """Users with network load the Hub versions: rebuilt in the Hub's row shape from the local records, each Hub
     transform must give exactly the local docs (so prompts do not depend on the source)."""
-    from eval.doc_transforms import DOC_TRANSFORMS
+    from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
 
     arc_rows = [json.loads(line) for line in (shared_data_dir / "arc" / "ARC-Easy-Test.jsonl").read_text().splitlines()[:20]]
     hub_rows = [

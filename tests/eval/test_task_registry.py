@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eval.task import TASKS_DIR, available_tasks, load_task
+from hf_gpt_custom.eval.task import TASKS_DIR, available_tasks, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 CAPITALS = [
@@ -46,7 +46,7 @@ def new_task(tmp_path) -> tuple[Path, Path]:
 
 
 def test_a_new_yaml_is_a_task_that_loads_renders_and_scores(new_task, tiny_model_folder):
-    from eval.runner import evaluate
+    from hf_gpt_custom.eval.runner import evaluate
 
     tasks_dir, data_dir = new_task
     assert available_tasks(tasks_dir) == ["capitals"]
@@ -76,10 +76,10 @@ def test_a_new_yaml_is_a_task_that_loads_renders_and_scores(new_task, tiny_model
 
 
 def test_the_run_config_accepts_exactly_the_tasks_of_the_yaml_folder(new_task, monkeypatch):
-    from training.config import REPO_ROOT, load_train_config
+    from hf_gpt_custom.training.config import REPO_ROOT, load_train_config
 
     tasks_dir, _ = new_task
-    monkeypatch.setattr("eval.task.TASKS_DIR", tasks_dir)
+    monkeypatch.setattr("hf_gpt_custom.eval.task.TASKS_DIR", tasks_dir)
     smoke = REPO_ROOT / "training" / "configs" / "smoke.yaml"
     assert load_train_config(smoke, ["benchmark_tasks=[capitals]"]).benchmark_tasks == ["capitals"]
     with pytest.raises(UserError, match=r"benchmark_tasks: unknown value 'capitls'; did you mean 'capitals'\? choose from capitals"):

@@ -4,8 +4,10 @@ the point."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +60,32 @@ def test_a_submodule_importing_transformers_registers_once_it_is_complete():
 ], ids=["transformers-first", "transformers-submodule"])
 def test_auto_classes_resolve_in_other_import_orders(first):
     assert _run(first + "\n" + AUTO_CLASSES_RESOLVE).strip() == "registered"
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT_PACKAGES = ("training", "eval", "model_cards")
+
+
+def test_the_only_installed_top_level_name_is_ours():
+    """`eval`, `training` and `model_cards` would collide with other projects in a user's environment: they install
+    as hf_gpt_custom.eval etc. (pyproject's package-dir), while the folders stay at the repo root."""
+    # From "/", so that a stale hf_gpt_custom.egg-info in the repo root (on sys.path as the current directory) is not read.
+    out = _run("import os, sys; os.chdir('/'); sys.path = [p for p in sys.path if p not in ('', os.getcwd())]\n"
+               "import importlib.metadata as md; print(md.distribution('hf-gpt-custom').read_text('top_level.txt'))\n"
+               "import hf_gpt_custom.training.config as c, hf_gpt_custom.eval.task as t, hf_gpt_custom.model_cards.card as m\n"
+               "print(c.__file__, t.__file__, m.__file__)")
+    top_level, *files = out.split()
+    assert top_level == "hf_gpt_custom"
+    assert files == [str(REPO_ROOT / "training" / "config.py"), str(REPO_ROOT / "eval" / "task.py"),
+                           str(REPO_ROOT / "model_cards" / "card.py")]
+
+
+def test_no_code_imports_the_repo_root_folders_by_their_folder_names():
+    """From the repo root `import training` still resolves (the current directory is on sys.path) — to a second copy
+    of every module, with its own classes and state. Everything must import the installed names."""
+    pattern = re.compile(rf"^\s*(from|import)\s+({'|'.join(REPO_ROOT_PACKAGES)})(\.|\s|$)", re.MULTILINE)
+    offenders = [f"{path.relative_to(REPO_ROOT)}: {match.group(0).strip()}"
+                 for folder in ("hf_gpt_custom", *REPO_ROOT_PACKAGES, "tests", "benchmarks")
+                 for path in sorted((REPO_ROOT / folder).rglob("*.py"))
+                 for match in pattern.finditer(path.read_text(encoding="utf-8"))]
+    assert offenders == [], "import hf_gpt_custom.<package> instead:\n" + "\n".join(offenders)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from hf_gpt_custom import run
-from training.config import settings_that_do_not_change_training
+from hf_gpt_custom.training.config import settings_that_do_not_change_training
 
 
 @dataclasses.dataclass
@@ -30,7 +30,7 @@ def test_settings_not_changing_training_come_from_field_metadata():
 
 
 def test_the_real_train_config_marks_only_fields_it_has():
-    from training.config import TrainConfig
+    from hf_gpt_custom.training.config import TrainConfig
 
     names = {field.name for field in dataclasses.fields(TrainConfig)}
     assert settings_that_do_not_change_training() <= names

@@ -180,7 +180,7 @@ def test_corpus_path_keeps_special_token_text_as_text(tokenizer):
 def test_training_pipeline_ends_each_document_with_one_eos_and_keeps_literal_eos_as_text(tokenizer):
     import datasets
 
-    from training.data import tokenize_documents
+    from hf_gpt_custom.training.data import tokenize_documents
 
     documents = datasets.Dataset.from_dict({"text": ["Romeo wrote <|endoftext|> here.", "Juliet"]})
     tokenized = tokenize_documents(documents, tokenizer)["input_ids"]
@@ -349,7 +349,7 @@ def test_model_folder_without_tokenizer_files_is_refused_naming_them(tmp_path):
         AutoTokenizer.from_pretrained(folder)
     with pytest.raises(MissingFileError, match=message):
         GPTCustomTokenizerFast.from_pretrained(folder)
-    from eval.runner import load_model_and_tokenizer
+    from hf_gpt_custom.eval.runner import load_model_and_tokenizer
 
     with pytest.raises(MissingFileError, match=message):
         load_model_and_tokenizer(str(folder), None, "cpu", "float32")

@@ -23,7 +23,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
 
 def test_card_metadata_parses_back_with_huggingface_hub(tiny_run, tmp_path):
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     path = tmp_path / "README.md"
     build_model_card(tiny_run).save(path)
@@ -53,7 +53,7 @@ def test_card_metadata_parses_back_with_huggingface_hub(tiny_run, tmp_path):
 
 
 def test_model_index_round_trip_equals_what_went_in(tiny_run, tmp_path):
-    from model_cards.card import build_eval_results, build_model_card
+    from hf_gpt_custom.model_cards.card import build_eval_results, build_model_card
 
     path = tmp_path / "README.md"
     build_model_card(tiny_run).save(path)
@@ -67,7 +67,7 @@ def test_model_index_round_trip_equals_what_went_in(tiny_run, tmp_path):
 
 
 def test_two_k_of_one_metric_stay_two_results():
-    from model_cards.card import build_eval_results
+    from hf_gpt_custom.model_cards.card import build_eval_results
     from huggingface_hub.repocard_data import eval_results_to_model_index
 
     rows = [dict(RESULT_ROWS[0], num_fewshot=k, value=0.1 * (k + 1)) for k in (0, 1, 5)]
@@ -80,7 +80,7 @@ def test_two_k_of_one_metric_stay_two_results():
 
 @pytest.mark.parametrize("bad_value", [None, float("inf")], ids=["null", "inf"])
 def test_non_finite_value_is_in_the_table_but_not_the_model_index(tmp_path, bad_value):
-    from model_cards.card import build_eval_results, build_model_card
+    from hf_gpt_custom.model_cards.card import build_eval_results, build_model_card
 
     rows = [RESULT_ROWS[0], dict(RESULT_ROWS[1], value=bad_value)]  # eval/report.py writes non-finite values as null
     results = build_eval_results(rows, model_name="m")
@@ -97,7 +97,7 @@ def test_non_finite_value_is_in_the_table_but_not_the_model_index(tmp_path, bad_
 
 
 def test_a_skipped_task_is_named_with_the_reason_evaluation_recorded(tmp_path):
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     run_dir = make_tiny_run(tmp_path / "run")
     payload = json.loads((run_dir / "eval" / "results.json").read_text())
@@ -108,7 +108,7 @@ def test_a_skipped_task_is_named_with_the_reason_evaluation_recorded(tmp_path):
 
 def test_card_body_has_every_section_filled_from_the_run(tiny_run):
     from hf_gpt_custom import GPTCustomForCausalLM
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     text = build_model_card(tiny_run, repo_id="alice/tiny-shakespeare").text
     for heading in ("## How to load it", "## Architecture", "## Tokenizer", "## Training data",
@@ -133,7 +133,7 @@ def test_card_body_has_every_section_filled_from_the_run(tiny_run):
 
 
 def test_card_of_an_unevaluated_run_says_so(tmp_path):
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     run_dir = make_tiny_run(tmp_path / "run", with_eval=False)
     card = build_model_card(run_dir)
@@ -143,7 +143,7 @@ def test_card_of_an_unevaluated_run_says_so(tmp_path):
 
 
 def test_card_of_an_unfinished_run_names_the_missing_file(tmp_path):
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     with pytest.raises(FileNotFoundError, match=r"final/config.json not found"):
         build_model_card(tmp_path)
@@ -153,7 +153,7 @@ def test_card_of_an_unfinished_run_names_the_missing_file(tmp_path):
 
 
 def test_a_scratch_run_says_scratch_and_a_fine_tune_names_its_base(tmp_path):
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     scratch = build_model_card(make_tiny_run(tmp_path / "scratch", with_eval=False)).text
     assert "trained from scratch" in scratch and "Pre-trained from scratch (random initialisation)" in scratch
@@ -177,7 +177,7 @@ def test_a_scratch_run_says_scratch_and_a_fine_tune_names_its_base(tmp_path):
 def test_the_schedule_sentence_is_the_configured_schedule(tmp_path, settings, sentence):
     """lr(step) = peak · (min_ratio + (1 - min_ratio) · ½(1 + cos π·progress)) after warmup (train.py's schedule):
     the card states peak, warmup and end value the way they were configured, worked out by hand above."""
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     text = " ".join(build_model_card(make_tiny_run(tmp_path / "run", with_eval=False, **settings)).text.split())
     assert sentence in text
@@ -186,7 +186,7 @@ def test_the_schedule_sentence_is_the_configured_schedule(tmp_path, settings, se
 def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
     """The dataset of a model-index entry comes from the results row (the task YAML's path/name/split); an older
     results.json with a plain string falls back to the task name instead of inventing a Hub id."""
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     run_dir = make_tiny_run(tmp_path / "run")
     payload = json.loads((run_dir / "eval" / "results.json").read_text())
@@ -203,7 +203,7 @@ def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
 
 def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
     from hf_gpt_custom.hub import remote_code_files
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     text = build_model_card(tiny_run, package_source="git+https://example.org/me/hf-gpt-custom@v1").text
     assert len(remote_code_files()) > 3
@@ -216,11 +216,11 @@ def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
 
 
 def test_hyperparameter_rows_leave_out_what_the_metadata_says_does_not_change_training(tiny_run, monkeypatch):
-    import training.config
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.training import config as train_config
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     assert "| `warmup_steps` | 2 |" in build_model_card(tiny_run).text
-    monkeypatch.setattr(training.config, "settings_that_do_not_change_training", lambda: frozenset({"warmup_steps"}))
+    monkeypatch.setattr(train_config, "settings_that_do_not_change_training", lambda: frozenset({"warmup_steps"}))
     text = build_model_card(tiny_run).text
     assert "| `warmup_steps` |" not in text and "| `learning_rate` | 0.0006 |" in text
     assert "| `benchmark_limit` | 16 |" in text  # no longer left out by a list of its own
@@ -228,7 +228,7 @@ def test_hyperparameter_rows_leave_out_what_the_metadata_says_does_not_change_tr
 
 def test_tokens_per_step_counts_accumulation_and_processes(tmp_path):
     """batch_size 4 × block_size 64 × 3 accumulation steps × 2 processes = 1,536 tokens per optimizer step."""
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     run_dir = make_tiny_run(tmp_path / "run", with_eval=False, gradient_accumulation_steps=3)
     summary = json.loads((run_dir / "training_summary.json").read_text())

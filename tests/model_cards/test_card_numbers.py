@@ -35,7 +35,7 @@ def _card_number(text: str, pattern: str) -> int:
 
 @pytest.mark.parametrize("accumulation, processes", [(1, 1), (4, 1), (3, 2)])
 def test_card_states_tokens_per_step_and_tokens_seen_of_the_run(tmp_path, accumulation, processes):
-    from model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import build_model_card
 
     run_dir = make_tiny_run(tmp_path / "run", with_eval=False)
     summary = _rewrite_run(run_dir, accumulation, processes)

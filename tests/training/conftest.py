@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.helpers import tiny_run_overrides
-from training.config import load_train_config
+from hf_gpt_custom.training.config import load_train_config
 
 
 @pytest.fixture(scope="package", autouse=True)

@@ -20,7 +20,7 @@ from hf_gpt_custom import GPTCustomForCausalLM
 from tests.helpers import (
     batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_first_speeches,
 )
-from training.train import train
+from hf_gpt_custom.training.train import train
 
 BATCH_SIZE, ACCUMULATION, BLOCK_SIZE, STEPS = 2, 4, 32, 3
 PEAK_FLOPS = 1e12

@@ -18,16 +18,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.checkpoint as checkpoint
-import training.train as train_module
+import hf_gpt_custom.training.checkpoint as checkpoint
+import hf_gpt_custom.training.train as train_module
 from hf_gpt_custom import model_folder
 from hf_gpt_custom.errors import UserError
-from training.checkpoint import (
+from hf_gpt_custom.training.checkpoint import (
     check_random_states, find_checkpoint, list_checkpoints, read_training_state, verify_checkpoint,
 )
-from training.config import REPO_ROOT, load_train_config, save_train_config
-from training.data import prepare_datasets
-from training.train import _batch_digest, train
+from hf_gpt_custom.training.config import REPO_ROOT, load_train_config, save_train_config
+from hf_gpt_custom.training.data import prepare_datasets
+from hf_gpt_custom.training.train import _batch_digest, train
 
 from tests.helpers import tiny_run_overrides
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from training.config import REPO_ROOT, TrainConfig, load_train_config, save_train_config
+from hf_gpt_custom.training.config import REPO_ROOT, TrainConfig, load_train_config, save_train_config
 
 CONFIGS = REPO_ROOT / "training" / "configs"
 SMOKE = CONFIGS / "smoke.yaml"
@@ -101,7 +101,7 @@ def test_shakespeare_config_is_the_main_job():
 
 
 def test_gpt2_124m_config_follows_the_gpt3_small_recipe():
-    from training.config import build_model_config
+    from hf_gpt_custom.training.config import build_model_config
 
     config = load_train_config(CONFIGS / "gpt2-124m.yaml", [])
     tokens_per_step = config.batch_size * config.block_size * config.gradient_accumulation_steps
@@ -146,7 +146,7 @@ def test_yaml_nan_and_inf_fail_validation(tmp_path):
 def test_every_setting_has_help_and_says_whether_it_changes_training():
     import dataclasses
 
-    from training.config import setting_help, settings_that_do_not_change_training, training_settings
+    from hf_gpt_custom.training.config import setting_help, settings_that_do_not_change_training, training_settings
 
     for field in dataclasses.fields(TrainConfig):
         assert isinstance(field.metadata.get("changes_training"), bool), field.name
@@ -175,7 +175,7 @@ def test_local_validation_file_is_accepted_and_resolved(tmp_path, monkeypatch, s
 def test_preset_is_expanded_in_one_place():
     from hf_gpt_custom import PRESETS
 
-    from training.config import build_model_config, requested_architecture, split_preset
+    from hf_gpt_custom.training.config import build_model_config, requested_architecture, split_preset
 
     config = load_train_config(CONFIGS / "gpt2-124m.yaml", ["model.n_layer=6"])
     preset, rest = split_preset(config.model)

@@ -5,8 +5,8 @@ import json
 import datasets
 import pytest
 
-import training.data as data_module
-from training.data import (
+import hf_gpt_custom.training.data as data_module
+from hf_gpt_custom.training.data import (
     load_text_dataset, pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents,
 )
 
@@ -151,7 +151,7 @@ def numbered_corpus(tmp_path):
 @pytest.mark.parametrize("mode", ["random", "tail", "val_dataset"])
 def test_no_validation_text_is_in_the_training_set(mode, numbered_corpus, make_config, tokenizer,
                                                    shakespeare_tokenizer_dir, tmp_path):
-    from training.data import split_documents
+    from hf_gpt_custom.training.data import split_documents
 
     train_file, val_file, train_speeches, val_speeches = numbered_corpus
     overrides = [f"dataset={train_file}", "val_fraction=0.2", "block_size=8", f"data_cache_dir={tmp_path / 'c'}"]
@@ -185,7 +185,7 @@ def test_val_split_of_a_local_file_is_refused(numbered_corpus, make_config):
 
 
 def test_tail_holdout_on_tiny_shakespeare_is_the_last_tenth_of_the_speeches(make_config, shakespeare_path, tmp_path):
-    from training.data import split_documents
+    from hf_gpt_custom.training.data import split_documents
 
     train_docs, val_docs = split_documents(make_config("val_holdout=tail"), raw_cache=tmp_path / "raw")
     speeches = [s for s in shakespeare_path.read_text(encoding="utf-8").split("\n\n") if s]
@@ -221,7 +221,7 @@ def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp
     """wikitext's wiki.test.raw: the tokenizer trainer always read it; training refused the .raw suffix."""
     from hf_gpt_custom.tokenizer_training import iter_corpus
 
-    from training.data import list_local_files
+    from hf_gpt_custom.training.data import list_local_files
 
     raw = shared_data_dir / "wikitext-2-raw" / "wiki.test.raw"
     documents = load_text_dataset(str(raw), sample_by="document", cache_dir=tmp_path)

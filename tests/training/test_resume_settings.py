@@ -7,8 +7,8 @@ import shutil
 import pytest
 import yaml
 
-from training.config import load_train_config
-from training.train import train
+from hf_gpt_custom.training.config import load_train_config
+from hf_gpt_custom.training.train import train
 
 from tests.helpers import tiny_run_overrides
 

@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from hf_gpt_custom.errors import UserError
-from training.data import prepare_datasets
-from training.run_lock import LOCK_NAME, lock_run_folder, process_is_alive, remove_stale_build_folders
-from training.train import train
+from hf_gpt_custom.training.data import prepare_datasets
+from hf_gpt_custom.training.run_lock import LOCK_NAME, lock_run_folder, process_is_alive, remove_stale_build_folders
+from hf_gpt_custom.training.train import train
 
 
 
@@ -52,7 +52,7 @@ def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder_then_take
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # the holder and its sleeping child
         holder.wait()
-    with caplog.at_level(logging.INFO, logger="training.run_lock"):
+    with caplog.at_level(logging.INFO, logger="hf_gpt_custom.training.run_lock"):
         with lock_run_folder(config.run_dir):  # the kernel dropped the dead holder's lock: taken over
             pass
     assert f"taking over the lock of process {holder.pid}" in caplog.text

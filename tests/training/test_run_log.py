@@ -2,7 +2,7 @@
 
 import pytest
 
-from training.run_log import summarize_train_steps
+from hf_gpt_custom.training.run_log import summarize_train_steps
 
 
 def test_summary_averages_skip_the_warm_up_step_and_use_the_last_ten_losses():

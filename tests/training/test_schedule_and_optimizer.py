@@ -17,7 +17,7 @@ from hf_gpt_custom import GPTCustomForCausalLM
 from tests.helpers import (
     batch_digest, packed_train_blocks, save_dropout_free_model, train_records, write_first_speeches,
 )
-from training.train import build_optimizer, train
+from hf_gpt_custom.training.train import build_optimizer, train
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import re
 import pytest
 import torch
 
-from training.config import load_train_config
-from training.data import prepare_datasets
-from training.train import TrainingDivergedError, train
+from hf_gpt_custom.training.config import load_train_config
+from hf_gpt_custom.training.data import prepare_datasets
+from hf_gpt_custom.training.train import TrainingDivergedError, train
 
 from tests.helpers import save_tiny_model
 from tests.helpers import tiny_run_overrides
@@ -142,7 +142,7 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from training.batches import EpochShuffleSampler
+    from hf_gpt_custom.training.batches import EpochShuffleSampler
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -176,7 +176,7 @@ def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_confi
 def test_cli_reports_a_bad_override_in_one_line(capsys):
     from hf_gpt_custom.cli import main
 
-    from training.config import REPO_ROOT
+    from hf_gpt_custom.training.config import REPO_ROOT
 
     with pytest.raises(SystemExit) as exit_info:
         main(["train", str(REPO_ROOT / "training" / "configs" / "smoke.yaml"), "max_step=3"])
@@ -186,7 +186,7 @@ def test_cli_reports_a_bad_override_in_one_line(capsys):
     assert err.startswith(prefix) and "\n" not in err
     import dataclasses
 
-    from training.config import TrainConfig
+    from hf_gpt_custom.training.config import TrainConfig
 
     assert err[len(prefix):].split(", ") == sorted(field.name for field in dataclasses.fields(TrainConfig))
 
@@ -194,7 +194,7 @@ def test_cli_reports_a_bad_override_in_one_line(capsys):
 def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_config, tmp_path, shakespeare_path):
     from transformers import AutoTokenizer
 
-    from training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
 
     small = tmp_path / "speeches.txt"
     small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
@@ -210,7 +210,7 @@ def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_conf
 
 
 def test_torch_threads_applies_during_training_and_is_restored(make_config, monkeypatch):
-    import training.train as train_module
+    import hf_gpt_custom.training.train as train_module
 
     seen = {}
     real_train = train_module._train

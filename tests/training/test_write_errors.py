@@ -14,16 +14,16 @@ import pytest
 from accelerate import Accelerator
 
 from hf_gpt_custom.errors import UserError
-from training.checkpoint import verify_checkpoint
-from training.config import REPO_ROOT, save_train_config
-from training.train import train
+from hf_gpt_custom.training.checkpoint import verify_checkpoint
+from hf_gpt_custom.training.config import REPO_ROOT, save_train_config
+from hf_gpt_custom.training.train import train
 
 CHECKPOINTED = ("max_steps=4", "checkpoint_interval=2", "keep_checkpoints=5", "eval_interval=4", "eval_batches=1")
 # Runs each config in one interpreter and prints what it raised (or null): one Python start-up for several runs.
 TRAIN_EACH = """import json, sys
 from hf_gpt_custom.errors import UserError
-from training.config import load_train_config
-from training.train import train
+from hf_gpt_custom.training.config import load_train_config
+from hf_gpt_custom.training.train import train
 for path in sys.argv[1:]:
     try:
         train(load_train_config(path, []))

@@ -10,7 +10,7 @@ tokenizer. The standard error is bootstrapped over docs (seeded).
 import datasets
 import evaluate
 
-from eval.hf_evaluate import aggregated, metric_info
+from hf_gpt_custom.eval.hf_evaluate import aggregated, metric_info
 
 
 class BitsPerByte(evaluate.Metric):

@@ -12,8 +12,8 @@ lm-eval's `exact_match_hf_evaluate`. Returns the mean over predictions and its s
 import datasets
 import evaluate
 
-from eval.hf_evaluate import aggregated, metric_info
-from eval.metrics import generation_values
+from hf_gpt_custom.eval.hf_evaluate import aggregated, metric_info
+from hf_gpt_custom.eval.metrics import generation_values
 
 
 class ExactMatch(evaluate.Metric):

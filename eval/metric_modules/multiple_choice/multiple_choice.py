@@ -12,8 +12,8 @@ dividing each log-likelihood by the length of its choice in characters (lm-eval;
 import datasets
 import evaluate
 
-from eval.hf_evaluate import aggregated, metric_info
-from eval.metrics import multiple_choice_values
+from hf_gpt_custom.eval.hf_evaluate import aggregated, metric_info
+from hf_gpt_custom.eval.metrics import multiple_choice_values
 
 
 class MultipleChoice(evaluate.Metric):

@@ -11,7 +11,7 @@ word_perplexity / byte_perplexity. The standard error is bootstrapped over docs 
 import datasets
 import evaluate
 
-from eval.hf_evaluate import aggregated, metric_info
+from hf_gpt_custom.eval.hf_evaluate import aggregated, metric_info
 
 
 class Perplexity(evaluate.Metric):

@@ -11,8 +11,8 @@ the harmonic mean of token precision and recall. Returns the mean over predictio
 import datasets
 import evaluate
 
-from eval.hf_evaluate import aggregated, metric_info
-from eval.metrics import generation_values
+from hf_gpt_custom.eval.hf_evaluate import aggregated, metric_info
+from hf_gpt_custom.eval.metrics import generation_values
 
 
 class TokenF1(evaluate.Metric):
