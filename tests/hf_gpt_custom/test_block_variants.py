@@ -242,6 +242,22 @@ def test_padded_vocabulary_has_padded_rows_but_logits_over_the_real_vocabulary()
     torch.testing.assert_close(out.loss, expected)
 
 
+def test_gpt1_auxiliary_lm_loss_of_a_task_head_ignores_the_padded_rows():
+    """The classification head's λ·L1 is the causal LM's loss on the same body, also with a padded vocabulary."""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    config = _config(pad_vocab_size_to_multiple_of=64, num_labels=2, pad_token_id=0)
+    torch.manual_seed(0)
+    head = GPTCustomForSequenceClassification(config).eval()
+    causal_lm = GPTCustomForCausalLM(config).eval()
+    causal_lm.transformer.load_state_dict(head.transformer.state_dict())
+    input_ids = _prompt()
+    with torch.no_grad():
+        got = head(input_ids, labels=torch.tensor([0, 1]), lm_loss_weight=0.5).lm_loss
+        expected = causal_lm(input_ids, labels=input_ids).loss
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("tie_word_embeddings", [True, False])
 def test_generation_never_emits_a_padded_id(tie_word_embeddings, monkeypatch):
     monkeypatch.setattr(onednn_linear, "_enabled", False)
