@@ -2,9 +2,10 @@
 
 Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-LN, RMSNorm,
 SwiGLU, sinusoidal/rotary positions, no biases, grouped-query attention, untied/padded head) choose their pieces
-once in `__init__` from block_variants.py, whose functions every path calls. Everything transformers users expect plugs in here: the attention
-interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
-GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
+once in `__init__` from block_variants.py, whose functions every path calls. Everything transformers users expect
+plugs in here: the attention interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding
+masks and Cache classes, GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied
+embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
 The block's arithmetic lives once, here: generate()'s fast decoding steps (decode_step.py) call the same
 `residual_step`/`attend`/`feed_forward` methods the module forward calls, with the loop's linear kernels passed in.
@@ -234,7 +235,9 @@ class GPTCustomSwiGLU(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.feed_forward(hidden_states, self.c_fc, self.c_proj, self.c_gate)
 
-    def feed_forward(self, hidden_states: torch.Tensor, c_fc: Callable, c_proj: Callable, c_gate: Callable) -> torch.Tensor:
+    def feed_forward(
+        self, hidden_states: torch.Tensor, c_fc: Callable, c_proj: Callable, c_gate: Callable
+    ) -> torch.Tensor:
         """forward's arithmetic with the three projections passed in (see GPTCustomAttention.attend)."""
         return self.dropout(c_proj(F.silu(c_gate(hidden_states)) * c_fc(hidden_states)))
 
