@@ -334,6 +334,26 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         elif isinstance(module, GPTCustomRotaryEmbedding):
             init.copy_(module.inv_freq, module.compute_inv_freq())
 
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """transformers' resize; with config.pad_vocab_size_to_multiple_of the new embedding is padded as at
+        construction and config.vocab_size stays the real vocabulary (transformers' own padding would make the padded
+        rows part of it, predictable, and the folder would no longer load: its rows differ from padded_vocab_size)."""
+        multiple = self.config.pad_vocab_size_to_multiple_of
+        if multiple is None:
+            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if pad_to_multiple_of is not None:
+            raise UserError(
+                f"this model pads its vocabulary itself (pad_vocab_size_to_multiple_of={multiple}); call "
+                f"resize_token_embeddings without pad_to_multiple_of={pad_to_multiple_of}, or change "
+                "config.pad_vocab_size_to_multiple_of first"
+            )
+        vocab_size = self.config.vocab_size if new_num_tokens is None else new_num_tokens
+        embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
+        self.config.vocab_size = vocab_size
+        return embeddings
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel and
         # AutoModelForCausalLM both resolve from the folder with trust_remote_code=True.

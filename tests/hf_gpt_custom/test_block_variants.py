@@ -258,6 +258,21 @@ def test_gpt1_auxiliary_lm_loss_of_a_task_head_ignores_the_padded_rows():
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 
 
+def test_resizing_a_padded_vocabulary_keeps_it_padded_and_loadable(tmp_path):
+    model = _model(pad_vocab_size_to_multiple_of=64)
+    model.resize_token_embeddings(130)
+    assert model.config.vocab_size == 130 and model.transformer.wte.weight.shape[0] == 192
+    assert model.num_parameters() == model.config.parameter_breakdown()["total"]
+    model.save_pretrained(tmp_path)
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path).eval()
+    input_ids = torch.tensor([[129, 5, 7]])
+    with torch.no_grad():
+        assert loaded(input_ids).logits.shape == (1, 3, 130)
+        assert torch.equal(loaded(input_ids).logits, model.eval()(input_ids).logits)
+    with pytest.raises(ValueError, match="pads its vocabulary itself"):
+        model.resize_token_embeddings(140, pad_to_multiple_of=8)
+
+
 @pytest.mark.parametrize("tie_word_embeddings", [True, False])
 def test_generation_never_emits_a_padded_id(tie_word_embeddings, monkeypatch):
     monkeypatch.setattr(onednn_linear, "_enabled", False)
