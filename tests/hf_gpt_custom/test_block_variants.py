@@ -7,6 +7,7 @@ parameter counts, the padded vocabulary never predicted, generate()'s fast steps
 variant), save/load, and `hf-gpt-custom train` accepting every option as a `model:` key.
 """
 
+import json
 import math
 
 import pytest
@@ -368,6 +369,29 @@ def test_save_and_load_give_identical_logits(variant, tmp_path):
     input_ids = _prompt()
     with torch.no_grad():
         assert torch.equal(loaded.eval()(input_ids).logits, model(input_ids).logits)
+
+
+REMOTE_LOGITS = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+with torch.no_grad():
+    print(json.dumps(model(torch.tensor(json.loads(sys.argv[2]))).logits.tolist()))
+"""
+
+
+@pytest.mark.slow  # ~18 s: a fresh interpreter imports torch and transformers
+def test_llama_shaped_model_loads_as_remote_code(tmp_path, python_without_project):
+    """block_variants.py travels with the saved code, and the rotary frequencies are rebuilt where the package is
+    not installed (one combination here; every option is covered by the per-option tests)."""
+    model = _model(**VARIANTS["llama"], pad_vocab_size_to_multiple_of=64)
+    model.save_pretrained(tmp_path / "model")
+    input_ids = _prompt().tolist()
+    remote = torch.tensor(python_without_project(REMOTE_LOGITS, tmp_path / "model", json.dumps(input_ids)))
+    with torch.no_grad():
+        assert torch.equal(remote, model(torch.tensor(input_ids)).logits)
 
 
 def test_training_config_passes_every_variant_field_to_the_model(tmp_path):
