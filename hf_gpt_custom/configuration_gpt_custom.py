@@ -138,7 +138,7 @@ class GPTCustomConfig(PretrainedConfig):
     mlp_bias: bool = True  # biases of c_fc, c_gate and mlp.c_proj
     n_kv_head: int | None = None  # key/value heads for grouped-query attention; None = n_head (multi-head)
     pad_vocab_size_to_multiple_of: int | None = None  # embedding rows padded up (nanoGPT: 50257 -> 50304 with 64)
-    # Task heads (modeling_gpt_custom.py). lm_loss_weight is GPT-1's λ in L3 = L2 + λ·L1: the classification and
+    # Task heads (heads_gpt_custom.py). lm_loss_weight is GPT-1's λ in L3 = L2 + λ·L1: the classification and
     # multiple-choice heads add λ × the language-modelling loss on their own inputs (0 turns it off; GPT-1 used 0.5).
     lm_loss_weight: float = 0.0
     max_choices: int | None = None  # the multiple-choice head refuses more choices per example (None: any number)
