@@ -50,11 +50,13 @@ PRESETS: dict[str, dict] = {
     "gpt3-13b": {"n_layer": 40, "n_head": 40, "n_embd": 5120, "n_positions": 2048},  # d_head 128
     "gpt3-175b": {"n_layer": 96, "n_head": 96, "n_embd": 12288, "n_positions": 2048},  # d_head 128
     # GPT-1 (Radford et al. 2018): post-LayerNorm, learned positions, 12 layers, 768 wide, 12 heads, 3072 inner,
-    # 512 context, GELU ("gelu": the exact erf form, transformers' OpenAIGPTConfig afn). Vocabulary 40,478 as in the
-    # released checkpoint (openai-gpt): the paper's "40,000 merges" plus the 478 base symbols and end-of-word forms
-    # the merges start from; with 40,478 the released weights load into this preset unchanged.
+    # 512 context. Its GELU is the tanh approximation ("gelu_new"): OpenAIGPTConfig says afn="gelu", but
+    # transformers' modeling_openai maps that name to gelu_new, as the original finetune-transformer-lm code computed
+    # it (the exact erf form differs by up to ~1e-3 per activation). Vocabulary 40,478 as in the released checkpoint
+    # (openai-gpt): the paper's "40,000 merges" plus the 478 base symbols the merges start from; with 40,478 the
+    # released weights load into this preset unchanged.
     "gpt1": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_inner": 3072, "vocab_size": 40478, "n_positions": 512,
-             "activation_function": "gelu", "norm_position": "post", "bos_token_id": None, "eos_token_id": None},
+             "activation_function": "gelu_new", "norm_position": "post", "bos_token_id": None, "eos_token_id": None},
     # "Attention Is All You Need" (Vaswani et al. 2017), the base model's block as a decoder-only LM: post-LayerNorm
     # (Add & Norm), sinusoidal positions, ReLU, 6 layers x 512, 8 heads, 2048 inner, dropout 0.1 (the defaults).
     "transformer-decoder": {"n_layer": 6, "n_head": 8, "n_embd": 512, "n_inner": 2048, "activation_function": "relu",

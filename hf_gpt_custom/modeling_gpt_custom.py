@@ -1,6 +1,8 @@
-"""GPT-2 as a native transformers model: attention, MLP, block, GPTCustomModel, GPTCustomForCausalLM.
+"""The GPT family as a native transformers model: attention, MLPs, block, GPTCustomModel, GPTCustomForCausalLM.
 
-Read top to bottom like nanoGPT's model.py. Everything transformers users expect plugs in here: the attention
+Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-LN, RMSNorm,
+SwiGLU, sinusoidal/rotary positions, no biases, grouped-query attention, untied/padded head) choose their pieces
+once in `__init__` from block_variants.py, whose functions every path calls. Everything transformers users expect plugs in here: the attention
 interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
 GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
@@ -36,6 +38,17 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple, logging
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .block_variants import (
+    POSITION_ROTATIONS,
+    RESIDUAL_STEPS,
+    VARIANT_MODULES,
+    GPTCustomRMSNorm,
+    GPTCustomRotaryEmbedding,
+    GPTCustomSinusoidalPositions,
+    make_norm,
+    repeat_kv,
+    vocabulary_logits,
+)
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
 from .decode_step import DecodeStep, supports_decode_step
@@ -69,9 +82,12 @@ def eager_attention_forward(
     """The textbook formula softmax(Q·Kᵀ·scaling + mask)·V; the reference every other implementation must match.
 
     `attention_mask` is transformers' additive float mask (0 where allowed, dtype-min where not) of shape
-    (batch, 1, q_len, kv_len), already combining causality with padding. Returns the output as
+    (batch, 1, q_len, kv_len), already combining causality with padding. Keys and values may have fewer heads
+    (grouped-query attention): each serves `module.num_key_value_groups` query heads. Returns the output as
     (batch, q_len, heads, head_dim) and the attention weights as (batch, heads, q_len, kv_len).
     """
+    key = repeat_kv(key, module.num_key_value_groups)  # (batch, heads, kv_len, head_dim)
+    value = repeat_kv(value, module.num_key_value_groups)
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, q_len, kv_len)
     if attention_mask is not None:
         scores = scores + attention_mask
@@ -111,20 +127,27 @@ def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_
 
 
 class GPTCustomAttention(nn.Module):
-    """Causal multi-head self-attention with one fused q/k/v projection, as in GPT-2."""
+    """Causal self-attention with one fused q/k/v projection, as in GPT-2: multi-head, or grouped-query with
+    n_kv_head < n_head (c_attn then outputs n_head query heads, then n_kv_head key and n_kv_head value heads)."""
 
     def __init__(self, config: GPTCustomConfig, layer_idx: int):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx  # which slot of the KV cache this layer owns
         self.num_heads = config.n_head
+        self.num_kv_heads = config.kv_heads
+        self.num_key_value_groups = config.n_head // config.kv_heads  # read by transformers' sdpa integration
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5 if config.scale_attn_weights else 1.0
         self.is_causal = True  # read by transformers' sdpa/flash integrations
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        kv_width = self.num_kv_heads * self.head_dim
+        self.split_sizes = [self.num_heads * self.head_dim, kv_width, kv_width]  # q, k, v in c_attn's output
+        self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.attention_bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.attention_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
+        # RoPE rotates queries and keys here; learned/sinusoidal positions were added to the input instead.
+        self.apply_positions = POSITION_ROTATIONS[config.position_embedding_type]
 
     def forward(
         self,
@@ -142,15 +165,20 @@ class GPTCustomAttention(nn.Module):
         past_key_values: Cache | None,
         c_attn: Callable[[torch.Tensor], torch.Tensor],
         c_proj: Callable[[torch.Tensor], torch.Tensor],
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """forward's arithmetic with the two projections passed in: forward passes its own Linear modules,
-        generate()'s fast decoding steps the kernels chosen for their loop (decode_step.py)."""
+        generate()'s fast decoding steps the kernels chosen for their loop (decode_step.py).
+        `position_embeddings`: RoPE's (cos, sin) for these positions (GPTCustomModel.embed), else None."""
         batch, seq_len, _ = hidden_states.shape
-        qkv = c_attn(hidden_states).view(batch, seq_len, 3, self.num_heads, self.head_dim)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, seq, head_dim)
+        query, key, value = c_attn(hidden_states).split(self.split_sizes, dim=-1)
+        query = query.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)  # (batch, heads, seq, head_dim)
+        key = key.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)  # (batch, kv_heads, seq, head_dim)
+        value = value.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)
+        query, key = self.apply_positions(query, key, position_embeddings)
         if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, heads, past + seq, head_dim)
+            key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, kv_heads, past + seq, head_dim)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -170,12 +198,13 @@ class GPTCustomAttention(nn.Module):
 
 
 class GPTCustomMLP(nn.Module):
-    """n_embd -> n_inner -> n_embd with GELU, the position-wise feed-forward network."""
+    """n_embd -> n_inner -> n_embd with `activation_function` (GELU in GPT-1/2/3, ReLU in the original Transformer),
+    the position-wise feed-forward network."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
-        self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.activation = _activation(config.activation_function)
         self.dropout = nn.Dropout(config.resid_pdrop)
@@ -190,6 +219,26 @@ class GPTCustomMLP(nn.Module):
         return self.dropout(c_proj(self.activation(c_fc(hidden_states))))
 
 
+class GPTCustomSwiGLU(nn.Module):
+    """LLaMA's feed-forward (Shazeer 2020): c_proj(silu(c_gate(x)) * c_fc(x)), three matrices. The names map to
+    LlamaMLP's as c_fc = up_proj, c_gate = gate_proj, c_proj = down_proj."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
+        self.c_gate = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
+        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
+        self.dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.feed_forward(hidden_states, self.c_fc, self.c_proj, self.c_gate)
+
+    def feed_forward(self, hidden_states: torch.Tensor, c_fc: Callable, c_proj: Callable, c_gate: Callable) -> torch.Tensor:
+        """forward's arithmetic with the three projections passed in (see GPTCustomAttention.attend)."""
+        return self.dropout(c_proj(F.silu(c_gate(hidden_states)) * c_fc(hidden_states)))
+
+
 def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     # GPT-2's "gelu_new" is 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). transformers evaluates it as five separate
     # ops; PyTorch's approximate="tanh" kernel computes the same formula fused (within 1e-6, ~1.2x faster training
@@ -200,14 +249,16 @@ def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class GPTCustomBlock(GradientCheckpointingLayer):
-    """Pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+    """Transformer block. Pre-norm (default): x + attn(ln_1(x)), then x + mlp(ln_2(x)); post-norm (GPT-1):
+    ln_1(x + attn(x)), then ln_2(x + mlp(x)). ln_1/ln_2 are LayerNorm or RMSNorm (config.norm_type)."""
 
     def __init__(self, config: GPTCustomConfig, layer_idx: int):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.ln_1 = make_norm(config)
         self.attn = GPTCustomAttention(config, layer_idx)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
-        self.mlp = GPTCustomMLP(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = GPTCustomSwiGLU(config) if config.mlp_type == "swiglu" else GPTCustomMLP(config)
+        self.residual_order = RESIDUAL_STEPS[config.norm_position]
 
     def forward(
         self,
@@ -229,9 +280,8 @@ class GPTCustomBlock(GradientCheckpointingLayer):
     ) -> torch.Tensor:
         """The block's arithmetic. forward passes its attn and mlp modules (so hooks on them fire); generate()'s fast
         decoding steps pass their `attend`/`feed_forward` bound to the loop's kernels (decode_step.py)."""
-        attn_output, _ = attention(self.ln_1(hidden_states), attention_mask, past_key_values, **kwargs)
-        hidden_states = hidden_states + attn_output
-        return hidden_states + feed_forward(self.ln_2(hidden_states))
+        return self.residual_order(self, hidden_states, attention, feed_forward, attention_mask, past_key_values,
+                                   **kwargs)
 
 
 class GPTCustomPreTrainedModel(PreTrainedModel):
@@ -257,7 +307,8 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """GPT-2 initialisation: N(0, initializer_range) for weights, zeros for biases, LayerNorm at identity."""
+        """GPT-2 initialisation: N(0, initializer_range) for weights, zeros for biases, norms at identity; the fixed
+        position buffers are recomputed (from_pretrained builds the model on the meta device, buffers included)."""
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             # GPT-2 paper, section 2.3: "scale the weights of residual layers at initialization by a factor of 1/√N
@@ -273,6 +324,12 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
+        elif isinstance(module, GPTCustomRMSNorm):
+            init.ones_(module.weight)
+        elif isinstance(module, GPTCustomSinusoidalPositions):
+            init.copy_(module.table, module.compute_table())
+        elif isinstance(module, GPTCustomRotaryEmbedding):
+            init.copy_(module.inv_freq, module.compute_inv_freq())
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel and
@@ -302,16 +359,43 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             ) from err
 
 
+def _add_learned_positions(model: GPTCustomModel, inputs_embeds: torch.Tensor, position_ids: torch.Tensor):
+    return inputs_embeds + model.wpe(position_ids), None
+
+
+def _add_sinusoidal_positions(model: GPTCustomModel, inputs_embeds: torch.Tensor, position_ids: torch.Tensor):
+    return model.position_encoding(inputs_embeds, position_ids), None
+
+
+def _rotary_positions(model: GPTCustomModel, inputs_embeds: torch.Tensor, position_ids: torch.Tensor):
+    return inputs_embeds, model.rotary_emb(inputs_embeds, position_ids)  # (cos, sin) for every attention layer
+
+
+# config.position_embedding_type -> (model, token embeddings, positions) -> (first hidden state, RoPE's (cos, sin)).
+ADD_POSITIONS = {"learned": _add_learned_positions, "sinusoidal": _add_sinusoidal_positions,
+                 "rope": _rotary_positions}
+
+
 class GPTCustomModel(GPTCustomPreTrainedModel):
-    """The decoder stack: token + position embeddings, n_layer blocks, final LayerNorm. Returns hidden states."""
+    """The decoder stack: token embeddings and positions, n_layer blocks, final norm (pre-norm blocks only).
+    Returns hidden states."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.wte = nn.Embedding(config.padded_vocab_size, config.n_embd)
+        # Positions, by config.position_embedding_type: a learned table (GPT-2), a fixed sinusoid buffer (the
+        # Transformer), or rotary angles that every attention layer applies to its queries and keys (LLaMA).
+        if config.position_embedding_type == "learned":
+            self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        elif config.position_embedding_type == "sinusoidal":
+            self.position_encoding = GPTCustomSinusoidalPositions(config)
+        else:
+            self.rotary_emb = GPTCustomRotaryEmbedding(config)
+        self.add_positions = ADD_POSITIONS[config.position_embedding_type]
         self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList([GPTCustomBlock(config, layer_idx) for layer_idx in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        # Post-norm blocks already end in a norm (GPT-1 has no final LayerNorm); Identity has no weights.
+        self.ln_f = make_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -321,9 +405,13 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
     def set_input_embeddings(self, new_embeddings: nn.Embedding) -> None:
         self.wte = new_embeddings
 
-    def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings plus learned position embeddings: the first hidden state (also of decode_step.py)."""
-        return self.drop(inputs_embeds + self.wpe(position_ids))
+    def embed(
+        self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """The first hidden state (token embeddings with learned or sinusoidal positions added) and RoPE's
+        (cos, sin) for the attention layers (None for the other position types). Also decode_step.py's."""
+        hidden_states, position_embeddings = self.add_positions(self, inputs_embeds, position_ids)
+        return self.drop(hidden_states), position_embeddings
 
     @capture_outputs
     def forward(
@@ -387,9 +475,10 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             past_key_values=past_key_values,
             position_ids=position_ids,
         )
-        hidden_states = self.embed(inputs_embeds, position_ids)
+        hidden_states, position_embeddings = self.embed(inputs_embeds, position_ids)
         for block in self.h:
-            hidden_states = block(hidden_states, causal_mask, past_key_values, position_ids=position_ids, **kwargs)
+            hidden_states = block(hidden_states, causal_mask, past_key_values, position_ids=position_ids,
+                                  position_embeddings=position_embeddings, **kwargs)
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
@@ -397,7 +486,8 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
 
 
 class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
-    """GPTCustomModel plus the language-modelling head, tied to the token embedding (stored once on save)."""
+    """GPTCustomModel plus the language-modelling head: tied to the token embedding (stored once on save) unless
+    config.tie_word_embeddings is False (LLaMA)."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
     _decode_step: DecodeStep | None = None  # set for the decoding loop of a generate() call
@@ -405,8 +495,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
         self.transformer = GPTCustomModel(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.post_init()  # ties lm_head to wte; without it the head stays silently untied
+        self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
+        self.post_init()  # ties lm_head to wte when tie_word_embeddings; without it the head stays silently untied
 
     def set_fast_decode(self, enabled: bool = True, compile: bool = True, mode: str | None = None) -> None:
         """Make later `generate` calls decode with a StaticCache and, with `compile`, a torch.compile'd decode step.
@@ -441,7 +531,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         # transformers wraps generate()'s decoding loop in this context: the place to decide, once per call, whether
         # single-token steps may skip the module walk (decode_step.py explains when they may).
         with super()._optimize_model_for_decode():
-            model_classes = (type(self), GPTCustomModel, GPTCustomBlock, GPTCustomAttention, GPTCustomMLP)
+            model_classes = (type(self), GPTCustomModel, GPTCustomBlock, GPTCustomAttention, GPTCustomMLP,
+                             GPTCustomSwiGLU, *VARIANT_MODULES)
             if supports_decode_step(self, model_classes):
                 self._decode_step = DecodeStep(self)
             try:
@@ -524,7 +615,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             hidden_states = hidden_states[:, -logits_to_keep:, :]  # -0: keeps every position
         else:
             hidden_states = hidden_states[:, logits_to_keep, :]
-        logits = self.lm_head(hidden_states)  # (batch, seq, vocab)
+        logits = vocabulary_logits(self.lm_head, hidden_states, self.config.vocab_size)  # (batch, seq, vocab)
 
         loss = None
         if labels is not None:
@@ -649,7 +740,8 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         if input_ids is None:
             raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
         labels = input_ids if attention_mask is None else input_ids.masked_fill(attention_mask == 0, -100)
-        lm_logits = F.linear(hidden_states, self.transformer.wte.weight)  # (rows, seq, vocab): the tied LM head
+        # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
+        lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])
         lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
         return task_loss + weight * lm_loss, lm_loss
 

@@ -56,13 +56,13 @@ def test_gpt3_175b_preset_has_175b_parameters_without_allocating_them():
 
 
 def test_gpt1_and_gpt2_family_presets():
-    # GPT-1 is post-LayerNorm with exact-erf GELU; its vocabulary is the released checkpoint's 40,478 (it was 40,000
-    # in a pre-LN block before the family options existed).
+    # GPT-1 is post-LayerNorm with the tanh GELU (what transformers' OpenAIGPT computes for afn="gelu"); its
+    # vocabulary is the released checkpoint's 40,478 (it was 40,000 in a pre-LN block before the family options).
     gpt1 = GPTCustomConfig.from_preset("gpt1")
     assert (gpt1.n_layer, gpt1.n_embd, gpt1.n_head, gpt1.inner_dim, gpt1.vocab_size, gpt1.n_positions) == (
         12, 768, 12, 3072, 40478, 512
     )
-    assert (gpt1.norm_position, gpt1.position_embedding_type, gpt1.activation_function) == ("post", "learned", "gelu")
+    assert (gpt1.norm_position, gpt1.position_embedding_type, gpt1.activation_function) == ("post", "learned", "gelu_new")
     for name, (layers, width) in {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}.items():
         config = GPTCustomConfig.from_preset(name)
         assert (config.n_layer, config.n_embd, config.n_positions, config.vocab_size) == (layers, width, 1024, 50257)
