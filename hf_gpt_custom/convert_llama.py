@@ -125,24 +125,27 @@ def llama_config_from(config: GPTCustomConfig):
 
     required = {name: getattr(config, name) for name in LLAMA_BLOCK if not name.endswith("pdrop")}
     wrong = {name: value for name, value in required.items() if value != LLAMA_BLOCK[name]}
-    if config.pad_vocab_size_to_multiple_of is not None:  # Llama would predict the padding ids
-        wrong["pad_vocab_size_to_multiple_of"] = config.pad_vocab_size_to_multiple_of
     if not config.scale_attn_weights:
         wrong["scale_attn_weights"] = False
     refuse_options("GPTCustom", wrong, "LlamaForCausalLM is a pre-norm RoPE/RMSNorm/SwiGLU block")
     fields = {theirs: getattr(config, ours) for theirs, ours in LLAMA_FIELDS.items()}
-    fields.update(num_key_value_heads=config.n_kv_head or config.n_head, intermediate_size=config.inner_dim)
+    fields.update(num_key_value_heads=config.kv_heads, intermediate_size=config.inner_dim)
     return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
 
 
 def to_llama_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:
-    """GPTCustomForCausalLM state dict (Llama block) -> LlamaForCausalLM state dict."""
+    """GPTCustomForCausalLM state dict (Llama block) -> LlamaForCausalLM state dict.
+
+    A padded vocabulary (pad_vocab_size_to_multiple_of) is cut back to vocab_size rows: our padding rows are never
+    looked up nor predicted, so the logits stay the same."""
     ours_to_theirs = {ours: theirs for theirs, ours in LAYER_MODULES.items()}
     top_to_theirs = {ours: theirs for theirs, ours in TOP_MODULES.items()}
     q_rows = config.n_head * config.head_dim
-    kv_rows = (config.n_kv_head or config.n_head) * config.head_dim
+    kv_rows = config.kv_heads * config.head_dim
     converted = {}
     for key, tensor in state.items():
+        if key in ("lm_head.weight", "transformer.wte.weight"):
+            tensor = tensor[: config.vocab_size]
         if key == "lm_head.weight":
             converted[key] = tensor
             continue

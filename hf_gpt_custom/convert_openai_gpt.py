@@ -86,12 +86,9 @@ def openai_gpt_config_from(config: GPTCustomConfig):
     required = {
         "norm_position": "post", "position_embedding_type": "learned", "norm_type": "layernorm",
         "mlp_type": "standard", "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True,
-        "scale_attn_weights": True, "pad_vocab_size_to_multiple_of": None, "inner_dim": 4 * config.n_embd,
-        "n_kv_head": config.n_head,
+        "scale_attn_weights": True, "inner_dim": 4 * config.n_embd, "kv_heads": config.n_head,
     }
-    actual = {name: getattr(config, name) for name in required}
-    actual["n_kv_head"] = config.n_kv_head or config.n_head
-    wrong = {name: value for name, value in actual.items() if value != required[name]}
+    wrong = {name: getattr(config, name) for name, value in required.items() if getattr(config, name) != value}
     if config.activation_function not in AFN_FROM_ACTIVATION:
         wrong["activation_function"] = config.activation_function
     refuse_options("GPTCustom", wrong, "OpenAIGPTLMHeadModel is a post-LayerNorm block with learned positions, a "
@@ -100,13 +97,18 @@ def openai_gpt_config_from(config: GPTCustomConfig):
     return OpenAIGPTConfig(**fields, afn=AFN_FROM_ACTIVATION[config.activation_function])
 
 
-def to_openai_gpt_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """GPTCustomForCausalLM state dict (GPT-1 block) -> OpenAIGPTLMHeadModel state dict (lm_head included, tied)."""
+def to_openai_gpt_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:
+    """GPTCustomForCausalLM state dict (GPT-1 block) -> OpenAIGPTLMHeadModel state dict (lm_head included, tied).
+
+    A padded vocabulary (pad_vocab_size_to_multiple_of) is cut back to vocab_size rows: our padding rows are never
+    looked up nor predicted, so the logits stay the same."""
     converted = {}
     for key, tensor in state.items():
         name = key.removeprefix("transformer.")
         if name == "lm_head.weight":
             continue
+        if name == "wte.weight":
+            tensor = tensor[: config.vocab_size]
         name = _renamed(name, {ours: theirs for theirs, ours in EMBEDDING_NAMES.items()})
         converted[f"transformer.{name}"] = tensor.t().contiguous() if name.endswith(CONV1D_SUFFIXES) else tensor
     converted["lm_head.weight"] = converted["transformer.tokens_embed.weight"]
@@ -118,7 +120,7 @@ def to_openai_gpt_model(model):
     from transformers import OpenAIGPTLMHeadModel
 
     reference = OpenAIGPTLMHeadModel(openai_gpt_config_from(model.config))
-    reference.load_state_dict(to_openai_gpt_state_dict(model.state_dict()), strict=True)
+    reference.load_state_dict(to_openai_gpt_state_dict(model.state_dict(), model.config), strict=True)
     return reference.eval()
 
 
