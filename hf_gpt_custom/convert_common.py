@@ -156,6 +156,14 @@ def convert_model(
     return model_with_converted_weights(config, state, model_class, source=f"{source} model").eval()
 
 
+def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor]):
+    """`reference_class(reference_config)` (a transformers model), in eval mode, holding `state`: every weight it
+    has, nothing else (the other direction of `model_with_converted_weights`)."""
+    reference = reference_class(reference_config)
+    reference.load_state_dict(state, strict=True)
+    return reference.eval()
+
+
 def refuse_options(source: str, enabled: dict[str, object], alternative: str) -> None:
     """A UserError naming every option in `enabled` (name -> value) that the converter cannot carry over exactly;
     nothing when it is empty. Converting anyway would give a model with other logits than the original."""
@@ -173,4 +181,5 @@ __all__ = [
     "model_with_converted_weights",
     "read_config_dict",
     "refuse_options",
+    "transformers_model_with_weights",
 ]

@@ -16,7 +16,7 @@ import re
 import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import convert_model, load_converted_checkpoint, refuse_options
+from .convert_common import convert_model, load_converted_checkpoint, refuse_options, transformers_model_with_weights
 from .errors import UserError
 
 QKV_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
@@ -170,9 +170,8 @@ def to_llama_model(model):
 
     reference_config = llama_config_from(model.config)
     reference_config._attn_implementation = model.config._attn_implementation
-    reference = LlamaForCausalLM(reference_config)
-    reference.load_state_dict(to_llama_state_dict(model.state_dict(), model.config), strict=True)
-    return reference.eval()
+    state = to_llama_state_dict(model.state_dict(), model.config)
+    return transformers_model_with_weights(LlamaForCausalLM, reference_config, state)
 
 
 __all__ = [

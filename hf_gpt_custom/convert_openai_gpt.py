@@ -12,7 +12,7 @@ import os
 import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import convert_model, load_converted_checkpoint, refuse_options
+from .convert_common import convert_model, load_converted_checkpoint, refuse_options, transformers_model_with_weights
 
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 EMBEDDING_NAMES = {"tokens_embed.": "wte.", "positions_embed.": "wpe."}
@@ -119,9 +119,8 @@ def to_openai_gpt_model(model):
     """transformers' OpenAIGPTLMHeadModel, in eval mode, holding the weights of our GPT-1-block causal LM."""
     from transformers import OpenAIGPTLMHeadModel
 
-    reference = OpenAIGPTLMHeadModel(openai_gpt_config_from(model.config))
-    reference.load_state_dict(to_openai_gpt_state_dict(model.state_dict(), model.config), strict=True)
-    return reference.eval()
+    state = to_openai_gpt_state_dict(model.state_dict(), model.config)
+    return transformers_model_with_weights(OpenAIGPTLMHeadModel, openai_gpt_config_from(model.config), state)
 
 
 __all__ = [

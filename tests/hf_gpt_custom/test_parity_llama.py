@@ -6,11 +6,17 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.convert_llama import config_from_llama, from_llama_model, llama_config_from, to_llama_model
 from hf_gpt_custom.errors import UserError
 
-from tests.helpers import randomize_
+from tests.helpers import (
+    assert_folder_converts_on_load,
+    assert_same_logits,
+    assert_same_loss,
+    padded_batch,
+    randomize_,
+)
 
 # GQA (2 kv heads for 4 query heads), a RoPE base far from 10,000 and an inner width off LLaMA's rule.
 TINY_LLAMA = dict(vocab_size=99, hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
@@ -36,14 +42,6 @@ def make_llama_pair(attn_implementation: str = "sdpa", seed: int = 0, **override
     return from_llama_model(reference), reference
 
 
-def _padded_batch():
-    input_ids = torch.randint(0, 99, (3, 19))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :6] = 0  # left padding
-    attention_mask[1, -4:] = 0  # right padding
-    return input_ids, attention_mask
-
-
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_logits_match_llama(attn_implementation, shape):
@@ -52,15 +50,11 @@ def test_logits_match_llama(attn_implementation, shape):
     # A tied head converted untied would give the same logits here but train as two matrices.
     is_tied = ours.lm_head.weight.data_ptr() == ours.transformer.wte.weight.data_ptr()
     assert is_tied == reference.config.tie_word_embeddings == ours.config.tie_word_embeddings
-    input_ids, attention_mask = _padded_batch()
+    input_ids, attention_mask = padded_batch()
+    assert_same_logits(ours, reference, input_ids)
     # Left-padded rows count positions from their first real token, as generate() does.
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        torch.testing.assert_close(ours(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
-        masked = ours(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-        reference_masked = reference(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    keep = attention_mask.bool()
-    torch.testing.assert_close(masked[keep], reference_masked[keep], rtol=0, atol=1e-5)
+    assert_same_logits(ours, reference, input_ids, attention_mask=attention_mask, position_ids=position_ids)
 
 
 def test_the_converted_model_is_the_llama_block():
@@ -81,10 +75,7 @@ def test_our_llama_block_converts_to_llama_with_the_same_logits(shape):
     fields = {**TINY_LLAMA, **SHAPES[shape]}
     config = config_from_llama(LlamaConfig(**fields).to_dict())
     ours = randomize_(GPTCustomForCausalLM(config)).eval()
-    reference = to_llama_model(ours)
-    input_ids = torch.randint(0, 99, (2, 17))
-    with torch.no_grad():
-        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=0, atol=1e-5)
+    assert_same_logits(to_llama_model(ours), ours, torch.randint(0, 99, (2, 17)))
 
 
 def test_llama_small_preset_with_padded_vocabulary_exports_with_the_same_logits():
@@ -93,19 +84,11 @@ def test_llama_small_preset_with_padded_vocabulary_exports_with_the_same_logits(
     ours = randomize_(GPTCustomForCausalLM(config)).eval()
     reference = to_llama_model(ours)
     assert reference.config.vocab_size == 99 and reference.lm_head.weight.shape[0] == 99
-    input_ids = torch.randint(0, 99, (2, 13))
-    with torch.no_grad():
-        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=0, atol=1e-5)
+    assert_same_logits(reference, ours, torch.randint(0, 99, (2, 13)))
 
 
 def test_loss_matches_llama_and_ignores_minus_100():
-    ours, reference = make_llama_pair()
-    input_ids = torch.randint(0, 99, (2, 16))
-    labels = input_ids.clone()
-    labels[0, :5] = -100
-    with torch.no_grad():
-        torch.testing.assert_close(ours(input_ids, labels=labels).loss, reference(input_ids, labels=labels).loss,
-                                   rtol=0, atol=1e-6)
+    assert_same_loss(*make_llama_pair())
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -118,15 +101,9 @@ def test_greedy_generate_is_identical_token_for_token(attn_implementation, batch
 
 
 def test_from_pretrained_converts_a_llama_folder(tmp_path):
-    ours, reference = make_llama_pair()
+    _, reference = make_llama_pair()
     reference.save_pretrained(tmp_path)
-    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
-    input_ids = torch.randint(0, 99, (2, 12))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
-        base = GPTCustomModel.from_pretrained(tmp_path)
-        torch.testing.assert_close(base(input_ids).last_hidden_state,
-                                   reference.model(input_ids).last_hidden_state, rtol=0, atol=1e-5)
+    assert_folder_converts_on_load(tmp_path, reference)
 
 
 def test_from_pretrained_reads_a_sharded_bf16_llama_folder(tmp_path):

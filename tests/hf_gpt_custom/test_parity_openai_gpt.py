@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import OpenAIGPTConfig, OpenAIGPTDoubleHeadsModel, OpenAIGPTLMHeadModel
 
-from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.convert_openai_gpt import (
     config_from_openai_gpt,
     convert_openai_gpt_state_dict,
@@ -16,7 +16,13 @@ from hf_gpt_custom.convert_openai_gpt import (
 )
 from hf_gpt_custom.errors import UserError
 
-from tests.helpers import randomize_
+from tests.helpers import (
+    assert_folder_converts_on_load,
+    assert_same_logits,
+    assert_same_loss,
+    padded_batch,
+    randomize_,
+)
 
 TINY_GPT1 = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 # afn as transformers' OpenAIGPTConfig names it: "gelu" there is GPT-2's tanh approximation (gelu_new).
@@ -32,14 +38,6 @@ def make_openai_gpt_pair(attn_implementation: str = "sdpa", seed: int = 0, **ove
     return ours, reference
 
 
-def _padded_batch():
-    input_ids = torch.randint(0, 99, (3, 19))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :6] = 0  # left padding
-    attention_mask[1, -4:] = 0  # right padding
-    return input_ids, attention_mask
-
-
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("afn", AFNS)
 # eps this large moves every LayerNorm's output by percent: a converter that dropped it would be far off.
@@ -47,13 +45,9 @@ def _padded_batch():
 def test_logits_match_openai_gpt(attn_implementation, afn, layer_norm_epsilon):
     ours, reference = make_openai_gpt_pair(attn_implementation, afn=afn, layer_norm_epsilon=layer_norm_epsilon)
     assert ours.config.norm_position == "post" and not any("ln_f" in key for key in ours.state_dict())
-    input_ids, attention_mask = _padded_batch()
-    with torch.no_grad():
-        torch.testing.assert_close(ours(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
-        masked = ours(input_ids, attention_mask=attention_mask).logits
-        reference_masked = reference(input_ids, attention_mask=attention_mask).logits
-    keep = attention_mask.bool()  # at padding positions both models compute garbage
-    torch.testing.assert_close(masked[keep], reference_masked[keep], rtol=0, atol=1e-5)
+    input_ids, attention_mask = padded_batch()
+    assert_same_logits(ours, reference, input_ids)
+    assert_same_logits(ours, reference, input_ids, attention_mask=attention_mask)
 
 
 @pytest.mark.parametrize("afn", AFNS)
@@ -64,9 +58,7 @@ def test_our_gpt1_block_converts_to_openai_gpt_with_the_same_logits(afn):
     ours = randomize_(GPTCustomForCausalLM(config)).eval()
     reference = to_openai_gpt_model(ours)
     assert reference.config.afn == afn
-    input_ids = torch.randint(0, 99, (2, 17))
-    with torch.no_grad():
-        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=0, atol=1e-5)
+    assert_same_logits(reference, ours, torch.randint(0, 99, (2, 17)))
 
 
 def test_padded_vocabulary_is_cut_back_on_export_without_changing_logits():
@@ -74,19 +66,11 @@ def test_padded_vocabulary_is_cut_back_on_export_without_changing_logits():
     ours = randomize_(GPTCustomForCausalLM(config)).eval()
     reference = to_openai_gpt_model(ours)
     assert reference.config.vocab_size == 99 and reference.transformer.tokens_embed.weight.shape[0] == 99
-    input_ids = torch.randint(0, 99, (2, 11))
-    with torch.no_grad():
-        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=0, atol=1e-5)
+    assert_same_logits(reference, ours, torch.randint(0, 99, (2, 11)))
 
 
 def test_loss_matches_openai_gpt_and_ignores_minus_100():
-    ours, reference = make_openai_gpt_pair()
-    input_ids = torch.randint(0, 99, (2, 16))
-    labels = input_ids.clone()
-    labels[0, :5] = -100
-    with torch.no_grad():
-        torch.testing.assert_close(ours(input_ids, labels=labels).loss, reference(input_ids, labels=labels).loss,
-                                   rtol=0, atol=1e-6)
+    assert_same_loss(*make_openai_gpt_pair())
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -99,17 +83,11 @@ def test_greedy_generate_is_identical_token_for_token(attn_implementation):
 
 
 def test_from_pretrained_converts_an_openai_gpt_folder(tmp_path):
-    ours, reference = make_openai_gpt_pair()
+    _, reference = make_openai_gpt_pair()
     reference.save_pretrained(tmp_path)
-    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path, attn_implementation="eager")
+    loaded = assert_folder_converts_on_load(tmp_path, reference, attn_implementation="eager")
     assert loaded.config.norm_position == "post" and loaded.config._attn_implementation == "eager"
     assert loaded.transformer.wte.weight.data_ptr() == loaded.lm_head.weight.data_ptr()  # tied, as GPT-1's head
-    input_ids = torch.randint(0, 99, (2, 12))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
-        base = GPTCustomModel.from_pretrained(tmp_path)
-        torch.testing.assert_close(base(input_ids).last_hidden_state,
-                                   reference.transformer(input_ids).last_hidden_state, rtol=0, atol=1e-5)
 
 
 def test_original_layout_without_prefix_with_mask_buffers_and_a_double_heads_state(tmp_path):
@@ -122,9 +100,7 @@ def test_original_layout_without_prefix_with_mask_buffers_and_a_double_heads_sta
     save_file(state, tmp_path / "model.safetensors")
     reference.config.save_pretrained(tmp_path)
     loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
-    input_ids = torch.randint(0, 99, (2, 10))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
+    assert_same_logits(loaded, reference, torch.randint(0, 99, (2, 10)))
 
     double_heads = OpenAIGPTDoubleHeadsModel(reference.config)
     double_heads.load_state_dict(reference.state_dict(), strict=False)
@@ -155,5 +131,6 @@ def test_openai_gpt_options_we_cannot_reproduce_are_refused_by_name():
 ])
 def test_exporting_a_block_openai_gpt_cannot_express_names_the_field(option):
     config = GPTCustomConfig(**{**TINY_GPT1, "norm_position": "post", **option})
-    with pytest.raises(UserError, match=next(iter(option)).replace("n_inner", "inner_dim").replace("n_kv_head", "kv_heads")):
+    named = {"n_inner": "inner_dim", "n_kv_head": "kv_heads"}.get(next(iter(option)), next(iter(option)))
+    with pytest.raises(UserError, match=named):
         openai_gpt_config_from(config)
