@@ -18,6 +18,8 @@ from .errors import MissingFileError, UserError
 
 HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+# from_pretrained arguments about how to load, not what the model is (the rest may override config attributes).
+LOADING_KWARGS = (*HUB_KEYS, "dtype", "torch_dtype", "attn_implementation", "device_map", "trust_remote_code")
 
 
 def hub_kwargs(kwargs: dict) -> dict:
@@ -129,6 +131,10 @@ def load_converted_checkpoint(
     its weights through `convert_state_dict`. `dtype=` and `attn_implementation=` are honoured as in
     `from_pretrained`."""
     config = config_from(read_config_dict(path, **kwargs))
+    # As from_pretrained does: keyword arguments naming a config attribute override it (num_labels for a task head).
+    for name, value in kwargs.items():
+        if name not in LOADING_KWARGS and hasattr(config, name):
+            setattr(config, name, value)
     if kwargs.get("attn_implementation"):
         config._attn_implementation = kwargs["attn_implementation"]
     state = convert_state_dict(load_weights(path, source, **kwargs))

@@ -5,7 +5,8 @@ The map is key for key except attention: Llama's separate q_proj/k_proj/v_proj b
 stacked q then k then v (n_head + 2·n_kv_head heads of head_dim). Both sides rotate with transformers' convention
 (rotate_half: the first and second halves of each head pair up), so no row permutation is needed — unlike Meta's
 original files, whose interleaved pairs transformers' own conversion script permutes. Llama options we cannot
-reproduce exactly (RoPE scaling, partial rotary, another head_dim or activation) are refused by name.
+reproduce exactly (RoPE scaling, partial rotary, another head_dim or activation) are refused by name. Training-only
+difference: LlamaModel's embedding gives the pad_token_id row no gradient; ours trains every row.
 """
 
 from __future__ import annotations

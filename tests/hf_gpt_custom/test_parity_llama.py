@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomForSequenceClassification
 from hf_gpt_custom.convert_llama import config_from_llama, from_llama_model, llama_config_from, to_llama_model
 from hf_gpt_custom.errors import UserError
 
@@ -104,6 +104,17 @@ def test_from_pretrained_converts_a_llama_folder(tmp_path):
     _, reference = make_llama_pair()
     reference.save_pretrained(tmp_path)
     assert_folder_converts_on_load(tmp_path, reference)
+
+
+def test_a_task_head_loads_the_llama_body_with_its_own_config_overrides(tmp_path):
+    _, reference = make_llama_pair()
+    reference.save_pretrained(tmp_path)
+    head = GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=3, pad_token_id=0)
+    assert head.score.weight.shape == (3, 32) and head.config.pad_token_id == 0
+    input_ids = torch.randint(1, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(head.transformer(input_ids).last_hidden_state,
+                                   reference.model(input_ids).last_hidden_state, rtol=0, atol=1e-5)
 
 
 def test_from_pretrained_reads_a_sharded_bf16_llama_folder(tmp_path):
