@@ -128,8 +128,8 @@ def load_converted_checkpoint(
     **kwargs,
 ):
     """Our model, in eval mode, from the transformers checkpoint at `path`: its config.json through `config_from`,
-    its weights through `convert_state_dict`. `dtype=` and `attn_implementation=` are honoured as in
-    `from_pretrained`."""
+    its weights through `convert_state_dict`. `dtype=` (default "auto": the weights' own dtype) and
+    `attn_implementation=` are honoured as in `from_pretrained`."""
     config = config_from(read_config_dict(path, **kwargs))
     # As from_pretrained does: keyword arguments naming a config attribute override it (num_labels for a task head).
     for name, value in kwargs.items():
@@ -139,8 +139,11 @@ def load_converted_checkpoint(
         config._attn_implementation = kwargs["attn_implementation"]
     state = convert_state_dict(load_weights(path, source, **kwargs))
     model = model_with_converted_weights(config, state, model_class, source=f"{source} checkpoint {path}")
-    dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-    if isinstance(dtype, str) and dtype != "auto":
+    dtype = kwargs.get("dtype", kwargs.get("torch_dtype", "auto"))
+    if dtype == "auto":  # transformers 5's default: the checkpoint's own dtype (Llama files are usually bf16)
+        floating = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
+        dtype = floating.pop() if len(floating) == 1 else None
+    elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     if isinstance(dtype, torch.dtype):
         model = model.to(dtype)

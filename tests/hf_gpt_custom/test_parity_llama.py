@@ -122,8 +122,9 @@ def test_from_pretrained_reads_a_sharded_bf16_llama_folder(tmp_path):
     _, reference = make_llama_pair()
     reference.to(torch.bfloat16).save_pretrained(tmp_path, max_shard_size="20KB")
     assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
-    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16)
-    assert loaded.dtype == torch.bfloat16
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert loaded.dtype == torch.bfloat16  # transformers 5's dtype="auto" default, as LlamaForCausalLM loads it
+    assert GPTCustomForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).dtype == torch.float32
     for name, parameter in reference.model.layers[1].mlp.named_parameters():
         theirs_in_ours = {"gate_proj": "c_gate", "up_proj": "c_fc", "down_proj": "c_proj"}[name.split(".")[0]]
         assert torch.equal(getattr(loaded.transformer.h[1].mlp, theirs_in_ours).weight, parameter)
