@@ -52,7 +52,7 @@ def _llama_config(llama_config: dict):
     from transformers import LlamaConfig
 
     try:
-        return LlamaConfig.from_dict({key: value for key, value in llama_config.items() if key != "auto_map"})
+        return LlamaConfig.from_dict(llama_config)
     except (TypeError, ValueError) as err:
         raise UserError(f"this Llama config.json is not valid for transformers' LlamaConfig: {err}") from err
 
@@ -62,7 +62,7 @@ def config_from_llama(llama_config: dict) -> GPTCustomConfig:
     config = _llama_config(llama_config)
     rope = dict(config.rope_parameters or {})
     natural_head_dim = config.hidden_size // config.num_attention_heads
-    unsupported = {
+    actual = {
         "rope_parameters.rope_type": rope.get("rope_type", "default"),  # linear, dynamic, yarn, llama3 scaling
         "rope_parameters.partial_rotary_factor": rope.get("partial_rotary_factor", 1.0),
         "head_dim": config.head_dim,
@@ -70,8 +70,7 @@ def config_from_llama(llama_config: dict) -> GPTCustomConfig:
     }
     supported = {"rope_parameters.rope_type": "default", "rope_parameters.partial_rotary_factor": 1.0,
                  "head_dim": natural_head_dim, "hidden_act": "silu"}
-    refuse_options("Llama", {name: value for name, value in unsupported.items() if value != supported[name]},
-                   ALTERNATIVE)
+    refuse_options("Llama", {name: value for name, value in actual.items() if value != supported[name]}, ALTERNATIVE)
     fields = {ours: getattr(config, theirs) for theirs, ours in LLAMA_FIELDS.items()}
     return GPTCustomConfig(**fields, **LLAMA_BLOCK, rope_theta=rope.get("rope_theta", 10000.0))
 
