@@ -78,6 +78,8 @@ def test_cached_decoding_equals_uncached(variant):
             step = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True)
             steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+    # (batch, kv heads, positions, head_dim): grouped-query attention caches n_kv_head heads, not n_head.
+    assert cache.layers[0].keys.shape == (1, model.config.kv_heads, 12, model.config.head_dim)
 
     input_ids, attention_mask = _left_padded_batch()  # positions from the mask, through generate()'s cache
     settings = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
