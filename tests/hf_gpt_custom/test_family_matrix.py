@@ -38,11 +38,10 @@ VARIANTS = [*ONE_OPTION, *(f"preset:{name}" for name in PRESETS)]
 GREEDY = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
 
 
-def variant_config(variant: str, **overrides) -> GPTCustomConfig:
+def variant_config(variant: str) -> GPTCustomConfig:
     if variant.startswith("preset:"):  # the preset's block at tiny size (its own inner width scaled down too)
-        name = variant.removeprefix("preset:")
-        return GPTCustomConfig.from_preset(name, **{**TINY, "n_inner": None, **overrides})
-    return GPTCustomConfig(**TINY, **ONE_OPTION[variant], **overrides)
+        return GPTCustomConfig.from_preset(variant.removeprefix("preset:"), **TINY, n_inner=None)
+    return GPTCustomConfig(**TINY, **ONE_OPTION[variant])
 
 
 def variant_model(variant: str, attn_implementation: str = "sdpa") -> GPTCustomForCausalLM:
