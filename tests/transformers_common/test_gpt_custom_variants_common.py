@@ -1,6 +1,6 @@
 """transformers' ModelTesterMixin (vendored, see README.md) on non-default blocks: a LLaMA-style one (RoPE, RMSNorm,
-SwiGLU, no biases, grouped-query attention, untied head, padded vocabulary) and GPT-1/Transformer-style post-norm
-blocks with sinusoidal positions. Same harness and tester as test_gpt_custom_common.py, other config."""
+SwiGLU, no biases, grouped-query attention, untied head) and GPT-1/Transformer-style post-norm blocks with
+sinusoidal positions. Same harness and tester as test_gpt_custom_common.py, other config."""
 
 import pytest
 
@@ -12,9 +12,10 @@ from .test_gpt_custom_common import (  # noqa: E402
     listed_like_a_builtin_model,  # noqa: F401 (the autouse fixture, for these tests too)
 )
 
+# No vocabulary padding here: transformers' resize tests assert the embedding has exactly the requested rows, which a
+# padded vocabulary contradicts by design (test_family_matrix.py tests padding, resizing it included).
 LLAMA_STYLE = {"position_embedding_type": "rope", "rope_theta": 500.0, "norm_type": "rmsnorm", "mlp_type": "swiglu",
-               "attention_bias": False, "mlp_bias": False, "n_kv_head": 2, "tie_word_embeddings": False,
-               "pad_vocab_size_to_multiple_of": 64}
+               "attention_bias": False, "mlp_bias": False, "n_kv_head": 2, "tie_word_embeddings": False}
 POST_NORM_SINUSOIDAL = {"norm_position": "post", "position_embedding_type": "sinusoidal", "activation_function": "relu"}
 
 
