@@ -46,6 +46,10 @@ def read_config_dict(path: str | os.PathLike, **kwargs) -> dict | None:
         return json.load(handle)
 
 
+# The transformers model types converted on load, in the order of foreign_checkpoint_loader's converters.
+CONVERTED_MODEL_TYPES = ("gpt2", "openai-gpt", "llama")
+
+
 def foreign_checkpoint_loader(path: str | os.PathLike, **kwargs) -> Callable | None:
     """The `load_<architecture>_checkpoint(path, model_class=..., **kwargs)` function that converts the transformers
     checkpoint at `path` on load, chosen by its config.json's model_type; None for our own folders (and anything
@@ -55,7 +59,7 @@ def foreign_checkpoint_loader(path: str | os.PathLike, **kwargs) -> Callable | N
     from .convert_llama import load_llama_checkpoint
     from .convert_openai_gpt import load_openai_gpt_checkpoint
 
-    loaders = {"gpt2": load_gpt2_checkpoint, "openai-gpt": load_openai_gpt_checkpoint, "llama": load_llama_checkpoint}
+    loaders = dict(zip(CONVERTED_MODEL_TYPES, (load_gpt2_checkpoint, load_openai_gpt_checkpoint, load_llama_checkpoint)))
     config = read_config_dict(path, **kwargs)
     return None if config is None else loaders.get(config.get("model_type"))
 

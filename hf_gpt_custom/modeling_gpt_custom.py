@@ -42,7 +42,7 @@ from .block_variants import (
     vocabulary_logits,
 )
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
+from .convert_common import foreign_checkpoint_loader
 from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
 from .errors import UserError
@@ -362,9 +362,10 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """Load our checkpoint, or convert a transformers GPT-2 checkpoint (model_type "gpt2") on the fly."""
-        if not model_args and is_gpt2_checkpoint(pretrained_model_name_or_path, **kwargs):
-            return load_gpt2_checkpoint(pretrained_model_name_or_path, model_class=cls, **kwargs)
+        """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly."""
+        loader = None if model_args else foreign_checkpoint_loader(pretrained_model_name_or_path, **kwargs)
+        if loader is not None:
+            return loader(pretrained_model_name_or_path, model_class=cls, **kwargs)
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:
