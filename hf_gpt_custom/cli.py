@@ -161,6 +161,44 @@ def _cmd_train(args: argparse.Namespace) -> None:
     train(load_train_config(args.config, overrides))
 
 
+# --- finetune ----------------------------------------------------------------------------------------------------
+
+
+def _add_finetune(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "finetune", help="GPT-1-style fine-tuning of a model folder on a labelled dataset (task head + λ·LM loss)",
+        epilog=_task_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="fine-tuning YAML, e.g. training/configs/finetune_boolq.yaml")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200 task.lm_loss_weight=0")
+    parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
+                        help="'latest' or a checkpoint folder (default: start fresh)")
+    parser.add_argument("--init_from", "--init-from", default=None,
+                        help="the model folder to fine-tune (default: init_from in the YAML)")
+    parser.set_defaults(func=_cmd_finetune)
+
+
+def _task_keys_help() -> str:
+    from training.finetune_config import TASK_KEYS_HELP
+
+    width = max(len(key) for key in TASK_KEYS_HELP) + len("task.")
+    lines = [f"  {'task.' + key:<{width}}  {text}" for key, text in TASK_KEYS_HELP.items()]
+    return ("task keys (the task: section, or task.key=value after the YAML):\n" + "\n".join(lines) +
+            "\nand the training keys of `hf-gpt-custom train --help` (init_from, dataset, val_fraction, block_size, ...)")
+
+
+def _cmd_finetune(args: argparse.Namespace) -> None:
+    from training.finetune import finetune
+    from training.finetune_config import load_finetune_config
+
+    overrides = list(args.overrides)
+    if args.resume_from_checkpoint is not None:
+        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
+    if args.init_from is not None:
+        overrides.append(f"init_from={args.init_from}")
+    finetune(load_finetune_config(args.config, overrides))
+
+
 # --- eval --------------------------------------------------------------------------------------------------------
 
 
@@ -292,7 +330,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-gpt-custom", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for add_subcommand in (_add_tokenizer, _add_train, _add_eval, _add_export, _add_push, _add_run):
+    for add_subcommand in (_add_tokenizer, _add_train, _add_finetune, _add_eval, _add_export, _add_push, _add_run):
         add_subcommand(subparsers)
     return parser
 
