@@ -117,6 +117,33 @@ def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(fi
     assert model.config.lm_loss_weight == 0.5 and model.config.id2label == {0: "no", 1: "yes"}
 
 
+def test_training_loss_is_task_loss_plus_lambda_times_the_lm_loss_of_the_same_inputs(tmp_path, base_model_dir,
+                                                                                     learnable_pairs):
+    """GPT-1's L3 = L2 + λ·L1, against an independent L1: GPTCustomForCausalLM with the same body (its tied head)
+    on the same padded inputs, padding ignored."""
+    import torch.nn.functional as F
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from training.finetune import FinetuneWorkload
+
+    config = _config(tmp_path, base_model_dir, learnable_pairs, "task.lm_loss_weight=0.3")
+    work = FinetuneWorkload(config)
+    assert not config.run_dir.exists()  # everything above is checked before the run folder is made
+    batch = PadExamples(work.tokens.pad)(work.train_examples[:4])
+    assert batch["attention_mask"].min() == 0  # rows of different lengths: padding is present
+    model = work.model.eval()
+    language_model = GPTCustomForCausalLM(model.config).eval()
+    language_model.transformer.load_state_dict(model.transformer.state_dict())
+    with torch.no_grad():
+        loss = work.loss(model, batch)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        lm_labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        lm_loss = language_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 labels=lm_labels).loss
+    torch.testing.assert_close(loss, F.cross_entropy(logits, batch["labels"]) + 0.3 * lm_loss)
+    assert work.count_tokens(batch) == int(batch["attention_mask"].sum()) < batch["input_ids"].numel()
+
+
 def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_run, tmp_path, base_model_dir,
                                                                       learnable_pairs):
     from safetensors.torch import load_file
