@@ -97,10 +97,14 @@ def run(work_dir: Path) -> dict:
         eval_data = work_dir / f"eval_data_{name}"
         write_heldout_eval_data(name, heldout, eval_data)
         t0 = time.time()
-        results = evaluate(str(base), tasks=[eval_task], shots=list(SHOTS), data_dir=eval_data,
-                           out_dir=work_dir / f"eval_{name}", show_progress=False, skip_unfittable=True)
+        eval_dir = work_dir / f"eval_{name}"
+        if (eval_dir / "results.json").is_file():  # a run interrupted after this stage: its results are kept
+            results = json.loads((eval_dir / "results.json").read_text())
+        else:
+            results = evaluate(str(base), tasks=[eval_task], shots=list(SHOTS), data_dir=eval_data,
+                               out_dir=eval_dir, show_progress=False, skip_unfittable=True).to_dict()
         rows = {}
-        for row in results.results:
+        for row in results["results"]:
             if row["metric"] == "acc":
                 assert row["n"] == len(heldout), (row["n"], len(heldout))
                 rows[f"{row['num_fewshot']}-shot"] = {"acc": row["value"], "stderr": row["stderr"], "n": row["n"],
@@ -108,10 +112,12 @@ def run(work_dir: Path) -> dict:
         entry = {"dataset": config.dataset.replace(str(REPO_ROOT.parent) + "/", "../"), "heldout_fraction":
                  config.val_fraction, "seed": config.seed, "heldout_docs": len(heldout), "train_docs":
                  len(records) - len(heldout), "prompting": rows, "eval_wall_time_s": time.time() - t0,
-                 "skipped": results.skipped, "finetuned": {}}
+                 "skipped": results["skipped"], "finetuned": {}}
         for weight in LM_LOSS_WEIGHTS:
-            run_dir = finetune(load_finetune_config(yaml_path, base_overrides + [
-                f"out_dir={work_dir / f'{name}_lambda{weight}'}", f"task.lm_loss_weight={weight}"]))
+            run_dir = work_dir / f"{name}_lambda{weight}"
+            if not (run_dir / "final" / "config.json").is_file():  # finished runs are kept, as the main job does
+                finetune(load_finetune_config(yaml_path, base_overrides + [
+                    f"out_dir={run_dir}", f"task.lm_loss_weight={weight}"]))
             summary = json.loads((run_dir / "training_summary.json").read_text())
             assert summary["heldout_examples"] == len(heldout)
             entry["finetuned"][f"lambda={weight}"] = {

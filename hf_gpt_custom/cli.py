@@ -110,13 +110,29 @@ def _add_train(subparsers) -> None:
         "train", help="pre-train or fine-tune with Accelerate",
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", help="training YAML, e.g. training/configs/shakespeare.yaml")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200 model.n_layer=4")
+    _add_run_config_arguments(parser, "training YAML, e.g. training/configs/shakespeare.yaml",
+                              "key=value overrides, e.g. max_steps=200 model.n_layer=4",
+                              "fine-tune from a model folder (ours or a transformers GPT-2 folder)")
+    parser.set_defaults(func=_cmd_train)
+
+
+def _add_run_config_arguments(parser, config_help: str, overrides_help: str, init_from_help: str) -> None:
+    """CONFIG, key=value overrides, --resume_from_checkpoint and --init_from: what train and finetune both take."""
+    parser.add_argument("config", help=config_help)
+    parser.add_argument("overrides", nargs="*", help=overrides_help)
     parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
                         help="'latest' or a checkpoint folder (default: start fresh)")
-    parser.add_argument("--init_from", "--init-from", default=None,
-                        help="fine-tune from a model folder (ours or a transformers GPT-2 folder)")
-    parser.set_defaults(func=_cmd_train)
+    parser.add_argument("--init_from", "--init-from", default=None, help=init_from_help)
+
+
+def _config_overrides(args: argparse.Namespace) -> list[str]:
+    """The key=value overrides with --resume_from_checkpoint / --init_from appended as overrides of their own."""
+    overrides = list(args.overrides)
+    if args.resume_from_checkpoint is not None:
+        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
+    if args.init_from is not None:
+        overrides.append(f"init_from={args.init_from}")
+    return overrides
 
 
 def training_keys_help() -> str:
@@ -153,12 +169,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from training.config import load_train_config
     from training.train import train
 
-    overrides = list(args.overrides)
-    if args.resume_from_checkpoint is not None:
-        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
-    if args.init_from is not None:
-        overrides.append(f"init_from={args.init_from}")
-    train(load_train_config(args.config, overrides))
+    train(load_train_config(args.config, _config_overrides(args)))
 
 
 # --- finetune ----------------------------------------------------------------------------------------------------
@@ -169,12 +180,9 @@ def _add_finetune(subparsers) -> None:
         "finetune", help="GPT-1-style fine-tuning of a model folder on a labelled dataset (task head + λ·LM loss)",
         epilog=_task_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", help="fine-tuning YAML, e.g. training/configs/finetune_boolq.yaml")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200 task.lm_loss_weight=0")
-    parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
-                        help="'latest' or a checkpoint folder (default: start fresh)")
-    parser.add_argument("--init_from", "--init-from", default=None,
-                        help="the model folder to fine-tune (default: init_from in the YAML)")
+    _add_run_config_arguments(parser, "fine-tuning YAML, e.g. training/configs/finetune_boolq.yaml",
+                              "key=value overrides, e.g. max_steps=200 task.lm_loss_weight=0",
+                              "the model folder to fine-tune (default: init_from in the YAML)")
     parser.set_defaults(func=_cmd_finetune)
 
 
@@ -191,12 +199,7 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     from training.finetune import finetune
     from training.finetune_config import load_finetune_config
 
-    overrides = list(args.overrides)
-    if args.resume_from_checkpoint is not None:
-        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
-    if args.init_from is not None:
-        overrides.append(f"init_from={args.init_from}")
-    finetune(load_finetune_config(args.config, overrides))
+    finetune(load_finetune_config(args.config, _config_overrides(args)))
 
 
 # --- eval --------------------------------------------------------------------------------------------------------

@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 def finetune(config: FinetuneConfig) -> Path:
     """Fine-tune `config.init_from` on `config.dataset` as the `task:` section says; return the run folder.
 
-    Everything that can fail on the user's input — the model folder, its tokenizer, the columns, every label, a
-    sequence that cannot fit — is checked before the run folder is touched, so a refused run leaves nothing on disk.
+    Everything that can fail on the user's input — the model folder, its tokenizer, the columns, every label,
+    block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk.
     """
     return train(config, FinetuneWorkload(config))
 

@@ -106,20 +106,26 @@ def split_heldout(n_records: int, fraction: float, seed: int) -> tuple[list[int]
 
 def build_sequence(first: list[int], second: list[int] | None, tokens: TaskTokens,
                    max_length: int) -> tuple[list[int], bool]:
-    """start first [delim second] extract, cut to `max_length` tokens from the left of `first`; (ids, was_cut).
+    """start first [delim second] extract in at most `max_length` tokens; (ids, whether anything was cut).
 
-    Only the first part (text, premise, context) is cut, from its start: the delimiter, the second part (hypothesis,
-    answer) and the extract token the head reads always stay. E.g. max_length 6, first [1,2,3], second [4]:
-    [start, 2, 3, delim, 4, extract]. A second part that cannot fit even then is an error.
+    The first part (text, premise, context) is cut from its start, so the delimiter, the second part (hypothesis,
+    answer) and the extract token the head reads stay: max_length 6, first [1,2,3], second [4] gives
+    [start, 2, 3, delim, 4, extract]. A second part too long even alone (PIQA has 174-token solutions) keeps its
+    first tokens and the first part is dropped: max_length 5, first [1], second [4,5,6] gives
+    [start, delim, 4, 5, extract].
     """
-    tail = [tokens.extract] if second is None else [tokens.delimiter, *second, tokens.extract]
-    room = max_length - 1 - len(tail)
-    if room < 0:
-        raise UserError(f"the second part has {len(second or [])} tokens; with start, delimiter and extract it does "
-                        f"not fit block_size={max_length}; raise block_size (at most the model's n_positions)")
-    cut = len(first) > room
-    kept = first[len(first) - room:] if cut else first
-    return [tokens.start, *kept, *tail], cut
+    specials = 2 if second is None else 3  # start, [delim,] extract
+    room = max_length - specials
+    if room < 1:
+        raise UserError(f"block_size={max_length} leaves no room for text beside the {specials} special tokens; "
+                        f"raise block_size (at most the model's n_positions)")
+    second = second or []
+    cut = len(first) + len(second) > room
+    if len(second) > room:
+        first, second = [], second[:room]
+    kept = first[len(first) - (room - len(second)):] if len(first) > room - len(second) else first
+    middle = kept if specials == 2 else [*kept, tokens.delimiter, *second]
+    return [tokens.start, *middle, tokens.extract], cut
 
 
 def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: TaskTokens, max_length: int,

@@ -142,6 +142,11 @@ def test_training_loss_is_task_loss_plus_lambda_times_the_lm_loss_of_the_same_in
                                  labels=lm_labels).loss
     torch.testing.assert_close(loss, F.cross_entropy(logits, batch["labels"]) + 0.3 * lm_loss)
     assert work.count_tokens(batch) == int(batch["attention_mask"].sum()) < batch["input_ids"].numel()
+    # the held-out examples are the records split_heldout(val_fraction, seed) names: the experiment scores those
+    records = load_labelled_records(str(learnable_pairs))
+    _, heldout = split_heldout(len(records), 0.25, 7)
+    expected = encode_examples([records[i] for i in heldout], config.task_section, work.tokenizer, work.tokens, 32, "d")
+    assert work.heldout_examples == expected
 
 
 def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_run, tmp_path, base_model_dir,
@@ -235,8 +240,10 @@ def test_a_long_first_part_is_cut_from_the_left_keeping_delimiter_second_part_an
     assert build_sequence([1, 2, 3], [4], tokens, 7) == ([0, 1, 2, 3, 90, 4, 91], False)
     assert build_sequence([1, 2, 3], None, tokens, 3) == ([0, 3, 91], True)
     assert build_sequence([1, 2], [4, 5], tokens, 5) == ([0, 90, 4, 5, 91], True)  # nothing of the first part left
-    with pytest.raises(UserError, match="does not fit block_size=4"):
-        build_sequence([1], [4, 5], tokens, 4)
+    assert build_sequence([1], [4, 5, 6], tokens, 5) == ([0, 90, 4, 5, 91], True)  # a second part too long alone
+    assert build_sequence([], [4], tokens, 4) == ([0, 90, 4, 91], False)
+    with pytest.raises(UserError, match="block_size=3 leaves no room"):
+        build_sequence([1], [4], tokens, 3)
 
 
 def test_cut_examples_are_counted_and_fit_block_size(task_tokenizer, shared_data_dir):
@@ -361,13 +368,20 @@ def test_fewer_training_examples_than_a_batch_is_refused_before_the_run_starts(t
              "90 training examples, fewer than batch_size=100")
 
 
-def test_an_input_that_cannot_fit_the_context_is_refused_naming_the_row(tmp_path, base_model_dir, learnable_pairs):
-    rows = [{"premise": "a", "hypothesis": "b", "label": "no"}] * 5 + [
-        {"premise": "a", "hypothesis": " ".join(WORDS * 4), "label": "no"}]
-    data = _write_jsonl(tmp_path / "d.jsonl", rows)
-    _refused(_config(tmp_path, base_model_dir, data), r"row 6: the second part has \d+ tokens.*block_size=32")
+def test_an_input_longer_than_block_size_is_cut_keeping_the_extract_token(tmp_path, base_model_dir, learnable_pairs,
+                                                                           task_tokenizer):
+    from training.finetune_config import parse_task_section
+
+    tokenizer, tokens = task_tokenizer
+    task = parse_task_section({"format": "pair", "text_columns": ["premise", "hypothesis"], "labels": ["no", "yes"]})
+    long_hypothesis = " ".join(WORDS * 4)
+    [example] = encode_examples([{"premise": "a b", "hypothesis": long_hypothesis, "label": "no"}], task, tokenizer,
+                                tokens, 32, "d")
+    hypothesis = tokenizer(long_hypothesis, add_special_tokens=False)["input_ids"]
+    assert example["cut"] and example["input_ids"] == [tokens.start, tokens.delimiter, *hypothesis[:29], tokens.extract]
     with pytest.raises(UserError, match="block_size=128 exceeds n_positions=64"):
         finetune(_config(tmp_path, base_model_dir, learnable_pairs, "block_size=128"))
+    _refused(_config(tmp_path, base_model_dir, learnable_pairs, "block_size=2"), "pairs.jsonl row 1: block_size=2 leaves no room")
 
 
 def test_a_head_folder_into_the_wrong_class_is_refused(finetuned_run, tmp_path, base_model_dir, learnable_pairs):
