@@ -108,3 +108,22 @@ def test_multiple_choice_card_uses_the_multiple_choice_task_type(base_model, tmp
     assert result.task_type == "multiple-choice" and result.dataset_type == "baber/piqa"
     assert "AutoModelForMultipleChoice" in card.text and "λ = 0.0" in card.text
     assert "scratch" not in card.text.lower()
+
+
+def test_model_index_value_is_the_recorded_heldout_accuracy_not_another_figure(boolq_export, tmp_path):
+    """Distinct recorded figures (a tiny model's accuracy often equals the majority class), so the card's number can
+    only come from val_accuracy."""
+    import shutil
+
+    from model_cards.card import build_model_card
+
+    run, _ = boolq_export
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    summary = json.loads((copy / "training_summary.json").read_text())
+    summary.update(val_accuracy=0.612345, val_accuracy_stderr=0.0191, majority_class_accuracy=0.7)
+    (copy / "training_summary.json").write_text(json.dumps(summary))
+    card = build_model_card(copy)
+    _, [result] = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    assert result.metric_value == 0.6123
+    assert "| accuracy | 0.6123 ± 0.0191 |" in card.text and "| 0.7000 |" in card.text
