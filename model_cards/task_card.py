@@ -22,13 +22,14 @@ KNOWN_TASK_DATASETS: dict[str, tuple[str, str | None, str, str]] = {
     "piqa": ("baber/piqa", None, "validation", "PIQA (validation)"),
     "copa": ("aps/super_glue", "copa", "validation", "COPA (SuperGLUE dev)"),
 }
-# head class -> (Auto class, Hub task type, pipeline tag, description, what GPT-1 calls the format)
+# head class -> (Auto class, Hub task type, pipeline tag, description)
 HEADS = {
     "GPTCustomForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification",
-                                           "text-classification", "sequence-classification", "classification"),
-    "GPTCustomForMultipleChoice": ("AutoModelForMultipleChoice", "multiple-choice", None, "multiple-choice",
-                                   "multiple choice"),
+                                           "text-classification", "sequence-classification"),
+    "GPTCustomForMultipleChoice": ("AutoModelForMultipleChoice", "multiple-choice", None, "multiple-choice"),
 }
+FORMAT_NAMES = {"classification": "classification", "pair": "text pairs (entailment)",
+                "multiple_choice": "multiple choice"}
 INPUT_FORMATS = {
     "classification": "<|endoftext|>{text}<|extract|>",
     "pair": "<|endoftext|>{premise}<|delim|>{hypothesis}<|extract|>",
@@ -40,7 +41,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
                           license: str, facts: dict[str, Any]) -> ModelCard:
     """The card of a fine-tuned run; `facts` are the ones card.py gathers for every card (name, size, code files)."""
     head_name = next(name for name in (model_config.architectures or []) if name in HEADS)
-    auto_class, task_type, pipeline_tag, description, format_name = HEADS[head_name]
+    auto_class, task_type, pipeline_tag, description = HEADS[head_name]
     task = summary["task"]
     dataset = task_dataset_facts(str(summary.get("dataset") or ""))
     run_name = facts["model_name"]
@@ -60,13 +61,13 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         card_data,
         template_path=str(TEMPLATE_PATH),
         repo_id=repo_id or f"your-username/{run_name}",
-        head={"auto_class": auto_class, "description": description, "format_name": format_name},
+        head={"auto_class": auto_class, "description": description, "format_name": FORMAT_NAMES[task["format"]]},
         base_model=base_model_name(str(summary.get("fine_tuned_from") or train_config.get("init_from") or "")),
         dataset=dataset,
         task=task,
         input_format=INPUT_FORMATS[task["format"]],
         usage_example=_usage_example(task, model_config),
-        n_positions=model_config.n_positions,
+        block_size=train_config.get("block_size"),
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
                  "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
         training={"steps": summary.get("steps"), "batch_size": train_config.get("batch_size"),
@@ -75,7 +76,9 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         results={"accuracy": _with_stderr(summary["val_accuracy"], summary.get("val_accuracy_stderr")),
                  "majority": f"{summary['majority_class_accuracy']:.4f}",
                  "task_loss": f"{summary['val_task_loss']:.4f}"},
-        **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "hyperparameters", "loss_curve")},
+        hyperparameters=[row for row in facts["hyperparameters"]  # a local file has no Hub split or config
+                         if not (dataset["local_file"] and row[0] in ("dataset_split", "dataset_config"))],
+        **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "loss_curve")},
     )
 
 
