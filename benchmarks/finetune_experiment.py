@@ -141,8 +141,11 @@ def format_markdown(report: dict) -> str:
         "# Fine-tuning vs zero-/few-shot prompting (GPT-1's experiment at our scale)",
         "",
         f"Measured on {describe_machine(meta)}, {meta['time_utc']} UTC, load average {meta['load_average']} at the "
-        f"start and {report['load_average_end']} at the end (a shared machine). Experiment wall time "
-        f"{report['wall_time_s'] / 60:.1f} min (pre-training not included: {pre['wall_time_s'] / 60:.1f} min).",
+        f"start and {report['load_average_end']} at the end (a shared machine). Wall time of each fine-tuning run: "
+        + ", ".join(f"{name} λ={key.split('=')[1]} {run['wall_time_s'] / 60:.1f} min"
+                    for name, entry in report["tasks"].items() for key, run in entry["finetuned"].items())
+        + f"; pre-training {pre['wall_time_s'] / 60:.1f} min. (A second invocation reuses finished runs and "
+        f"evaluations; this one took {report['wall_time_s'] / 60:.1f} min.)",
         "",
         f"Pre-trained model: `{pre['config']}`, {pre['n_params']:,} parameters, {pre['steps']} steps "
         f"({pre['tokens_seen']:,} tokens) of WikiText-2 raw, {pre['val_bits_per_byte']:.3f} bits per byte on its "
@@ -161,7 +164,11 @@ def format_markdown(report: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Fine-tuning settings (both λ): " + "; ".join(
         f"{name}: {entry['finetune_settings']}" for name, entry in report["tasks"].items()),
-        "`(k cut)`: prompts whose few-shot examples did not all fit the 256-token context (whole examples dropped)."]
+        "`(k cut)`: prompts that did not fit the 256-token context: few-shot examples dropped whole, then the "
+        "passage cut from the left (BoolQ at K = 5: every prompt, so it scores as K = 0). Fine-tuning cut "
+        + ", ".join(f"{name} {entry['finetuned']['lambda=0.0']['examples_cut_to_block_size']['heldout']} of "
+                    f"{entry['heldout_docs']}" for name, entry in report["tasks"].items())
+        + " held-out inputs to block_size (the start of the passage / goal, or of a long solution)."]
     return "\n".join(lines) + "\n"
 
 
