@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,8 +27,6 @@ from training.finetune_data import (
 )
 from training.train import train
 from training.workload import PreparedWork
-
-logger = logging.getLogger(__name__)
 
 
 def finetune(config: FinetuneConfig) -> Path:
