@@ -77,7 +77,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
     card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
-    model = load_model_folder(final_dir, model_class=_saved_task_head_class(final_dir))
+    model = load_model_folder(final_dir, model_class=saved_task_head_class(final_dir))
 
     staging = out_dir.with_name(out_dir.name + ".tmp")
     if staging.exists():
@@ -120,14 +120,16 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     return out_dir
 
 
-def _saved_task_head_class(folder: Path):
-    """The task-head class a fine-tuned folder was saved from (None for a causal LM): loaded as a causal LM, a head
-    folder would load without complaint and its head would be dropped from the export."""
-    from . import modeling_gpt_custom
+def saved_task_head_class(folder: str | Path):
+    """The task-head class (GPTCustomFor<Task>, not ...ForCausalLM) a model folder was saved from, or None.
 
-    saved = read_json(folder / "config.json").get("architectures") or []
-    head = next((name for name in saved if name in modeling_gpt_custom.TASK_HEAD_AUTO_CLASSES.values()), None)
-    return getattr(modeling_gpt_custom, head) if head else None
+    A head folder loaded as a causal LM loads without complaint and loses its head, so export (and fine-tuning's
+    init_from) must load it as the class that saved it."""
+    import hf_gpt_custom
+
+    saved = read_json(Path(folder) / "config.json").get("architectures") or []
+    head = next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
+    return getattr(hf_gpt_custom, head) if head else None
 
 
 def push_folder(folder: str | Path, repo_id: str, private: bool = False, revision: str | None = None) -> str:
@@ -225,7 +227,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     )
     names = {name for name, _ in files}
     required = {"model.safetensors", "config.json", "README.md", *remote_code_files()}
-    if _saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
+    if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
         required.add("generation_config.json")
     missing = sorted(required - names)
     if missing:

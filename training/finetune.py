@@ -10,7 +10,6 @@ batches are finetune_data.py's, the config finetune_config.py's.
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -192,10 +191,10 @@ def _head_class(task: TaskSection):
 def saved_head(folder: str, task: TaskSection) -> str | None:
     """The task head class a fine-tuned folder holds (None for a pre-trained causal LM); one of another kind than
     `task` needs is refused."""
-    from hf_gpt_custom.modeling_gpt_custom import TASK_HEAD_AUTO_CLASSES
+    from hf_gpt_custom.hub import saved_task_head_class
 
-    saved = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8")).get("architectures") or []
-    head = next((name for name in saved if name in TASK_HEAD_AUTO_CLASSES.values()), None)
+    head_class = saved_task_head_class(folder)
+    head = head_class.__name__ if head_class is not None else None
     needed = _head_class(task).__name__
     if head is not None and head != needed:
         raise UserError(f"init_from={folder} holds a fine-tuned {head}, but task.format={task.format} needs a "
