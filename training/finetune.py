@@ -146,11 +146,15 @@ class FinetuneWorkload:
         }
 
     def save_beside_model(self, folder: Path, model_config) -> None:
-        """The tokenizer with the task tokens, as every tokenizer saved with a model: n_positions, pad = eos, left."""
+        """The tokenizer with the task tokens, model_max_length = n_positions and pad = eos, padding on the RIGHT.
+
+        Saved causal LMs pad on the left for batched generation; a task head does not generate, and its learned
+        positions are counted from the first token, so only right padding gives a padded row the logits it gets alone
+        (the heads, like GPT-2's, do not derive positions from the attention mask)."""
         tokenizer = copy.deepcopy(self.tokenizer)
         tokenizer.model_max_length = model_config.n_positions
         tokenizer.pad_token = tokenizer.eos_token
-        tokenizer.padding_side = "left"
+        tokenizer.padding_side = "right"
         tokenizer.save_pretrained(folder)
 
 

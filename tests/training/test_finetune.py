@@ -114,6 +114,14 @@ def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(fi
         hits += model.config.id2label[int(logits.argmax())] == record["label"]
     summary = json.loads((finetuned_run / "training_summary.json").read_text())
     assert hits / len(heldout) == pytest.approx(summary["val_accuracy"])
+    # the saved tokenizer pads on the right, so a padded batch scores each row as it scores alone
+    texts = [f"<|endoftext|>{records[i]['premise']}{DELIMITER_TOKEN}{records[i]['hypothesis']}{EXTRACT_TOKEN}"
+             for i in heldout[:4]]
+    assert tokenizer.padding_side == "right"
+    with torch.no_grad():
+        batched = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+        alone = torch.cat([model(**tokenizer(text, return_tensors="pt")).logits for text in texts])
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
     assert model.config.lm_loss_weight == 0.5 and model.config.id2label == {0: "no", 1: "yes"}
 
 
