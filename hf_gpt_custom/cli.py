@@ -110,13 +110,29 @@ def _add_train(subparsers) -> None:
         "train", help="pre-train or fine-tune with Accelerate",
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("config", help="training YAML, e.g. training/configs/shakespeare.yaml")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_steps=200 model.n_layer=4")
+    _add_run_config_arguments(parser, "training YAML, e.g. training/configs/shakespeare.yaml",
+                              "key=value overrides, e.g. max_steps=200 model.n_layer=4",
+                              "fine-tune from a model folder (ours or a transformers GPT-2 folder)")
+    parser.set_defaults(func=_cmd_train)
+
+
+def _add_run_config_arguments(parser, config_help: str, overrides_help: str, init_from_help: str) -> None:
+    """CONFIG, key=value overrides, --resume_from_checkpoint and --init_from: what train and finetune both take."""
+    parser.add_argument("config", help=config_help)
+    parser.add_argument("overrides", nargs="*", help=overrides_help)
     parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
                         help="'latest' or a checkpoint folder (default: start fresh)")
-    parser.add_argument("--init_from", "--init-from", default=None,
-                        help="fine-tune from a model folder (ours or a transformers GPT-2 folder)")
-    parser.set_defaults(func=_cmd_train)
+    parser.add_argument("--init_from", "--init-from", default=None, help=init_from_help)
+
+
+def _config_overrides(args: argparse.Namespace) -> list[str]:
+    """The key=value overrides with --resume_from_checkpoint / --init_from appended as overrides of their own."""
+    overrides = list(args.overrides)
+    if args.resume_from_checkpoint is not None:
+        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
+    if args.init_from is not None:
+        overrides.append(f"init_from={args.init_from}")
+    return overrides
 
 
 def training_keys_help() -> str:
@@ -153,12 +169,37 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from hf_gpt_custom.training.config import load_train_config
     from hf_gpt_custom.training.train import train
 
-    overrides = list(args.overrides)
-    if args.resume_from_checkpoint is not None:
-        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
-    if args.init_from is not None:
-        overrides.append(f"init_from={args.init_from}")
-    train(load_train_config(args.config, overrides))
+    train(load_train_config(args.config, _config_overrides(args)))
+
+
+# --- finetune ----------------------------------------------------------------------------------------------------
+
+
+def _add_finetune(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "finetune", help="GPT-1-style fine-tuning of a model folder on a labelled dataset (task head + λ·LM loss)",
+        epilog=_task_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_config_arguments(parser, "fine-tuning YAML, e.g. training/configs/finetune_boolq.yaml",
+                              "key=value overrides, e.g. max_steps=200 task.lm_loss_weight=0",
+                              "the model folder to fine-tune (default: init_from in the YAML)")
+    parser.set_defaults(func=_cmd_finetune)
+
+
+def _task_keys_help() -> str:
+    from hf_gpt_custom.training.finetune_config import TASK_KEYS_HELP
+
+    width = max(len(key) for key in TASK_KEYS_HELP) + len("task.")
+    lines = [f"  {'task.' + key:<{width}}  {text}" for key, text in TASK_KEYS_HELP.items()]
+    return ("task keys (the task: section, or task.key=value after the YAML):\n" + "\n".join(lines) +
+            "\nand the training keys of `hf-gpt-custom train --help` (init_from, dataset, val_fraction, block_size, ...)")
+
+
+def _cmd_finetune(args: argparse.Namespace) -> None:
+    from hf_gpt_custom.training.finetune import finetune
+    from hf_gpt_custom.training.finetune_config import load_finetune_config
+
+    finetune(load_finetune_config(args.config, _config_overrides(args)))
 
 
 # --- eval --------------------------------------------------------------------------------------------------------
@@ -292,7 +333,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-gpt-custom", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for add_subcommand in (_add_tokenizer, _add_train, _add_eval, _add_export, _add_push, _add_run):
+    for add_subcommand in (_add_tokenizer, _add_train, _add_finetune, _add_eval, _add_export, _add_push, _add_run):
         add_subcommand(subparsers)
     return parser
 

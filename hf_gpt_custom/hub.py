@@ -77,7 +77,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
     card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
-    model = load_model_folder(final_dir)
+    model = load_model_folder(final_dir, model_class=saved_task_head_class(final_dir))
 
     staging = out_dir.with_name(out_dir.name + ".tmp")
     if staging.exists():
@@ -94,6 +94,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
 
     local_paths = _run_local_paths(run_dir)
     for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
+        if not (staging / name).is_file():  # a task head (hf-gpt-custom finetune) has no generation_config.json
+            continue
         _write_public_json(staging / name, read_json(staging / name), run_dir, local_paths)
     if (run_dir / "training_summary.json").is_file():
         summary = read_json(run_dir / "training_summary.json")
@@ -116,6 +118,18 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         shutil.rmtree(out_dir)
     os.replace(staging, out_dir)
     return out_dir
+
+
+def saved_task_head_class(folder: str | Path):
+    """The task-head class (GPTCustomFor<Task>, not ...ForCausalLM) a model folder was saved from, or None.
+
+    A head folder loaded as a causal LM loads without complaint and loses its head, so export (and fine-tuning's
+    init_from) must load it as the class that saved it."""
+    import hf_gpt_custom
+
+    saved = read_json(Path(folder) / "config.json").get("architectures") or []
+    head = next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
+    return getattr(hf_gpt_custom, head) if head else None
 
 
 def push_folder(folder: str | Path, repo_id: str, private: bool = False, revision: str | None = None) -> str:
@@ -212,7 +226,9 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
         if path.is_file() and not path.relative_to(folder).as_posix().startswith(_UPLOAD_IGNORED)
     )
     names = {name for name, _ in files}
-    required = {"model.safetensors", "config.json", "generation_config.json", "README.md", *remote_code_files()}
+    required = {"model.safetensors", "config.json", "README.md", *remote_code_files()}
+    if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
+        required.add("generation_config.json")
     missing = sorted(required - names)
     if missing:
         raise UserError(f"cannot publish {folder}: missing {', '.join(missing)}; export the run again")

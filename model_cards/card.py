@@ -57,6 +57,16 @@ def build_model_card(
     train_config = _read_train_config(run_dir, summary)
     model_config = GPTCustomConfig.from_pretrained(final_dir)
     run_name = str(summary.get("run_name") or train_config.get("run_name") or run_dir.name)
+    if summary.get("task"):  # a fine-tuned task head (hf-gpt-custom finetune): its own card, task_card.py
+        from hf_gpt_custom.model_cards.task_card import build_task_model_card
+        from hf_gpt_custom.training.finetune_config import PRETRAINING_ONLY_SETTINGS
+
+        rows = [row for row in _hyperparameter_rows(train_config) if row[0].split(".")[0] not in PRETRAINING_ONLY_SETTINGS]
+        facts = {"model_name": run_name, "n_params_human": _human_count(summary.get("n_params")),
+                 "code_files": sorted(remote_code_files()), "hyperparameters": rows,
+                 "loss_curve": "loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
+                 "duration": _training_facts(summary, train_config)["duration"]}
+        return build_task_model_card(run_dir, summary, train_config, model_config, repo_id, license, facts)
 
     results_path = run_dir / "eval" / "results.json"
     results = read_json(results_path) if results_path.is_file() else None
@@ -274,7 +284,7 @@ def _training_facts(summary: dict, train_config: dict) -> dict[str, Any]:
 
 
 # Settings the card shows in their own section (architecture, data, tokenizer, fine-tuning source), not as rows.
-_SHOWN_ELSEWHERE = {"model", "dataset", "tokenizer", "init_from"}
+_SHOWN_ELSEWHERE = {"model", "dataset", "tokenizer", "init_from", "task"}
 
 
 def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:

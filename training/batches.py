@@ -38,20 +38,23 @@ def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
     return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
 
 
-def build_loaders(config: TrainConfig, data) -> tuple[DataLoader, DataLoader]:
-    """Training batches (reshuffled each epoch, or in stream order) and the fixed validation batches."""
+def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple[DataLoader, DataLoader]:
+    """Training batches (reshuffled each epoch, or in stream order) and the fixed validation batches.
+
+    `data` has `.train` and `.val` datasets (`datasets.Dataset`s; `.val` is cut to eval_batches with .select);
+    `collate_fn` turns a list of rows into a batch (default: packed blocks; fine-tuning pads examples)."""
     if config.streaming:
-        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_blocks, drop_last=True)
+        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_fn, drop_last=True)
     else:
         train_loader = DataLoader(
             data.train, batch_size=config.batch_size, sampler=EpochShuffleSampler(len(data.train), config.seed),
-            collate_fn=collate_blocks, drop_last=True,
+            collate_fn=collate_fn, drop_last=True,
             generator=torch.Generator().manual_seed(config.seed),  # the loader draws a seed per epoch: not from the global RNG
         )
     val_data = data.val
     if config.eval_batches is not None:
         # the same blocks whatever the number of processes, so validation numbers stay comparable
         val_data = val_data.select(range(min(len(val_data), config.eval_batches * config.batch_size)))
-    val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_blocks,
+    val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_fn,
                             generator=torch.Generator().manual_seed(config.seed))
     return train_loader, val_loader

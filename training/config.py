@@ -159,8 +159,12 @@ def setting_help() -> dict[str, str]:
 # --- loading -------------------------------------------------------------------------------------------------------
 
 
-def load_train_config(path: str | os.PathLike | None, overrides: list[str] | None = None) -> TrainConfig:
+def load_train_config(path: str | os.PathLike | None, overrides: list[str] | None = None,
+                      config_class: type[TrainConfig] = TrainConfig) -> TrainConfig:
     """Read a training YAML, apply `key=value` overrides (`model.n_layer=4` for the model section), validate.
+
+    `config_class` is TrainConfig or a subclass with more fields (fine-tuning's FinetuneConfig adds `task:`); every
+    mapping-typed field takes dotted overrides the way `model:` does (`task.lm_loss_weight=0`).
 
     Relative local paths (dataset, tokenizer, init_from) are looked up in the working directory first and then in
     the repository root, so `training/configs/shakespeare.yaml` works from anywhere; they are stored absolute.
@@ -178,25 +182,28 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
-    fields = _declared_types()
+    fields = _declared_types(config_class)
     for key in values:
         _check_known_key(key, fields)
     values = {key: _convert(key, value, fields[key]) for key, value in values.items()}
-    values["model"] = dict(values.get("model") or {})
+    sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
+    for name in sections:
+        values[name] = dict(values.get(name) or {})
     for override in overrides or []:
         key, sep, raw = override.partition("=")
         key = key.strip().lstrip("-")
         if not sep or not key:
             raise UserError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
-        if key.startswith("model."):
-            values["model"][key[len("model."):]] = _parse_scalar(raw)
+        section, dot, sub_key = key.partition(".")
+        if dot and section in sections:
+            values[section][sub_key] = _parse_scalar(raw)
         else:
             _check_known_key(key, fields)
             values[key] = _convert(key, raw, fields[key], from_string=True)
     for key in ("dataset", "val_dataset", "tokenizer", "init_from"):
         if values.get(key):
             values[key] = _resolve_local_path(key, str(values[key]))
-    return TrainConfig(**values)
+    return config_class(**values)
 
 
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
@@ -205,9 +212,9 @@ def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
         yaml.safe_dump(config.to_dict(), f, sort_keys=False)
 
 
-def _declared_types() -> dict[str, Any]:
+def _declared_types(config_class: type = None) -> dict[str, Any]:
     """Field name -> declared type, resolved from the annotation strings that `from __future__` leaves."""
-    return typing.get_type_hints(TrainConfig)
+    return typing.get_type_hints(config_class or TrainConfig)
 
 
 def _check_known_key(key: str, fields: dict) -> None:

@@ -77,7 +77,9 @@ def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
 
 
 def _flatten(settings: dict[str, Any]) -> dict[str, Any]:
-    """The `model:` section as model.<key> entries, so a changed architecture is named key by key."""
-    flat = {key: value for key, value in settings.items() if key != "model"}
-    flat.update({f"model.{key}": value for key, value in (settings.get("model") or {}).items()})
+    """Sections (`model:`, fine-tuning's `task:`) as <section>.<key> entries, so a change is named key by key."""
+    flat = {key: value for key, value in settings.items() if not isinstance(value, dict) and key != "model"}
+    for section, entries in settings.items():
+        if isinstance(entries, dict) or section == "model":
+            flat.update({f"{section}.{key}": value for key, value in (entries or {}).items()})
     return flat

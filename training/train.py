@@ -2,7 +2,8 @@
 
 The same function runs on a laptop CPU, one GPU, or many processes under `accelerate launch` / torchrun: Accelerate
 owns devices, precision, DDP/FSDP wrapping and gradient accumulation; this file owns the loop (accumulation,
-clipping, divergence stop), logging and exact resume. Elsewhere: the recipe (AdamW groups, schedule) in recipe.py,
+clipping, divergence stop), logging and exact resume. What is trained — data, model, loss, validation figures —
+comes from a workload (workload.py): language modelling here by default, fine-tuning in finetune.py. Elsewhere: the recipe (AdamW groups, schedule) in recipe.py,
 validation figures in evaluation.py, batching in batches.py, data in data.py, the tokenizer stage in
 tokenizer_stage.py, checkpoint files in checkpoint.py, resume checks in resume_check.py, divergence rules in
 divergence.py, the log/summary/plot in run_log.py.
@@ -37,6 +38,7 @@ from hf_gpt_custom.training.evaluation import evaluate_loss
 from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError
 from hf_gpt_custom.training.recipe import build_optimizer, build_scheduler, flops_per_token
 from hf_gpt_custom.training.resume_check import check_resume_settings, record_settings_in_checkpoints
+from hf_gpt_custom.training.workload import PreparedWork, Workload
 from hf_gpt_custom.training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
     write_training_summary,
@@ -107,6 +109,58 @@ def _load_model(config: TrainConfig, tokenizer):
     return model
 
 
+class LanguageModelling:
+    """The default workload: next-token prediction on packed blocks of `config.dataset` (pre-training, or
+    continued training from `init_from`); validation loss, perplexity and bits per byte."""
+
+    def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
+        from transformers import AutoTokenizer
+
+        with accelerator.main_process_first():
+            self.tokenizer_dir = Path(prepare_tokenizer(config))
+            tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir))
+            self.data = prepare_datasets(config, tokenizer, self.tokenizer_dir)
+        accelerator.print(
+            f"data: {self.data.stats.get('train_blocks', '?')} train / {self.data.stats['val_blocks']} val blocks of "
+            f"{config.block_size} tokens ({'cache hit' if self.data.is_cache_hit else 'tokenised'}; "
+            f"{self.data.cache_dir})"
+        )
+        model = _load_model(config, tokenizer)
+        # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets
+        self.token_bytes = torch.tensor(
+            token_byte_lengths(tokenizer) + [0] * max(0, model.config.vocab_size - len(tokenizer)))
+        self.config, self.eos_token = config, tokenizer.eos_token
+        train_loader, val_loader = build_loaders(config, self.data)
+        return PreparedWork(tokenizer, model, train_loader, val_loader)
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+
+    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
+        return batch["input_ids"].numel()  # packed blocks: no padding
+
+    def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
+        return evaluate_loss(model, val_loader, accelerator, self.token_bytes)
+
+    def describe(self, result: dict[str, float]) -> str:
+        return (f"val loss {result['val_loss']:.4f}, perplexity {result['val_perplexity']:.2f}, "
+                f"{result['val_bits_per_byte']:.4f} bits/byte")
+
+    def summary_fields(self, last_eval: dict[str, float]) -> dict[str, Any]:
+        return {
+            "val_perplexity": last_eval["val_perplexity"],
+            "val_bits_per_byte": last_eval["val_bits_per_byte"],
+            "dataset": self.config.dataset,
+            "train_blocks": self.data.stats.get("train_blocks"),
+            "val_blocks": self.data.stats.get("val_blocks"),
+            "tokenizer": str(self.tokenizer_dir.absolute()),
+            "data_cache": str(self.data.cache_dir) if self.data.cache_dir else None,
+        }
+
+    def save_beside_model(self, folder: Path, model_config) -> None:
+        tokenizer_for_model(self.tokenizer_dir, self.eos_token, model_config.n_positions).save_pretrained(folder)
+
+
 def _tracker_config(config: TrainConfig) -> dict:
     flat = {key: value for key, value in config.to_dict().items()
             if isinstance(value, (int, float, str, bool)) and key != "model"}
@@ -117,21 +171,23 @@ def _tracker_config(config: TrainConfig) -> dict:
 # --- the loop ------------------------------------------------------------------------------------------------------
 
 
-def train(config: TrainConfig) -> Path:
-    """Train as `config` says; return the run folder (config.yaml, run_log.jsonl, checkpoints/, final/, summary, PNG)."""
+def train(config: TrainConfig, workload: Workload | None = None) -> Path:
+    """Train as `config` says; return the run folder (config.yaml, run_log.jsonl, checkpoints/, final/, summary, PNG).
+
+    `workload` says what is trained (default: language modelling on `config.dataset`, LanguageModelling below)."""
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
         with lock_run_folder(config.run_dir):  # one process per run folder (run_lock.py)
-            return _train(config)
+            return _train(config, workload or LanguageModelling())
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back
 
 
-def _train(config: TrainConfig) -> Path:
+def _train(config: TrainConfig, workload: Workload) -> Path:
     start_time = time.time()
-    session = _set_up(config)
+    session = _set_up(config, workload)
     loop = _run_loop(session)
     _finish(session, loop, wall_time_s=lambda: time.time() - start_time)
     return session.run_dir
@@ -142,18 +198,16 @@ class _Session:
     """What one train() call works with: built once by _set_up, then read by the loop and by _finish."""
 
     config: TrainConfig
+    workload: Workload
     accelerator: Any
     run_dir: Path
-    tokenizer_dir: Path
     tokenizer: Any
-    data: Any  # PackedData
     model: Any  # prepared (wrapped) model
     model_config: Any
     optimizer: Any
     scheduler: Any
     train_loader: Any
     val_loader: Any
-    token_bytes: torch.Tensor  # UTF-8 bytes per token id, for bits per byte
     n_params: int
     state: TrainingState
     resume_folder: Path | None
@@ -165,6 +219,7 @@ class _Session:
 
     @property
     def tokens_per_step(self) -> int:
+        """Tokens one optimizer step holds at most (exactly, for packed blocks)."""
         config = self.config
         return config.batch_size * config.block_size * config.gradient_accumulation_steps * self.accelerator.num_processes
 
@@ -186,11 +241,10 @@ class _LoopResult:
     advice_if_diverged: str = ""  # which checkpoint is safe, should the final weights turn out broken
 
 
-def _set_up(config: TrainConfig) -> _Session:
-    """Accelerator, resume checks, config.yaml, tokenizer, data, model, optimizer, schedule, loaders, restored state."""
+def _set_up(config: TrainConfig, workload: Workload) -> _Session:
+    """Accelerator, resume checks, config.yaml, the workload's model and loaders, optimizer, schedule, restored state."""
     import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
     from accelerate.utils import set_seed
-    from transformers import AutoTokenizer
 
     run_dir = config.run_dir.absolute()
     log_with = None if config.log_with in (None, "none") else config.log_with
@@ -207,24 +261,14 @@ def _set_up(config: TrainConfig) -> _Session:
     set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)  # rotation then sees only this branch
     set_seed(config.seed)
 
-    with accelerator.main_process_first():
-        tokenizer_dir = prepare_tokenizer(config)
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        data = prepare_datasets(config, tokenizer, tokenizer_dir)
-    accelerator.print(
-        f"data: {data.stats.get('train_blocks', '?')} train / {data.stats['val_blocks']} val blocks of "
-        f"{config.block_size} tokens ({'cache hit' if data.is_cache_hit else 'tokenised'}; {data.cache_dir})"
-    )
-
-    model = _load_model(config, tokenizer)
+    prepared = workload.prepare(config, accelerator)
+    model, tokenizer, train_loader, val_loader = prepared.model, prepared.tokenizer, prepared.train_loader, \
+        prepared.val_loader
     model_config, n_params = model.config, model.num_parameters()
-    # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets
-    token_bytes = torch.tensor(token_byte_lengths(tokenizer) + [0] * max(0, model_config.vocab_size - len(tokenizer)))
     if config.compile:
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config)
-    train_loader, val_loader = build_loaders(config, data)
     model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
         model, optimizer, train_loader, val_loader, scheduler
     )
@@ -235,8 +279,8 @@ def _set_up(config: TrainConfig) -> _Session:
         if accelerator.is_main_process else None
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
-    return _Session(config, accelerator, run_dir, Path(tokenizer_dir), tokenizer, data, model, model_config,
-                    optimizer, scheduler, train_loader, val_loader, token_bytes, n_params, state, resume_folder, run_log)
+    return _Session(config, workload, accelerator, run_dir, tokenizer, model, model_config, optimizer, scheduler,
+                    train_loader, val_loader, n_params, state, resume_folder, run_log)
 
 
 def _make_accelerator(config: TrainConfig, run_dir: Path, log_with: str | None):
@@ -292,12 +336,12 @@ def _run_loop(s: _Session) -> _LoopResult:
     s.model.train()
     while state.step < config.max_steps:
         step_start = time.perf_counter()
-        loss, grad_norm, digests = _optimizer_step(s, batches, guard, progress)
+        loss, grad_norm, digests, n_tokens = _optimizer_step(s, batches, guard, progress)
         state.step += 1
-        state.tokens_seen += s.tokens_per_step
+        state.tokens_seen += n_tokens
         step_time_s = time.perf_counter() - step_start
         result.train_time_s += step_time_s
-        _log_step(s, loss, grad_norm, digests, step_time_s, progress)
+        _log_step(s, loss, grad_norm, digests, n_tokens, step_time_s, progress)
         if state.step % config.eval_interval == 0 or state.step == config.max_steps:
             result.last_eval = _evaluate_and_log(s, progress)
         if config.checkpoint_interval and state.step % config.checkpoint_interval == 0 and state.step < config.max_steps:
@@ -309,16 +353,19 @@ def _run_loop(s: _Session) -> _LoopResult:
     return result
 
 
-def _optimizer_step(s: _Session, batches, guard: DivergenceGuard, progress) -> tuple[float, float, list[int]]:
-    """One accumulation window and the update after it; returns (mean loss, gradient norm, batch digests)."""
+def _optimizer_step(s: _Session, batches, guard: DivergenceGuard, progress) -> tuple[float, float, list[int], int]:
+    """One accumulation window and the update after it; returns (mean loss, gradient norm, batch digests, tokens
+    trained on by all processes)."""
     accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
     loss_sum = torch.zeros((), device=accelerator.device)
+    n_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     digests = []
     for _ in range(accum):
         batch = next(batches)
         digests.append(_batch_digest(batch["input_ids"]))
+        n_tokens += s.workload.count_tokens(batch)
         with accelerator.accumulate(model):
-            loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+            loss = s.workload.loss(model, batch)
             accelerator.backward(loss)
             loss_sum += loss.detach().float()
             if accelerator.sync_gradients:
@@ -335,13 +382,14 @@ def _optimizer_step(s: _Session, batches, guard: DivergenceGuard, progress) -> t
                 s.optimizer.step()
                 s.scheduler.step()
                 s.optimizer.zero_grad(set_to_none=True)
-    return step_loss, grad_norm, digests
+    return step_loss, grad_norm, digests, int(accelerator.reduce(n_tokens, reduction="sum"))
 
 
-def _log_step(s: _Session, loss: float, grad_norm: float, digests: list[int], step_time_s: float, progress) -> None:
+def _log_step(s: _Session, loss: float, grad_norm: float, digests: list[int], n_tokens: int, step_time_s: float,
+              progress) -> None:
     accelerator, state = s.accelerator, s.state
     lr = s.scheduler.get_last_lr()[0]
-    tokens_per_s = s.tokens_per_step / step_time_s
+    tokens_per_s = n_tokens / step_time_s
     all_digests = accelerator.gather(torch.tensor(digests, dtype=torch.int64, device=accelerator.device))
     record = {
         "kind": "train", "step": state.step, "epoch": state.epoch, "loss": loss, "lr": lr,
@@ -358,13 +406,12 @@ def _log_step(s: _Session, loss: float, grad_norm: float, digests: list[int], st
 
 
 def _evaluate_and_log(s: _Session, progress) -> dict:
-    result = {**evaluate_loss(s.model, s.val_loader, s.accelerator, s.token_bytes), "step": s.state.step}
+    result = {**s.workload.evaluate(s.model, s.val_loader, s.accelerator), "step": s.state.step}
     if s.run_log is not None:
         s.run_log.write({"kind": "eval", **result})
     s.accelerator.log({f"val/{k[4:]}": v for k, v in result.items() if k.startswith("val_")}, step=s.state.step)
     if s.accelerator.is_main_process:
-        progress.write(f"step {s.state.step}: val loss {result['val_loss']:.4f}, "
-                       f"bits/byte {result['val_bits_per_byte']:.4f}")
+        progress.write(f"step {s.state.step}: {s.workload.describe(result)}")
     return result
 
 
@@ -373,7 +420,7 @@ def _finish(s: _Session, loop: _LoopResult, wall_time_s) -> None:
     accelerator, state, config = s.accelerator, s.state, s.config
     last_eval = loop.last_eval
     if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
-        last_eval = {**evaluate_loss(s.model, s.val_loader, accelerator, s.token_bytes), "step": state.step}
+        last_eval = {**s.workload.evaluate(s.model, s.val_loader, accelerator), "step": state.step}
     if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
         _check_weights_finite(s, loop.advice_if_diverged, None)
         save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
@@ -392,25 +439,16 @@ def _finish(s: _Session, loop: _LoopResult, wall_time_s) -> None:
             "train_time_s": loop.train_time_s,
             "final_train_loss": steps["final_train_loss"],
             "final_val_loss": last_eval["val_loss"],
-            "val_perplexity": last_eval["val_perplexity"],
-            "val_bits_per_byte": last_eval["val_bits_per_byte"],
             "tokens_per_s": steps["tokens_per_s"],
             "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
             "peak_flops": s.peak_flops,
             "num_processes": accelerator.num_processes,
-            "dataset": config.dataset,
-            "train_blocks": s.data.stats.get("train_blocks"),
-            "val_blocks": s.data.stats.get("val_blocks"),
-            "tokenizer": str(s.tokenizer_dir.absolute()),
-            "data_cache": str(s.data.cache_dir) if s.data.cache_dir else None,
+            **s.workload.summary_fields(last_eval),
             "loss_curve": LOSS_CURVE_NAME,
         })
         plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
                         title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
-        accelerator.print(
-            f"done: val loss {last_eval['val_loss']:.4f}, perplexity {last_eval['val_perplexity']:.2f}, "
-            f"{last_eval['val_bits_per_byte']:.4f} bits/byte; {s.run_dir}"
-        )
+        accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
     accelerator.end_training()
 
 
@@ -425,7 +463,7 @@ def _save_final_folder(s: _Session) -> None:
     final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
     shutil.rmtree(staging, ignore_errors=True)
     accelerator.unwrap_model(s.model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
-    tokenizer_for_model(s.tokenizer_dir, s.tokenizer.eos_token, s.model_config.n_positions).save_pretrained(staging)
+    s.workload.save_beside_model(staging, s.model_config)
     write_manifest(staging)  # what eval/export verify final/ against
     shutil.rmtree(final_dir, ignore_errors=True)
     os.replace(staging, final_dir)

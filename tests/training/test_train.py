@@ -215,9 +215,9 @@ def test_torch_threads_applies_during_training_and_is_restored(make_config, monk
     seen = {}
     real_train = train_module._train
 
-    def spy(config):
+    def spy(config, workload):
         seen["threads"] = torch.get_num_threads()
-        return real_train(config)
+        return real_train(config, workload)
 
     monkeypatch.setattr(train_module, "_train", spy)
     before = torch.get_num_threads()

@@ -1,0 +1,144 @@
+"""The model card of a fine-tuned run (`hf-gpt-custom finetune`): what it was fine-tuned from, on which data and
+held-out part, with which λ, and its held-out accuracy in the model-index.
+
+card.build_model_card sends a run whose training_summary.json records a `task` here; the sentences are in
+templates/task_model_card.md. As in card.py, no local path reaches the card: the base model is named by its folder
+(with its run's name when the folder is a run's final/ or export/), the data by its base name or Hub id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "task_model_card.md"
+
+# Local labelled files (folder under ../shared/data) -> the Hub dataset (path, config, split) they are a copy of,
+# as eval/tasks/*.yaml name them.
+KNOWN_TASK_DATASETS: dict[str, tuple[str, str | None, str, str]] = {
+    "boolq": ("aps/super_glue", "boolq", "validation", "BoolQ (SuperGLUE dev)"),
+    "piqa": ("baber/piqa", None, "validation", "PIQA (validation)"),
+    "copa": ("aps/super_glue", "copa", "validation", "COPA (SuperGLUE dev)"),
+}
+# head class -> (Auto class, Hub task type, pipeline tag, description)
+HEADS = {
+    "GPTCustomForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification",
+                                           "text-classification", "sequence-classification"),
+    "GPTCustomForMultipleChoice": ("AutoModelForMultipleChoice", "multiple-choice", None, "multiple-choice"),
+}
+FORMAT_NAMES = {"classification": "classification", "pair": "text pairs (entailment)",
+                "multiple_choice": "multiple choice"}
+INPUT_FORMATS = {
+    "classification": "<|endoftext|>{text}<|extract|>",
+    "pair": "<|endoftext|>{premise}<|delim|>{hypothesis}<|extract|>",
+    "multiple_choice": "for each answer: <|endoftext|>{context}<|delim|>{answer}<|extract|>",
+}
+
+
+def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, model_config, repo_id: str | None,
+                          license: str, facts: dict[str, Any]) -> ModelCard:
+    """The card of a fine-tuned run; `facts` are the ones card.py gathers for every card (name, size, code files)."""
+    head_name = next(name for name in (model_config.architectures or []) if name in HEADS)
+    auto_class, task_type, pipeline_tag, description = HEADS[head_name]
+    task = summary["task"]
+    dataset = task_dataset_facts(str(summary.get("dataset") or ""))
+    run_name = facts["model_name"]
+    card_data = ModelCardData(
+        language="en",
+        license=license,
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        tags=["hf-gpt-custom", "gpt_custom", "gpt2", "custom_code", "gpt1-fine-tuning", task_type],
+        datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
+        metrics=["accuracy"],
+        model_name=run_name,
+        eval_results=[task_eval_result(summary, dataset, task_type)],
+    )
+    fraction = float(summary["heldout_fraction"])
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(TEMPLATE_PATH),
+        repo_id=repo_id or f"your-username/{run_name}",
+        head={"auto_class": auto_class, "description": description, "format_name": FORMAT_NAMES[task["format"]]},
+        base_model=base_model_name(str(summary.get("fine_tuned_from") or train_config.get("init_from") or "")),
+        dataset=dataset,
+        task=task,
+        input_format=INPUT_FORMATS[task["format"]],
+        usage_example=_usage_example(task, model_config),
+        block_size=train_config.get("block_size"),
+        heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
+                 "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
+        training={"steps": summary.get("steps"), "batch_size": train_config.get("batch_size"),
+                  "learning_rate": f"{train_config.get('learning_rate', float('nan')):g}",
+                  "warmup_steps": train_config.get("warmup_steps"), "duration": facts["duration"]},
+        results={"accuracy": _with_stderr(summary["val_accuracy"], summary.get("val_accuracy_stderr")),
+                 "majority": f"{summary['majority_class_accuracy']:.4f}",
+                 "task_loss": f"{summary['val_task_loss']:.4f}"},
+        hyperparameters=[row for row in facts["hyperparameters"]  # a local file has no Hub split or config
+                         if not (dataset["local_file"] and row[0] in ("dataset_split", "dataset_config"))],
+        **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "loss_curve")},
+    )
+
+
+def task_eval_result(summary: dict, dataset: dict, task_type: str) -> EvalResult:
+    """The held-out accuracy as one model-index entry; the held-out part is named in the dataset's args."""
+    return EvalResult(
+        task_type=task_type,
+        dataset_type=dataset["hub_id"] or dataset["name"],
+        dataset_name=dataset["name"],
+        dataset_config=dataset["config"],
+        dataset_split=dataset["split"],
+        dataset_args={"heldout_fraction": summary["heldout_fraction"], "heldout_seed": summary["heldout_seed"],
+                      "heldout_examples": summary["heldout_examples"]},
+        metric_type="accuracy",
+        metric_name="accuracy (held-out)",
+        metric_value=round(float(summary["val_accuracy"]), 4),
+    )
+
+
+def base_model_name(init_from: str) -> str:
+    """A readable, machine-independent name for the base model folder: `pretrain/final` for a run's final/ or
+    export/, `shakespeare/checkpoints/step_000400` for a checkpoint, else the folder's own name; a Hub id as it is."""
+    path = Path(init_from)
+    if not init_from or not (init_from.startswith((".", "/", "~")) or path.exists()):
+        return init_from or "an unrecorded model"
+    if path.name in ("final", "export"):
+        return f"{path.parent.name}/{path.name}"
+    if path.parent.name == "checkpoints":
+        return f"{path.parent.parent.name}/checkpoints/{path.name}"
+    return path.name
+
+
+def task_dataset_facts(dataset: str) -> dict[str, Any]:
+    """hub_id/config/split of a known copy, a readable description, and the local file's base name."""
+    path = Path(dataset)
+    is_local = dataset.startswith((".", "/", "~")) or path.exists()
+    if not is_local:
+        return {"hub_id": dataset or None, "config": None, "split": None, "name": dataset or "unrecorded",
+                "description": f"the Hub dataset `{dataset}`", "local_file": None}
+    folder = path.parent.name
+    if folder in KNOWN_TASK_DATASETS:
+        hub_id, config, split, description = KNOWN_TASK_DATASETS[folder]
+        return {"hub_id": hub_id, "config": config, "split": split, "name": folder, "description": description,
+                "local_file": path.name}
+    return {"hub_id": None, "config": None, "split": None, "name": path.stem,
+            "description": f"the local file `{path.name}`", "local_file": path.name}
+
+
+def _with_stderr(value: float, stderr: float | None) -> str:
+    return f"{value:.4f} ± {stderr:.4f}" if stderr is not None else f"{value:.4f}"
+
+
+def _usage_example(task: dict, model_config) -> str:
+    if task["format"] == "multiple_choice":
+        return ('context, answers = "...", ["...", "..."]\n'
+                'texts = [f"<|endoftext|>{context}<|delim|>{answer}<|extract|>" for answer in answers]\n'
+                'inputs = tokenizer(texts, padding=True, return_tensors="pt")\n'
+                'scores = model(**{k: v.unsqueeze(0) for k, v in inputs.items()}).logits  # (1, n_answers)\n'
+                'print(int(scores.argmax()))  # the index of the chosen answer')
+    text = ('"<|endoftext|>" + premise + "<|delim|>" + hypothesis + "<|extract|>"' if task["format"] == "pair"
+            else '"<|endoftext|>" + text + "<|extract|>"')
+    return (f"inputs = tokenizer({text}, return_tensors=\"pt\")\n"
+            "print(model.config.id2label[int(model(**inputs).logits.argmax())])")

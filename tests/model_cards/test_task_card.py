@@ -1,0 +1,129 @@
+"""The card of a fine-tuned export: fine-tuned from what, on what data and held-out part, with which λ, and the
+held-out accuracy in the model-index with the task type the Hub expects; never "trained from scratch"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import metadata_load
+from huggingface_hub.repocard_data import model_index_to_eval_results
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    """A tiny causal LM saved as a pre-training run's final/ (bytes-only tokenizer: 257 tokens)."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    folder = tmp_path_factory.mktemp("runs") / "wiki-base" / "final"
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=96, n_embd=32, n_layer=2, n_head=4,
+                             bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    GPTCustomForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _finetune(tmp_path: Path, base: Path, dataset: Path, *overrides: str) -> Path:
+    from hf_gpt_custom.training.finetune import finetune
+    from hf_gpt_custom.training.finetune_config import load_finetune_config
+
+    return finetune(load_finetune_config(None, [
+        f"init_from={base}", f"dataset={dataset}", f"out_dir={tmp_path}", "run_name=tiny-boolq", "block_size=96",
+        "batch_size=8", "max_steps=3", "warmup_steps=0", "eval_interval=3", "val_fraction=0.25", "log_with=none",
+        "seed=5", *overrides,
+    ]))
+
+
+@pytest.fixture(scope="module")
+def boolq_export(tmp_path_factory, base_model, shared_data_dir) -> tuple[Path, Path]:
+    from hf_gpt_custom.hub import export_folder
+
+    lines = (shared_data_dir / "boolq" / "val.jsonl").read_text().splitlines()[:40]
+    data = _write_jsonl(tmp_path_factory.mktemp("data") / "boolq" / "val.jsonl", [json.loads(l) for l in lines])
+    run = _finetune(tmp_path_factory.mktemp("ft") / "run", base_model, data, "task.format=pair",
+                    "task.text_columns=passage,question", "task.labels=false,true", "task.lm_loss_weight=0.25")
+    return run, export_folder(run, run.parent / "export")
+
+
+def test_fine_tuned_card_names_base_data_lambda_and_never_scratch(boolq_export, tmp_path_factory):
+    run, export = boolq_export
+    text = (export / "README.md").read_text(encoding="utf-8")
+    assert "fine-tuned from the pre-trained model `wiki-base/final`" in text  # its run and folder, not its path
+    assert "scratch" not in text.lower()
+    assert "λ = 0.25" in text and "BoolQ (SuperGLUE dev)" in text and "`val.jsonl`" in text
+    assert "25% of its records (10), drawn with seed\n  5," in text or "25% of its records (10), drawn with seed 5" in \
+        " ".join(text.split())
+    assert "AutoModelForSequenceClassification" in text and "AutoModelForCausalLM" not in text
+    assert str(run.parent) not in text
+
+
+def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):
+    run, export = boolq_export
+    summary = json.loads((run / "training_summary.json").read_text())
+    metadata = metadata_load(export / "README.md")
+    assert metadata["pipeline_tag"] == "text-classification" and metadata["datasets"] == ["aps/super_glue"]
+    _, [result] = model_index_to_eval_results(metadata["model-index"])
+    assert (result.task_type, result.dataset_type, result.dataset_config, result.dataset_split) == (
+        "text-classification", "aps/super_glue", "boolq", "validation")
+    assert result.metric_type == "accuracy"
+    assert result.metric_value == round(summary["val_accuracy"], 4)
+    assert result.dataset_args == {"heldout_fraction": 0.25, "heldout_seed": 5, "heldout_examples": 10}
+
+
+def test_fine_tuned_export_loads_as_its_head_with_the_task_tokens(boolq_export):
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    run, export = boolq_export
+    model = AutoModelForSequenceClassification.from_pretrained(export)
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    assert type(model).__name__ == "GPTCustomForSequenceClassification"
+    assert model.config.lm_loss_weight == 0.25 and model.config.id2label == {0: "false", 1: "true"}
+    assert tokenizer.convert_tokens_to_ids(["<|delim|>", "<|extract|>"]) == [257, 258]
+    assert model.config.vocab_size == len(tokenizer) == 259
+    final = AutoModelForSequenceClassification.from_pretrained(run / "final")
+    for key, value in final.state_dict().items():
+        assert torch.equal(value, model.state_dict()[key]), key  # the head is exported, not dropped
+
+
+def test_multiple_choice_card_uses_the_multiple_choice_task_type(base_model, tmp_path):
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    rows = [{"goal": f"goal {i}", "sol1": "yes a", "sol2": "no b", "label": i % 2} for i in range(40)]
+    data = _write_jsonl(tmp_path / "piqa" / "piqa_valid_labelled.jsonl", rows)
+    run = _finetune(tmp_path / "run", base_model, data, "task.format=multiple_choice", "task.text_columns=goal",
+                    "task.choice_columns=sol1,sol2", "task.lm_loss_weight=0")
+    card = build_model_card(run)
+    _, [result] = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    assert result.task_type == "multiple-choice" and result.dataset_type == "baber/piqa"
+    assert "AutoModelForMultipleChoice" in card.text and "λ = 0.0" in card.text
+    assert "scratch" not in card.text.lower()
+
+
+def test_model_index_value_is_the_recorded_heldout_accuracy_not_another_figure(boolq_export, tmp_path):
+    """Distinct recorded figures (a tiny model's accuracy often equals the majority class), so the card's number can
+    only come from val_accuracy."""
+    import shutil
+
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run, _ = boolq_export
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    summary = json.loads((copy / "training_summary.json").read_text())
+    summary.update(val_accuracy=0.612345, val_accuracy_stderr=0.0191, majority_class_accuracy=0.7)
+    (copy / "training_summary.json").write_text(json.dumps(summary))
+    card = build_model_card(copy)
+    _, [result] = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    assert result.metric_value == 0.6123
+    assert "| accuracy | 0.6123 ± 0.0191 |" in card.text and "| 0.7000 |" in card.text

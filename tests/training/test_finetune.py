@@ -1,0 +1,439 @@
+"""GPT-1-style fine-tuning (training/finetune*.py): input transformations, the loop end to end with resume, the
+saved folder, and every kind of bad input refused before the run folder is touched."""
+
+import json
+import random
+
+import pytest
+import torch
+
+import hf_gpt_custom.training.train as train_module
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.finetune import finetune
+from hf_gpt_custom.training.finetune_config import load_finetune_config
+from hf_gpt_custom.training.finetune_data import (
+    DELIMITER_TOKEN, EXTRACT_TOKEN, PadExamples, TaskTokens, add_task_tokens, build_sequence, encode_examples,
+    load_labelled_records, split_heldout,
+)
+
+WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
+
+
+@pytest.fixture(scope="module")
+def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
+    """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions) with its tokenizer."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.model_folder import write_manifest
+    from hf_gpt_custom.training.train import tokenizer_for_model
+
+    folder = tmp_path_factory.mktemp("base") / "final"
+    tokenizer = tokenizer_for_model(shakespeare_tokenizer_dir, "<|endoftext|>", 64)
+    torch.manual_seed(0)
+    config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                             bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
+    GPTCustomForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_manifest(folder)
+    return folder
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def learnable_pairs(tmp_path_factory):
+    """A pair task a tiny model learns in a few steps: the label says whether the hypothesis word is in the premise."""
+    rng = random.Random(0)
+    rows = []
+    for _ in range(120):
+        premise = " ".join(rng.sample(WORDS, 4))
+        inside = rng.random() < 0.5
+        word = rng.choice(premise.split()) if inside else rng.choice([w for w in WORDS if w not in premise.split()])
+        rows.append({"premise": premise, "hypothesis": word, "label": "yes" if inside else "no"})
+    return _write_jsonl(tmp_path_factory.mktemp("data") / "pairs.jsonl", rows)
+
+
+def _config(tmp_path, base_model_dir, dataset, *overrides, task=None):
+    task = task or {"format": "pair", "text_columns": "premise,hypothesis", "labels": "no,yes"}
+    task_overrides = [f"task.{key}={value}" for key, value in task.items()]
+    return load_finetune_config(None, [
+        f"init_from={base_model_dir}", f"dataset={dataset}", f"out_dir={tmp_path / 'run'}", "run_name=ft",
+        "block_size=32", "batch_size=8", "max_steps=20", "learning_rate=3e-3", "warmup_steps=2", "eval_interval=10",
+        "checkpoint_interval=10", "keep_checkpoints=3", "val_fraction=0.25", "log_with=none", "seed=7",
+        *task_overrides, *overrides,
+    ])
+
+
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def finetuned_run(tmp_path_factory, base_model_dir, learnable_pairs):
+    tmp_path = tmp_path_factory.mktemp("ft")
+    return finetune(_config(tmp_path, base_model_dir, learnable_pairs))
+
+
+# --- the loop end to end ---------------------------------------------------------------------------------------
+
+
+def test_finetuning_lowers_the_loss_and_scores_the_heldout_part(finetuned_run, learnable_pairs):
+    train_losses = [r["loss"] for r in _records(finetuned_run) if r["kind"] == "train"]
+    assert len(train_losses) == 20
+    assert sum(train_losses[-5:]) / 5 < sum(train_losses[:5]) / 5 - 0.05
+    summary = json.loads((finetuned_run / "training_summary.json").read_text())
+    assert (summary["train_examples"], summary["heldout_examples"]) == (90, 30)  # 25% of 120 held out
+    evals = [r for r in _records(finetuned_run) if r["kind"] == "eval"]
+    assert [r["val_examples"] for r in evals] == [30, 30]
+    assert summary["val_accuracy"] == evals[-1]["val_accuracy"]
+    assert summary["val_accuracy"] * 30 == pytest.approx(round(summary["val_accuracy"] * 30))  # a count of 30 docs
+    # the objective is GPT-1's L3 = L2 + λ·L1 with λ = 0.5
+    last = evals[-1]
+    assert last["val_loss"] == pytest.approx(last["val_task_loss"] + 0.5 * last["val_lm_loss"])
+    assert (finetuned_run / "loss_curve.png").is_file()
+
+
+def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(finetuned_run, learnable_pairs):
+    """Recompute the held-out accuracy from final/ alone, through the Auto classes and the raw records."""
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(finetuned_run / "final").eval()
+    tokenizer = AutoTokenizer.from_pretrained(finetuned_run / "final")
+    records = load_labelled_records(str(learnable_pairs))
+    _, heldout = split_heldout(len(records), 0.25, 7)
+    hits = 0
+    for index in heldout:
+        record = records[index]
+        # the README's recipe for users: the special tokens written into the text
+        text = f"<|endoftext|>{record['premise']}{DELIMITER_TOKEN}{record['hypothesis']}{EXTRACT_TOKEN}"
+        with torch.no_grad():
+            logits = model(**tokenizer(text, return_tensors="pt")).logits
+        hits += model.config.id2label[int(logits.argmax())] == record["label"]
+    summary = json.loads((finetuned_run / "training_summary.json").read_text())
+    assert hits / len(heldout) == pytest.approx(summary["val_accuracy"])
+    # the saved tokenizer pads on the right, so a padded batch scores each row as it scores alone
+    texts = [f"<|endoftext|>{records[i]['premise']}{DELIMITER_TOKEN}{records[i]['hypothesis']}{EXTRACT_TOKEN}"
+             for i in heldout[:4]]
+    assert tokenizer.padding_side == "right"
+    with torch.no_grad():
+        batched = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+        alone = torch.cat([model(**tokenizer(text, return_tensors="pt")).logits for text in texts])
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
+    assert model.config.lm_loss_weight == 0.5 and model.config.id2label == {0: "no", 1: "yes"}
+
+
+def test_training_loss_is_task_loss_plus_lambda_times_the_lm_loss_of_the_same_inputs(tmp_path, base_model_dir,
+                                                                                     learnable_pairs):
+    """GPT-1's L3 = L2 + λ·L1, against an independent L1: GPTCustomForCausalLM with the same body (its tied head)
+    on the same padded inputs, padding ignored."""
+    import torch.nn.functional as F
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    config = _config(tmp_path, base_model_dir, learnable_pairs, "task.lm_loss_weight=0.3")
+    work = FinetuneWorkload(config)
+    assert not config.run_dir.exists()  # everything above is checked before the run folder is made
+    batch = PadExamples(work.tokens.pad)(work.train_examples[:4])
+    assert batch["attention_mask"].min() == 0  # rows of different lengths: padding is present
+    model = work.model.eval()
+    language_model = GPTCustomForCausalLM(model.config).eval()
+    language_model.transformer.load_state_dict(model.transformer.state_dict())
+    with torch.no_grad():
+        loss = work.loss(model, batch)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        lm_labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        lm_loss = language_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 labels=lm_labels).loss
+    torch.testing.assert_close(loss, F.cross_entropy(logits, batch["labels"]) + 0.3 * lm_loss)
+    assert work.count_tokens(batch) == int(batch["attention_mask"].sum()) < batch["input_ids"].numel()
+    # the held-out examples are the records split_heldout(val_fraction, seed) names: the experiment scores those
+    records = load_labelled_records(str(learnable_pairs))
+    _, heldout = split_heldout(len(records), 0.25, 7)
+    expected = encode_examples([records[i] for i in heldout], config.task_section, work.tokenizer, work.tokens, 32, "d")
+    assert work.heldout_examples == expected
+
+
+def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_run, tmp_path, base_model_dir,
+                                                                      learnable_pairs):
+    from safetensors.torch import load_file
+
+    uninterrupted = load_file(finetuned_run / "final" / "model.safetensors")
+    resumed_dir = tmp_path / "run"
+    config = _config(tmp_path, base_model_dir, learnable_pairs)
+
+    class Stop(Exception):
+        pass
+
+    real_save = train_module.save_checkpoint
+
+    def save_then_stop(accelerator, checkpoints_dir, state, keep_last):
+        folder = real_save(accelerator, checkpoints_dir, state, keep_last)
+        if state.step == 10:
+            raise Stop
+        return folder
+
+    train_module.save_checkpoint = save_then_stop
+    try:
+        with pytest.raises(Stop):
+            finetune(config)
+    finally:
+        train_module.save_checkpoint = real_save
+    assert not (resumed_dir / "final").exists()
+    finetune(_config(tmp_path, base_model_dir, learnable_pairs, "resume_from_checkpoint=latest"))
+    resumed = load_file(resumed_dir / "final" / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    for key in resumed:
+        assert torch.equal(resumed[key], uninterrupted[key]), key
+
+
+def test_resume_with_another_lm_loss_weight_is_refused_naming_it(finetuned_run, base_model_dir, learnable_pairs):
+    config = _config(finetuned_run.parent, base_model_dir, learnable_pairs, "task.lm_loss_weight=0",
+                     "resume_from_checkpoint=latest")
+    with pytest.raises(UserError, match=r"task\.lm_loss_weight: 0\.5 -> 0\.0"):
+        finetune(config)
+
+
+# --- GPT-1's input transformations -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def task_tokenizer(base_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    return tokenizer, add_task_tokens(tokenizer)
+
+
+def test_each_format_builds_gpt1s_sequence(task_tokenizer, shared_data_dir):
+    """BoolQ as pairs and PIQA as multiple choice, checked against the tokenizer reading the special tokens in text."""
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+
+    tokenizer, tokens = task_tokenizer
+    assert (tokens.start, tokens.pad) == (tokenizer.eos_token_id, tokenizer.eos_token_id)
+    assert {tokens.delimiter, tokens.extract} == {len(tokenizer) - 2, len(tokenizer) - 1}
+    boolq = load_labelled_records(str(shared_data_dir / "boolq" / "val.jsonl"))[:3]
+    pair = parse_task_section({"format": "pair", "text_columns": ["passage", "question"], "labels": [False, True]})
+    examples = encode_examples(boolq, pair, tokenizer, tokens, 10_000, "boolq")
+    for record, example in zip(boolq, examples):
+        text = f"<|endoftext|>{record['passage']}{DELIMITER_TOKEN}{record['question']}{EXTRACT_TOKEN}"
+        assert example["input_ids"] == tokenizer(text)["input_ids"]
+        assert example["label"] == (record["label"] == "true")
+    piqa = [{"goal": "Open a jar", "sol1": "twist the lid", "sol2": "eat the lid", "label": 0}]
+    choice = parse_task_section({"format": "multiple_choice", "text_columns": ["goal"],
+                                 "choice_columns": ["sol1", "sol2"]})
+    [example] = encode_examples(piqa, choice, tokenizer, tokens, 10_000, "piqa")
+    assert example["input_ids"] == [tokenizer(f"<|endoftext|>Open a jar{DELIMITER_TOKEN}{answer}{EXTRACT_TOKEN}")
+                                    ["input_ids"] for answer in ("twist the lid", "eat the lid")]
+    single = parse_task_section({"format": "classification", "text_columns": ["question"], "labels": ["false", "true"]})
+    [example] = encode_examples(boolq[:1], single, tokenizer, tokens, 10_000, "boolq")
+    assert example["input_ids"] == tokenizer(f"<|endoftext|>{boolq[0]['question']}{EXTRACT_TOKEN}")["input_ids"]
+
+
+def test_special_token_text_inside_the_data_stays_text(task_tokenizer):
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+
+    tokenizer, tokens = task_tokenizer
+    task = parse_task_section({"format": "classification", "text_columns": ["text"], "labels": ["a", "b"]})
+    [example] = encode_examples([{"text": f"x{EXTRACT_TOKEN}y", "label": "a"}], task, tokenizer, tokens, 100, "d")
+    assert example["input_ids"].count(tokens.extract) == 1 and example["input_ids"][-1] == tokens.extract
+
+
+def test_a_long_first_part_is_cut_from_the_left_keeping_delimiter_second_part_and_extract():
+    tokens = TaskTokens(start=0, delimiter=90, extract=91, pad=0)
+    assert build_sequence([1, 2, 3], [4], tokens, 6) == ([0, 2, 3, 90, 4, 91], True)
+    assert build_sequence([1, 2, 3], [4], tokens, 7) == ([0, 1, 2, 3, 90, 4, 91], False)
+    assert build_sequence([1, 2, 3], None, tokens, 3) == ([0, 3, 91], True)
+    assert build_sequence([1, 2], [4, 5], tokens, 5) == ([0, 90, 4, 5, 91], True)  # nothing of the first part left
+    assert build_sequence([1], [4, 5, 6], tokens, 5) == ([0, 90, 4, 5, 91], True)  # a second part too long alone
+    assert build_sequence([], [4], tokens, 4) == ([0, 90, 4, 91], False)
+    with pytest.raises(UserError, match="block_size=3 leaves no room"):
+        build_sequence([1], [4], tokens, 3)
+
+
+def test_cut_examples_are_counted_and_fit_block_size(task_tokenizer, shared_data_dir):
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+
+    tokenizer, tokens = task_tokenizer
+    boolq = load_labelled_records(str(shared_data_dir / "boolq" / "val.jsonl"))[:20]
+    task = parse_task_section({"format": "pair", "text_columns": ["passage", "question"], "labels": ["false", "true"]})
+    examples = encode_examples(boolq, task, tokenizer, tokens, 64, "boolq")
+    assert all(len(e["input_ids"]) <= 64 for e in examples) and all(e["cut"] for e in examples)
+    question = tokenizer(boolq[0]["question"], add_special_tokens=False)["input_ids"]
+    assert examples[0]["input_ids"][-len(question) - 2:] == [tokens.delimiter, *question, tokens.extract]
+    passage = tokenizer(boolq[0]["passage"], add_special_tokens=False)["input_ids"]
+    kept = examples[0]["input_ids"][1:-len(question) - 2]
+    assert len(examples[0]["input_ids"]) == 64 and passage[-len(kept):] == kept
+
+
+def test_heldout_split_is_seeded_disjoint_and_covers_every_record():
+    train, heldout = split_heldout(100, 0.2, 3)
+    assert len(heldout) == 20 and sorted(train + heldout) == list(range(100))
+    assert split_heldout(100, 0.2, 3) == (train, heldout) and split_heldout(100, 0.2, 4)[1] != heldout
+
+
+# --- the model: embedding, pooling, saved folder ---------------------------------------------------------------
+
+
+def test_resizing_for_the_task_tokens_keeps_the_lm_head_tied(base_model_dir, task_tokenizer):
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    tokenizer, _ = task_tokenizer
+    model = GPTCustomForCausalLM.from_pretrained(base_model_dir)
+    before = model.transformer.wte.weight[:5].clone()
+    model.resize_token_embeddings(len(tokenizer))
+    assert model.transformer.wte.weight.shape[0] == len(tokenizer) == model.config.vocab_size
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    assert torch.equal(model.transformer.wte.weight[:5], before)
+
+
+def test_finetuned_model_reads_the_extract_token_under_left_and_right_padding(finetuned_run):
+    """Pooling at the last non-pad token: the same logits for a row alone, right-padded and left-padded (with the
+    positions a left-padded row needs), although the start token is the pad token (both <|endoftext|>)."""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    model = GPTCustomForSequenceClassification.from_pretrained(finetuned_run / "final").eval()
+    pad = model.config.pad_token_id
+    short, long = [pad, 60, 70, 512, 80, 513], [pad, 61, 62, 63, 64, 65, 512, 81, 513]
+    right = PadExamples(pad)([{"input_ids": short, "label": 0}, {"input_ids": long, "label": 1}])
+    width = len(long)
+    left_ids = torch.tensor([[pad] * (width - len(short)) + short, long])
+    left_mask = torch.tensor([[0] * (width - len(short)) + [1] * len(short), [1] * width])
+    left_positions = (left_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        alone = torch.cat([model(torch.tensor([row])).logits for row in (short, long)])
+        right_logits = model(input_ids=right["input_ids"], attention_mask=right["attention_mask"]).logits
+        left_logits = model(input_ids=left_ids, attention_mask=left_mask, position_ids=left_positions).logits
+    torch.testing.assert_close(right_logits, alone, rtol=0, atol=1e-5)
+    torch.testing.assert_close(left_logits, alone, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_finetuned_folder_loads_with_remote_code_only(finetuned_run, python_without_project):
+    script = """
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+folder = sys.argv[1]
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+ids = tokenizer("<|endoftext|>the king<|delim|>king<|extract|>", return_tensors="pt")
+with torch.no_grad():
+    logits = model(**ids).logits[0].tolist()
+print(json.dumps({"class": type(model).__name__, "logits": logits, "ids": ids["input_ids"][0].tolist()}))
+"""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+    from transformers import AutoTokenizer
+
+    out = python_without_project(script, finetuned_run / "final")
+    model = GPTCustomForSequenceClassification.from_pretrained(finetuned_run / "final").eval()
+    tokenizer = AutoTokenizer.from_pretrained(finetuned_run / "final")
+    assert out["class"] == "GPTCustomForSequenceClassification"
+    assert out["ids"] == tokenizer("<|endoftext|>the king<|delim|>king<|extract|>")["input_ids"]
+    with torch.no_grad():
+        expected = model(torch.tensor([out["ids"]])).logits[0]
+    torch.testing.assert_close(torch.tensor(out["logits"]), expected, rtol=0, atol=1e-5)
+
+
+# --- bad input: an error naming the problem, and no run folder ---------------------------------------------------
+
+
+def _refused(config, match):
+    with pytest.raises(UserError, match=match):
+        finetune(config)
+    assert not config.run_dir.exists(), "a refused run must leave nothing on disk"
+
+
+def test_a_label_outside_the_label_set_names_the_row(tmp_path, base_model_dir):
+    rows = [{"premise": "a b", "hypothesis": "a", "label": "yes"}] * 5 + [{"premise": "c", "hypothesis": "d",
+                                                                          "label": "maybe"}]
+    data = _write_jsonl(tmp_path / "d.jsonl", rows)
+    _refused(_config(tmp_path, base_model_dir, data), r"d\.jsonl row 6: label='maybe' is not in the label set \['no', 'yes'\]")
+
+
+def test_data_without_the_configured_columns_is_refused_naming_them(tmp_path, base_model_dir):
+    data = _write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "answer": "yes"}] * 8)
+    _refused(_config(tmp_path, base_model_dir, data), r"no column 'premise', 'hypothesis', 'label'.*columns are answer, text")
+
+
+def test_more_choices_than_max_choices_is_refused(tmp_path, base_model_dir):
+    data = _write_jsonl(tmp_path / "d.jsonl", [{"q": "a", "x": "b", "y": "c", "z": "d", "label": 0}] * 20)
+    with pytest.raises(UserError, match="3 answers but task.max_choices=2"):
+        _config(tmp_path, base_model_dir, data, task={"format": "multiple_choice", "text_columns": "q",
+                                                      "choice_columns": "x,y,z", "max_choices": 2})
+    mc2 = finetune(_config(tmp_path, base_model_dir, data, "max_steps=1", "warmup_steps=0", "batch_size=4",
+                           task={"format": "multiple_choice", "text_columns": "q", "choice_columns": "x,y"}))
+    more = _config(tmp_path, base_model_dir, data, f"init_from={mc2 / 'final'}", f"out_dir={tmp_path / 'again'}",
+                   task={"format": "multiple_choice", "text_columns": "q", "choice_columns": "x,y,z"})
+    _refused(more, "3 answers per example but init_from=.* max_choices=2")
+
+
+def test_fewer_training_examples_than_a_batch_is_refused_before_the_run_starts(tmp_path, base_model_dir,
+                                                                                 learnable_pairs):
+    _refused(_config(tmp_path, base_model_dir, learnable_pairs, "batch_size=100"),
+             "90 training examples, fewer than batch_size=100")
+
+
+def test_an_input_longer_than_block_size_is_cut_keeping_the_extract_token(tmp_path, base_model_dir, learnable_pairs,
+                                                                           task_tokenizer):
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+
+    tokenizer, tokens = task_tokenizer
+    task = parse_task_section({"format": "pair", "text_columns": ["premise", "hypothesis"], "labels": ["no", "yes"]})
+    long_hypothesis = " ".join(WORDS * 4)
+    [example] = encode_examples([{"premise": "a b", "hypothesis": long_hypothesis, "label": "no"}], task, tokenizer,
+                                tokens, 32, "d")
+    hypothesis = tokenizer(long_hypothesis, add_special_tokens=False)["input_ids"]
+    assert example["cut"] and example["input_ids"] == [tokens.start, tokens.delimiter, *hypothesis[:29], tokens.extract]
+    with pytest.raises(UserError, match="block_size=128 exceeds n_positions=64"):
+        finetune(_config(tmp_path, base_model_dir, learnable_pairs, "block_size=128"))
+    _refused(_config(tmp_path, base_model_dir, learnable_pairs, "block_size=2"), "pairs.jsonl row 1: block_size=2 leaves no room")
+
+
+def test_a_head_folder_into_the_wrong_class_is_refused(finetuned_run, tmp_path, base_model_dir, learnable_pairs):
+    from hf_gpt_custom import GPTCustomForMultipleChoice, GPTCustomForTokenClassification
+
+    with pytest.raises(UserError, match="holds a fine-tuned GPTCustomForSequenceClassification"):
+        GPTCustomForTokenClassification.from_pretrained(finetuned_run / "final")
+    # The multiple-choice head's `score` (1 output) has the classifier's name but not its shape (2 outputs):
+    # transformers stops on the size mismatch before the head check runs. Refused either way, never loaded.
+    with pytest.raises((UserError, RuntimeError), match="GPTCustomForSequenceClassification|ignore_mismatched_sizes"):
+        GPTCustomForMultipleChoice.from_pretrained(finetuned_run / "final")
+    wrong_task = _config(tmp_path, base_model_dir, learnable_pairs, f"init_from={finetuned_run / 'final'}",
+                         task={"format": "multiple_choice", "text_columns": "premise", "choice_columns": "hypothesis,label"})
+    _refused(wrong_task, "holds a fine-tuned GPTCustomForSequenceClassification, but task.format=multiple_choice")
+    other_labels = _config(tmp_path, base_model_dir, learnable_pairs, f"init_from={finetuned_run / 'final'}",
+                           task={"format": "pair", "text_columns": "premise,hypothesis", "labels": "yes,no"})
+    _refused(other_labels, r"classifies into \['no', 'yes'\], the task into \['yes', 'no'\]")
+
+
+@pytest.mark.parametrize("override, match", [
+    ("task.format=regression", "task.format='regression' must be one of"),
+    ("task.text_columns=premise", "reads two columns"),
+    ("task.labels=yes", "at least two different labels"),
+    ("task.lm_loss_weight=-1", "must be a number >= 0"),
+    ("task.lables=a,b", "did you mean 'task.labels'"),
+    ("tokenizer_vocab_size=100", "tokenizer_vocab_size is a pre-training setting"),
+    ("init_from=null", "init_from is not set"),
+])
+def test_bad_task_settings_are_refused_when_the_config_loads(tmp_path, base_model_dir, learnable_pairs, override, match):
+    with pytest.raises(UserError, match=match):
+        _config(tmp_path, base_model_dir, learnable_pairs, override)
+
+
+def test_cli_prints_one_line_and_exits_2_on_a_bad_label(tmp_path, base_model_dir, capsys):
+    from hf_gpt_custom.cli import main
+
+    data = _write_jsonl(tmp_path / "d.jsonl", [{"premise": "a", "hypothesis": "b", "label": "perhaps"}] * 6)
+    yaml_path = tmp_path / "ft.yaml"
+    yaml_path.write_text(f"init_from: {base_model_dir}\ndataset: {data}\nout_dir: {tmp_path / 'run'}\nblock_size: 32\n"
+                         "task:\n  format: pair\n  text_columns: [premise, hypothesis]\n  labels: [\"no\", \"yes\"]\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["finetune", str(yaml_path), "max_steps=2", "warmup_steps=0"])
+    assert exit_info.value.code == 2
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]  # after the datasets progress bar
+    assert last_line.startswith("hf-gpt-custom finetune: error: ")
+    assert "row 1: label='perhaps' is not in the label set ['no', 'yes']" in last_line
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,219 @@
+"""finetune(config): GPT-1-style supervised fine-tuning of a pre-trained model folder on a labelled dataset.
+
+The objective is GPT-1's L3 = L2 + λ·L1 (task loss plus λ times the language-modelling loss on the same inputs),
+computed by the task heads in hf_gpt_custom (GPTCustomForSequenceClassification, GPTCustomForMultipleChoice). The
+loop is train.py's own — Accelerate, checkpoints with manifests, exact resume, the settings-change refusal, the run
+lock, run_log.jsonl, loss_curve.png, final/ — driven through the FinetuneWorkload below; input sequences and
+batches are finetune_data.py's, the config finetune_config.py's.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
+from hf_gpt_custom.training.batches import build_loaders
+from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
+from hf_gpt_custom.training.finetune_data import (
+    PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
+)
+from hf_gpt_custom.training.train import train
+from hf_gpt_custom.training.workload import PreparedWork
+
+
+def finetune(config: FinetuneConfig) -> Path:
+    """Fine-tune `config.init_from` on `config.dataset` as the `task:` section says; return the run folder.
+
+    Everything that can fail on the user's input — the model folder, its tokenizer, the columns, every label,
+    block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk.
+    """
+    return train(config, FinetuneWorkload(config))
+
+
+class FinetuneWorkload:
+    """Labelled examples through a task head; validation = the objective, task loss and accuracy on the held-out part."""
+
+    def __init__(self, config: FinetuneConfig):
+        from accelerate.utils import set_seed
+        from transformers import AutoTokenizer
+
+        self.config, self.task = config, config.task_section
+        where = Path(config.dataset).name if Path(config.dataset).exists() else config.dataset
+        folder = check_model_folder(config.init_from)
+        saved_head(config.init_from, self.task)  # a fine-tuned head of another kind is refused before the data is read
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        except (OSError, ValueError) as err:
+            raise UserError(f"init_from={config.init_from} has no tokenizer files the model can be fine-tuned with "
+                            f"({str(err).splitlines()[0][:160]}); save the tokenizer into the folder") from err
+        self.tokens = add_task_tokens(self.tokenizer)
+        records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split)
+        examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where)
+        train_ids, heldout_ids = split_heldout(len(examples), config.val_fraction, config.seed)
+        self.train_examples = [examples[i] for i in train_ids]
+        self.heldout_examples = [examples[i] for i in heldout_ids]
+        if len(self.train_examples) < config.batch_size:  # the loop drops a short last batch: nothing to train on
+            raise UserError(f"{len(self.train_examples)} training examples, fewer than batch_size={config.batch_size}; "
+                            f"lower batch_size or val_fraction, or add data")
+        self.n_cut = {"train": sum(e["cut"] for e in self.train_examples),
+                      "heldout": sum(e["cut"] for e in self.heldout_examples)}
+        set_seed(config.seed)  # the new head's initialisation, as train() seeds a model built from scratch
+        self.model = build_task_model(config, self.task, self.tokenizer)
+
+    # --- the Workload protocol (training/workload.py) ---
+
+    def prepare(self, config: FinetuneConfig, accelerator) -> PreparedWork:
+        from datasets import Dataset
+
+        data = SimpleNamespace(train=Dataset.from_list(self.train_examples), val=Dataset.from_list(self.heldout_examples))
+        accelerator.print(
+            f"data: {len(self.train_examples)} training / {len(self.heldout_examples)} held-out examples "
+            f"({self.task.format}; {self.n_cut['train']} / {self.n_cut['heldout']} cut to block_size={config.block_size})"
+        )
+        train_loader, val_loader = build_loaders(config, data, collate_fn=PadExamples(self.tokens.pad))
+        return PreparedWork(self.tokenizer, self.model, train_loader, val_loader)
+
+    def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(**batch).loss  # L3 = L2 + λ·L1, λ = config.lm_loss_weight
+
+    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
+        return int(batch["attention_mask"].sum())  # padding is not trained on
+
+    @torch.no_grad()
+    def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
+        """Over the held-out examples: the objective (val_loss, as the training loss), the task loss (nats per
+        example), the LM loss (nats per token) and accuracy with its standard error."""
+        from hf_gpt_custom.eval.metrics import mean_stderr
+
+        model.eval()
+        task_losses, correct = [], []
+        lm_nats = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # (nats, predicted tokens)
+        for batch in val_loader:
+            output = model(**batch)
+            losses = F.cross_entropy(output.logits.float(), batch["labels"], reduction="none")
+            hits = (output.logits.argmax(-1) == batch["labels"]).float()
+            losses, hits = accelerator.gather_for_metrics((losses, hits))
+            task_losses += losses.tolist()
+            correct += hits.tolist()
+            if output.lm_loss is not None:  # a mean over the predicted (non-padding) tokens of every sequence
+                n_targets = batch["attention_mask"][..., 1:].sum()
+                lm_nats += torch.stack([output.lm_loss.double() * n_targets, n_targets.double()])
+        model.train()
+        lm_nats = accelerator.reduce(lm_nats, reduction="sum")
+        task_loss = sum(task_losses) / len(task_losses)
+        lm_loss = float(lm_nats[0] / lm_nats[1]) if lm_nats[1] > 0 else None
+        result = {
+            "val_loss": task_loss + self.task.lm_loss_weight * (lm_loss or 0.0),
+            "val_task_loss": task_loss,
+            "val_accuracy": sum(correct) / len(correct),
+            "val_accuracy_stderr": mean_stderr(correct),
+            "val_examples": len(correct),
+        }
+        if lm_loss is not None:
+            result["val_lm_loss"] = lm_loss
+        return result
+
+    def describe(self, result: dict[str, float]) -> str:
+        return (f"held-out accuracy {result['val_accuracy']:.4f} ± {result['val_accuracy_stderr'] or 0:.4f} "
+                f"({result['val_examples']} examples), task loss {result['val_task_loss']:.4f}, "
+                f"objective {result['val_loss']:.4f}")
+
+    def summary_fields(self, last_eval: dict[str, float]) -> dict[str, Any]:
+        labels = [example["label"] for example in self.heldout_examples]
+        majority = max(labels.count(label) for label in set(labels)) / len(labels)
+        return {
+            "fine_tuned_from": str(Path(self.config.init_from).absolute()),
+            "dataset": self.config.dataset,
+            "task": self.task.to_dict(),
+            "train_examples": len(self.train_examples),
+            "heldout_examples": len(self.heldout_examples),
+            "heldout_fraction": self.config.val_fraction,
+            "heldout_seed": self.config.seed,
+            "examples_cut_to_block_size": self.n_cut,
+            "val_task_loss": last_eval["val_task_loss"],
+            "val_lm_loss": last_eval.get("val_lm_loss"),
+            "val_accuracy": last_eval["val_accuracy"],
+            "val_accuracy_stderr": last_eval["val_accuracy_stderr"],
+            "majority_class_accuracy": majority,
+            "tokenizer": str(Path(self.config.init_from).absolute()),
+        }
+
+    def save_beside_model(self, folder: Path, model_config) -> None:
+        """The tokenizer with the task tokens, model_max_length = n_positions and pad = eos, padding on the RIGHT.
+
+        Saved causal LMs pad on the left for batched generation; a task head does not generate, and its learned
+        positions are counted from the first token, so only right padding gives a padded row the logits it gets alone
+        (the heads, like GPT-2's, do not derive positions from the attention mask)."""
+        tokenizer = copy.deepcopy(self.tokenizer)
+        tokenizer.model_max_length = model_config.n_positions
+        tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "right"
+        tokenizer.save_pretrained(folder)
+
+
+def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
+    """The head model for `task`: a pre-trained causal-LM folder's body under a new head, or a fine-tuned head
+    folder of the same kind (fine-tuning further), loaded strictly; the embedding resized for the task tokens."""
+    head_class = _head_class(task)
+    if saved_head(config.init_from, task) is not None:
+        model = load_model_folder(config.init_from, model_class=head_class)
+        _check_head_fits(model.config, task, config.init_from)
+    else:
+        body = load_model_folder(config.init_from)  # strict: a missing tensor is an error, not a random init
+        model_config = copy.deepcopy(body.config)
+        if task.is_multiple_choice:
+            model_config.max_choices = task.max_choices
+        else:
+            model_config.id2label = dict(enumerate(task.labels))
+            model_config.label2id = {label: index for index, label in enumerate(task.labels)}
+            model_config.problem_type = "single_label_classification"
+        model = head_class(model_config)
+        model.transformer.load_state_dict(body.transformer.state_dict())
+    model.config.lm_loss_weight = task.lm_loss_weight
+    model.config.pad_token_id = tokenizer.pad_token_id  # the heads find the extract token as the last non-pad one
+    if model.config.n_positions < config.block_size:
+        raise UserError(f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "
+                        f"init_from={config.init_from}; lower block_size")
+    if len(tokenizer) > model.config.vocab_size:
+        model.resize_token_embeddings(len(tokenizer))  # new rows start at the mean of the old ones (transformers)
+    return model
+
+
+def _head_class(task: TaskSection):
+    from hf_gpt_custom import GPTCustomForMultipleChoice, GPTCustomForSequenceClassification
+
+    return GPTCustomForMultipleChoice if task.is_multiple_choice else GPTCustomForSequenceClassification
+
+
+def saved_head(folder: str, task: TaskSection) -> str | None:
+    """The task head class a fine-tuned folder holds (None for a pre-trained causal LM); one of another kind than
+    `task` needs is refused."""
+    from hf_gpt_custom.hub import saved_task_head_class
+
+    head_class = saved_task_head_class(folder)
+    head = head_class.__name__ if head_class is not None else None
+    needed = _head_class(task).__name__
+    if head is not None and head != needed:
+        raise UserError(f"init_from={folder} holds a fine-tuned {head}, but task.format={task.format} needs a "
+                        f"{needed}; start from the pre-trained causal-LM folder instead")
+    return head
+
+
+def _check_head_fits(model_config, task: TaskSection, folder: str) -> None:
+    if task.is_multiple_choice:
+        if model_config.max_choices is not None and len(task.choice_columns) > model_config.max_choices:
+            raise UserError(f"the task has {len(task.choice_columns)} answers per example but init_from={folder} was "
+                            f"configured for at most max_choices={model_config.max_choices}; start from the "
+                            f"pre-trained causal-LM folder, or drop answers")
+        return
+    saved_labels = [model_config.id2label[i] for i in sorted(model_config.id2label)]
+    if saved_labels != list(task.labels):
+        raise UserError(f"init_from={folder} classifies into {saved_labels}, the task into {list(task.labels)}; "
+                        f"use the same task.labels, or start from the pre-trained causal-LM folder")

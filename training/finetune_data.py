@@ -1,0 +1,214 @@
+"""Labelled records -> GPT-1's input sequences -> padded batches, and the seeded held-out split.
+
+GPT-1 (Radford et al. 2018, section 3.3) turns every task into token sequences the pre-trained model reads left to
+right, with a start token, a delimiter between the parts and an extract token whose final hidden state the linear
+head reads:
+    classification   start text extract
+    pair (entailment) start premise delim hypothesis extract
+    multiple choice  for each answer: start context delim answer extract   (one score each, softmax over answers)
+The start token is `<|endoftext|>`, the token every pre-training document followed (GPT-2's bos = eos); the
+delimiter and extract tokens are new special tokens (DELIMITER_TOKEN, EXTRACT_TOKEN) whose embeddings fine-tuning
+learns. Model building and the training loop live in finetune.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.training.finetune_config import TaskSection, label_key
+
+DELIMITER_TOKEN = "<|delim|>"
+EXTRACT_TOKEN = "<|extract|>"
+# Local labelled files by suffix -> the `datasets` builder that reads them.
+RECORD_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class TaskTokens:
+    start: int
+    delimiter: int
+    extract: int
+    pad: int
+
+
+def add_task_tokens(tokenizer) -> TaskTokens:
+    """Add the delimiter and extract tokens as special tokens (a no-op when a fine-tuned tokenizer has them) and set
+    pad = eos when the tokenizer has no pad token. Resize the model's embedding to len(tokenizer) afterwards."""
+    tokenizer.add_special_tokens({"additional_special_tokens": [DELIMITER_TOKEN, EXTRACT_TOKEN]})
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if start is None:
+        raise UserError("the tokenizer has neither a bos nor an eos token to start a sequence with; use the "
+                        "tokenizer the model was pre-trained with")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return TaskTokens(start, tokenizer.convert_tokens_to_ids(DELIMITER_TOKEN),
+                      tokenizer.convert_tokens_to_ids(EXTRACT_TOKEN), tokenizer.pad_token_id)
+
+
+# --- records -------------------------------------------------------------------------------------------------------
+
+
+def load_labelled_records(dataset: str, dataset_config: str | None = None, split: str = "train") -> list[dict]:
+    """Every record of a local .jsonl/.json/.csv/.parquet file, or of split `split` of a Hub dataset."""
+    import datasets
+
+    path = Path(dataset)
+    if path.exists():
+        builder = RECORD_BUILDERS.get(path.suffix.lower())
+        if builder is None or not path.is_file():
+            raise UserError(f"dataset={dataset}: fine-tuning reads one labelled file ({', '.join(RECORD_BUILDERS)}); "
+                            f"got {'a folder' if path.is_dir() else repr(path.suffix)}")
+        try:
+            rows = datasets.load_dataset(builder, data_files=str(path), split="train")
+        except Exception as err:  # datasets wraps parse errors in several types
+            raise UserError(f"cannot read {path} as {builder} ({type(err).__name__}: "
+                            f"{str(err).strip().splitlines()[0][:200]}); check the file's format") from err
+        return rows.to_list()
+    if path.suffix.lower() in RECORD_BUILDERS or dataset.startswith((".", "/", "~")):
+        raise MissingFileError(f"dataset={dataset} not found; give a labelled file or a Hub dataset name")
+    return datasets.load_dataset(dataset, dataset_config, split=split).to_list()
+
+
+def check_columns(records: list[dict], task: TaskSection, where: str) -> None:
+    """Refuse data without the configured columns, naming the missing ones and the ones the data has."""
+    if not records:
+        raise UserError(f"{where} has no records")
+    present = set(records[0])
+    missing = [column for column in task.columns if column not in present]
+    if missing:
+        raise UserError(f"{where} has no column {', '.join(repr(c) for c in missing)} (configured in the task: "
+                        f"section); its columns are {', '.join(sorted(present))} — set task.text_columns / "
+                        f"task.label_column / task.choice_columns to them")
+
+
+def split_heldout(n_records: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(training indices, held-out indices): round(fraction · n) records drawn with `seed`, both lists in file order.
+
+    The one split of fine-tuning and of the experiment's zero-/few-shot evaluation, so both see the same documents.
+    """
+    n_heldout = round(fraction * n_records)
+    if not 0 < n_heldout < n_records:
+        raise UserError(f"val_fraction={fraction} of {n_records} records holds out {n_heldout}; choose a fraction "
+                        f"that leaves records on both sides")
+    order = torch.randperm(n_records, generator=torch.Generator().manual_seed(seed)).tolist()
+    heldout = sorted(order[:n_heldout])
+    heldout_set = set(heldout)
+    return [i for i in range(n_records) if i not in heldout_set], heldout
+
+
+# --- sequences -----------------------------------------------------------------------------------------------------
+
+
+def build_sequence(first: list[int], second: list[int] | None, tokens: TaskTokens,
+                   max_length: int) -> tuple[list[int], bool]:
+    """start first [delim second] extract in at most `max_length` tokens; (ids, whether anything was cut).
+
+    The first part (text, premise, context) is cut from its start, so the delimiter, the second part (hypothesis,
+    answer) and the extract token the head reads stay: max_length 6, first [1,2,3], second [4] gives
+    [start, 2, 3, delim, 4, extract]. A second part too long even alone (PIQA has 174-token solutions) keeps its
+    first tokens and the first part is dropped: max_length 5, first [1], second [4,5,6] gives
+    [start, delim, 4, 5, extract].
+    """
+    specials = 2 if second is None else 3  # start, [delim,] extract
+    room = max_length - specials
+    if room < 1:
+        raise UserError(f"block_size={max_length} leaves no room for text beside the {specials} special tokens; "
+                        f"raise block_size (at most the model's n_positions)")
+    second = second or []
+    cut = len(first) + len(second) > room
+    if len(second) > room:
+        first, second = [], second[:room]
+    kept = first[len(first) - (room - len(second)):] if len(first) > room - len(second) else first
+    middle = kept if specials == 2 else [*kept, tokens.delimiter, *second]
+    return [tokens.start, *middle, tokens.extract], cut
+
+
+def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: TaskTokens, max_length: int,
+                    where: str) -> list[dict[str, Any]]:
+    """Each record as {"input_ids": ids (or one list per answer), "label": class index, "cut": whether the first
+    part was cut to fit max_length}.
+
+    Every record is checked before anything is trained: a missing value, a label outside task.labels or an answer
+    index outside the answers is an error naming the row (1-based, in file order)."""
+    check_columns(records, task, where)
+    for row, record in enumerate(records, start=1):
+        for column in task.columns:
+            if record.get(column) is None or (column != task.label_column and not str(record[column]).strip()):
+                raise UserError(f"{where} row {row}: column {column!r} is empty; fill it in or drop the row")
+    labels = [_class_index(record[task.label_column], task, where, row) for row, record in enumerate(records, start=1)]
+    encode = _encoder(tokenizer)
+    firsts = encode([str(record[task.text_columns[0]]) for record in records])
+    if task.is_multiple_choice:
+        answers = [encode([str(record[column]) for record in records]) for column in task.choice_columns]
+        seconds_per_choice = list(zip(*answers))  # per record: one token list per answer
+    else:
+        second = encode([str(record[task.text_columns[1]]) for record in records]) if len(task.text_columns) == 2 \
+            else [None] * len(records)
+        seconds_per_choice = [(ids,) for ids in second]
+    examples = []
+    for row, (first, seconds, label) in enumerate(zip(firsts, seconds_per_choice, labels), start=1):
+        try:
+            built = [build_sequence(first, second, tokens, max_length) for second in seconds]
+        except UserError as err:
+            raise UserError(f"{where} row {row}: {err}") from None
+        ids = [sequence for sequence, _ in built]
+        examples.append({"input_ids": ids if task.is_multiple_choice else ids[0], "label": label,
+                         "cut": any(cut for _, cut in built)})
+    return examples
+
+
+def _class_index(value: Any, task: TaskSection, where: str, row: int) -> int:
+    if task.is_multiple_choice:
+        n_choices = len(task.choice_columns)
+        key = label_key(value)
+        if not key.lstrip("-").isdigit() or not 0 <= int(key) < n_choices:
+            raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not the index of one of the "
+                            f"{n_choices} answers (0..{n_choices - 1}); fix the row")
+        return int(key)
+    key = label_key(value)
+    if key not in task.labels:
+        raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not in the label set "
+                        f"{list(task.labels)}; fix the row or add the label to task.labels")
+    return task.labels.index(key)
+
+
+def _encoder(tokenizer):
+    """Texts -> token ids with no special tokens added, and special-token text inside the data kept as text (a
+    passage mentioning <|endoftext|> must not end the sequence early)."""
+    def encode(texts: list[str]) -> list[list[int]]:
+        return tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return encode
+
+
+# --- batches -------------------------------------------------------------------------------------------------------
+
+
+class PadExamples:
+    """Collate: pad each batch on the right to its longest sequence with `pad_id` (attention_mask 0 there).
+
+    Classification rows give input_ids (batch, seq); multiple-choice rows (batch, n_choices, seq). The heads read
+    the last non-pad token, the extract token, wherever the padding is."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        sequences = [row["input_ids"] for row in rows]
+        nested = isinstance(sequences[0][0], list)
+        flat = [seq for group in sequences for seq in group] if nested else sequences
+        width = max(len(seq) for seq in flat)
+        input_ids = torch.full((len(flat), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(flat), width), dtype=torch.long)
+        for i, seq in enumerate(flat):
+            input_ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+            attention_mask[i, :len(seq)] = 1
+        if nested:
+            input_ids = input_ids.view(len(rows), -1, width)
+            attention_mask = attention_mask.view(len(rows), -1, width)
+        labels = torch.tensor([row["label"] for row in rows], dtype=torch.long)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
