@@ -9,6 +9,8 @@ both, so a head loads with trust_remote_code where the package is absent.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 import torch
@@ -110,9 +112,20 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        # Checked on the saved config before loading (a head of another shape would otherwise fail inside
+        # transformers with a size mismatch) and on the loaded model's (a config passed in may say otherwise).
+        config = kwargs.get("config")
+        if config is None and os.path.isfile(os.path.join(str(pretrained_model_name_or_path), "config.json")):
+            with open(os.path.join(str(pretrained_model_name_or_path), "config.json"), encoding="utf-8") as handle:
+                cls._refuse_another_head(pretrained_model_name_or_path, json.load(handle).get("architectures"))
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) with output_loading_info
-        saved_heads = set(getattr(model.config, "architectures", None) or []) & set(TASK_HEAD_AUTO_CLASSES.values())
+        cls._refuse_another_head(pretrained_model_name_or_path, getattr(model.config, "architectures", None))
+        return loaded
+
+    @classmethod
+    def _refuse_another_head(cls, pretrained_model_name_or_path, architectures: list[str] | None) -> None:
+        saved_heads = set(architectures or []) & set(TASK_HEAD_AUTO_CLASSES.values())
         if saved_heads and cls.__name__ not in saved_heads:
             saved = sorted(saved_heads)[0]
             auto_class = next(auto for auto, name in TASK_HEAD_AUTO_CLASSES.items() if name == saved)
@@ -121,7 +134,6 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
                 f"would be dropped and a new head initialised; load it with {saved} ({auto_class}), or start the "
                 "new task from the pre-trained causal-LM folder"
             )
-        return loaded
 
     def add_lm_loss(
         self,

@@ -299,6 +299,13 @@ def test_head_folder_loaded_into_another_head_class_is_refused(tmp_path):
         GPTCustomForTokenClassification.from_pretrained(tmp_path)
 
 
+def test_a_head_of_another_shape_is_refused_by_name_before_transformers_meets_the_size_mismatch(tmp_path):
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)  # score: n_embd -> 3; multiple choice: -> 1
+    GPTCustomForSequenceClassification(config).save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="holds a fine-tuned GPTCustomForSequenceClassification.*GPTCustomForMultipleCh"):
+        GPTCustomForMultipleChoice.from_pretrained(tmp_path)
+
+
 def test_bad_labels_and_choices_are_named():
     config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3, max_choices=2)
     input_ids, attention_mask = padded_batch("right")
