@@ -40,6 +40,7 @@ from .configuration_gpt_custom import GPTCustomConfig
 from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
 from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
+from .transformers_compat import CACHE_NAME, accepts_cache_kwarg, cache_kwarg, output_cache
 from .errors import UserError
 
 logger = logging.get_logger(__name__)
@@ -240,7 +241,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
     base_model_prefix = "transformer"
     supports_gradient_checkpointing = True
     _no_split_modules = ["GPTCustomBlock"]  # device_map="auto" keeps a block (and its residual) on one device
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
@@ -325,6 +326,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         """Token embeddings plus learned position embeddings: the first hidden state (also of decode_step.py)."""
         return self.drop(inputs_embeds + self.wpe(position_ids))
 
+    @accepts_cache_kwarg
     @capture_outputs
     def forward(
         self,
@@ -384,7 +386,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **cache_kwarg(past_key_values),
             position_ids=position_ids,
         )
         hidden_states = self.embed(inputs_embeds, position_ids)
@@ -392,7 +394,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             hidden_states = block(hidden_states, causal_mask, past_key_values, position_ids=position_ids, **kwargs)
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=hidden_states, **cache_kwarg(past_key_values if use_cache else None)
         )
 
 
@@ -434,7 +436,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         super()._prepare_cache_for_generation(
             generation_config, model_kwargs, generation_mode, batch_size, max_cache_length
         )
-        preallocate(model_kwargs.get("past_key_values"), capacity=max_cache_length)
+        preallocate(model_kwargs.get(CACHE_NAME), capacity=max_cache_length)
 
     @contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:
@@ -449,6 +451,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             finally:
                 self._decode_step = None
 
+    @accepts_cache_kwarg
     def prepare_inputs_for_generation(
         self,
         input_ids: torch.LongTensor,
@@ -483,6 +486,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             inputs["attention_mask"] = attention_mask
         return inputs
 
+    @accepts_cache_kwarg
     @can_return_tuple
     def forward(
         self,
@@ -509,7 +513,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         step = None if torch.compiler.is_compiling() else self._decode_step
         if step is not None and plain_step and step.applies(input_ids, attention_mask, position_ids, past_key_values):
             logits = step(input_ids, position_ids, past_key_values)
-            return CausalLMOutputWithPast(logits=logits, past_key_values=past_key_values)
+            return CausalLMOutputWithPast(logits=logits, **cache_kwarg(past_key_values))
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids,
             attention_mask=attention_mask,
@@ -536,7 +540,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_kwarg(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
@@ -665,6 +669,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         self.score = nn.Linear(config.n_embd, self.num_labels, bias=False)  # no bias, as GPT2ForSequenceClassification
         self.post_init()
 
+    @accepts_cache_kwarg
     @can_return_tuple
     def forward(
         self,
@@ -699,7 +704,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         return GPTCustomSequenceClassifierOutput(
             loss=loss,
             logits=pooled_logits,
-            past_key_values=outputs.past_key_values,
+            **cache_kwarg(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             task_loss=task_loss,

@@ -32,7 +32,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert files == sorted([
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
-        "convert_gpt2.py", "decode_step.py", "errors.py", "kv_cache.py", "onednn_linear.py", "tiktoken_engine.py",  # relative imports
+        "convert_gpt2.py", "decode_step.py", "errors.py", "kv_cache.py", "onednn_linear.py", "tiktoken_engine.py", "transformers_compat.py",  # relative imports
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
         "loss_curve.png", "shots_curve.png", "training_summary.json", "eval/results.json", "eval/table.md",
     ])
