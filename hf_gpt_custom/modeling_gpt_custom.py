@@ -479,7 +479,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
                 **kwargs,
             )
         inputs = {**kwargs, "input_ids": input_ids[:, -1:].clone(memory_format=torch.contiguous_format)}
-        inputs["past_key_values"] = past_key_values
+        inputs[CACHE_NAME] = past_key_values
         if (position_ids := kwargs.get("position_ids")) is not None:
             inputs["position_ids"] = position_ids[..., -1:].clone(memory_format=torch.contiguous_format)
         if attention_mask is not None:

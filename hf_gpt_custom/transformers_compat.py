@@ -10,6 +10,7 @@ version logs a deprecation warning. Ships with the model as remote code: imports
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 
 from transformers.modeling_outputs import BaseModelOutputWithPast
@@ -31,7 +32,8 @@ def output_cache(outputs: Mapping) -> object:
 def accepts_cache_kwarg(method: Callable) -> Callable:
     """Let a method whose parameter is `past_key_values` also be called with `cache=` (transformers >= 5.24).
 
-    `functools.wraps` keeps the wrapped signature visible to transformers' `inspect.signature` checks.
+    The wrapper's signature is the method's plus a keyword-only `cache`: transformers reads forward's and
+    prepare_inputs_for_generation's signatures, and from 5.24 generate(cache=...) is refused unless one lists `cache`.
     """
 
     @functools.wraps(method)
@@ -44,4 +46,10 @@ def accepts_cache_kwarg(method: Callable) -> Callable:
                 kwargs["past_key_values"] = cache
         return method(*args, **kwargs)
 
+    parameters = list(inspect.signature(method).parameters.values())
+    if "cache" not in (parameter.name for parameter in parameters):
+        cache = inspect.Parameter("cache", inspect.Parameter.KEYWORD_ONLY, default=None)
+        var_keyword = [p for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]
+        named = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        with_cache_kwarg.__signature__ = inspect.signature(method).replace(parameters=[*named, cache, *var_keyword])
     return with_cache_kwarg

@@ -19,6 +19,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.cache_utils import Cache, DynamicCache
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
+from hf_gpt_custom.transformers_compat import cache_kwarg, output_cache
 
 VOCAB, HIDDEN, LAYERS, HEADS, INNER = 99, 32, 2, 4, 37
 BATCH, PROMPT_LEN, NEW_TOKENS = 2, 7, 3
@@ -102,17 +103,17 @@ def test_dict_output_has_scores_logits_attentions_hidden_states_of_every_step(fa
         assert len(out.hidden_states[step]) == LAYERS + 1  # the embeddings, then each block's output
         assert all(tuple(h.shape) == (BATCH, query, HIDDEN) for h in out.hidden_states[step])
     if use_cache:
-        assert isinstance(out.past_key_values, Cache)
+        assert isinstance(output_cache(out), Cache)
         # The last generated token is never fed back, so the cache holds one position less than the sequence.
-        assert out.past_key_values.get_seq_length() == PROMPT_LEN + NEW_TOKENS - 1
+        assert output_cache(out).get_seq_length() == PROMPT_LEN + NEW_TOKENS - 1
     else:
-        assert out.past_key_values is None
+        assert output_cache(out) is None
 
 
 @families
 def test_returned_cache_holds_batch_heads_positions_head_dim_per_layer(family):
     out = generate(make_model(family), prompt_inputs(), return_dict_in_generate=True)
-    cache = out.past_key_values
+    cache = output_cache(out)
     assert isinstance(cache, DynamicCache) and len(cache.layers) == LAYERS
     for layer in cache.layers:
         expected = (BATCH, HEADS, PROMPT_LEN + NEW_TOKENS - 1, HIDDEN // HEADS)
@@ -141,9 +142,9 @@ def test_generation_continues_from_a_returned_cache(family):
     with torch.no_grad():
         whole = model.generate(**inputs, do_sample=False, max_new_tokens=2 * NEW_TOKENS)
         first = model.generate(**inputs, do_sample=False, max_new_tokens=NEW_TOKENS, return_dict_in_generate=True)
-        cache = copy.deepcopy(first.past_key_values)
+        cache = copy.deepcopy(output_cache(first))
         second = model.generate(first.sequences, attention_mask=torch.ones_like(first.sequences),
-                                past_key_values=cache, do_sample=False, max_new_tokens=NEW_TOKENS)
+                                **cache_kwarg(cache), do_sample=False, max_new_tokens=NEW_TOKENS)
     assert torch.equal(second, whole)
 
 
