@@ -21,10 +21,10 @@ _LAZY_NAMES = {
     "GPTCustomModel": "modeling_gpt_custom",
     "GPTCustomForCausalLM": "modeling_gpt_custom",
     "GPTCustomPreTrainedModel": "modeling_gpt_custom",
-    "GPTCustomForSequenceClassification": "modeling_gpt_custom",
-    "GPTCustomForTokenClassification": "modeling_gpt_custom",
-    "GPTCustomForQuestionAnswering": "modeling_gpt_custom",
-    "GPTCustomForMultipleChoice": "modeling_gpt_custom",
+    "GPTCustomForSequenceClassification": "heads_gpt_custom",
+    "GPTCustomForTokenClassification": "heads_gpt_custom",
+    "GPTCustomForQuestionAnswering": "heads_gpt_custom",
+    "GPTCustomForMultipleChoice": "heads_gpt_custom",
     "GPTCustomTokenizerFast": "tokenization_gpt_custom",
     "use_onednn_linear": "onednn_linear",
 }
@@ -63,8 +63,9 @@ def register_auto_classes() -> None:
     GPTCustomConfig.register_for_auto_class()
     GPTCustomTokenizerFast.register_for_auto_class("AutoTokenizer")
     # AutoModel, AutoModelForCausalLM and the task heads' Auto classes: one table in the modeling file.
-    for auto_class_name, model_class_name in modeling_gpt_custom.AUTO_MODEL_CLASSES.items():
-        model_class = getattr(modeling_gpt_custom, model_class_name)
+    for auto_class_name, location in modeling_gpt_custom.AUTO_MODEL_CLASSES.items():
+        module_name, class_name = location.split(".")
+        model_class = getattr(importlib.import_module(f".{module_name}", __name__), class_name)
         getattr(transformers, auto_class_name).register(GPTCustomConfig, model_class, exist_ok=True)
         model_class.register_for_auto_class(auto_class_name)
     _registered["transformers"] = True

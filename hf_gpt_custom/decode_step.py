@@ -4,9 +4,12 @@ A batch-1 decoding step of the 6x384 model is 25 small matmuls whose kernels tak
 module tree (transformers' mask builder, output capturing, output classes, per-layer module dispatch) adds Python
 per token. Like PyTorch's own fast path for `nn.TransformerEncoderLayer`, `DecodeStep` skips that walk when nothing
 could observe the difference — but it does not restate the arithmetic: it calls GPTCustomModel.embed,
-GPTCustomBlock.residual_step, GPTCustomAttention.attend and GPTCustomMLP.feed_forward (modeling_gpt_custom.py),
-passing the linear kernels chosen once for the loop (onednn_linear.decoding_linear: oneDNN on a packed weight where
-it measured faster on this machine, else F.linear). A change to the block therefore reaches generation at once.
+GPTCustomBlock.residual_step, GPTCustomAttention.attend, the MLP's feed_forward and vocabulary_logits
+(modeling_gpt_custom.py), passing the linear kernels chosen once for the loop (onednn_linear.decoding_linear: oneDNN
+on a packed weight where it measured faster on this machine, else F.linear). A change to the block therefore reaches
+generation at once, and so does every block variant of GPTCustomConfig (post-norm, RMSNorm, SwiGLU, sinusoidal and
+rotary positions, no biases, grouped-query attention, untied or padded head): they are modules and functions the
+step calls like the module path does, so it supports them all rather than stepping aside for any.
 
 - once per `generate` call (`supports_decode_step`): eval mode, sdpa attention, no hooks anywhere except transformers'
   own (inactive) output-capturing hooks, no module replaced or wrapped (adapters, quantized layers, accelerate's device
@@ -28,12 +31,13 @@ from torch import nn
 from transformers.cache_utils import DynamicCache
 from transformers.utils import output_capturing
 
+from .block_variants import vocabulary_logits
 from .kv_cache import PreallocatedLayer
 from .onednn_linear import decoding_linear
 
 # Module types the step reproduces exactly (type-exact: a subclass may change forward); the model's own classes are
 # added by the caller.
-_PLAIN_MODULES = (nn.Embedding, nn.LayerNorm, nn.Dropout, nn.ModuleList, nn.Linear)
+_PLAIN_MODULES = (nn.Embedding, nn.LayerNorm, nn.Dropout, nn.ModuleList, nn.Linear, nn.Identity)
 
 
 def _is_output_capturing_hook(hook: Callable) -> bool:
@@ -70,6 +74,14 @@ def supports_decode_step(model: nn.Module, model_classes: tuple[type, ...]) -> b
     return model.transformer.wte.max_norm is None  # max_norm would renormalise the embedding in place
 
 
+def _with_loop_kernels(method: Callable, module: nn.Module, rows: int) -> Callable:
+    """`method` with each of `module`'s Linear children passed in by name (attend(c_attn=, c_proj=),
+    feed_forward(c_fc=, c_proj=[, c_gate=])) as the kernel chosen for this loop."""
+    linears = ((name, child) for name, child in module.named_children() if type(child) is nn.Linear)
+    kernels = {name: decoding_linear(child, rows) for name, child in linears}
+    return partial(method, **kernels)
+
+
 class DecodeStep:
     """The decoding steps of one generate() call: kernels chosen once per batch size, then plain calls.
 
@@ -87,13 +99,8 @@ class DecodeStep:
         if rows not in self._steps:
             blocks = []
             for block in self.model.transformer.h:
-                attn, mlp = block.attn, block.mlp
-                attention = partial(
-                    attn.attend, c_attn=decoding_linear(attn.c_attn, rows), c_proj=decoding_linear(attn.c_proj, rows)
-                )
-                feed_forward = partial(
-                    mlp.feed_forward, c_fc=decoding_linear(mlp.c_fc, rows), c_proj=decoding_linear(mlp.c_proj, rows)
-                )
+                attention = _with_loop_kernels(block.attn.attend, block.attn, rows)
+                feed_forward = _with_loop_kernels(block.mlp.feed_forward, block.mlp, rows)
                 blocks.append(partial(block.residual_step, attention=attention, feed_forward=feed_forward))
             self._steps[rows] = blocks, decoding_linear(self.model.lm_head, rows)
         return self._steps[rows]
@@ -128,7 +135,8 @@ class DecodeStep:
         if position_ids is None:
             past_length = cache.get_seq_length()
             position_ids = torch.arange(past_length, past_length + 1, device=input_ids.device)[None]
-        hidden = transformer.embed(transformer.wte(input_ids), position_ids)
+        hidden, position_embeddings = transformer.embed(transformer.wte(input_ids), position_ids)
         for residual_step in blocks:
-            hidden = residual_step(hidden, attention_mask=None, past_key_values=cache)
-        return lm_head(transformer.ln_f(hidden))
+            hidden = residual_step(hidden, attention_mask=None, past_key_values=cache,
+                                   position_embeddings=position_embeddings)
+        return vocabulary_logits(lm_head, transformer.ln_f(hidden), self.model.config.vocab_size)

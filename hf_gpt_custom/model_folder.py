@@ -20,7 +20,9 @@ from .errors import MissingFileError, UserError
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 # model_type values `GPTCustomForCausalLM.from_pretrained` accepts: ours, and checkpoints it converts on load.
-LOADABLE_MODEL_TYPES = ("gpt_custom", "gpt2")
+# Ours, and the transformers checkpoints convert_common.CONVERTED_MODEL_TYPES converts on load (spelled out here:
+# this module must not import torch; a test keeps the two equal).
+LOADABLE_MODEL_TYPES = ("gpt_custom", "gpt2", "openai-gpt", "llama")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
@@ -90,7 +92,7 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False) ->
     if model_type not in LOADABLE_MODEL_TYPES and not any_model_type:
         raise UserError(
             f"{folder} holds a {model_type!r} model; hf-gpt-custom loads model_type "
-            f"{' or '.join(repr(t) for t in LOADABLE_MODEL_TYPES)} (a GPT-2 folder is converted on load)"
+            f"{' or '.join(repr(t) for t in LOADABLE_MODEL_TYPES)} (GPT-2, OpenAI GPT and Llama folders are converted on load)"
         )
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise MissingFileError(f"{folder} has no weights ({' / '.join(WEIGHT_FILES)}); it holds a config only")
@@ -112,7 +114,7 @@ def load_model_folder(path: str | os.PathLike, model_class=None, any_causal_lm: 
     model_type = _model_type(folder)
     if model_type == "gpt_custom":
         model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
-    elif model_type in LOADABLE_MODEL_TYPES:  # GPT-2, converted on load: strict already (convert_gpt2.py)
+    elif model_type in LOADABLE_MODEL_TYPES:  # converted on load: strict already (convert_common.py)
         model, info = model_class.from_pretrained(folder, **kwargs), {}
     else:
         from transformers import AutoModelForCausalLM

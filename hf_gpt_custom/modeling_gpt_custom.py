@@ -1,8 +1,11 @@
-"""GPT-2 as a native transformers model: attention, MLP, block, GPTCustomModel, GPTCustomForCausalLM.
+"""The GPT family as a native transformers model: attention, MLPs, block, GPTCustomModel, GPTCustomForCausalLM.
 
-Read top to bottom like nanoGPT's model.py. Everything transformers users expect plugs in here: the attention
-interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
-GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
+Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-LN, RMSNorm,
+SwiGLU, sinusoidal/rotary positions, no biases, grouped-query attention, untied/padded head) choose their pieces
+once in `__init__` from block_variants.py, whose functions every path calls. Everything transformers users expect
+plugs in here: the attention interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding
+masks and Cache classes, GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied
+embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
 The block's arithmetic lives once, here: generate()'s fast decoding steps (decode_step.py) call the same
 `residual_step`/`attend`/`feed_forward` methods the module forward calls, with the loop's linear kernels passed in.
@@ -13,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -23,21 +25,24 @@ from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.loss.loss_utils import ForCausalLMLoss, fixed_cross_entropy
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPast,
-    CausalLMOutputWithPast,
-    MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutputWithPast,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple, logging
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .block_variants import (
+    POSITION_ROTATIONS,
+    RESIDUAL_STEPS,
+    VARIANT_MODULES,
+    GPTCustomRMSNorm,
+    GPTCustomRotaryEmbedding,
+    GPTCustomSinusoidalPositions,
+    make_norm,
+    repeat_kv,
+    vocabulary_logits,
+)
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_gpt2 import is_gpt2_checkpoint, load_gpt2_checkpoint
+from .convert_common import foreign_checkpoint_loader
 from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
 from .transformers_compat import CACHE_NAME, accepts_cache_kwarg, cache_kwarg, output_cache
@@ -45,16 +50,17 @@ from .errors import UserError
 
 logger = logging.get_logger(__name__)
 
-# The task heads at the end of this file, by the transformers Auto class that loads each one.
-TASK_HEAD_AUTO_CLASSES = {
-    "AutoModelForSequenceClassification": "GPTCustomForSequenceClassification",
-    "AutoModelForTokenClassification": "GPTCustomForTokenClassification",
-    "AutoModelForQuestionAnswering": "GPTCustomForQuestionAnswering",
-    "AutoModelForMultipleChoice": "GPTCustomForMultipleChoice",
+# Every model class by the transformers Auto class that loads it, as "module.Class" — the form auto_map takes.
+# Registered in-process (hf_gpt_custom/__init__.py) and written to every saved config's auto_map. The task heads live
+# in heads_gpt_custom.py, which save_pretrained ships beside this file.
+AUTO_MODEL_CLASSES = {
+    "AutoModel": "modeling_gpt_custom.GPTCustomModel",
+    "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
+    "AutoModelForSequenceClassification": "heads_gpt_custom.GPTCustomForSequenceClassification",
+    "AutoModelForTokenClassification": "heads_gpt_custom.GPTCustomForTokenClassification",
+    "AutoModelForQuestionAnswering": "heads_gpt_custom.GPTCustomForQuestionAnswering",
+    "AutoModelForMultipleChoice": "heads_gpt_custom.GPTCustomForMultipleChoice",
 }
-# Every model class by its Auto class: registered in-process (hf_gpt_custom/__init__.py) and written to auto_map.
-AUTO_MODEL_CLASSES = {"AutoModel": "GPTCustomModel", "AutoModelForCausalLM": "GPTCustomForCausalLM",
-                      **TASK_HEAD_AUTO_CLASSES}
 
 
 def eager_attention_forward(
@@ -70,9 +76,12 @@ def eager_attention_forward(
     """The textbook formula softmax(Q·Kᵀ·scaling + mask)·V; the reference every other implementation must match.
 
     `attention_mask` is transformers' additive float mask (0 where allowed, dtype-min where not) of shape
-    (batch, 1, q_len, kv_len), already combining causality with padding. Returns the output as
+    (batch, 1, q_len, kv_len), already combining causality with padding. Keys and values may have fewer heads
+    (grouped-query attention): each serves `module.num_key_value_groups` query heads. Returns the output as
     (batch, q_len, heads, head_dim) and the attention weights as (batch, heads, q_len, kv_len).
     """
+    key = repeat_kv(key, module.num_key_value_groups)  # (batch, heads, kv_len, head_dim)
+    value = repeat_kv(value, module.num_key_value_groups)
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, q_len, kv_len)
     if attention_mask is not None:
         scores = scores + attention_mask
@@ -112,20 +121,27 @@ def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_
 
 
 class GPTCustomAttention(nn.Module):
-    """Causal multi-head self-attention with one fused q/k/v projection, as in GPT-2."""
+    """Causal self-attention with one fused q/k/v projection, as in GPT-2: multi-head, or grouped-query with
+    n_kv_head < n_head (c_attn then outputs n_head query heads, then n_kv_head key and n_kv_head value heads)."""
 
     def __init__(self, config: GPTCustomConfig, layer_idx: int):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx  # which slot of the KV cache this layer owns
         self.num_heads = config.n_head
+        self.num_kv_heads = config.kv_heads
+        self.num_key_value_groups = config.n_head // config.kv_heads  # read by transformers' sdpa integration
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5 if config.scale_attn_weights else 1.0
         self.is_causal = True  # read by transformers' sdpa/flash integrations
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        kv_width = self.num_kv_heads * self.head_dim
+        self.split_sizes = [self.num_heads * self.head_dim, kv_width, kv_width]  # q, k, v in c_attn's output
+        self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.attention_bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.attention_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
+        # RoPE rotates queries and keys here; learned/sinusoidal positions were added to the input instead.
+        self.apply_positions = POSITION_ROTATIONS[config.position_embedding_type]
 
     def forward(
         self,
@@ -143,15 +159,20 @@ class GPTCustomAttention(nn.Module):
         past_key_values: Cache | None,
         c_attn: Callable[[torch.Tensor], torch.Tensor],
         c_proj: Callable[[torch.Tensor], torch.Tensor],
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """forward's arithmetic with the two projections passed in: forward passes its own Linear modules,
-        generate()'s fast decoding steps the kernels chosen for their loop (decode_step.py)."""
+        generate()'s fast decoding steps the kernels chosen for their loop (decode_step.py).
+        `position_embeddings`: RoPE's (cos, sin) for these positions (GPTCustomModel.embed), else None."""
         batch, seq_len, _ = hidden_states.shape
-        qkv = c_attn(hidden_states).view(batch, seq_len, 3, self.num_heads, self.head_dim)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, seq, head_dim)
+        query, key, value = c_attn(hidden_states).split(self.split_sizes, dim=-1)
+        query = query.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)  # (batch, heads, seq, head_dim)
+        key = key.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)  # (batch, kv_heads, seq, head_dim)
+        value = value.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)
+        query, key = self.apply_positions(query, key, position_embeddings)
         if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, heads, past + seq, head_dim)
+            key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, kv_heads, past + seq, head_dim)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -171,12 +192,13 @@ class GPTCustomAttention(nn.Module):
 
 
 class GPTCustomMLP(nn.Module):
-    """n_embd -> n_inner -> n_embd with GELU, the position-wise feed-forward network."""
+    """n_embd -> n_inner -> n_embd with `activation_function` (GELU in GPT-1/2/3, ReLU in the original Transformer),
+    the position-wise feed-forward network."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
-        self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.activation = _activation(config.activation_function)
         self.dropout = nn.Dropout(config.resid_pdrop)
@@ -191,6 +213,28 @@ class GPTCustomMLP(nn.Module):
         return self.dropout(c_proj(self.activation(c_fc(hidden_states))))
 
 
+class GPTCustomSwiGLU(nn.Module):
+    """LLaMA's feed-forward (Shazeer 2020): c_proj(silu(c_gate(x)) * c_fc(x)), three matrices. The names map to
+    LlamaMLP's as c_fc = up_proj, c_gate = gate_proj, c_proj = down_proj."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
+        self.c_gate = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
+        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
+        self.dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.feed_forward(hidden_states, self.c_fc, self.c_proj, self.c_gate)
+
+    def feed_forward(
+        self, hidden_states: torch.Tensor, c_fc: Callable, c_proj: Callable, c_gate: Callable
+    ) -> torch.Tensor:
+        """forward's arithmetic with the three projections passed in (see GPTCustomAttention.attend)."""
+        return self.dropout(c_proj(F.silu(c_gate(hidden_states)) * c_fc(hidden_states)))
+
+
 def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     # GPT-2's "gelu_new" is 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). transformers evaluates it as five separate
     # ops; PyTorch's approximate="tanh" kernel computes the same formula fused (within 1e-6, ~1.2x faster training
@@ -201,14 +245,16 @@ def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class GPTCustomBlock(GradientCheckpointingLayer):
-    """Pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+    """Transformer block. Pre-norm (default): x + attn(ln_1(x)), then x + mlp(ln_2(x)); post-norm (GPT-1):
+    ln_1(x + attn(x)), then ln_2(x + mlp(x)). ln_1/ln_2 are LayerNorm or RMSNorm (config.norm_type)."""
 
     def __init__(self, config: GPTCustomConfig, layer_idx: int):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.ln_1 = make_norm(config)
         self.attn = GPTCustomAttention(config, layer_idx)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
-        self.mlp = GPTCustomMLP(config)
+        self.ln_2 = make_norm(config)
+        self.mlp = GPTCustomSwiGLU(config) if config.mlp_type == "swiglu" else GPTCustomMLP(config)
+        self.residual_order = RESIDUAL_STEPS[config.norm_position]
 
     def forward(
         self,
@@ -230,9 +276,8 @@ class GPTCustomBlock(GradientCheckpointingLayer):
     ) -> torch.Tensor:
         """The block's arithmetic. forward passes its attn and mlp modules (so hooks on them fire); generate()'s fast
         decoding steps pass their `attend`/`feed_forward` bound to the loop's kernels (decode_step.py)."""
-        attn_output, _ = attention(self.ln_1(hidden_states), attention_mask, past_key_values, **kwargs)
-        hidden_states = hidden_states + attn_output
-        return hidden_states + feed_forward(self.ln_2(hidden_states))
+        return self.residual_order(self, hidden_states, attention, feed_forward, attention_mask, past_key_values,
+                                   **kwargs)
 
 
 class GPTCustomPreTrainedModel(PreTrainedModel):
@@ -258,7 +303,8 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """GPT-2 initialisation: N(0, initializer_range) for weights, zeros for biases, LayerNorm at identity."""
+        """GPT-2 initialisation: N(0, initializer_range) for weights, zeros for biases, norms at identity; the fixed
+        position buffers are recomputed (from_pretrained builds the model on the meta device, buffers included)."""
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             # GPT-2 paper, section 2.3: "scale the weights of residual layers at initialization by a factor of 1/√N
@@ -274,23 +320,53 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
+        elif isinstance(module, GPTCustomRMSNorm):
+            init.ones_(module.weight)
+        elif isinstance(module, GPTCustomSinusoidalPositions):
+            init.copy_(module.table, module.compute_table())
+        elif isinstance(module, GPTCustomRotaryEmbedding):
+            init.copy_(module.inv_freq, module.compute_inv_freq())
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """transformers' resize; with config.pad_vocab_size_to_multiple_of the new embedding is padded as at
+        construction and config.vocab_size stays the real vocabulary (transformers' own padding would make the padded
+        rows part of it, predictable, and the folder would no longer load: its rows differ from padded_vocab_size)."""
+        multiple = self.config.pad_vocab_size_to_multiple_of
+        if multiple is None:
+            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if pad_to_multiple_of is not None:
+            raise UserError(
+                f"this model pads its vocabulary itself (pad_vocab_size_to_multiple_of={multiple}); call "
+                f"resize_token_embeddings without pad_to_multiple_of={pad_to_multiple_of}, or change "
+                "config.pad_vocab_size_to_multiple_of first"
+            )
+        vocab_size = self.config.vocab_size if new_num_tokens is None else new_num_tokens
+        embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
+        self.config.vocab_size = vocab_size
+        return embeddings
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers records only the saved class in auto_map; list every Auto class so that AutoModel and
-        # AutoModelForCausalLM both resolve from the folder with trust_remote_code=True.
-        module = "modeling_gpt_custom"
+        # transformers records only the saved class in auto_map; list every Auto class so that AutoModel, the causal
+        # LM and every task head resolve from the folder with trust_remote_code=True. transformers copies this file
+        # and the files it imports relatively — this import is what ships heads_gpt_custom.py with a causal LM.
+        from .heads_gpt_custom import TASK_HEAD_AUTO_CLASSES
+
+        assert set(TASK_HEAD_AUTO_CLASSES) < set(AUTO_MODEL_CLASSES)  # the heads file is importable, with its heads
         self.config.auto_map = {
             **(getattr(self.config, "auto_map", None) or {}),
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
-            **{auto_class: f"{module}.{class_name}" for auto_class, class_name in AUTO_MODEL_CLASSES.items()},
+            **AUTO_MODEL_CLASSES,
         }
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """Load our checkpoint, or convert a transformers GPT-2 checkpoint (model_type "gpt2") on the fly."""
-        if not model_args and is_gpt2_checkpoint(pretrained_model_name_or_path, **kwargs):
-            return load_gpt2_checkpoint(pretrained_model_name_or_path, model_class=cls, **kwargs)
+        """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly."""
+        loader = None if model_args else foreign_checkpoint_loader(pretrained_model_name_or_path, **kwargs)
+        if loader is not None:
+            return loader(pretrained_model_name_or_path, model_class=cls, **kwargs)
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:
@@ -303,16 +379,43 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             ) from err
 
 
+def _add_learned_positions(model: GPTCustomModel, inputs_embeds: torch.Tensor, position_ids: torch.Tensor):
+    return inputs_embeds + model.wpe(position_ids), None
+
+
+def _add_sinusoidal_positions(model: GPTCustomModel, inputs_embeds: torch.Tensor, position_ids: torch.Tensor):
+    return model.position_encoding(inputs_embeds, position_ids), None
+
+
+def _rotary_positions(model: GPTCustomModel, inputs_embeds: torch.Tensor, position_ids: torch.Tensor):
+    return inputs_embeds, model.rotary_emb(inputs_embeds, position_ids)  # (cos, sin) for every attention layer
+
+
+# config.position_embedding_type -> (model, token embeddings, positions) -> (first hidden state, RoPE's (cos, sin)).
+ADD_POSITIONS = {"learned": _add_learned_positions, "sinusoidal": _add_sinusoidal_positions,
+                 "rope": _rotary_positions}
+
+
 class GPTCustomModel(GPTCustomPreTrainedModel):
-    """The decoder stack: token + position embeddings, n_layer blocks, final LayerNorm. Returns hidden states."""
+    """The decoder stack: token embeddings and positions, n_layer blocks, final norm (pre-norm blocks only).
+    Returns hidden states."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.wte = nn.Embedding(config.padded_vocab_size, config.n_embd)
+        # Positions, by config.position_embedding_type: a learned table (GPT-2), a fixed sinusoid buffer (the
+        # Transformer), or rotary angles that every attention layer applies to its queries and keys (LLaMA).
+        if config.position_embedding_type == "learned":
+            self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        elif config.position_embedding_type == "sinusoidal":
+            self.position_encoding = GPTCustomSinusoidalPositions(config)
+        else:
+            self.rotary_emb = GPTCustomRotaryEmbedding(config)
+        self.add_positions = ADD_POSITIONS[config.position_embedding_type]
         self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList([GPTCustomBlock(config, layer_idx) for layer_idx in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        # Post-norm blocks already end in a norm (GPT-1 has no final LayerNorm); Identity has no weights.
+        self.ln_f = make_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -322,9 +425,13 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
     def set_input_embeddings(self, new_embeddings: nn.Embedding) -> None:
         self.wte = new_embeddings
 
-    def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings plus learned position embeddings: the first hidden state (also of decode_step.py)."""
-        return self.drop(inputs_embeds + self.wpe(position_ids))
+    def embed(
+        self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """The first hidden state (token embeddings with learned or sinusoidal positions added) and RoPE's
+        (cos, sin) for the attention layers (None for the other position types). Also decode_step.py's."""
+        hidden_states, position_embeddings = self.add_positions(self, inputs_embeds, position_ids)
+        return self.drop(hidden_states), position_embeddings
 
     @accepts_cache_kwarg
     @capture_outputs
@@ -389,9 +496,10 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             **cache_kwarg(past_key_values),
             position_ids=position_ids,
         )
-        hidden_states = self.embed(inputs_embeds, position_ids)
+        hidden_states, position_embeddings = self.embed(inputs_embeds, position_ids)
         for block in self.h:
-            hidden_states = block(hidden_states, causal_mask, past_key_values, position_ids=position_ids, **kwargs)
+            hidden_states = block(hidden_states, causal_mask, past_key_values, position_ids=position_ids,
+                                  position_embeddings=position_embeddings, **kwargs)
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states, **cache_kwarg(past_key_values if use_cache else None)
@@ -399,7 +507,8 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
 
 
 class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
-    """GPTCustomModel plus the language-modelling head, tied to the token embedding (stored once on save)."""
+    """GPTCustomModel plus the language-modelling head: tied to the token embedding (stored once on save) unless
+    config.tie_word_embeddings is False (LLaMA)."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
     _decode_step: DecodeStep | None = None  # set for the decoding loop of a generate() call
@@ -407,8 +516,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
         self.transformer = GPTCustomModel(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.post_init()  # ties lm_head to wte; without it the head stays silently untied
+        self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
+        self.post_init()  # ties lm_head to wte when tie_word_embeddings; without it the head stays silently untied
 
     def set_fast_decode(self, enabled: bool = True, compile: bool = True, mode: str | None = None) -> None:
         """Make later `generate` calls decode with a StaticCache and, with `compile`, a torch.compile'd decode step.
@@ -443,7 +552,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         # transformers wraps generate()'s decoding loop in this context: the place to decide, once per call, whether
         # single-token steps may skip the module walk (decode_step.py explains when they may).
         with super()._optimize_model_for_decode():
-            model_classes = (type(self), GPTCustomModel, GPTCustomBlock, GPTCustomAttention, GPTCustomMLP)
+            model_classes = (type(self), GPTCustomModel, GPTCustomBlock, GPTCustomAttention, GPTCustomMLP,
+                             GPTCustomSwiGLU, *VARIANT_MODULES)
             if supports_decode_step(self, model_classes):
                 self._decode_step = DecodeStep(self)
             try:
@@ -528,7 +638,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             hidden_states = hidden_states[:, -logits_to_keep:, :]  # -0: keeps every position
         else:
             hidden_states = hidden_states[:, logits_to_keep, :]
-        logits = self.lm_head(hidden_states)  # (batch, seq, vocab)
+        logits = vocabulary_logits(self.lm_head, hidden_states, self.config.vocab_size)  # (batch, seq, vocab)
 
         loss = None
         if labels is not None:
@@ -546,321 +656,4 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         )
 
 
-# Task heads: small classes on GPTCustomModel, as transformers' gpt2 file has them. The classification and
-# multiple-choice heads read a sequence through its last real token, as GPT-1's extract token and GPT-2's
-# GPT2ForSequenceClassification do, and can add GPT-1's auxiliary language-modelling loss.
-
-
-def last_non_padding_index(
-    input_ids: torch.Tensor | None, pad_token_id: int | None, rows: int, attention_mask: torch.Tensor | None = None
-) -> torch.Tensor | int:
-    """Position of each row's last token that is not `pad_token_id`, exactly as GPT2ForSequenceClassification finds it.
-
-    The rightmost non-pad position, so left and right padding both work: with pad 0, row [0, 0, 5, 7] gives 3 and
-    row [5, 7, 0, 0] gives 1. Without a pad_token_id, GPT-2 refuses a batch of several rows; we read the padding
-    from `attention_mask` instead when there is one. A single row without either is read at position -1.
-    """
-    if pad_token_id is None and attention_mask is not None:
-        is_real_token = attention_mask.to(torch.int32)
-    elif pad_token_id is None:
-        if rows != 1:
-            raise UserError(
-                f"config.pad_token_id is not set, so the last real token of each of the {rows} rows cannot be found; "
-                "set model.config.pad_token_id to the tokenizer's pad_token_id, pass attention_mask, or pass one row "
-                "at a time"
-            )
-        return -1
-    elif input_ids is None:
-        logger.warning_once("padding cannot be detected in inputs_embeds; every row is read at its last position")
-        return -1
-    else:
-        is_real_token = (input_ids != pad_token_id).to(torch.int32)
-    positions = torch.arange(is_real_token.shape[-1], device=is_real_token.device, dtype=torch.int32)
-    return (positions * is_real_token).argmax(-1)  # (rows,)
-
-
-def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore_index: int | None = None) -> None:
-    """Raise a UserError naming a label outside 0..num_classes-1 (or `ignore_index`) before it reaches the loss,
-    where it would be a CUDA assert or a silently wrong loss. Skipped under torch.compile and torch.jit.trace."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or labels.numel() == 0:
-        return
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise UserError(f"{name} must hold integer class indices, got dtype {labels.dtype}; convert with .long()")
-    kept = labels[labels != ignore_index] if ignore_index is not None else labels.flatten()
-    invalid = kept[(kept < 0) | (kept >= num_classes)]
-    if invalid.numel():
-        allowed = f" (or {ignore_index} to ignore a position)" if ignore_index is not None else ""
-        raise UserError(
-            f"{name} holds {int(invalid[0])} but there are {num_classes} classes; labels must be "
-            f"0..{num_classes - 1}{allowed} (check num_labels / the number of choices)"
-        )
-
-
-@dataclass
-class GPTCustomSequenceClassifierOutput(SequenceClassifierOutputWithPast):
-    """`loss` = task_loss + lm_loss_weight · lm_loss (GPT-1's L3 = L2 + λ·L1); the parts are kept for logging."""
-
-    task_loss: torch.FloatTensor | None = None
-    lm_loss: torch.FloatTensor | None = None
-
-
-@dataclass
-class GPTCustomMultipleChoiceOutput(MultipleChoiceModelOutput):
-    """`loss` = task_loss + lm_loss_weight · lm_loss (GPT-1's L3 = L2 + λ·L1); the parts are kept for logging."""
-
-    task_loss: torch.FloatTensor | None = None
-    lm_loss: torch.FloatTensor | None = None
-
-
-class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
-    """What the task heads share: the body as `self.transformer`, GPT-1's auxiliary LM loss, and a refusal to load
-    a folder saved from a different head (transformers would drop its head weights and start a new head silently)."""
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) with output_loading_info
-        saved_heads = set(getattr(model.config, "architectures", None) or []) & set(TASK_HEAD_AUTO_CLASSES.values())
-        if saved_heads and cls.__name__ not in saved_heads:
-            saved = sorted(saved_heads)[0]
-            auto_class = next(auto for auto, name in TASK_HEAD_AUTO_CLASSES.items() if name == saved)
-            raise UserError(
-                f"{pretrained_model_name_or_path} holds a fine-tuned {saved}, not a {cls.__name__}: its head weights "
-                f"would be dropped and a new head initialised; load it with {saved} ({auto_class}), or start the "
-                "new task from the pre-trained causal-LM folder"
-            )
-        return loaded
-
-    def add_lm_loss(
-        self,
-        task_loss: torch.Tensor | None,
-        hidden_states: torch.Tensor,
-        input_ids: torch.Tensor | None,
-        attention_mask: torch.Tensor | None,
-        lm_loss_weight: float | None,
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(task_loss + λ·lm_loss, lm_loss), GPT-1's L3 = L2 + λ·L1; λ from the argument, else the config.
-
-        L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
-        seq)) through the LM head tied to the token embedding, padding (attention_mask 0) ignored; it equals
-        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding. λ = 0 (or no task loss) skips it.
-        """
-        weight = self.config.lm_loss_weight if lm_loss_weight is None else lm_loss_weight
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise UserError(f"lm_loss_weight={weight!r} must be a number >= 0 (GPT-1 used 0.5)")
-        if task_loss is None or weight == 0:
-            return task_loss, None
-        if input_ids is None:
-            raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
-        labels = input_ids if attention_mask is None else input_ids.masked_fill(attention_mask == 0, -100)
-        lm_logits = F.linear(hidden_states, self.transformer.wte.weight)  # (rows, seq, vocab): the tied LM head
-        lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
-        return task_loss + weight * lm_loss, lm_loss
-
-
-class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
-    """A linear score on the last non-padding token; regression, single- or multi-label by `config.problem_type`
-    (inferred from num_labels and the labels' dtype when unset, as transformers does)."""
-
-    def __init__(self, config: GPTCustomConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.transformer = GPTCustomModel(config)
-        self.score = nn.Linear(config.n_embd, self.num_labels, bias=False)  # no bias, as GPT2ForSequenceClassification
-        self.post_init()
-
-    @accepts_cache_kwarg
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        lm_loss_weight: float | None = None,
-        **kwargs,
-    ) -> GPTCustomSequenceClassifierOutput:
-        """`labels`: (batch,) class indices, (batch, num_labels) floats for multi-label, (batch,) floats for
-        regression. `lm_loss_weight` overrides config.lm_loss_weight for this call."""
-        outputs: BaseModelOutputWithPast = self.transformer(
-            input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state
-        rows = hidden_states.shape[0]
-        last = last_non_padding_index(input_ids, self.config.pad_token_id, rows, attention_mask)
-        pooled_logits = self.score(hidden_states[torch.arange(rows, device=hidden_states.device), last])
-
-        task_loss = None
-        if labels is not None:
-            is_class_index = not labels.dtype.is_floating_point and self.num_labels > 1
-            if is_class_index and self.config.problem_type in (None, "single_label_classification"):
-                check_class_labels("labels", labels, self.num_labels)
-            task_loss = self.loss_function(labels=labels, pooled_logits=pooled_logits, config=self.config, **kwargs)
-        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight)
-        return GPTCustomSequenceClassifierOutput(
-            loss=loss,
-            logits=pooled_logits,
-            **cache_kwarg(output_cache(outputs)),
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            task_loss=task_loss,
-            lm_loss=lm_loss,
-        )
-
-
-class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
-    """A linear classifier on every position (dropout before it, as GPT2ForTokenClassification)."""
-
-    def __init__(self, config: GPTCustomConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.transformer = GPTCustomModel(config)
-        classifier_dropout = getattr(config, "classifier_dropout", None)
-        self.dropout = nn.Dropout(0.1 if classifier_dropout is None else classifier_dropout)  # GPT-2's default
-        self.classifier = nn.Linear(config.n_embd, self.num_labels)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput:
-        """`labels`: (batch, seq) class indices, -100 where a position has no label (padding, sub-word pieces)."""
-        outputs: BaseModelOutputWithPast = self.transformer(
-            input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
-            use_cache=False, **kwargs,
-        )
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
-        loss = None
-        if labels is not None:
-            check_class_labels("labels", labels, self.num_labels, ignore_index=-100)
-            loss = self.loss_function(logits, labels, config=self.config, **kwargs)
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-
-
-class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
-    """Extractive QA: a start and an end score per position, as GPT2ForQuestionAnswering."""
-
-    def __init__(self, config: GPTCustomConfig):
-        super().__init__(config)
-        self.transformer = GPTCustomModel(config)
-        self.qa_outputs = nn.Linear(config.n_embd, 2)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        start_positions: torch.LongTensor | None = None,
-        end_positions: torch.LongTensor | None = None,
-        **kwargs,
-    ) -> QuestionAnsweringModelOutput:
-        """`start_positions`/`end_positions`: (batch,) token positions of the answer span. As in transformers, a
-        position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error."""
-        outputs: BaseModelOutputWithPast = self.transformer(
-            input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
-            use_cache=False, **kwargs,
-        )
-        logits = self.qa_outputs(outputs.last_hidden_state)  # (batch, seq, 2)
-        start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
-        return QuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start_logits,
-            end_logits=end_logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-
-
-class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
-    """GPT-1's multiple choice: each (context + answer) sequence read at its last real token, one linear score per
-    choice, softmax over the choices. Inputs are (batch, n_choices, seq); logits (batch, n_choices)."""
-
-    def __init__(self, config: GPTCustomConfig):
-        super().__init__(config)
-        self.transformer = GPTCustomModel(config)
-        self.score = nn.Linear(config.n_embd, 1, bias=False)  # a bias would cancel in the softmax over choices
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        lm_loss_weight: float | None = None,
-        **kwargs,
-    ) -> GPTCustomMultipleChoiceOutput:
-        """`labels`: (batch,) index of the right choice. `lm_loss_weight` overrides config.lm_loss_weight; the LM
-        loss then covers every choice's sequence."""
-        shaped = input_ids if input_ids is not None else inputs_embeds
-        if shaped is None or shaped.dim() != (3 if input_ids is not None else 4):
-            shape = None if shaped is None else tuple(shaped.shape)
-            raise UserError(
-                f"multiple-choice input_ids must be (batch, n_choices, seq), got shape {shape}; stack each "
-                "example's choices (padded to one length) along dimension 1"
-            )
-        batch, n_choices = shaped.shape[:2]
-        if self.config.max_choices is not None and n_choices > self.config.max_choices:
-            raise UserError(
-                f"the input has {n_choices} choices per example but the model was configured for at most "
-                f"max_choices={self.config.max_choices}; drop choices or raise config.max_choices"
-            )
-
-        def flatten(tensor: torch.Tensor | None, trailing: int) -> torch.Tensor | None:  # (batch·n_choices, ...)
-            return None if tensor is None else tensor.reshape(batch * n_choices, *tensor.shape[-trailing:])
-
-        flat_ids, flat_mask = flatten(input_ids, 1), flatten(attention_mask, 1)
-        outputs: BaseModelOutputWithPast = self.transformer(
-            flat_ids, attention_mask=flat_mask, position_ids=flatten(position_ids, 1),
-            inputs_embeds=flatten(inputs_embeds, 2), use_cache=False, **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
-        rows = hidden_states.shape[0]
-        last = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask)
-        pooled = hidden_states[torch.arange(rows, device=hidden_states.device), last]
-        logits = self.score(pooled).view(batch, n_choices)
-
-        task_loss = None
-        if labels is not None:
-            check_class_labels("labels", labels, n_choices)
-            task_loss = fixed_cross_entropy(logits, labels.view(-1).to(logits.device), **kwargs)
-        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, flat_ids, flat_mask, lm_loss_weight)
-        return GPTCustomMultipleChoiceOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            task_loss=task_loss,
-            lm_loss=lm_loss,
-        )
-
-
-__all__ = [
-    "GPTCustomForCausalLM",
-    "GPTCustomForMultipleChoice",
-    "GPTCustomForQuestionAnswering",
-    "GPTCustomForSequenceClassification",
-    "GPTCustomForTokenClassification",
-    "GPTCustomModel",
-    "GPTCustomPreTrainedModel",
-]
+__all__ = ["GPTCustomForCausalLM", "GPTCustomModel", "GPTCustomPreTrainedModel"]

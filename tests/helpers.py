@@ -279,3 +279,50 @@ def tiny_run_overrides(out_dir, dataset, tokenizer_dir, data_cache_dir, run_name
         "batch_size=4", "max_steps=12", "warmup_steps=2", "learning_rate=3e-3", "eval_interval=6", "eval_batches=4",
         "checkpoint_interval=0", "log_with=none", "seed=1234",
     ]
+
+
+# --- parity with transformers' own models (tests/hf_gpt_custom/test_parity_*.py) ------------------------------------
+
+
+def padded_batch(vocab_size: int = 99) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), 3 rows of 19: row 0 left-padded (batched generation), row 1 right-padded
+    (batched scoring), row 2 full."""
+    input_ids = torch.randint(0, vocab_size, (3, 19))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :6] = 0
+    attention_mask[1, -4:] = 0
+    return input_ids, attention_mask
+
+
+def assert_same_logits(model, reference, input_ids: torch.Tensor, atol: float = 1e-5, **inputs) -> None:
+    """Both models' logits on the same inputs agree within `atol`, at the real (attention_mask 1) positions: at
+    padding positions every implementation computes its own garbage."""
+    with torch.no_grad():
+        logits, reference_logits = model(input_ids, **inputs).logits, reference(input_ids, **inputs).logits
+    keep = inputs.get("attention_mask", torch.ones_like(input_ids)).bool()
+    torch.testing.assert_close(logits[keep], reference_logits[keep], rtol=0, atol=atol)
+
+
+def assert_same_loss(model, reference, vocab_size: int = 99) -> None:
+    """The causal-LM loss of both models agrees on labels with ignored (-100) positions."""
+    input_ids = torch.randint(0, vocab_size, (2, 16))
+    labels = input_ids.clone()
+    labels[0, :5] = -100
+    with torch.no_grad():
+        loss, reference_loss = model(input_ids, labels=labels).loss, reference(input_ids, labels=labels).loss
+    torch.testing.assert_close(loss, reference_loss, rtol=0, atol=1e-6)
+
+
+def assert_folder_converts_on_load(folder: Path, reference, **load_kwargs):
+    """GPTCustomForCausalLM.from_pretrained and GPTCustomModel.from_pretrained on a saved transformers folder give
+    `reference`'s logits and its base model's last hidden state. Returns the causal LM."""
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomModel
+
+    loaded = GPTCustomForCausalLM.from_pretrained(folder, **load_kwargs)
+    input_ids = torch.randint(0, loaded.config.vocab_size, (2, 12))
+    assert_same_logits(loaded, reference, input_ids)
+    base = GPTCustomModel.from_pretrained(folder, **load_kwargs)
+    with torch.no_grad():
+        hidden, reference_hidden = base(input_ids).last_hidden_state, reference.base_model(input_ids).last_hidden_state
+    torch.testing.assert_close(hidden, reference_hidden, rtol=0, atol=1e-5)
+    return loaded

@@ -24,9 +24,12 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
 def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
     """Training FLOPs per token: 6N for the weights plus 12·L·T·d for attention (PaLM appendix B, as nanoGPT).
 
-    N excludes the position embeddings, which are a lookup, not a matmul.
+    N excludes what is a lookup, not a matmul: the learned position table (rope and sinusoidal positions have none)
+    and, when the head is untied, the input token embedding (a tied one is the head's matmul as well).
     """
-    n_matmul = n_params - model_config.n_positions * model_config.n_embd
+    parts = model_config.parameter_breakdown()
+    lookups = parts["position_embedding"] + (0 if model_config.tie_word_embeddings else parts["token_embedding"])
+    n_matmul = n_params - lookups
     return 6 * n_matmul + 12 * model_config.n_layer * seq_len * model_config.n_embd
 
 

@@ -11,11 +11,13 @@ def test_gpt2_small_parameter_counts_match_textbook_and_true_count():
     assert breakdown["total"] == 124_439_808  # + biases and LayerNorms, tied head counted once
 
 
-def test_parameter_breakdown_equals_num_parameters_of_the_real_model():
-    config = GPTCustomConfig.from_preset("gpt2")
-    with torch.device("meta"):  # no memory for 124M weights, same parameter shapes
+@pytest.mark.parametrize("preset, total", [("gpt2", 124_439_808), ("gpt1", 116_534_784),
+                                           ("llama-7b", 6_738_415_616), ("transformer-decoder", None)])
+def test_parameter_breakdown_equals_num_parameters_of_the_real_model(preset, total):
+    config = GPTCustomConfig.from_preset(preset)
+    with torch.device("meta"):  # no memory for the weights, same parameter shapes
         model = GPTCustomForCausalLM(config)
-    assert model.num_parameters() == config.parameter_breakdown()["total"] == 124_439_808
+    assert model.num_parameters() == config.parameter_breakdown()["total"] == (total or model.num_parameters())
 
 
 @pytest.mark.parametrize("overrides", [{}, {"n_inner": 40}, {"tie_word_embeddings": False}])
@@ -56,10 +58,13 @@ def test_gpt3_175b_preset_has_175b_parameters_without_allocating_them():
 
 
 def test_gpt1_and_gpt2_family_presets():
+    # GPT-1 is post-LayerNorm with the tanh GELU (what transformers' OpenAIGPT computes for afn="gelu"); its
+    # vocabulary is the released checkpoint's 40,478 (it was 40,000 in a pre-LN block before the family options).
     gpt1 = GPTCustomConfig.from_preset("gpt1")
     assert (gpt1.n_layer, gpt1.n_embd, gpt1.n_head, gpt1.inner_dim, gpt1.vocab_size, gpt1.n_positions) == (
-        12, 768, 12, 3072, 40000, 512
+        12, 768, 12, 3072, 40478, 512
     )
+    assert (gpt1.norm_position, gpt1.position_embedding_type, gpt1.activation_function) == ("post", "learned", "gelu_new")
     for name, (layers, width) in {"gpt2-medium": (24, 1024), "gpt2-large": (36, 1280), "gpt2-xl": (48, 1600)}.items():
         config = GPTCustomConfig.from_preset(name)
         assert (config.n_layer, config.n_embd, config.n_positions, config.vocab_size) == (layers, width, 1024, 50257)
@@ -89,6 +94,19 @@ def test_preset_overrides_and_unknown_preset_suggestion():
         ({"attn_pdrop": 1.0}, r"attn_pdrop=1.0 must be a dropout probability in \[0, 1\)"),
         ({"resid_pdrop": -0.1}, r"resid_pdrop=-0.1"),
         ({"layer_norm_epsilon": 0}, r"layer_norm_epsilon=0 must be a positive number"),
+        ({"n_head": 12, "n_kv_head": 5}, r"n_head=12 must be divisible by n_kv_head=5 .*; try n_kv_head=4 or 6"),
+        ({"n_kv_head": 0}, r"n_kv_head=0 must be a positive integer"),
+        ({"position_embedding_type": "rotary"}, r"position_embedding_type=.rotary. is not supported; choose one of learned, sinusoidal, rope"),
+        ({"norm_position": "middle"}, r"norm_position='middle' is not supported; choose one of pre, post"),
+        ({"norm_type": "rms"}, r"norm_type='rms' is not supported; did you mean 'rmsnorm'"),
+        ({"mlp_type": "swiglue"}, r"mlp_type='swiglue' is not supported; did you mean 'swiglu'"),
+        ({"attention_bias": "no"}, r"attention_bias='no' must be true or false"),
+        ({"mlp_bias": 1}, r"mlp_bias=1 must be true or false"),
+        ({"multiple_of": 0}, r"multiple_of=0 must be a positive integer"),
+        ({"pad_vocab_size_to_multiple_of": -64}, r"pad_vocab_size_to_multiple_of=-64 must be a positive integer"),
+        ({"rope_theta": 0.5}, r"rope_theta=0.5 must be a number > 1"),
+        ({"position_embedding_type": "rope", "n_embd": 36, "n_head": 4}, r"head_dim = n_embd/n_head = 36/4 = 9 is odd"),
+        ({"position_embedding_type": "sinusoidal", "n_embd": 33, "n_head": 3}, r"n_embd=33 is odd"),
     ],
 )
 def test_invalid_values_raise_value_error_naming_the_field(fields, message):
@@ -103,3 +121,89 @@ def test_config_round_trips_through_save_pretrained(tmp_path, tiny_config, activ
     loaded = GPTCustomConfig.from_pretrained(tmp_path)
     assert loaded.to_dict() == tiny_config.to_dict()
     assert loaded.model_type == "gpt_custom"
+
+
+def test_gpt1_parameter_count_by_hand():
+    """GPT-1 at the paper's sizes: 12 layers x 768, 3072 inner, vocabulary 40,000, 512 positions (tied head).
+
+    Every parameter, by hand: per layer c_attn 768·2304 + 2304, c_proj 768·768 + 768, c_fc 768·3072 + 3072,
+    mlp.c_proj 3072·768 + 768, two LayerNorms 2·2·768 = 7,087,872; x 12 = 85,054,464; plus token embedding
+    40,000·768 = 30,720,000 and positions 512·768 = 393,216: 116,167,680. Post-LN has no final LayerNorm.
+    The weight matrices alone (the textbook 12·d²·L + V·d + T·d) are 116,047,872. The 115.95M quoted in issue 15
+    is neither: it is 0.1M below even the matrices-only count and no subset of the components (without positions:
+    115,654,656 / 115,774,464) gives it; all of these round to the paper's 116M, which is what it can support.
+    The released checkpoint's 40,478-row vocabulary (the gpt1 preset) gives 116,534,784, transformers' figure for
+    openai-gpt."""
+    d, layers, inner, vocab, positions = 768, 12, 3072, 40000, 512
+    per_layer = (d * 3 * d + 3 * d) + (d * d + d) + (d * inner + inner) + (inner * d + d) + 2 * 2 * d
+    assert per_layer == 7_087_872
+    by_hand = layers * per_layer + vocab * d + positions * d
+    assert by_hand == 116_167_680
+    breakdown = GPTCustomConfig.from_preset("gpt1", vocab_size=vocab).parameter_breakdown()
+    assert breakdown["total"] == by_hand
+    assert breakdown["textbook"] == 12 * d * d * layers + vocab * d + positions * d == 116_047_872
+    assert breakdown["layer_norm"] == layers * 2 * 2 * d  # no ln_f in a post-LN model
+    assert GPTCustomConfig.from_preset("gpt1").parameter_breakdown()["total"] == 116_534_784
+
+
+def test_llama_7b_block_parameter_count_by_hand():
+    """A LLaMA-7B block: 4·d² attention (q, k, v, o; no biases) + 3·d·11008 SwiGLU + two RMSNorm weights."""
+    d, inner = 4096, 11008
+    config = GPTCustomConfig.from_preset("llama-7b")
+    assert config.inner_dim == inner == round(2.6875 * d)
+    breakdown = config.parameter_breakdown()
+    attention, mlp, norms = 4 * d * d, 3 * d * inner, 2 * d
+    assert attention == 67_108_864 and mlp == 135_266_304
+    assert breakdown["attention"] == 32 * attention and breakdown["mlp"] == 32 * mlp
+    assert attention + mlp + norms == 202_383_360  # ≈ 202M per block
+    # 32 blocks, untied 32,000-row embedding and head, one final RMSNorm: LLaMA-7B's 6,738,415,616.
+    assert breakdown["total"] == 32 * (attention + mlp + norms) + 2 * 32000 * d + d == 6_738_415_616
+    assert breakdown["position_embedding"] == 0  # RoPE has no table
+
+
+def test_grouped_query_attention_and_padding_counts_by_hand():
+    # d 64, 8 query heads of 8, 2 kv heads: c_attn 64·(8 + 2·2)·8 = 6144 (+ 96 biases), c_proj 64·64 + 64.
+    config = GPTCustomConfig(n_embd=64, n_head=8, n_kv_head=2, n_layer=1, vocab_size=100, n_positions=16,
+                             pad_vocab_size_to_multiple_of=64)
+    assert config.padded_vocab_size == 128 and config.kv_heads == 2
+    breakdown = config.parameter_breakdown()
+    assert breakdown["attention"] == 64 * 96 + 96 + 64 * 64 + 64
+    assert breakdown["token_embedding"] == 128 * 64  # the padded rows are parameters too
+
+
+def test_swiglu_default_inner_width_follows_llamas_rule():
+    assert GPTCustomConfig(mlp_type="swiglu", n_embd=4096, n_head=32).inner_dim == 11008
+    assert GPTCustomConfig(mlp_type="swiglu", n_embd=128, n_head=4, multiple_of=8).inner_dim == 344
+    assert GPTCustomConfig(mlp_type="swiglu", n_embd=128, n_head=4, n_inner=100).inner_dim == 100
+    assert GPTCustomConfig(n_embd=128, n_head=4).inner_dim == 512  # standard MLP: 4·d whatever multiple_of says
+
+
+def test_transformers_names_of_the_family_fields():
+    config = GPTCustomConfig(n_kv_head=4, layer_norm_epsilon=1e-6, n_inner=100)
+    assert (config.num_key_value_heads, config.rms_norm_eps, config.intermediate_size) == (4, 1e-6, 100)
+    config.num_key_value_heads = 2
+    assert config.n_kv_head == 2
+    assert GPTCustomConfig().num_key_value_heads is None and GPTCustomConfig().kv_heads == 12
+
+
+def test_family_presets():
+    decoder = GPTCustomConfig.from_preset("transformer-decoder")
+    assert (decoder.n_layer, decoder.n_embd, decoder.n_head, decoder.inner_dim) == (6, 512, 8, 2048)
+    assert (decoder.norm_position, decoder.position_embedding_type, decoder.activation_function) == (
+        "post", "sinusoidal", "relu")
+    for name in ("llama-7b", "llama-small"):
+        llama = GPTCustomConfig.from_preset(name)
+        assert (llama.position_embedding_type, llama.norm_type, llama.mlp_type, llama.norm_position) == (
+            "rope", "rmsnorm", "swiglu", "pre")
+        assert not (llama.attention_bias or llama.mlp_bias or llama.tie_word_embeddings)
+        assert (llama.rope_theta, llama.layer_norm_epsilon, llama.bos_token_id, llama.eos_token_id) == (1e4, 1e-6, 1, 2)
+    llama = GPTCustomConfig.from_preset("llama-7b")
+    assert (llama.n_layer, llama.n_embd, llama.n_head, llama.vocab_size, llama.n_positions) == (32, 4096, 32, 32000, 2048)
+
+
+def test_default_config_is_gpt2s_block():
+    config = GPTCustomConfig()
+    assert (config.position_embedding_type, config.norm_position, config.norm_type, config.mlp_type) == (
+        "learned", "pre", "layernorm", "standard")
+    assert config.attention_bias and config.mlp_bias and config.tie_word_embeddings
+    assert config.n_kv_head is None and config.pad_vocab_size_to_multiple_of is None

@@ -22,7 +22,7 @@ from transformers import (
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.convert_gpt2 import convert_gpt2_state_dict
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.modeling_gpt_custom import (
+from hf_gpt_custom.heads_gpt_custom import (
     GPTCustomForMultipleChoice,
     GPTCustomForQuestionAnswering,
     GPTCustomForSequenceClassification,
@@ -264,7 +264,7 @@ def test_causal_lm_folder_lists_every_head_auto_class(causal_lm_folder):
     folder, _ = causal_lm_folder
     saved_map = json.loads((folder / "config.json").read_text())["auto_map"]
     for head_class, auto_class in HEAD_AUTO_CLASSES.items():
-        assert saved_map[auto_class.__name__] == f"modeling_gpt_custom.{head_class.__name__}"
+        assert saved_map[auto_class.__name__] == f"heads_gpt_custom.{head_class.__name__}"
 
 
 @pytest.mark.parametrize("head_class", list(HEAD_AUTO_CLASSES), ids=lambda cls: cls.__name__)
@@ -278,7 +278,7 @@ def test_head_from_causal_lm_folder_keeps_body_and_reloads_identically(causal_lm
 
     head.save_pretrained(tmp_path / "head")
     saved_map = json.loads((tmp_path / "head" / "config.json").read_text())["auto_map"]
-    assert saved_map[HEAD_AUTO_CLASSES[head_class].__name__] == f"modeling_gpt_custom.{head_class.__name__}"
+    assert saved_map[HEAD_AUTO_CLASSES[head_class].__name__] == f"heads_gpt_custom.{head_class.__name__}"
     reloaded = HEAD_AUTO_CLASSES[head_class].from_pretrained(tmp_path / "head").eval()
     assert type(reloaded) is head_class
     input_ids, attention_mask = padded_batch("left")

@@ -32,7 +32,10 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert files == sorted([
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
-        "convert_gpt2.py", "decode_step.py", "errors.py", "kv_cache.py", "onednn_linear.py", "tiktoken_engine.py", "transformers_compat.py",  # relative imports
+        "block_variants.py", "convert_gpt2.py", "decode_step.py", "errors.py", "heads_gpt_custom.py", "kv_cache.py",
+        "onednn_linear.py",
+        "tiktoken_engine.py", "transformers_compat.py",  # relative imports
+        "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # the converters convert_common dispatches to
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
         "loss_curve.png", "shots_curve.png", "training_summary.json", "eval/results.json", "eval/table.md",
     ])
@@ -42,10 +45,10 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
         "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
         "AutoModel": "modeling_gpt_custom.GPTCustomModel",
         "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
-        "AutoModelForSequenceClassification": "modeling_gpt_custom.GPTCustomForSequenceClassification",
-        "AutoModelForTokenClassification": "modeling_gpt_custom.GPTCustomForTokenClassification",
-        "AutoModelForQuestionAnswering": "modeling_gpt_custom.GPTCustomForQuestionAnswering",
-        "AutoModelForMultipleChoice": "modeling_gpt_custom.GPTCustomForMultipleChoice",
+        "AutoModelForSequenceClassification": "heads_gpt_custom.GPTCustomForSequenceClassification",
+        "AutoModelForTokenClassification": "heads_gpt_custom.GPTCustomForTokenClassification",
+        "AutoModelForQuestionAnswering": "heads_gpt_custom.GPTCustomForQuestionAnswering",
+        "AutoModelForMultipleChoice": "heads_gpt_custom.GPTCustomForMultipleChoice",
     }
     tokenizer_config = json.loads((out_dir / "tokenizer_config.json").read_text())
     assert tokenizer_config["auto_map"]["AutoTokenizer"][1] == "tokenization_gpt_custom.GPTCustomTokenizerFast"

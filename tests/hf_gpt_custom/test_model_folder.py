@@ -61,3 +61,29 @@ def test_missing_folder_file_and_config_are_named(tmp_path, saved):
     (folder / "config.json").unlink()
     with pytest.raises(MissingFileError, match=r"has no config\.json"):
         load_model_folder(folder)
+
+
+@pytest.mark.parametrize("reference_class", ["OpenAIGPTLMHeadModel", "LlamaForCausalLM"])
+def test_openai_gpt_and_llama_folders_load_for_our_commands_converted(tmp_path, reference_class):
+    """`train init_from=`, `eval` and `finetune` load through load_model_folder: a transformers GPT-1 or Llama folder
+    is converted there as from_pretrained converts it, with the reference model's logits."""
+    import torch
+    import transformers
+
+    from hf_gpt_custom.convert_common import CONVERTED_MODEL_TYPES
+    from hf_gpt_custom.model_folder import LOADABLE_MODEL_TYPES
+
+    assert LOADABLE_MODEL_TYPES == ("gpt_custom", *CONVERTED_MODEL_TYPES)
+    config = {
+        "OpenAIGPTLMHeadModel": transformers.OpenAIGPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32),
+        "LlamaForCausalLM": transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                     hidden_size=32, intermediate_size=48, vocab_size=64,
+                                                     max_position_embeddings=32),
+    }[reference_class]
+    torch.manual_seed(0)
+    reference = getattr(transformers, reference_class)(config).eval()
+    reference.save_pretrained(tmp_path / "reference")
+    model = load_model_folder(tmp_path / "reference")
+    input_ids = torch.randint(0, 64, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, reference(input_ids).logits, atol=1e-5, rtol=1e-5)

@@ -55,3 +55,14 @@ def test_accepts_cache_kwarg_maps_cache_and_refuses_both():
     assert {"past_key_values", "cache"} <= set(inspect.signature(forward).parameters)
     with pytest.raises(TypeError, match="both cache and past_key_values"):
         forward(past_key_values="p", cache="c")
+
+
+def test_trainer_keeps_only_the_logits_of_an_eval_forward():
+    """Trainer.prediction_step keeps the output entries not in config.keys_to_ignore_at_inference (nor "loss"); the
+    cache, under either name, must be dropped or evaluation gathers Cache objects as predictions."""
+    ours, _ = make_gpt2_pair(seed=2)
+    with torch.no_grad():
+        outputs = ours(torch.randint(0, 98, (2, 5)), labels=torch.randint(0, 98, (2, 5)), use_cache=True)
+    assert CACHE_NAME in outputs.keys()
+    ignored = ours.config.keys_to_ignore_at_inference + ["loss"]
+    assert [key for key in outputs.keys() if key not in ignored] == ["logits"]

@@ -123,3 +123,23 @@ def test_every_epoch_is_a_fresh_seeded_permutation_of_the_training_blocks(small_
     assert epochs[1] != epochs[0]  # reshuffled for the second epoch
     assert order[2 * n:] != epochs[1][:3]  # and again for the third
     assert block_order("again") == order  # the order is a function of the seed alone
+
+
+@pytest.mark.parametrize("variant, lookups", [
+    ({}, "positions"),  # GPT-2: the learned position table is a lookup
+    ({"position_embedding_type": "rope", "tie_word_embeddings": False}, "tokens"),  # no table; untied wte is a lookup
+    ({"position_embedding_type": "sinusoidal"}, "none"),  # no table; the tied wte is also the head's matmul
+])
+def test_flops_per_token_counts_only_matmul_weights(variant, lookups):
+    """6·N + 12·L·T·d (PaLM appendix B), N without the lookups, counted by hand from the layer shapes."""
+    from hf_gpt_custom import GPTCustomConfig
+    from hf_gpt_custom.training.recipe import flops_per_token
+
+    d, layers, vocab, positions, seq = 32, 2, 100, 16, 8
+    config = GPTCustomConfig(n_layer=layers, n_embd=d, n_head=2, vocab_size=vocab, n_positions=positions, **variant)
+    per_block = (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d) + 4 * d  # attn, mlp, 2 LN
+    head = 0 if config.tie_word_embeddings else vocab * d
+    table = positions * d if lookups == "positions" else 0
+    n_params = vocab * d + table + layers * per_block + 2 * d + head
+    n_matmul = n_params - {"positions": positions * d, "tokens": vocab * d, "none": 0}[lookups]
+    assert flops_per_token(config, n_params, seq) == 6 * n_matmul + 12 * layers * seq * d

@@ -1,0 +1,185 @@
+"""Llama weights both ways: transformers' LlamaForCausalLM (model_type "llama") <-> our RoPE/RMSNorm/SwiGLU block.
+
+Llama's block is ours with position_embedding_type="rope", norm_type="rmsnorm", mlp_type="swiglu" and no biases.
+The map is key for key except attention: Llama's separate q_proj/k_proj/v_proj become our one fused c_attn, rows
+stacked q then k then v (n_head + 2·n_kv_head heads of head_dim). Both sides rotate with transformers' convention
+(rotate_half: the first and second halves of each head pair up), so no row permutation is needed — unlike Meta's
+original files, whose interleaved pairs transformers' own conversion script permutes. Llama options we cannot
+reproduce exactly (RoPE scaling, partial rotary, another head_dim or activation) are refused by name. Training-only
+difference: LlamaModel's embedding gives the pad_token_id row no gradient; ours trains every row.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+
+from .configuration_gpt_custom import GPTCustomConfig
+from .convert_common import convert_model, load_converted_checkpoint, refuse_options, transformers_model_with_weights
+from .errors import UserError
+
+QKV_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+LAYER_MODULES = {  # Llama's name inside a decoder layer -> ours inside a block
+    "input_layernorm": "ln_1",
+    "post_attention_layernorm": "ln_2",
+    "self_attn.o_proj": "attn.c_proj",
+    "mlp.gate_proj": "mlp.c_gate",
+    "mlp.up_proj": "mlp.c_fc",
+    "mlp.down_proj": "mlp.c_proj",
+}
+TOP_MODULES = {"embed_tokens": "wte", "norm": "ln_f"}
+LAYER_KEY = re.compile(r"layers\.(\d+)\.(.+)\.(weight|bias)")
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # a buffer old checkpoints saved; recomputed from rope_theta
+# What Llama is in our config's terms; Llama has no residual or embedding dropout.
+LLAMA_BLOCK = {"position_embedding_type": "rope", "norm_position": "pre", "norm_type": "rmsnorm",
+               "mlp_type": "swiglu", "resid_pdrop": 0.0, "embd_pdrop": 0.0}
+LLAMA_FIELDS = {  # LlamaConfig name -> ours
+    "vocab_size": "vocab_size", "max_position_embeddings": "n_positions", "hidden_size": "n_embd",
+    "num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "num_key_value_heads": "n_kv_head",
+    "intermediate_size": "n_inner", "rms_norm_eps": "layer_norm_epsilon", "attention_dropout": "attn_pdrop",
+    "attention_bias": "attention_bias", "mlp_bias": "mlp_bias", "initializer_range": "initializer_range",
+    "tie_word_embeddings": "tie_word_embeddings", "use_cache": "use_cache", "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id", "pad_token_id": "pad_token_id",
+}
+ALTERNATIVE = "load it with transformers' LlamaForCausalLM instead"
+
+
+def _llama_config(llama_config: dict):
+    """transformers' LlamaConfig for a config.json dict: it reads every generation of the format (rope_theta and
+    rope_scaling at the top, or rope_parameters) into one shape."""
+    from transformers import LlamaConfig
+
+    try:
+        return LlamaConfig.from_dict(llama_config)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"this Llama config.json is not valid for transformers' LlamaConfig: {err}") from err
+
+
+def config_from_llama(llama_config: dict) -> GPTCustomConfig:
+    """Our config for the same architecture as a LlamaConfig dict (UserError for what we cannot reproduce)."""
+    config = _llama_config(llama_config)
+    rope = dict(config.rope_parameters or {})
+    natural_head_dim = config.hidden_size // config.num_attention_heads
+    actual = {
+        "rope_parameters.rope_type": rope.get("rope_type", "default"),  # linear, dynamic, yarn, llama3 scaling
+        "rope_parameters.partial_rotary_factor": rope.get("partial_rotary_factor", 1.0),
+        "head_dim": config.head_dim,
+        "hidden_act": config.hidden_act,
+    }
+    supported = {"rope_parameters.rope_type": "default", "rope_parameters.partial_rotary_factor": 1.0,
+                 "head_dim": natural_head_dim, "hidden_act": "silu"}
+    refuse_options("Llama", {name: value for name, value in actual.items() if value != supported[name]}, ALTERNATIVE)
+    fields = {ours: getattr(config, theirs) for theirs, ours in LLAMA_FIELDS.items()}
+    return GPTCustomConfig(**fields, **LLAMA_BLOCK, rope_theta=rope.get("rope_theta", 10000.0))
+
+
+def convert_llama_state_dict(llama_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """LlamaForCausalLM / LlamaModel state dict -> GPTCustomForCausalLM state dict (keys with or without "model.")."""
+    converted: dict[str, torch.Tensor] = {}
+    qkv_parts: dict[str, dict[str, torch.Tensor]] = {}  # our fused c_attn key -> Llama module -> tensor
+    for key, tensor in llama_state.items():
+        if key.endswith(IGNORED_SUFFIXES):
+            continue
+        if key == "lm_head.weight":
+            converted[key] = tensor
+            continue
+        name = key.removeprefix("model.")
+        if match := LAYER_KEY.fullmatch(name):
+            layer, module, kind = match.groups()
+            if module in QKV_MODULES:
+                qkv_parts.setdefault(f"transformer.h.{layer}.attn.c_attn.{kind}", {})[module] = tensor
+                continue
+            name = f"h.{layer}.{LAYER_MODULES.get(module, module)}.{kind}"
+        else:
+            module, _, kind = name.rpartition(".")
+            name = f"{TOP_MODULES.get(module, module)}.{kind}"
+        converted[f"transformer.{name}"] = tensor  # an unknown name stays as it is and is reported as unexpected
+    for name, parts in qkv_parts.items():
+        missing = [module for module in QKV_MODULES if module not in parts]
+        if missing:
+            raise UserError(f"the Llama checkpoint has no {', '.join(missing)} for {name}; it is incomplete")
+        converted[name] = torch.cat([parts[module] for module in QKV_MODULES])  # rows: q, then k, then v
+    return converted
+
+
+def load_llama_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
+    """A GPTCustomForCausalLM (or `model_class`) with the weights of a transformers llama folder or Hub repo."""
+    return load_converted_checkpoint(path, model_class, "Llama", config_from_llama, convert_llama_state_dict, **kwargs)
+
+
+def from_llama_model(llama_model, model_class=None):
+    """Our model, in eval mode, holding the weights of an in-memory LlamaForCausalLM / LlamaModel."""
+    return convert_model(llama_model, model_class, "Llama", config_from_llama, convert_llama_state_dict)
+
+
+# --- ours -> transformers ------------------------------------------------------------------------------------------
+
+
+def llama_config_from(config: GPTCustomConfig):
+    """transformers' LlamaConfig for our config, which must describe a Llama block (UserError naming every field
+    that LlamaForCausalLM cannot express). Residual and embedding dropout, which Llama lacks, only matter in
+    training and are not carried over."""
+    from transformers import LlamaConfig
+
+    required = {name: getattr(config, name) for name in LLAMA_BLOCK if not name.endswith("pdrop")}
+    wrong = {name: value for name, value in required.items() if value != LLAMA_BLOCK[name]}
+    if not config.scale_attn_weights:
+        wrong["scale_attn_weights"] = False
+    refuse_options("GPTCustom", wrong, "LlamaForCausalLM is a pre-norm RoPE/RMSNorm/SwiGLU block")
+    fields = {theirs: getattr(config, ours) for theirs, ours in LLAMA_FIELDS.items()}
+    fields.update(num_key_value_heads=config.kv_heads, intermediate_size=config.inner_dim)
+    return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
+
+
+def to_llama_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:
+    """GPTCustomForCausalLM state dict (Llama block) -> LlamaForCausalLM state dict.
+
+    A padded vocabulary (pad_vocab_size_to_multiple_of) is cut back to vocab_size rows: our padding rows are never
+    looked up nor predicted, so the logits stay the same."""
+    ours_to_theirs = {ours: theirs for theirs, ours in LAYER_MODULES.items()}
+    top_to_theirs = {ours: theirs for theirs, ours in TOP_MODULES.items()}
+    q_rows = config.n_head * config.head_dim
+    kv_rows = config.kv_heads * config.head_dim
+    converted = {}
+    for key, tensor in state.items():
+        if key in ("lm_head.weight", "transformer.wte.weight"):
+            tensor = tensor[: config.vocab_size]
+        if key == "lm_head.weight":
+            converted[key] = tensor
+            continue
+        name = key.removeprefix("transformer.")
+        if match := re.fullmatch(r"h\.(\d+)\.(.+)\.(weight|bias)", name):
+            layer, module, kind = match.groups()
+            prefix = f"model.layers.{layer}."
+            if module == "attn.c_attn":
+                for part, rows in zip(QKV_MODULES, tensor.split([q_rows, kv_rows, kv_rows])):
+                    converted[f"{prefix}{part}.{kind}"] = rows.contiguous()
+                continue
+            converted[f"{prefix}{ours_to_theirs.get(module, module)}.{kind}"] = tensor
+        else:
+            module, _, kind = name.rpartition(".")
+            converted[f"model.{top_to_theirs.get(module, module)}.{kind}"] = tensor
+    return converted
+
+
+def to_llama_model(model):
+    """transformers' LlamaForCausalLM, in eval mode, holding the weights of our Llama-block causal LM."""
+    from transformers import LlamaForCausalLM
+
+    reference_config = llama_config_from(model.config)
+    reference_config._attn_implementation = model.config._attn_implementation
+    state = to_llama_state_dict(model.state_dict(), model.config)
+    return transformers_model_with_weights(LlamaForCausalLM, reference_config, state)
+
+
+__all__ = [
+    "config_from_llama",
+    "convert_llama_state_dict",
+    "from_llama_model",
+    "llama_config_from",
+    "load_llama_checkpoint",
+    "to_llama_model",
+    "to_llama_state_dict",
+]

@@ -1,0 +1,134 @@
+"""GPT-1 weights both ways: transformers' OpenAIGPTLMHeadModel (model_type "openai-gpt") <-> our post-LN block.
+
+GPT-1 is GPT-2's layout one version earlier: the same Conv1D layers under the same names (transposed here, as in
+convert_gpt2), but post-LayerNorm (x = ln_1(x + attn(x)), then ln_2(x + mlp(x)), no final norm), the embeddings
+named tokens_embed / positions_embed, and the activation in `afn`, where "gelu" means GPT-2's tanh form.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .configuration_gpt_custom import GPTCustomConfig
+from .convert_common import convert_model, load_converted_checkpoint, refuse_options, transformers_model_with_weights
+
+CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+EMBEDDING_NAMES = {"tokens_embed.": "wte.", "positions_embed.": "wpe."}
+# Old checkpoints carry the causal mask (attn.bias) and position_ids as buffers; the double-heads model has a
+# multiple-choice head whose task our causal LM does not have.
+IGNORED_KEYS = (".attn.bias", "position_ids")
+IGNORED_PREFIXES = ("multiple_choice_head.",)
+# transformers' modeling_openai: ACT_FNS = {"relu": ReLU, "silu": silu, "gelu": gelu_new, "swish": silu}.
+ACTIVATIONS_FROM_AFN = {"gelu": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu"}
+AFN_FROM_ACTIVATION = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu", "silu": "silu"}
+FIELDS_CARRIED_OVER = (
+    "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+    "layer_norm_epsilon", "initializer_range", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings",
+)
+# What GPT-1 is in our config's terms (every other family field at its default: learned positions, LayerNorm,
+# GELU-style MLP of 4·n_embd, biases, full multi-head attention).
+GPT1_BLOCK = {"norm_position": "post"}
+
+
+def _renamed(name: str, prefixes: dict[str, str]) -> str:
+    for old, new in prefixes.items():
+        if name.startswith(old):
+            return new + name.removeprefix(old)
+    return name
+
+
+def config_from_openai_gpt(openai_config: dict) -> GPTCustomConfig:
+    """Our config for the same architecture as an OpenAIGPTConfig dict."""
+    afn = openai_config.get("afn", "gelu")
+    refuse_options("OpenAI GPT", {"afn": afn} if afn not in ACTIVATIONS_FROM_AFN else {},
+                   f"afn must be one of {', '.join(ACTIVATIONS_FROM_AFN)}")
+    fields = {key: openai_config[key] for key in FIELDS_CARRIED_OVER if key in openai_config}
+    return GPTCustomConfig(**fields, **GPT1_BLOCK, activation_function=ACTIVATIONS_FROM_AFN[afn])
+
+
+def convert_openai_gpt_state_dict(openai_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """OpenAIGPTLMHeadModel / OpenAIGPTModel / OpenAIGPTDoubleHeadsModel state dict -> GPTCustomForCausalLM's.
+
+    Keys with or without the "transformer." prefix. lm_head is dropped: GPT-1's is tied to the token embedding.
+    """
+    converted = {}
+    for key, tensor in openai_state.items():
+        name = key.removeprefix("transformer.")
+        if name == "lm_head.weight" or name.endswith(IGNORED_KEYS) or name.startswith(IGNORED_PREFIXES):
+            continue
+        name = _renamed(name, EMBEDDING_NAMES)
+        converted[f"transformer.{name}"] = tensor.t().contiguous() if name.endswith(CONV1D_SUFFIXES) else tensor
+    return converted
+
+
+def load_openai_gpt_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
+    """A GPTCustomForCausalLM (or `model_class`) with the weights of a transformers openai-gpt folder or Hub repo."""
+    return load_converted_checkpoint(
+        path, model_class, "OpenAI GPT", config_from_openai_gpt, convert_openai_gpt_state_dict, **kwargs
+    )
+
+
+def from_openai_gpt_model(openai_model, model_class=None):
+    """Our model, in eval mode, holding the weights of an in-memory OpenAIGPTLMHeadModel / OpenAIGPTModel."""
+    return convert_model(openai_model, model_class, "OpenAI GPT", config_from_openai_gpt, convert_openai_gpt_state_dict)
+
+
+# --- ours -> transformers ------------------------------------------------------------------------------------------
+
+
+def openai_gpt_config_from(config: GPTCustomConfig):
+    """transformers' OpenAIGPTConfig for our config, which must describe a GPT-1 block (UserError naming every field
+    that OpenAIGPTLMHeadModel cannot express)."""
+    from transformers import OpenAIGPTConfig
+
+    required = {
+        "norm_position": "post", "position_embedding_type": "learned", "norm_type": "layernorm",
+        "mlp_type": "standard", "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True,
+        "scale_attn_weights": True, "inner_dim": 4 * config.n_embd, "kv_heads": config.n_head,
+    }
+    wrong = {name: getattr(config, name) for name, value in required.items() if getattr(config, name) != value}
+    if config.activation_function not in AFN_FROM_ACTIVATION:
+        wrong["activation_function"] = config.activation_function
+    refuse_options("GPTCustom", wrong, "OpenAIGPTLMHeadModel is a post-LayerNorm block with learned positions, a "
+                   f"{', '.join(AFN_FROM_ACTIVATION)} MLP of 4·n_embd with biases and a tied head")
+    fields = {key: getattr(config, key) for key in FIELDS_CARRIED_OVER}
+    return OpenAIGPTConfig(**fields, afn=AFN_FROM_ACTIVATION[config.activation_function])
+
+
+def to_openai_gpt_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:
+    """GPTCustomForCausalLM state dict (GPT-1 block) -> OpenAIGPTLMHeadModel state dict (lm_head included, tied).
+
+    A padded vocabulary (pad_vocab_size_to_multiple_of) is cut back to vocab_size rows: our padding rows are never
+    looked up nor predicted, so the logits stay the same."""
+    converted = {}
+    for key, tensor in state.items():
+        name = key.removeprefix("transformer.")
+        if name == "lm_head.weight":
+            continue
+        if name == "wte.weight":
+            tensor = tensor[: config.vocab_size]
+        name = _renamed(name, {ours: theirs for theirs, ours in EMBEDDING_NAMES.items()})
+        converted[f"transformer.{name}"] = tensor.t().contiguous() if name.endswith(CONV1D_SUFFIXES) else tensor
+    converted["lm_head.weight"] = converted["transformer.tokens_embed.weight"]
+    return converted
+
+
+def to_openai_gpt_model(model):
+    """transformers' OpenAIGPTLMHeadModel, in eval mode, holding the weights of our GPT-1-block causal LM."""
+    from transformers import OpenAIGPTLMHeadModel
+
+    state = to_openai_gpt_state_dict(model.state_dict(), model.config)
+    return transformers_model_with_weights(OpenAIGPTLMHeadModel, openai_gpt_config_from(model.config), state)
+
+
+__all__ = [
+    "config_from_openai_gpt",
+    "convert_openai_gpt_state_dict",
+    "from_openai_gpt_model",
+    "load_openai_gpt_checkpoint",
+    "openai_gpt_config_from",
+    "to_openai_gpt_model",
+    "to_openai_gpt_state_dict",
+]

@@ -1,0 +1,358 @@
+"""Task heads on GPTCustomModel, as transformers' gpt2 file has them: sequence and token classification, extractive
+question answering, multiple choice. The classification and multiple-choice heads read a sequence through its last
+real token, as GPT-1's extract token and GPT-2's GPT2ForSequenceClassification do, and can add GPT-1's auxiliary
+language-modelling loss (L3 = L2 + λ·L1, `lm_loss_weight`).
+
+A sibling of modeling_gpt_custom.py (which stays the one-sitting read of the model itself); every saved folder ships
+both, so a head loads with trust_remote_code where the package is absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.cache_utils import Cache
+from transformers.loss.loss_utils import ForCausalLMLoss, fixed_cross_entropy
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutputWithPast,
+    TokenClassifierOutput,
+)
+from transformers.utils import can_return_tuple, logging
+
+from .configuration_gpt_custom import GPTCustomConfig
+from .errors import UserError
+from .modeling_gpt_custom import AUTO_MODEL_CLASSES, GPTCustomModel, GPTCustomPreTrainedModel
+from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
+
+logger = logging.get_logger(__name__)
+
+# Each head's class name by the transformers Auto class that loads it, from the one table in the modeling file.
+TASK_HEAD_AUTO_CLASSES = {
+    auto_class: location.split(".")[1]
+    for auto_class, location in AUTO_MODEL_CLASSES.items()
+    if location.startswith(f"{__name__.rpartition('.')[2]}.")
+}
+
+# Task heads: small classes on GPTCustomModel, as transformers' gpt2 file has them. The classification and
+# multiple-choice heads read a sequence through its last real token, as GPT-1's extract token and GPT-2's
+# GPT2ForSequenceClassification do, and can add GPT-1's auxiliary language-modelling loss.
+
+
+def last_non_padding_index(
+    input_ids: torch.Tensor | None, pad_token_id: int | None, rows: int, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor | int:
+    """Position of each row's last token that is not `pad_token_id`, exactly as GPT2ForSequenceClassification finds it.
+
+    The rightmost non-pad position, so left and right padding both work: with pad 0, row [0, 0, 5, 7] gives 3 and
+    row [5, 7, 0, 0] gives 1. Without a pad_token_id, GPT-2 refuses a batch of several rows; we read the padding
+    from `attention_mask` instead when there is one. A single row without either is read at position -1.
+    """
+    if pad_token_id is None and attention_mask is not None:
+        is_real_token = attention_mask.to(torch.int32)
+    elif pad_token_id is None:
+        if rows != 1:
+            raise UserError(
+                f"config.pad_token_id is not set, so the last real token of each of the {rows} rows cannot be found; "
+                "set model.config.pad_token_id to the tokenizer's pad_token_id, pass attention_mask, or pass one row "
+                "at a time"
+            )
+        return -1
+    elif input_ids is None:
+        logger.warning_once("padding cannot be detected in inputs_embeds; every row is read at its last position")
+        return -1
+    else:
+        is_real_token = (input_ids != pad_token_id).to(torch.int32)
+    positions = torch.arange(is_real_token.shape[-1], device=is_real_token.device, dtype=torch.int32)
+    return (positions * is_real_token).argmax(-1)  # (rows,)
+
+
+def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore_index: int | None = None) -> None:
+    """Raise a UserError naming a label outside 0..num_classes-1 (or `ignore_index`) before it reaches the loss,
+    where it would be a CUDA assert or a silently wrong loss. Skipped under torch.compile and torch.jit.trace."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or labels.numel() == 0:
+        return
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise UserError(f"{name} must hold integer class indices, got dtype {labels.dtype}; convert with .long()")
+    kept = labels[labels != ignore_index] if ignore_index is not None else labels.flatten()
+    invalid = kept[(kept < 0) | (kept >= num_classes)]
+    if invalid.numel():
+        allowed = f" (or {ignore_index} to ignore a position)" if ignore_index is not None else ""
+        raise UserError(
+            f"{name} holds {int(invalid[0])} but there are {num_classes} classes; labels must be "
+            f"0..{num_classes - 1}{allowed} (check num_labels / the number of choices)"
+        )
+
+
+@dataclass
+class GPTCustomSequenceClassifierOutput(SequenceClassifierOutputWithPast):
+    """`loss` = task_loss + lm_loss_weight · lm_loss (GPT-1's L3 = L2 + λ·L1); the parts are kept for logging."""
+
+    task_loss: torch.FloatTensor | None = None
+    lm_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class GPTCustomMultipleChoiceOutput(MultipleChoiceModelOutput):
+    """`loss` = task_loss + lm_loss_weight · lm_loss (GPT-1's L3 = L2 + λ·L1); the parts are kept for logging."""
+
+    task_loss: torch.FloatTensor | None = None
+    lm_loss: torch.FloatTensor | None = None
+
+
+class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
+    """What the task heads share: the body as `self.transformer`, GPT-1's auxiliary LM loss, and a refusal to load
+    a folder saved from a different head (transformers would drop its head weights and start a new head silently)."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) with output_loading_info
+        saved_heads = set(getattr(model.config, "architectures", None) or []) & set(TASK_HEAD_AUTO_CLASSES.values())
+        if saved_heads and cls.__name__ not in saved_heads:
+            saved = sorted(saved_heads)[0]
+            auto_class = next(auto for auto, name in TASK_HEAD_AUTO_CLASSES.items() if name == saved)
+            raise UserError(
+                f"{pretrained_model_name_or_path} holds a fine-tuned {saved}, not a {cls.__name__}: its head weights "
+                f"would be dropped and a new head initialised; load it with {saved} ({auto_class}), or start the "
+                "new task from the pre-trained causal-LM folder"
+            )
+        return loaded
+
+    def add_lm_loss(
+        self,
+        task_loss: torch.Tensor | None,
+        hidden_states: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        lm_loss_weight: float | None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(task_loss + λ·lm_loss, lm_loss), GPT-1's L3 = L2 + λ·L1; λ from the argument, else the config.
+
+        L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
+        seq)) through the LM head tied to the token embedding, padding (attention_mask 0) ignored; it equals
+        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding. λ = 0 (or no task loss) skips it.
+        """
+        weight = self.config.lm_loss_weight if lm_loss_weight is None else lm_loss_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise UserError(f"lm_loss_weight={weight!r} must be a number >= 0 (GPT-1 used 0.5)")
+        if task_loss is None or weight == 0:
+            return task_loss, None
+        if input_ids is None:
+            raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
+        labels = input_ids if attention_mask is None else input_ids.masked_fill(attention_mask == 0, -100)
+        # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
+        lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])
+        lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
+        return task_loss + weight * lm_loss, lm_loss
+
+
+class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
+    """A linear score on the last non-padding token; regression, single- or multi-label by `config.problem_type`
+    (inferred from num_labels and the labels' dtype when unset, as transformers does)."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.transformer = GPTCustomModel(config)
+        self.score = nn.Linear(config.n_embd, self.num_labels, bias=False)  # no bias, as GPT2ForSequenceClassification
+        self.post_init()
+
+    @accepts_cache_kwarg
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        lm_loss_weight: float | None = None,
+        **kwargs,
+    ) -> GPTCustomSequenceClassifierOutput:
+        """`labels`: (batch,) class indices, (batch, num_labels) floats for multi-label, (batch,) floats for
+        regression. `lm_loss_weight` overrides config.lm_loss_weight for this call."""
+        outputs: BaseModelOutputWithPast = self.transformer(
+            input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        rows = hidden_states.shape[0]
+        last = last_non_padding_index(input_ids, self.config.pad_token_id, rows, attention_mask)
+        pooled_logits = self.score(hidden_states[torch.arange(rows, device=hidden_states.device), last])
+
+        task_loss = None
+        if labels is not None:
+            is_class_index = not labels.dtype.is_floating_point and self.num_labels > 1
+            if is_class_index and self.config.problem_type in (None, "single_label_classification"):
+                check_class_labels("labels", labels, self.num_labels)
+            task_loss = self.loss_function(labels=labels, pooled_logits=pooled_logits, config=self.config, **kwargs)
+        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight)
+        return GPTCustomSequenceClassifierOutput(
+            loss=loss,
+            logits=pooled_logits,
+            **cache_kwarg(output_cache(outputs)),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            task_loss=task_loss,
+            lm_loss=lm_loss,
+        )
+
+
+class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
+    """A linear classifier on every position (dropout before it, as GPT2ForTokenClassification)."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.transformer = GPTCustomModel(config)
+        classifier_dropout = getattr(config, "classifier_dropout", None)
+        self.dropout = nn.Dropout(0.1 if classifier_dropout is None else classifier_dropout)  # GPT-2's default
+        self.classifier = nn.Linear(config.n_embd, self.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        """`labels`: (batch, seq) class indices, -100 where a position has no label (padding, sub-word pieces)."""
+        outputs: BaseModelOutputWithPast = self.transformer(
+            input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
+            use_cache=False, **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
+        loss = None
+        if labels is not None:
+            check_class_labels("labels", labels, self.num_labels, ignore_index=-100)
+            loss = self.loss_function(logits, labels, config=self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
+    """Extractive QA: a start and an end score per position, as GPT2ForQuestionAnswering."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__(config)
+        self.transformer = GPTCustomModel(config)
+        self.qa_outputs = nn.Linear(config.n_embd, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        """`start_positions`/`end_positions`: (batch,) token positions of the answer span. As in transformers, a
+        position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error."""
+        outputs: BaseModelOutputWithPast = self.transformer(
+            input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
+            use_cache=False, **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (batch, seq, 2)
+        start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
+    """GPT-1's multiple choice: each (context + answer) sequence read at its last real token, one linear score per
+    choice, softmax over the choices. Inputs are (batch, n_choices, seq); logits (batch, n_choices)."""
+
+    def __init__(self, config: GPTCustomConfig):
+        super().__init__(config)
+        self.transformer = GPTCustomModel(config)
+        self.score = nn.Linear(config.n_embd, 1, bias=False)  # a bias would cancel in the softmax over choices
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        lm_loss_weight: float | None = None,
+        **kwargs,
+    ) -> GPTCustomMultipleChoiceOutput:
+        """`labels`: (batch,) index of the right choice. `lm_loss_weight` overrides config.lm_loss_weight; the LM
+        loss then covers every choice's sequence."""
+        shaped = input_ids if input_ids is not None else inputs_embeds
+        if shaped is None or shaped.dim() != (3 if input_ids is not None else 4):
+            shape = None if shaped is None else tuple(shaped.shape)
+            raise UserError(
+                f"multiple-choice input_ids must be (batch, n_choices, seq), got shape {shape}; stack each "
+                "example's choices (padded to one length) along dimension 1"
+            )
+        batch, n_choices = shaped.shape[:2]
+        if self.config.max_choices is not None and n_choices > self.config.max_choices:
+            raise UserError(
+                f"the input has {n_choices} choices per example but the model was configured for at most "
+                f"max_choices={self.config.max_choices}; drop choices or raise config.max_choices"
+            )
+
+        def flatten(tensor: torch.Tensor | None, trailing: int) -> torch.Tensor | None:  # (batch·n_choices, ...)
+            return None if tensor is None else tensor.reshape(batch * n_choices, *tensor.shape[-trailing:])
+
+        flat_ids, flat_mask = flatten(input_ids, 1), flatten(attention_mask, 1)
+        outputs: BaseModelOutputWithPast = self.transformer(
+            flat_ids, attention_mask=flat_mask, position_ids=flatten(position_ids, 1),
+            inputs_embeds=flatten(inputs_embeds, 2), use_cache=False, **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
+        rows = hidden_states.shape[0]
+        last = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask)
+        pooled = hidden_states[torch.arange(rows, device=hidden_states.device), last]
+        logits = self.score(pooled).view(batch, n_choices)
+
+        task_loss = None
+        if labels is not None:
+            check_class_labels("labels", labels, n_choices)
+            task_loss = fixed_cross_entropy(logits, labels.view(-1).to(logits.device), **kwargs)
+        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, flat_ids, flat_mask, lm_loss_weight)
+        return GPTCustomMultipleChoiceOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            task_loss=task_loss,
+            lm_loss=lm_loss,
+        )
+
+
+__all__ = [
+    "GPTCustomForMultipleChoice",
+    "GPTCustomForQuestionAnswering",
+    "GPTCustomForSequenceClassification",
+    "GPTCustomForTokenClassification",
+    "GPTCustomTaskHeadModel",
+]

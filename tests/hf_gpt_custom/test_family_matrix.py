@@ -1,0 +1,256 @@
+"""Every block variant, one option changed from the default at a time (plus the family presets and one model with
+everything changed at once), through every path a user takes: cached decoding = uncached, eager = sdpa, gradient
+checkpointing = plain backward, generate()'s fast steps bitwise = the module path (or stepping aside), save ->
+Auto classes and save -> remote code without the package give the same logits. 2 layers, 32 wide."""
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, modeling_gpt_custom, onednn_linear
+from hf_gpt_custom.decode_step import DecodeStep
+from hf_gpt_custom.model_folder import load_model_folder
+
+from tests.helpers import randomize_
+
+TINY = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=98, eos_token_id=98,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+ONE_OPTION = {
+    "default": {},
+    "sinusoidal": {"position_embedding_type": "sinusoidal"},
+    "rope": {"position_embedding_type": "rope", "rope_theta": 500.0},
+    "post-ln": {"norm_position": "post"},
+    "rmsnorm": {"norm_type": "rmsnorm"},
+    "swiglu": {"mlp_type": "swiglu"},
+    "no-bias": {"attention_bias": False, "mlp_bias": False},
+    "gqa": {"n_kv_head": 2},
+    "untied": {"tie_word_embeddings": False},
+    "vocab-padding": {"pad_vocab_size_to_multiple_of": 64},
+    "everything": {"position_embedding_type": "rope", "norm_position": "post", "norm_type": "rmsnorm",
+                   "mlp_type": "swiglu", "attention_bias": False, "mlp_bias": True, "n_kv_head": 1,
+                   "tie_word_embeddings": False, "pad_vocab_size_to_multiple_of": 64},
+}
+PRESETS = ("gpt1", "transformer-decoder", "llama-small")
+VARIANTS = [*ONE_OPTION, *(f"preset:{name}" for name in PRESETS)]
+GREEDY = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+
+
+def variant_config(variant: str) -> GPTCustomConfig:
+    if variant.startswith("preset:"):  # the preset's block at tiny size (its own inner width scaled down too)
+        return GPTCustomConfig.from_preset(variant.removeprefix("preset:"), **TINY, n_inner=None)
+    return GPTCustomConfig(**TINY, **ONE_OPTION[variant])
+
+
+def variant_model(variant: str, attn_implementation: str = "sdpa") -> GPTCustomForCausalLM:
+    """Random weights everywhere (norms, biases, an untied head), so a dropped or swapped weight shows."""
+    torch.manual_seed(0)
+    config = variant_config(variant)
+    config._attn_implementation = attn_implementation
+    return randomize_(GPTCustomForCausalLM(config)).eval()
+
+
+def _left_padded_batch():
+    input_ids = torch.randint(1, 98, (2, 9), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :3] = 0
+    return input_ids, attention_mask
+
+
+@pytest.fixture(autouse=True)
+def f_linear_kernels(monkeypatch):
+    """Bit-for-bit comparisons need the module path's kernel (F.linear) whatever this machine's timing prefers."""
+    monkeypatch.setattr(onednn_linear, "_enabled", False)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cached_decoding_equals_uncached(variant):
+    model = variant_model(variant)
+    input_ids = torch.randint(0, 99, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(input_ids, use_cache=False).logits
+        prefix = model(input_ids[:, :5], use_cache=True)
+        cache, steps = prefix.past_key_values, [prefix.logits]
+        for position in range(5, 12):
+            step = model(input_ids[:, position : position + 1], past_key_values=cache, use_cache=True)
+            steps.append(step.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+    # (batch, kv heads, positions, head_dim): grouped-query attention caches n_kv_head heads, not n_head.
+    assert cache.layers[0].keys.shape == (1, model.config.kv_heads, 12, model.config.head_dim)
+
+    input_ids, attention_mask = _left_padded_batch()  # positions from the mask, through generate()'s cache
+    settings = dict(attention_mask=attention_mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        cached = model.generate(input_ids, use_cache=True, **settings)
+        uncached = model.generate(input_ids, use_cache=False, **settings)
+    assert cached.tolist() == uncached.tolist()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_eager_attention_equals_sdpa(variant):
+    sdpa, eager = variant_model(variant, "sdpa"), variant_model(variant, "eager")
+    input_ids, attention_mask = _left_padded_batch()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        for kwargs in ({}, {"attention_mask": attention_mask, "position_ids": position_ids}):
+            sdpa_logits, eager_logits = sdpa(input_ids, **kwargs).logits, eager(input_ids, **kwargs).logits
+            keep = kwargs.get("attention_mask", torch.ones_like(input_ids)).bool()
+            torch.testing.assert_close(sdpa_logits[keep], eager_logits[keep], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_gradient_checkpointing_gives_identical_gradients(variant):
+    model = variant_model(variant).train()
+    input_ids = torch.randint(0, 99, (2, 16), generator=torch.Generator().manual_seed(0))
+    forwards = []
+    # On a module inside the block: transformers checkpoints the block's forward, so the block's own hooks run once.
+    model.transformer.h[0].mlp.register_forward_pre_hook(lambda module, args: forwards.append(1))
+
+    def gradients() -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        model(input_ids, labels=input_ids).loss.backward()
+        return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+    plain = gradients()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    forwards.clear()
+    checkpointed = gradients()
+    assert len(forwards) == 2  # the block ran again in backward: checkpointing was really on
+    assert plain.keys() == checkpointed.keys() == {name for name, _ in model.named_parameters()}
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=0, atol=1e-7, msg=name)
+
+
+def _generate_fast_and_on_module_path(model, prompt, monkeypatch):
+    """generate()'s outputs as it runs (fast decoding steps where they apply), then with the fast steps refused."""
+    with torch.no_grad():
+        fast = model.generate(prompt, **GREEDY)
+        with monkeypatch.context() as patch:
+            patch.setattr(modeling_gpt_custom, "supports_decode_step", lambda *args: False)
+            return fast, model.generate(prompt, **GREEDY)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fast_decoding_steps_are_bit_identical_or_step_aside(variant, monkeypatch):
+    model = variant_model(variant)
+    prompt = torch.randint(1, 98, (2, 6), generator=torch.Generator().manual_seed(0))
+    steps = []
+    original_call = DecodeStep.__call__
+    monkeypatch.setattr(DecodeStep, "__call__", lambda self, *args: steps.append(1) or original_call(self, *args))
+    fast, module_path = _generate_fast_and_on_module_path(model, prompt, monkeypatch)
+    # decode_step.py supports every variant today, so every step after the prompt's is a fast one; a variant it
+    # cannot run must step aside for the whole call (then this count is 0) and still match below.
+    assert len(steps) == GREEDY["max_new_tokens"] - 1
+    assert torch.equal(fast.sequences, module_path.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(fast.logits, module_path.logits, strict=True))
+
+
+@pytest.mark.skipif(not onednn_linear._KERNELS, reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("variant", ["no-bias", "swiglu", "gqa", "rope", "everything"])
+def test_fast_steps_on_onednn_kernels_match_the_module_path_to_rounding(variant, monkeypatch):
+    monkeypatch.setattr(onednn_linear, "_enabled", True)
+    monkeypatch.setattr(onednn_linear, "REQUIRED_SPEEDUP", 0.0)  # oneDNN for every shape
+    model = variant_model(variant)
+    prompt = torch.randint(1, 98, (1, 6), generator=torch.Generator().manual_seed(0))
+    fast, module_path = _generate_fast_and_on_module_path(model, prompt, monkeypatch)
+    assert torch.equal(fast.sequences, module_path.sequences)
+    for got, want in zip(fast.logits, module_path.logits, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_save_and_load_through_the_auto_classes_round_trips(variant, tmp_path):
+    model = variant_model(variant)
+    model.save_pretrained(tmp_path)
+    input_ids = torch.randint(0, 99, (2, 11), generator=torch.Generator().manual_seed(0))
+    config = AutoConfig.from_pretrained(tmp_path)
+    loaded, info = AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    strict = load_model_folder(tmp_path)  # our commands' loader: every weight present, no shape mismatch
+    base = AutoModel.from_pretrained(tmp_path)
+    assert type(loaded) is GPTCustomForCausalLM and config.to_diff_dict() == model.config.to_diff_dict()
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    with torch.no_grad():
+        logits = model(input_ids).logits
+        assert torch.equal(loaded.eval()(input_ids).logits, logits)
+        assert torch.equal(strict(input_ids).logits, logits)
+        assert torch.equal(base.eval()(input_ids).last_hidden_state, model.transformer(input_ids).last_hidden_state)
+    is_tied = loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+    assert is_tied == model.config.tie_word_embeddings
+
+
+# Runs under the `python_without_project` fixture (tests/conftest.py): every variant's folder in one process.
+LOAD_EVERY_FOLDER = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+
+input_ids, results = torch.tensor(json.loads(sys.argv[2])), {}
+for folder in json.loads(sys.argv[1]):
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    with torch.no_grad():
+        logits = model(input_ids).logits
+    generated = model.generate(input_ids[:1], max_new_tokens=6, do_sample=False, pad_token_id=0)
+    results[folder] = {"module": type(model).__module__, "logits": logits.tolist(), "generated": generated.tolist()}
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow  # one clean interpreter loading 14 folders' remote code: ~15 s of CPU
+def test_every_variant_loads_as_remote_code_without_the_package(tmp_path, python_without_project):
+    input_ids = torch.randint(0, 99, (2, 7), generator=torch.Generator().manual_seed(0))
+    expected = {}
+    for variant in VARIANTS:
+        model, folder = variant_model(variant), tmp_path / variant.replace(":", "-")
+        model.save_pretrained(folder)
+        with torch.no_grad():
+            expected[str(folder)] = (model(input_ids).logits, model.generate(input_ids[:1], max_new_tokens=6,
+                                                                             do_sample=False, pad_token_id=0))
+    remote = python_without_project(LOAD_EVERY_FOLDER, json.dumps(list(expected)), json.dumps(input_ids.tolist()))
+    for folder, (logits, generated) in expected.items():
+        assert remote[folder]["module"].startswith("transformers_modules."), folder
+        assert torch.equal(torch.tensor(remote[folder]["logits"]), logits), folder
+        assert remote[folder]["generated"] == generated.tolist(), folder
+
+
+def test_sinusoidal_positions_are_the_papers_formula():
+    """Vaswani et al. 2017, section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...), added
+    to the token embeddings, which section 3.4 multiplies by √d_model. Read off the first block's input."""
+    model = variant_model("sinusoidal")
+    seen = []
+    model.transformer.h[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    input_ids = torch.randint(0, 99, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(input_ids)
+    d = model.config.n_embd
+    formula = torch.tensor([[math.sin(pos / 10000 ** (2 * (j // 2) / d)) if j % 2 == 0
+                             else math.cos(pos / 10000 ** (2 * (j // 2) / d)) for j in range(d)] for pos in range(64)])
+    token_part = model.transformer.wte.weight[input_ids[0]] * math.sqrt(d)
+    torch.testing.assert_close(seen[0][0] - token_part, formula, rtol=0, atol=1e-5)
+    assert not any("position" in name for name, _ in model.named_parameters())  # no parameters
+    assert not any("position" in name for name in model.state_dict())  # and nothing saved
+
+
+def test_padded_vocabulary_rows_are_never_predicted():
+    model = variant_model("vocab-padding")
+    assert model.transformer.wte.weight.shape[0] == 128 and model.config.vocab_size == 99
+    with torch.no_grad():
+        model.lm_head.weight[99:] = 1e3  # a padding row would win every argmax if it had a column
+        result = model.generate(torch.randint(1, 98, (2, 5)), **GREEDY)
+    assert all(logits.shape[-1] == 99 for logits in result.logits)
+    assert int(result.sequences.max()) < 99
+
+
+def test_resizing_a_padded_vocabulary_keeps_a_model_that_saves_and_loads(tmp_path):
+    """transformers' resize_token_embeddings (a user adding tokens) on a padded vocabulary: the model must still
+    predict exactly the new vocabulary and load back from its folder."""
+    model = variant_model("vocab-padding")
+    model.resize_token_embeddings(109)
+    input_ids = torch.tensor([[105, 3, 7]])
+    with torch.no_grad():
+        logits = model(input_ids).logits
+    assert model.config.vocab_size == 109 and logits.shape[-1] == 109
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(GPTCustomForCausalLM.from_pretrained(tmp_path)(input_ids).logits, logits)
