@@ -24,6 +24,7 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.shared_prefix import score_shared_prefixes
 from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.transformers_compat import cache_kwarg, output_cache
 
 HEAD_CHUNK_LOGITS = 2**21  # logits per LM-head call: 8 MB of float32, 256 positions of an 8,192-token vocab
 
@@ -61,11 +62,11 @@ class CausalLMScorer:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            **cache_kwarg(past_key_values),  # `cache` from transformers 5.24 on
             use_cache=use_cache,
         )
         features = output.last_hidden_state if self._use_head_split else output.logits
-        return features, (output.past_key_values if use_cache else None)
+        return features, (output_cache(output) if use_cache else None)
 
     def _log_probs(self, features: torch.Tensor) -> torch.Tensor:
         logits = self.model.get_output_embeddings()(features) if self._use_head_split else features

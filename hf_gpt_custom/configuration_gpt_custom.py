@@ -98,7 +98,7 @@ class GPTCustomConfig(PretrainedConfig):
     """Configuration of a GPT-2 family decoder. Defaults are GPT-2 small (124M)."""
 
     model_type = "gpt_custom"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]  # the KV cache output: its name before and from transformers 5.24
     attribute_map = {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",

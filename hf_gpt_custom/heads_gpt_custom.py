@@ -30,6 +30,7 @@ from transformers.utils import can_return_tuple, logging
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
 from .modeling_gpt_custom import AUTO_MODEL_CLASSES, GPTCustomModel, GPTCustomPreTrainedModel
+from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
 
@@ -174,6 +175,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         self.score = nn.Linear(config.n_embd, self.num_labels, bias=False)  # no bias, as GPT2ForSequenceClassification
         self.post_init()
 
+    @accepts_cache_kwarg
     @can_return_tuple
     def forward(
         self,
@@ -208,7 +210,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         return GPTCustomSequenceClassifierOutput(
             loss=loss,
             logits=pooled_logits,
-            past_key_values=outputs.past_key_values,
+            **cache_kwarg(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             task_loss=task_loss,

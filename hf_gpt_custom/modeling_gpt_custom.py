@@ -45,6 +45,7 @@ from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import foreign_checkpoint_loader
 from .decode_step import DecodeStep, supports_decode_step
 from .kv_cache import preallocate
+from .transformers_compat import CACHE_NAME, accepts_cache_kwarg, cache_kwarg, output_cache
 from .errors import UserError
 
 logger = logging.get_logger(__name__)
@@ -285,7 +286,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
     base_model_prefix = "transformer"
     supports_gradient_checkpointing = True
     _no_split_modules = ["GPTCustomBlock"]  # device_map="auto" keeps a block (and its residual) on one device
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
@@ -432,6 +433,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         hidden_states, position_embeddings = self.add_positions(self, inputs_embeds, position_ids)
         return self.drop(hidden_states), position_embeddings
 
+    @accepts_cache_kwarg
     @capture_outputs
     def forward(
         self,
@@ -491,7 +493,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **cache_kwarg(past_key_values),
             position_ids=position_ids,
         )
         hidden_states, position_embeddings = self.embed(inputs_embeds, position_ids)
@@ -500,7 +502,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
                                   position_embeddings=position_embeddings, **kwargs)
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=hidden_states, **cache_kwarg(past_key_values if use_cache else None)
         )
 
 
@@ -543,7 +545,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         super()._prepare_cache_for_generation(
             generation_config, model_kwargs, generation_mode, batch_size, max_cache_length
         )
-        preallocate(model_kwargs.get("past_key_values"), capacity=max_cache_length)
+        preallocate(model_kwargs.get(CACHE_NAME), capacity=max_cache_length)
 
     @contextmanager
     def _optimize_model_for_decode(self) -> Iterator[None]:
@@ -559,6 +561,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             finally:
                 self._decode_step = None
 
+    @accepts_cache_kwarg
     def prepare_inputs_for_generation(
         self,
         input_ids: torch.LongTensor,
@@ -586,13 +589,14 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
                 **kwargs,
             )
         inputs = {**kwargs, "input_ids": input_ids[:, -1:].clone(memory_format=torch.contiguous_format)}
-        inputs["past_key_values"] = past_key_values
+        inputs[CACHE_NAME] = past_key_values
         if (position_ids := kwargs.get("position_ids")) is not None:
             inputs["position_ids"] = position_ids[..., -1:].clone(memory_format=torch.contiguous_format)
         if attention_mask is not None:
             inputs["attention_mask"] = attention_mask
         return inputs
 
+    @accepts_cache_kwarg
     @can_return_tuple
     def forward(
         self,
@@ -619,7 +623,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         step = None if torch.compiler.is_compiling() else self._decode_step
         if step is not None and plain_step and step.applies(input_ids, attention_mask, position_ids, past_key_values):
             logits = step(input_ids, position_ids, past_key_values)
-            return CausalLMOutputWithPast(logits=logits, past_key_values=past_key_values)
+            return CausalLMOutputWithPast(logits=logits, **cache_kwarg(past_key_values))
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids,
             attention_mask=attention_mask,
@@ -646,7 +650,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_kwarg(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )

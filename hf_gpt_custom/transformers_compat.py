@@ -1,0 +1,55 @@
+"""The one place that knows what transformers calls the KV cache: `past_key_values` up to 5.23, `cache` from 5.24.
+
+transformers 5.24 renamed the argument in model forward signatures, model outputs, `create_causal_mask` and
+`prepare_inputs_for_generation`, and `generate` now hands the cache to the model as `cache=`. Our model keeps
+`past_key_values` as its own argument name (what every transformers release before 5.24 and most user code pass)
+and accepts `cache` too; outputs and mask calls use whichever name the installed transformers declares, so neither
+version logs a deprecation warning. Ships with the model as remote code: imports only transformers.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+# The field name transformers' own outputs declare, hence what generate() reads and passes back.
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def cache_kwarg(cache: object) -> dict:
+    """`{CACHE_NAME: cache}`: splice into a ModelOutput or `create_causal_mask` call as `**cache_kwarg(cache)`."""
+    return {CACHE_NAME: cache}
+
+
+def output_cache(outputs: Mapping) -> object:
+    """The cache a model output carries, read under the installed name (the old attribute warns on 5.24)."""
+    return outputs.get(CACHE_NAME)
+
+
+def accepts_cache_kwarg(method: Callable) -> Callable:
+    """Let a method whose parameter is `past_key_values` also be called with `cache=` (transformers >= 5.24).
+
+    The wrapper's signature is the method's plus a keyword-only `cache`: transformers reads forward's and
+    prepare_inputs_for_generation's signatures, and from 5.24 generate(cache=...) is refused unless one lists `cache`.
+    """
+
+    @functools.wraps(method)
+    def with_cache_kwarg(*args, **kwargs):
+        if "cache" in kwargs:
+            cache = kwargs.pop("cache")
+            if kwargs.get("past_key_values") is not None and cache is not None:
+                raise TypeError(f"{method.__qualname__}() got both cache and past_key_values; pass one of them")
+            if cache is not None or "past_key_values" not in kwargs:
+                kwargs["past_key_values"] = cache
+        return method(*args, **kwargs)
+
+    parameters = list(inspect.signature(method).parameters.values())
+    if "cache" not in (parameter.name for parameter in parameters):
+        cache = inspect.Parameter("cache", inspect.Parameter.KEYWORD_ONLY, default=None)
+        var_keyword = [p for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]
+        named = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        with_cache_kwarg.__signature__ = inspect.signature(method).replace(parameters=[*named, cache, *var_keyword])
+    return with_cache_kwarg
