@@ -242,6 +242,30 @@ class GPTCustomConfig(PretrainedConfig):
         multiple = self.pad_vocab_size_to_multiple_of or 1
         return multiple * math.ceil(self.vocab_size / multiple)
 
+    def describe_block(self) -> str:
+        """The architecture in one sentence, from the fields (what a model card says the model is).
+
+        >>> GPTCustomConfig().describe_block()  # GPT-2
+        'Pre-norm decoder: learned absolute position embeddings, LayerNorm, gelu_new MLP, biases in the attention and MLP projections, 12 attention heads, output head tied to the token embedding'
+        """
+        positions = {
+            "learned": "learned absolute position embeddings",
+            "sinusoidal": "sinusoidal position encodings (no parameters)",
+            "rope": f"rotary position embeddings (RoPE, theta {self.rope_theta:g})",
+        }[self.position_embedding_type]
+        norm = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}[self.norm_type]
+        mlp = "SwiGLU MLP" if self.mlp_type == "swiglu" else f"{self.activation_function} MLP"
+        biases = {(True, True): "biases in the attention and MLP projections", (False, False): "no biases",
+                  (True, False): "biases in the attention projections only",
+                  (False, True): "biases in the MLP projections only"}[(self.attention_bias, self.mlp_bias)]
+        heads = (f"{self.n_head} attention heads" if self.kv_heads == self.n_head else
+                 f"grouped-query attention ({self.n_head} query heads, {self.kv_heads} key/value heads)")
+        head = "output head tied to the token embedding" if self.tie_word_embeddings else "untied output head"
+        if self.padded_vocab_size != self.vocab_size:
+            head += f" (vocabulary padded to {self.padded_vocab_size} rows, padded logits never predicted)"
+        placement = "Pre-norm" if self.norm_position == "pre" else "Post-norm (Add & Norm)"
+        return f"{placement} decoder: {positions}, {norm}, {mlp}, {biases}, {heads}, {head}"
+
     def parameter_breakdown(self) -> dict[str, int]:
         """Parameter counts by component, computed from the config alone (no weights are allocated).
 

@@ -207,3 +207,20 @@ def test_default_config_is_gpt2s_block():
         "learned", "pre", "layernorm", "standard")
     assert config.attention_bias and config.mlp_bias and config.tie_word_embeddings
     assert config.n_kv_head is None and config.pad_vocab_size_to_multiple_of is None
+
+
+@pytest.mark.parametrize("preset, expected", [
+    ("gpt2", "Pre-norm decoder: learned absolute position embeddings, LayerNorm, gelu_new MLP, biases in the attention "
+             "and MLP projections, 12 attention heads, output head tied to the token embedding"),
+    ("gpt1", "Post-norm (Add & Norm) decoder: learned absolute position embeddings, LayerNorm, gelu_new MLP"),
+    ("transformer-decoder", "Post-norm (Add & Norm) decoder: sinusoidal position encodings (no parameters), LayerNorm, "
+                            "relu MLP"),
+    ("llama-7b", "Pre-norm decoder: rotary position embeddings (RoPE, theta 10000), RMSNorm, SwiGLU MLP, no biases, "
+                 "32 attention heads, untied output head"),
+])
+def test_the_block_is_described_from_the_fields(preset, expected):
+    """What a model card says the model is: read from the config, so a RoPE model is never called GPT-2's block."""
+    assert GPTCustomConfig.from_preset(preset).describe_block().startswith(expected)
+    grouped = GPTCustomConfig(n_head=8, n_kv_head=2, n_embd=64, pad_vocab_size_to_multiple_of=64, vocab_size=100)
+    assert "grouped-query attention (8 query heads, 2 key/value heads)" in grouped.describe_block()
+    assert "vocabulary padded to 128 rows" in grouped.describe_block()
