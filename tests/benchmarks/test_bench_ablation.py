@@ -54,8 +54,11 @@ def test_an_option_the_model_ignores_is_reported_as_not_implemented():
     base = base_block(BLOCK)
     # GPTCustomConfig, like every PretrainedConfig, stores an unknown keyword without complaint: the model is unchanged
     assert not is_implemented({**base, "some_future_option": "on"}, base)
+    # n_inner only sizes the option (SwiGLU's width): an ignored option with a new width is still not implemented
+    assert not is_implemented({**base, "some_future_option": "on", "n_inner": 88}, base)
+    assert is_implemented({**base, "activation_function": "relu"}, base)  # same tensors, other logits
     assert is_implemented(variant_overrides("rope", base), base)
-    assert is_implemented(variant_overrides("post_ln", base), base)  # same tensors, other logits
+    assert is_implemented(variant_overrides("post_ln", base), base)
     assert is_implemented(base, base)
 
 
