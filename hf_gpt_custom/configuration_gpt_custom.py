@@ -277,6 +277,6 @@ class GPTCustomConfig(PretrainedConfig):
 
 
 __all__ = [
-    "ACTIVATIONS", "MLP_TYPES", "NORM_POSITIONS", "NORM_TYPES", "POSITION_EMBEDDING_TYPES", "PRESETS", "GPTCustomConfig",
-    "swiglu_inner_dim",
+    "ACTIVATIONS", "MLP_TYPES", "NORM_POSITIONS", "NORM_TYPES", "POSITION_EMBEDDING_TYPES", "PRESETS",
+    "GPTCustomConfig", "swiglu_inner_dim",
 ]

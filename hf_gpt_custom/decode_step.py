@@ -77,7 +77,8 @@ def supports_decode_step(model: nn.Module, model_classes: tuple[type, ...]) -> b
 def _with_loop_kernels(method: Callable, module: nn.Module, rows: int) -> Callable:
     """`method` with each of `module`'s Linear children passed in by name (attend(c_attn=, c_proj=),
     feed_forward(c_fc=, c_proj=[, c_gate=])) as the kernel chosen for this loop."""
-    kernels = {name: decoding_linear(child, rows) for name, child in module.named_children() if type(child) is nn.Linear}
+    linears = ((name, child) for name, child in module.named_children() if type(child) is nn.Linear)
+    kernels = {name: decoding_linear(child, rows) for name, child in linears}
     return partial(method, **kernels)
 
 

@@ -2,9 +2,10 @@
 
 Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-LN, RMSNorm,
 SwiGLU, sinusoidal/rotary positions, no biases, grouped-query attention, untied/padded head) choose their pieces
-once in `__init__` from block_variants.py, whose functions every path calls. Everything transformers users expect plugs in here: the attention
-interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding masks and Cache classes,
-GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings.
+once in `__init__` from block_variants.py, whose functions every path calls. Everything transformers users expect
+plugs in here: the attention interface (eager = the textbook formula, sdpa, flash), transformers' causal/padding
+masks and Cache classes, GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied
+embeddings.
 Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
 The block's arithmetic lives once, here: generate()'s fast decoding steps (decode_step.py) call the same
 `residual_step`/`attend`/`feed_forward` methods the module forward calls, with the loop's linear kernels passed in.
@@ -234,7 +235,9 @@ class GPTCustomSwiGLU(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.feed_forward(hidden_states, self.c_fc, self.c_proj, self.c_gate)
 
-    def feed_forward(self, hidden_states: torch.Tensor, c_fc: Callable, c_proj: Callable, c_gate: Callable) -> torch.Tensor:
+    def feed_forward(
+        self, hidden_states: torch.Tensor, c_fc: Callable, c_proj: Callable, c_gate: Callable
+    ) -> torch.Tensor:
         """forward's arithmetic with the three projections passed in (see GPTCustomAttention.attend)."""
         return self.dropout(c_proj(F.silu(c_gate(hidden_states)) * c_fc(hidden_states)))
 
@@ -330,6 +333,26 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             init.copy_(module.table, module.compute_table())
         elif isinstance(module, GPTCustomRotaryEmbedding):
             init.copy_(module.inv_freq, module.compute_inv_freq())
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """transformers' resize; with config.pad_vocab_size_to_multiple_of the new embedding is padded as at
+        construction and config.vocab_size stays the real vocabulary (transformers' own padding would make the padded
+        rows part of it, predictable, and the folder would no longer load: its rows differ from padded_vocab_size)."""
+        multiple = self.config.pad_vocab_size_to_multiple_of
+        if multiple is None:
+            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if pad_to_multiple_of is not None:
+            raise UserError(
+                f"this model pads its vocabulary itself (pad_vocab_size_to_multiple_of={multiple}); call "
+                f"resize_token_embeddings without pad_to_multiple_of={pad_to_multiple_of}, or change "
+                "config.pad_vocab_size_to_multiple_of first"
+            )
+        vocab_size = self.config.vocab_size if new_num_tokens is None else new_num_tokens
+        embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
+        self.config.vocab_size = vocab_size
+        return embeddings
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel and

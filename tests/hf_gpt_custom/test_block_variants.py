@@ -7,6 +7,7 @@ parameter counts, the padded vocabulary never predicted, generate()'s fast steps
 variant), save/load, and `hf-gpt-custom train` accepting every option as a `model:` key.
 """
 
+import json
 import math
 
 import pytest
@@ -242,6 +243,37 @@ def test_padded_vocabulary_has_padded_rows_but_logits_over_the_real_vocabulary()
     torch.testing.assert_close(out.loss, expected)
 
 
+def test_gpt1_auxiliary_lm_loss_of_a_task_head_ignores_the_padded_rows():
+    """The classification head's λ·L1 is the causal LM's loss on the same body, also with a padded vocabulary."""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    config = _config(pad_vocab_size_to_multiple_of=64, num_labels=2, pad_token_id=0)
+    torch.manual_seed(0)
+    head = GPTCustomForSequenceClassification(config).eval()
+    causal_lm = GPTCustomForCausalLM(config).eval()
+    causal_lm.transformer.load_state_dict(head.transformer.state_dict())
+    input_ids = _prompt()
+    with torch.no_grad():
+        got = head(input_ids, labels=torch.tensor([0, 1]), lm_loss_weight=0.5).lm_loss
+        expected = causal_lm(input_ids, labels=input_ids).loss
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+def test_resizing_a_padded_vocabulary_keeps_it_padded_and_loadable(tmp_path):
+    model = _model(pad_vocab_size_to_multiple_of=64)
+    model.resize_token_embeddings(130)
+    assert model.config.vocab_size == 130 and model.transformer.wte.weight.shape[0] == 192
+    assert model.num_parameters() == model.config.parameter_breakdown()["total"]
+    model.save_pretrained(tmp_path)
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path).eval()
+    input_ids = torch.tensor([[129, 5, 7]])
+    with torch.no_grad():
+        assert loaded(input_ids).logits.shape == (1, 3, 130)
+        assert torch.equal(loaded(input_ids).logits, model.eval()(input_ids).logits)
+    with pytest.raises(ValueError, match="pads its vocabulary itself"):
+        model.resize_token_embeddings(140, pad_to_multiple_of=8)
+
+
 @pytest.mark.parametrize("tie_word_embeddings", [True, False])
 def test_generation_never_emits_a_padded_id(tie_word_embeddings, monkeypatch):
     monkeypatch.setattr(onednn_linear, "_enabled", False)
@@ -337,6 +369,29 @@ def test_save_and_load_give_identical_logits(variant, tmp_path):
     input_ids = _prompt()
     with torch.no_grad():
         assert torch.equal(loaded.eval()(input_ids).logits, model(input_ids).logits)
+
+
+REMOTE_LOGITS = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+with torch.no_grad():
+    print(json.dumps(model(torch.tensor(json.loads(sys.argv[2]))).logits.tolist()))
+"""
+
+
+@pytest.mark.slow  # ~18 s: a fresh interpreter imports torch and transformers
+def test_llama_shaped_model_loads_as_remote_code(tmp_path, python_without_project):
+    """block_variants.py travels with the saved code, and the rotary frequencies are rebuilt where the package is
+    not installed (one combination here; every option is covered by the per-option tests)."""
+    model = _model(**VARIANTS["llama"], pad_vocab_size_to_multiple_of=64)
+    model.save_pretrained(tmp_path / "model")
+    input_ids = _prompt().tolist()
+    remote = torch.tensor(python_without_project(REMOTE_LOGITS, tmp_path / "model", json.dumps(input_ids)))
+    with torch.no_grad():
+        assert torch.equal(remote, model(torch.tensor(input_ids)).logits)
 
 
 def test_training_config_passes_every_variant_field_to_the_model(tmp_path):

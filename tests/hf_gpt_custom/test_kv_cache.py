@@ -85,3 +85,22 @@ def test_generate_uses_it_and_gives_the_tokens_of_a_plain_dynamic_cache(strategy
     assert type(output.past_key_values.layers[0]) is PreallocatedLayer
     plain = ours.generate(prompt, past_key_values=DynamicCache(config=ours.config), **kwargs)  # user cache: untouched
     assert output.sequences.tolist() == plain.tolist()
+
+
+def test_generate_preallocates_only_the_key_value_heads_of_grouped_query_attention(monkeypatch):
+    """With n_kv_head=1 the buffers generate() allocates hold one head per layer, not n_head (4): the memory GQA
+    exists to save."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, kv_cache
+    from tests.helpers import TINY_GPT2
+
+    model = GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2, n_kv_head=1)).eval()
+    caches = []
+    original = kv_cache.preallocate
+    monkeypatch.setattr("hf_gpt_custom.modeling_gpt_custom.preallocate",
+                        lambda cache, capacity: caches.append(cache) or original(cache, capacity))
+    with torch.no_grad():
+        model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=4, do_sample=False, pad_token_id=0)
+    layers = caches[0].layers
+    assert all(type(layer) is PreallocatedLayer for layer in layers)
+    # (batch, kv heads, capacity, head_dim); capacity 3 + 4 - 1: the last new token is never fed back
+    assert [tuple(layer._key_buffer.shape) for layer in layers] == [(1, 1, 6, 8)] * 2
