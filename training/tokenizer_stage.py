@@ -20,8 +20,9 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
 
     `tokenizer:` set -> that folder (a Hub name is downloaded once and saved to <out_dir>/tokenizer). Unset with
     `init_from` holding a tokenizer -> the init_from folder, so fine-tuning keeps the model's vocabulary. Unset
-    otherwise -> a byte-level BPE of `tokenizer_vocab_size` trained on the dataset into <out_dir>/tokenizer (reused
-    when a previous call trained it on the same data with the same size).
+    otherwise -> a byte-level BPE of `tokenizer_vocab_size` trained into <out_dir>/tokenizer on the dataset's training
+    documents (without the documents val_fraction holds out), reused when a previous call trained it on the same
+    documents with the same size.
     """
     run_dir = config.run_dir
     target = run_dir / "tokenizer"
@@ -39,16 +40,31 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
         return target
     if config.init_from and Path(config.init_from, "tokenizer.json").is_file():
         return Path(config.init_from)
+    # Held-out validation documents stay unseen: merges fitted to them make the tokenizer compress the validation
+    # text better than any unseen text, which flatters validation bits per byte, the more so the larger the
+    # vocabulary (tiny Shakespeare's tail, 8192 entries: 3.53 vs 3.29 bytes per validation token, 2.33 vs 2.59
+    # bits per byte after 105 steps of the same run).
+    holds_out_validation = config.val_dataset is None and config.val_split is None and not config.streaming
     source = {"dataset": config.dataset, "dataset_config": config.dataset_config, "split": config.dataset_split,
               "text_field": config.text_field, "vocab_size": config.tokenizer_vocab_size}
+    if holds_out_validation:
+        source["trained_on"] = {"documents": "training split", "text_sample_by": config.text_sample_by,
+                                "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,
+                                "seed": config.seed}
     marker = target / _TOKENIZER_SOURCE_NAME
     if marker.is_file() and json.loads(marker.read_text()) == source:
         return target
     from hf_gpt_custom.tokenizer_training import train_tokenizer
 
-    local = Path(config.dataset).exists()
+    if holds_out_validation:
+        from hf_gpt_custom.training.data import split_documents
+
+        train_documents, _ = split_documents(config)
+        inputs = (text for text in train_documents["text"])  # a generator: texts, never read as paths or Hub names
+    else:
+        inputs = [config.dataset] if Path(config.dataset).exists() else config.dataset
     folder = train_tokenizer(
-        [config.dataset] if local else config.dataset,
+        inputs,
         out_dir=target,
         vocab_size=config.tokenizer_vocab_size,
         text_field=config.text_field,

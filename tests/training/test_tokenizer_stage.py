@@ -1,0 +1,46 @@
+"""The tokenizer stage learns its merges from the training documents only, never from the held-out validation ones."""
+
+from __future__ import annotations
+
+import json
+
+
+TRAIN_SPEECH = "the cat sat on the mat and the cat ran"
+# Only in the last 10% of the documents: with val_holdout=tail they are validation text.
+VALIDATION_SPEECH = " ".join(["qqqzzz"] * 40)
+
+
+def _corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    documents = [TRAIN_SPEECH] * 45 + [VALIDATION_SPEECH] * 5
+    path.write_text("\n\n".join(documents), encoding="utf-8")
+    return path
+
+
+def _vocabulary(folder) -> set[str]:
+    return set(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"])
+
+
+def test_merges_come_from_the_training_documents_not_the_held_out_tail(make_config, tmp_path):
+    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+
+    corpus = _corpus(tmp_path)
+    config = make_config(f"dataset={corpus}", "tokenizer=null", "tokenizer_vocab_size=280", "val_fraction=0.1",
+                         "val_holdout=tail", run_name="tail_tokenizer")
+    vocabulary = _vocabulary(prepare_tokenizer(config))
+    assert "cat" in vocabulary or "Ġcat" in vocabulary  # trained on the training speeches
+    assert not any("qq" in token or "zz" in token for token in vocabulary)  # the validation text taught it nothing
+    marker = json.loads((config.run_dir / "tokenizer" / "training_source.json").read_text())
+    assert marker["trained_on"]["documents"] == "training split" and marker["trained_on"]["val_holdout"] == "tail"
+
+
+def test_a_separate_validation_file_leaves_the_whole_dataset_to_the_tokenizer(make_config, tmp_path):
+    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+
+    corpus = _corpus(tmp_path)
+    other = tmp_path / "validation.txt"
+    other.write_text(TRAIN_SPEECH, encoding="utf-8")
+    config = make_config(f"dataset={corpus}", f"val_dataset={other}", "val_holdout=random", "tokenizer=null",
+                         "tokenizer_vocab_size=280", run_name="file_tokenizer")
+    vocabulary = _vocabulary(prepare_tokenizer(config))
+    assert any("qq" in token for token in vocabulary)  # every document of `dataset` is training text here
