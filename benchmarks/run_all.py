@@ -31,7 +31,7 @@ BENCH_DIR = REPO_ROOT / "benchmarks"
 DEFAULT_TRAIN_MODE = "eager"
 # Issue 12: training ≥ 1.3x transformers' GPT-2 and above nanoGPT's model (small size); batch-1 generation ≥ 2x.
 TARGETS = {"train": 1.3, "train_vs_nanogpt": 1.0, "generate": 2.0, "memory": 1.0, "tokenizer": 1.0, "eval": 2.0}
-BENCHES = ("train", "generate", "bf16", "forward", "memory", "tokenizer", "eval")
+BENCHES = ("train", "generate", "decode_floor", "bf16", "forward", "memory", "tokenizer", "eval")
 
 
 def bench_command(name: str, threads: int, quick: bool, out: Path = RESULTS_DIR, check_trajectory: bool = True
@@ -47,6 +47,7 @@ def bench_command(name: str, threads: int, quick: bool, out: Path = RESULTS_DIR,
         "train": python + ["-m", "benchmarks.bench_train", *common, *sizes] + (
             (["--trajectory-steps", "5"] if quick else []) if check_trajectory else ["--trajectory-steps", "0"]),
         "generate": python + ["-m", "benchmarks.bench_generate", *common, *sizes],
+        "decode_floor": python + ["-m", "benchmarks.bench_decode_floor", *common, *sizes],
         "bf16": python + ["-m", "benchmarks.bench_bf16", *common],
         "forward": python + ["-m", "benchmarks.bench_forward", *common, *sizes],
         "memory": python + ["-m", "benchmarks.bench_memory", "--threads", str(threads), "--out", str(out), *sizes],
@@ -79,7 +80,8 @@ def _row(figure, ours, anchor, unit, ratio, spread=None, target=None, met=None, 
 def collect_rows(threads: int, results_dir: Path = RESULTS_DIR) -> tuple[list[dict], list[str]]:
     """The table rows of every result file at this thread count, and the files skipped for not naming a machine."""
     rows, skipped = [], []
-    loaders = (("train", _train_rows), ("generate", _generate_rows), ("bf16", _bf16_rows), ("forward", _forward_rows),
+    loaders = (("train", _train_rows), ("generate", _generate_rows), ("decode_floor", _decode_floor_rows),
+               ("bf16", _bf16_rows), ("forward", _forward_rows),
                ("memory", _memory_rows), ("bench_tokenizer", _tokenizer_rows), ("bench_eval", _eval_rows))
     for stem, to_rows in loaders:
         file_name = f"{stem}.json" if stem == "bench_eval" else f"{result_name(stem, threads)}.json"
@@ -116,6 +118,18 @@ def _train_rows(train: dict) -> list[dict]:
         label = "compiled ours vs eager GPT-2" if check["compiled_ours"] else "ours vs transformers GPT-2"
         rows.append(_row(f"loss trajectory small {check['steps']} steps ({label})", None, None, "max abs diff",
                          check["max_abs_diff"], None, "≤ 1e-4", check["passed"]))
+    return rows
+
+
+def _decode_floor_rows(floor: dict) -> list[dict]:
+    """Batch-1 decoding in ms per token: ours against GPT-2, next to the fp32 matrix-vector floor under both."""
+    rows = []
+    for result in floor["results"]:
+        ms = result["ms_per_token"]
+        note = (f"floor {ms['floor']:.1f} ms/token (weights read at {result['floor_bandwidth_gbs']:.1f} GB/s): no fp32 "
+                f"implementation can beat GPT-2 by more than {result['best_possible_speedup_over_gpt2']:.2f}x here")
+        rows.append(_row(f"decode floor {result['size']} batch 1: ours vs transformers GPT-2", ms["ours"], ms["gpt2"],
+                         "ms/token", result["ours_speedup_over_gpt2"], None, None, None, note))
     return rows
 
 

@@ -123,3 +123,23 @@ def test_thread_counts_parse_or_fail_with_the_value():
     assert run_all.parse_threads("all") == [run_all.os.cpu_count()]
     with pytest.raises(ValueError, match="'0,x'"):
         run_all.parse_threads("0,x")
+
+
+def test_decode_floor_is_every_linear_layer_once_and_reported_next_to_the_ratio(tmp_path):
+    """The floor runs each nn.Linear of a decoding step once (the tied head once), in model order; the report row
+    carries the best possible speed-up the benchmark measured."""
+    from benchmarks.bench_decode_floor import decoding_matrices
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    ours = from_gpt2_model(tiny_gpt2())
+    shapes = [tuple(weight.shape) for weight, _ in decoding_matrices(ours)]
+    assert shapes == [(96, 32), (32, 32), (128, 32), (32, 128)] * 2 + [(101, 32)]
+    payload = {"machine": machine_info(1), "results": [{
+        "size": "small", "ms_per_token": {"floor": 5.0, "ours": 8.0, "gpt2": 10.0}, "floor_bandwidth_gbs": 7.5,
+        "best_possible_speedup_over_gpt2": 2.0, "ours_speedup_over_gpt2": 1.25}]}
+    write_json(result_name("decode_floor", 1), payload, tmp_path)
+    rows, _ = run_all.collect_rows(1, tmp_path)
+    (row,) = [row for row in rows if row["figure"].startswith("decode floor small")]
+    assert row["ratio"] == 1.25 and row["ours"] == 8.0 and row["anchor"] == 10.0
+    assert "more than 2.00x" in row["note"] and "floor 5.0 ms/token" in row["note"]
