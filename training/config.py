@@ -47,6 +47,9 @@ def _setting(default: Any = dataclasses.MISSING, *, help: str, changes_training:
 
 @dataclass
 class TrainConfig:
+    # The YAML an error about a missing config points to (a subclass names its own kind of run).
+    example_config: typing.ClassVar[str] = "training/configs/smoke.yaml"
+
     # --- run -----------------------------------------------------------------------------------------------------
     run_name: str = _setting("run", help="name of the run; the run folder is runs/<run_name> unless out_dir is set",
                              changes_training=False)
@@ -173,7 +176,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise MissingFileError(f"training config {path} not found; try training/configs/smoke.yaml")
+            raise MissingFileError(f"training config {path} not found; try {config_class.example_config}")
         with open(path, encoding="utf-8") as f:
             try:
                 loaded = yaml.safe_load(f) or {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +137,8 @@ def parse_task_section(section: dict[str, Any]) -> TaskSection:
 
 @dataclass
 class FinetuneConfig(TrainConfig):
+    example_config: typing.ClassVar[str] = "training/configs/finetune_boolq.yaml"
+
     task: dict[str, Any] = _setting(help="what the labelled data is: task.format, task.text_columns, task.labels, ... "
                                     "(hf-gpt-custom finetune --help)", changes_training=True, factory=dict)
 

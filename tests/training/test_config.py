@@ -63,8 +63,12 @@ def test_unknown_yaml_key_is_rejected_with_a_suggestion(tmp_path):
 
 
 def test_missing_config_file_and_dataset_are_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.yaml not found"):
+    with pytest.raises(FileNotFoundError, match="nope.yaml not found; try training/configs/smoke.yaml"):
         load_train_config(tmp_path / "nope.yaml", [])
+    from hf_gpt_custom.training.finetune_config import load_finetune_config
+
+    with pytest.raises(FileNotFoundError, match="nope.yaml not found; try training/configs/finetune_boolq.yaml"):
+        load_finetune_config(tmp_path / "nope.yaml", [])
     with pytest.raises(FileNotFoundError, match="dataset='../missing/corpus.txt' not found"):
         load_train_config(SMOKE, ["dataset=../missing/corpus.txt"])
 
