@@ -216,8 +216,11 @@ def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
 
 
 def _declared_types(config_class: type = None) -> dict[str, Any]:
-    """Field name -> declared type, resolved from the annotation strings that `from __future__` leaves."""
-    return typing.get_type_hints(config_class or TrainConfig)
+    """Field name -> declared type, resolved from the annotation strings that `from __future__` leaves. Settings
+    only: class-level constants (typing.ClassVar, e.g. example_config) are not keys a YAML may set."""
+    config_class = config_class or TrainConfig
+    hints = typing.get_type_hints(config_class)
+    return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
 
 
 def _check_known_key(key: str, fields: dict) -> None:
