@@ -351,9 +351,8 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel, the causal
         # LM and every task head resolve from the folder with trust_remote_code=True. transformers copies this file
         # and the files it imports relatively — this import is what ships heads_gpt_custom.py with a causal LM.
-        from .heads_gpt_custom import TASK_HEAD_AUTO_CLASSES
+        from .heads_gpt_custom import GPTCustomTaskHeadModel  # noqa: F401  (imported so that transformers ships it)
 
-        assert set(TASK_HEAD_AUTO_CLASSES) < set(AUTO_MODEL_CLASSES)  # the heads file is importable, with its heads
         self.config.auto_map = {
             **(getattr(self.config, "auto_map", None) or {}),
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",

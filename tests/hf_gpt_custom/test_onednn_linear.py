@@ -66,6 +66,17 @@ def test_a_weight_is_packed_only_when_its_shape_chose_onednn(speedup, packs, mon
 
 
 @needs_onednn
+def test_the_copy_packed_to_time_a_shape_is_the_one_the_loop_uses(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "measure_speedup", lambda *args: 1.5)
+    reorders = []
+    original = onednn_linear.pack_weight
+    monkeypatch.setattr(onednn_linear, "pack_weight", lambda weight: reorders.append(1) or original(weight))
+    with torch.no_grad():
+        decoding_linear(nn.Linear(16, 8), 2)
+    assert len(reorders) == 1
+
+
+@needs_onednn
 def test_each_shape_is_timed_once_per_thread_count_and_logged(monkeypatch, caplog):
     timings = []
     monkeypatch.setattr(onednn_linear, "measure_speedup", lambda *args: timings.append(1) or 1.25)
