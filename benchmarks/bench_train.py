@@ -118,16 +118,20 @@ def measure_peak(quick: bool = False) -> float:
     return peak
 
 
-def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float) -> list[dict]:
+def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float,
+               dropouts: tuple[float | None, ...] = (None,)) -> list[dict]:
+    """Every mode at every dropout (None: the size's own, GPT-2's 0.1). With dropout, torch's CPU sdpa leaves its
+    flash kernel for the textbook arithmetic and draws a Bernoulli mask; ours draws `rand >= p` (dropout.py)."""
     size = SIZES[size_name]
     batch, seq_len = BATCH_SHAPES[size_name]
     tokens = batch * seq_len
     input_ids = random_batch(size["vocab_size"], batch, seq_len)
     results = []
-    for mode in modes:
-        ours, anchor = make_pair(size)
+    for mode, dropout in [(mode, dropout) for mode in modes for dropout in dropouts]:
+        ours, anchor = make_pair(size, dropout=dropout)
         n_params = param_count(ours)
-        name = f"train {size_name} {batch}x{seq_len} {mode}"
+        dropout = ours.config.attn_pdrop
+        name = f"train {size_name} {batch}x{seq_len} {mode} dropout {dropout:g}"
         if mode == "eager":
             nanogpt = nanogpt_from_gpt2(anchor)
             times = time_rotating({"ours": make_step(ours, input_ids), "anchor": make_step(anchor, input_ids),
@@ -151,8 +155,8 @@ def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float)
             comparisons = [(comparison, "ours", "transformers GPT-2")]
         for comparison, contender, anchor_name in comparisons:
             summary = comparison.summary()
-            summary.update(size=size_name, mode=mode, contender=contender, anchor_name=anchor_name,
-                           n_params=n_params, compile_s=compile_s)
+            summary.update(size=size_name, mode=mode, dropout=dropout, contender=contender,
+                           anchor_name=anchor_name, n_params=n_params, compile_s=compile_s)
             add_mfu(summary, peak_flops)
             print(f"{name}: {contender} vs {anchor_name} {summary['ratio']:.2f}x (IQR {summary['ratio_iqr'][0]:.2f}-"
                   f"{summary['ratio_iqr'][1]:.2f}); {contender} {summary['ours']:.0f} tokens/s, {anchor_name} "
@@ -168,6 +172,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"comma-separated of {', '.join(MODES)} "
                         f"(default: {','.join(DEFAULT_MODES)})")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default: 8 small, 3 gpt2; half --quick)")
+    parser.add_argument("--small-dropouts", default="0.1,0", help="dropouts to time the small size at (default: "
+                        "0.1,0: GPT-2's, and none, where sdpa keeps its flash kernel); GPT-2 small runs at 0.1")
     parser.add_argument("--trajectory-steps", type=int, default=TRAJECTORY_STEPS,
                         help=f"AdamW steps of the loss-trajectory check, 0 to skip (default: {TRAJECTORY_STEPS})")
     args = parser.parse_args(argv)
@@ -180,7 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {"machine": machine_info(args.threads), "results": [], "trajectory": []}
     for size_name in args.sizes.split(","):
         rounds = args.rounds or max(1, {"small": 8, "gpt2": 3}[size_name] // (2 if args.quick else 1))
-        payload["results"] += bench_size(size_name, modes, rounds, peak)
+        dropouts = tuple(float(p) for p in args.small_dropouts.split(",")) if size_name == "small" else (None,)
+        payload["results"] += bench_size(size_name, modes, rounds, peak, dropouts)
     if args.trajectory_steps:
         payload["trajectory"].append(check_loss_trajectory("small", steps=args.trajectory_steps))
         if "compile" in modes:

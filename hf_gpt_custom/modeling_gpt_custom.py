@@ -41,9 +41,11 @@ from .block_variants import (
     repeat_kv,
     vocabulary_logits,
 )
+from .causal_lm_loss import causal_lm_loss
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import foreign_checkpoint_loader
 from .decode_step import DecodeStep, supports_decode_step
+from .dropout import GPTCustomDropout, apply_dropout, draws_uniform_mask, sdpa_mask_as_additive
 from .kv_cache import preallocate
 from .transformers_compat import CACHE_NAME, accepts_cache_kwarg, cache_kwarg, output_cache
 from .errors import UserError
@@ -86,7 +88,7 @@ def eager_attention_forward(
     if attention_mask is not None:
         scores = scores + attention_mask
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    weights = F.dropout(weights, p=dropout, training=module.training)
+    weights = apply_dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value)  # (batch, heads, q_len, head_dim)
     return output.transpose(1, 2), weights
 
@@ -139,7 +141,7 @@ class GPTCustomAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.attention_bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.attention_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
-        self.resid_dropout = nn.Dropout(config.resid_pdrop)
+        self.resid_dropout = GPTCustomDropout(config.resid_pdrop)
         # RoPE rotates queries and keys here; learned/sinusoidal positions were added to the input instead.
         self.apply_positions = POSITION_ROTATIONS[config.position_embedding_type]
 
@@ -177,16 +179,18 @@ class GPTCustomAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        output, weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.config.attn_pdrop if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        dropout = self.config.attn_pdrop if self.training else 0.0
+        if dropout > 0.0 and draws_uniform_mask(query) and self.config._attn_implementation == "sdpa":
+            # torch's CPU sdpa has no fused kernel with dropout: it runs this same textbook arithmetic with a slower
+            # mask (dropout.py). Same arithmetic here, our mask; and no weights returned, as from sdpa.
+            attention_mask = sdpa_mask_as_additive(attention_mask, query.shape[2], key.shape[2], query.dtype,
+                                                   query.device)
+            output, _ = eager_attention_forward(self, query, key, value, attention_mask, self.scaling, dropout)
+            weights = None
+        else:
+            output, weights = attention_interface(
+                self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
+            )
         output = output.reshape(batch, seq_len, -1)  # (batch, seq, n_embd): heads side by side again
         return self.resid_dropout(c_proj(output)), weights
 
@@ -201,7 +205,7 @@ class GPTCustomMLP(nn.Module):
         self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
         self.activation = _activation(config.activation_function)
-        self.dropout = nn.Dropout(config.resid_pdrop)
+        self.dropout = GPTCustomDropout(config.resid_pdrop)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.feed_forward(hidden_states, self.c_fc, self.c_proj)
@@ -223,7 +227,7 @@ class GPTCustomSwiGLU(nn.Module):
         self.c_gate = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
         self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
-        self.dropout = nn.Dropout(config.resid_pdrop)
+        self.dropout = GPTCustomDropout(config.resid_pdrop)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.feed_forward(hidden_states, self.c_fc, self.c_proj, self.c_gate)
@@ -411,7 +415,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         else:
             self.rotary_emb = GPTCustomRotaryEmbedding(config)
         self.add_positions = ADD_POSITIONS[config.position_embedding_type]
-        self.drop = nn.Dropout(config.embd_pdrop)
+        self.drop = GPTCustomDropout(config.embd_pdrop)
         self.h = nn.ModuleList([GPTCustomBlock(config, layer_idx) for layer_idx in range(config.n_layer)])
         # Post-norm blocks already end in a norm (GPT-1 has no final LayerNorm); Identity has no weights.
         self.ln_f = make_norm(config) if config.norm_position == "pre" else nn.Identity()
@@ -518,6 +522,16 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.n_embd, config.padded_vocab_size, bias=False)
         self.post_init()  # ties lm_head to wte when tie_word_embeddings; without it the head stays silently untied
 
+    @property
+    def loss_function(self) -> Callable:
+        """transformers' causal-LM loss computed without its logits-sized temporaries (causal_lm_loss.py); a loss
+        assigned with `model.loss_function = fn` wins, as in transformers."""
+        return getattr(self, "_loss_function", causal_lm_loss)
+
+    @loss_function.setter
+    def loss_function(self, value: Callable) -> None:
+        self._loss_function = value
+
     def set_fast_decode(self, enabled: bool = True, compile: bool = True, mode: str | None = None) -> None:
         """Make later `generate` calls decode with a StaticCache and, with `compile`, a torch.compile'd decode step.
 
@@ -552,7 +566,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         # single-token steps may skip the module walk (decode_step.py explains when they may).
         with super()._optimize_model_for_decode():
             model_classes = (type(self), GPTCustomModel, GPTCustomBlock, GPTCustomAttention, GPTCustomMLP,
-                             GPTCustomSwiGLU, *VARIANT_MODULES)
+                             GPTCustomSwiGLU, GPTCustomDropout, *VARIANT_MODULES)
             if supports_decode_step(self, model_classes):
                 self._decode_step = DecodeStep(self)
             try:

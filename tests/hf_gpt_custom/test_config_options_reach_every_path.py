@@ -12,6 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_gpt_custom import GPTCustomForCausalLM
+import hf_gpt_custom.dropout as dropout_module
 
 from tests.helpers import TINY_GPT2
 
@@ -69,9 +70,12 @@ def test_greedy_generate_with_the_option_matches_transformers_gpt2_step_by_step(
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("dropout", ["embd_pdrop", "attn_pdrop", "resid_pdrop"])
-def test_training_forward_applies_each_dropout_as_transformers_gpt2_does(dropout, attn_implementation):
+def test_training_forward_applies_each_dropout_as_transformers_gpt2_does(dropout, attn_implementation, monkeypatch):
     """In train mode with one dropout probability set, the same seed gives GPT-2's logits: the dropout is applied
-    at the same place, to the same tensor, drawing the same mask (a dropped dropout would give other logits)."""
+    at the same place, to the same tensor, drawing the same mask (a dropped dropout would give other logits).
+    Masks are drawn as F.dropout draws them here (dropout.py draws its own on CPU, tests/hf_gpt_custom/test_dropout.py
+    checks those against dropout's definition)."""
+    monkeypatch.setattr(dropout_module, "UNIFORM_MASK_DEVICES", ())
     ours, reference = make_gpt2_pair(attn_implementation, **{"embd_pdrop": 0.0, "attn_pdrop": 0.0,
                                                              "resid_pdrop": 0.0, dropout: 0.3})
     ours.train(), reference.train()
