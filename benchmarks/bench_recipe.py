@@ -85,7 +85,9 @@ def collect(name: str, work_dir: Path) -> dict | None:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     evals = [(row["step"], row["val_bits_per_byte"]) for row in rows if row.get("kind") == "eval"]
     steps = [row for row in rows if row.get("kind") == "train"]
+    last_val = [row["val_loss"] for row in rows if row.get("kind") == "eval"][-1]
     return {"variant": name, "overrides": VARIANTS[name], "curve": evals, "final_bits_per_byte": evals[-1][1],
+            "final_train_loss": sum(row["loss"] for row in steps[-20:]) / len(steps[-20:]), "final_val_loss": last_val,
             "steps": steps[-1]["step"], "tokens": steps[-1]["tokens_seen"],
             "training_seconds": sum(row["step_time_s"] for row in steps)}
 
@@ -98,14 +100,18 @@ def write_report(results: list[dict], machine: dict, out: Path) -> None:
         f"`training/configs/shakespeare.yaml` with the overrides shown, 1 thread per run, validation on the last 10% "
         f"of the speeches (bits per byte of the raw text). Measured on {describe_machine(machine)}; other runs shared "
         "the 2 cores, so training seconds are wall time per step summed, not CPU time.", "",
-        "| variant | overrides | steps | tokens | training s | val bits/byte at each eval | final | Δ vs default |",
-        "|---|---|---:|---:|---:|---|---:|---:|",
+        "Train/val loss: nats per token at the end (training: mean of the last 20 steps); the gap is what the model "
+        "learned about the training plays that does not carry to the held-out ones.", "",
+        "| variant | overrides | steps | tokens | training s | val bits/byte at each eval | final | Δ vs default "
+        "| train / val loss |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|",
     ]
     for r in results:
         curve = ", ".join(f"{bpb:.3f}" for _, bpb in r["curve"])
         delta = "" if default is None else f"{r['final_bits_per_byte'] - default:+.3f}"
         lines.append(f"| {r['variant']} | {' '.join(r['overrides']) or '-'} | {r['steps']} | {r['tokens']:,} | "
-                     f"{r['training_seconds']:.0f} | {curve} | {r['final_bits_per_byte']:.3f} | {delta} |")
+                     f"{r['training_seconds']:.0f} | {curve} | {r['final_bits_per_byte']:.3f} | {delta} | "
+                     f"{r['final_train_loss']:.2f} / {r['final_val_loss']:.2f} |")
     (out / "recipe_sweep.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
