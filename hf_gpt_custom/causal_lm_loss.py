@@ -22,8 +22,9 @@ import torch.nn.functional as F
 _BLOCK_ELEMENTS = 1 << 22
 
 
-def _row_blocks(rows: int, vocab_size: int) -> range:
-    return range(0, rows, max(1, _BLOCK_ELEMENTS // vocab_size))
+def _row_blocks(rows: int, vocab_size: int) -> list[slice]:
+    block = max(1, _BLOCK_ELEMENTS // vocab_size)
+    return [slice(start, min(start + block, rows)) for start in range(0, rows, block)]
 
 
 class _CrossEntropySum(torch.autograd.Function):
@@ -32,13 +33,11 @@ class _CrossEntropySum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, denominator: torch.Tensor):
-        rows, vocab_size = logits.shape
         counted = targets != ignore_index
         picked = targets.masked_fill(~counted, 0)  # any valid column for ignored rows; they are zeroed below
-        log_sum_exp = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        block = _row_blocks(rows, vocab_size).step
-        for start in _row_blocks(rows, vocab_size):
-            log_sum_exp[start:start + block] = torch.logsumexp(logits[start:start + block].float(), dim=-1)
+        log_sum_exp = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        for rows in _row_blocks(*logits.shape):
+            log_sum_exp[rows] = torch.logsumexp(logits[rows].float(), dim=-1)
         target_logits = logits.gather(1, picked[:, None]).squeeze(1).float()
         losses = (log_sum_exp - target_logits).masked_fill_(~counted, 0.0)
         ctx.save_for_backward(logits, picked, counted, log_sum_exp, denominator)
@@ -47,22 +46,20 @@ class _CrossEntropySum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         logits, picked, counted, log_sum_exp, denominator = ctx.saved_tensors
-        rows, vocab_size = logits.shape
         # d loss / d logits[row] = (softmax(logits[row]) - onehot(target)) * grad_loss / denominator, 0 if ignored
         row_scale = counted.float() * (grad_loss / denominator)
         grad = torch.empty_like(logits)
-        block = _row_blocks(rows, vocab_size).step
-        for start in _row_blocks(rows, vocab_size):
-            stop = min(start + block, rows)
-            if logits.dtype == torch.float32:  # straight into the gradient's rows
-                probabilities = torch.sub(logits[start:stop], log_sum_exp[start:stop, None], out=grad[start:stop])
+        in_place = logits.dtype == torch.float32  # float32: computed straight into the gradient's rows
+        for rows in _row_blocks(*logits.shape):
+            if in_place:
+                probabilities = torch.sub(logits[rows], log_sum_exp[rows, None], out=grad[rows])
             else:  # through a float32 block, cast on the way into the gradient
-                probabilities = logits[start:stop].float() - log_sum_exp[start:stop, None]
+                probabilities = logits[rows].float() - log_sum_exp[rows, None]
             probabilities.exp_()
-            probabilities[torch.arange(stop - start, device=logits.device), picked[start:stop]] -= 1.0
-            probabilities.mul_(row_scale[start:stop, None])
-            if probabilities.data_ptr() != grad[start:stop].data_ptr():
-                grad[start:stop] = probabilities
+            probabilities[torch.arange(probabilities.shape[0], device=logits.device), picked[rows]] -= 1.0
+            probabilities.mul_(row_scale[rows, None])
+            if not in_place:
+                grad[rows] = probabilities
         return grad, None, None, None
 
 

@@ -2,7 +2,8 @@
 
 On CPU, `F.dropout` spends most of its time drawing the mask (`bernoulli_`): 35 ms for a 3.1M-element attention
 map at 2 threads on an AMD EPYC (Zen 3), where `torch.rand_like(x) >= p` takes 14 ms. With GPT-2's dropout of 0.1
-that was 14% of a whole training step of the benchmarks' small model (benchmarks/bench_train.py). The arithmetic
+`bernoulli_` was 14% of a training step of the benchmarks' small model in torch.profiler, `uniform_` is 8%; whole
+steps measured ~3% faster, within that machine's noise (benchmarks/results/NOTES.md). The arithmetic
 is dropout's: each element is kept with probability 1 - p and scaled by 1 / (1 - p); the gradient is the same mask
 times the same scale. The mask comes from torch's default generator, so `torch.manual_seed` reproduces it and
 gradient checkpointing's recomputation (which restores the RNG state) draws the same one.
@@ -40,7 +41,7 @@ UNIFORM_MASK_DEVICES = ("cpu",)
 
 def draws_uniform_mask(x: torch.Tensor) -> bool:
     """True when dropout on `x` draws its mask here rather than through F.dropout."""
-    return x.device.type in UNIFORM_MASK_DEVICES and x.dtype.is_floating_point
+    return x.device.type in UNIFORM_MASK_DEVICES
 
 
 def apply_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

@@ -96,7 +96,7 @@ def test_sdpa_with_dropout_on_cpu_draws_the_masks_eager_draws(tiny_config):
 
 
 
-def test_other_devices_and_integer_tensors_use_f_dropout(monkeypatch):
+def test_other_devices_use_f_dropout(monkeypatch):
     """Off the CPU (here the meta device, which needs no GPU) the mask is F.dropout's: CUDA's is one fused kernel."""
     calls = []
     monkeypatch.setattr(F, "dropout", lambda x, p, training: calls.append((x.device.type, p)) or x)
