@@ -26,7 +26,6 @@ _LAZY_NAMES = {
     "GPTCustomForQuestionAnswering": "heads_gpt_custom",
     "GPTCustomForMultipleChoice": "heads_gpt_custom",
     "GPTCustomTokenizerFast": "tokenization_gpt_custom",
-    "use_onednn_linear": "onednn_linear",
 }
 
 # Our layers carry GPT-2's names (c_attn, c_proj, c_fc, ln_1, ln_2, ln_f), so PEFT's GPT-2 defaults fit us exactly.

@@ -1,15 +1,15 @@
-"""The pieces GPTCustomConfig's block variants choose from: norms, position encodings, residual orderings, GQA.
+"""The pieces GPTCustomConfig's block variants choose from: the two norms and the three kinds of positions.
 
-modeling_gpt_custom.py picks one of each in `__init__` (from the config fields) and every path — training, the KV
-cache, generate()'s fast steps (decode_step.py) — calls the same function, so each variant's arithmetic exists once.
-RMSNorm, RoPE and repeat_kv follow transformers' Llama arithmetic exactly (tests/hf_gpt_custom/test_block_variants.py
-compares them with LlamaRMSNorm, LlamaAttention and OpenAIGPT's Block). Shipped as remote code: imports only torch.
+modeling_gpt_custom.py picks one of each in `__init__`. Every positions module has the same call,
+`(token embeddings, position_ids) -> (first hidden state, RoPE's (cos, sin) or None)`, so the model calls whichever it
+holds without asking which it is. RMSNorm, RoPE and repeat_kv follow transformers' Llama arithmetic
+(tests/hf_gpt_custom/test_block_variants.py compares them with LlamaRMSNorm, LlamaAttention and OpenAIGPT's Block).
+Shipped as remote code: imports only torch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -18,8 +18,8 @@ from torch import nn
 class GPTCustomRMSNorm(nn.Module):
     """RMSNorm (Zhang & Sennrich 2019) as LLaMA computes it: x / sqrt(mean(x²) + eps) · weight, no mean, no bias.
 
-    Like transformers' LlamaRMSNorm, the statistics are taken in float32 and the weight is applied after casting
-    back to the input dtype, so bf16/fp16 models match LLaMA's numbers."""
+    Like LlamaRMSNorm, the statistics are taken in float32 and the weight is applied after casting back to the input
+    dtype, so bf16/fp16 models match LLaMA's numbers."""
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -44,6 +44,17 @@ def make_norm(config) -> nn.Module:
     return nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
 
 
+class GPTCustomLearnedPositions(nn.Embedding):
+    """GPT-2's learned position table, added to the token embeddings. An nn.Embedding, so its weight keeps GPT-2's
+    name (`transformer.wpe.weight`) and initialisation."""
+
+    def __init__(self, config):
+        super().__init__(config.n_positions, config.n_embd)
+
+    def forward(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return inputs_embeds + super().forward(position_ids), None
+
+
 def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
     """The Transformer's position encoding (Vaswani et al. 2017, section 3.5), (n_positions, d_model) float32:
     PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
@@ -57,8 +68,7 @@ def sinusoidal_table(n_positions: int, d_model: int) -> torch.Tensor:
 
 
 class GPTCustomSinusoidalPositions(nn.Module):
-    """Fixed sinusoidal positions added to the token embedding: a buffer, not a parameter, never saved (it is
-    recomputed from the config), any position below n_positions.
+    """Fixed sinusoidal positions added to the token embeddings: a buffer recomputed from the config, never saved.
 
     As in the paper ("we multiply those weights by √d_model", section 3.4) the token embeddings are scaled by
     √n_embd first: with GPT-2's N(0, 0.02) initialisation the unscaled tokens would be ~35x smaller than the
@@ -73,28 +83,42 @@ class GPTCustomSinusoidalPositions(nn.Module):
     def compute_table(self) -> torch.Tensor:
         return sinusoidal_table(self.n_positions, self.d_model)
 
-    def forward(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        return inputs_embeds * self.embedding_scale + self.table[position_ids].to(inputs_embeds.dtype)
+    def forward(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return inputs_embeds * self.embedding_scale + self.table[position_ids].to(inputs_embeds.dtype), None
 
 
 class GPTCustomRotaryEmbedding(nn.Module):
-    """RoPE (Su et al. 2021) angles as transformers' LlamaRotaryEmbedding (default rope type) computes them: per
-    position, cos and sin of position · theta^(-2i/head_dim), each frequency twice (rotate_half layout)."""
+    """RoPE (Su et al. 2021): leaves the token embeddings alone and returns, per position, the cos and sin of
+    position · theta^(-2i/head_dim), each frequency twice (rotate_half layout), as LlamaRotaryEmbedding computes them.
+
+    The frequencies are computed in float32 on every call instead of living in a buffer: `model.to(torch.bfloat16)`
+    casts every floating buffer, and bf16 frequencies put positions off by whole radians at long contexts."""
 
     def __init__(self, config):
         super().__init__()
         self.head_dim, self.rope_theta = config.head_dim, float(config.rope_theta)
-        self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)
 
-    def compute_inv_freq(self) -> torch.Tensor:
-        return 1.0 / (self.rope_theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim))
+    def inverse_frequencies(self, device: torch.device) -> torch.Tensor:
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device) / self.head_dim
+        return 1.0 / (self.rope_theta**exponents)
 
-    @torch.no_grad()
-    def forward(self, hidden_states: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin), each (batch or 1, seq, head_dim) in hidden_states' dtype; computed in float32."""
-        freqs = position_ids[..., None].float() * self.inv_freq.to(device=hidden_states.device, dtype=torch.float)
-        angles = torch.cat((freqs, freqs), dim=-1)
-        return angles.cos().to(hidden_states.dtype), angles.sin().to(hidden_states.dtype)
+    def forward(
+        self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """(inputs_embeds, (cos, sin)), cos and sin (batch or 1, seq, head_dim) in the embeddings' dtype."""
+        with torch.no_grad():
+            freqs = position_ids[..., None].float() * self.inverse_frequencies(inputs_embeds.device)
+            angles = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = angles.cos().to(inputs_embeds.dtype), angles.sin().to(inputs_embeds.dtype)
+        return inputs_embeds, (cos, sin)
+
+
+# config.position_embedding_type -> the module GPTCustomModel holds as `wpe`.
+POSITION_MODULES = {
+    "learned": GPTCustomLearnedPositions,
+    "sinusoidal": GPTCustomSinusoidalPositions,
+    "rope": GPTCustomRotaryEmbedding,
+}
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -103,17 +127,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotate_queries_and_keys(
-    query: torch.Tensor, key: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor]
+def apply_rotary(
+    query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE on (batch, heads, seq, head_dim) queries and keys, before keys enter the cache (as LlamaAttention)."""
-    cos, sin = (part.unsqueeze(1) for part in position_embeddings)  # (batch or 1, 1, seq, head_dim)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch or 1, 1, seq, head_dim)
     return query * cos + rotate_half(query) * sin, key * cos + rotate_half(key) * sin
-
-
-def keep_queries_and_keys(query: torch.Tensor, key: torch.Tensor, position_embeddings: None):
-    """Learned and sinusoidal positions were added to the input: attention leaves queries and keys alone."""
-    return query, key
 
 
 def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -126,42 +145,7 @@ def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
     return hidden_states.reshape(batch, kv_heads * n_rep, seq_len, head_dim)
 
 
-def pre_norm_residual_step(block, hidden_states, attention: Callable, feed_forward: Callable, attention_mask,
-                           past_key_values, **kwargs) -> torch.Tensor:
-    """GPT-2/3 and LLaMA: x + attn(ln_1(x)), then x + mlp(ln_2(x)); the model ends with ln_f."""
-    attn_output, _ = attention(block.ln_1(hidden_states), attention_mask, past_key_values, **kwargs)
-    hidden_states = hidden_states + attn_output
-    return hidden_states + feed_forward(block.ln_2(hidden_states))
-
-
-def post_norm_residual_step(block, hidden_states, attention: Callable, feed_forward: Callable, attention_mask,
-                            past_key_values, **kwargs) -> torch.Tensor:
-    """GPT-1 and the Transformer's Add & Norm: x = ln_1(x + attn(x)), then ln_2(x + mlp(x)); no final norm."""
-    attn_output, _ = attention(hidden_states, attention_mask, past_key_values, **kwargs)
-    hidden_states = block.ln_1(hidden_states + attn_output)
-    return block.ln_2(hidden_states + feed_forward(hidden_states))
-
-
-def vocabulary_logits(lm_head: Callable[[torch.Tensor], torch.Tensor], hidden_states: torch.Tensor,
-                      vocab_size: int) -> torch.Tensor:
-    """lm_head's logits over the real vocabulary, (..., vocab_size), for the module path and decode_step.py alike.
-
-    With pad_vocab_size_to_multiple_of the head has padded rows (nanoGPT's 50257 -> 50304 keeps the matmul on
-    efficient sizes); their columns are cut here rather than set to -inf, so `logits.shape[-1] == vocab_size` as
-    every transformers consumer assumes (the loss's view, generate's processors, lm-eval) and a padded id has no
-    column to be sampled from. Without padding the slice is the tensor itself (no copy).
-    """
-    return lm_head(hidden_states)[..., :vocab_size].contiguous()
-
-
-RESIDUAL_STEPS = {"pre": pre_norm_residual_step, "post": post_norm_residual_step}
-POSITION_ROTATIONS = {"learned": keep_queries_and_keys, "sinusoidal": keep_queries_and_keys,
-                      "rope": rotate_queries_and_keys}
-# Modules the variants add to the model, for decode_step.py's list of what it reproduces exactly.
-VARIANT_MODULES = (GPTCustomRMSNorm, GPTCustomSinusoidalPositions, GPTCustomRotaryEmbedding)
-
 __all__ = [
-    "GPTCustomRMSNorm", "GPTCustomRotaryEmbedding", "GPTCustomSinusoidalPositions", "POSITION_ROTATIONS",
-    "RESIDUAL_STEPS", "VARIANT_MODULES", "make_norm", "post_norm_residual_step", "pre_norm_residual_step",
-    "repeat_kv", "rotate_half", "rotate_queries_and_keys", "sinusoidal_table", "vocabulary_logits",
+    "POSITION_MODULES", "GPTCustomLearnedPositions", "GPTCustomRMSNorm", "GPTCustomRotaryEmbedding",
+    "GPTCustomSinusoidalPositions", "apply_rotary", "make_norm", "repeat_kv", "rotate_half", "sinusoidal_table",
 ]

@@ -4,7 +4,7 @@ Field names are GPT-2's (`n_embd`, `n_layer`, ...) because checkpoints use them;
 names (`hidden_size`, `num_key_value_heads`, `rms_norm_eps`, ...) that generation and other libraries read. The block
 variants (GPT-1's post-LayerNorm, the original Transformer's sinusoidal positions, LLaMA's RoPE/RMSNorm/SwiGLU/no
 biases, grouped-query attention) are plain fields here, validated on construction. Only architecture lives here:
-training settings are in training/config.py. This module imports nothing but transformers: it ships as remote code.
+training settings are in training/config.py. Ships as remote code: imports only transformers and errors.py.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class GPTCustomConfig(PretrainedConfig):
         "num_attention_heads": "n_head",
         "num_hidden_layers": "n_layer",
         "intermediate_size": "n_inner",
-        "num_key_value_heads": "n_kv_head",  # None = every head has its own keys/values, as generic code reads it
+        "num_key_value_heads": "n_kv_head",
         "rms_norm_eps": "layer_norm_epsilon",  # one epsilon for whichever norm_type is chosen
     }
 
@@ -136,7 +136,8 @@ class GPTCustomConfig(PretrainedConfig):
     multiple_of: int = 256  # SwiGLU's default inner width is rounded up to this (LLaMA's rule, see inner_dim)
     attention_bias: bool = True  # biases of c_attn and attn.c_proj (OPT/GPT-2: on, LLaMA: off)
     mlp_bias: bool = True  # biases of c_fc, c_gate and mlp.c_proj
-    n_kv_head: int | None = None  # key/value heads for grouped-query attention; None = n_head (multi-head)
+    n_kv_head: int | None = None  # key/value heads for grouped-query attention; None -> n_head (multi-head)
+    head_dim: int | None = None  # width of one attention head; None -> n_embd // n_head (as LlamaConfig)
     pad_vocab_size_to_multiple_of: int | None = None  # embedding rows padded up (nanoGPT: 50257 -> 50304 with 64)
     # Task heads (heads_gpt_custom.py). lm_loss_weight is GPT-1's λ in L3 = L2 + λ·L1: the classification and
     # multiple-choice heads add λ × the language-modelling loss on their own inputs (0 turns it off; GPT-1 used 0.5).
@@ -146,13 +147,22 @@ class GPTCustomConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self._validate_architecture_fields()
+        # Derived fields take a value here, once, as LlamaConfig does: generic code (generation's cache shapes,
+        # attention kernels) reads num_key_value_heads and head_dim and must never see None.
+        if self.head_dim is None:
+            self.head_dim = self.n_embd // self.n_head
+        if self.n_kv_head is None:
+            self.n_kv_head = self.n_head
+        self._validate_block_variants()
 
     def _validate_architecture_fields(self) -> None:
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
             _check_positive(name, getattr(self, name))
         if self.n_inner is not None:
             _check_positive("n_inner", self.n_inner)
-        if self.n_embd % self.n_head != 0:
+        if self.head_dim is not None:
+            _check_positive("head_dim", self.head_dim)
+        elif self.n_embd % self.n_head != 0:
             suggestion = max(self.n_head, round(self.n_embd / self.n_head) * self.n_head)
             raise UserError(
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}; try n_embd={suggestion}"
@@ -178,7 +188,6 @@ class GPTCustomConfig(PretrainedConfig):
                             "used 0.5)")
         if self.max_choices is not None:
             _check_positive("max_choices", self.max_choices)
-        self._validate_block_variants()
 
     def _validate_block_variants(self) -> None:
         _check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
@@ -195,21 +204,20 @@ class GPTCustomConfig(PretrainedConfig):
             raise UserError(f"rope_theta={theta!r} must be a number > 1 (LLaMA: 10000.0)")
         if self.position_embedding_type == "rope" and self.head_dim % 2:
             raise UserError(
-                f"position_embedding_type='rope' rotates pairs of dimensions, but head_dim = n_embd/n_head = "
-                f"{self.n_embd}/{self.n_head} = {self.head_dim} is odd; choose n_embd and n_head with an even quotient"
+                f"position_embedding_type='rope' rotates pairs of dimensions, but head_dim={self.head_dim} is odd; "
+                "choose an even head_dim (n_embd / n_head by default)"
             )
         if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
             raise UserError(f"position_embedding_type='sinusoidal' pairs sin and cos dimensions, but n_embd="
                             f"{self.n_embd} is odd; use an even n_embd")
-        if self.n_kv_head is not None:
-            _check_positive("n_kv_head", self.n_kv_head)
-            if self.n_head % self.n_kv_head:
-                divisors = [k for k in range(1, self.n_head + 1) if self.n_head % k == 0]
-                nearest = sorted(divisors, key=lambda k: (abs(k - self.n_kv_head), k))[:2]
-                raise UserError(
-                    f"n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head} (each key/value head serves "
-                    f"a whole group of query heads); try n_kv_head={' or '.join(map(str, sorted(nearest)))}"
-                )
+        _check_positive("n_kv_head", self.n_kv_head)
+        if self.n_head % self.n_kv_head:
+            divisors = [k for k in range(1, self.n_head + 1) if self.n_head % k == 0]
+            nearest = sorted(divisors, key=lambda k: (abs(k - self.n_kv_head), k))[:2]
+            raise UserError(
+                f"n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head} (each key/value head serves "
+                f"a whole group of query heads); try n_kv_head={' or '.join(map(str, sorted(nearest)))}"
+            )
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> GPTCustomConfig:
@@ -220,20 +228,11 @@ class GPTCustomConfig(PretrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
     @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
     def inner_dim(self) -> int:
         """n_inner, or by default 4·n_embd (GPT) / LLaMA's 2/3·4·n_embd rounded up to multiple_of (SwiGLU)."""
         if self.n_inner is not None:
             return self.n_inner
         return swiglu_inner_dim(self.n_embd, self.multiple_of) if self.mlp_type == "swiglu" else 4 * self.n_embd
-
-    @property
-    def kv_heads(self) -> int:
-        """Key/value heads actually used: n_kv_head, or n_head when it is None."""
-        return self.n_kv_head if self.n_kv_head is not None else self.n_head
 
     @property
     def padded_vocab_size(self) -> int:
@@ -258,8 +257,8 @@ class GPTCustomConfig(PretrainedConfig):
         biases = {(True, True): "biases in the attention and MLP projections", (False, False): "no biases",
                   (True, False): "biases in the attention projections only",
                   (False, True): "biases in the MLP projections only"}[(self.attention_bias, self.mlp_bias)]
-        heads = (f"{self.n_head} attention heads" if self.kv_heads == self.n_head else
-                 f"grouped-query attention ({self.n_head} query heads, {self.kv_heads} key/value heads)")
+        heads = (f"{self.n_head} attention heads" if self.n_kv_head == self.n_head else
+                 f"grouped-query attention ({self.n_head} query heads, {self.n_kv_head} key/value heads)")
         head = "output head tied to the token embedding" if self.tie_word_embeddings else "untied output head"
         if self.padded_vocab_size != self.vocab_size:
             head += f" (vocabulary padded to {self.padded_vocab_size} rows, padded logits never predicted)"
@@ -278,7 +277,7 @@ class GPTCustomConfig(PretrainedConfig):
         vocab_rows = self.padded_vocab_size
         token_embedding = vocab_rows * d
         position_embedding = self.n_positions * d if self.position_embedding_type == "learned" else 0
-        qkv_width = (self.n_head + 2 * self.kv_heads) * head_dim  # c_attn: q, then k and v of the kv heads
+        qkv_width = (self.n_head + 2 * self.n_kv_head) * head_dim  # c_attn: q, then k and v of the kv heads
         attention = d * qkv_width + self.n_head * head_dim * d  # c_attn and c_proj
         attention += (qkv_width + d) if self.attention_bias else 0
         inputs_of_width_inner = 2 if self.mlp_type == "swiglu" else 1  # c_fc (and c_gate)

@@ -129,7 +129,7 @@ def llama_config_from(config: GPTCustomConfig):
         wrong["scale_attn_weights"] = False
     refuse_options("GPTCustom", wrong, "LlamaForCausalLM is a pre-norm RoPE/RMSNorm/SwiGLU block")
     fields = {theirs: getattr(config, ours) for theirs, ours in LLAMA_FIELDS.items()}
-    fields.update(num_key_value_heads=config.kv_heads, intermediate_size=config.inner_dim)
+    fields.update(num_key_value_heads=config.n_kv_head, intermediate_size=config.inner_dim)
     return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
 
 
@@ -141,7 +141,7 @@ def to_llama_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig)
     ours_to_theirs = {ours: theirs for theirs, ours in LAYER_MODULES.items()}
     top_to_theirs = {ours: theirs for theirs, ours in TOP_MODULES.items()}
     q_rows = config.n_head * config.head_dim
-    kv_rows = config.kv_heads * config.head_dim
+    kv_rows = config.n_kv_head * config.head_dim
     converted = {}
     for key, tensor in state.items():
         if key in ("lm_head.weight", "transformer.wte.weight"):

@@ -86,7 +86,7 @@ def openai_gpt_config_from(config: GPTCustomConfig):
     required = {
         "norm_position": "post", "position_embedding_type": "learned", "norm_type": "layernorm",
         "mlp_type": "standard", "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True,
-        "scale_attn_weights": True, "inner_dim": 4 * config.n_embd, "kv_heads": config.n_head,
+        "scale_attn_weights": True, "inner_dim": 4 * config.n_embd, "n_kv_head": config.n_head,
     }
     wrong = {name: getattr(config, name) for name, value in required.items() if getattr(config, name) != value}
     if config.activation_function not in AFN_FROM_ACTIVATION:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.loss.loss_utils import fixed_cross_entropy
+from transformers.loss.loss_utils import ForCausalLMLoss, fixed_cross_entropy
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     MultipleChoiceModelOutput,
@@ -27,7 +27,6 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import can_return_tuple, logging
 
-from .causal_lm_loss import causal_lm_loss
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
 from .modeling_gpt_custom import AUTO_MODEL_CLASSES, GPTCustomModel, GPTCustomPreTrainedModel
@@ -161,7 +160,7 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         labels = input_ids if attention_mask is None else input_ids.masked_fill(attention_mask == 0, -100)
         # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
         lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])
-        lm_loss = causal_lm_loss(lm_logits, labels, vocab_size=self.config.vocab_size)
+        lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
         return task_loss + weight * lm_loss, lm_loss
 
 

@@ -294,11 +294,23 @@ def padded_batch(vocab_size: int = 99) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids, attention_mask
 
 
+def row_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Each real token's index among its row's real tokens: the positions a left-padded row has alone, which
+    transformers' GPT-2, GPT-1 and Llama need to be told and our model derives itself. Padding keeps its column index,
+    so a right-padded row gets GPT-2's own numbering everywhere."""
+    columns = torch.arange(attention_mask.shape[-1]).expand_as(attention_mask)
+    return torch.where(attention_mask.bool(), attention_mask.cumsum(-1) - 1, columns)
+
+
 def assert_same_logits(model, reference, input_ids: torch.Tensor, atol: float = 1e-5, **inputs) -> None:
     """Both models' logits on the same inputs agree within `atol`, at the real (attention_mask 1) positions: at
-    padding positions every implementation computes its own garbage."""
+    padding positions every implementation computes its own garbage. With a mask and no position_ids, `reference`
+    is given each row's own positions (row_position_ids) and `model` derives them."""
+    reference_inputs = dict(inputs)
+    if "attention_mask" in inputs and "position_ids" not in inputs:
+        reference_inputs["position_ids"] = row_position_ids(inputs["attention_mask"])
     with torch.no_grad():
-        logits, reference_logits = model(input_ids, **inputs).logits, reference(input_ids, **inputs).logits
+        logits, reference_logits = model(input_ids, **inputs).logits, reference(input_ids, **reference_inputs).logits
     keep = inputs.get("attention_mask", torch.ones_like(input_ids)).bool()
     torch.testing.assert_close(logits[keep], reference_logits[keep], rtol=0, atol=atol)
 

@@ -1,9 +1,9 @@
 """Each GPT-2 config option that changes the arithmetic reaches every path that computes logits.
 
 The reference is transformers' GPT2LMHeadModel with the same random weights. The paths: a GPT-2 folder loaded with
-our from_pretrained (config conversion + weight conversion), the plain forward (eager and sdpa), and generate()'s
-one-token decoding steps (the fast path, compared through output_logits). An option dropped on any one of them
-(e.g. the converter forgetting `activation_function`, the decoding step scaling scores by 1/sqrt(d) although
+our from_pretrained (config conversion + weight conversion), the plain forward (eager and sdpa), generate()'s
+cached decoding steps (compared through output_logits) and train-mode dropout. An option dropped on any one of them
+(e.g. the converter forgetting `activation_function`, attention scaling scores by 1/sqrt(d) although
 `scale_attn_weights=False`, a LayerNorm built with the default eps) changes logits by far more than float rounding.
 """
 
@@ -12,7 +12,6 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_gpt_custom import GPTCustomForCausalLM
-import hf_gpt_custom.dropout as dropout_module
 
 from tests.helpers import TINY_GPT2
 
@@ -61,21 +60,18 @@ def test_greedy_generate_with_the_option_matches_transformers_gpt2_step_by_step(
     greedy = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, return_dict_in_generate=True,
                   output_logits=True)
     with torch.no_grad():
-        fast, expected = ours.generate(prompt, **greedy), reference.generate(prompt, **greedy)
-    assert len(fast.logits) == len(expected.logits) == NEW_TOKENS
-    for step, (got, want) in enumerate(zip(fast.logits, expected.logits)):
+        got_steps, expected = ours.generate(prompt, **greedy), reference.generate(prompt, **greedy)
+    assert len(got_steps.logits) == len(expected.logits) == NEW_TOKENS
+    for step, (got, want) in enumerate(zip(got_steps.logits, expected.logits)):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4, msg=lambda m: f"decoding step {step}: {m}")
-    assert torch.equal(fast.sequences, expected.sequences)
+    assert torch.equal(got_steps.sequences, expected.sequences)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("dropout", ["embd_pdrop", "attn_pdrop", "resid_pdrop"])
-def test_training_forward_applies_each_dropout_as_transformers_gpt2_does(dropout, attn_implementation, monkeypatch):
+def test_training_forward_applies_each_dropout_as_transformers_gpt2_does(dropout, attn_implementation):
     """In train mode with one dropout probability set, the same seed gives GPT-2's logits: the dropout is applied
-    at the same place, to the same tensor, drawing the same mask (a dropped dropout would give other logits).
-    Masks are drawn as F.dropout draws them here (dropout.py draws its own on CPU, tests/hf_gpt_custom/test_dropout.py
-    checks those against dropout's definition)."""
-    monkeypatch.setattr(dropout_module, "UNIFORM_MASK_DEVICES", ())
+    at the same place, to the same tensor, drawing the same mask (a dropped dropout would give other logits)."""
     ours, reference = make_gpt2_pair(attn_implementation, **{"embd_pdrop": 0.0, "attn_pdrop": 0.0,
                                                              "resid_pdrop": 0.0, dropout: 0.3})
     ours.train(), reference.train()

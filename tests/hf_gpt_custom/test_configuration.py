@@ -105,7 +105,7 @@ def test_preset_overrides_and_unknown_preset_suggestion():
         ({"multiple_of": 0}, r"multiple_of=0 must be a positive integer"),
         ({"pad_vocab_size_to_multiple_of": -64}, r"pad_vocab_size_to_multiple_of=-64 must be a positive integer"),
         ({"rope_theta": 0.5}, r"rope_theta=0.5 must be a number > 1"),
-        ({"position_embedding_type": "rope", "n_embd": 36, "n_head": 4}, r"head_dim = n_embd/n_head = 36/4 = 9 is odd"),
+        ({"position_embedding_type": "rope", "n_embd": 36, "n_head": 4}, r"head_dim=9 is odd"),
         ({"position_embedding_type": "sinusoidal", "n_embd": 33, "n_head": 3}, r"n_embd=33 is odd"),
     ],
 )
@@ -165,7 +165,7 @@ def test_grouped_query_attention_and_padding_counts_by_hand():
     # d 64, 8 query heads of 8, 2 kv heads: c_attn 64·(8 + 2·2)·8 = 6144 (+ 96 biases), c_proj 64·64 + 64.
     config = GPTCustomConfig(n_embd=64, n_head=8, n_kv_head=2, n_layer=1, vocab_size=100, n_positions=16,
                              pad_vocab_size_to_multiple_of=64)
-    assert config.padded_vocab_size == 128 and config.kv_heads == 2
+    assert config.padded_vocab_size == 128 and config.n_kv_head == 2
     breakdown = config.parameter_breakdown()
     assert breakdown["attention"] == 64 * 96 + 96 + 64 * 64 + 64
     assert breakdown["token_embedding"] == 128 * 64  # the padded rows are parameters too
@@ -183,7 +183,8 @@ def test_transformers_names_of_the_family_fields():
     assert (config.num_key_value_heads, config.rms_norm_eps, config.intermediate_size) == (4, 1e-6, 100)
     config.num_key_value_heads = 2
     assert config.n_kv_head == 2
-    assert GPTCustomConfig().num_key_value_heads is None and GPTCustomConfig().kv_heads == 12
+    # Unset, the derived fields take their transformers meaning (as LlamaConfig): generation reads them for cache shapes.
+    assert GPTCustomConfig().num_key_value_heads == 12 and GPTCustomConfig(n_embd=64, n_head=4).head_dim == 16
 
 
 def test_family_presets():
@@ -206,7 +207,7 @@ def test_default_config_is_gpt2s_block():
     assert (config.position_embedding_type, config.norm_position, config.norm_type, config.mlp_type) == (
         "learned", "pre", "layernorm", "standard")
     assert config.attention_bias and config.mlp_bias and config.tie_word_embeddings
-    assert config.n_kv_head is None and config.pad_vocab_size_to_multiple_of is None
+    assert config.n_kv_head == config.n_head and config.pad_vocab_size_to_multiple_of is None
 
 
 @pytest.mark.parametrize("preset, expected", [

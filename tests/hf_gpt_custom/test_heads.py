@@ -29,7 +29,7 @@ from hf_gpt_custom.heads_gpt_custom import (
     GPTCustomForTokenClassification,
 )
 
-from tests.helpers import TINY_GPT2
+from tests.helpers import TINY_GPT2, row_position_ids
 
 from tests.helpers import randomize_
 
@@ -100,7 +100,8 @@ def test_sequence_classification_matches_transformers_gpt2(side, num_labels, pro
     labels = make_labels()
     with torch.no_grad():
         got = ours(input_ids, attention_mask=attention_mask, labels=labels)
-        expected = reference(input_ids, attention_mask=attention_mask, labels=labels)
+        expected = reference(input_ids, attention_mask=attention_mask, position_ids=row_position_ids(attention_mask),
+                             labels=labels)
     torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
     assert ours.config.problem_type == reference.config.problem_type
@@ -127,7 +128,8 @@ def test_token_classification_matches_transformers_gpt2(side):
     labels = torch.randint(0, 4, input_ids.shape).masked_fill(attention_mask == 0, -100)
     with torch.no_grad():
         got = ours(input_ids, attention_mask=attention_mask, labels=labels)
-        expected = reference(input_ids, attention_mask=attention_mask, labels=labels)
+        expected = reference(input_ids, attention_mask=attention_mask, position_ids=row_position_ids(attention_mask),
+                             labels=labels)
     torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
 
@@ -141,7 +143,8 @@ def test_question_answering_matches_transformers_gpt2(side):
     with torch.no_grad():
         got = ours(input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions)
         expected = reference(
-            input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions
+            input_ids, attention_mask=attention_mask, position_ids=row_position_ids(attention_mask),
+            start_positions=start_positions, end_positions=end_positions,
         )
     torch.testing.assert_close(got.start_logits, expected.start_logits, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.end_logits, expected.end_logits, rtol=0, atol=1e-5)

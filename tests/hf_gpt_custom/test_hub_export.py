@@ -32,8 +32,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert files == sorted([
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
-        "block_variants.py", "causal_lm_loss.py", "convert_gpt2.py", "decode_step.py", "dropout.py", "errors.py", "heads_gpt_custom.py", "kv_cache.py",
-        "onednn_linear.py",
+        "block_variants.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py",
         "tiktoken_engine.py", "transformers_compat.py",  # relative imports
         "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # the converters convert_common dispatches to
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",

@@ -32,7 +32,7 @@ def test_hidden_state_is_pre_layernorm_residual_stream(model):
         out = model.transformer(input_ids, output_hidden_states=True)
         x = out.hidden_states[0]
         block = model.transformer.h[0]
-        attn, _ = block.attn(block.ln_1(x), None)  # sdpa with no mask: causal
+        attn, _ = block.attn(block.ln_1(x), None, None)  # no RoPE, no mask: sdpa is causal
         x = x + attn
         x = x + block.mlp(block.ln_2(x))
     torch.testing.assert_close(out.hidden_states[1], x, rtol=0, atol=1e-6)

@@ -29,11 +29,16 @@ def test_logits_match_transformers_gpt2(attn_implementation, shape):
     input_ids, attention_mask = _padded_batch()
     with torch.no_grad():
         torch.testing.assert_close(ours(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
-        # With padding, positions that are padding are garbage in both models; compare the real ones.
+        # With padding, positions that are padding are garbage in both models; compare the real ones. Without
+        # position_ids ours numbers each row's real tokens from 0 (the row alone); GPT-2 numbers columns, so it is
+        # given those positions. Right-padded and unpadded rows get the same positions either way.
         ours_logits = ours(input_ids, attention_mask=attention_mask).logits
-        reference_logits = reference(input_ids, attention_mask=attention_mask).logits
+        row_positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        reference_logits = reference(input_ids, attention_mask=attention_mask, position_ids=row_positions).logits
+        right_padded_logits = reference(input_ids[1:], attention_mask=attention_mask[1:]).logits
     keep = attention_mask.bool()
     torch.testing.assert_close(ours_logits[keep], reference_logits[keep], rtol=0, atol=1e-5)
+    torch.testing.assert_close(ours_logits[1:][keep[1:]], right_padded_logits[keep[1:]], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])

@@ -62,8 +62,8 @@ def test_the_converted_model_is_the_llama_block():
     config = ours.config
     assert (config.position_embedding_type, config.norm_type, config.mlp_type, config.norm_position) == (
         "rope", "rmsnorm", "swiglu", "pre")
-    assert (config.kv_heads, config.rope_theta, config.inner_dim, config.tie_word_embeddings) == (2, 500.0, 80, False)
-    assert not hasattr(ours.transformer, "wpe") and ours.num_parameters() == reference.num_parameters()
+    assert (config.n_kv_head, config.rope_theta, config.inner_dim, config.tie_word_embeddings) == (2, 500.0, 80, False)
+    assert not list(ours.transformer.wpe.parameters()) and ours.num_parameters() == reference.num_parameters()
     block = ours.transformer.h[0]
     assert block.attn.c_attn.weight.shape == ((4 + 2 * 2) * 8, 32)  # q then k then v heads, fused
     torch.testing.assert_close(block.attn.c_attn.weight[32:48], reference.model.layers[0].self_attn.k_proj.weight)

@@ -115,7 +115,7 @@ def test_the_gpt1_preset_is_the_block_of_the_released_openai_gpt():
     preset = GPTCustomConfig.from_preset("gpt1")
     fields = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "inner_dim", "activation_function",
               "norm_position", "norm_type", "position_embedding_type", "mlp_type", "attention_bias", "mlp_bias",
-              "kv_heads", "layer_norm_epsilon", "tie_word_embeddings")
+              "n_kv_head", "layer_norm_epsilon", "tie_word_embeddings")
     assert {name: getattr(preset, name) for name in fields} == {name: getattr(released, name) for name in fields}
 
 
@@ -131,6 +131,6 @@ def test_openai_gpt_options_we_cannot_reproduce_are_refused_by_name():
 ])
 def test_exporting_a_block_openai_gpt_cannot_express_names_the_field(option):
     config = GPTCustomConfig(**{**TINY_GPT1, "norm_position": "post", **option})
-    named = {"n_inner": "inner_dim", "n_kv_head": "kv_heads"}.get(next(iter(option)), next(iter(option)))
+    named = {"n_inner": "inner_dim"}.get(next(iter(option)), next(iter(option)))
     with pytest.raises(UserError, match=named):
         openai_gpt_config_from(config)

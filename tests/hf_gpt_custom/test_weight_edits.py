@@ -8,17 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, onednn_linear
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 
 from tests.helpers import make_gpt2_pair
 
 GREEDY = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
-
-
-@pytest.fixture(autouse=True)
-def onednn_wherever_possible(monkeypatch):
-    """Decoding loops take oneDNN's packed kernel for every shape: the copy that could go stale is made."""
-    monkeypatch.setattr(onednn_linear, "REQUIRED_SPEEDUP", 0.0, raising=False)
 
 
 def _logits(model, input_ids):

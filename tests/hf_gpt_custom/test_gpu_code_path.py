@@ -1,0 +1,95 @@
+"""The code path a GPU takes, held to its promises on the CPU: no host sync in a training step, one compiled graph.
+
+On a GPU every read of a tensor value by the host (`.item()`, `int(t.max())`, a data-dependent `if`) waits for the
+device to drain its queue, and under torch.compile it breaks the graph. The model runs its value-reading input
+checks only on VALUE_CHECK_DEVICES (the CPU); emptying that tuple here runs, on a CPU, exactly the code a GPU runs.
+The host reads are counted where they happen, in the dispatcher (`aten::_local_scalar_dense` is what `.item()`,
+`int()` and `bool()` of a tensor become), so a sync added anywhere in forward, loss or backward is seen.
+"""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, modeling_gpt_custom
+
+BLOCKS = {
+    "gpt2": {},
+    "llama": {"position_embedding_type": "rope", "norm_type": "rmsnorm", "mlp_type": "swiglu", "n_kv_head": 2,
+              "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False},
+    "transformer-decoder": {"position_embedding_type": "sinusoidal", "norm_position": "post",
+                            "activation_function": "relu"},
+}
+HOST_READS = {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::equal"}
+
+
+class CountHostReads(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in HOST_READS:
+            self.reads.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def _model(block: str, dropout: float = 0.1) -> GPTCustomForCausalLM:
+    torch.manual_seed(0)
+    config = GPTCustomConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=dropout,
+                             embd_pdrop=dropout, attn_pdrop=dropout, pad_vocab_size_to_multiple_of=64,
+                             **BLOCKS[block])
+    return GPTCustomForCausalLM(config).train()
+
+
+def _training_step_host_reads(model: GPTCustomForCausalLM) -> list[str]:
+    input_ids = torch.randint(0, 99, (2, 16))
+    labels = input_ids.masked_fill(torch.rand(2, 16) < 0.2, -100)
+    with CountHostReads() as counter:
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+    return counter.reads
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_training_step_on_the_gpu_code_path_reads_nothing_back_to_the_host(block, monkeypatch):
+    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    assert _training_step_host_reads(_model(block)) == []
+
+
+def test_the_cpu_checks_token_ids_and_positions_by_value_and_the_counter_sees_it():
+    """The counter is not blind: on the CPU the id and position range checks read values (that is where they are
+    free), and a bad id is named there."""
+    model = _model("gpt2")
+    assert len(_training_step_host_reads(model)) >= 3  # input ids, labels, positions
+    with pytest.raises(ValueError, match="token id 99 but vocab_size is 99"):
+        model(torch.tensor([[1, 99]]))
+
+
+def test_off_the_value_check_devices_only_shapes_and_dtypes_are_checked(monkeypatch):
+    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    model = _model("gpt2").eval()
+    with pytest.raises(ValueError, match="must hold integer token ids"):
+        model(torch.ones(1, 4))
+    with pytest.raises(ValueError, match="has 40 tokens but n_positions is 32"):
+        model(torch.zeros(1, 40, dtype=torch.long))  # known from the shape alone
+
+
+def _compiled_training_step(block: str):
+    eager, compiled = _model(block, dropout=0.0), _model(block, dropout=0.0)
+    input_ids = torch.randint(0, 99, (2, 16), generator=torch.Generator().manual_seed(1))
+    step = torch.compile(compiled, fullgraph=True)  # fullgraph: any graph break is an error
+    compiled_loss = step(input_ids=input_ids, labels=input_ids).loss
+    compiled_loss.backward()
+    eager_loss = eager(input_ids=input_ids, labels=input_ids).loss
+    eager_loss.backward()
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-5)
+    for (name, got), want in zip(compiled.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow  # ~20 s per block: inductor compiles forward and backward
+@pytest.mark.parametrize("block", BLOCKS)
+def test_forward_loss_and_backward_compile_into_one_graph(block):
+    torch._dynamo.reset()
+    _compiled_training_step(block)
