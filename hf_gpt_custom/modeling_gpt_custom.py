@@ -43,7 +43,8 @@ from .block_variants import (
 )
 from .causal_lm_loss import causal_lm_loss
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import foreign_checkpoint_loader
+from .auto_classes import AUTO_MODEL_CLASSES, CHECKPOINT_CONVERTERS, refuse_another_head, resolve
+from .convert_common import read_config_dict
 from .decode_step import DecodeStep, supports_decode_step
 from .dropout import GPTCustomDropout, apply_dropout, draws_uniform_mask, sdpa_mask_as_additive
 from .kv_cache import preallocate
@@ -51,18 +52,6 @@ from .transformers_compat import CACHE_NAME, accepts_cache_kwarg, cache_kwarg, o
 from .errors import UserError
 
 logger = logging.get_logger(__name__)
-
-# Every model class by the transformers Auto class that loads it, as "module.Class" — the form auto_map takes.
-# Registered in-process (hf_gpt_custom/__init__.py) and written to every saved config's auto_map. The task heads live
-# in heads_gpt_custom.py, which save_pretrained ships beside this file.
-AUTO_MODEL_CLASSES = {
-    "AutoModel": "modeling_gpt_custom.GPTCustomModel",
-    "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
-    "AutoModelForSequenceClassification": "heads_gpt_custom.GPTCustomForSequenceClassification",
-    "AutoModelForTokenClassification": "heads_gpt_custom.GPTCustomForTokenClassification",
-    "AutoModelForQuestionAnswering": "heads_gpt_custom.GPTCustomForQuestionAnswering",
-    "AutoModelForMultipleChoice": "heads_gpt_custom.GPTCustomForMultipleChoice",
-}
 
 
 def eager_attention_forward(
@@ -353,10 +342,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel, the causal
-        # LM and every task head resolve from the folder with trust_remote_code=True. transformers copies this file
-        # and the files it imports relatively — this import is what ships heads_gpt_custom.py with a causal LM.
-        from .heads_gpt_custom import GPTCustomTaskHeadModel  # noqa: F401  (imported so that transformers ships it)
-
+        # LM and every task head resolve from the folder with trust_remote_code=True (auto_classes.py ships their code).
         self.config.auto_map = {
             **(getattr(self.config, "auto_map", None) or {}),
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
@@ -366,10 +352,13 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly."""
-        loader = None if model_args else foreign_checkpoint_loader(pretrained_model_name_or_path, **kwargs)
-        if loader is not None:
-            return loader(pretrained_model_name_or_path, model_class=cls, **kwargs)
+        """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly. A folder
+        holding another task head than `cls` is refused by name (transformers would drop its head)."""
+        saved = None if model_args else read_config_dict(pretrained_model_name_or_path, **kwargs)
+        converter = CHECKPOINT_CONVERTERS.get((saved or {}).get("model_type"))
+        if converter is not None:
+            return resolve(converter)(pretrained_model_name_or_path, cls, **kwargs)
+        refuse_another_head(cls.__name__, pretrained_model_name_or_path, (saved or {}).get("architectures"))
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:

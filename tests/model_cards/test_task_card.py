@@ -88,7 +88,7 @@ def test_fine_tuned_export_loads_as_its_head_with_the_task_tokens(boolq_export):
     model = AutoModelForSequenceClassification.from_pretrained(export)
     tokenizer = AutoTokenizer.from_pretrained(export)
     assert type(model).__name__ == "GPTCustomForSequenceClassification"
-    assert model.config.lm_loss_weight == 0.25 and model.config.id2label == {0: "false", 1: "true"}
+    assert model.config.id2label == {0: "false", 1: "true"}  # λ stays with the run (card), not the model
     assert tokenizer.convert_tokens_to_ids(["<|delim|>", "<|extract|>"]) == [257, 258]
     assert model.config.vocab_size == len(tokenizer) == 259
     final = AutoModelForSequenceClassification.from_pretrained(run / "final")
