@@ -183,6 +183,7 @@ def make_pair(size: dict, attn_implementation: str = "sdpa", dropout: float | No
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 
     if dropout is not None:
@@ -191,7 +192,7 @@ def make_pair(size: dict, attn_implementation: str = "sdpa", dropout: float | No
     anchor_config = GPT2Config(**size, bos_token_id=0, eos_token_id=0, attn_implementation=attn_implementation)
     anchor = GPT2LMHeadModel(anchor_config)
     # The same strict conversion the model loader uses; it returns eval mode, the benchmarks set the mode they time.
-    return from_gpt2_model(anchor).train(anchor.training), anchor
+    return from_gpt2_model(anchor, GPTCustomForCausalLM).train(anchor.training), anchor
 
 
 def param_count(model: torch.nn.Module) -> int:

@@ -52,7 +52,7 @@ def register_auto_classes() -> None:
     import transformers
     from transformers import AutoConfig, AutoTokenizer
 
-    from . import modeling_gpt_custom
+    from . import auto_classes
     from .configuration_gpt_custom import GPTCustomConfig
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
@@ -61,8 +61,8 @@ def register_auto_classes() -> None:
     # Recorded in config.json / tokenizer_config.json `auto_map` on save, so remote code finds every class.
     GPTCustomConfig.register_for_auto_class()
     GPTCustomTokenizerFast.register_for_auto_class("AutoTokenizer")
-    # AutoModel, AutoModelForCausalLM and the task heads' Auto classes: one table in the modeling file.
-    for auto_class_name, location in modeling_gpt_custom.AUTO_MODEL_CLASSES.items():
+    # AutoModel, AutoModelForCausalLM and the task heads' Auto classes: one table in auto_classes.py.
+    for auto_class_name, location in auto_classes.AUTO_MODEL_CLASSES.items():
         module_name, class_name = location.split(".")
         model_class = getattr(importlib.import_module(f".{module_name}", __name__), class_name)
         getattr(transformers, auto_class_name).register(GPTCustomConfig, model_class, exist_ok=True)

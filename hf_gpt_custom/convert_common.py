@@ -1,7 +1,7 @@
 """What the checkpoint converters (convert_gpt2, convert_openai_gpt, convert_llama) share: reading a transformers
-folder's config.json and weights (local or Hub, one file or shards), building our model from a converted state
-dict, and choosing the converter by the folder's `model_type` (`foreign_checkpoint_loader`, which modeling's
-`from_pretrained` asks first). The key maps themselves live in the converter modules, one per architecture.
+folder's config.json and weights (local or Hub, one file or shards) and building the model class they are given
+from a converted config and state dict. The key maps live in the converter modules, one per architecture; which
+converter a folder needs is auto_classes.CHECKPOINT_CONVERTERS. Imports neither the modeling file nor a converter.
 Shipped as remote code next to the modeling file: imports only torch, transformers, safetensors and siblings.
 """
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from .auto_classes import refuse_another_head
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import MissingFileError, UserError
 
@@ -44,24 +46,6 @@ def read_config_dict(path: str | os.PathLike, **kwargs) -> dict | None:
         return None
     with open(config_file, encoding="utf-8") as handle:
         return json.load(handle)
-
-
-# The transformers model types converted on load, in the order of foreign_checkpoint_loader's converters.
-CONVERTED_MODEL_TYPES = ("gpt2", "openai-gpt", "llama")
-
-
-def foreign_checkpoint_loader(path: str | os.PathLike, **kwargs) -> Callable | None:
-    """The `load_<architecture>_checkpoint(path, model_class=..., **kwargs)` function that converts the transformers
-    checkpoint at `path` on load, chosen by its config.json's model_type; None for our own folders (and anything
-    else), which `from_pretrained` then loads as usual."""
-    # Imported here: each converter imports this module for the helpers below.
-    from .convert_gpt2 import load_gpt2_checkpoint
-    from .convert_llama import load_llama_checkpoint
-    from .convert_openai_gpt import load_openai_gpt_checkpoint
-
-    loaders = dict(zip(CONVERTED_MODEL_TYPES, (load_gpt2_checkpoint, load_openai_gpt_checkpoint, load_llama_checkpoint)))
-    config = read_config_dict(path, **kwargs)
-    return None if config is None else loaders.get(config.get("model_type"))
 
 
 def load_weights(path: str | os.PathLike, source: str, **kwargs) -> dict[str, torch.Tensor]:
@@ -98,75 +82,113 @@ def load_weights(path: str | os.PathLike, source: str, **kwargs) -> dict[str, to
     )
 
 
-def model_with_converted_weights(config: GPTCustomConfig, state: dict[str, torch.Tensor], model_class, source: str):
-    """`model_class(config)` loaded with `state` (already in our names); every body weight must be there.
+@dataclass(frozen=True)
+class CheckpointFamily:
+    """What one converter module (convert_gpt2, convert_openai_gpt, convert_llama) knows about its architecture."""
 
-    `state` has the "transformer." prefix of GPTCustomForCausalLM; it is dropped for the bare GPTCustomModel. A task
-    head's own weights are new (as transformers does it), and so is a tied lm_head, filled by tie_weights.
+    source: str  # the family's name in messages, e.g. "GPT-2"
+    config_from: Callable[[dict], GPTCustomConfig]  # its config.json dict -> ours (UserError for what we lack)
+    convert_state_dict: Callable[[dict], dict]  # its body and LM-head weights -> ours ("transformer." prefix)
+    # transformers class -> (our class, its head's weight names -> ours; None drops a weight that has no effect)
+    classes: dict[str, tuple[str, dict[str, str | None]]]
+
+
+def same_names(*keys: str) -> dict[str, str]:
+    """A head-weight map (CheckpointFamily.classes) for weights whose names are already ours."""
+    return {key: key for key in keys}
+
+
+# Config fields the task heads read, the same in every transformers config.
+TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type", "classifier_dropout")
+
+
+def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomConfig:
+    """Our config for a transformers config dict: the family's fields, the task fields, and `architectures` in our
+    class names (None for a transformers class without a counterpart here)."""
+    config = family.config_from(config_dict)
+    for name in TASK_CONFIG_FIELDS:
+        if config_dict.get(name) is not None:
+            setattr(config, name, config_dict[name])
+    if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints
+        config.id2label = {int(index): label for index, label in config_dict["id2label"].items()}
+    ours = family.classes.get((config_dict.get("architectures") or [None])[0])
+    config.architectures = [ours[0]] if ours else None
+    return config
+
+
+def converted_state_dict(family: CheckpointFamily, state: dict[str, torch.Tensor], architecture: str | None) -> dict:
+    """A transformers state dict in our names: the body and LM head by the family's map, the head by its class's."""
+    head_names = family.classes.get(architecture, (None, {}))[1]
+    converted = family.convert_state_dict({key: tensor for key, tensor in state.items() if key not in head_names})
+    converted.update({ours: state[theirs] for theirs, ours in head_names.items() if ours and theirs in state})
+    return converted
+
+
+def model_with_converted_weights(config: GPTCustomConfig, state: dict[str, torch.Tensor], model_class, source: str,
+                                 dtype: torch.dtype | None = None):
+    """`model_class(config)` built in `dtype`, loaded with `state` (in our names, with GPTCustomForCausalLM's
+    "transformer." prefix).
+
+    Built as from_pretrained builds it (default dtype set during __init__), so buffers that transformers keeps in
+    float32, such as RoPE's inv_freq, stay float32. Every body weight must be there, and an untied LM head. The task
+    head the checkpoint was saved with (config.architectures) loads into that class only; any other class starts a
+    new head, as transformers does, and another task head is refused by name.
     """
-    if model_class is None:
-        from .modeling_gpt_custom import GPTCustomForCausalLM as model_class  # noqa: N813 (lazy: avoids a cycle)
-    model = model_class(config)
-    if not hasattr(model, "lm_head"):  # a task head or the bare body: an untied LM head has no place there
-        state = {key: tensor for key, tensor in state.items() if key != "lm_head.weight"}
+    refuse_another_head(model_class.__name__, source, config.architectures)
+    model = model_class._from_config(config, dtype=dtype)
+    own_keys = set(model.state_dict())
     prefix = model_class.base_model_prefix + "."
-    has_body_prefix = hasattr(model, model_class.base_model_prefix)
-    if not has_body_prefix:
+    if not hasattr(model, model_class.base_model_prefix):  # the bare body: its keys have no prefix
         state = {key.removeprefix(prefix): tensor for key, tensor in state.items() if key.startswith(prefix)}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied_head = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    body_keys = ("lm_head.weight", prefix) if has_body_prefix else ("",)
-    missing = [key for key in missing if key not in tied_head and key.startswith(body_keys)]
+        prefix = ""
+    keeps_lm_head = "lm_head.weight" in own_keys and not config.tie_word_embeddings  # a tied one is wte
+    loads_saved_head = (config.architectures or [None])[0] == model_class.__name__
+    head_keys = {key for key in own_keys if not key.startswith(prefix) and key != "lm_head.weight"}
+
+    def belongs_here(key: str) -> bool:
+        return keeps_lm_head if key == "lm_head.weight" else key.startswith(prefix) or loads_saved_head
+
+    missing, unexpected = model.load_state_dict({k: v for k, v in state.items() if belongs_here(k)}, strict=False)
+    new_keys = (set() if keeps_lm_head else {"lm_head.weight"}) | (set() if loads_saved_head else head_keys)
+    missing = [key for key in missing if key not in new_keys]
     if missing or unexpected:
         raise UserError(f"{source} does not match its config: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
     return model
 
 
-def load_converted_checkpoint(
-    path: str | os.PathLike,
-    model_class,
-    source: str,
-    config_from: Callable[[dict], GPTCustomConfig],
-    convert_state_dict: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]],
-    **kwargs,
-):
-    """Our model, in eval mode, from the transformers checkpoint at `path`: its config.json through `config_from`,
-    its weights through `convert_state_dict`. `dtype=` (default "auto": the weights' own dtype) and
-    `attn_implementation=` are honoured as in `from_pretrained`."""
-    config = config_from(read_config_dict(path, **kwargs))
-    # As from_pretrained does: keyword arguments naming a config attribute override it (num_labels for a task head).
+def load_converted_checkpoint(path: str | os.PathLike, model_class, family: CheckpointFamily, **kwargs):
+    """`model_class`, in eval mode, from the transformers checkpoint at `path` (a folder or Hub repo) of `family`.
+    `dtype=` (default "auto": the weights' own dtype) and `attn_implementation=` are honoured as in `from_pretrained`,
+    and other keyword arguments naming a config attribute override it (num_labels for a new task head)."""
+    config_dict = read_config_dict(path, **kwargs)
+    config = converted_config(family, config_dict)
     for name, value in kwargs.items():
         if name not in LOADING_KWARGS and hasattr(config, name):
             setattr(config, name, value)
     if kwargs.get("attn_implementation"):
         config._attn_implementation = kwargs["attn_implementation"]
-    state = convert_state_dict(load_weights(path, source, **kwargs))
-    model = model_with_converted_weights(config, state, model_class, source=f"{source} checkpoint {path}")
+    architecture = (config_dict.get("architectures") or [None])[0]
+    state = converted_state_dict(family, load_weights(path, family.source, **kwargs), architecture)
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype", "auto"))
     if dtype == "auto":  # transformers 5's default: the checkpoint's own dtype (Llama files are usually bf16)
         floating = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
         dtype = floating.pop() if len(floating) == 1 else None
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    if isinstance(dtype, torch.dtype):
-        model = model.to(dtype)
-    return model.eval()
+    source = f"{family.source} checkpoint {path}"
+    return model_with_converted_weights(config, state, model_class, source, dtype=dtype).eval()
 
 
-def convert_model(
-    reference,
-    model_class,
-    source: str,
-    config_from: Callable[[dict], GPTCustomConfig],
-    convert_state_dict: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]],
-):
-    """Our model (GPTCustomForCausalLM or `model_class`), in eval mode, holding the weights of the in-memory
-    transformers model `reference`, with its config and attention implementation."""
-    config = config_from(reference.config.to_dict())
+def convert_model(reference, model_class, family: CheckpointFamily):
+    """`model_class`, in eval mode, holding the weights of the in-memory transformers model `reference` (any class in
+    `family.classes`), with its config, dtype and attention implementation."""
+    architecture = type(reference).__name__
+    config = converted_config(family, {**reference.config.to_dict(), "architectures": [architecture]})
     config._attn_implementation = reference.config._attn_implementation
-    state = convert_state_dict(reference.state_dict())
-    return model_with_converted_weights(config, state, model_class, source=f"{source} model").eval()
+    state = converted_state_dict(family, reference.state_dict(), architecture)
+    return model_with_converted_weights(config, state, model_class, f"{family.source} model ({architecture})",
+                                        dtype=reference.dtype).eval()
 
 
 def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor]):
@@ -175,6 +197,20 @@ def transformers_model_with_weights(reference_class, reference_config, state: di
     reference = reference_class(reference_config)
     reference.load_state_dict(state, strict=True)
     return reference.eval()
+
+
+# A double-heads model's multiple-choice summary is our head when it is one linear score per choice, no activation.
+SUMMARY_AS_OURS = {"summary_use_proj": True, "summary_proj_to_labels": True, "summary_activation": None}
+
+
+def refuse_unsupported_summary(source: str, config_dict: dict) -> None:
+    """A UserError unless a double-heads config's multiple-choice summary is GPTCustomForMultipleChoice's score:
+    SUMMARY_AS_OURS, read at one token ("cls_index": mc_token_ids, or "last"). Its dropout acts in training only."""
+    wrong = {name: config_dict.get(name) for name, value in SUMMARY_AS_OURS.items()
+             if (config_dict.get(name) or None) != value}
+    if config_dict.get("summary_type") not in ("cls_index", "last"):
+        wrong["summary_type"] = config_dict.get("summary_type")
+    refuse_options(source, wrong, "GPTCustomForMultipleChoice scores each choice by one linear map of one token")
 
 
 def refuse_options(source: str, enabled: dict[str, object], alternative: str) -> None:
@@ -186,13 +222,17 @@ def refuse_options(source: str, enabled: dict[str, object], alternative: str) ->
 
 
 __all__ = [
+    "CheckpointFamily",
     "convert_model",
-    "foreign_checkpoint_loader",
+    "converted_config",
+    "converted_state_dict",
     "hub_kwargs",
     "load_converted_checkpoint",
     "load_weights",
     "model_with_converted_weights",
     "read_config_dict",
     "refuse_options",
+    "refuse_unsupported_summary",
+    "same_names",
     "transformers_model_with_weights",
 ]

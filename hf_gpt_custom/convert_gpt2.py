@@ -12,7 +12,14 @@ import os
 import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import convert_model, load_converted_checkpoint, read_config_dict, refuse_options
+from .convert_common import (
+    CheckpointFamily,
+    convert_model,
+    load_converted_checkpoint,
+    refuse_options,
+    refuse_unsupported_summary,
+    same_names,
+)
 
 # The GPT-2 layers that are Conv1D in transformers and nn.Linear here.
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -27,16 +34,12 @@ GPT2_CONFIG_FIELDS = (
 UNSUPPORTED_GPT2_OPTIONS = ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention")
 
 
-def is_gpt2_checkpoint(path: str | os.PathLike, **kwargs) -> bool:
-    """True when `path` holds a transformers GPT-2 checkpoint rather than one of ours."""
-    config = read_config_dict(path, **kwargs)
-    return config is not None and config.get("model_type") == "gpt2"
-
-
 def config_from_gpt2(gpt2_config: dict) -> GPTCustomConfig:
     """Our config for the same architecture as a GPT2Config dict."""
     enabled = {name: gpt2_config[name] for name in UNSUPPORTED_GPT2_OPTIONS if gpt2_config.get(name)}
     refuse_options("GPT-2", enabled, "load it with transformers' GPT2LMHeadModel instead")
+    if "GPT2DoubleHeadsModel" in (gpt2_config.get("architectures") or ()):
+        refuse_unsupported_summary("GPT2DoubleHeadsModel", gpt2_config)
     return GPTCustomConfig(**{key: gpt2_config[key] for key in GPT2_CONFIG_FIELDS if key in gpt2_config})
 
 
@@ -44,29 +47,50 @@ def convert_gpt2_state_dict(gpt2_state: dict[str, torch.Tensor]) -> dict[str, to
     """GPT2LMHeadModel / GPT2Model state dict -> GPTCustomForCausalLM state dict.
 
     Accepts keys with the "transformer." prefix (GPT2LMHeadModel) or without it (GPT2Model, as in the original
-    openai-community/gpt2 files). lm_head is dropped: it is tied to wte.
+    openai-community/gpt2 files). lm_head.weight keeps its name (left out on load when tied to wte).
     """
     converted = {}
     for key, tensor in gpt2_state.items():
-        if key.endswith(IGNORED_SUFFIXES) or key == "lm_head.weight":
+        if key.endswith(IGNORED_SUFFIXES):
+            continue
+        if key == "lm_head.weight":
+            converted[key] = tensor
             continue
         name = key if key.startswith("transformer.") else f"transformer.{key}"
         converted[name] = tensor.t().contiguous() if name.endswith(CONV1D_SUFFIXES) else tensor
     return converted
 
 
-def load_gpt2_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
-    """A GPTCustomForCausalLM (or `model_class`) with the weights of a transformers GPT-2 folder or Hub repo.
+# transformers' GPT-2 classes -> ours, with their head weights' names -> ours (the bodies match key for key).
+# GPT2DoubleHeadsModel's multiple-choice bias adds one constant to every choice: it cancels in the softmax.
+GPT2_CLASSES = {
+    "GPT2Model": ("GPTCustomModel", {}),
+    "GPT2LMHeadModel": ("GPTCustomForCausalLM", {}),
+    "GPT2ForSequenceClassification": ("GPTCustomForSequenceClassification", same_names("score.weight")),
+    "GPT2ForTokenClassification": (
+        "GPTCustomForTokenClassification", same_names("classifier.weight", "classifier.bias")
+    ),
+    "GPT2ForQuestionAnswering": ("GPTCustomForQuestionAnswering", same_names("qa_outputs.weight", "qa_outputs.bias")),
+    "GPT2DoubleHeadsModel": (
+        "GPTCustomForMultipleChoice",
+        {"multiple_choice_head.summary.weight": "score.weight", "multiple_choice_head.summary.bias": None},
+    ),
+}
+GPT2 = CheckpointFamily("GPT-2", config_from_gpt2, convert_gpt2_state_dict, GPT2_CLASSES)
+
+
+def load_gpt2_checkpoint(path: str | os.PathLike, model_class, **kwargs):
+    """`model_class` (ours) with the weights of a transformers GPT-2 folder or Hub repo of any class in GPT2_CLASSES.
 
     `dtype=` and `attn_implementation=` are honoured as in `from_pretrained`.
     """
-    return load_converted_checkpoint(path, model_class, "GPT-2", config_from_gpt2, convert_gpt2_state_dict, **kwargs)
+    return load_converted_checkpoint(path, model_class, GPT2, **kwargs)
 
 
-def from_gpt2_model(gpt2_model, model_class=None):
-    """Our model (GPTCustomForCausalLM or `model_class`), in eval mode, holding the weights of an in-memory
-    transformers GPT2LMHeadModel / GPT2Model, with its config and attention implementation."""
-    return convert_model(gpt2_model, model_class, "GPT-2", config_from_gpt2, convert_gpt2_state_dict)
+def from_gpt2_model(gpt2_model, model_class):
+    """`model_class` (ours), in eval mode, holding the weights of an in-memory transformers GPT-2 model (any class in
+    GPT2_CLASSES), with its config, dtype and attention implementation."""
+    return convert_model(gpt2_model, model_class, GPT2)
 
 
-__all__ = ["config_from_gpt2", "convert_gpt2_state_dict", "from_gpt2_model", "is_gpt2_checkpoint", "load_gpt2_checkpoint"]
+__all__ = ["GPT2_CLASSES", "config_from_gpt2", "convert_gpt2_state_dict", "from_gpt2_model", "load_gpt2_checkpoint"]

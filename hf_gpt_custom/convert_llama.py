@@ -17,7 +17,14 @@ import re
 import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import convert_model, load_converted_checkpoint, refuse_options, transformers_model_with_weights
+from .convert_common import (
+    CheckpointFamily,
+    convert_model,
+    load_converted_checkpoint,
+    refuse_options,
+    same_names,
+    transformers_model_with_weights,
+)
 from .errors import UserError
 
 QKV_MODULES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
@@ -76,7 +83,8 @@ def config_from_llama(llama_config: dict) -> GPTCustomConfig:
 
 
 def convert_llama_state_dict(llama_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """LlamaForCausalLM / LlamaModel state dict -> GPTCustomForCausalLM state dict (keys with or without "model.")."""
+    """A Llama model's body and LM head -> GPTCustomForCausalLM's. The body's keys start with "model.", or nothing
+    (LlamaModel), or "transformer." (LlamaForQuestionAnswering)."""
     converted: dict[str, torch.Tensor] = {}
     qkv_parts: dict[str, dict[str, torch.Tensor]] = {}  # our fused c_attn key -> Llama module -> tensor
     for key, tensor in llama_state.items():
@@ -85,7 +93,7 @@ def convert_llama_state_dict(llama_state: dict[str, torch.Tensor]) -> dict[str, 
         if key == "lm_head.weight":
             converted[key] = tensor
             continue
-        name = key.removeprefix("model.")
+        name = key.removeprefix("model.").removeprefix("transformer.")
         if match := LAYER_KEY.fullmatch(name):
             layer, module, kind = match.groups()
             if module in QKV_MODULES:
@@ -104,14 +112,28 @@ def convert_llama_state_dict(llama_state: dict[str, torch.Tensor]) -> dict[str, 
     return converted
 
 
-def load_llama_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
-    """A GPTCustomForCausalLM (or `model_class`) with the weights of a transformers llama folder or Hub repo."""
-    return load_converted_checkpoint(path, model_class, "Llama", config_from_llama, convert_llama_state_dict, **kwargs)
+# transformers' Llama classes -> ours, with their head weights' names -> ours (the bodies as mapped above).
+LLAMA_CLASSES = {
+    "LlamaModel": ("GPTCustomModel", {}),
+    "LlamaForCausalLM": ("GPTCustomForCausalLM", {}),
+    "LlamaForSequenceClassification": ("GPTCustomForSequenceClassification", same_names("score.weight")),
+    "LlamaForTokenClassification": (
+        "GPTCustomForTokenClassification", {"score.weight": "classifier.weight", "score.bias": "classifier.bias"}
+    ),
+    "LlamaForQuestionAnswering": ("GPTCustomForQuestionAnswering", same_names("qa_outputs.weight", "qa_outputs.bias")),
+}
+LLAMA = CheckpointFamily("Llama", config_from_llama, convert_llama_state_dict, LLAMA_CLASSES)
 
 
-def from_llama_model(llama_model, model_class=None):
-    """Our model, in eval mode, holding the weights of an in-memory LlamaForCausalLM / LlamaModel."""
-    return convert_model(llama_model, model_class, "Llama", config_from_llama, convert_llama_state_dict)
+def load_llama_checkpoint(path: str | os.PathLike, model_class, **kwargs):
+    """`model_class` (ours) with the weights of a transformers llama folder or Hub repo (a class in LLAMA_CLASSES)."""
+    return load_converted_checkpoint(path, model_class, LLAMA, **kwargs)
+
+
+def from_llama_model(llama_model, model_class):
+    """`model_class` (ours), in eval mode, holding the weights of an in-memory Llama model (a class in
+    LLAMA_CLASSES)."""
+    return convert_model(llama_model, model_class, LLAMA)
 
 
 # --- ours -> transformers ------------------------------------------------------------------------------------------
@@ -175,6 +197,7 @@ def to_llama_model(model):
 
 
 __all__ = [
+    "LLAMA_CLASSES",
     "config_from_llama",
     "convert_llama_state_dict",
     "from_llama_model",

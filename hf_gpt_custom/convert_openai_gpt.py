@@ -12,14 +12,20 @@ import os
 import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import convert_model, load_converted_checkpoint, refuse_options, transformers_model_with_weights
+from .convert_common import (
+    CheckpointFamily,
+    convert_model,
+    load_converted_checkpoint,
+    refuse_options,
+    refuse_unsupported_summary,
+    same_names,
+    transformers_model_with_weights,
+)
 
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 EMBEDDING_NAMES = {"tokens_embed.": "wte.", "positions_embed.": "wpe."}
-# Old checkpoints carry the causal mask (attn.bias) and position_ids as buffers; the double-heads model has a
-# multiple-choice head whose task our causal LM does not have.
+# Old checkpoints carry the causal mask (attn.bias) and position_ids as buffers.
 IGNORED_KEYS = (".attn.bias", "position_ids")
-IGNORED_PREFIXES = ("multiple_choice_head.",)
 # transformers' modeling_openai: ACT_FNS = {"relu": ReLU, "silu": silu, "gelu": gelu_new, "swish": silu}.
 ACTIVATIONS_FROM_AFN = {"gelu": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu"}
 AFN_FROM_ACTIVATION = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu", "silu": "silu"}
@@ -44,35 +50,57 @@ def config_from_openai_gpt(openai_config: dict) -> GPTCustomConfig:
     afn = openai_config.get("afn", "gelu")
     refuse_options("OpenAI GPT", {"afn": afn} if afn not in ACTIVATIONS_FROM_AFN else {},
                    f"afn must be one of {', '.join(ACTIVATIONS_FROM_AFN)}")
+    if "OpenAIGPTDoubleHeadsModel" in (openai_config.get("architectures") or ()):
+        refuse_unsupported_summary("OpenAIGPTDoubleHeadsModel", openai_config)
     fields = {key: openai_config[key] for key in FIELDS_CARRIED_OVER if key in openai_config}
     return GPTCustomConfig(**fields, **GPT1_BLOCK, activation_function=ACTIVATIONS_FROM_AFN[afn])
 
 
 def convert_openai_gpt_state_dict(openai_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """OpenAIGPTLMHeadModel / OpenAIGPTModel / OpenAIGPTDoubleHeadsModel state dict -> GPTCustomForCausalLM's.
+    """An OpenAI GPT model's body and LM head -> GPTCustomForCausalLM's (keys with or without "transformer.").
 
-    Keys with or without the "transformer." prefix. lm_head is dropped: GPT-1's is tied to the token embedding.
+    lm_head.weight keeps its name (left out on load when tied). OpenAIGPTDoubleHeadsModel ties the other way round
+    and saves only lm_head.weight: the token embedding is then that matrix.
     """
     converted = {}
     for key, tensor in openai_state.items():
         name = key.removeprefix("transformer.")
-        if name == "lm_head.weight" or name.endswith(IGNORED_KEYS) or name.startswith(IGNORED_PREFIXES):
+        if name.endswith(IGNORED_KEYS):
+            continue
+        if name == "lm_head.weight":
+            converted[name] = tensor
             continue
         name = _renamed(name, EMBEDDING_NAMES)
         converted[f"transformer.{name}"] = tensor.t().contiguous() if name.endswith(CONV1D_SUFFIXES) else tensor
+    if "transformer.wte.weight" not in converted and "lm_head.weight" in converted:
+        converted["transformer.wte.weight"] = converted["lm_head.weight"]
     return converted
 
 
-def load_openai_gpt_checkpoint(path: str | os.PathLike, model_class=None, **kwargs):
-    """A GPTCustomForCausalLM (or `model_class`) with the weights of a transformers openai-gpt folder or Hub repo."""
-    return load_converted_checkpoint(
-        path, model_class, "OpenAI GPT", config_from_openai_gpt, convert_openai_gpt_state_dict, **kwargs
-    )
+# transformers' OpenAI GPT classes -> ours, with their head weights' names -> ours (the bodies as mapped above).
+# OpenAIGPTDoubleHeadsModel's multiple-choice bias adds one constant to every choice: it cancels in the softmax.
+OPENAI_GPT_CLASSES = {
+    "OpenAIGPTModel": ("GPTCustomModel", {}),
+    "OpenAIGPTLMHeadModel": ("GPTCustomForCausalLM", {}),
+    "OpenAIGPTForSequenceClassification": ("GPTCustomForSequenceClassification", same_names("score.weight")),
+    "OpenAIGPTDoubleHeadsModel": (
+        "GPTCustomForMultipleChoice",
+        {"multiple_choice_head.summary.weight": "score.weight", "multiple_choice_head.summary.bias": None},
+    ),
+}
+OPENAI_GPT = CheckpointFamily("OpenAI GPT", config_from_openai_gpt, convert_openai_gpt_state_dict, OPENAI_GPT_CLASSES)
 
 
-def from_openai_gpt_model(openai_model, model_class=None):
-    """Our model, in eval mode, holding the weights of an in-memory OpenAIGPTLMHeadModel / OpenAIGPTModel."""
-    return convert_model(openai_model, model_class, "OpenAI GPT", config_from_openai_gpt, convert_openai_gpt_state_dict)
+def load_openai_gpt_checkpoint(path: str | os.PathLike, model_class, **kwargs):
+    """`model_class` (ours) with the weights of a transformers openai-gpt folder or Hub repo (a class in
+    OPENAI_GPT_CLASSES)."""
+    return load_converted_checkpoint(path, model_class, OPENAI_GPT, **kwargs)
+
+
+def from_openai_gpt_model(openai_model, model_class):
+    """`model_class` (ours), in eval mode, holding the weights of an in-memory OpenAI GPT model (a class in
+    OPENAI_GPT_CLASSES)."""
+    return convert_model(openai_model, model_class, OPENAI_GPT)
 
 
 # --- ours -> transformers ------------------------------------------------------------------------------------------
@@ -124,6 +152,7 @@ def to_openai_gpt_model(model):
 
 
 __all__ = [
+    "OPENAI_GPT_CLASSES",
     "config_from_openai_gpt",
     "convert_openai_gpt_state_dict",
     "from_openai_gpt_model",

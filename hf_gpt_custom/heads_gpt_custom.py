@@ -1,16 +1,12 @@
 """Task heads on GPTCustomModel, as transformers' gpt2 file has them: sequence and token classification, extractive
-question answering, multiple choice. The classification and multiple-choice heads read a sequence through its last
-real token, as GPT-1's extract token and GPT-2's GPT2ForSequenceClassification do, and can add GPT-1's auxiliary
-language-modelling loss (L3 = L2 + λ·L1, `lm_loss_weight`).
-
-A sibling of modeling_gpt_custom.py (which stays the one-sitting read of the model itself); every saved folder ships
-both, so a head loads with trust_remote_code where the package is absent.
+question answering, multiple choice. The classification and multiple-choice heads read a sequence at its last real
+token (GPT-1's extract token, GPT2ForSequenceClassification's pooling). Their `loss` is the task's; fine-tuning may
+add GPT-1's auxiliary language-modelling loss with the forward argument `lm_loss_weight` (L3 = L2 + λ·L1).
+Shipped beside modeling_gpt_custom.py, so a head loads with trust_remote_code where the package is absent.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 import torch
@@ -29,21 +25,10 @@ from transformers.utils import can_return_tuple, logging
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
-from .modeling_gpt_custom import AUTO_MODEL_CLASSES, GPTCustomModel, GPTCustomPreTrainedModel
+from .modeling_gpt_custom import GPTCustomModel, GPTCustomPreTrainedModel
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
-
-# Each head's class name by the transformers Auto class that loads it, from the one table in the modeling file.
-TASK_HEAD_AUTO_CLASSES = {
-    auto_class: location.split(".")[1]
-    for auto_class, location in AUTO_MODEL_CLASSES.items()
-    if location.startswith(f"{__name__.rpartition('.')[2]}.")
-}
-
-# Task heads: small classes on GPTCustomModel, as transformers' gpt2 file has them. The classification and
-# multiple-choice heads read a sequence through its last real token, as GPT-1's extract token and GPT-2's
-# GPT2ForSequenceClassification do, and can add GPT-1's auxiliary language-modelling loss.
 
 
 def last_non_padding_index(
@@ -108,33 +93,8 @@ class GPTCustomMultipleChoiceOutput(MultipleChoiceModelOutput):
 
 
 class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
-    """What the task heads share: the body as `self.transformer`, GPT-1's auxiliary LM loss, and a refusal to load
-    a folder saved from a different head (transformers would drop its head weights and start a new head silently)."""
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        # Checked on the saved config before loading (a head of another shape would otherwise fail inside
-        # transformers with a size mismatch) and on the loaded model's (a config passed in may say otherwise).
-        config = kwargs.get("config")
-        if config is None and os.path.isfile(os.path.join(str(pretrained_model_name_or_path), "config.json")):
-            with open(os.path.join(str(pretrained_model_name_or_path), "config.json"), encoding="utf-8") as handle:
-                cls._refuse_another_head(pretrained_model_name_or_path, json.load(handle).get("architectures"))
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) with output_loading_info
-        cls._refuse_another_head(pretrained_model_name_or_path, getattr(model.config, "architectures", None))
-        return loaded
-
-    @classmethod
-    def _refuse_another_head(cls, pretrained_model_name_or_path, architectures: list[str] | None) -> None:
-        saved_heads = set(architectures or []) & set(TASK_HEAD_AUTO_CLASSES.values())
-        if saved_heads and cls.__name__ not in saved_heads:
-            saved = sorted(saved_heads)[0]
-            auto_class = next(auto for auto, name in TASK_HEAD_AUTO_CLASSES.items() if name == saved)
-            raise UserError(
-                f"{pretrained_model_name_or_path} holds a fine-tuned {saved}, not a {cls.__name__}: its head weights "
-                f"would be dropped and a new head initialised; load it with {saved} ({auto_class}), or start the "
-                "new task from the pre-trained causal-LM folder"
-            )
+    """What the task heads share: the body as `self.transformer` and GPT-1's auxiliary LM loss. (Loading a folder
+    saved from another head is refused in GPTCustomPreTrainedModel.from_pretrained.)"""
 
     def add_lm_loss(
         self,
@@ -142,18 +102,16 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         hidden_states: torch.Tensor,
         input_ids: torch.Tensor | None,
         attention_mask: torch.Tensor | None,
-        lm_loss_weight: float | None,
+        lm_loss_weight: float,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(task_loss + λ·lm_loss, lm_loss), GPT-1's L3 = L2 + λ·L1; λ from the argument, else the config.
+        """(task_loss + λ·lm_loss, lm_loss), GPT-1's L3 = L2 + λ·L1 with λ = lm_loss_weight (0, or no task loss:
+        (task_loss, None)).
 
         L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
         seq)) through the LM head tied to the token embedding, padding (attention_mask 0) ignored; it equals
-        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding. λ = 0 (or no task loss) skips it.
+        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding.
         """
-        weight = self.config.lm_loss_weight if lm_loss_weight is None else lm_loss_weight
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
-            raise UserError(f"lm_loss_weight={weight!r} must be a number >= 0 (GPT-1 used 0.5)")
-        if task_loss is None or weight == 0:
+        if task_loss is None or lm_loss_weight == 0:
             return task_loss, None
         if input_ids is None:
             raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
@@ -161,7 +119,7 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
         lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])
         lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
-        return task_loss + weight * lm_loss, lm_loss
+        return task_loss + lm_loss_weight * lm_loss, lm_loss
 
 
 class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
@@ -186,11 +144,11 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        lm_loss_weight: float | None = None,
+        lm_loss_weight: float = 0.0,
         **kwargs,
     ) -> GPTCustomSequenceClassifierOutput:
         """`labels`: (batch,) class indices, (batch, num_labels) floats for multi-label, (batch,) floats for
-        regression. `lm_loss_weight` overrides config.lm_loss_weight for this call."""
+        regression. `lm_loss_weight` λ >= 0 adds λ × the LM loss on input_ids to `loss` (GPT-1 trained with 0.5)."""
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past_key_values,
             inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
@@ -313,11 +271,11 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
-        lm_loss_weight: float | None = None,
+        lm_loss_weight: float = 0.0,
         **kwargs,
     ) -> GPTCustomMultipleChoiceOutput:
-        """`labels`: (batch,) index of the right choice. `lm_loss_weight` overrides config.lm_loss_weight; the LM
-        loss then covers every choice's sequence."""
+        """`labels`: (batch,) index of the right choice. `lm_loss_weight` λ >= 0 adds λ × the LM loss over every
+        choice's sequence to `loss` (GPT-1 trained with 0.5)."""
         shaped = input_ids if input_ids is not None else inputs_embeds
         if shaped is None or shaped.dim() != (3 if input_ids is not None else 4):
             shape = None if shaped is None else tuple(shaped.shape)

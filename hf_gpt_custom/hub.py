@@ -52,7 +52,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
     generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
     (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
-    AutoTokenizer; model_max_length = n_positions, pad token = eos, left padding), README.md (the model card),
+    AutoTokenizer; model_max_length = n_positions, pad token = eos, padding on the left for a causal LM and on
+    the task head's own side), README.md (the model card),
     loss_curve.png, shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has
     them. The weights load through `load_model_folder` (strict: a missing tensor or a manifest mismatch is an error).
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
@@ -77,17 +78,21 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
     card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
-    model = load_model_folder(final_dir, model_class=saved_task_head_class(final_dir))
+    head_class = saved_task_head_class(final_dir)
+    model = load_model_folder(final_dir, model_class=head_class)
 
     staging = out_dir.with_name(out_dir.name + ".tmp")
     if staging.exists():
         shutil.rmtree(staging)  # left by an interrupted export
     staging.mkdir(parents=True)
     model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
-    eos = GPTCustomTokenizerFast.from_pretrained(final_dir).eos_token
-    # Batched generation and `padding=True` need a pad token; GPT-2 recipes pad with eos on the left.
+    saved_tokenizer = GPTCustomTokenizerFast.from_pretrained(final_dir)
+    # Batched generation and `padding=True` need a pad token; GPT-2 recipes pad with eos on the left. A task head keeps
+    # the side it was fine-tuned and saved with (right: a padded row then scores as it does alone).
+    padding_side = "left" if head_class is None else saved_tokenizer.padding_side
     tokenizer = GPTCustomTokenizerFast.from_pretrained(
-        final_dir, model_max_length=model.config.n_positions, pad_token=eos, padding_side="left"
+        final_dir, model_max_length=model.config.n_positions, pad_token=saved_tokenizer.eos_token,
+        padding_side=padding_side,
     )
     tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json auto_map + tokenization_*.py
     card.save(staging / "README.md")

@@ -15,14 +15,13 @@ import json
 import os
 from pathlib import Path
 
+from .auto_classes import CHECKPOINT_CONVERTERS
 from .errors import MissingFileError, UserError
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
-# model_type values `GPTCustomForCausalLM.from_pretrained` accepts: ours, and checkpoints it converts on load.
-# Ours, and the transformers checkpoints convert_common.CONVERTED_MODEL_TYPES converts on load (spelled out here:
-# this module must not import torch; a test keeps the two equal).
-LOADABLE_MODEL_TYPES = ("gpt_custom", "gpt2", "openai-gpt", "llama")
+# model_type values `GPTCustomForCausalLM.from_pretrained` accepts: ours, and the checkpoints it converts on load.
+LOADABLE_MODEL_TYPES = ("gpt_custom", *CHECKPOINT_CONVERTERS)
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 

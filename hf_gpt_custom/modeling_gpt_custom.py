@@ -27,6 +27,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple, logging
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .auto_classes import AUTO_MODEL_CLASSES, CHECKPOINT_CONVERTERS, refuse_another_head, resolve
 from .block_variants import (
     POSITION_MODULES,
     GPTCustomRMSNorm,
@@ -36,23 +37,11 @@ from .block_variants import (
     repeat_kv,
 )
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import foreign_checkpoint_loader
+from .convert_common import read_config_dict
 from .errors import UserError
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
-
-# Every model class by the transformers Auto class that loads it, as "module.Class" — the form auto_map takes.
-# Registered in-process (hf_gpt_custom/__init__.py) and written to every saved config's auto_map. The task heads live
-# in heads_gpt_custom.py, which save_pretrained ships beside this file.
-AUTO_MODEL_CLASSES = {
-    "AutoModel": "modeling_gpt_custom.GPTCustomModel",
-    "AutoModelForCausalLM": "modeling_gpt_custom.GPTCustomForCausalLM",
-    "AutoModelForSequenceClassification": "heads_gpt_custom.GPTCustomForSequenceClassification",
-    "AutoModelForTokenClassification": "heads_gpt_custom.GPTCustomForTokenClassification",
-    "AutoModelForQuestionAnswering": "heads_gpt_custom.GPTCustomForQuestionAnswering",
-    "AutoModelForMultipleChoice": "heads_gpt_custom.GPTCustomForMultipleChoice",
-}
 
 # Input checks that read tensor values (an id out of range, a position past the context) run only on these devices.
 # On the CPU the values are already in host memory; on a GPU each read would stall the host every step and break a
@@ -364,10 +353,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel, the causal
-        # LM and every task head resolve from the folder with trust_remote_code=True. transformers copies this file
-        # and the files it imports relatively — this import is what ships heads_gpt_custom.py with a causal LM.
-        from .heads_gpt_custom import GPTCustomTaskHeadModel  # noqa: F401  (imported so that transformers ships it)
-
+        # LM and every task head resolve from the folder with trust_remote_code=True (auto_classes.py ships their code).
         self.config.auto_map = {
             **(getattr(self.config, "auto_map", None) or {}),
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
@@ -377,10 +363,13 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly."""
-        loader = None if model_args else foreign_checkpoint_loader(pretrained_model_name_or_path, **kwargs)
-        if loader is not None:
-            return loader(pretrained_model_name_or_path, model_class=cls, **kwargs)
+        """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly. A folder
+        holding another task head than `cls` is refused by name (transformers would drop its head)."""
+        saved = None if model_args else read_config_dict(pretrained_model_name_or_path, **kwargs)
+        converter = CHECKPOINT_CONVERTERS.get((saved or {}).get("model_type"))
+        if converter is not None:
+            return resolve(converter)(pretrained_model_name_or_path, cls, **kwargs)
+        refuse_another_head(cls.__name__, pretrained_model_name_or_path, (saved or {}).get("architectures"))
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:

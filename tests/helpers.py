@@ -262,13 +262,14 @@ def make_gpt2_pair(attn_implementation: str = "sdpa", seed: int = 0, **overrides
     """(ours, reference) in eval mode with identical random weights."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 
     torch.manual_seed(seed)
     fields = {**TINY_GPT2, **overrides}
     reference = GPT2LMHeadModel(GPT2Config(**fields, attn_implementation=attn_implementation))
     randomize_(reference).eval()
-    return from_gpt2_model(reference), reference
+    return from_gpt2_model(reference, GPTCustomForCausalLM), reference
 
 
 def tiny_run_overrides(out_dir, dataset, tokenizer_dir, data_cache_dir, run_name="tiny") -> list[str]:

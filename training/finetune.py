@@ -81,7 +81,7 @@ class FinetuneWorkload:
         return PreparedWork(self.tokenizer, self.model, train_loader, val_loader)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return model(**batch).loss  # L3 = L2 + λ·L1, λ = config.lm_loss_weight
+        return model(**batch, lm_loss_weight=self.task.lm_loss_weight).loss  # GPT-1's L3 = L2 + λ·L1
 
     def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum())  # padding is not trained on
@@ -96,7 +96,7 @@ class FinetuneWorkload:
         task_losses, correct = [], []
         lm_nats = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # (nats, predicted tokens)
         for batch in val_loader:
-            output = model(**batch)
+            output = model(**batch, lm_loss_weight=self.task.lm_loss_weight)
             losses = F.cross_entropy(output.logits.float(), batch["labels"], reduction="none")
             hits = (output.logits.argmax(-1) == batch["labels"]).float()
             losses, hits = accelerator.gather_for_metrics((losses, hits))
@@ -176,7 +176,6 @@ def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
             model_config.problem_type = "single_label_classification"
         model = head_class(model_config)
         model.transformer.load_state_dict(body.transformer.state_dict())
-    model.config.lm_loss_weight = task.lm_loss_weight
     model.config.pad_token_id = tokenizer.pad_token_id  # the heads find the extract token as the last non-pad one
     if model.config.n_positions < config.block_size:
         raise UserError(f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "

@@ -130,9 +130,10 @@ def test_decode_floor_is_every_linear_layer_once_and_reported_next_to_the_ratio(
     carries the best possible speed-up the benchmark measured."""
     from benchmarks.bench_decode_floor import decoding_matrices
 
+    from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 
-    ours = from_gpt2_model(tiny_gpt2())
+    ours = from_gpt2_model(tiny_gpt2(), GPTCustomForCausalLM)
     shapes = [tuple(weight.shape) for weight, _ in decoding_matrices(ours)]
     assert shapes == [(96, 32), (32, 32), (128, 32), (32, 128)] * 2 + [(101, 32)]
     payload = {"machine": machine_info(1), "results": [{

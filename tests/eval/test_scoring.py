@@ -265,9 +265,10 @@ def test_rolling_loglikelihood_equals_one_pass_when_it_fits(tiny_model_and_token
 def test_our_model_class_scores_like_transformers_gpt2(tiny_model_folder, tiny_model_and_tokenizer, shared_data_dir):
     """The team's GPTCustomForCausalLM, converted from the same GPT-2 weights, goes through the same fast paths
     (head split, shared-context KV cache) and gives the same log-likelihoods."""
+    from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.convert_gpt2 import load_gpt2_checkpoint  # our own module: a broken import must fail, not skip
 
-    ours = load_gpt2_checkpoint(str(tiny_model_folder)).eval()
+    ours = load_gpt2_checkpoint(str(tiny_model_folder), GPTCustomForCausalLM).eval()
     reference, tokenizer = tiny_model_and_tokenizer
     spec = load_task("arc_easy")
     docs = spec.docs("test", shared_data_dir)[:6]

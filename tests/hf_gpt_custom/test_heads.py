@@ -203,22 +203,40 @@ def lm_loss_by_causal_lm(head, input_ids, attention_mask) -> torch.Tensor:
         return causal_lm(input_ids, attention_mask=attention_mask, labels=labels).loss
 
 
-@pytest.mark.parametrize("weight_in", ["config", "forward"])
-def test_sequence_classification_adds_weighted_lm_loss(weight_in):
-    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)
-    if weight_in == "config":
-        config.lm_loss_weight = 0.5
-    model = randomize_(GPTCustomForSequenceClassification(config)).eval()
+def test_sequence_classification_adds_weighted_lm_loss_when_asked():
+    model = randomize_(GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)))
+    model.eval()
     input_ids, attention_mask = padded_batch("right")
     labels = torch.tensor([2, 0, 1])
-    extra = {"lm_loss_weight": 0.5} if weight_in == "forward" else {}
     with torch.no_grad():
-        output = model(input_ids, attention_mask=attention_mask, labels=labels, **extra)
-        task_only = model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.0)
+        output = model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.5)
+        task_only = model(input_ids, attention_mask=attention_mask, labels=labels)
     expected_lm_loss = lm_loss_by_causal_lm(model, input_ids, attention_mask)
+    assert task_only.lm_loss is None
+    torch.testing.assert_close(task_only.loss, F.cross_entropy(task_only.logits, labels), rtol=0, atol=1e-6)
     torch.testing.assert_close(output.lm_loss, expected_lm_loss, rtol=0, atol=1e-5)
     torch.testing.assert_close(output.task_loss, task_only.loss, rtol=0, atol=1e-6)
     torch.testing.assert_close(output.loss, task_only.loss + 0.5 * expected_lm_loss, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("head_class", [GPTCustomForSequenceClassification, GPTCustomForMultipleChoice])
+def test_a_loaded_head_reports_its_task_loss_even_from_a_config_json_with_lm_loss_weight(head_class, tmp_path):
+    """Folders fine-tuned before issue 22.6 saved lm_loss_weight in config.json; their `.loss` (Trainer's loss and
+    eval_loss) must still be the task's cross-entropy, computed here by hand from the logits."""
+    randomize_(head_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3))).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "lm_loss_weight": 0.5}))
+    model = HEAD_AUTO_CLASSES[head_class].from_pretrained(tmp_path).eval()
+    input_ids, attention_mask = padded_batch("right")
+    labels = torch.tensor([2, 0, 1])
+    if head_class is GPTCustomForMultipleChoice:
+        input_ids, attention_mask, labels = input_ids[None], attention_mask[None], torch.tensor([1])
+    with torch.no_grad():
+        output = model(input_ids, attention_mask=attention_mask, labels=labels)
+    log_probabilities = output.logits.log_softmax(-1)
+    by_hand = -log_probabilities[torch.arange(len(labels)), labels].mean()
+    torch.testing.assert_close(output.loss, by_hand, rtol=0, atol=1e-6)
+    assert output.lm_loss is None
 
 
 def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
@@ -296,17 +314,18 @@ def test_head_from_causal_lm_folder_keeps_body_and_reloads_identically(causal_lm
                 assert torch.equal(got, expected)
 
 
-def test_head_folder_loaded_into_another_head_class_is_refused(tmp_path):
-    GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD)).save_pretrained(tmp_path)
-    with pytest.raises(UserError, match="holds a fine-tuned GPTCustomForSequenceClassification.*GPTCustomForTokenClass"):
-        GPTCustomForTokenClassification.from_pretrained(tmp_path)
-
-
-def test_a_head_of_another_shape_is_refused_by_name_before_transformers_meets_the_size_mismatch(tmp_path):
-    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)  # score: n_embd -> 3; multiple choice: -> 1
-    GPTCustomForSequenceClassification(config).save_pretrained(tmp_path)
-    with pytest.raises(UserError, match="holds a fine-tuned GPTCustomForSequenceClassification.*GPTCustomForMultipleCh"):
-        GPTCustomForMultipleChoice.from_pretrained(tmp_path)
+@pytest.mark.parametrize("through", ["concrete class", "Auto class"])
+@pytest.mark.parametrize("saved_class, loading_class", [
+    (GPTCustomForSequenceClassification, GPTCustomForTokenClassification),
+    # score: n_embd -> 3 here, n_embd -> 1 there: transformers would stop at the size mismatch
+    (GPTCustomForSequenceClassification, GPTCustomForMultipleChoice),
+    (GPTCustomForQuestionAnswering, GPTCustomForSequenceClassification),
+], ids=["seq->token", "seq->choice", "qa->seq"])
+def test_head_folder_loaded_into_another_head_class_is_refused_by_name(tmp_path, saved_class, loading_class, through):
+    saved_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)).save_pretrained(tmp_path)
+    loader = loading_class if through == "concrete class" else HEAD_AUTO_CLASSES[loading_class]
+    with pytest.raises(UserError, match=f"holds a fine-tuned {saved_class.__name__}, not a {loading_class.__name__}"):
+        loader.from_pretrained(tmp_path)
 
 
 def test_bad_labels_and_choices_are_named():
@@ -325,8 +344,6 @@ def test_bad_labels_and_choices_are_named():
         multiple_choice(input_ids)
     with pytest.raises(UserError, match="pad_token_id is not set"):
         GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2))(input_ids)
-    with pytest.raises(UserError, match="lm_loss_weight=-1"):
-        GPTCustomConfig(**TINY_GPT2, lm_loss_weight=-1)
     with pytest.raises(UserError, match="max_choices=0"):
         GPTCustomConfig(**TINY_GPT2, max_choices=0)
 
@@ -376,7 +393,7 @@ def synthetic_classification_rows() -> list[dict]:
 
 
 def classification_losses(model, rows: list[dict]):
-    """The head's output on all rows (loss, and with λ > 0 task_loss and lm_loss), in eval mode."""
+    """The head's output on all rows, in eval mode."""
     model.eval()
     with torch.no_grad():
         return model(torch.stack([row["input_ids"] for row in rows]), labels=torch.tensor([row["labels"] for row in rows]))
@@ -392,15 +409,22 @@ def train_with_trainer(model, rows: list[dict], output_dir, learning_rate: float
     Trainer(model=model, args=arguments, train_dataset=rows).train()
 
 
-def test_trainer_fine_tunes_the_sequence_classification_head(tmp_path):
-    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2, lm_loss_weight=0.5, resid_pdrop=0.0,
-                             embd_pdrop=0.0, attn_pdrop=0.0)
+def test_trainer_fine_tunes_the_sequence_classification_head_and_reports_its_cross_entropy(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                             attn_pdrop=0.0)
     model = GPTCustomForSequenceClassification(config)
     rows = synthetic_classification_rows()
     before = classification_losses(model, rows)
     train_with_trainer(model, rows, tmp_path, learning_rate=3e-3)
     after = classification_losses(model, rows)
-    assert after.task_loss < 0.5 * before.task_loss and after.lm_loss < before.lm_loss  # Trainer optimised L2 + λ·L1
+    assert after.loss < 0.5 * before.loss
+    arguments = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=16, report_to="none",
+                                  use_cpu=True, disable_tqdm=True)
+    eval_loss = Trainer(model=model, args=arguments, eval_dataset=rows).evaluate()["eval_loss"]
+    labels = torch.tensor([row["labels"] for row in rows])
+    assert eval_loss == pytest.approx(float(F.cross_entropy(after.logits, labels)), abs=1e-5)
 
 
 def test_peft_lora_fine_tunes_the_sequence_classification_head(tmp_path):

@@ -34,7 +34,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
         "block_variants.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py",
         "tiktoken_engine.py", "transformers_compat.py",  # relative imports
-        "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # the converters convert_common dispatches to
+        "auto_classes.py", "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # what auto_classes names
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
         "loss_curve.png", "shots_curve.png", "training_summary.json", "eval/results.json", "eval/table.md",
     ])

@@ -70,10 +70,6 @@ def test_openai_gpt_and_llama_folders_load_for_our_commands_converted(tmp_path, 
     import torch
     import transformers
 
-    from hf_gpt_custom.convert_common import CONVERTED_MODEL_TYPES
-    from hf_gpt_custom.model_folder import LOADABLE_MODEL_TYPES
-
-    assert LOADABLE_MODEL_TYPES == ("gpt_custom", *CONVERTED_MODEL_TYPES)
     config = {
         "OpenAIGPTLMHeadModel": transformers.OpenAIGPTConfig(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32),
         "LlamaForCausalLM": transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

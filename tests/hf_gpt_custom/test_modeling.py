@@ -9,7 +9,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
-from hf_gpt_custom.heads_gpt_custom import TASK_HEAD_AUTO_CLASSES
+from hf_gpt_custom.auto_classes import TASK_HEAD_AUTO_CLASSES
 
 
 @pytest.fixture

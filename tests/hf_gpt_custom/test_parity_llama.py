@@ -39,7 +39,7 @@ def make_llama_pair(attn_implementation: str = "sdpa", seed: int = 0, **override
     torch.manual_seed(seed)
     config = LlamaConfig(**{**TINY_LLAMA, **overrides}, attn_implementation=attn_implementation)
     reference = randomize_(LlamaForCausalLM(config)).eval()
-    return from_llama_model(reference), reference
+    return from_llama_model(reference, GPTCustomForCausalLM), reference
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -174,3 +174,26 @@ def test_exporting_a_block_llama_cannot_express_names_the_field(option):
     config = GPTCustomConfig.from_preset("llama-small", **option)
     with pytest.raises(UserError, match=next(iter(option))):
         llama_config_from(config)
+
+
+def test_a_bf16_llama_folder_converts_as_llama_for_causal_lm_loads_it(tmp_path):
+    """transformers loads a bf16 folder with bf16 weights but keeps RoPE's inv_freq in float32; cast to bf16 (issue
+    22.3) the angles drift with the position and logits moved by up to 0.016 over 1,024 positions."""
+    torch.manual_seed(0)
+    config = LlamaConfig(**{**TINY_LLAMA, "max_position_embeddings": 1024})
+    randomize_(LlamaForCausalLM(config)).to(torch.bfloat16).save_pretrained(tmp_path)
+    reference = LlamaForCausalLM.from_pretrained(tmp_path).eval()
+    for ours in (GPTCustomForCausalLM.from_pretrained(tmp_path), from_llama_model(reference, GPTCustomForCausalLM)):
+        assert ours.dtype == reference.dtype == torch.bfloat16
+        inv_freq, reference_inv_freq = ours.transformer.rotary_emb.inv_freq, reference.model.rotary_emb.inv_freq
+        assert inv_freq.dtype == reference_inv_freq.dtype == torch.float32 and torch.equal(inv_freq, reference_inv_freq)
+        input_ids = torch.randint(0, 99, (1, 1024), generator=torch.Generator().manual_seed(1))
+        hidden = ours.transformer.wte(input_ids)
+        position_ids = torch.arange(1024)[None]
+        for angle, reference_angle in zip(ours.transformer.rotary_emb(hidden, position_ids),
+                                          reference.model.rotary_emb(hidden, position_ids)):
+            assert torch.equal(angle, reference_angle)  # cos and sin, (1, 1024, head_dim) in bf16
+        with torch.no_grad():
+            logits, reference_logits = ours(input_ids).logits.float(), reference(input_ids).logits.float()
+        torch.testing.assert_close(logits, reference_logits)  # bf16's default tolerance
+        assert (logits.argmax(-1) == reference_logits.argmax(-1)).float().mean() >= 0.99

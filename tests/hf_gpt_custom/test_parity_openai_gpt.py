@@ -4,12 +4,11 @@ OpenAIGPTLMHeadModel, converted in either direction, and from_pretrained convert
 import pytest
 import torch
 from safetensors.torch import save_file
-from transformers import OpenAIGPTConfig, OpenAIGPTDoubleHeadsModel, OpenAIGPTLMHeadModel
+from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.convert_openai_gpt import (
     config_from_openai_gpt,
-    convert_openai_gpt_state_dict,
     from_openai_gpt_model,
     openai_gpt_config_from,
     to_openai_gpt_model,
@@ -33,7 +32,7 @@ def make_openai_gpt_pair(attn_implementation: str = "sdpa", seed: int = 0, **ove
     """(ours, reference): a random OpenAIGPTLMHeadModel (biases and LayerNorms random too) and ours converted."""
     torch.manual_seed(seed)
     reference = randomize_(OpenAIGPTLMHeadModel(OpenAIGPTConfig(**{**TINY_GPT1, **overrides}))).eval()
-    ours = from_openai_gpt_model(reference)
+    ours = from_openai_gpt_model(reference, GPTCustomForCausalLM)
     ours.set_attn_implementation(attn_implementation)
     return ours, reference
 
@@ -90,9 +89,9 @@ def test_from_pretrained_converts_an_openai_gpt_folder(tmp_path):
     assert loaded.transformer.wte.weight.data_ptr() == loaded.lm_head.weight.data_ptr()  # tied, as GPT-1's head
 
 
-def test_original_layout_without_prefix_with_mask_buffers_and_a_double_heads_state(tmp_path):
+def test_original_layout_without_prefix_and_with_mask_buffers(tmp_path):
     """openai-community/openai-gpt's file is an OpenAIGPTModel state dict (no "transformer."); old files carry the
-    causal mask as h.N.attn.bias; the double-heads model adds a multiple-choice head the LM does not use."""
+    causal mask as h.N.attn.bias."""
     _, reference = make_openai_gpt_pair()
     state = {key.removeprefix("transformer."): value.contiguous() for key, value in reference.state_dict().items()
              if key != "lm_head.weight"}
@@ -102,10 +101,15 @@ def test_original_layout_without_prefix_with_mask_buffers_and_a_double_heads_sta
     loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
     assert_same_logits(loaded, reference, torch.randint(0, 99, (2, 10)))
 
-    double_heads = OpenAIGPTDoubleHeadsModel(reference.config)
-    double_heads.load_state_dict(reference.state_dict(), strict=False)
-    converted = convert_openai_gpt_state_dict(double_heads.state_dict())
-    assert set(converted) == set(loaded.state_dict()) - {"lm_head.weight"}
+
+def test_an_untied_openai_gpt_folder_converts_with_its_own_head(tmp_path):
+    """The converter used to drop lm_head.weight and then report it missing (issue 22.12)."""
+    _, reference = make_openai_gpt_pair(tie_word_embeddings=False)
+    assert not torch.equal(reference.lm_head.weight, reference.transformer.tokens_embed.weight)
+    reference.save_pretrained(tmp_path)
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert not loaded.config.tie_word_embeddings and torch.equal(loaded.lm_head.weight, reference.lm_head.weight)
+    assert_same_logits(loaded, reference, torch.randint(0, 99, (2, 10)))
 
 
 def test_the_gpt1_preset_is_the_block_of_the_released_openai_gpt():

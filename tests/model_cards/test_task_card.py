@@ -88,12 +88,30 @@ def test_fine_tuned_export_loads_as_its_head_with_the_task_tokens(boolq_export):
     model = AutoModelForSequenceClassification.from_pretrained(export)
     tokenizer = AutoTokenizer.from_pretrained(export)
     assert type(model).__name__ == "GPTCustomForSequenceClassification"
-    assert model.config.lm_loss_weight == 0.25 and model.config.id2label == {0: "false", 1: "true"}
+    assert model.config.id2label == {0: "false", 1: "true"}  # λ stays with the run (card), not the model
     assert tokenizer.convert_tokens_to_ids(["<|delim|>", "<|extract|>"]) == [257, 258]
     assert model.config.vocab_size == len(tokenizer) == 259
     final = AutoModelForSequenceClassification.from_pretrained(run / "final")
     for key, value in final.state_dict().items():
         assert torch.equal(value, model.state_dict()[key]), key  # the head is exported, not dropped
+
+
+def test_the_export_pads_on_its_fine_tuning_side_so_a_pipeline_batch_scores_each_text_as_alone(boolq_export):
+    """Issue 22.1: export forced left padding on a head fine-tuned (and carded) with right padding; with learned
+    positions pipeline(batch_size=2) then gave another P(true) than one text at a time."""
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    run, export = boolq_export
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    assert tokenizer.padding_side == AutoTokenizer.from_pretrained(run / "final").padding_side == "right"
+    model = AutoModelForSequenceClassification.from_pretrained(export).eval()
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
+    texts = ["is the sky blue", "does a cat have nine lives in the old stories", "no", "can fish climb trees"]
+    alone = [{score["label"]: score["score"] for score in classify([text])[0]} for text in texts]
+    batched = [{score["label"]: score["score"] for score in scores} for scores in classify(texts, batch_size=2)]
+    for one, in_batch in zip(alone, batched):
+        assert in_batch == pytest.approx(one, abs=1e-6)
 
 
 def test_multiple_choice_card_uses_the_multiple_choice_task_type(base_model, tmp_path):

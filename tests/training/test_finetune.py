@@ -122,7 +122,9 @@ def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(fi
         batched = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
         alone = torch.cat([model(**tokenizer(text, return_tensors="pt")).logits for text in texts])
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
-    assert model.config.lm_loss_weight == 0.5 and model.config.id2label == {0: "no", 1: "yes"}
+    assert model.config.id2label == {0: "no", 1: "yes"}
+    # λ is the finetune command's objective, not the model's: the saved head reports its task loss (issue 22.6)
+    assert json.loads((finetuned_run / "final" / "config.json").read_text()).get("lm_loss_weight", 0) == 0
 
 
 def test_training_loss_is_task_loss_plus_lambda_times_the_lm_loss_of_the_same_inputs(tmp_path, base_model_dir,
