@@ -21,8 +21,7 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.hub import is_hub_repo_id
-from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
+from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder
 
 logger = logging.getLogger(__name__)
 

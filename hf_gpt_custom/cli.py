@@ -43,8 +43,7 @@ def _check_device(device: str) -> None:
 def _check_model_argument(model: str) -> None:
     """An existing path must be a folder with a config.json; anything else must read as a Hub id (user/name).
     What the folder holds (any causal LM for eval) is the loader's business."""
-    from .hub import is_hub_repo_id
-    from .model_folder import check_model_folder
+    from .model_folder import check_model_folder, is_hub_repo_id
 
     if (Path(model).exists() or not is_hub_repo_id(model)) and not (Path(model) / "config.json").is_file():
         check_model_folder(model)  # raises, naming what is wrong: no such folder, a file, no config.json
@@ -262,8 +261,10 @@ def _add_export(subparsers) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.hub import check_repo_id, export_folder
 
+    if args.repo_id is not None:
+        check_repo_id(args.repo_id)
     _check_output_folder(args.out_dir, "OUT_DIR")
     out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id)
     print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id USER/NAME --dry-run`)")
@@ -281,8 +282,9 @@ def _add_push(subparsers) -> None:
 
 
 def _cmd_push(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import check_export, push_folder
+    from hf_gpt_custom.hub import check_export, check_repo_id, push_folder
 
+    check_repo_id(args.repo_id)
     if not args.dry_run:
         print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
         return
@@ -292,8 +294,8 @@ def _cmd_push(args: argparse.Namespace) -> None:
           f"{args.repo_id}{'@' + args.revision if args.revision else ''}{' (private)' if args.private else ''}:")
     for name, size in files:
         print(f"  {_human_bytes(size):>10}  {name}")
-    print("checks passed: required files and remote code present, no pickles, no local paths, the card's metadata "
-          "parses. Nothing was uploaded.")
+    print("checks passed: required files and remote code present, the manifest's files unchanged, no pickles, no local "
+          "paths, the card's metadata parses. Nothing was uploaded.")
 
 
 def _human_bytes(size: int) -> str:

@@ -370,8 +370,10 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         loader = None if model_args else foreign_checkpoint_loader(pretrained_model_name_or_path, **kwargs)
         if loader is not None:
             return loader(pretrained_model_name_or_path, model_class=cls, **kwargs)
+        from .model_folder import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
+
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            return from_pretrained_checked(super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:
             # A truncated or corrupt weights file surfaces as a bare SafetensorError deep inside loading.
             if type(err).__name__ != "SafetensorError":
