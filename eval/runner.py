@@ -54,7 +54,7 @@ def evaluate(
     shots: list[int] | tuple[int, ...] = (0,),
     limit: int | None = None,
     batch_size: int = 16,
-    device: str = "cpu",
+    device: str | None = None,
     dtype: str = "float32",
     seed: int = 1234,
     out_dir: str | Path | None = None,
@@ -66,12 +66,14 @@ def evaluate(
 ) -> Results:
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
-    model's `name_or_path` has one). Rolling-loglikelihood tasks (wikitext) are run at K=0 only.
+    model's `name_or_path` has one). `device` None is CUDA when available, else the CPU. Rolling-loglikelihood tasks
+    (wikitext) are run at K=0 only.
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
     "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
     delimiters, all K examples kept and the prompt cut from the left; eval/tasks/README.md)."""
+    device = resolve_device(device)
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
@@ -117,6 +119,28 @@ def evaluate(
 
         write_report(results, out_dir)
     return results
+
+
+def resolve_device(device: str | None) -> str:
+    """`device`, checked against this machine, or "cuda" when it is None and CUDA is available, else "cpu"."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as err:
+        raise UserError(f"--device {device!r} is not a torch device ({err}); use cpu, cuda or cuda:0") from err
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise UserError(f"--device {device}: {reason} on this machine; use --device cpu")
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise UserError(f"--device {device}: this machine has {count} CUDA device{'s' * (count != 1)} "
+                            f"(cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}); use --device cuda:0, or leave "
+                            "--device out to use the first one")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+    return device
 
 
 def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
