@@ -123,6 +123,17 @@ def _lm_eval(model_dir: Path, names: list[str], data_dir: Path, metadata: dict, 
     )
 
 
+def _doc_with_the_longest_answer(name: str, data_dir: Path) -> int:
+    from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+
+    spec = load_task(name, protocol="lm-eval")
+    if OUTPUT_TYPES[spec.output_type].request_type != "loglikelihood":
+        return 0
+    docs = spec.docs("test", data_dir)
+    answers = [max(len(text.encode()) for text in OUTPUT_TYPES[spec.output_type].continuations(spec, doc)) for doc in docs]
+    return max(range(len(docs)), key=answers.__getitem__)
+
+
 def test_gptc_piqa_on_a_short_context_model_is_refused_by_name(short_context_model, shared_data_dir):
     """Was: `assert len(continuation_enc) <= self.max_length` deep inside lm-eval."""
     from hf_gpt_custom.errors import UserError
@@ -146,7 +157,10 @@ def test_every_task_runs_on_a_short_context_model_or_is_refused_where_lm_eval_wo
             assert str(err).startswith(f"{TASK_PREFIX}{name} cannot run on {short_context_model}: ")
             refused[TASK_PREFIX + name] = int(str(err).split("the answer of doc ")[1].split()[0])
     assert "gptc_piqa" in refused and "gptc_wikitext" in runs and "gptc_triviaqa" in runs
-    results = _lm_eval(short_context_model, runs, shared_data_dir, {"pretrained": str(short_context_model)}, limit=1)
+    # Each task that runs is run on its first doc and on the doc with the longest answer (in bytes).
+    samples = {task_name: sorted({0, _doc_with_the_longest_answer(task_name.removeprefix(TASK_PREFIX), shared_data_dir)})
+               for task_name in runs}
+    results = _lm_eval(short_context_model, runs, shared_data_dir, {"pretrained": str(short_context_model)}, samples=samples)
     assert sorted(results["results"]) == sorted(runs)
     for task_name, doc_id in refused.items():  # no `pretrained` in the metadata: our check does not run
         with pytest.raises(AssertionError):

@@ -412,7 +412,7 @@ def test_a_bit_flip_is_refused_where_the_package_is_not_installed(exported, tmp_
 
 
 @pytest.mark.parametrize("value, is_local", [
-    ("/data/my corpus/input.txt", True), ("/srv/models/tiny", True), ("~/corpora/x.txt", True),
+    ("/data/my corpus/input.txt", True), ("/srv/models/tiny", True), ("/srv/tiny", True), ("~/corpora/x.txt", True),
     ("C:\\Users\\me\\data.txt", True), ("/home/a b/c d", True),
     ("/", False), ("</s>", False), ("/ not a path", False), ("a/b/c", False), ("Ġ /", False), ("runs/x", False),
 ])

@@ -142,6 +142,19 @@ def test_a_new_task_head_on_a_causal_lm_folder_still_loads_but_its_body_must_be_
         GPTCustomForSequenceClassification.from_pretrained(folder, num_labels=2)
 
 
+def test_a_head_folder_missing_its_own_head_weight_is_refused(saved, tmp_path):
+    """Loaded as the class that saved it, every weight counts: the head's too."""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    _, folder = saved
+    GPTCustomForSequenceClassification.from_pretrained(folder, num_labels=2).save_pretrained(tmp_path / "head")
+    state = load_file(tmp_path / "head" / "model.safetensors")
+    del state["score.weight"]
+    save_file(state, tmp_path / "head" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"missing 1, wrong shape 0 \(score\.weight\)"):
+        GPTCustomForSequenceClassification.from_pretrained(tmp_path / "head")
+
+
 def test_each_file_is_hashed_once_per_process_until_it_changes(saved, monkeypatch):
     """check_model_folder and from_pretrained both verify: a 500 MB file is not hashed twice per load, nor again on
     the next load; any write (new mtime/ctime, or a new inode) makes the next load hash it again."""
