@@ -229,6 +229,12 @@ def evaluate_task(
 ) -> tuple[list[dict], list[dict]]:
     """Result rows and example logs of one task at one K."""
     output_type = OUTPUT_TYPES[spec.output_type]
+    if output_type.request_type == "generate_until" and output_type.max_gen_toks(spec) >= scorer.max_length:
+        raise ContextTooShortError(
+            f"task {spec.task}: it generates up to {output_type.max_gen_toks(spec)} tokens, which leaves no room for a "
+            f"prompt in the model's context of {scorer.max_length} tokens; leave the task out or use a model with a "
+            "longer context"
+        )
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(
         spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length,

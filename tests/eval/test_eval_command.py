@@ -142,3 +142,20 @@ def test_long_documents_scored_in_windows_print_no_tokenizer_length_warning(shor
         assert [r for r in records if "sequence length is longer" in r.getMessage()]
     finally:
         library_logger.removeHandler(handler)
+
+
+def test_generation_that_cannot_leave_room_for_a_prompt_is_refused_naming_the_task(tmp_path):
+    """triviaqa generates up to 32 tokens: a 32-position model has no room left for the question. The main job's
+    sweep (skip_unfittable) lists it as skipped instead of failing."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.fewshot import ContextTooShortError
+    from tests.helpers import save_tiny_model
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    save_tiny_model(tmp_path / "m32", len(tokenizer), n_positions=32, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(tmp_path / "m32")
+    with pytest.raises(ContextTooShortError, match=r"task triviaqa: it generates up to 32 tokens.*context of 32 tokens"):
+        runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False)
+    results = runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False, skip_unfittable=True)
+    assert [(row["task"], row["num_fewshot"]) for row in results.skipped] == [("triviaqa", 0)]
