@@ -42,7 +42,7 @@ def sample_fewshot_examples(pool: list[dict], k: int, rnd: random.Random, exclud
     return examples
 
 
-class ContextTooShortError(ValueError):
+class ContextTooShortError(UserError):
     """The model's context cannot hold even one few-shot example of the task: a K-shot score would be 0-shot."""
 
 
@@ -87,7 +87,7 @@ def build_prompts(
         raise ContextTooShortError(
             f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
             f"(doc {worst} alone needs {reserve[worst] + _zero_shot_length(spec, docs[worst], tokenizer)} tokens); "
-            f"use K=0 or a model with a longer context"
+            f"score it zero-shot (--shots 0), leave the task out, or use a model with a longer context"
         )
     return prompts
 

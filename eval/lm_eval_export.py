@@ -6,6 +6,9 @@ load in lm-eval under `gptc_<task>`, get their docs from our own loaders (lm-eva
 root is found as ours finds it, not relative to the working directory) and use our templates with the
 `lm_eval_overrides` of each task, so lm-eval on `gptc_<task>` gives what `protocol="lm-eval"` gives here.
 Regenerate after changing a task file:  python -m hf_gpt_custom.eval.lm_eval_export
+
+lm-eval stops at an assertion when an answer is longer than the model's context, which a short-context model meets
+(PIQA's answers on a 64-position model): `check_lm_eval_fit` refuses such a model by name before lm-eval runs.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from typing import Any
 
 import yaml
 
+from hf_gpt_custom.eval.fewshot import build_prompts
+from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.task import TaskSpec, available_tasks, load_task
+from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, resolve_max_length
 from hf_gpt_custom.errors import UserError
 
 LM_EVAL_TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
@@ -25,6 +31,7 @@ DATA_MODULE = "gptc_data"  # eval/lm_eval_tasks/gptc_data.py, imported by lm-eva
 # Our metrics lm-eval also has under the same name and rule; acc_norm_tokens, acc_uncond and token F1 are ours only.
 LM_EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "exact_match")
 _MEAN_METRICS = ("acc", "acc_norm", "exact_match")
+BOUNDARY_TOKENS = 8  # how many more tokens an answer may take after its context than alone
 
 
 class LmEvalFunction(str):
@@ -110,6 +117,55 @@ def write_lm_eval_task_files(out_dir: str | Path = LM_EVAL_TASKS_DIR, names: lis
         path.write_text(render_task_file(name), encoding="utf-8")
         paths.append(path)
     return paths
+
+
+def check_lm_eval_fit(name: str, docs: list[dict], pretrained, tokenizer=None, max_length: int | None = None,
+                      **load_kwargs) -> None:
+    """Raise a UserError naming gptc_<name> and the model when lm-eval cannot score `docs` with it: an answer longer
+    than the context (lm-eval asserts `len(continuation) <= max_length`) or max_gen_toks that leave no room for a
+    prompt. `pretrained`, `tokenizer` and `max_length` are lm-eval's model arguments (a path, Hub id or object)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    model_name = pretrained if isinstance(pretrained, str) else getattr(pretrained, "name_or_path", type(pretrained).__name__)
+    config = AutoConfig.from_pretrained(pretrained, **load_kwargs) if isinstance(pretrained, str) else pretrained.config
+    if tokenizer is None or isinstance(tokenizer, str):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer or model_name, **load_kwargs)
+    max_length = int(max_length or resolve_max_length(config, tokenizer))  # lm-eval's HFLM rule
+    spec = load_task(name, protocol="lm-eval")
+    prompts = build_prompts(spec, docs, [], 0, 0, tokenizer, max_length)
+    output_type = OUTPUT_TYPES[spec.output_type]
+    requests = [request for doc, prompt in zip(docs, prompts) for request in output_type.build_requests(spec, doc, prompt)]
+    task_name = TASK_PREFIX + name
+    for request in requests:
+        if request.request_type == "generate_until" and request.max_gen_toks >= max_length:
+            raise UserError(
+                f"{task_name} cannot run on {model_name}: it generates up to {request.max_gen_toks} tokens, which leaves "
+                f"no room for a prompt in the model's context of {max_length}; leave {task_name} out for this model"
+            )
+    # Only answers of more bytes than the context has positions can be too long (a token holds at least one byte; the
+    # slack covers where an answer meets its context). The longest is checked first: usually it decides alone.
+    scored = [request for request in requests if request.request_type == "loglikelihood"]
+    n_bytes = [len(request.continuation.encode("utf-8")) for request in scored]
+    maybe_long = sorted((i for i in range(len(scored)) if n_bytes[i] > max_length - BOUNDARY_TOKENS), key=lambda i: -n_bytes[i])
+    if not maybe_long:
+        return
+    _refuse_a_too_long_answer(scored[maybe_long[0]], tokenizer, max_length, task_name, model_name)
+    alone = [len(ids) for ids in encode_texts(tokenizer, [scored[i].continuation for i in maybe_long[1:]])]
+    for index, n_tokens in zip(maybe_long[1:], alone):
+        if n_tokens > max_length - BOUNDARY_TOKENS:
+            _refuse_a_too_long_answer(scored[index], tokenizer, max_length, task_name, model_name)
+
+
+def _refuse_a_too_long_answer(request, tokenizer, max_length: int, task_name: str, model_name: str) -> None:
+    (_, continuation), = encode_pairs(tokenizer, [(request.context, request.continuation)])  # lm-eval's split
+    if len(continuation) > max_length:
+        raise UserError(
+            f"{task_name} cannot run on {model_name}: the answer of doc {request.doc_id} is {len(continuation)} tokens, "
+            f"longer than the model's context of {max_length}, and lm-eval needs every answer to fit (it stops at an "
+            f"assertion); leave {task_name} out for this model, or score it with `hf-gpt-custom eval --protocol lm-eval "
+            f"--tasks {task_name.removeprefix(TASK_PREFIX)}`, which keeps an answer's last {max_length} tokens and "
+            "counts the doc as truncated"
+        )
 
 
 def main() -> None:

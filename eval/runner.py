@@ -21,8 +21,7 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.hub import is_hub_repo_id
-from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
+from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ def evaluate(
     shots: list[int] | tuple[int, ...] = (0,),
     limit: int | None = None,
     batch_size: int = 16,
-    device: str = "cpu",
+    device: str | None = None,
     dtype: str = "float32",
     seed: int = 1234,
     out_dir: str | Path | None = None,
@@ -67,12 +66,14 @@ def evaluate(
 ) -> Results:
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
-    model's `name_or_path` has one). Rolling-loglikelihood tasks (wikitext) are run at K=0 only.
+    model's `name_or_path` has one). `device` None is CUDA when available, else the CPU. Rolling-loglikelihood tasks
+    (wikitext) are run at K=0 only.
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
     "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
     delimiters, all K examples kept and the prompt cut from the left; eval/tasks/README.md)."""
+    device = resolve_device(device)
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
@@ -118,6 +119,28 @@ def evaluate(
 
         write_report(results, out_dir)
     return results
+
+
+def resolve_device(device: str | None) -> str:
+    """`device`, checked against this machine, or "cuda" when it is None and CUDA is available, else "cpu"."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as err:
+        raise UserError(f"--device {device!r} is not a torch device ({err}); use cpu, cuda or cuda:0") from err
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise UserError(f"--device {device}: {reason} on this machine; use --device cpu")
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise UserError(f"--device {device}: this machine has {count} CUDA device{'s' * (count != 1)} "
+                            f"(cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}); use --device cuda:0, or leave "
+                            "--device out to use the first one")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+    return device
 
 
 def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
@@ -206,6 +229,12 @@ def evaluate_task(
 ) -> tuple[list[dict], list[dict]]:
     """Result rows and example logs of one task at one K."""
     output_type = OUTPUT_TYPES[spec.output_type]
+    if output_type.request_type == "generate_until" and output_type.max_gen_toks(spec) >= scorer.max_length:
+        raise ContextTooShortError(
+            f"task {spec.task}: it generates up to {output_type.max_gen_toks(spec)} tokens, which leaves no room for a "
+            f"prompt in the model's context of {scorer.max_length} tokens; leave the task out or use a model with a "
+            "longer context"
+        )
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(
         spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length,

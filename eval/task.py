@@ -1,15 +1,13 @@
 """TaskSpec: one benchmark read from eval/tasks/<name>.yaml, and how a doc becomes prompt, choices and gold.
 
-Data comes from local files under the data root (default <repo>/../shared/data, override with the `data_dir`
-argument or $HF_GPT_CUSTOM_DATA_DIR) or, for users with network, from a Hub dataset. Few-shot sampling, scoring and
-metrics live elsewhere; this module only reads files and renders templates.
+Here: the task file (fields, `include:`, checks with the fix in the message) and the templates. Where the docs come
+from (local files under the data root, or the Hub) is eval/task_data.py; few-shot sampling, scoring and metrics
+live elsewhere.
 """
 
 from __future__ import annotations
 
 import ast
-import json
-import os
 import types
 import typing
 from dataclasses import dataclass, field, replace
@@ -23,10 +21,10 @@ import yaml
 
 from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+from hf_gpt_custom.eval.task_data import default_data_dir, load_docs
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
-DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
 # How K examples that do not fit the context are handled (eval/fewshot.py): ours drops whole examples, farthest
 # first; lm-eval keeps all K and the scorer cuts tokens from the left of the prompt.
 FEWSHOT_FIT_MODES = ("drop-examples", "lm-eval")
@@ -42,13 +40,6 @@ REQUIRED_FIELDS = {
 
 # Templates only look fields up: no access to attributes of Python objects beyond what Jinja's sandbox allows.
 _JINJA = jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-
-
-def default_data_dir() -> Path:
-    """<repo>/../shared/data, independent of the working directory; $HF_GPT_CUSTOM_DATA_DIR overrides it."""
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV])
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @dataclass
@@ -121,7 +112,7 @@ class TaskSpec:
 
     def docs(self, split: str = "test", data_dir: str | Path | None = None) -> list[dict]:
         """The processed docs of `split` ("test" = the scored split), from local files or the Hub."""
-        return list(_load_docs(self, split, str(Path(data_dir) if data_dir else default_data_dir())))
+        return list(load_docs(self, split, str(Path(data_dir) if data_dir else default_data_dir())))
 
     def fewshot_docs(self, data_dir: str | Path | None = None) -> list[dict]:
         return self.docs(self.fewshot_split, data_dir)
@@ -287,133 +278,3 @@ def _matches_type(value: Any, hint: Any) -> bool:
 
 def _type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "") if typing.get_args(hint) else hint.__name__
-
-
-# --- local and Hub data -------------------------------------------------------------------------------------------
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    records = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path} line {line_number}: not valid JSON ({err.msg})") from err
-            if not isinstance(record, dict):
-                raise UserError(f"{path} line {line_number}: expected a JSON object, got {type(record).__name__}")
-            records.append(record)
-    return records
-
-
-def _read_jsonl_with_labels(paths: list[Path]) -> list[dict]:
-    records_path, labels_path = paths
-    records = _read_jsonl(records_path)
-    labels = labels_path.read_text(encoding="utf-8").split()
-    if len(labels) != len(records):
-        raise UserError(f"{labels_path}: {len(labels)} labels for {len(records)} records in {records_path}")
-    return [{**record, "label": label} for record, label in zip(records, labels)]
-
-
-def _read_line_records(path: Path, record_fields: list[str]) -> list[dict]:
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) % len(record_fields):
-        raise UserError(
-            f"{path}: {len(lines)} lines is not a multiple of {len(record_fields)} "
-            f"(one record = {', '.join(record_fields)})"
-        )
-    return [dict(zip(record_fields, lines[start : start + len(record_fields)])) for start in range(0, len(lines), len(record_fields))]
-
-
-def _read_local(spec: TaskSpec, paths: list[Path]) -> list[dict]:
-    if spec.data_format == "jsonl":
-        return [record for path in paths for record in _read_jsonl(path)]
-    if spec.data_format == "jsonl_with_labels":
-        return _read_jsonl_with_labels(paths)
-    if spec.data_format == "lines":
-        return [record for path in paths for record in _read_line_records(path, spec.record_fields or ["text"])]
-    if spec.data_format == "raw_text":
-        return [{"text": path.read_text(encoding="utf-8")} for path in paths]
-    raise UserError(f"{spec.source_file}: data_format {spec.data_format!r} is not one of jsonl, jsonl_with_labels, lines, raw_text")
-
-
-def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
-    """Render every template once so a malformed record fails here, naming its file and record number."""
-    try:
-        if spec.output_type == "multiple_choice":
-            spec.choices(doc)[spec.gold_index(doc)]
-        spec.text(doc)
-        if spec.doc_to_target is not None:
-            spec.target(doc)
-    except (KeyError, IndexError, ValueError, TypeError, jinja2.UndefinedError) as err:
-        raise UserError(f"{where}: cannot build the prompt for task {spec.task} ({type(err).__name__}: {err})") from err
-
-
-_DOCS_CACHE: dict[tuple[str, str, str, str], tuple[dict, ...]] = {}
-
-
-def _load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
-    key = (spec.source_file, spec.task, split, data_dir)
-    if key not in _DOCS_CACHE:
-        _DOCS_CACHE[key] = _load_docs_uncached(spec, split, data_dir)
-    return _DOCS_CACHE[key]
-
-
-def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
-    files = spec.data_files.get(split)
-    missing_message = None
-    if files is not None:
-        paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files)]
-        missing = [str(path) for path in paths if not path.is_file()]
-        if not missing:
-            records = _read_local(spec, paths)
-            transform = DOC_TRANSFORMS[spec.process_docs] if spec.process_docs else None
-            return _processed(spec, records, transform, where=str(paths[0]))
-        missing_message = (
-            f"task {spec.task}: {missing[0]} not found; put the benchmark files under {data_dir} "
-            f"or point ${DATA_DIR_ENV} (or data_dir=) at the folder that holds them"
-        )
-        if spec.dataset_path is None:
-            raise MissingFileError(missing_message)
-    if spec.dataset_path is None:
-        raise UserError(f"{spec.source_file}: no data_files for split {split!r} and no dataset_path")
-    import datasets  # only for users with network (or a warm cache)
-
-    hub_split = spec.test_split if split == "test" else split
-    try:
-        rows = datasets.load_dataset(spec.dataset_path, spec.dataset_name, split=hub_split)
-    except Exception as err:  # noqa: BLE001 — offline, unknown id, ...: say what was tried and how to fix it
-        if missing_message is None:
-            raise
-        raise MissingFileError(
-            f"{missing_message} (the Hub fallback {spec.dataset_path} could not be loaded either: {type(err).__name__})"
-        ) from err
-    records = [dict(row) for row in rows]
-    name = spec.hub_process_docs or spec.process_docs
-    return _processed(spec, records, DOC_TRANSFORMS[name] if name else None, where=f"{spec.dataset_path}[{hub_split}]")
-
-
-def _processed(spec: TaskSpec, records: list[dict], transform, where: str) -> tuple[dict, ...]:
-    if transform is not None:
-        try:
-            docs = transform(records)
-        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as err:
-            # Find the first record the transform rejects, so the message names it.
-            for number, record in enumerate(records, start=1):
-                try:
-                    transform([record])
-                except (KeyError, IndexError, ValueError, TypeError, AttributeError) as record_err:
-                    raise UserError(
-                        f"{where} line {number}: record does not fit {spec.process_docs} "
-                        f"({type(record_err).__name__}: {record_err})"
-                    ) from record_err
-            raise UserError(f"{where}: {spec.process_docs} failed ({err})") from err
-    else:
-        docs = records
-    for number, doc in enumerate(docs, start=1):
-        _check_record(spec, doc, f"{where} record {number}")
-    return tuple(docs)

@@ -12,10 +12,10 @@ from hf_gpt_custom.errors import UserError
 DEFAULT_MAX_LENGTH = 2048  # lm-eval's fallback when neither config nor tokenizer gives a context length
 
 
-def resolve_max_length(model, tokenizer) -> int:
+def resolve_max_length(config, tokenizer) -> int:
     """Context window in tokens: config n_positions / max_position_embeddings / n_ctx, then the tokenizer."""
     for attribute in ("n_positions", "max_position_embeddings", "n_ctx"):
-        value = getattr(model.config, attribute, None)
+        value = getattr(config, attribute, None)
         if isinstance(value, int) and value > 0:
             return value
     model_max_length = getattr(tokenizer, "model_max_length", None)
@@ -33,10 +33,13 @@ def prefix_token_id(tokenizer) -> int:
 
 
 def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, in one batched call (the fast tokenizer parallelises it)."""
+    """Token ids of each text, in one batched call (the fast tokenizer parallelises it).
+
+    Texts longer than the model's context are expected here (the callers truncate or window them), so the
+    tokenizer's "sequence length is longer than the specified maximum" warning is turned off (`verbose=False`)."""
     if not texts:
         return []
-    return [list(ids) for ids in tokenizer(list(texts))["input_ids"]]
+    return [list(ids) for ids in tokenizer(list(texts), verbose=False)["input_ids"]]
 
 
 def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:

@@ -25,26 +25,10 @@ def _check_output_folder(path: str, flag: str) -> None:
         raise UserError(f"{flag} {path} is a file; pass a folder path (it is created if missing)")
 
 
-def _check_device(device: str) -> None:
-    """A device torch knows and this machine has: `--device cuda` without CUDA fails here, not deep in a load."""
-    import torch
-
-    try:
-        kind = torch.device(device).type
-    except RuntimeError as err:
-        raise UserError(f"--device {device!r} is not a torch device ({err}); use cpu, cuda or cuda:0") from err
-    if kind == "cuda" and not torch.cuda.is_available():
-        reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-        raise UserError(f"--device {device}: {reason} on this machine; use --device cpu")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise UserError(f"--device {device}: MPS is not available on this machine; use --device cpu")
-
-
 def _check_model_argument(model: str) -> None:
     """An existing path must be a folder with a config.json; anything else must read as a Hub id (user/name).
     What the folder holds (any causal LM for eval) is the loader's business."""
-    from .hub import is_hub_repo_id
-    from .model_folder import check_model_folder
+    from .model_folder import check_model_folder, is_hub_repo_id
 
     if (Path(model).exists() or not is_hub_repo_id(model)) and not (Path(model) / "config.json").is_file():
         check_model_folder(model)  # raises, naming what is wrong: no such folder, a file, no config.json
@@ -212,7 +196,8 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--shots", type=_comma_ints, default=[0], help="comma-separated K values (default: 0)")
     parser.add_argument("--limit", type=int, default=None, help="score at most N documents per task (default: all)")
     parser.add_argument("--batch-size", type=int, default=16, help="requests per forward pass (default: 16)")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("--device", default=None,
+                        help="torch device: cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype (default: float32)")
     parser.add_argument("--seed", type=int, default=1234, help="few-shot sampling seed (default: 1234)")
     parser.add_argument("--data-dir", default=None,
@@ -227,7 +212,6 @@ def _add_eval(subparsers) -> None:
 def _cmd_eval(args: argparse.Namespace) -> None:
     _check_output_folder(args.out, "--out")
     _check_model_argument(args.model)
-    _check_device(args.device)
     from hf_gpt_custom.eval.report import REPORT_FILES
     from hf_gpt_custom.eval.runner import evaluate
 
@@ -262,8 +246,10 @@ def _add_export(subparsers) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.hub import check_repo_id, export_folder
 
+    if args.repo_id is not None:
+        check_repo_id(args.repo_id)
     _check_output_folder(args.out_dir, "OUT_DIR")
     out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id)
     print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id USER/NAME --dry-run`)")
@@ -281,8 +267,9 @@ def _add_push(subparsers) -> None:
 
 
 def _cmd_push(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import check_export, push_folder
+    from hf_gpt_custom.hub import check_export, check_repo_id, push_folder
 
+    check_repo_id(args.repo_id)
     if not args.dry_run:
         print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
         return
@@ -292,8 +279,8 @@ def _cmd_push(args: argparse.Namespace) -> None:
           f"{args.repo_id}{'@' + args.revision if args.revision else ''}{' (private)' if args.private else ''}:")
     for name, size in files:
         print(f"  {_human_bytes(size):>10}  {name}")
-    print("checks passed: required files and remote code present, no pickles, no local paths, the card's metadata "
-          "parses. Nothing was uploaded.")
+    print("checks passed: required files and remote code present, the manifest's files unchanged, no pickles, no local "
+          "paths, the card's metadata parses. Nothing was uploaded.")
 
 
 def _human_bytes(size: int) -> str:

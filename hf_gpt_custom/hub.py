@@ -14,11 +14,11 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
-from .model_folder import write_manifest
 from .errors import MissingFileError, UserError
+from .model_folder import check_manifest, is_hub_repo_id, saved_task_head_class, write_manifest
 
 # Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
 _LOAD_TIME_KEYS = ("is_local", "local_files_only")
@@ -29,21 +29,6 @@ _UPLOAD_IGNORED = (".git/", ".cache/")  # huggingface_hub's upload_folder leaves
 
 class HubUnreachableError(ConnectionError, UserError):
     """The Hub cannot be reached (offline mode or no network). A UserError, so the CLI prints one line."""
-
-
-def is_hub_repo_id(value) -> bool:
-    """True for strings shaped like a Hub repository id ("gpt2", "alice/tiny"); says nothing about existence.
-
-    The one "local path or Hub id?" test (CLI, tokenizer trainer, eval loader): huggingface_hub's own rule, the one
-    from_pretrained and load_dataset apply, so "runs/x/final", "./model" or "/abs/path" are never taken for ids.
-    """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id  # light (no torch); imported when needed
-
-    try:
-        validate_repo_id(value)
-    except HFValidationError:
-        return False
-    return isinstance(value, str) and bool(value)
 
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None) -> Path:
@@ -59,6 +44,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
     or the complete new one. An existing `out_dir` is replaced only if it is a previous export.
     """
+    if repo_id is not None:
+        check_repo_id(repo_id)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     final_dir = run_dir / "final"
     if not (final_dir / "config.json").is_file():
@@ -115,7 +102,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         if source.is_file():
             shutil.copyfile(source, staging / source.name)
     check_export(staging, forbidden=local_paths)
-    # Size and sha256 of every file: our loaders (eval, --init_from) then refuse a copy whose weights changed on disk.
+    # Size and sha256 of every file but the card and other documentation: from_pretrained, eval, finetune and push
+    # then refuse a copy whose weights, config, code or tokenizer changed on disk.
     write_manifest(staging)
     _make_world_readable(staging)
 
@@ -125,16 +113,13 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     return out_dir
 
 
-def saved_task_head_class(folder: str | Path):
-    """The task-head class (GPTCustomFor<Task>, not ...ForCausalLM) a model folder was saved from, or None.
-
-    A head folder loaded as a causal LM loads without complaint and loses its head, so export (and fine-tuning's
-    init_from) must load it as the class that saved it."""
-    import hf_gpt_custom
-
-    saved = read_json(Path(folder) / "config.json").get("architectures") or []
-    head = next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
-    return getattr(hf_gpt_custom, head) if head else None
+def check_repo_id(repo_id: str) -> None:
+    """A UserError unless `repo_id` is shaped like a Hub repository id (NAME or USER/NAME)."""
+    if not is_hub_repo_id(repo_id):
+        raise UserError(
+            f"--repo-id {repo_id!r} is not a Hub repository id; use USER/NAME or NAME with letters, digits, '-', '_' "
+            "and '.' (no leading/trailing '-' or '.', no '--' or '..', at most 96 characters), e.g. alice/tiny-model"
+        )
 
 
 def push_folder(folder: str | Path, repo_id: str, private: bool = False, revision: str | None = None) -> str:
@@ -147,6 +132,7 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
     from huggingface_hub import HfApi, get_token, is_offline_mode
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
+    check_repo_id(repo_id)
     folder = Path(folder)
     check_export(folder)
     token = get_token()
@@ -214,11 +200,12 @@ def remote_code_files() -> set[str]:
 def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:
     """Check that `folder` can be published; return its files as (relative path, size in bytes), sorted.
 
-    Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a
-    pickle, a card whose metadata does not parse or that links a missing image, and anything local — the
-    `forbidden` strings (the run's own absolute paths), this machine's home and working directory, an absolute
-    path as a JSON value, or the load-time keys transformers writes (`is_local`, `local_files_only`).
-    """
+    Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
+    that no longer matches the folder's manifest (the card and other documentation may be edited, see
+    model_folder.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
+    and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
+    directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
+    `local_files_only`)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
         raise MissingFileError(
@@ -237,6 +224,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     missing = sorted(required - names)
     if missing:
         raise UserError(f"cannot publish {folder}: missing {', '.join(missing)}; export the run again")
+    check_manifest(folder)  # the weights, config, code and tokenizer as exported; the card may have been edited
     pickled = [name for name in names if Path(name).suffix in _PICKLE_SUFFIXES]
     if pickled:
         raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
@@ -310,17 +298,27 @@ def _check_card(folder: Path) -> None:
 
 
 def _is_local_path(value: str) -> bool:
-    """An absolute path of this machine: "/a/b/..." (or an existing "/a"), "~/...", "C:\\...". Not "/" or "</s>"."""
+    """An absolute path of this machine: "/a/b/..." (or an existing "/a"), "~/...", "C:\\...", spaces inside names
+    included ("/data/my corpus/input.txt"). Not "/", "</s>" or a sentence or merge rule starting with "/" ("/ x").
+
+    The one rule for both sides: export replaces such values (`_public_value`) and check_export refuses them."""
+    if "\n" in value:
+        return False
     if value.startswith("~/") or re.match(r"^[A-Za-z]:[\\/]", value):
         return True
-    if not value.startswith("/") or any(char.isspace() for char in value):
+    if not value.startswith("/"):
         return False
-    return len(Path(value).parts) >= 3 or Path(value).exists()
+    names = Path(value).parts[1:]
+    if any(name != name.strip() for name in names):  # "/ x", "/a /b": text, not a path
+        return False
+    return len(names) >= 2 or (len(names) == 1 and Path(value).exists())
 
 
 def _public_path(value: str, run_dir: Path) -> str:
     """A path inside the run folder as its path there ("tokenizer", "final"; the folder itself as its name); any
-    other local path as its base name ("input.txt")."""
+    other local path as its base name ("input.txt", also of a Windows path recorded elsewhere)."""
+    if re.match(r"^[A-Za-z]:[\\/]", value):
+        return PureWindowsPath(value).name
     path, root = Path(value).expanduser(), run_dir.resolve()
     try:
         inside = path.resolve().relative_to(root).as_posix()
@@ -399,4 +397,4 @@ def _is_network_error(err: BaseException) -> bool:
     return any(cls.__name__ == "TransportError" and cls.__module__.startswith("httpx") for cls in type(err).__mro__)
 
 
-__all__ = ["HubUnreachableError", "check_export", "export_folder", "is_hub_repo_id", "push_folder", "remote_code_files"]
+__all__ = ["HubUnreachableError", "check_export", "check_repo_id", "export_folder", "push_folder", "remote_code_files"]

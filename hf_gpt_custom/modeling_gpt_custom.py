@@ -39,6 +39,7 @@ from .block_variants import (
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import read_config_dict
 from .errors import UserError
+from .model_folder import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
@@ -371,7 +372,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             return resolve(converter)(pretrained_model_name_or_path, cls, **kwargs)
         refuse_another_head(cls.__name__, pretrained_model_name_or_path, (saved or {}).get("architectures"))
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            return from_pretrained_checked(super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:
             # A truncated or corrupt weights file surfaces as a bare SafetensorError deep inside loading.
             if type(err).__name__ != "SafetensorError":

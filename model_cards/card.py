@@ -64,6 +64,7 @@ def build_model_card(
         rows = [row for row in _hyperparameter_rows(train_config) if row[0].split(".")[0] not in PRETRAINING_ONLY_SETTINGS]
         facts = {"model_name": run_name, "n_params_human": _human_count(summary.get("n_params")),
                  "code_files": sorted(remote_code_files()), "hyperparameters": rows,
+                 "transformers_requirement": transformers_requirement(),
                  "loss_curve": "loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
                  "duration": _training_facts(summary, train_config)["duration"]}
         return build_task_model_card(run_dir, summary, train_config, model_config, repo_id, license, facts)
@@ -92,6 +93,7 @@ def build_model_card(
         repo_id=repo_id or f"your-username/{run_name}",
         package_source=package_source or PACKAGE_SOURCE_PLACEHOLDER,
         code_files=sorted(remote_code_files()),
+        transformers_requirement=transformers_requirement(),
         example_prompt=dataset["example_prompt"],
         n_params_human=_human_count(breakdown["total"]),
         tokens_seen_human=_human_count(summary.get("tokens_seen")),
@@ -115,6 +117,21 @@ def build_model_card(
         shots_curve="shots_curve.png" if (run_dir / "eval" / "shots_curve.png").is_file() else None,
         eval=_eval_facts(results, format_results_table) if eval_rows or (results or {}).get("skipped") else None,
     )
+
+
+def transformers_requirement() -> str:
+    """The transformers pin the package declares (pyproject.toml, as installed), e.g. "transformers>=5,<5.25"."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    for line in importlib.metadata.requires("hf-gpt-custom") or []:
+        requirement = Requirement(line)
+        if requirement.name == "transformers" and not requirement.marker:
+            # lower bounds first, as people write them: "transformers>=5,<5.25"
+            specifiers = sorted(requirement.specifier, key=lambda spec: (not spec.operator.startswith(">"), str(spec)))
+            return "transformers" + ",".join(str(spec) for spec in specifiers)
+    raise AssertionError("the hf-gpt-custom package metadata declares no transformers requirement")
 
 
 def build_eval_results(rows: list[dict[str, Any]], model_name: str) -> list[EvalResult]:

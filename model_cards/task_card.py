@@ -78,7 +78,8 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
                  "task_loss": f"{summary['val_task_loss']:.4f}"},
         hyperparameters=[row for row in facts["hyperparameters"]  # a local file has no Hub split or config
                          if not (dataset["local_file"] and row[0] in ("dataset_split", "dataset_config"))],
-        **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "loss_curve")},
+        **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "loss_curve",
+                                       "transformers_requirement")},
     )
 
 

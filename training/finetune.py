@@ -194,7 +194,7 @@ def _head_class(task: TaskSection):
 def saved_head(folder: str, task: TaskSection) -> str | None:
     """The task head class a fine-tuned folder holds (None for a pre-trained causal LM); one of another kind than
     `task` needs is refused."""
-    from hf_gpt_custom.hub import saved_task_head_class
+    from hf_gpt_custom.model_folder import saved_task_head_class
 
     head_class = saved_task_head_class(folder)
     head = head_class.__name__ if head_class is not None else None

@@ -89,3 +89,79 @@ def test_wikitext_results_count_words_and_bytes_as_lm_eval_wikitext(shared_data_
     for doc in load_task("wikitext").docs("test", shared_data_dir)[:3]:
         assert doc["page"] != doc["text"]  # detokenized text differs from the page the counts are taken on
         assert ours.count_on_page(doc, [-1234.5]) == theirs.process_results(doc, [-1234.5])
+
+
+# --- every model the project makes: the task runs, or is refused by name before lm-eval asserts ----------------------
+
+
+@pytest.fixture(scope="module")
+def short_context_model(tmp_path_factory) -> Path:
+    """The shortest context the project's recipes make (smoke: 64 positions) with the 257-token byte tokenizer."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from tests.helpers import save_tiny_model
+
+    folder = tmp_path_factory.mktemp("short") / "model"
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    save_tiny_model(folder, len(tokenizer), n_positions=64, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _lm_eval(model_dir: Path, names: list[str], data_dir: Path, metadata: dict, **kwargs) -> dict:
+    """lm-eval as its CLI runs it: the model arguments reach the tasks as metadata (`--metadata` merged in)."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    model_args = {"pretrained": str(model_dir)}
+    return lm_eval.simple_evaluate(
+        model="hf", model_args=model_args, tasks=names, device="cpu", batch_size=4, bootstrap_iters=0,
+        verbosity="ERROR",
+        task_manager=TaskManager(include_path=str(LM_EVAL_TASKS_DIR), include_defaults=False,
+                                 metadata={"data_dir": str(data_dir), **metadata}),
+        **kwargs,
+    )
+
+
+def _doc_with_the_longest_answer(name: str, data_dir: Path) -> int:
+    from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+
+    spec = load_task(name, protocol="lm-eval")
+    if OUTPUT_TYPES[spec.output_type].request_type != "loglikelihood":
+        return 0
+    docs = spec.docs("test", data_dir)
+    answers = [max(len(text.encode()) for text in OUTPUT_TYPES[spec.output_type].continuations(spec, doc)) for doc in docs]
+    return max(range(len(docs)), key=answers.__getitem__)
+
+
+def test_gptc_piqa_on_a_short_context_model_is_refused_by_name(short_context_model, shared_data_dir):
+    """Was: `assert len(continuation_enc) <= self.max_length` deep inside lm-eval."""
+    from hf_gpt_custom.errors import UserError
+
+    with pytest.raises(UserError, match=rf"gptc_piqa cannot run on {short_context_model}: the answer of doc 314 is 1065 "
+                                        r"tokens, longer than the model's context of 64.*--protocol lm-eval --tasks piqa"):
+        _lm_eval(short_context_model, ["gptc_piqa"], shared_data_dir, {"pretrained": str(short_context_model)}, limit=2)
+
+
+def test_every_task_runs_on_a_short_context_model_or_is_refused_where_lm_eval_would_fail(short_context_model, shared_data_dir):
+    """Each refusal is checked against lm-eval itself: the named doc, scored without our check, fails its assertion."""
+    from hf_gpt_custom.eval.lm_eval_export import check_lm_eval_fit
+    from hf_gpt_custom.errors import UserError
+
+    runs, refused = [], {}
+    for name in available_tasks():
+        try:
+            check_lm_eval_fit(name, load_task(name).docs("test", shared_data_dir), str(short_context_model))
+            runs.append(TASK_PREFIX + name)
+        except UserError as err:
+            assert str(err).startswith(f"{TASK_PREFIX}{name} cannot run on {short_context_model}: ")
+            refused[TASK_PREFIX + name] = int(str(err).split("the answer of doc ")[1].split()[0])
+    assert "gptc_piqa" in refused and "gptc_wikitext" in runs and "gptc_triviaqa" in runs
+    # Each task that runs is run on its first doc and on the doc with the longest answer (in bytes).
+    samples = {task_name: sorted({0, _doc_with_the_longest_answer(task_name.removeprefix(TASK_PREFIX), shared_data_dir)})
+               for task_name in runs}
+    results = _lm_eval(short_context_model, runs, shared_data_dir, {"pretrained": str(short_context_model)}, samples=samples)
+    assert sorted(results["results"]) == sorted(runs)
+    for task_name, doc_id in refused.items():  # no `pretrained` in the metadata: our check does not run
+        with pytest.raises(AssertionError):
+            _lm_eval(short_context_model, [task_name], shared_data_dir, {}, samples={task_name: [doc_id]})

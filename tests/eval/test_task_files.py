@@ -122,3 +122,10 @@ def test_hub_transforms_give_the_same_docs_as_the_local_files(shared_data_dir):
 
     pages = load_task("wikitext").docs("test", shared_data_dir)
     assert DOC_TRANSFORMS["wikitext_hub_pages"]([{"page": p["page"]} for p in pages[:3]]) == pages[:3]
+
+
+def test_the_default_data_root_is_shared_data_beside_the_checkout(monkeypatch, shared_data_dir):
+    from hf_gpt_custom.eval.task import default_data_dir
+
+    monkeypatch.delenv("HF_GPT_CUSTOM_DATA_DIR", raising=False)
+    assert default_data_dir() == shared_data_dir

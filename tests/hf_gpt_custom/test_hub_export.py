@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_gpt_custom.hub import is_hub_repo_id
+from hf_gpt_custom.model_folder import is_hub_repo_id
 from tests.helpers import NEW_TOKENS, assert_export_matches_in_process, hash_folder, make_tiny_run
 
 
@@ -32,7 +32,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert files == sorted([
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
-        "block_variants.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py",
+        "block_variants.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py", "model_folder.py",
         "tiktoken_engine.py", "transformers_compat.py",  # relative imports
         "auto_classes.py", "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # what auto_classes names
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
@@ -312,12 +312,12 @@ def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, m
         push_folder(edited, "alice/tiny-shakespeare")
     assert hash_folder(edited) == before
 
-    config = json.loads((out_dir / "config.json").read_text())
+    summary = json.loads((out_dir / "training_summary.json").read_text())
     (edited / "README.md").write_text((out_dir / "README.md").read_text())
-    (edited / "config.json").write_text(json.dumps({**config, "_name_or_path": "/srv/models/tiny"}))
-    with pytest.raises(ValueError, match=r"config\.json contains local information _name_or_path = '/srv/models/tiny'"):
+    (edited / "training_summary.json").write_text(json.dumps({**summary, "_name_or_path": "/srv/models/tiny"}))
+    with pytest.raises(ValueError, match=r"training_summary\.json contains local information _name_or_path = '/srv/models/tiny'"):
         check_export(edited)
-    (edited / "config.json").write_text(json.dumps(config))
+    (edited / "training_summary.json").write_text(json.dumps(summary))
     (edited / "loss_curve.png").unlink()
     with pytest.raises(ValueError, match=r"README\.md shows loss_curve\.png, which is not in"):
         check_export(edited)
@@ -354,3 +354,116 @@ def test_local_path_or_hub_id_is_decided_once_by_huggingface_hubs_rule(value, is
     assert is_hub_repo_id(value) is is_id
     if value and not value.startswith(("./", "/", "~")):  # those are refused as missing files before the id check
         assert _classify_input_list([value]) == ("hub" if is_id else "texts")
+
+
+# --- the manifest: the same protection for push, eval/finetune and from_pretrained ----------------------------------
+
+
+def _loaders_of_a_folder():
+    """Every way a folder is read: push's check, our commands' strict loader, transformers' from_pretrained."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_gpt_custom.hub import check_export
+    from hf_gpt_custom.model_folder import load_model_folder
+
+    return {"push": check_export, "eval/finetune": load_model_folder, "from_pretrained": AutoModelForCausalLM.from_pretrained}
+
+
+def test_an_edited_card_is_accepted_and_an_edited_config_refused_by_every_reader(exported, tmp_path):
+    import shutil
+
+    _, out_dir = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(out_dir, copy)
+    with open(copy / "README.md", "a", encoding="utf-8") as card:
+        card.write("\n## Notes from the author\n\nUse with care.\n")
+    for reader in _loaders_of_a_folder().values():
+        reader(copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "n_layer": 1}, indent=2))
+    for name, reader in _loaders_of_a_folder().items():
+        with pytest.raises(ValueError, match=r"is damaged: config\.json (has \d+ bytes|does not match)"):
+            reader(copy)
+            pytest.fail(f"{name} accepted an edited config.json")
+
+
+def test_a_bit_flip_is_refused_where_the_package_is_not_installed(exported, tmp_path, python_without_project):
+    """The exported remote code verifies the manifest itself (model_folder.py ships beside the modeling file)."""
+    import shutil
+
+    _, out_dir = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(out_dir, copy)
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-10] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    script = (
+        "import json, sys\nfrom transformers import AutoModelForCausalLM\n"
+        "try:\n    AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n    print(json.dumps({}))\n"
+        "except ValueError as err:\n    print(json.dumps({'error': type(err).__module__ + '.' + type(err).__name__, 'message': str(err)}))\n"
+    )
+    result = python_without_project(script, copy)
+    assert result["error"].startswith("transformers_modules.") and result["error"].endswith(".UserError")
+    assert "model.safetensors does not match its sha256" in result["message"]
+
+
+# --- local paths: export scrubs exactly what push refuses -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, is_local", [
+    ("/data/my corpus/input.txt", True), ("/srv/models/tiny", True), ("/srv/tiny", True), ("~/corpora/x.txt", True),
+    ("C:\\Users\\me\\data.txt", True), ("/home/a b/c d", True),
+    ("/", False), ("</s>", False), ("/ not a path", False), ("a/b/c", False), ("Ġ /", False), ("runs/x", False),
+])
+def test_the_export_scrub_and_the_push_check_apply_one_rule(value, is_local, tmp_path):
+    from hf_gpt_custom.hub import _find_local_json_values, _public_value
+
+    scrubbed = _public_value({"dataset": value}, tmp_path, [])["dataset"]
+    assert (scrubbed != value) is is_local
+    assert (_find_local_json_values({"dataset": value}) is not None) is is_local
+    assert _find_local_json_values({"dataset": scrubbed}) is None
+
+
+def test_a_dataset_path_with_a_space_is_scrubbed_from_the_export_and_refused_by_push(tmp_path):
+    """Outside home and the working directory (so only the JSON rule can see it), as on a shared data disk."""
+    import shutil
+
+    from hf_gpt_custom.hub import check_export, export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "spaced", with_eval=False)
+    spaced = tmp_path / "shared data" / "tiny shakespeare" / "input.txt"
+    spaced.parent.mkdir(parents=True)
+    shutil.move(run_dir.parent / "data" / "tinyshakespeare" / "input.txt", spaced)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    summary["dataset"] = summary["config"]["dataset"] = str(spaced)
+    (run_dir / "training_summary.json").write_text(json.dumps(summary))
+    out_dir = export_folder(run_dir, tmp_path / "export")
+    published = json.loads((out_dir / "training_summary.json").read_text())
+    assert (published["dataset"], published["config"]["dataset"]) == ("input.txt", "input.txt")
+    assert not any(str(spaced.parent) in path.read_bytes().decode("utf-8", "replace") for path in out_dir.rglob("*") if path.is_file())
+    (out_dir / "training_summary.json").write_text(json.dumps({**published, "dataset": str(spaced)}))  # put back by hand
+    with pytest.raises(ValueError, match=r"training_summary\.json contains local information dataset = .*shared data"):
+        check_export(out_dir)
+
+
+# --- a bad --repo-id -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("repo_id", ["two words", "alice/x/y", "alice/", "x-", "a" * 97])
+def test_a_bad_repo_id_is_one_clear_line_everywhere(repo_id, exported, tmp_path, capsys):
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.hub import export_folder, push_folder
+
+    run_dir, out_dir = exported
+    with pytest.raises(ValueError, match=r"is not a Hub repository id; use USER/NAME") as caught:
+        push_folder(out_dir, repo_id)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"is not a Hub repository id"):
+        export_folder(run_dir, tmp_path / "out", repo_id=repo_id)
+    assert not (tmp_path / "out").exists()
+    for argv in (["push", str(out_dir), "--repo-id", repo_id, "--dry-run"], ["push", str(out_dir), "--repo-id", repo_id],
+                 ["export", str(run_dir), str(tmp_path / "out"), "--repo-id", repo_id]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1 and "is not a Hub repository id" in err, argv

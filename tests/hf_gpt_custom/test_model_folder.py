@@ -1,6 +1,7 @@
 """Strict loading for our own commands: what from_pretrained lets through silently is an error here."""
 
 import json
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
@@ -83,3 +84,109 @@ def test_openai_gpt_and_llama_folders_load_for_our_commands_converted(tmp_path, 
     input_ids = torch.randint(0, 64, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, reference(input_ids).logits, atol=1e-5, rtol=1e-5)
+
+
+# --- from_pretrained itself: the manifest and missing tensors ---------------------------------------------------------
+
+
+def _flip_a_weight_byte(folder):
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[-10] ^= 1  # inside the last tensor: safetensors itself still loads the file
+    (folder / "model.safetensors").write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("loader", ["GPTCustomForCausalLM", "AutoModelForCausalLM", "AutoModel"])
+def test_from_pretrained_refuses_a_folder_that_does_not_match_its_manifest(saved, loader):
+    import transformers
+
+    import hf_gpt_custom
+
+    _, folder = saved
+    write_manifest(folder)
+    _flip_a_weight_byte(folder)
+    model_class = getattr(hf_gpt_custom, loader, None) or getattr(transformers, loader)
+    with pytest.raises(UserError, match=r"is damaged: model\.safetensors does not match its sha256"):
+        model_class.from_pretrained(folder)
+
+
+def test_from_pretrained_refuses_a_missing_tensor_even_without_a_manifest(saved, caplog):
+    """transformers would initialise the tensor at random and log a line; our folders say which tensor is missing."""
+    from transformers import AutoModelForCausalLM
+
+    _, folder = saved
+    state = load_file(folder / "model.safetensors")
+    del state["transformer.h.0.mlp.c_fc.weight"]
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    for load in (GPTCustomForCausalLM.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(UserError, match=r"missing 1, wrong shape 0 \(transformer\.h\.0\.mlp\.c_fc\.weight\)"):
+            load(folder)
+
+
+def test_a_new_task_head_on_a_causal_lm_folder_still_loads_but_its_body_must_be_complete(saved):
+    """transformers' fine-tuning path: the head's weights are new (initialised, as transformers reports them);
+    a body weight missing from the file is still an error."""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    model, folder = saved
+    head, info = GPTCustomForSequenceClassification.from_pretrained(folder, num_labels=2, output_loading_info=True)
+    assert set(info["missing_keys"]) == {"score.weight"}
+    assert head.transformer.h[1].mlp.c_fc.weight.equal(model.transformer.h[1].mlp.c_fc.weight)
+    state = load_file(folder / "model.safetensors")
+    del state["transformer.ln_f.weight"]
+    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"missing 1, wrong shape 0 \(transformer\.ln_f\.weight\)"):
+        GPTCustomForSequenceClassification.from_pretrained(folder, num_labels=2)
+
+
+def test_a_head_folder_missing_its_own_head_weight_is_refused(saved, tmp_path):
+    """Loaded as the class that saved it, every weight counts: the head's too."""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    _, folder = saved
+    GPTCustomForSequenceClassification.from_pretrained(folder, num_labels=2).save_pretrained(tmp_path / "head")
+    state = load_file(tmp_path / "head" / "model.safetensors")
+    del state["score.weight"]
+    save_file(state, tmp_path / "head" / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"missing 1, wrong shape 0 \(score\.weight\)"):
+        GPTCustomForSequenceClassification.from_pretrained(tmp_path / "head")
+
+
+def test_each_file_is_hashed_once_per_process_until_it_changes(saved, monkeypatch):
+    """check_model_folder and from_pretrained both verify: a 500 MB file is not hashed twice per load, nor again on
+    the next load; any write (new mtime/ctime, or a new inode) makes the next load hash it again."""
+    from hf_gpt_custom import model_folder
+
+    _, folder = saved
+    write_manifest(folder)
+    hashed = []
+    original = model_folder.sha256_file
+    monkeypatch.setattr(model_folder, "sha256_file", lambda path: hashed.append(Path(path).name) or original(path))
+    load_model_folder(folder)
+    load_model_folder(folder)
+    GPTCustomForCausalLM.from_pretrained(folder)
+    assert hashed.count("model.safetensors") == 1
+    _flip_a_weight_byte(folder)
+    with pytest.raises(UserError, match=r"model\.safetensors does not match its sha256"):
+        GPTCustomForCausalLM.from_pretrained(folder)
+    assert hashed.count("model.safetensors") == 2
+
+
+def test_the_manifest_leaves_documentation_editable_and_protects_the_rest(saved):
+    """The model card is edited before a push as a matter of course: README.md, plots and the run's records are not
+    in the manifest; weights, config, code and tokenizer files are."""
+    from hf_gpt_custom.model_folder import is_documentation
+
+    _, folder = saved
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# card\n")
+    (folder / "eval").mkdir()
+    (folder / "eval" / "table.md").write_text("| task |\n")
+    write_manifest(folder)
+    listed = json.loads((folder / "manifest.json").read_text())["files"]
+    assert {"config.json", "generation_config.json", "model.safetensors", "modeling_gpt_custom.py"} <= set(listed)
+    assert not {"README.md", "eval/table.md"} & set(listed)
+    assert [is_documentation(name) for name in ("README.md", "loss_curve.png", "training_summary.json",
+                                                 "eval/results.json", "config.json", "tokenizer.json", "modeling_gpt_custom.py",
+                                                 "optimizer.bin", "training_state.json")] == [True] * 4 + [False] * 5
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# my own card\n")
+    assert verify_manifest(folder) is None
+    load_model_folder(folder)

@@ -65,6 +65,9 @@ def test_fine_tuned_card_names_base_data_lambda_and_never_scratch(boolq_export, 
         " ".join(text.split())
     assert "AutoModelForSequenceClassification" in text and "AutoModelForCausalLM" not in text
     assert str(run.parent) not in text
+    from hf_gpt_custom.model_cards.card import transformers_requirement
+
+    assert f"(`{transformers_requirement()}`, torch, tokenizers)" in text  # the pin, rendered
 
 
 def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):

@@ -62,3 +62,28 @@ class GPTCustomModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestC
         with torch.no_grad():
             logits = model(**inputs).logits
         self.assertEqual(tuple(logits.shape), (7, 7, 99))
+
+    def test_model_weights_reload_no_missing_tied_weights(self):
+        """A deliberate departure from transformers: a weight missing from the file is an error naming it, not a
+        random initialisation with a log line (issue 22.12). The same emptied file transformers' own loader reports
+        missing weights for: ours refuses it, counting the same weights (tied ones aside)."""
+        import os
+        import tempfile
+
+        from safetensors.torch import save_file
+        from transformers import PreTrainedModel
+
+        from hf_gpt_custom.errors import UserError
+
+        for model_class in self.all_model_classes:
+            config, _ = self.model_tester.prepare_config_and_inputs_for_common()
+            with tempfile.TemporaryDirectory() as tmp_dir:
+                model_class(config).save_pretrained(tmp_dir)
+                save_file({"tensor": torch.tensor([1, 2])}, os.path.join(tmp_dir, "model.safetensors"), metadata={"format": "pt"})
+                # transformers' own from_pretrained on our class, without our override's checks
+                reference, info = PreTrainedModel.from_pretrained.__func__(model_class, tmp_dir, output_loading_info=True)
+                tied = set(reference._tied_weights_keys or {}) if reference.config.tie_word_embeddings else set()
+                expected = set(info["missing_keys"]) - tied
+                self.assertTrue(expected)
+                with self.assertRaisesRegex(UserError, rf"missing {len(expected)}, wrong shape 0"):
+                    model_class.from_pretrained(tmp_dir)

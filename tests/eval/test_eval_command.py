@@ -1,0 +1,161 @@
+"""`hf-gpt-custom eval` and the main job's evaluation stage: the device they choose (CUDA when there is one, checked
+against this machine), one line for a K the model cannot hold, and no tokenizer warning about long texts that the
+evaluation windows itself. CUDA is simulated with monkeypatched torch.cuda functions: CI has no GPU."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hf_gpt_custom.cli import main
+from hf_gpt_custom.eval import runner
+from hf_gpt_custom.errors import UserError
+
+
+def _fake_cuda(monkeypatch, device_count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: device_count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: device_count)
+
+
+@pytest.mark.parametrize("device_count, requested, chosen", [
+    (0, None, "cpu"), (1, None, "cuda"), (2, None, "cuda"),
+    (1, "cpu", "cpu"), (1, "cuda", "cuda"), (1, "cuda:0", "cuda:0"), (2, "cuda:1", "cuda:1"),
+])
+def test_the_device_is_cuda_when_there_is_one_unless_asked_otherwise(monkeypatch, device_count, requested, chosen):
+    _fake_cuda(monkeypatch, device_count)
+    assert runner.resolve_device(requested) == chosen
+
+
+@pytest.mark.parametrize("device_count, requested, message", [
+    (1, "cuda:3", r"--device cuda:3: this machine has 1 CUDA device \(cuda:0\); use --device cuda:0"),
+    (2, "cuda:2", r"--device cuda:2: this machine has 2 CUDA devices \(cuda:0 to cuda:1\); use --device cuda:0"),
+    (0, "cuda", r"--device cuda: .* on this machine; use --device cpu"),
+    (0, "cuda:0", r"--device cuda:0: .* on this machine; use --device cpu"),
+    (1, "gpu0", r"--device 'gpu0' is not a torch device"),
+])
+def test_a_device_this_machine_lacks_is_one_line_naming_the_fix(monkeypatch, device_count, requested, message):
+    _fake_cuda(monkeypatch, device_count)
+    with pytest.raises(UserError, match=message) as caught:
+        runner.resolve_device(requested)
+    assert "\n" not in str(caught.value)
+
+
+class _Loaded(Exception):
+    """Raised by the stand-in loader: the device evaluate asked for, without moving a model to a GPU we lack."""
+
+
+@pytest.fixture
+def loaded_device(monkeypatch):
+    """Replace the model loader; `evaluate` then stops with _Loaded(device) where it would load the model."""
+    def load(model, tokenizer, device, dtype):
+        raise _Loaded(device)
+
+    monkeypatch.setattr(runner, "load_model_and_tokenizer", load)
+
+
+def test_evaluate_and_the_main_jobs_eval_stage_use_cuda_when_available(monkeypatch, loaded_device, tmp_path):
+    from hf_gpt_custom.run import _stage_eval
+
+    _fake_cuda(monkeypatch, 1)
+    with pytest.raises(_Loaded, match="^cuda$"):
+        runner.evaluate(str(tmp_path), tasks=["copa"])
+    config = SimpleNamespace(benchmark_tasks=["copa"], benchmark_shots=[0], benchmark_limit=2)
+    with pytest.raises(_Loaded, match="^cuda$"):
+        _stage_eval(config, tmp_path, {})
+    _fake_cuda(monkeypatch, 0)
+    with pytest.raises(_Loaded, match="^cpu$"):
+        _stage_eval(config, tmp_path, {})
+
+
+def test_the_eval_command_uses_cuda_when_available_and_device_overrides(monkeypatch, loaded_device, tmp_path):
+    _fake_cuda(monkeypatch, 1)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    base = ["eval", "--model", str(tmp_path / "model"), "--tasks", "copa", "--out", str(tmp_path / "out")]
+    with pytest.raises(_Loaded, match="^cuda$"):
+        main(base)
+    with pytest.raises(_Loaded, match="^cpu$"):
+        main([*base, "--device", "cpu"])
+
+
+def _one_line_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("hf-gpt-custom ")]  # progress bars aside
+    assert exited.value.code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_eval_on_a_cuda_index_this_machine_lacks_is_one_line(monkeypatch, tmp_path, capsys):
+    _fake_cuda(monkeypatch, 1)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    err = _one_line_error(["eval", "--model", str(tmp_path / "model"), "--tasks", "copa", "--device", "cuda:3",
+                           "--out", str(tmp_path / "out")], capsys)
+    assert "this machine has 1 CUDA device (cuda:0); use --device cuda:0" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def short_context_model(tmp_path_factory) -> Path:
+    """Our model with 64 positions and the 257-token byte tokenizer: the smoke recipe's context length."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from tests.helpers import save_tiny_model
+
+    folder = tmp_path_factory.mktemp("short") / "model"
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    save_tiny_model(folder, len(tokenizer), n_positions=64, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_few_shot_k_the_context_cannot_hold_is_one_line_naming_the_fix(short_context_model, tmp_path, capsys):
+    err = _one_line_error(["eval", "--model", str(short_context_model), "--tasks", "lambada", "--shots", "1",
+                           "--limit", "2", "--out", str(tmp_path / "out")], capsys)
+    assert "lambada: the model's context of 64 tokens cannot hold even one few-shot example" in err
+    assert "--shots 0" in err
+
+
+def test_long_documents_scored_in_windows_print_no_tokenizer_length_warning(short_context_model):
+    """wikitext pages are far longer than 64 tokens: the evaluation windows them itself, so transformers' "Token
+    indices sequence length is longer than the specified maximum" would only be noise. A user's own call still warns."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library_logger = transformers_logging.get_logger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(short_context_model)
+        tokenizer.model_max_length = 64
+        runner.evaluate(str(short_context_model), tokenizer, tasks=["wikitext"], limit=1, show_progress=False)
+        assert not [r for r in records if "sequence length is longer" in r.getMessage()]
+        tokenizer("x" * 100)
+        assert [r for r in records if "sequence length is longer" in r.getMessage()]
+    finally:
+        library_logger.removeHandler(handler)
+
+
+def test_generation_that_cannot_leave_room_for_a_prompt_is_refused_naming_the_task(tmp_path):
+    """triviaqa generates up to 32 tokens: a 32-position model has no room left for the question. The main job's
+    sweep (skip_unfittable) lists it as skipped instead of failing."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.fewshot import ContextTooShortError
+    from tests.helpers import save_tiny_model
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    save_tiny_model(tmp_path / "m32", len(tokenizer), n_positions=32, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(tmp_path / "m32")
+    with pytest.raises(ContextTooShortError, match=r"task triviaqa: it generates up to 32 tokens.*context of 32 tokens"):
+        runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False)
+    results = runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False, skip_unfittable=True)
+    assert [(row["task"], row["num_fewshot"]) for row in results.skipped] == [("triviaqa", 0)]

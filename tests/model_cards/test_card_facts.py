@@ -1,0 +1,62 @@
+"""Facts the cards state about the software, checked against their sources: the transformers pin is pyproject.toml's
+(not a copy that goes stale), and the sentence on new token embeddings says what the installed transformers'
+resize_token_embeddings does."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import make_tiny_run
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def _pyproject_transformers_pin() -> str:
+    match = re.search(r'^\s*"transformers([^"]+)"', PYPROJECT.read_text(encoding="utf-8"), re.MULTILINE)
+    return "transformers" + match.group(1).replace(" ", "")
+
+
+def test_the_pin_is_read_from_pyproject():
+    from hf_gpt_custom.model_cards.card import transformers_requirement
+
+    assert transformers_requirement() == _pyproject_transformers_pin()
+
+
+def test_the_pretrained_card_names_the_projects_transformers_pin(tmp_path):
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    text = build_model_card(make_tiny_run(tmp_path / "runs" / "tiny")).text
+    pin = _pyproject_transformers_pin()
+    assert f'pip install "{pin}" torch tiktoken' in text
+    assert re.findall(r"transformers[<>=]=?[\d.,<>=]+", text) == [pin]  # no other version stated anywhere
+
+
+def test_the_task_card_template_states_the_pin_and_what_resize_token_embeddings_does():
+    template = (Path(__file__).resolve().parents[2] / "model_cards" / "templates" / "task_model_card.md").read_text()
+    assert "(`{{ transformers_requirement }}`, torch, tokenizers)" in template
+    assert not re.search(r"5\.\d\d", template)
+    assert "at the mean of the others" not in template
+    assert ("drawn by transformers' `resize_token_embeddings` from a normal distribution with the others' mean and "
+            "10⁻⁹ times\n  their covariance") in template
+
+
+@pytest.mark.parametrize("tie_word_embeddings", [True, False])
+def test_resize_token_embeddings_draws_new_rows_next_to_the_mean_as_the_card_says(tie_word_embeddings):
+    """What fine-tuning's resize (finetune.py) does to the two new tokens, in the installed transformers: a sample of
+    N(mean, 1e-9 · covariance) — not the mean exactly, and within ~3e-5 of the rows' spread of it."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=257, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                                 tie_word_embeddings=tie_word_embeddings))
+    old = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(259)
+    new_rows = model.get_input_embeddings().weight.detach()[257:]
+    mean, spread = old.mean(0), old.std(0).mean()
+    deviation = (new_rows - mean).abs().max()
+    assert 0 < deviation < 3e-4 * spread  # drawn, within ~3e-5 · spread per standard deviation
+    assert not torch.equal(new_rows[0], new_rows[1])
