@@ -60,6 +60,59 @@ def test_resident_bytes_are_weights_optimizer_state_and_batch():
     assert trainer.resident_bytes() == expected
 
 
+@pytest.mark.parametrize("name", bench_gpu.MODELS)
+def test_training_step_is_bf16_autocast_clipped_at_1_fused_adamw(name, monkeypatch):
+    model = bench_gpu.build_model(name, bench_gpu.SMOKE_SHAPE, torch.device("cpu"))
+    trainer = bench_gpu.Trainer(name, model, batch=2, seq_len=16, device=torch.device("cpu"), compile_backend=None)
+    seen, clipped = [], []
+    forward = model.forward
+
+    def spy_forward(*args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return forward(*args, **kwargs)
+
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def spy_clip(parameters, max_norm, *args, **kwargs):
+        parameters = list(parameters)
+        clipped.append((len(parameters), max_norm, all(p.grad is not None for p in parameters)))
+        return clip(parameters, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy_forward)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy_clip)
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer.run(2)
+    assert seen == [(True, torch.bfloat16)] * 2
+    assert clipped == [(len(list(model.parameters())), 1.0, True)] * 2
+    assert trainer.optimizer.defaults["fused"]
+    assert all(p.grad is None for p in model.parameters())  # zeroed after each step
+    assert all(not torch.equal(a, p) for a, p in zip(before, model.parameters()))  # every weight updated
+    if name == "nanoGPT":
+        assert torch.equal(trainer.targets, trainer.input_ids.roll(-1, dims=1))
+
+
+def test_side_by_side_rates_and_ratios_on_a_fake_clock(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(bench_gpu.time, "perf_counter", lambda: clock[0])
+
+    class FakeTrainer:
+        def __init__(self, batch, seconds_per_step):
+            self.batch, self.seq_len, self.seconds_per_step = batch, 10, seconds_per_step
+            self.tokens, self.warmup_s, self.peak_memory_gb, self.graph_breaks = batch * 10, 1.0, 2.0, 0
+
+        def run(self, steps):
+            clock[0] += steps * self.seconds_per_step
+
+    # ours: 40 tokens in 0.5 s = 80 tokens/s; nanoGPT 20 tokens in 0.5 s = 40; GPT-2 20 tokens in 1 s = 20.
+    trainers = {"transformers GPT-2": FakeTrainer(2, 1.0), "nanoGPT": FakeTrainer(2, 0.5), "ours": FakeTrainer(4, 0.5)}
+    table = bench_gpu.measure_side_by_side(trainers, rounds=3, steps=2, flops_per_token=1e9, peak_flops=1e12)
+    rates = {name: row["tokens_per_s"] for name, row in table["models"].items()}
+    assert rates == {"transformers GPT-2": 20.0, "nanoGPT": 40.0, "ours": 80.0}
+    assert table["models"]["ours"]["mfu"] == pytest.approx(80 * 1e9 / 1e12)
+    assert {pair: ratio["median"] for pair, ratio in table["ratios"].items()} == {
+        "ours / nanoGPT": 2.0, "ours / transformers GPT-2": 4.0, "nanoGPT / transformers GPT-2": 2.0}
+
+
 def test_sweep_stops_at_the_first_out_of_memory_and_picks_the_fastest():
     speeds, asked = {16: 100.0, 32: 150.0, 64: 140.0}, []
 
@@ -168,6 +221,8 @@ def test_smoke_run_writes_every_result_file_with_device_versions_and_date(tmp_pa
     assert [(row["batch"], row["cache"]) for row in generate["results"]] == [
         (1, "dynamic"), (1, "static"), (2, "dynamic"), (2, "static")]
     assert not any(row["ours_compiled"] for row in generate["results"])  # generate compiles on CUDA only
+    for row in generate["results"]:  # one round: the speed-up is GPT-2's time over ours
+        assert row["speedup"] == pytest.approx(row["gpt2_ms_per_step"] / row["ours_ms_per_step"])
     assert "not judged" in markdown and "MFU" in markdown
 
 
