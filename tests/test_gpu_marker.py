@@ -1,5 +1,5 @@
-"""The `gpu` marker: its tests are skipped, saying why, where CUDA is absent, and run where it is present (this file
-itself runs everywhere)."""
+"""The `gpu` marker (tests/conftest.py): its tests are skipped, saying why, where CUDA is absent, and run where it is
+present. This file sits outside tests/gpu/ so that a hook skipping that whole folder cannot skip it too."""
 
 import pytest
 import torch
