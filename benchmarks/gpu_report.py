@@ -113,8 +113,9 @@ def _met(value: float | None, target_name: str, judged: bool) -> str:
 
 def _train_lines(payload: dict) -> list[str]:
     meta, mode, judged = payload["meta"], payload["mode"], is_judged(payload["meta"])
-    lines = [f"## Training, {mode}", "", f"Measured on {describe(meta)}; peak {_fmt(meta['peak_bf16_flops'], '.3g')} "
-             f"FLOP/s ({meta['peak_source']}). {payload['settings']}", ""]
+    peak = f"{meta['peak_bf16_flops']:.3g}" if meta["peak_bf16_flops"] else "unknown"
+    lines = [f"## Training, {mode}", "", f"Measured on {describe(meta)}; peak bf16 FLOP/s {peak} "
+             f"({meta['peak_source']}). {payload['settings']}", ""]
     for key, title in (("batch16", "batch {batch}"), ("best", "each model at its best batch size")):
         table = payload.get(key)
         if not table:
@@ -122,7 +123,7 @@ def _train_lines(payload: dict) -> list[str]:
         lines += [f"### {title.format(batch=payload['batch16']['models']['ours']['batch'])} × "
                   f"{payload['shape']['seq_len']} tokens, {table['rounds']} rounds of "
                   f"{table['steps_per_round']} steps", "",
-                  "| model | batch | tokens/s | MFU | compile warm-up | peak memory | graph breaks |",
+                  "| model | batch | tokens/s | MFU | first step (compilation included) | peak memory | graph breaks |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for name, row in table["models"].items():
             lines.append(f"| {name} | {row['batch']} | {_fmt(row['tokens_per_s'])} | "
