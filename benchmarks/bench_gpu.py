@@ -457,7 +457,8 @@ def main(argv: list[str] | None = None) -> Path:
         return args.out
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {**gpu_report.device_info(args.device, args.peak_tflops), "smoke": args.smoke}
-    print(f"bench_gpu on {gpu_report.describe(meta)}; peak {meta['peak_source']}", flush=True)
+    print(f"bench_gpu on {gpu_report.describe(meta)}; peak bf16 FLOP/s {meta['peak_bf16_flops']} "
+          f"({meta['peak_source']})", flush=True)
     jobs = [(f"train_{mode}", lambda mode=mode: bench_train(args, mode, meta)) for mode in args.modes
             if "train" in args.parts]
     jobs += [(f"loop_{mode}", lambda mode=mode: bench_loop(args, mode, meta)) for mode in args.modes

@@ -72,7 +72,7 @@ def device_info(device: torch.device, peak_tflops: float | None = None) -> dict:
     elif table_peak is not None:
         peak, source = table_peak, "NVIDIA datasheet, bf16 dense (gpu_report.PEAK_BF16_FLOPS)"
     else:
-        peak, source = None, "unknown: not in gpu_report.PEAK_BF16_FLOPS (pass --peak-tflops for an MFU)"
+        peak, source = None, "not in gpu_report.PEAK_BF16_FLOPS; pass --peak-tflops for an MFU"
     return {
         "device_type": device.type, "device_name": name, "memory_gb": memory_gb, "compute_capability": capability,
         "peak_bf16_flops": peak, "peak_source": source, "torch": torch.__version__,
