@@ -7,6 +7,8 @@
 
 Each benchmark runs in its own process per thread count (a clean allocator and thread pool) and writes
 results/<bench>_threads<N>.json; the tokenizer and eval benchmarks are owned by their helpers and called when present.
+Where CUDA is visible, bench_gpu.py runs once after them (`--only gpu` runs it alone) and writes gpu_*.json,
+gpu_results.md and gpu_results.png, linked from RESULTS.md.
 Ratios are speed ours/anchor (higher is better) except memory, ours/anchor peak RSS (lower is better). Every row names
 the machine it was measured on (CPU, family/model, ISA flags, threads) and the load average during its run; a result
 file that does not record its machine is listed as not measured here rather than shown.
@@ -32,6 +34,17 @@ DEFAULT_TRAIN_MODE = "eager"
 # Issue 12: training ≥ 1.3x transformers' GPT-2 and above nanoGPT's model (small size); batch-1 generation ≥ 2x.
 TARGETS = {"train": 1.3, "train_vs_nanogpt": 1.0, "generate": 2.0, "memory": 1.0, "tokenizer": 1.0, "eval": 2.0}
 BENCHES = ("train", "generate", "decode_floor", "bf16", "forward", "memory", "tokenizer", "eval")
+GPU_BENCH = "gpu"  # once per run, not per thread count, and only where CUDA is visible
+
+
+def gpu_bench_command(quick: bool, out: Path = RESULTS_DIR) -> list[str] | None:
+    """bench_gpu.py's command line where CUDA is visible, else None (the CPU tables do not wait for a GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    quick_args = ["--rounds", "2", "--sweep", "16,32", "--loop-steps", "25"] if quick else []
+    return [sys.executable, str(BENCH_DIR / "bench_gpu.py"), "--out", str(out), *quick_args]
 
 
 def bench_command(name: str, threads: int, quick: bool, out: Path = RESULTS_DIR, check_trajectory: bool = True
@@ -271,6 +284,9 @@ def render_markdown(sections: dict[int, tuple[list[dict], list[str]]], meta: dic
         if skipped:
             lines += ["", "Not shown (the file does not record the machine it was measured on, or another thread count): "
                       + ", ".join(f"`{name}`" for name in skipped) + "."]
+    if (results_dir / "gpu_results.md").exists():
+        lines += ["", "GPU figures (training, generation, the training loop; each with its GPU, versions and date): "
+                  "[gpu_results.md](gpu_results.md)"]
     if (results_dir / "NOTES.md").exists():
         lines += ["", "What the figures mean, where the speed comes from and where it does not: [NOTES.md](NOTES.md)"]
     details = sorted(path.name for path in results_dir.glob("bench_tokenizer_threads*.md")) + (
@@ -293,11 +309,19 @@ def parse_threads(text: str) -> list[int]:
     return counts
 
 
+def _run_bench(label: str, command: list[str]) -> None:
+    print(f"=== {label}: {' '.join(command[1:])}", flush=True)
+    start = time.perf_counter()
+    completed = subprocess.run(command, cwd=REPO_ROOT)
+    status = "ok" if completed.returncode == 0 else f"FAILED (exit {completed.returncode})"
+    print(f"=== {label}: {status} in {time.perf_counter() - start:.0f} s, load average {load_average()}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1", help="comma-separated thread counts, or 'all' (default: 1)")
     parser.add_argument("--quick", action="store_true", help="fewer rounds and the small model only")
-    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(BENCHES)}")
+    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(BENCHES + (GPU_BENCH,))}")
     parser.add_argument("--report-only", action="store_true", help="skip running; rebuild RESULTS.md from results/*.json")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder (default: benchmarks/results)")
     args = parser.parse_args(argv)
@@ -305,25 +329,28 @@ def main(argv: list[str] | None = None) -> None:
         thread_counts = parse_threads(args.threads)
     except ValueError as error:
         parser.error(str(error))
-    names = list(BENCHES)
+    known = BENCHES + (GPU_BENCH,)
+    names = list(known)
     if args.only:
-        unknown = set(args.only.split(",")) - set(BENCHES)
+        unknown = set(args.only.split(",")) - set(known)
         if unknown:
-            parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(BENCHES)}")
-        names = [name for name in BENCHES if name in args.only.split(",")]
+            parser.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}")
+        names = [name for name in known if name in args.only.split(",")]
     if not args.report_only:
         print(f"=== load average before: {load_average()}", flush=True)
         for threads in thread_counts:
             for name in names:
-                command = bench_command(name, threads, args.quick, args.out, check_trajectory=threads == thread_counts[0])
-                if command is None:
+                if name == GPU_BENCH:
                     continue
-                print(f"=== {name} ({threads} threads): {' '.join(command[1:])}", flush=True)
-                start = time.perf_counter()
-                completed = subprocess.run(command, cwd=REPO_ROOT)
-                status = "ok" if completed.returncode == 0 else f"FAILED (exit {completed.returncode})"
-                print(f"=== {name} ({threads} threads): {status} in {time.perf_counter() - start:.0f} s, load average "
-                      f"{load_average()}", flush=True)
+                command = bench_command(name, threads, args.quick, args.out, check_trajectory=threads == thread_counts[0])
+                if command is not None:
+                    _run_bench(f"{name} ({threads} threads)", command)
+        if GPU_BENCH in names:
+            command = gpu_bench_command(args.quick, args.out)
+            if command is None:
+                print("=== gpu: skipped, no CUDA device is visible", flush=True)
+            else:
+                _run_bench(GPU_BENCH, command)
     meta = machine_info(thread_counts[-1])
     sections = {threads: collect_rows(threads, args.out) for threads in thread_counts}
     args.out.mkdir(parents=True, exist_ok=True)

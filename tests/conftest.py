@@ -17,6 +17,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` (tests/gpu/) run where CUDA is visible and are skipped, saying why, where it is not."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="gpu test: needs CUDA; no CUDA device is visible")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:  # not `"gpu" in item.keywords`: that matches tests/gpu/ itself
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _fixed_seeds():
     torch.manual_seed(0)

@@ -223,11 +223,18 @@ def test_device_map_splits_between_blocks_never_inside_one(tiny_config):
 
 
 def test_from_pretrained_with_device_map_auto(tmp_path, model):
+    # "auto" puts this tiny model whole on the first GPU where there is one, else on the CPU. As in transformers' own
+    # offload tests (test_cpu_offload), the reference runs on the loaded model's device: a CUDA matmul does not sum
+    # in a CPU's order, so logits compared across devices would measure the hardware, not the loading.
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path, device_map="auto")
-    input_ids = torch.randint(0, 99, (1, 5))
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    assert {parameter.device for parameter in loaded.parameters()} == {device}
+    for name, tensor in model.state_dict().items():  # every weight arrives bit for bit
+        assert torch.equal(loaded.state_dict()[name].cpu(), tensor), name
+    input_ids = torch.randint(0, 99, (1, 5), device=device)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids).logits, model(input_ids).logits)
+        torch.testing.assert_close(loaded(input_ids).logits, model.to(device)(input_ids).logits)
 
 
 @pytest.mark.parametrize(
