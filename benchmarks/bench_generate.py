@@ -2,10 +2,8 @@
 
 Prompt 32 tokens, 128 new tokens, batch 1 by default (`--batches 1,8`). Every variant's tokens are checked identical
 to the anchor's before it is timed. Variants of ours: `default` (plain `generate`, what the target is judged on) and,
-on request, `static` (StaticCache, eager) and `static-compiled` (the opt-in `model.set_fast_decode()`: StaticCache +
-torch.compile of the decode step; its one-off compile time is reported as the first call, not timed).
-The first `generate` call in the process also times oneDNN against F.linear once per decoding shape
-(hf_gpt_custom/onednn_linear.py); it falls in the untimed first call, and the kernel chosen per shape is recorded.
+on request, `static` (`cache_implementation="static"`; generate compiles it on CUDA only, so here it runs eagerly).
+The GPU's figures come from benchmarks/bench_gpu.py.
 Run: python -m benchmarks.bench_generate --threads 2 [--sizes small,gpt2] [--batches 1,8] [--variants default,static]
 """
 
@@ -26,18 +24,15 @@ from benchmarks.common import (
     result_name,
     write_json,
 )
-from hf_gpt_custom import onednn_linear
-
 PROMPT_LEN = 32
 NEW_TOKENS = 128
 
 
 GENERATE_KWARGS = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False, "pad_token_id": 0}
-# variant -> arguments of GPTCustomForCausalLM.set_fast_decode
+# variant -> extra arguments of our generate() call
 VARIANTS = {
-    "default": {"enabled": False},
-    "static": {"enabled": True, "compile": False},
-    "static-compiled": {"enabled": True, "compile": True},
+    "default": {},
+    "static": {"cache_implementation": "static"},
 }
 
 
@@ -54,7 +49,7 @@ def bench(size_name: str, batches: list[int], variants: list[str], rounds: int) 
         with torch.inference_mode():
             reference = anchor.generate(prompt, **anchor_kwargs)
             for variant in variants:
-                ours.set_fast_decode(**VARIANTS[variant])
+                kwargs = {**GENERATE_KWARGS, **VARIANTS[variant]}
                 start = time.perf_counter()
                 tokens = ours.generate(prompt, **kwargs)
                 first_call_s = time.perf_counter() - start
@@ -74,17 +69,7 @@ def bench(size_name: str, batches: list[int], variants: list[str], rounds: int) 
                     **comparison.summary(), "size": size_name, "batch": batch, "variant": variant,
                     "tokens_identical": identical, "first_call_s": first_call_s,
                 })
-            ours.set_fast_decode(enabled=False)
     return results
-
-
-def decoding_kernel_choices() -> list[dict]:
-    """Per decoding shape timed in this process: oneDNN's speed-up over F.linear and which kernel generate used."""
-    return [
-        {"rows": rows, "in": n_in, "out": n_out, "threads": threads, "onednn_speedup": round(speedup, 3),
-         "kernel": "oneDNN" if speedup >= onednn_linear.REQUIRED_SPEEDUP else "F.linear"}
-        for (rows, n_in, n_out, _dtype, threads), speedup in sorted(onednn_linear._speedups.items(), key=str)
-    ]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -101,7 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
     for size_name in args.sizes.split(","):
         rounds = args.rounds or ({"small": 8, "gpt2": 3}[size_name] // (2 if args.quick else 1))
         payload["results"] += bench(size_name, batches, args.variants.split(","), max(rounds, 1))
-    payload["decoding_kernels"] = decoding_kernel_choices()
     write_json(result_name("generate", args.threads), payload, args.out)
     return payload
 

@@ -72,13 +72,14 @@ def build_model(name: str, shape: dict, device: torch.device) -> torch.nn.Module
     nanoGPT's GPT or ours converted from it."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 
     torch.manual_seed(0)
     gpt2 = GPT2LMHeadModel(GPT2Config(**shape, **NO_DROPOUT, bos_token_id=0, eos_token_id=0,
                                       attn_implementation="sdpa"))
     model = {"transformers GPT-2": lambda: gpt2, "nanoGPT": lambda: nanogpt_from_gpt2(gpt2),
-             "ours": lambda: from_gpt2_model(gpt2)}[name]()
+             "ours": lambda: from_gpt2_model(gpt2, GPTCustomForCausalLM)}[name]()
     return model.to(device).train()
 
 

@@ -139,9 +139,7 @@ class GPTCustomConfig(PretrainedConfig):
     n_kv_head: int | None = None  # key/value heads for grouped-query attention; None -> n_head (multi-head)
     head_dim: int | None = None  # width of one attention head; None -> n_embd // n_head (as LlamaConfig)
     pad_vocab_size_to_multiple_of: int | None = None  # embedding rows padded up (nanoGPT: 50257 -> 50304 with 64)
-    # Task heads (heads_gpt_custom.py). lm_loss_weight is GPT-1's λ in L3 = L2 + λ·L1: the classification and
-    # multiple-choice heads add λ × the language-modelling loss on their own inputs (0 turns it off; GPT-1 used 0.5).
-    lm_loss_weight: float = 0.0
+    # Task heads (heads_gpt_custom.py).
     max_choices: int | None = None  # the multiple-choice head refuses more choices per example (None: any number)
 
     def __post_init__(self, **kwargs):
@@ -182,10 +180,6 @@ class GPTCustomConfig(PretrainedConfig):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise UserError(f"{name}={value!r} must be a positive number")
 
-        value = self.lm_loss_weight
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
-            raise UserError(f"lm_loss_weight={value!r} must be a number >= 0 (0 turns the auxiliary LM loss off; GPT-1 "
-                            "used 0.5)")
         if self.max_choices is not None:
             _check_positive("max_choices", self.max_choices)
 

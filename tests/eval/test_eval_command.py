@@ -133,6 +133,8 @@ def test_long_documents_scored_in_windows_print_no_tokenizer_length_warning(shor
     handler.emit = records.append
     library_logger = transformers_logging.get_logger("transformers")
     library_logger.addHandler(handler)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_warning()  # another test's import may have set TRANSFORMERS_VERBOSITY=error
     try:
         tokenizer = AutoTokenizer.from_pretrained(short_context_model)
         tokenizer.model_max_length = 64
@@ -142,6 +144,7 @@ def test_long_documents_scored_in_windows_print_no_tokenizer_length_warning(shor
         assert [r for r in records if "sequence length is longer" in r.getMessage()]
     finally:
         library_logger.removeHandler(handler)
+        transformers_logging.set_verbosity(verbosity)
 
 
 def test_generation_that_cannot_leave_room_for_a_prompt_is_refused_naming_the_task(tmp_path):

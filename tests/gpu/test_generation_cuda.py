@@ -1,6 +1,6 @@
 """On CUDA greedy generation gives the same tokens with the KV cache as without it — with the default dynamic cache,
-with `cache_implementation="static"` (generate then compiles the decoding forward on CUDA) and with the opt-in
-`set_fast_decode()` — and the same tokens as transformers' GPT-2 on the same weights."""
+and with `cache_implementation="static"` (generate then compiles the decoding forward on CUDA) — and the same tokens as
+transformers' GPT-2 on the same weights."""
 
 import pytest
 import torch
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 GREEDY = {"max_new_tokens": 12, "min_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static", "set_fast_decode"])
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_cached_and_uncached_greedy_generation_agree_on_cuda(cache, device):
     ours, reference = make_gpt2_pair("sdpa", seed=3)
     ours.to(device)
@@ -21,8 +21,6 @@ def test_cached_and_uncached_greedy_generation_agree_on_cuda(cache, device):
     with torch.no_grad():
         uncached = ours.generate(prompt, use_cache=False, **GREEDY)
         expected = reference.generate(prompt, use_cache=False, **GREEDY)
-        if cache == "set_fast_decode":
-            ours.set_fast_decode()
         settings = {"cache_implementation": "static"} if cache == "static" else {}
         cached = ours.generate(prompt, use_cache=True, **GREEDY, **settings)
         again = ours.generate(prompt, use_cache=True, **GREEDY, **settings)  # a compiled path's second call replays

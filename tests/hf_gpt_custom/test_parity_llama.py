@@ -185,12 +185,12 @@ def test_a_bf16_llama_folder_converts_as_llama_for_causal_lm_loads_it(tmp_path):
     reference = LlamaForCausalLM.from_pretrained(tmp_path).eval()
     for ours in (GPTCustomForCausalLM.from_pretrained(tmp_path), from_llama_model(reference, GPTCustomForCausalLM)):
         assert ours.dtype == reference.dtype == torch.bfloat16
-        inv_freq, reference_inv_freq = ours.transformer.rotary_emb.inv_freq, reference.model.rotary_emb.inv_freq
+        inv_freq, reference_inv_freq = ours.transformer.wpe.inverse_frequencies("cpu"), reference.model.rotary_emb.inv_freq
         assert inv_freq.dtype == reference_inv_freq.dtype == torch.float32 and torch.equal(inv_freq, reference_inv_freq)
         input_ids = torch.randint(0, 99, (1, 1024), generator=torch.Generator().manual_seed(1))
         hidden = ours.transformer.wte(input_ids)
         position_ids = torch.arange(1024)[None]
-        for angle, reference_angle in zip(ours.transformer.rotary_emb(hidden, position_ids),
+        for angle, reference_angle in zip(ours.transformer.wpe(hidden, position_ids)[1],
                                           reference.model.rotary_emb(hidden, position_ids)):
             assert torch.equal(angle, reference_angle)  # cos and sin, (1, 1024, head_dim) in bf16
         with torch.no_grad():
