@@ -264,3 +264,25 @@ def test_out_of_range_labels_get_an_error_but_minus_100_is_ignored(model, bad_la
     labels[0, 2] = bad_label
     with pytest.raises(UserError, match=message):
         model(input_ids, labels=labels)
+
+
+@pytest.mark.slow  # flex attention compiles its kernel (~15 s on the CPU)
+def test_flex_attention_gives_sdpas_logits_after_transformers_widens_the_heads():
+    """transformers' flex test sets config.head_dim = 16 and widens hidden_size to match (head_dim must be a settable
+    field, as in LlamaConfig), then runs the model on flex attention. On the CPU flex attention has no backward, so
+    the comparison here is in no_grad; the gradient version runs in the common tests where CUDA is present."""
+    config = GPTCustomConfig(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                             embd_pdrop=0.0, attn_pdrop=0.0)
+    config.head_dim = 16
+    config.hidden_size *= 2  # n_embd 64 = 4 heads x 16
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(config).eval()
+    input_ids = torch.randint(0, 99, (2, 16))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :5] = 0
+    with torch.no_grad():
+        sdpa = model(input_ids, attention_mask=attention_mask).logits
+        model.set_attn_implementation("flex_attention")
+        flex = model(input_ids, attention_mask=attention_mask).logits
+    keep = attention_mask.bool()
+    torch.testing.assert_close(flex[keep], sdpa[keep], rtol=0, atol=1e-5)

@@ -1,0 +1,112 @@
+"""A padded row gives what the row gives alone (issue 22.2), for every position type and every head, left or right
+padding, with no position_ids passed — the call pipelines, Trainer and lm-eval make. The reference is the row run
+alone, unpadded. (transformers' GPT-2 numbers positions by column, so its left-padded rows differ from their own
+numbers alone unless the caller passes position_ids.)"""
+
+import pytest
+import torch
+
+from hf_gpt_custom import (
+    GPTCustomConfig,
+    GPTCustomForCausalLM,
+    GPTCustomForQuestionAnswering,
+    GPTCustomForSequenceClassification,
+    GPTCustomForTokenClassification,
+)
+
+PAD = 0
+POSITIONS = {
+    "learned": {},
+    "sinusoidal": {"position_embedding_type": "sinusoidal"},
+    "rope": {"position_embedding_type": "rope", "norm_type": "rmsnorm", "mlp_type": "swiglu", "n_kv_head": 2},
+}
+ROWS = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [21, 22, 23, 24]]
+
+
+def _config(position_type: str, **fields) -> GPTCustomConfig:
+    return GPTCustomConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                           embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=PAD, **POSITIONS[position_type], **fields)
+
+
+def _batch(side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, ROWS))
+    input_ids = torch.full((len(ROWS), width), PAD)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, tokens in enumerate(ROWS):
+        span = slice(width - len(tokens), width) if side == "left" else slice(0, len(tokens))
+        input_ids[row, span], attention_mask[row, span] = torch.tensor(tokens), 1
+    return input_ids, attention_mask
+
+
+def _real(tensor: torch.Tensor, attention_mask: torch.Tensor, row: int) -> torch.Tensor:
+    return tensor[row][attention_mask[row].bool()]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("position_type", POSITIONS)
+def test_causal_lm_logits_of_a_padded_row_equal_the_row_alone(position_type, side):
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(_config(position_type)).eval()
+    input_ids, attention_mask = _batch(side)
+    with torch.no_grad():
+        batched = model(input_ids, attention_mask=attention_mask).logits
+        for row, tokens in enumerate(ROWS):
+            alone = model(torch.tensor([tokens])).logits[0]
+            torch.testing.assert_close(_real(batched, attention_mask, row), alone, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", [GPTCustomForSequenceClassification, GPTCustomForTokenClassification,
+                                  GPTCustomForQuestionAnswering])
+@pytest.mark.parametrize("position_type", POSITIONS)
+def test_task_head_outputs_of_a_left_padded_row_equal_the_row_alone(position_type, head):
+    torch.manual_seed(0)
+    model = head(_config(position_type, num_labels=3)).eval()
+    input_ids, attention_mask = _batch("left")
+    with torch.no_grad():
+        batched = model(input_ids, attention_mask=attention_mask)
+        for row, tokens in enumerate(ROWS):
+            alone = model(torch.tensor([tokens]))
+            if head is GPTCustomForSequenceClassification:
+                torch.testing.assert_close(batched.logits[row], alone.logits[0], rtol=0, atol=1e-5)
+            elif head is GPTCustomForTokenClassification:
+                torch.testing.assert_close(_real(batched.logits, attention_mask, row), alone.logits[0], rtol=0,
+                                           atol=1e-5)
+            else:
+                for name in ("start_logits", "end_logits"):
+                    got = _real(getattr(batched, name), attention_mask, row)
+                    torch.testing.assert_close(got, getattr(alone, name)[0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("position_type", POSITIONS)
+def test_left_padded_generation_equals_each_row_generated_alone(position_type):
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(_config(position_type)).eval()
+    input_ids, attention_mask = _batch("left")
+    greedy = dict(max_new_tokens=5, do_sample=False, pad_token_id=PAD)
+    with torch.no_grad():
+        batched = model.generate(input_ids, attention_mask=attention_mask, **greedy)
+        for row, tokens in enumerate(ROWS):
+            alone = model.generate(torch.tensor([tokens]), **greedy)[0]
+            assert batched[row, -len(alone):].tolist() == alone.tolist()
+
+
+def test_positions_derived_from_the_mask_by_hand():
+    """Real tokens count from 0 within their row; padding keeps its column (capped at the last position)."""
+    from hf_gpt_custom.modeling_gpt_custom import position_ids_for
+
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 1, 0, 1]])
+    assert position_ids_for(mask, 0, 5, 32, "cpu").tolist() == [[0, 1, 0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 1, 3, 2]]
+    assert position_ids_for(torch.tensor([[0, 1, 1, 1]]), 3, 1, 32, "cpu").tolist() == [[2]]  # one decoding step
+    assert position_ids_for(None, 2, 3, 32, "cpu").tolist() == [[2, 3, 4]]
+    long_left_padding = torch.tensor([[0] * 36 + [1] * 4])  # 40 columns, 4 real tokens: fits a 32-position model
+    assert position_ids_for(long_left_padding, 0, 40, 32, "cpu").tolist() == [[*range(32), 31, 31, 31, 31, 0, 1, 2, 3]]
+
+
+def test_bad_positions_are_named():
+    model = GPTCustomForCausalLM(_config("learned")).eval()
+    with pytest.raises(ValueError, match="position_ids holds -1; positions start at 0"):
+        model(torch.tensor([[1, 2]]), position_ids=torch.tensor([[-1, 0]]))
+    with pytest.raises(ValueError, match="attention_mask covers 3 positions but there are 0 cached and 2 new"):
+        model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="reach 33 tokens .position 32. but n_positions is 32"):
+        model(torch.ones(1, 33, dtype=torch.long), attention_mask=torch.ones(1, 33, dtype=torch.long))
