@@ -65,13 +65,14 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
     checkpoints_dir = Path(checkpoints_dir)
     final = checkpoints_dir / checkpoint_name(state.step)
     temporary = checkpoints_dir / f"{final.name}.tmp"
-    with _write_errors_named(checkpoints_dir, temporary, f"checkpoint {final.name}"):
+    with write_errors_named(checkpoints_dir, temporary, f"checkpoint {final.name}"):
         if accelerator.is_main_process:
             checkpoints_dir.mkdir(parents=True, exist_ok=True)
             if temporary.exists():  # our own leftover from a run killed while saving this very step
                 shutil.rmtree(temporary)
         accelerator.wait_for_everyone()
-        accelerator.save_state(str(temporary))
+        with _quiet_about_tied_weights(accelerator):
+            accelerator.save_state(str(temporary))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (temporary / TRAINING_STATE_NAME).write_text(json.dumps(dataclasses.asdict(state), indent=2))
@@ -87,9 +88,10 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
 
 
 @contextmanager
-def _write_errors_named(folder: Path, partial: Path, what: str):
+def write_errors_named(folder: Path, partial: Path | None, what: str):
     """Turn an OSError, or torch's RuntimeError for a failed write ("[enforce fail at inline_container.cc] ...",
-    "file write failed"), into a UserError naming `folder` and the cause; delete the partial `partial` folder."""
+    "file write failed"), into a UserError naming `folder` and the cause; delete the partial `partial` folder.
+    The message lists the complete checkpoints (the run's work, untouched) and says how to carry on from them."""
     try:
         yield
     except UserError:
@@ -102,13 +104,50 @@ def _write_errors_named(folder: Path, partial: Path, what: str):
             cause = f"torch could not write the file ({str(error).strip().splitlines()[0][:120]})"
         else:
             raise
-        shutil.rmtree(partial, ignore_errors=True)  # frees the space the half-written files took
-        complete = [f.name for f in list_checkpoints(folder) if verify_checkpoint(f, quick=True) is None]
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)  # frees the space the half-written files took
+        checkpoints_dir = folder if folder.name == "checkpoints" else folder / "checkpoints"
+        complete = [f.name for f in list_checkpoints(checkpoints_dir) if verify_checkpoint(f, quick=True) is None]
         kept = f"the complete checkpoints {', '.join(complete)} are untouched" if complete else "no checkpoint was lost"
         raise UserError(
             f"cannot write {what} to {folder}: {cause}; {_free_space(folder)}. {kept} — make the folder writable or "
-            f"free space, then resume with --resume_from_checkpoint latest"
+            f"free space, then rerun the same command: it resumes from the latest checkpoint"
         ) from error
+
+
+class _TiedWeightsFilter(logging.Filter):
+    """Drops accelerate's "Removed shared tensor {...} while saving" when the removed names are exactly the tied
+    weights the models declare (the LM head that shares the token embedding: stored once by design). Any other
+    shared tensor still warns."""
+
+    def __init__(self, expected: set[str]):
+        super().__init__()
+        self.expected = expected
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        found = re.search(r"Removed shared tensor \{([^}]*)\}", record.getMessage())  # after "[RANK 0] "
+        if found is None:
+            return True
+        names = set(re.findall(r"'([^']+)'", found.group(1)))
+        # wrappers prefix the names (DDP "module.", torch.compile "_orig_mod."): compare the model's own part
+        return not names or not all(any(name == key or name.endswith("." + key) for key in self.expected)
+                                    for name in names)
+
+
+@contextmanager
+def _quiet_about_tied_weights(accelerator):
+    expected = set()
+    for model in accelerator._models:
+        unwrapped = accelerator.unwrap_model(model)
+        if getattr(getattr(unwrapped, "config", None), "tie_word_embeddings", False):
+            expected |= set(getattr(unwrapped, "_tied_weights_keys", None) or ())
+    target = logging.getLogger("accelerate.utils.other")
+    quiet = _TiedWeightsFilter(expected)
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
 
 
 def _free_space(folder: Path) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
+# auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (launcher.resolve_mixed_precision)
+MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
 TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 # Which val_fraction of the documents is held out: a seeded random sample, or the last ones in file order (nanoGPT's
 # split of tiny Shakespeare, the way results on it are usually quoted).
@@ -55,17 +57,17 @@ class TrainConfig:
                              changes_training=False)
     out_dir: str | None = _setting(None, help="run folder (default: runs/<run_name> under the working directory)",
                                    changes_training=False)
-    seed: int = _setting(1337, help="seed for initialisation, dropout, shuffling and the random validation split",
-                         changes_training=True)
+    seed: int = _setting(1337, help="seed for initialisation, dropout, shuffling and the random validation split "
+                         "(0 to 2**32-1)", changes_training=True)
     # --- data ----------------------------------------------------------------------------------------------------
-    dataset: str = _setting("", help="training text: a local file/folder (.txt .text .raw .jsonl .json .parquet) "
+    dataset: str = _setting("", help="training text: a local file/folder (.txt .text .raw .jsonl .json .parquet .csv) "
                                      "or a Hub dataset name", changes_training=True)
     dataset_config: str | None = _setting(None, help="Hub dataset configuration name", changes_training=True)
     dataset_split: str = _setting("train", help="Hub dataset split to train on", changes_training=True)
-    text_field: str = _setting("text", help="column holding the text in .jsonl/.json/.parquet/Hub data",
+    text_field: str = _setting("text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data",
                                changes_training=True)
-    text_sample_by: str = _setting("paragraph", help="how a text file becomes documents: paragraph (blank-line "
-                                   "separated), line or document (the whole file)", changes_training=True)
+    text_sample_by: str = _setting("paragraph", help="how a text file becomes documents: paragraph (cut at lines "
+                                   "that are empty or hold only spaces), line or document (the whole file)", changes_training=True)
     val_dataset: str | None = _setting(None, help="a separate local validation file/folder (the usual train/validation "
                                        "files); then all of dataset is trained on", changes_training=True)
     val_split: str | None = _setting(None, help="a split of the Hub dataset to validate on (local files have one "
@@ -104,7 +106,8 @@ class TrainConfig:
     adam_beta2: float = _setting(0.95, help="AdamW beta2", changes_training=True)
     adam_eps: float = _setting(1e-8, help="AdamW epsilon", changes_training=True)
     grad_clip: float = _setting(1.0, help="max global gradient norm; 0 disables clipping", changes_training=True)
-    mixed_precision: str = _setting("no", help="no, bf16 or fp16 (autocast)", changes_training=True)
+    mixed_precision: str = _setting("no", help="no (fp32), bf16, fp16 (autocast) or auto (bf16 on a GPU that has it, "
+                                    "else fp32)", changes_training=True)
     compile: bool = _setting(False, help="torch.compile the model (speed only)", changes_training=False)
     cpu: bool | None = _setting(None, help="force the CPU; null = CPU when no CUDA device is visible",
                                 changes_training=False)
@@ -113,6 +116,9 @@ class TrainConfig:
     # --- evaluation, logging, checkpoints ------------------------------------------------------------------------
     eval_interval: int = _setting(100, help="steps between validation passes (and one at the end)",
                                   changes_training=False)
+    log_interval: int = _setting(10, help="steps between reads of loss and gradient norm from the device: the run log "
+                                 "still has every step, divergence is found at the next read (before any checkpoint)",
+                                 changes_training=False)
     eval_batches: int | None = _setting(None, help="validate on the first eval_batches * batch_size blocks; null = all",
                                         changes_training=False)
     log_with: str | None = _setting("tensorboard", help="tracker: tensorboard, wandb, all, none", changes_training=False)
@@ -179,7 +185,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             raise MissingFileError(f"training config {path} not found; try {config_class.example_config}")
         with open(path, encoding="utf-8") as f:
             try:
-                loaded = yaml.safe_load(f) or {}
+                loaded = read_config_yaml(f) or {}
             except yaml.YAMLError as err:
                 raise UserError(f"{path}: not valid YAML ({err})") from err
         if not isinstance(loaded, dict):
@@ -199,14 +205,36 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             raise UserError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
         section, dot, sub_key = key.partition(".")
         if dot and section in sections:
-            values[section][sub_key] = _parse_scalar(raw)
+            values[section][sub_key] = _parse_override_value(key, raw)
         else:
             _check_known_key(key, fields)
-            values[key] = _convert(key, raw, fields[key], from_string=True)
+            values[key] = _convert_override(key, raw, fields[key])
     for key in ("dataset", "val_dataset", "tokenizer", "init_from"):
         if values.get(key):
             values[key] = _resolve_local_path(key, str(values[key]))
     return config_class(**values)
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML 1.2's plain scalars, as a person reading the file expects: only true/false are booleans (YAML 1.1 also
+    takes yes/no/on/off, so `labels: [no, yes]` became [False, True] and `mixed_precision: no` the bool False), and
+    6e-4 is a number without a decimal point (YAML 1.1 reads it as a string)."""
+
+
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                    list("tTfF"))
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                    list("-+0123456789"))
+
+
+def read_config_yaml(stream) -> Any:
+    """A training YAML (or one override value) as Python values, with YAML 1.2's booleans and floats."""
+    return yaml.load(stream, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
@@ -239,11 +267,16 @@ def _resolve_local_path(key: str, value: str) -> str:
             return str(full.resolve())
     from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES
 
+    # init_from is read from a local folder only (a Hub model: download it first); a dataset may be a Hub name
     looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
-    if looks_local:
+    searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+    if key == "init_from":
         raise MissingFileError(
-            f"{key}={value!r} not found in {Path.cwd()} or {REPO_ROOT}; give an existing path or a Hub name"
+            f"init_from={value!r} not found in {searched}; give a model folder (e.g. "
+            f"runs/<name>/final, a checkpoint folder, or a transformers GPT-2 folder saved with save_pretrained)"
         )
+    if looks_local:
+        raise MissingFileError(f"{key}={value!r} not found in {searched}; give an existing path or a Hub name")
     return value  # a Hub dataset/model name such as "HuggingFaceFW/fineweb-edu"
 
 
@@ -253,19 +286,28 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
-def _parse_scalar(raw: str) -> Any:
-    """A `model.x=...` value: int, float, bool, null or string (GPTCustomConfig validates it afterwards)."""
+def _parse_override_value(key: str, raw: str) -> Any:
+    """The value of `key=raw` read as it would be in the YAML: `[no, yes]` and `'["no","yes"]'` are lists of two
+    strings, 4 an int, 6e-4 a float, true a bool, null/None None; anything else stays the text."""
     text = raw.strip()
-    if text.lower() in ("null", "none", "~"):
+    if text.lower() in ("null", "none", "~", ""):
         return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
+    try:
+        return read_config_yaml(text)
+    except yaml.YAMLError as err:
+        problem = str(err).splitlines()[0]
+        raise UserError(f"override {key}={raw!r} is not a valid value ({problem}); quote it, or write a list as "
+                        f"{key}=[a, b]") from None
+
+
+def _convert_override(key: str, raw: str, declared: Any) -> Any:
+    """A top-level `key=raw` override converted by the field's declared type. Text fields take the text as written
+    (run_name=007 stays "007"); every other field takes the YAML value, so lists may be written [a, b] or a,b."""
+    non_none = [arg for arg in typing.get_args(declared) if arg is not type(None)]
+    if declared is str or (typing.get_origin(declared) in (typing.Union, types.UnionType) and non_none == [str]):
+        return _convert(key, raw, declared, from_string=True)
+    value = _parse_override_value(key, raw)
+    return _convert(key, raw if isinstance(value, str) else value, declared, from_string=isinstance(value, str))
 
 
 def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> Any:
@@ -312,7 +354,7 @@ def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> 
         if origin is list:
             if isinstance(value, str):
                 text = value.strip()
-                parsed = yaml.safe_load(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
+                parsed = read_config_yaml(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
                 value = parsed if parsed is not None else []
             if not isinstance(value, (list, tuple)):
                 raise ValueError
@@ -342,6 +384,12 @@ def _validate(config: TrainConfig) -> None:
         if declared in (float, float | None) and value is not None and not math.isfinite(value):
             raise UserError(f"{name}={value} is not a finite number; give a real value (default: "
                             f"{_default_of(name)})")
+    if not 0 <= config.seed < 2**32:
+        raise UserError(f"seed={config.seed} is outside 0..{2**32 - 1} (numpy's seed range, which set_seed seeds); "
+                        f"give a seed in that range, e.g. seed=1337")
+    if config.init_from and not Path(config.init_from).is_dir():
+        raise MissingFileError(f"init_from={config.init_from} is not a folder; give a model folder (e.g. "
+                               f"runs/<name>/final) that holds config.json and the weights")
     if config.block_size < 2:
         raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
                         f"in its block, so a block of one token has nothing to predict (256 is typical)")
@@ -413,6 +461,13 @@ def _validate_validation_source(config: TrainConfig) -> None:
                         f"data; keep one")
     if config.val_dataset is not None and not Path(config.val_dataset).exists():
         raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
+    if config.val_dataset is not None and dataset_is_local:
+        shared = _shared_corpus_file(config.dataset, config.val_dataset)
+        if shared is not None:
+            raise UserError(
+                f"val_dataset={config.val_dataset} {shared}, so validation would score text the model trains on; "
+                f"name a separate validation file, or drop val_dataset to hold out val_fraction of dataset"
+            )
     has_own_validation = config.val_dataset is not None or config.val_split is not None
     if config.val_holdout != "random" and has_own_validation:
         raise UserError(f"val_holdout={config.val_holdout!r} splits the training documents, but validation comes from "
@@ -420,6 +475,29 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_holdout == "tail" and config.streaming:
         raise UserError("val_holdout='tail' needs the whole corpus; a streamed corpus has no end to hold out — set "
                         "val_split, or streaming=false")
+
+
+def _shared_corpus_file(dataset: str, val_dataset: str) -> str | None:
+    """How the validation files overlap the training files (the same file, or one with the same bytes), or None."""
+    from hf_gpt_custom.model_folder import sha256_file
+    from hf_gpt_custom.training.corpus import list_corpus_files
+
+    try:
+        train_files, val_files = list_corpus_files(dataset), list_corpus_files(val_dataset)
+    except UserError:
+        return None  # a folder without corpus files: data loading names it
+    if Path(dataset).resolve() == Path(val_dataset).resolve():
+        return "is the training data itself"
+    train_paths = {path.resolve() for path in train_files}
+    for path in val_files:
+        if path.resolve() in train_paths:
+            return f"holds {path}, which dataset={dataset} trains on too"
+    train_sizes = {path.stat().st_size: path for path in train_files if path.stat().st_size}
+    for path in val_files:
+        twin = train_sizes.get(path.stat().st_size)
+        if twin is not None and sha256_file(twin) == sha256_file(path):
+            return f"holds {path}, a byte-for-byte copy of {twin} in dataset={dataset}"
+    return None
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
@@ -431,16 +509,17 @@ def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 def _validate_model_section(config: TrainConfig) -> None:
     """Check the `model:` keys against GPTCustomConfig and its values by building one (with a stand-in vocab)."""
-    from hf_gpt_custom import PRESETS, GPTCustomConfig
-
     preset, model = split_preset(config.model)
-    if preset is not None and preset not in PRESETS:
-        _check_choice("model.preset", str(preset), tuple(PRESETS))
-    known = set(GPTCustomConfig.__annotations__)  # the architecture fields (generic PretrainedConfig ones excluded)
+    known = architecture_keys()
     for key in model:
         if key not in known:
             hint = did_you_mean(key, known, prefix="model.")
             raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(known))}")
+    if preset is not None:
+        from hf_gpt_custom import PRESETS
+
+        if preset not in PRESETS:
+            _check_choice("model.preset", str(preset), tuple(PRESETS))
     if config.init_from:
         return
     built = build_model_config(config, vocab_size=model.get("vocab_size") or config.tokenizer_vocab_size,
@@ -450,6 +529,37 @@ def _validate_model_section(config: TrainConfig) -> None:
             f"block_size={config.block_size} exceeds model.n_positions={built.n_positions}; lower block_size or "
             f"raise model.n_positions"
         )
+
+
+def architecture_keys() -> set[str]:
+    """The GPTCustomConfig fields a `model:` section may set (its annotated fields; generic PretrainedConfig ones
+    excluded). Read from the class's source when transformers is not loaded yet: importing it takes seconds, and an
+    unknown key should be named at once (tests/training/test_config.py keeps both readings equal)."""
+    import sys
+
+    if "transformers" not in sys.modules:
+        keys = _annotated_fields(Path(__file__).resolve().parents[1] / "hf_gpt_custom" / "configuration_gpt_custom.py",
+                                 "GPTCustomConfig")
+        if keys:
+            return keys
+    from hf_gpt_custom import GPTCustomConfig
+
+    return set(GPTCustomConfig.__annotations__)
+
+
+def _annotated_fields(source: Path, class_name: str) -> set[str]:
+    """Names annotated in the body of `class_name` in the Python file `source` (empty if it is not found there)."""
+    import ast
+
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return {item.target.id for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    return set()
 
 
 def split_preset(model_section: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -14,7 +14,8 @@ from pathlib import Path
 from hf_gpt_custom.errors import MissingFileError
 
 TEXT_SUFFIXES = (".txt", ".text", ".raw")
-RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # rows are documents; a column is text
+# rows are documents; a column (text_field) is the text
+RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_READERS)
 
 

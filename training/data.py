@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -23,17 +24,22 @@ import datasets
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.run_lock import claim_build_folder
-from hf_gpt_custom.training.corpus import list_corpus_files, reader_for
+from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES, list_corpus_files, reader_for
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import sha256_file
 
 logger = logging.getLogger(__name__)
 
 # Bump when the packing or caching logic changes so old caches are not reused.
-CACHE_FORMAT_VERSION = 2
+CACHE_FORMAT_VERSION = 3
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+# A paragraph break: a line that is empty or holds only spaces/tabs (WikiText's blank lines hold one space). Lines
+# of spaces before a paragraph's text (WikiText's first line) are dropped; empty ones are kept as datasets keeps them
+# ("a\n\n\nb" -> "a", "\nb"), so text without space-holding lines gives exactly datasets' paragraphs.
+_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
+_LEADING_SPACE_LINES = re.compile(r"\A(?:[^\S\n]+\n)+")
 
 
 # --- sources -------------------------------------------------------------------------------------------------------
@@ -60,9 +66,9 @@ def load_text_dataset(
     """A dataset with one column, "text", one row per document.
 
     `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply). A .txt file
-    becomes documents by `sample_by`: "paragraph" (blank-line separated, the default: a Shakespeare speech, a
-    Wikipedia paragraph), "line", or "document" (the whole file). .jsonl/.json/.parquet rows are documents and
-    `text_field` names the column.
+    becomes documents by `sample_by`: "paragraph" (the default: text between lines that are empty or hold only
+    spaces — a Shakespeare speech, a Wikipedia paragraph), "line", or "document" (the whole file).
+    .jsonl/.json/.parquet/.csv rows are documents and `text_field` names the column.
     """
     if Path(source).exists():
         files = list_local_files(source)
@@ -75,10 +81,16 @@ def load_text_dataset(
             kwargs["cache_dir"] = str(cache_dir)
         try:
             dataset = datasets.load_dataset(builder, **kwargs)
-        except Exception as err:  # datasets wraps parse errors in several types; find the line ourselves
+        except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
             if builder == "json":
                 _raise_first_bad_json_line(files, text_field, err)
-            raise UserError(f"could not read dataset {source}: {err}") from err
+            if builder == "text":
+                _raise_first_unreadable_text_file(files, err)
+            raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
+        if builder == "text" and sample_by == "paragraph":
+            dataset = _split_paragraphs_at_whitespace_lines(dataset)
+        if builder == "text" and not streaming and len(dataset) == 0:
+            _raise_first_unreadable_text_file(files)
         description = str(source)
     else:
         try:
@@ -89,6 +101,12 @@ def load_text_dataset(
                 f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
                 "or download it first (tests and offline machines need local files)"
             ) from err
+        except ConnectionError as err:  # the Hub is unreachable, or HF_HUB_OFFLINE=1 forbids asking it
+            raise MissingFileError(
+                f"dataset {source!r} is not a local path, and the Hub cannot be reached to load it ({err}); give a "
+                "local file or folder, or download the dataset while online (offline mode: HF_HUB_OFFLINE/"
+                "HF_DATASETS_OFFLINE)"
+            ) from err
         description = f"{source} ({dataset_config or 'default'}/{split})"
     columns = dataset.column_names
     if columns is not None and text_field not in columns:
@@ -98,6 +116,48 @@ def load_text_dataset(
     if text_field != "text":
         dataset = dataset.rename_column(text_field, "text")
     return dataset
+
+
+def _split_paragraphs_at_whitespace_lines(dataset):
+    """datasets' paragraph mode cuts only at "\n\n"; a line of spaces (WikiText's blank lines) is a break too, and a
+    paragraph of whitespace alone is no document. Text without such lines keeps exactly datasets' paragraphs."""
+
+    def split(batch: dict[str, list]) -> dict[str, list]:
+        parts = (_LEADING_SPACE_LINES.sub("", part) for text in batch["text"] for part in _PARAGRAPH_BREAK.split(text))
+        return {"text": [part for part in parts if part.strip()]}
+
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(split, batched=True)
+    return dataset.map(split, batched=True, desc="paragraphs")
+
+
+def _cause(err: Exception) -> str:
+    """The innermost error's message: datasets wraps the real cause in "An error occurred while generating"."""
+    while err.__cause__ is not None or err.__context__ is not None:
+        err = err.__cause__ or err.__context__
+    return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+
+
+def _raise_first_unreadable_text_file(files: list[Path], err: Exception | None = None) -> None:
+    """Name the first text file that is empty, binary or not UTF-8, with the fix (datasets says only "An error
+    occurred while generating the dataset", or reads an empty file as no documents)."""
+    for file in files:
+        data = file.read_bytes()
+        if not data.strip():
+            raise UserError(f"{file} is empty (no text to train on); remove it, or point dataset at files with text"
+                            ) from err
+        if b"\x00" in data[:65536]:
+            raise UserError(f"{file} is not text (it holds NUL bytes: a binary file?); point dataset at text files "
+                            f"({', '.join(CORPUS_SUFFIXES)})") from err
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            line = data[: bad.start].count(b"\n") + 1
+            raise UserError(
+                f"{file} is not UTF-8 text: byte 0x{data[bad.start]:02x} at offset {bad.start} (line {line}) cannot "
+                f"be decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8 {file.name} > "
+                f"{file.stem}.utf8{file.suffix})"
+            ) from err
 
 
 def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
@@ -122,7 +182,15 @@ def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exceptio
                         f"{file} line {line_number}: expected a JSON object with a string {text_field!r} field, "
                         f"got {line.strip()[:60]!r}"
                     ) from err
-    raise UserError(f"could not read {', '.join(map(str, files))}: {err}") from err
+                try:
+                    row[text_field].encode("utf-8")
+                except UnicodeEncodeError as bad:  # a lone surrogate escape such as "\ud800": valid JSON, not text
+                    raise UserError(
+                        f"{file} line {line_number}: the {text_field!r} field holds an invalid Unicode escape "
+                        f"({bad.object[bad.start]!r}, half of a surrogate pair) at character {bad.start}; fix or "
+                        f"remove that line"
+                    ) from err
+    raise UserError(f"could not read {', '.join(map(str, files))}: {_cause(err)}") from err
 
 
 # --- tokenising and packing ----------------------------------------------------------------------------------------
@@ -277,6 +345,14 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
     return digest.hexdigest()
 
 
+def _count_tokens(tokenized) -> int:
+    """Tokens in Dataset{input_ids}, summed in Arrow (no Python list per document)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(tokenized.data.column("input_ids"))
+    return int(pc.sum(lengths).as_py() or 0)
+
+
 def default_data_cache_dir() -> Path:
     hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     return hf_home / "hf_gpt_custom" / "packed"
@@ -332,13 +408,14 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
     packed = {}
     for name, docs in (("train", train_documents), ("val", val_documents)):
         tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
-        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
-        if len(blocks) == 0:
-            total = sum(len(ids) for ids in tokenized["input_ids"])
+        total = _count_tokens(tokenized)
+        if total < config.block_size:  # no block: datasets' from_generator would fail ("corresponds to no data")
+            source = config.val_dataset if name == "val" and config.val_dataset else config.dataset
             raise UserError(
-                f"the {name} split of {config.dataset} has {total} tokens, fewer than block_size={config.block_size}; "
+                f"the {name} split of {source} has {total} tokens, fewer than block_size={config.block_size}; "
                 f"lower block_size or add data"
             )
+        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
         blocks.save_to_disk(str(work / name))
         packed[name] = blocks
     stats = {

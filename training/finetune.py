@@ -28,13 +28,14 @@ from hf_gpt_custom.training.train import train
 from hf_gpt_custom.training.workload import PreparedWork
 
 
-def finetune(config: FinetuneConfig) -> Path:
+def finetune(config: FinetuneConfig, start_over: bool = False) -> Path:
     """Fine-tune `config.init_from` on `config.dataset` as the `task:` section says; return the run folder.
 
     Everything that can fail on the user's input — the model folder, its tokenizer, the columns, every label,
-    block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk.
+    block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk. A run folder
+    holding a run is continued or refused as `train` does (`start_over` trains from step 0).
     """
-    return train(config, FinetuneWorkload(config))
+    return train(config, FinetuneWorkload(config), start_over=start_over)
 
 
 class FinetuneWorkload:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hf_gpt_custom.errors import MissingFileError
 from hf_gpt_custom.training.config import TrainConfig
 
 _TOKENIZER_SOURCE_NAME = "training_source.json"  # beside a tokenizer we trained: what it was trained on
@@ -35,7 +36,14 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
         # Called under main_process_first: the main process saves, the others find the marker and read the files.
         marker, source = target / _TOKENIZER_SOURCE_NAME, {"tokenizer": config.tokenizer}
         if not (marker.is_file() and json.loads(marker.read_text()) == source):
-            AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
+            try:
+                AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
+            except OSError as err:  # not a local folder, and the Hub is unreachable or has no such repository
+                raise MissingFileError(
+                    f"tokenizer={config.tokenizer!r} is not a local folder and could not be loaded from the Hub "
+                    f"({str(err).strip().splitlines()[0][:200]}); give a tokenizer folder, or download it while "
+                    f"online"
+                ) from err
             marker.write_text(json.dumps(source))
         return target
     if config.init_from and Path(config.init_from, "tokenizer.json").is_file():

@@ -26,10 +26,10 @@ import torch
 # EpochShuffleSampler and collate_blocks are imported from here by older callers (tests, benchmarks) too
 from hf_gpt_custom.training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, find_checkpoint, load_checkpoint, save_checkpoint, set_aside_other_histories,
+    TrainingState, load_checkpoint, save_checkpoint, set_aside_other_histories, write_errors_named,
 )
 from hf_gpt_custom.training.launcher import mixed_precision_for_run, warn_if_bf16_is_emulated
-from hf_gpt_custom.training.run_lock import lock_run_folder
+from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
 from hf_gpt_custom.training.config import (
     DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
 )
@@ -37,7 +37,7 @@ from hf_gpt_custom.training.data import prepare_datasets, token_byte_lengths
 from hf_gpt_custom.training.evaluation import evaluate_loss
 from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError
 from hf_gpt_custom.training.recipe import build_optimizer, build_scheduler, flops_per_token
-from hf_gpt_custom.training.resume_check import check_resume_settings, record_settings_in_checkpoints
+from hf_gpt_custom.training.resume_check import find_resume_point, record_settings_in_checkpoints
 from hf_gpt_custom.training.workload import PreparedWork, Workload
 from hf_gpt_custom.training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
@@ -45,7 +45,7 @@ from hf_gpt_custom.training.run_log import (
 )
 from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.model_folder import load_model_folder, write_manifest
+from hf_gpt_custom.model_folder import check_model_folder, load_model_folder, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -171,23 +171,28 @@ def _tracker_config(config: TrainConfig) -> dict:
 # --- the loop ------------------------------------------------------------------------------------------------------
 
 
-def train(config: TrainConfig, workload: Workload | None = None) -> Path:
+def train(config: TrainConfig, workload: Workload | None = None, start_over: bool = False) -> Path:
     """Train as `config` says; return the run folder (config.yaml, run_log.jsonl, checkpoints/, final/, summary, PNG).
 
-    `workload` says what is trained (default: language modelling on `config.dataset`, LanguageModelling below)."""
+    `workload` says what is trained (default: language modelling on `config.dataset`, LanguageModelling below).
+    A run folder that already holds checkpoints is continued from the latest one when its settings are this
+    config's, and refused naming the differences when not (resume_check.find_resume_point); `start_over=True`
+    trains from step 0 instead, moving the old checkpoints aside."""
+    if config.init_from:
+        check_model_folder(config.init_from)  # a damaged folder is named before the run folder is created
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
         with lock_run_folder(config.run_dir):  # one process per run folder (run_lock.py)
-            return _train(config, workload or LanguageModelling())
+            return _train(config, workload or LanguageModelling(), start_over)
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back
 
 
-def _train(config: TrainConfig, workload: Workload) -> Path:
+def _train(config: TrainConfig, workload: Workload, start_over: bool) -> Path:
     start_time = time.time()
-    session = _set_up(config, workload)
+    session = _set_up(config, workload, start_over)
     loop = _run_loop(session)
     _finish(session, loop, wall_time_s=lambda: time.time() - start_time)
     return session.run_dir
@@ -241,7 +246,7 @@ class _LoopResult:
     advice_if_diverged: str = ""  # which checkpoint is safe, should the final weights turn out broken
 
 
-def _set_up(config: TrainConfig, workload: Workload) -> _Session:
+def _set_up(config: TrainConfig, workload: Workload, start_over: bool) -> _Session:
     """Accelerator, resume checks, config.yaml, the workload's model and loaders, optimizer, schedule, restored state."""
     import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
     from accelerate.utils import set_seed
@@ -249,12 +254,11 @@ def _set_up(config: TrainConfig, workload: Workload) -> _Session:
     run_dir = config.run_dir.absolute()
     log_with = None if config.log_with in (None, "none") else config.log_with
     check_tracker_installed(log_with)
+    check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
+    # before config.yaml is rewritten: it may be the record of what the folder's checkpoints were trained with
+    resume_folder = find_resume_point(config, run_dir, start_over)
     accelerator = _make_accelerator(config, run_dir, log_with)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
-    resume_folder = None
-    if config.resume_from_checkpoint:  # check before any heavy work
-        resume_folder = find_checkpoint(run_dir / "checkpoints", config.resume_from_checkpoint)
-        check_resume_settings(config, resume_folder)  # before config.yaml is rewritten: it may be the record
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
@@ -275,6 +279,9 @@ def _set_up(config: TrainConfig, workload: Workload) -> _Session:
     record_settings_in_checkpoints(accelerator, config, model_config)
 
     state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)
+    if resume_folder is not None and state.step >= config.max_steps:
+        accelerator.print(f"the run is complete (step {state.step} of max_steps={config.max_steps}): nothing left to "
+                          f"train; evaluating and writing final/ again (--start_over trains it anew)")
     run_log = RunLog(run_dir / RUN_LOG_NAME, resume_step=state.step if resume_folder else None) \
         if accelerator.is_main_process else None
     if log_with:
@@ -306,7 +313,7 @@ def _restore(accelerator, resume_folder: Path) -> TrainingState:
     try:
         state = load_checkpoint(accelerator, resume_folder)
     except RuntimeError as err:  # an older checkpoint without recorded settings, from another architecture
-        if "size mismatch" not in str(err):
+        if "size mismatch" not in str(err) and "Error(s) in loading state_dict" not in str(err):
             raise
         raise UserError(f"checkpoint {resume_folder} holds weights of another architecture than this config's "
                         f"model section ({str(err).splitlines()[-1].strip()}); resume with the model settings it "
@@ -426,30 +433,36 @@ def _finish(s: _Session, loop: _LoopResult, wall_time_s) -> None:
         save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
     _save_final_folder(s)
     if accelerator.is_main_process:
-        s.run_log.close()
-        records = read_run_log(s.run_dir / RUN_LOG_NAME)
-        steps = summarize_train_steps(records)
-        write_training_summary(s.run_dir / SUMMARY_NAME, {
-            "run_name": config.run_name,
-            "config": config.to_dict(),
-            "n_params": s.n_params,
-            "tokens_seen": state.tokens_seen,
-            "steps": state.step,
-            "wall_time_s": wall_time_s(),
-            "train_time_s": loop.train_time_s,
-            "final_train_loss": steps["final_train_loss"],
-            "final_val_loss": last_eval["val_loss"],
-            "tokens_per_s": steps["tokens_per_s"],
-            "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
-            "peak_flops": s.peak_flops,
-            "num_processes": accelerator.num_processes,
-            **s.workload.summary_fields(last_eval),
-            "loss_curve": LOSS_CURVE_NAME,
-        })
-        plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
-                        title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
+        with write_errors_named(s.run_dir, None, "the training summary"):
+            _write_summary_and_plot(s, loop, last_eval, wall_time_s)
         accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
     accelerator.end_training()
+
+
+def _write_summary_and_plot(s: _Session, loop: _LoopResult, last_eval: dict, wall_time_s) -> None:
+    accelerator, state, config = s.accelerator, s.state, s.config
+    s.run_log.close()
+    records = read_run_log(s.run_dir / RUN_LOG_NAME)
+    steps = summarize_train_steps(records)
+    write_training_summary(s.run_dir / SUMMARY_NAME, {
+        "run_name": config.run_name,
+        "config": config.to_dict(),
+        "n_params": s.n_params,
+        "tokens_seen": state.tokens_seen,
+        "steps": state.step,
+        "wall_time_s": wall_time_s(),
+        "train_time_s": loop.train_time_s,
+        "final_train_loss": steps["final_train_loss"],
+        "final_val_loss": last_eval["val_loss"],
+        "tokens_per_s": steps["tokens_per_s"],
+        "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
+        "peak_flops": s.peak_flops,
+        "num_processes": accelerator.num_processes,
+        **s.workload.summary_fields(last_eval),
+        "loss_curve": LOSS_CURVE_NAME,
+    })
+    plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
+                    title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
 
 
 def _save_final_folder(s: _Session) -> None:
@@ -461,12 +474,13 @@ def _save_final_folder(s: _Session) -> None:
     if not accelerator.is_main_process:
         return
     final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
-    shutil.rmtree(staging, ignore_errors=True)
-    accelerator.unwrap_model(s.model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
-    s.workload.save_beside_model(staging, s.model_config)
-    write_manifest(staging)  # what eval/export verify final/ against
-    shutil.rmtree(final_dir, ignore_errors=True)
-    os.replace(staging, final_dir)
+    with write_errors_named(s.run_dir, staging, "final/"):
+        shutil.rmtree(staging, ignore_errors=True)
+        accelerator.unwrap_model(s.model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
+        s.workload.save_beside_model(staging, s.model_config)
+        write_manifest(staging)  # what eval/export verify final/ against
+        shutil.rmtree(final_dir, ignore_errors=True)
+        os.replace(staging, final_dir)
 
 
 def check_tracker_installed(log_with: str | None) -> None:

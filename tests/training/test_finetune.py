@@ -183,7 +183,9 @@ def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_
     finally:
         train_module.save_checkpoint = real_save
     assert not (resumed_dir / "final").exists()
-    finetune(_config(tmp_path, base_model_dir, learnable_pairs, "resume_from_checkpoint=latest"))
+    finetune(_config(tmp_path, base_model_dir, learnable_pairs))  # the same command continues: no flag needed
+    assert not list((resumed_dir / "checkpoints").glob("abandoned_*"))  # it resumed, it did not start over
+    assert [r["step"] for r in _records(resumed_dir) if r["kind"] == "train"] == list(range(1, 21))
     resumed = load_file(resumed_dir / "final" / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
     for key in resumed:

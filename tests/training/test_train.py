@@ -215,9 +215,9 @@ def test_torch_threads_applies_during_training_and_is_restored(make_config, monk
     seen = {}
     real_train = train_module._train
 
-    def spy(config, workload):
+    def spy(config, workload, *args):
         seen["threads"] = torch.get_num_threads()
-        return real_train(config, workload)
+        return real_train(config, workload, *args)
 
     monkeypatch.setattr(train_module, "_train", spy)
     before = torch.get_num_threads()
@@ -284,3 +284,25 @@ def test_gradient_clipping_bounds_the_first_update(make_config, known_start, gra
         assert 0 < largest_change <= grad_clip * 1.001
     else:
         assert largest_change > 1e-3  # the unclipped gradient norm is ~1: the same update is far larger
+
+
+def test_checkpoints_do_not_warn_about_the_tied_head_but_other_shared_tensors_still_warn(tiny_config, tmp_path,
+                                                                                         caplog):
+    """Every run printed accelerate's "Removed shared tensor {'lm_head.weight'} while saving": the head shares the
+    token embedding by design, so nothing to act on. A tensor shared by accident must still be named."""
+    import logging
+
+    from accelerate import Accelerator
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.training.checkpoint import TrainingState, save_checkpoint
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(GPTCustomForCausalLM(tiny_config))
+    with caplog.at_level(logging.WARNING):
+        save_checkpoint(accelerator, tmp_path / "checkpoints", TrainingState(step=1), keep_last=3)
+    assert "Removed shared tensor" not in caplog.text
+    model.transformer.h[1].ln_1.weight = model.transformer.h[0].ln_1.weight  # an accidental alias
+    with caplog.at_level(logging.WARNING):
+        save_checkpoint(accelerator, tmp_path / "checkpoints", TrainingState(step=2), keep_last=3)
+    assert "Removed shared tensor {" in caplog.text and "'transformer.h.1.ln_1.weight'" in caplog.text
