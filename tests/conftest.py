@@ -17,6 +17,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need CUDA: skipped where torch sees no GPU (CI), run where it does."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (marked gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _fixed_seeds():
     torch.manual_seed(0)

@@ -32,14 +32,22 @@ class DivergenceGuard:
         self._unconfirmed = resumed_from  # the weights we resumed from are judged by the first step's loss too
 
     def problem(self, loss: float, grad_norm: float, overflow_is_normal: bool = False) -> str | None:
-        """Why this step's loss or gradient shows divergence, or None when the step is healthy."""
+        """Why this step's loss or gradient shows divergence, every symptom it has, or None when it is healthy.
+
+        A blown-up loss often comes with a gradient norm that overflowed to inf or nan (which one depends on the
+        device's kernels): both are named, the loss first, so the message starts the same everywhere.
+        """
         if not math.isfinite(loss):
-            return f"loss became {loss}"
-        if not (math.isfinite(grad_norm) or overflow_is_normal):
-            return f"gradient norm became {grad_norm}"
+            return f"loss became {loss}"  # its gradient is not finite either: nothing more to say
+        symptoms = []
         if loss - self.best_loss > max(self.best_loss, MIN_BLOWUP_NATS):
-            return f"loss became {loss:.6g}, more than twice the best loss {self.best_loss:.6g} of this run (diverged)"
-        return None
+            symptoms.append(f"loss became {loss:.6g}, more than twice the best loss {self.best_loss:.6g} of this run "
+                            f"(diverged)")
+        # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that update and
+        # lowers its scale itself. Only the loss tells divergence there.
+        if not (math.isfinite(grad_norm) or overflow_is_normal):
+            symptoms.append(f"gradient norm became {grad_norm}")
+        return "; ".join(symptoms) or None
 
     def record_healthy_step(self, loss: float) -> None:
         """The step's loss was healthy: the checkpoint holding the weights that produced it is good."""
@@ -64,3 +72,39 @@ class DivergenceGuard:
                     f"learning_rate or raise warmup_steps and start again, with a higher keep_checkpoints")
         return ("no checkpoint holds weights that gave a healthy loss; lower learning_rate or raise warmup_steps and "
                 "start again")
+
+
+class UpdateGate:
+    """DivergenceGuard's rule evaluated on the device, so the loop never waits for a step's loss to read it.
+
+    From the first step whose loss is not finite or blew up (or whose gradient norm is not finite, unless fp16's
+    gradient scaler handles overflows), every update is skipped on the device: the fused AdamW kernel's `found_inf`
+    input, the one torch's GradScaler drives, is held at 1. The weights stay those before that step until the loop
+    reads the window back and stops, naming the step. The host guard replays the same values with the same float64
+    arithmetic. Optimizers without that input (not fused, or fp16 whose scaler owns it) are checked on the host at
+    each step instead (`skips_on_device` is False).
+    """
+
+    def __init__(self, optimizer, device, overflow_is_normal: bool = False):
+        import torch
+
+        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps torch's
+        self.overflow_is_normal = overflow_is_normal
+        self.skips_on_device = bool(inner.defaults.get("fused")) and not overflow_is_normal
+        self._best_loss = torch.full((), math.inf, dtype=torch.float64, device=device)
+        self._halted = torch.zeros((), dtype=torch.float32, device=device)
+        if self.skips_on_device:
+            inner.found_inf = self._halted
+
+    def check(self, loss, grad_norm):
+        """A 0-d bool tensor: this step shows divergence. Updates are skipped from that step on."""
+        import torch
+
+        loss, grad_norm = loss.double(), grad_norm.double()
+        best = self._best_loss
+        diverged = ~torch.isfinite(loss) | (loss - best > torch.clamp(best, min=MIN_BLOWUP_NATS))
+        if not self.overflow_is_normal:
+            diverged = diverged | ~torch.isfinite(grad_norm)
+        self._halted.copy_(torch.maximum(self._halted, diverged.float()))
+        self._best_loss.copy_(torch.where(self._halted.bool(), best, torch.minimum(best, loss)))
+        return diverged

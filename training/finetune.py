@@ -84,8 +84,8 @@ class FinetuneWorkload:
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(**batch).loss  # L3 = L2 + λ·L1, λ = config.lm_loss_weight
 
-    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
-        return int(batch["attention_mask"].sum())  # padding is not trained on
+    def count_tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return batch["attention_mask"].sum()  # padding is not trained on; stays on the device (no host read)
 
     @torch.no_grad()
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:

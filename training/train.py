@@ -11,6 +11,7 @@ divergence.py, the log/summary/plot in run_log.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
@@ -26,16 +27,20 @@ import torch
 # EpochShuffleSampler and collate_blocks are imported from here by older callers (tests, benchmarks) too
 from hf_gpt_custom.training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, load_checkpoint, save_checkpoint, set_aside_other_histories, write_errors_named,
+    TrainingState, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
+    set_aside_other_histories, unwrapped_state_dict, write_errors_named,
 )
-from hf_gpt_custom.training.launcher import mixed_precision_for_run, warn_if_bf16_is_emulated
+from hf_gpt_custom.training.launcher import (
+    check_compiler_available, mixed_precision_for_run, resolve_mixed_precision, training_device_type,
+    warn_if_bf16_is_emulated,
+)
 from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
 from hf_gpt_custom.training.config import (
     DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
 )
 from hf_gpt_custom.training.data import prepare_datasets, token_byte_lengths
 from hf_gpt_custom.training.evaluation import evaluate_loss
-from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError
+from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError, UpdateGate
 from hf_gpt_custom.training.recipe import build_optimizer, build_scheduler, flops_per_token
 from hf_gpt_custom.training.resume_check import find_resume_point, record_settings_in_checkpoints
 from hf_gpt_custom.training.workload import PreparedWork, Workload
@@ -54,16 +59,21 @@ logger = logging.getLogger(__name__)
 
 
 def _batch_digest(input_ids: torch.Tensor) -> int:
-    """48-bit fingerprint of a batch: logged per rank so a test (or a person) can see who trained on what."""
+    """48-bit fingerprint of a batch: logged per rank so a test (or a person) can see who trained on what. Taken from
+    the loader's host copy, before the batch moves to the device: it never waits for the device."""
     return int.from_bytes(hashlib.blake2b(input_ids.cpu().numpy().tobytes(), digest_size=6).digest(), "little")
 
 
 def _next_batches(accelerator, train_loader, state: TrainingState):
-    """Endless stream of training micro-batches that keeps `state.epoch` and `state.batches_in_epoch` current.
+    """Endless stream of (training micro-batch on the device, its digest) that keeps `state.epoch` and
+    `state.batches_in_epoch` current.
 
     A resumed run skips the batches this epoch already consumed (counted in micro-batches, so gradient
-    accumulation is covered) instead of replaying them.
+    accumulation is covered) instead of replaying them. The loader is prepared without device placement: each batch
+    is fingerprinted on the host, then copied with non_blocking (from pinned memory on a GPU).
     """
+    from accelerate.utils import send_to_device
+
     while True:
         loader = train_loader
         if state.batches_in_epoch:
@@ -73,7 +83,8 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
         for batch in loader:
             produced = True
             state.batches_in_epoch += 1
-            yield batch
+            digest = _batch_digest(batch["input_ids"])
+            yield send_to_device(batch, accelerator.device, non_blocking=True), digest
         if not produced and state.batches_in_epoch == 0:
             raise UserError("the training data gave no batch; lower batch_size or block_size, or add data")
         state.epoch += 1
@@ -178,21 +189,26 @@ def train(config: TrainConfig, workload: Workload | None = None, start_over: boo
     A run folder that already holds checkpoints is continued from the latest one when its settings are this
     config's, and refused naming the differences when not (resume_check.find_resume_point); `start_over=True`
     trains from step 0 instead, moving the old checkpoints aside."""
+    # what this machine cannot do is named before the run folder is created
     if config.init_from:
-        check_model_folder(config.init_from)  # a damaged folder is named before the run folder is created
+        check_model_folder(config.init_from)
+    device_type = training_device_type(config.cpu)
+    config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision, device_type))
+    if config.compile:
+        check_compiler_available(device_type)
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
         with lock_run_folder(config.run_dir):  # one process per run folder (run_lock.py)
-            return _train(config, workload or LanguageModelling(), start_over)
+            return _train(config, workload or LanguageModelling(), start_over, device_type)
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back
 
 
-def _train(config: TrainConfig, workload: Workload, start_over: bool) -> Path:
+def _train(config: TrainConfig, workload: Workload, start_over: bool, device_type: str) -> Path:
     start_time = time.time()
-    session = _set_up(config, workload, start_over)
+    session = _set_up(config, workload, start_over, device_type)
     loop = _run_loop(session)
     _finish(session, loop, wall_time_s=lambda: time.time() - start_time)
     return session.run_dir
@@ -208,6 +224,7 @@ class _Session:
     run_dir: Path
     tokenizer: Any
     model: Any  # prepared (wrapped) model
+    model_class: type  # its class before any wrapper
     model_config: Any
     optimizer: Any
     scheduler: Any
@@ -246,7 +263,7 @@ class _LoopResult:
     advice_if_diverged: str = ""  # which checkpoint is safe, should the final weights turn out broken
 
 
-def _set_up(config: TrainConfig, workload: Workload, start_over: bool) -> _Session:
+def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_type: str) -> _Session:
     """Accelerator, resume checks, config.yaml, the workload's model and loaders, optimizer, schedule, restored state."""
     import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
     from accelerate.utils import set_seed
@@ -257,7 +274,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool) -> _Sessi
     check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
     # before config.yaml is rewritten: it may be the record of what the folder's checkpoints were trained with
     resume_folder = find_resume_point(config, run_dir, start_over)
-    accelerator = _make_accelerator(config, run_dir, log_with)
+    accelerator = _make_accelerator(config, device_type, run_dir, log_with)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -268,15 +285,18 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool) -> _Sessi
     prepared = workload.prepare(config, accelerator)
     model, tokenizer, train_loader, val_loader = prepared.model, prepared.tokenizer, prepared.train_loader, \
         prepared.val_loader
-    model_config, n_params = model.config, model.num_parameters()
+    # the class and config before any wrapper (DDP, FSDP2's in-place class swap, torch.compile) touches the model:
+    # what every saved folder is written as (checkpoint.save_model_folder)
+    model_class, model_config, n_params = type(model), model.config, model.num_parameters()
     if config.compile:
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config)
-    model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, val_loader, scheduler
-    )
+    model, optimizer, val_loader, scheduler = accelerator.prepare(model, optimizer, val_loader, scheduler)
+    train_loader.pin_memory = accelerator.device.type == "cuda"  # for the non-blocking copies of _next_batches
+    train_loader = accelerator.prepare_data_loader(train_loader, device_placement=False)
     record_settings_in_checkpoints(accelerator, config, model_config)
+    save_checkpoints_without_wrappers(accelerator)
 
     state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)
     if resume_folder is not None and state.step >= config.max_steps:
@@ -286,16 +306,16 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool) -> _Sessi
         if accelerator.is_main_process else None
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
-    return _Session(config, workload, accelerator, run_dir, tokenizer, model, model_config, optimizer, scheduler,
-                    train_loader, val_loader, n_params, state, resume_folder, run_log)
+    return _Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,
+                    scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log)
 
 
-def _make_accelerator(config: TrainConfig, run_dir: Path, log_with: str | None):
+def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_with: str | None):
     from accelerate import Accelerator
     from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration
 
     return Accelerator(
-        cpu=config.cpu if config.cpu is not None else not torch.cuda.is_available(),
+        cpu=device_type == "cpu",
         mixed_precision=mixed_precision_for_run(config.mixed_precision),  # warns if the launcher says otherwise
         # sync_with_dataloader=False: an accumulation window may straddle an epoch boundary instead of being cut
         # short there, so every optimizer step sees exactly gradient_accumulation_steps micro-batches.
@@ -326,8 +346,37 @@ def _restore(accelerator, resume_folder: Path) -> TrainingState:
     return state
 
 
+@dataclass
+class _StepOnDevice:
+    """One optimizer step as the device left it: read back only when the loop flushes its window of steps."""
+
+    loss: torch.Tensor  # mean over the accumulation window and the processes
+    grad_norm: torch.Tensor
+    is_diverged: torch.Tensor  # the device's verdict (divergence.UpdateGate); the update was skipped when true
+    tokens: torch.Tensor | int  # this process's trained tokens
+    digests: list[int]  # this process's micro-batches
+    lr: float
+    epoch: int
+
+
+@dataclass
+class _Window:
+    """The steps since the loop last read values back from the device, and when that window began."""
+
+    first_step: int
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    steps: list[_StepOnDevice] = dataclasses.field(default_factory=list)
+
+
 def _run_loop(s: _Session) -> _LoopResult:
-    """Optimizer steps until max_steps: each one logged, evaluated and checkpointed on its interval."""
+    """Optimizer steps until max_steps: each one logged, evaluated and checkpointed on its interval.
+
+    Nothing is read back from the device inside a step: loss, gradient norm and token counts stay on it until the
+    window of steps is flushed — every log_interval steps, after the session's first step (timed alone: it holds
+    the warm-up), and before each evaluation, checkpoint and the end. Divergence is still caught at the step it
+    happens: the device skips that update and every later one (divergence.UpdateGate), and the flush stops the run
+    naming the step, before any checkpoint could hold what came after it.
+    """
     from tqdm.auto import tqdm
 
     config, accelerator, state = s.config, s.accelerator, s.state
@@ -340,18 +389,24 @@ def _run_loop(s: _Session) -> _LoopResult:
                     disable=not accelerator.is_local_main_process, dynamic_ncols=True)
     result = _LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
     guard = DivergenceGuard(resumed_from=s.resume_folder)
+    gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None)
+    window = None
     s.model.train()
     while state.step < config.max_steps:
-        step_start = time.perf_counter()
-        loss, grad_norm, digests, n_tokens = _optimizer_step(s, batches, guard, progress)
+        window = window or _Window(first_step=state.step + 1)  # opened after evaluation and saving: not training time
+        window.steps.append(_optimizer_step(s, batches, gate, guard, progress))
         state.step += 1
-        state.tokens_seen += n_tokens
-        step_time_s = time.perf_counter() - step_start
-        result.train_time_s += step_time_s
-        _log_step(s, loss, grad_norm, digests, n_tokens, step_time_s, progress)
-        if state.step % config.eval_interval == 0 or state.step == config.max_steps:
+        progress.update(1)
+        is_eval = state.step % config.eval_interval == 0 or state.step == config.max_steps
+        is_checkpoint = bool(config.checkpoint_interval) and state.step % config.checkpoint_interval == 0 \
+            and state.step < config.max_steps
+        if (is_eval or is_checkpoint or state.step % config.log_interval == 0 or state.step == result.resumed_step + 1
+                or not gate.skips_on_device):
+            result.train_time_s += _flush(s, window, guard, progress)
+            window = None
+        if is_eval:
             result.last_eval = _evaluate_and_log(s, progress)
-        if config.checkpoint_interval and state.step % config.checkpoint_interval == 0 and state.step < config.max_steps:
+        if is_checkpoint:
             _check_weights_finite(s, guard.advice(s.checkpoints_dir), progress)
             result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
             guard.checkpoint_saved(result.last_checkpoint)
@@ -360,56 +415,74 @@ def _run_loop(s: _Session) -> _LoopResult:
     return result
 
 
-def _optimizer_step(s: _Session, batches, guard: DivergenceGuard, progress) -> tuple[float, float, list[int], int]:
-    """One accumulation window and the update after it; returns (mean loss, gradient norm, batch digests, tokens
-    trained on by all processes)."""
+def _optimizer_step(s: _Session, batches, gate: UpdateGate, guard: DivergenceGuard, progress) -> _StepOnDevice:
+    """One accumulation window and the update after it, with nothing read back from the device (unless the
+    optimizer cannot skip an update on the device: then the step is checked on the host, as it goes)."""
     accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
     loss_sum = torch.zeros((), device=accelerator.device)
     n_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     digests = []
     for _ in range(accum):
-        batch = next(batches)
-        digests.append(_batch_digest(batch["input_ids"]))
+        batch, digest = next(batches)
+        digests.append(digest)
         n_tokens += s.workload.count_tokens(batch)
         with accelerator.accumulate(model):
             loss = s.workload.loss(model, batch)
             accelerator.backward(loss)
             loss_sum += loss.detach().float()
             if accelerator.sync_gradients:
-                step_loss = accelerator.reduce(loss_sum / accum, reduction="mean").item()
+                step_loss = accelerator.reduce(loss_sum / accum, reduction="mean")  # a collective, not a host read
                 max_norm = s.config.grad_clip if s.config.grad_clip > 0 else float("inf")  # inf: measure, don't clip
-                grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), max_norm))
-                # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that
-                # update and lowers its scale itself. Only a non-finite loss is divergence there.
-                problem = guard.problem(step_loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
-                if problem is not None:
-                    _stop_diverged(s, s.state.step + 1, f"{problem} (this update was not applied)", step_loss,
-                                   grad_norm, guard.advice(s.checkpoints_dir), progress)
-                guard.record_healthy_step(step_loss)
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm).detach().float()
+                is_diverged = gate.check(step_loss, grad_norm)
+                if not gate.skips_on_device and bool(is_diverged):  # the host check, before the update
+                    loss_value, norm_value = float(step_loss), float(grad_norm)
+                    problem = guard.problem(loss_value, norm_value, overflow_is_normal=gate.overflow_is_normal)
+                    _stop_diverged(s, s.state.step + 1, f"{problem or 'the loss diverged'} (this update was not "
+                                   f"applied)", loss_value, norm_value, guard.advice(s.checkpoints_dir), progress)
                 s.optimizer.step()
                 s.scheduler.step()
                 s.optimizer.zero_grad(set_to_none=True)
-    return step_loss, grad_norm, digests, int(accelerator.reduce(n_tokens, reduction="sum"))
+    return _StepOnDevice(step_loss, grad_norm, is_diverged, n_tokens, digests, s.scheduler.get_last_lr()[0],
+                         s.state.epoch)
 
 
-def _log_step(s: _Session, loss: float, grad_norm: float, digests: list[int], n_tokens: int, step_time_s: float,
-              progress) -> None:
+def _flush(s: _Session, window: _Window, guard: DivergenceGuard, progress) -> float:
+    """Read the window's steps back from the device in one go, judge them in order, write one log record per step;
+    return the window's training time. Stops the run at the first step the device (or the host) found diverged."""
     accelerator, state = s.accelerator, s.state
-    lr = s.scheduler.get_last_lr()[0]
-    tokens_per_s = n_tokens / step_time_s
-    all_digests = accelerator.gather(torch.tensor(digests, dtype=torch.int64, device=accelerator.device))
-    record = {
-        "kind": "train", "step": state.step, "epoch": state.epoch, "loss": loss, "lr": lr,
-        "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
-        "tokens_seen": state.tokens_seen, "step_time_s": step_time_s,
-        "data_digests": all_digests.view(accelerator.num_processes, len(digests)).tolist(),
-    }
-    if s.run_log is not None:
-        s.run_log.write(record)
-    accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
-                    step=state.step)
-    progress.update(1)
-    progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+    if not window.steps:
+        return 0.0
+    steps = window.steps
+    tokens = accelerator.reduce(torch.stack([torch.as_tensor(step.tokens, device=accelerator.device)
+                                             for step in steps]), reduction="sum")
+    digests = accelerator.gather(torch.tensor([step.digests for step in steps], dtype=torch.int64,
+                                              device=accelerator.device))  # (processes * steps, accumulation)
+    values = torch.stack([torch.stack([step.loss.double(), step.grad_norm.double(), step.is_diverged.double()])
+                          for step in steps]).tolist()  # the one read of the window
+    tokens, digests = tokens.tolist(), digests.view(accelerator.num_processes, len(steps), -1).tolist()
+    elapsed_s = time.perf_counter() - window.started
+    tokens_per_s = sum(tokens) / elapsed_s
+    for offset, (step, (loss, grad_norm, is_diverged)) in enumerate(zip(steps, values)):
+        number = window.first_step + offset
+        problem = guard.problem(loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
+        if is_diverged or problem is not None:
+            _stop_diverged(s, number, f"{problem or 'the loss diverged'} (this update was not applied)", loss,
+                           grad_norm, guard.advice(s.checkpoints_dir), progress)
+        guard.record_healthy_step(loss)
+        state.tokens_seen += tokens[offset]
+        record = {
+            "kind": "train", "step": number, "epoch": step.epoch, "loss": loss, "lr": step.lr,
+            "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
+            "tokens_seen": state.tokens_seen, "step_time_s": elapsed_s / len(steps),
+            "data_digests": [rank[offset] for rank in digests],
+        }
+        if s.run_log is not None:
+            s.run_log.write(record)
+        accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
+                        step=number)
+    progress.set_postfix(loss=f"{values[-1][0]:.4f}", lr=f"{steps[-1].lr:.2e}")
+    return elapsed_s
 
 
 def _evaluate_and_log(s: _Session, progress) -> dict:
@@ -469,14 +542,13 @@ def _save_final_folder(s: _Session) -> None:
     """final/: save_pretrained weights and the shipped tokenizer, with a manifest; complete or absent."""
     accelerator = s.accelerator
     accelerator.wait_for_everyone()
-    # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
-    state_dict = {key.removeprefix("_orig_mod."): value for key, value in accelerator.get_state_dict(s.model).items()}
+    state_dict = unwrapped_state_dict(accelerator, s.model)  # every rank takes part (FSDP gathers the shards)
     if not accelerator.is_main_process:
         return
     final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
     with write_errors_named(s.run_dir, staging, "final/"):
         shutil.rmtree(staging, ignore_errors=True)
-        accelerator.unwrap_model(s.model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
+        save_model_folder(s.model_class, s.model_config, state_dict, staging)
         s.workload.save_beside_model(staging, s.model_config)
         write_manifest(staging)  # what eval/export verify final/ against
         shutil.rmtree(final_dir, ignore_errors=True)
@@ -509,8 +581,7 @@ def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_posi
 def _check_weights_finite(s: _Session, advice: str, progress) -> None:
     """Stop instead of checkpointing weights that are no longer finite (they would push good checkpoints out)."""
     accelerator = s.accelerator
-    finite = torch.tensor(float(all(bool(torch.isfinite(p).all()) for p in s.model.parameters())),
-                          device=accelerator.device)
+    finite = torch.stack([torch.isfinite(p).all() for p in s.model.parameters()]).all().float()  # one read below
     if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
         _stop_diverged(s, s.state.step, "the weights stopped being finite", float("nan"), float("nan"), advice,
                        progress)

@@ -32,8 +32,9 @@ class Workload(Protocol):
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The scalar the loop backpropagates and logs as `loss`."""
 
-    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
-        """Tokens this micro-batch trains on (the loop sums them over accumulation and processes)."""
+    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int | torch.Tensor:
+        """Tokens this micro-batch trains on: an int, or a 0-d tensor left on the device (the loop sums them over
+        accumulation and processes and reads them back only when it logs)."""
 
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
         """Validation figures on every process; `val_loss` must be among them (the loss curve plots it)."""

@@ -180,3 +180,19 @@ def test_the_main_job_with_start_over_runs_every_stage_again_where_it_would_refu
     calls.clear()
     run_module.run_pipeline(smoke, [*overrides, "max_steps=30"], start_over=True)
     assert calls == [(name, True) for name in run_module.STAGES]
+
+
+def test_the_main_jobs_evaluation_runs_on_the_gpu_when_training_did(tmp_path, monkeypatch):
+    """The main job evaluated on the CPU beside an idle GPU."""
+    import hf_gpt_custom.eval.runner as runner
+    import hf_gpt_custom.run as run_module
+    from hf_gpt_custom.training.config import REPO_ROOT
+
+    devices = []
+    monkeypatch.setattr(runner, "evaluate", lambda *args, **kwargs: devices.append(kwargs["device"]))
+    smoke = REPO_ROOT / "training" / "configs" / "smoke.yaml"
+    for cuda, cpu_setting in ((True, "null"), (False, "null"), (True, "true")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        config = load_train_config(smoke, [f"out_dir={tmp_path}", "benchmark_tasks=[copa]", f"cpu={cpu_setting}"])
+        run_module._stage_eval(config, tmp_path, {})
+    assert devices == ["cuda", "cpu", "cpu"]

@@ -126,8 +126,10 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
         train(config)
     checkpoints = config.run_dir / "checkpoints"
     message = str(err.value)
+    # the loss of step 3 is finite (~1e12); its gradient norm is finite on a CPU and inf or nan on a GPU (named too)
     assert re.match(r"training stopped at step 3: loss became [0-9.e+]+, more than twice the best loss 6\.\d+ of this "
-                    r"run \(diverged\)", message), message
+                    r"run \(diverged\)(; gradient norm became (inf|nan))? \(this update was not applied\)",
+                    message), message
     assert f"the last good checkpoint is {checkpoints / 'step_000001'} " in message
     assert "step_000002 hold(s) the diverging weights" in message
     assert _max_abs_weight(checkpoints / "step_000001") < 10 < 1e4 < _max_abs_weight(checkpoints / "step_000002")
@@ -306,3 +308,34 @@ def test_checkpoints_do_not_warn_about_the_tied_head_but_other_shared_tensors_st
     with caplog.at_level(logging.WARNING):
         save_checkpoint(accelerator, tmp_path / "checkpoints", TrainingState(step=2), keep_last=3)
     assert "Removed shared tensor {" in caplog.text and "'transformer.h.1.ln_1.weight'" in caplog.text
+
+
+@pytest.mark.parametrize("loss, grad_norm, expected", [
+    (6.0, 2.0, None),
+    (float("nan"), float("nan"), "loss became nan"),
+    (float("inf"), float("nan"), "loss became inf"),
+    (6.0, float("nan"), "gradient norm became nan"),
+    (6.0, float("inf"), "gradient norm became inf"),
+    (1e12, 3.0, "loss became 1e+12, more than twice the best loss 5 of this run (diverged)"),
+    (1e12, float("nan"), "loss became 1e+12, more than twice the best loss 5 of this run (diverged); gradient norm "
+                         "became nan"),
+    (1e12, float("inf"), "loss became 1e+12, more than twice the best loss 5 of this run (diverged); gradient norm "
+                         "became inf"),
+])
+def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(loss, grad_norm, expected):
+    """A GPU's kernels turn an overflowing gradient norm into nan where a CPU's give inf or a huge finite number:
+    every symptom is named, the loss first, so the message starts the same on every device. The device-side check
+    (UpdateGate, what the loop runs without reading values back) agrees with the host's on each case."""
+    from hf_gpt_custom.training.divergence import DivergenceGuard, UpdateGate
+
+    guard = DivergenceGuard()
+    guard.record_healthy_step(5.0)
+    assert guard.problem(loss, grad_norm) == expected
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([parameter], lr=0.1, fused=True)
+    gate = UpdateGate(optimizer, "cpu")
+    assert not bool(gate.check(torch.tensor(5.0), torch.tensor(1.0)))
+    assert bool(gate.check(torch.tensor(loss), torch.tensor(grad_norm))) is (expected is not None)
+    parameter.grad = torch.ones(3)
+    optimizer.step()  # skipped on the device from the first diverged step on: the weights stay as they were
+    assert torch.equal(parameter.detach(), torch.ones(3)) is (expected is not None)
