@@ -103,7 +103,7 @@ def _print_outputs(run_dir: Path) -> None:
 
 
 def _stage_tokenizer(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     return Path(prepare_tokenizer(config)), "done"
 

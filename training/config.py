@@ -2,7 +2,8 @@
 
 The `model:` section is passed through to `GPTCustomConfig` as keyword arguments (one source of truth for the
 architecture); this module only checks its keys and values by building a config from it. Derived numbers such as
-`tokens_per_step` are computed, never configured.
+`tokens_per_step` are computed, never configured. How raw YAML and `key=value` text become typed values is
+config_values.py's.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +18,13 @@ from typing import Any
 
 import yaml
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
+from hf_gpt_custom.training.corpus import shared_corpus_file
+from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
+    REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, parse_override_value,
+    read_config_yaml, resolve_local_path,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-# auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (launcher.resolve_mixed_precision)
+# auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (devices.resolve_mixed_precision)
 MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
 TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 # Which val_fraction of the documents is held out: a seeded random sample, or the last ones in file order (nanoGPT's
@@ -191,10 +193,10 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
-    fields = _declared_types(config_class)
+    fields = declared_types(config_class)
     for key in values:
-        _check_known_key(key, fields)
-    values = {key: _convert(key, value, fields[key]) for key, value in values.items()}
+        check_known_key(key, fields)
+    values = {key: convert_value(key, value, fields[key]) for key, value in values.items()}
     sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
     for name in sections:
         values[name] = dict(values.get(name) or {})
@@ -205,36 +207,14 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             raise UserError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
         section, dot, sub_key = key.partition(".")
         if dot and section in sections:
-            values[section][sub_key] = _parse_override_value(key, raw)
+            values[section][sub_key] = parse_override_value(key, raw)
         else:
-            _check_known_key(key, fields)
-            values[key] = _convert_override(key, raw, fields[key])
+            check_known_key(key, fields)
+            values[key] = convert_override(key, raw, fields[key])
     for key in ("dataset", "val_dataset", "tokenizer", "init_from"):
         if values.get(key):
-            values[key] = _resolve_local_path(key, str(values[key]))
+            values[key] = resolve_local_path(key, str(values[key]))
     return config_class(**values)
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    """YAML 1.2's plain scalars, as a person reading the file expects: only true/false are booleans (YAML 1.1 also
-    takes yes/no/on/off, so `labels: [no, yes]` became [False, True] and `mixed_precision: no` the bool False), and
-    6e-4 is a number without a decimal point (YAML 1.1 reads it as a string)."""
-
-
-_ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                    list("tTfF"))
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                                    list("-+0123456789"))
-
-
-def read_config_yaml(stream) -> Any:
-    """A training YAML (or one override value) as Python values, with YAML 1.2's booleans and floats."""
-    return yaml.load(stream, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
@@ -243,143 +223,13 @@ def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
         yaml.safe_dump(config.to_dict(), f, sort_keys=False)
 
 
-def _declared_types(config_class: type = None) -> dict[str, Any]:
-    """Field name -> declared type, resolved from the annotation strings that `from __future__` leaves. Settings
-    only: class-level constants (typing.ClassVar, e.g. example_config) are not keys a YAML may set."""
-    config_class = config_class or TrainConfig
-    hints = typing.get_type_hints(config_class)
-    return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
-
-
-def _check_known_key(key: str, fields: dict) -> None:
-    if key in fields:
-        return
-    hint = did_you_mean(key, fields)
-    raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
-
-
-def _resolve_local_path(key: str, value: str) -> str:
-    """Absolute path if `value` names an existing file/folder (cwd first, then repo root); else a Hub name."""
-    candidate = Path(value).expanduser()
-    for base in (Path.cwd(), REPO_ROOT):
-        full = candidate if candidate.is_absolute() else base / candidate
-        if full.exists():
-            return str(full.resolve())
-    from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES
-
-    # init_from is read from a local folder only (a Hub model: download it first); a dataset may be a Hub name
-    looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
-    searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
-    if key == "init_from":
-        raise MissingFileError(
-            f"init_from={value!r} not found in {searched}; give a model folder (e.g. "
-            f"runs/<name>/final, a checkpoint folder, or a transformers GPT-2 folder saved with save_pretrained)"
-        )
-    if looks_local:
-        raise MissingFileError(f"{key}={value!r} not found in {searched}; give an existing path or a Hub name")
-    return value  # a Hub dataset/model name such as "HuggingFaceFW/fineweb-edu"
-
-
-# --- type conversion -----------------------------------------------------------------------------------------------
-
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
-def _parse_override_value(key: str, raw: str) -> Any:
-    """The value of `key=raw` read as it would be in the YAML: `[no, yes]` and `'["no","yes"]'` are lists of two
-    strings, 4 an int, 6e-4 a float, true a bool, null/None None; anything else stays the text."""
-    text = raw.strip()
-    if text.lower() in ("null", "none", "~", ""):
-        return None
-    try:
-        return read_config_yaml(text)
-    except yaml.YAMLError as err:
-        problem = str(err).splitlines()[0]
-        raise UserError(f"override {key}={raw!r} is not a valid value ({problem}); quote it, or write a list as "
-                        f"{key}=[a, b]") from None
-
-
-def _convert_override(key: str, raw: str, declared: Any) -> Any:
-    """A top-level `key=raw` override converted by the field's declared type. Text fields take the text as written
-    (run_name=007 stays "007"); every other field takes the YAML value, so lists may be written [a, b] or a,b."""
-    non_none = [arg for arg in typing.get_args(declared) if arg is not type(None)]
-    if declared is str or (typing.get_origin(declared) in (typing.Union, types.UnionType) and non_none == [str]):
-        return _convert(key, raw, declared, from_string=True)
-    value = _parse_override_value(key, raw)
-    return _convert(key, raw if isinstance(value, str) else value, declared, from_string=isinstance(value, str))
-
-
-def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> Any:
-    """Convert `value` to the field's declared type, or raise ValueError naming the key."""
-    origin = typing.get_origin(declared)
-    args = typing.get_args(declared)
-    if origin in (typing.Union, types.UnionType):
-        non_none = [arg for arg in args if arg is not type(None)]
-        if value is None or (from_string and str(value).strip().lower() in ("null", "none", "~", "")):
-            return None
-        return _convert(key, value, non_none[0], from_string)
-    if value is None:
-        raise UserError(f"{key} must not be null; give a value of type {getattr(declared, '__name__', declared)}")
-    try:
-        if declared is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE | _FALSE:
-                return text in _TRUE
-            raise ValueError
-        if declared is int:
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError
-                return int(value)
-            try:
-                return int(str(value).strip().replace("_", ""))
-            except ValueError:
-                raise ValueError from None
-        if declared is float:
-            if isinstance(value, bool):
-                raise ValueError
-            try:
-                return float(str(value).strip()) if isinstance(value, str) else float(value)
-            except (TypeError, ValueError):
-                raise ValueError from None
-        if declared is str:
-            if isinstance(value, (dict, list)):
-                raise ValueError
-            return str(value)
-        if origin is list:
-            if isinstance(value, str):
-                text = value.strip()
-                parsed = read_config_yaml(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
-                value = parsed if parsed is not None else []
-            if not isinstance(value, (list, tuple)):
-                raise ValueError
-            return [_convert(f"{key}[{i}]", item, args[0], from_string) for i, item in enumerate(value)]
-        if origin is dict:
-            if from_string:
-                raise UserError(f"set {key} entries one by one, e.g. {key}.n_layer=4")
-            if not isinstance(value, dict):
-                raise ValueError
-            return dict(value)
-    except ValueError as err:
-        if str(err):
-            raise
-        type_name = getattr(declared, "__name__", str(declared))
-        raise UserError(f"{key}={value!r} is not a valid {type_name}") from None
-    return value
-
-
 # --- validation ----------------------------------------------------------------------------------------------------
 
 
 def _validate(config: TrainConfig) -> None:
     if not config.dataset:
         raise UserError("dataset is not set; give a text file/folder or a Hub dataset name, e.g. dataset=../shared/data/tinyshakespeare/input.txt")
-    for name, declared in _declared_types().items():  # NaN and inf pass every `<` check below: refuse them first
+    for name, declared in declared_types(TrainConfig).items():  # NaN and inf pass every `<` check below: refuse them first
         value = getattr(config, name)
         if declared in (float, float | None) and value is not None and not math.isfinite(value):
             raise UserError(f"{name}={value} is not a finite number; give a real value (default: "
@@ -462,7 +312,7 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_dataset is not None and not Path(config.val_dataset).exists():
         raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
     if config.val_dataset is not None and dataset_is_local:
-        shared = _shared_corpus_file(config.dataset, config.val_dataset)
+        shared = shared_corpus_file(config.dataset, config.val_dataset)
         if shared is not None:
             raise UserError(
                 f"val_dataset={config.val_dataset} {shared}, so validation would score text the model trains on; "
@@ -475,29 +325,6 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_holdout == "tail" and config.streaming:
         raise UserError("val_holdout='tail' needs the whole corpus; a streamed corpus has no end to hold out — set "
                         "val_split, or streaming=false")
-
-
-def _shared_corpus_file(dataset: str, val_dataset: str) -> str | None:
-    """How the validation files overlap the training files (the same file, or one with the same bytes), or None."""
-    from hf_gpt_custom.model_folder import sha256_file
-    from hf_gpt_custom.training.corpus import list_corpus_files
-
-    try:
-        train_files, val_files = list_corpus_files(dataset), list_corpus_files(val_dataset)
-    except UserError:
-        return None  # a folder without corpus files: data loading names it
-    if Path(dataset).resolve() == Path(val_dataset).resolve():
-        return "is the training data itself"
-    train_paths = {path.resolve() for path in train_files}
-    for path in val_files:
-        if path.resolve() in train_paths:
-            return f"holds {path}, which dataset={dataset} trains on too"
-    train_sizes = {path.stat().st_size: path for path in train_files if path.stat().st_size}
-    for path in val_files:
-        twin = train_sizes.get(path.stat().st_size)
-        if twin is not None and sha256_file(twin) == sha256_file(path):
-            return f"holds {path}, a byte-for-byte copy of {twin} in dataset={dataset}"
-    return None
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:

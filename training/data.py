@@ -1,8 +1,9 @@
-"""Text sources -> tokenised documents -> packed blocks, cached on disk.
+"""The data: documents -> tokenised documents -> packed blocks (cached on disk) -> batches.
 
-Each stage is a plain function (load_text_dataset, tokenize_documents, pack_into_blocks); prepare_datasets chains
-them, holds out a seeded validation split and caches the packed result under a key that hashes the tokenizer
-files, the data, and every setting that changes the blocks. Batching, sharding and shuffling live in train.py.
+Each stage is a plain function (tokenize_documents, pack_into_blocks, build_loaders); prepare_datasets chains them
+after holding out a validation split (split_documents) and caches the packed result under a key that hashes the
+tokenizer files, the data and every setting that changes the blocks. Reading files into documents is corpus.py's;
+sharding batches across processes is Accelerate's, and a resumed run skips the batches it had (loop.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import datasets
+import torch
+from torch.utils.data import DataLoader, Sampler
 
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import sha256_file
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.corpus import list_local_files, load_text_dataset
 from hf_gpt_custom.training.run_lock import claim_build_folder
-from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES, list_corpus_files, reader_for
-from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.model_folder import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -35,163 +37,6 @@ CACHE_FORMAT_VERSION = 3
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
-# A paragraph break: a line that is empty or holds only spaces/tabs (WikiText's blank lines hold one space). Lines
-# of spaces before a paragraph's text (WikiText's first line) are dropped; empty ones are kept as datasets keeps them
-# ("a\n\n\nb" -> "a", "\nb"), so text without space-holding lines gives exactly datasets' paragraphs.
-_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
-_LEADING_SPACE_LINES = re.compile(r"\A(?:[^\S\n]+\n)+")
-
-
-# --- sources -------------------------------------------------------------------------------------------------------
-
-
-def list_local_files(path: str | os.PathLike) -> list[Path]:
-    """The data files of a local source (training/corpus.py's rules), all read by one `datasets` builder."""
-    files = list_corpus_files(path, what="dataset")
-    builders = {reader_for(p) for p in files}
-    if len(builders) > 1:
-        raise UserError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
-    return files
-
-
-def load_text_dataset(
-    source: str,
-    text_field: str = "text",
-    dataset_config: str | None = None,
-    split: str = "train",
-    streaming: bool = False,
-    sample_by: str = "paragraph",
-    cache_dir: str | os.PathLike | None = None,
-) -> datasets.Dataset | datasets.IterableDataset:
-    """A dataset with one column, "text", one row per document.
-
-    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply). A .txt file
-    becomes documents by `sample_by`: "paragraph" (the default: text between lines that are empty or hold only
-    spaces — a Shakespeare speech, a Wikipedia paragraph), "line", or "document" (the whole file).
-    .jsonl/.json/.parquet/.csv rows are documents and `text_field` names the column.
-    """
-    if Path(source).exists():
-        files = list_local_files(source)
-        builder = reader_for(files[0])
-        kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
-        if builder == "text":
-            kwargs["sample_by"] = sample_by
-            text_field = "text"
-        if cache_dir is not None:
-            kwargs["cache_dir"] = str(cache_dir)
-        try:
-            dataset = datasets.load_dataset(builder, **kwargs)
-        except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
-            if builder == "json":
-                _raise_first_bad_json_line(files, text_field, err)
-            if builder == "text":
-                _raise_first_unreadable_text_file(files, err)
-            raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
-        if builder == "text" and sample_by == "paragraph":
-            dataset = _split_paragraphs_at_whitespace_lines(dataset)
-        if builder == "text" and not streaming and len(dataset) == 0:
-            _raise_first_unreadable_text_file(files)
-        description = str(source)
-    else:
-        try:
-            dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
-                                            cache_dir=None if cache_dir is None else str(cache_dir))
-        except FileNotFoundError as err:
-            raise MissingFileError(
-                f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
-                "or download it first (tests and offline machines need local files)"
-            ) from err
-        except ConnectionError as err:  # the Hub is unreachable, or HF_HUB_OFFLINE=1 forbids asking it
-            raise MissingFileError(
-                f"dataset {source!r} is not a local path, and the Hub cannot be reached to load it ({err}); give a "
-                "local file or folder, or download the dataset while online (offline mode: HF_HUB_OFFLINE/"
-                "HF_DATASETS_OFFLINE)"
-            ) from err
-        description = f"{source} ({dataset_config or 'default'}/{split})"
-    columns = dataset.column_names
-    if columns is not None and text_field not in columns:
-        raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
-    if columns is not None:
-        dataset = dataset.select_columns([text_field])
-    if text_field != "text":
-        dataset = dataset.rename_column(text_field, "text")
-    return dataset
-
-
-def _split_paragraphs_at_whitespace_lines(dataset):
-    """datasets' paragraph mode cuts only at "\n\n"; a line of spaces (WikiText's blank lines) is a break too, and a
-    paragraph of whitespace alone is no document. Text without such lines keeps exactly datasets' paragraphs."""
-
-    def split(batch: dict[str, list]) -> dict[str, list]:
-        parts = (_LEADING_SPACE_LINES.sub("", part) for text in batch["text"] for part in _PARAGRAPH_BREAK.split(text))
-        return {"text": [part for part in parts if part.strip()]}
-
-    if isinstance(dataset, datasets.IterableDataset):
-        return dataset.map(split, batched=True)
-    return dataset.map(split, batched=True, desc="paragraphs")
-
-
-def _cause(err: Exception) -> str:
-    """The innermost error's message: datasets wraps the real cause in "An error occurred while generating"."""
-    while err.__cause__ is not None or err.__context__ is not None:
-        err = err.__cause__ or err.__context__
-    return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
-
-
-def _raise_first_unreadable_text_file(files: list[Path], err: Exception | None = None) -> None:
-    """Name the first text file that is empty, binary or not UTF-8, with the fix (datasets says only "An error
-    occurred while generating the dataset", or reads an empty file as no documents)."""
-    for file in files:
-        data = file.read_bytes()
-        if not data.strip():
-            raise UserError(f"{file} is empty (no text to train on); remove it, or point dataset at files with text"
-                            ) from err
-        if b"\x00" in data[:65536]:
-            raise UserError(f"{file} is not text (it holds NUL bytes: a binary file?); point dataset at text files "
-                            f"({', '.join(CORPUS_SUFFIXES)})") from err
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            line = data[: bad.start].count(b"\n") + 1
-            raise UserError(
-                f"{file} is not UTF-8 text: byte 0x{data[bad.start]:02x} at offset {bad.start} (line {line}) cannot "
-                f"be decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8 {file.name} > "
-                f"{file.stem}.utf8{file.suffix})"
-            ) from err
-
-
-def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
-    """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
-    for file in files:
-        if file.suffix == ".json":
-            try:
-                json.loads(file.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as bad:
-                raise UserError(f"{file}: not valid JSON ({bad})") from err
-            continue
-        with open(file, encoding="utf-8", errors="strict") as f:
-            for line_number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    row = None
-                if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-                    raise UserError(
-                        f"{file} line {line_number}: expected a JSON object with a string {text_field!r} field, "
-                        f"got {line.strip()[:60]!r}"
-                    ) from err
-                try:
-                    row[text_field].encode("utf-8")
-                except UnicodeEncodeError as bad:  # a lone surrogate escape such as "\ud800": valid JSON, not text
-                    raise UserError(
-                        f"{file} line {line_number}: the {text_field!r} field holds an invalid Unicode escape "
-                        f"({bad.object[bad.start]!r}, half of a surrogate pair) at character {bad.start}; fix or "
-                        f"remove that line"
-                    ) from err
-    raise UserError(f"could not read {', '.join(map(str, files))}: {_cause(err)}") from err
-
 
 # --- tokenising and packing ----------------------------------------------------------------------------------------
 
@@ -483,3 +328,55 @@ def token_byte_lengths(tokenizer) -> list[int]:
         else:
             lengths.append(len(tokenizer.decode([token_id]).encode("utf-8")))
     return lengths
+
+
+# --- batches ---------------------------------------------------------------------------------------------------------
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A fresh permutation per epoch from `seed + epoch`, owning its generator.
+
+    Unlike RandomSampler it never draws from the global RNG, so dropout's random stream is the same whether or
+    not the run was resumed, and every process computes the same permutation (Accelerate then shards batches).
+    """
+
+    def __init__(self, num_samples: int, seed: int):
+        self.num_samples = num_samples
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(self.num_samples, generator=generator).tolist()
+
+
+def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
+    return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
+
+
+def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple[DataLoader, DataLoader]:
+    """Training batches (reshuffled each epoch, or in stream order) and the fixed validation batches.
+
+    `data` has `.train` and `.val` datasets (`datasets.Dataset`s; `.val` is cut to eval_batches with .select);
+    `collate_fn` turns a list of rows into a batch (default: packed blocks; fine-tuning pads examples)."""
+    if config.streaming:
+        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_fn, drop_last=True)
+    else:
+        train_loader = DataLoader(
+            data.train, batch_size=config.batch_size, sampler=EpochShuffleSampler(len(data.train), config.seed),
+            collate_fn=collate_fn, drop_last=True,
+            generator=torch.Generator().manual_seed(config.seed),  # the loader draws a seed per epoch: not from the global RNG
+        )
+    val_data = data.val
+    if config.eval_batches is not None:
+        # the same blocks whatever the number of processes, so validation numbers stay comparable
+        val_data = val_data.select(range(min(len(val_data), config.eval_batches * config.batch_size)))
+    val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_fn,
+                            generator=torch.Generator().manual_seed(config.seed))
+    return train_loader, val_loader

@@ -2,9 +2,9 @@
 
 The objective is GPT-1's L3 = L2 + λ·L1 (task loss plus λ times the language-modelling loss on the same inputs),
 computed by the task heads in hf_gpt_custom (GPTCustomForSequenceClassification, GPTCustomForMultipleChoice). The
-loop is train.py's own — Accelerate, checkpoints with manifests, exact resume, the settings-change refusal, the run
-lock, run_log.jsonl, loss_curve.png, final/ — driven through the FinetuneWorkload below; input sequences and
-batches are finetune_data.py's, the config finetune_config.py's.
+loop is train()'s own (train.py, loop.py) — Accelerate, checkpoints with manifests, exact resume, the
+settings-change refusal, the run lock, run_log.jsonl, loss_curve.png, final/ — driven through the FinetuneWorkload
+below; input sequences and batches are finetune_data.py's, the config finetune_config.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
-from hf_gpt_custom.training.batches import build_loaders
+from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
 from hf_gpt_custom.training.finetune_data import (
     PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,

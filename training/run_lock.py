@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.training.launcher import launch_rank
+from hf_gpt_custom.training.devices import launch_rank
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 import hf_gpt_custom.training.checkpoint as checkpoint
-import hf_gpt_custom.training.train as train_module
+import hf_gpt_custom.training.loop as loop_module
 from hf_gpt_custom import model_folder
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.checkpoint import (
@@ -27,7 +27,8 @@ from hf_gpt_custom.training.checkpoint import (
 )
 from hf_gpt_custom.training.config import REPO_ROOT, load_train_config, save_train_config
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.train import _batch_digest, train
+from hf_gpt_custom.training.loop import _batch_digest
+from hf_gpt_custom.training.train import train
 
 from tests.helpers import tiny_run_overrides
 
@@ -216,7 +217,7 @@ class _Stopped(Exception):
 
 
 def _stop_after_checkpoint(monkeypatch, step: int) -> None:
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def save_then_stop(accelerator, checkpoints_dir, state, keep_last):
         folder = real_save(accelerator, checkpoints_dir, state, keep_last)
@@ -224,7 +225,7 @@ def _stop_after_checkpoint(monkeypatch, step: int) -> None:
             raise _Stopped(folder)
         return folder
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_stop)
 
 
 def _expected_micro_batches(num_blocks: int, seed: int, batch_size: int, count: int) -> list[list[int]]:

@@ -6,9 +6,8 @@ import datasets
 import pytest
 
 import hf_gpt_custom.training.data as data_module
-from hf_gpt_custom.training.data import (
-    load_text_dataset, pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents,
-)
+from hf_gpt_custom.training.corpus import load_text_dataset
+from hf_gpt_custom.training.data import pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +220,7 @@ def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp
     """wikitext's wiki.test.raw: the tokenizer trainer always read it; training refused the .raw suffix."""
     from hf_gpt_custom.tokenizer_training import iter_corpus
 
-    from hf_gpt_custom.training.data import list_local_files
+    from hf_gpt_custom.training.corpus import list_local_files
 
     raw = shared_data_dir / "wikitext-2-raw" / "wiki.test.raw"
     documents = load_text_dataset(str(raw), sample_by="document", cache_dir=tmp_path)

@@ -13,7 +13,7 @@ import torch
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import REPO_ROOT
-from hf_gpt_custom.training.launcher import (
+from hf_gpt_custom.training.devices import (
     check_compiler_available, resolve_mixed_precision, training_device_type,
 )
 

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import hf_gpt_custom.training.loop as loop_module
 import hf_gpt_custom.training.train as train_module
+import hf_gpt_custom.training.workload as workload_module
 
 SCALAR_READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
                 torch.ops.aten.is_nonzero.default}
@@ -61,13 +63,13 @@ def counted_steps(make_config, monkeypatch):
     """Run a short training with the stub model; return (scalar reads inside each optimizer step, inside each
     flush of the log window, the run folder)."""
     stub_class = _stub_model_class()
-    real_load_model = train_module._load_model
+    real_load_model = workload_module._load_model
 
     def load_stub(config, tokenizer):
         model = real_load_model(config, tokenizer)
         return stub_class(model.config)
 
-    monkeypatch.setattr(train_module, "_load_model", load_stub)
+    monkeypatch.setattr(workload_module, "_load_model", load_stub)
     counter = CountScalarReads()
     per_step, per_flush = [], []
 
@@ -80,8 +82,8 @@ def counted_steps(make_config, monkeypatch):
                 into.append(counter.count - before)
         return wrapper
 
-    monkeypatch.setattr(train_module, "_optimizer_step", counted(train_module._optimizer_step, per_step))
-    monkeypatch.setattr(train_module, "_flush", counted(train_module._flush, per_flush))
+    monkeypatch.setattr(loop_module, "_optimizer_step", counted(loop_module._optimizer_step, per_step))
+    monkeypatch.setattr(loop_module, "_flush", counted(loop_module._flush, per_flush))
 
     def run(*overrides):
         config = make_config("max_steps=7", "log_interval=3", "eval_interval=100", "warmup_steps=0",
@@ -106,8 +108,8 @@ def test_no_step_reads_a_value_back_from_the_device(counted_steps):
 def test_the_count_sees_a_read_back_in_a_step(counted_steps, monkeypatch):
     """The counter is not blind: a workload that reads its token count back (int(mask.sum()), as fine-tuning once
     did) shows one read per micro-batch."""
-    real_count = train_module.LanguageModelling.count_tokens
-    monkeypatch.setattr(train_module.LanguageModelling, "count_tokens",
+    real_count = workload_module.LanguageModelling.count_tokens
+    monkeypatch.setattr(workload_module.LanguageModelling, "count_tokens",
                         lambda self, batch: int(torch.ones_like(batch["input_ids"]).sum()) or real_count(self, batch))
     per_step, _, _ = counted_steps()
     assert per_step == [2] * 7  # gradient_accumulation_steps=2

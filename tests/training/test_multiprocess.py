@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from hf_gpt_custom.training.config import REPO_ROOT, save_train_config
-from hf_gpt_custom.training.launcher import mixed_precision_for_run
+from hf_gpt_custom.training.devices import mixed_precision_for_run
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.train import EpochShuffleSampler, _batch_digest, train
+from hf_gpt_custom.training.data import EpochShuffleSampler
+from hf_gpt_custom.training.loop import _batch_digest
+from hf_gpt_custom.training.train import train
 
 
 def _records(run_dir, kind):
@@ -104,9 +106,9 @@ def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shake
 
 def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_config, monkeypatch, caplog):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # what `accelerate launch` passes from its config file
-    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.launcher"):
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
         run_dir = train(make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1"))
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.launcher"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.devices"]
     assert "accelerate launch says mixed_precision=bf16" in warning
     assert "training config says mixed_precision=no; training in no" in warning
     assert json.loads((run_dir / "training_summary.json").read_text())["config"]["mixed_precision"] == "no"

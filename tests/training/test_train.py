@@ -10,7 +10,8 @@ import torch
 
 from hf_gpt_custom.training.config import load_train_config
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.train import TrainingDivergedError, train
+from hf_gpt_custom.training.loop import TrainingDivergedError
+from hf_gpt_custom.training.train import train
 
 from tests.helpers import save_tiny_model
 from tests.helpers import tiny_run_overrides
@@ -144,7 +145,7 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from hf_gpt_custom.training.batches import EpochShuffleSampler
+    from hf_gpt_custom.training.data import EpochShuffleSampler
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -196,7 +197,7 @@ def test_cli_reports_a_bad_override_in_one_line(capsys):
 def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_config, tmp_path, shakespeare_path):
     from transformers import AutoTokenizer
 
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     small = tmp_path / "speeches.txt"
     small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
@@ -326,7 +327,7 @@ def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(
     """A GPU's kernels turn an overflowing gradient norm into nan where a CPU's give inf or a huge finite number:
     every symptom is named, the loss first, so the message starts the same on every device. The device-side check
     (UpdateGate, what the loop runs without reading values back) agrees with the host's on each case."""
-    from hf_gpt_custom.training.divergence import DivergenceGuard, UpdateGate
+    from hf_gpt_custom.training.loop import DivergenceGuard, UpdateGate
 
     guard = DivergenceGuard()
     guard.record_healthy_step(5.0)
