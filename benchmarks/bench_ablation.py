@@ -198,7 +198,7 @@ def time_steps_interleaved(config, model_kwargs_by_name: dict[str, dict], vocab_
 
     from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.training.config import build_model_config
-    from hf_gpt_custom.training.recipe import build_optimizer
+    from hf_gpt_custom.training.train import build_optimizer
 
     torch.manual_seed(config.seed)
     batch = torch.randint(0, vocab_size, (config.batch_size, config.block_size))
@@ -373,7 +373,7 @@ def _implemented_overrides(name: str, base: dict) -> dict | None:
 def _shared_tokenizer(config_path: Path, work_dir: Path) -> Path:
     """Train the config's tokenizer once into the work folder; every variant then reads the same files."""
     from hf_gpt_custom.training.config import load_train_config
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     return prepare_tokenizer(load_train_config(config_path, [f"out_dir={work_dir}"])).absolute()
 

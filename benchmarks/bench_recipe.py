@@ -60,7 +60,7 @@ def vocab_size(overrides: list[str]) -> int:
 def prepare_tokenizers(names: list[str], work_dir: Path) -> dict[int, Path]:
     """One tokenizer per vocabulary size, trained as the main job's tokenizer stage does (training documents only)."""
     from hf_gpt_custom.training.config import load_train_config
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     folders = {}
     for size in sorted({vocab_size(VARIANTS[name]) for name in names}):

@@ -89,9 +89,15 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
 # --- train -------------------------------------------------------------------------------------------------------
 
 
+# What train, finetune and run do with a run folder that already holds a run: one behaviour, said in each --help.
+RESUME_HELP = ("A run folder that already holds checkpoints is continued from its latest one when its settings match "
+               "this config, and refused, naming each differing setting, when they don't: then give the run its own "
+               "folder (out_dir=... or run_name=...) or pass --start_over.")
+
+
 def _add_train(subparsers) -> None:
     parser = subparsers.add_parser(
-        "train", help="pre-train or fine-tune with Accelerate",
+        "train", help="pre-train or fine-tune with Accelerate", description=RESUME_HELP,
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_config_arguments(parser, "training YAML, e.g. training/configs/shakespeare.yaml",
@@ -105,8 +111,16 @@ def _add_run_config_arguments(parser, config_help: str, overrides_help: str, ini
     parser.add_argument("config", help=config_help)
     parser.add_argument("overrides", nargs="*", help=overrides_help)
     parser.add_argument("--resume_from_checkpoint", "--resume-from-checkpoint", default=None,
-                        help="'latest' or a checkpoint folder (default: start fresh)")
+                        help="'latest' or a checkpoint folder (default: the run folder's latest checkpoint if it has "
+                             "one and its settings match, else step 0)")
     parser.add_argument("--init_from", "--init-from", default=None, help=init_from_help)
+    _add_start_over_argument(parser)
+
+
+def _add_start_over_argument(parser) -> None:
+    parser.add_argument("--start_over", "--start-over", action="store_true",
+                        help="train from step 0 even if the run folder holds a run (its checkpoints are moved to "
+                             "checkpoints/abandoned_*, not deleted) (default: continue it)")
 
 
 def _config_overrides(args: argparse.Namespace) -> list[str]:
@@ -151,9 +165,11 @@ def _yaml_value(value) -> str:
 
 def _cmd_train(args: argparse.Namespace) -> None:
     from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(args.config, _config_overrides(args))  # before torch loads: errors come in a second
     from hf_gpt_custom.training.train import train
 
-    train(load_train_config(args.config, _config_overrides(args)))
+    train(config, start_over=args.start_over)
 
 
 # --- finetune ----------------------------------------------------------------------------------------------------
@@ -162,7 +178,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
 def _add_finetune(subparsers) -> None:
     parser = subparsers.add_parser(
         "finetune", help="GPT-1-style fine-tuning of a model folder on a labelled dataset (task head + λ·LM loss)",
-        epilog=_task_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=RESUME_HELP, epilog=_task_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_config_arguments(parser, "fine-tuning YAML, e.g. training/configs/finetune_boolq.yaml",
                               "key=value overrides, e.g. max_steps=200 task.lm_loss_weight=0",
@@ -180,10 +196,12 @@ def _task_keys_help() -> str:
 
 
 def _cmd_finetune(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.training.finetune import finetune
     from hf_gpt_custom.training.finetune_config import load_finetune_config
 
-    finetune(load_finetune_config(args.config, _config_overrides(args)))
+    config = load_finetune_config(args.config, _config_overrides(args))  # before torch loads
+    from hf_gpt_custom.training.finetune import finetune
+
+    finetune(config, start_over=args.start_over)
 
 
 # --- eval --------------------------------------------------------------------------------------------------------
@@ -299,19 +317,22 @@ def _add_run(subparsers) -> None:
     parser = subparsers.add_parser(
         "run", help="tokenizer -> train -> evaluate -> card -> export, resumable by stage",
         description="The main job. Progress is kept in <run folder>/pipeline_state.json: rerun the same command after "
-                    "an interruption to skip finished stages and resume training from its latest checkpoint.",
+                    "an interruption to skip finished stages and resume training from its latest checkpoint. "
+                    "A run folder started with other settings is refused naming them (only benchmark_* changes "
+                    "re-run evaluation and export); give the run its own folder or pass --start_over.",
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="run YAML, e.g. training/configs/shakespeare.yaml")
     parser.add_argument("overrides", nargs="*",
                         help="key=value overrides, e.g. max_steps=200 benchmark_tasks=copa,piqa benchmark_limit=50")
+    _add_start_over_argument(parser)
     parser.set_defaults(func=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> None:
     from hf_gpt_custom.run import run_pipeline
 
-    run_pipeline(args.config, args.overrides)
+    run_pipeline(args.config, args.overrides, start_over=args.start_over)
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ skipped and training continues from its latest checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -24,13 +23,14 @@ STATE_FILE = "pipeline_state.json"
 _EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
 
 
-def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) -> Path:
+def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, start_over: bool = False) -> Path:
     """Run (or resume) the main job for the YAML at `config_path` with `key=value` overrides; return the run folder.
 
     The run folder is the config's out_dir (default runs/<run_name>); the Hub-ready result is <run_folder>/export
     and evaluation results are in <run_folder>/eval. Rerunning with the same config skips finished stages; a
     different config for the same folder raises ValueError naming the changed keys (only benchmark_* changes are
-    accepted: they re-run eval and export).
+    accepted: they re-run eval and export). `start_over` runs every stage again, training from step 0 (the old
+    checkpoints are moved aside, as `train --start_over` does).
     """
     from hf_gpt_custom.training.config import load_train_config
     from hf_gpt_custom.training.run_lock import lock_run_folder
@@ -40,14 +40,14 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None) ->
         raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
     with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
-        return _run_stages(config)
+        return _run_stages(config, start_over)
 
 
-def _run_stages(config) -> Path:
+def _run_stages(config, start_over: bool = False) -> Path:
     """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock."""
     run_dir = config.run_dir
     fingerprint = _fingerprint(config)
-    state = _load_state(run_dir, fingerprint)
+    state = {"config": fingerprint, "stages": {}} if start_over else _load_state(run_dir, fingerprint)
     _save_state(run_dir, state)
 
     started = time.perf_counter()
@@ -58,7 +58,7 @@ def _run_stages(config) -> Path:
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
-            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state)
+            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state, start_over)
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
             _print_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
@@ -102,28 +102,27 @@ def _print_outputs(run_dir: Path) -> None:
 # --- the stages: each returns (output path or None, "done" | "skipped") ------------------------------------------
 
 
-def _stage_tokenizer(config, run_dir: Path, state: dict) -> tuple[Path, str]:
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+def _stage_tokenizer(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     return Path(prepare_tokenizer(config)), "done"
 
 
-def _stage_train(config, run_dir: Path, state: dict) -> tuple[Path, str]:
-    from hf_gpt_custom.training.checkpoint import list_checkpoints
+def _stage_train(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:
     from hf_gpt_custom.training.train import train
 
     # train() calls prepare_tokenizer itself, which reuses the folder the tokenizer stage wrote (same data, same
     # size), so config.yaml keeps the user's `tokenizer:` setting. An interrupted run continues from its latest
-    # checkpoint (find_checkpoint refuses a damaged one with the fix).
-    if list_checkpoints(run_dir / "checkpoints"):
-        config = dataclasses.replace(config, resume_from_checkpoint="latest")
-    return Path(train(config)), "done"
+    # checkpoint, as `train` does on any run folder (a damaged one is refused with the fix).
+    return Path(train(config, start_over=start_over)), "done"
 
 
-def _stage_eval(config, run_dir: Path, state: dict) -> tuple[Path | None, str]:
+def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path | None, str]:
     if not config.benchmark_tasks:
         shutil.rmtree(run_dir / "eval", ignore_errors=True)  # results of earlier settings must not reach the card
         return None, "skipped"
+    import torch
+
     from hf_gpt_custom.eval.runner import evaluate
 
     out_dir = run_dir / "eval"
@@ -132,13 +131,14 @@ def _stage_eval(config, run_dir: Path, state: dict) -> tuple[Path | None, str]:
         tasks=list(config.benchmark_tasks),
         shots=list(config.benchmark_shots),
         limit=config.benchmark_limit,
+        device="cuda" if torch.cuda.is_available() and not config.cpu else "cpu",  # where training ran
         out_dir=out_dir,
         skip_unfittable=True,  # a sweep over many tasks: a K the context cannot hold is reported, not fatal
     )
     return out_dir, "done"
 
 
-def _stage_export(config, run_dir: Path, state: dict) -> tuple[Path, str]:
+def _stage_export(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:
     from .hub import export_folder
 
     return export_folder(run_dir, run_dir / "export"), "done"
@@ -179,7 +179,7 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
         shown = ", ".join(f"{key}: {saved[key]!r} -> {fingerprint[key]!r}" for key in changed[:4])
         raise UserError(
             f"{run_dir} was started with a different config ({shown}); rerun with the original settings to resume, "
-            f"or start a new run with run_name=<new name>"
+            f"start a new run with run_name=<new name> (or out_dir=...), or pass --start_over to run it again here"
         )
     if changed:  # only benchmark settings changed: keep the trained model, evaluate and export again
         for stage in ("eval", "export"):

@@ -11,6 +11,7 @@ The manifest helpers live in hf_gpt_custom.model_folder (one format for checkpoi
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import json
@@ -65,13 +66,14 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
     checkpoints_dir = Path(checkpoints_dir)
     final = checkpoints_dir / checkpoint_name(state.step)
     temporary = checkpoints_dir / f"{final.name}.tmp"
-    with _write_errors_named(checkpoints_dir, temporary, f"checkpoint {final.name}"):
+    with write_errors_named(checkpoints_dir, temporary, f"checkpoint {final.name}"):
         if accelerator.is_main_process:
             checkpoints_dir.mkdir(parents=True, exist_ok=True)
             if temporary.exists():  # our own leftover from a run killed while saving this very step
                 shutil.rmtree(temporary)
         accelerator.wait_for_everyone()
-        accelerator.save_state(str(temporary))
+        with _quiet_about_tied_weights(accelerator):
+            accelerator.save_state(str(temporary))
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (temporary / TRAINING_STATE_NAME).write_text(json.dumps(dataclasses.asdict(state), indent=2))
@@ -86,10 +88,80 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
     return final
 
 
+# --- the same folders whatever wrapper trained the model ------------------------------------------------------------
+
+# What wrappers put in front of the model's own parameter names: DDP, torch.compile's OptimizedModule.
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def unwrapped_state_dict(accelerator, model) -> dict:
+    """The model's weights under its own names, whatever wraps it: DDP, torch.compile, FSDP (whose shards every
+    rank gathers here: call it on all ranks)."""
+    state_dict = accelerator.get_state_dict(model)  # unwraps DDP; gathers FSDP; keeps torch.compile's prefix
+    # an OrderedDict, as state_dict() returns: accelerate's save de-duplicates tied tensors only in one
+    return collections.OrderedDict((_strip_wrapper_prefixes(key), value) for key, value in state_dict.items())
+
+
+def _strip_wrapper_prefixes(key: str) -> str:
+    while key.startswith(_WRAPPER_PREFIXES):
+        key = key.split(".", 1)[1]
+    return key.replace("._orig_mod.", ".")
+
+
+def save_model_folder(model_class: type, model_config, state_dict: dict, folder: Path) -> None:
+    """save_pretrained as an unwrapped `model_class` would write it (weights, config.json, the remote-code files).
+
+    Saved from a fresh instance on the meta device, not from the trained module: FSDP2 swaps that module's class
+    for a generated FSDP<name> subclass, and save_pretrained would then map AutoModelForCausalLM to torch's own
+    `_fsdp_init` files instead of modeling_gpt_custom.py. The meta instance costs no memory; the weights come from
+    `state_dict`.
+    """
+    import torch
+
+    with torch.device("meta"):
+        clean = model_class(model_config)
+    clean.save_pretrained(folder, state_dict=state_dict)
+
+
+def save_checkpoints_without_wrappers(accelerator) -> None:
+    """Make `accelerator.save_state` write model.safetensors under the model's own names, and `load_state` read it
+    back into the unwrapped model: a checkpoint then loads as init_from and resumes whatever wraps the model
+    (DDP's "module.", torch.compile's "_orig_mod."). Under FSDP, accelerate saves its own sharded files for the
+    resume and the gathered weights are written beside them as model.safetensors."""
+
+    def save_hook(models, weights, output_dir) -> None:
+        if weights:  # DDP / one process / torch.compile: replace the wrapped state dicts accelerate collected
+            weights[:] = [unwrapped_state_dict(accelerator, model) for model in models]
+            return
+        from accelerate.utils import save  # FSDP: accelerate saved its shards for the resume; add the whole model
+
+        for index, model in enumerate(models):
+            gathered = unwrapped_state_dict(accelerator, model)  # a collective: every rank runs the hook
+            name = "model.safetensors" if index == 0 else f"model_{index}.safetensors"
+            save(gathered, Path(output_dir, name), safe_serialization=True)  # main process only
+
+    def load_hook(models, input_dir) -> None:
+        weights_file = Path(input_dir, "model.safetensors")
+        if not weights_file.is_file() or _has_wrapper_prefixes(weights_file):
+            return  # FSDP's own files, or a checkpoint written before this hook: load as accelerate saved it
+        models[:] = [accelerator.unwrap_model(model, keep_torch_compile=False) for model in models]
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)
+
+
+def _has_wrapper_prefixes(weights_file: Path) -> bool:
+    from safetensors import safe_open
+
+    with safe_open(str(weights_file), framework="pt") as handle:
+        return any(key.startswith(_WRAPPER_PREFIXES) for key in handle.keys())
+
+
 @contextmanager
-def _write_errors_named(folder: Path, partial: Path, what: str):
+def write_errors_named(folder: Path, partial: Path | None, what: str):
     """Turn an OSError, or torch's RuntimeError for a failed write ("[enforce fail at inline_container.cc] ...",
-    "file write failed"), into a UserError naming `folder` and the cause; delete the partial `partial` folder."""
+    "file write failed"), into a UserError naming `folder` and the cause; delete the partial `partial` folder.
+    The message lists the complete checkpoints (the run's work, untouched) and says how to carry on from them."""
     try:
         yield
     except UserError:
@@ -102,13 +174,50 @@ def _write_errors_named(folder: Path, partial: Path, what: str):
             cause = f"torch could not write the file ({str(error).strip().splitlines()[0][:120]})"
         else:
             raise
-        shutil.rmtree(partial, ignore_errors=True)  # frees the space the half-written files took
-        complete = [f.name for f in list_checkpoints(folder) if verify_checkpoint(f, quick=True) is None]
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)  # frees the space the half-written files took
+        checkpoints_dir = folder if folder.name == "checkpoints" else folder / "checkpoints"
+        complete = [f.name for f in list_checkpoints(checkpoints_dir) if verify_checkpoint(f, quick=True) is None]
         kept = f"the complete checkpoints {', '.join(complete)} are untouched" if complete else "no checkpoint was lost"
         raise UserError(
             f"cannot write {what} to {folder}: {cause}; {_free_space(folder)}. {kept} — make the folder writable or "
-            f"free space, then resume with --resume_from_checkpoint latest"
+            f"free space, then rerun the same command: it resumes from the latest checkpoint"
         ) from error
+
+
+class _TiedWeightsFilter(logging.Filter):
+    """Drops accelerate's "Removed shared tensor {...} while saving" when the removed names are exactly the tied
+    weights the models declare (the LM head that shares the token embedding: stored once by design). Any other
+    shared tensor still warns."""
+
+    def __init__(self, expected: set[str]):
+        super().__init__()
+        self.expected = expected
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        found = re.search(r"Removed shared tensor \{([^}]*)\}", record.getMessage())  # after "[RANK 0] "
+        if found is None:
+            return True
+        names = set(re.findall(r"'([^']+)'", found.group(1)))
+        # wrappers prefix the names (DDP "module.", torch.compile "_orig_mod."): compare the model's own part
+        return not names or not all(any(name == key or name.endswith("." + key) for key in self.expected)
+                                    for name in names)
+
+
+@contextmanager
+def _quiet_about_tied_weights(accelerator):
+    expected = set()
+    for model in accelerator._models:
+        unwrapped = accelerator.unwrap_model(model)
+        if getattr(getattr(unwrapped, "config", None), "tie_word_embeddings", False):
+            expected |= set(getattr(unwrapped, "_tied_weights_keys", None) or ())
+    target = logging.getLogger("accelerate.utils.other")
+    quiet = _TiedWeightsFilter(expected)
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)
 
 
 def _free_space(folder: Path) -> str:

@@ -2,7 +2,8 @@
 
 The `model:` section is passed through to `GPTCustomConfig` as keyword arguments (one source of truth for the
 architecture); this module only checks its keys and values by building a config from it. Derived numbers such as
-`tokens_per_step` are computed, never configured.
+`tokens_per_step` are computed, never configured. How raw YAML and `key=value` text become typed values is
+config_values.py's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +18,14 @@ from typing import Any
 
 import yaml
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
+from hf_gpt_custom.training.corpus import shared_corpus_file
+from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
+    REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, parse_override_value,
+    read_config_yaml, resolve_local_path,
+)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
+# auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (devices.resolve_mixed_precision)
+MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
 TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 # Which val_fraction of the documents is held out: a seeded random sample, or the last ones in file order (nanoGPT's
 # split of tiny Shakespeare, the way results on it are usually quoted).
@@ -55,17 +59,17 @@ class TrainConfig:
                              changes_training=False)
     out_dir: str | None = _setting(None, help="run folder (default: runs/<run_name> under the working directory)",
                                    changes_training=False)
-    seed: int = _setting(1337, help="seed for initialisation, dropout, shuffling and the random validation split",
-                         changes_training=True)
+    seed: int = _setting(1337, help="seed for initialisation, dropout, shuffling and the random validation split "
+                         "(0 to 2**32-1)", changes_training=True)
     # --- data ----------------------------------------------------------------------------------------------------
-    dataset: str = _setting("", help="training text: a local file/folder (.txt .text .raw .jsonl .json .parquet) "
+    dataset: str = _setting("", help="training text: a local file/folder (.txt .text .raw .jsonl .json .parquet .csv) "
                                      "or a Hub dataset name", changes_training=True)
     dataset_config: str | None = _setting(None, help="Hub dataset configuration name", changes_training=True)
     dataset_split: str = _setting("train", help="Hub dataset split to train on", changes_training=True)
-    text_field: str = _setting("text", help="column holding the text in .jsonl/.json/.parquet/Hub data",
+    text_field: str = _setting("text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data",
                                changes_training=True)
-    text_sample_by: str = _setting("paragraph", help="how a text file becomes documents: paragraph (blank-line "
-                                   "separated), line or document (the whole file)", changes_training=True)
+    text_sample_by: str = _setting("paragraph", help="how a text file becomes documents: paragraph (cut at lines "
+                                   "that are empty or hold only spaces), line or document (the whole file)", changes_training=True)
     val_dataset: str | None = _setting(None, help="a separate local validation file/folder (the usual train/validation "
                                        "files); then all of dataset is trained on", changes_training=True)
     val_split: str | None = _setting(None, help="a split of the Hub dataset to validate on (local files have one "
@@ -104,7 +108,8 @@ class TrainConfig:
     adam_beta2: float = _setting(0.95, help="AdamW beta2", changes_training=True)
     adam_eps: float = _setting(1e-8, help="AdamW epsilon", changes_training=True)
     grad_clip: float = _setting(1.0, help="max global gradient norm; 0 disables clipping", changes_training=True)
-    mixed_precision: str = _setting("no", help="no, bf16 or fp16 (autocast)", changes_training=True)
+    mixed_precision: str = _setting("no", help="no (fp32), bf16, fp16 (autocast) or auto (bf16 on a GPU that has it, "
+                                    "else fp32)", changes_training=True)
     compile: bool = _setting(False, help="torch.compile the model (speed only)", changes_training=False)
     cpu: bool | None = _setting(None, help="force the CPU; null = CPU when no CUDA device is visible",
                                 changes_training=False)
@@ -113,6 +118,9 @@ class TrainConfig:
     # --- evaluation, logging, checkpoints ------------------------------------------------------------------------
     eval_interval: int = _setting(100, help="steps between validation passes (and one at the end)",
                                   changes_training=False)
+    log_interval: int = _setting(10, help="steps between reads of loss and gradient norm from the device: the run log "
+                                 "still has every step, divergence is found at the next read (before any checkpoint)",
+                                 changes_training=False)
     eval_batches: int | None = _setting(None, help="validate on the first eval_batches * batch_size blocks; null = all",
                                         changes_training=False)
     log_with: str | None = _setting("tensorboard", help="tracker: tensorboard, wandb, all, none", changes_training=False)
@@ -179,16 +187,16 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             raise MissingFileError(f"training config {path} not found; try {config_class.example_config}")
         with open(path, encoding="utf-8") as f:
             try:
-                loaded = yaml.safe_load(f) or {}
+                loaded = read_config_yaml(f) or {}
             except yaml.YAMLError as err:
                 raise UserError(f"{path}: not valid YAML ({err})") from err
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
-    fields = _declared_types(config_class)
+    fields = declared_types(config_class)
     for key in values:
-        _check_known_key(key, fields)
-    values = {key: _convert(key, value, fields[key]) for key, value in values.items()}
+        check_known_key(key, fields)
+    values = {key: convert_value(key, value, fields[key]) for key, value in values.items()}
     sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
     for name in sections:
         values[name] = dict(values.get(name) or {})
@@ -199,13 +207,13 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             raise UserError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
         section, dot, sub_key = key.partition(".")
         if dot and section in sections:
-            values[section][sub_key] = _parse_scalar(raw)
+            values[section][sub_key] = parse_override_value(key, raw)
         else:
-            _check_known_key(key, fields)
-            values[key] = _convert(key, raw, fields[key], from_string=True)
+            check_known_key(key, fields)
+            values[key] = convert_override(key, raw, fields[key])
     for key in ("dataset", "val_dataset", "tokenizer", "init_from"):
         if values.get(key):
-            values[key] = _resolve_local_path(key, str(values[key]))
+            values[key] = resolve_local_path(key, str(values[key]))
     return config_class(**values)
 
 
@@ -215,133 +223,23 @@ def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
         yaml.safe_dump(config.to_dict(), f, sort_keys=False)
 
 
-def _declared_types(config_class: type = None) -> dict[str, Any]:
-    """Field name -> declared type, resolved from the annotation strings that `from __future__` leaves. Settings
-    only: class-level constants (typing.ClassVar, e.g. example_config) are not keys a YAML may set."""
-    config_class = config_class or TrainConfig
-    hints = typing.get_type_hints(config_class)
-    return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
-
-
-def _check_known_key(key: str, fields: dict) -> None:
-    if key in fields:
-        return
-    hint = did_you_mean(key, fields)
-    raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
-
-
-def _resolve_local_path(key: str, value: str) -> str:
-    """Absolute path if `value` names an existing file/folder (cwd first, then repo root); else a Hub name."""
-    candidate = Path(value).expanduser()
-    for base in (Path.cwd(), REPO_ROOT):
-        full = candidate if candidate.is_absolute() else base / candidate
-        if full.exists():
-            return str(full.resolve())
-    from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES
-
-    looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
-    if looks_local:
-        raise MissingFileError(
-            f"{key}={value!r} not found in {Path.cwd()} or {REPO_ROOT}; give an existing path or a Hub name"
-        )
-    return value  # a Hub dataset/model name such as "HuggingFaceFW/fineweb-edu"
-
-
-# --- type conversion -----------------------------------------------------------------------------------------------
-
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
-def _parse_scalar(raw: str) -> Any:
-    """A `model.x=...` value: int, float, bool, null or string (GPTCustomConfig validates it afterwards)."""
-    text = raw.strip()
-    if text.lower() in ("null", "none", "~"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
-
-
-def _convert(key: str, value: Any, declared: Any, from_string: bool = False) -> Any:
-    """Convert `value` to the field's declared type, or raise ValueError naming the key."""
-    origin = typing.get_origin(declared)
-    args = typing.get_args(declared)
-    if origin in (typing.Union, types.UnionType):
-        non_none = [arg for arg in args if arg is not type(None)]
-        if value is None or (from_string and str(value).strip().lower() in ("null", "none", "~", "")):
-            return None
-        return _convert(key, value, non_none[0], from_string)
-    if value is None:
-        raise UserError(f"{key} must not be null; give a value of type {getattr(declared, '__name__', declared)}")
-    try:
-        if declared is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE | _FALSE:
-                return text in _TRUE
-            raise ValueError
-        if declared is int:
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError
-                return int(value)
-            try:
-                return int(str(value).strip().replace("_", ""))
-            except ValueError:
-                raise ValueError from None
-        if declared is float:
-            if isinstance(value, bool):
-                raise ValueError
-            try:
-                return float(str(value).strip()) if isinstance(value, str) else float(value)
-            except (TypeError, ValueError):
-                raise ValueError from None
-        if declared is str:
-            if isinstance(value, (dict, list)):
-                raise ValueError
-            return str(value)
-        if origin is list:
-            if isinstance(value, str):
-                text = value.strip()
-                parsed = yaml.safe_load(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
-                value = parsed if parsed is not None else []
-            if not isinstance(value, (list, tuple)):
-                raise ValueError
-            return [_convert(f"{key}[{i}]", item, args[0], from_string) for i, item in enumerate(value)]
-        if origin is dict:
-            if from_string:
-                raise UserError(f"set {key} entries one by one, e.g. {key}.n_layer=4")
-            if not isinstance(value, dict):
-                raise ValueError
-            return dict(value)
-    except ValueError as err:
-        if str(err):
-            raise
-        type_name = getattr(declared, "__name__", str(declared))
-        raise UserError(f"{key}={value!r} is not a valid {type_name}") from None
-    return value
-
-
 # --- validation ----------------------------------------------------------------------------------------------------
 
 
 def _validate(config: TrainConfig) -> None:
     if not config.dataset:
         raise UserError("dataset is not set; give a text file/folder or a Hub dataset name, e.g. dataset=../shared/data/tinyshakespeare/input.txt")
-    for name, declared in _declared_types().items():  # NaN and inf pass every `<` check below: refuse them first
+    for name, declared in declared_types(TrainConfig).items():  # NaN and inf pass every `<` check below: refuse them first
         value = getattr(config, name)
         if declared in (float, float | None) and value is not None and not math.isfinite(value):
             raise UserError(f"{name}={value} is not a finite number; give a real value (default: "
                             f"{_default_of(name)})")
+    if not 0 <= config.seed < 2**32:
+        raise UserError(f"seed={config.seed} is outside 0..{2**32 - 1} (numpy's seed range, which set_seed seeds); "
+                        f"give a seed in that range, e.g. seed=1337")
+    if config.init_from and not Path(config.init_from).is_dir():
+        raise MissingFileError(f"init_from={config.init_from} is not a folder; give a model folder (e.g. "
+                               f"runs/<name>/final) that holds config.json and the weights")
     if config.block_size < 2:
         raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
                         f"in its block, so a block of one token has nothing to predict (256 is typical)")
@@ -413,6 +311,13 @@ def _validate_validation_source(config: TrainConfig) -> None:
                         f"data; keep one")
     if config.val_dataset is not None and not Path(config.val_dataset).exists():
         raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
+    if config.val_dataset is not None and dataset_is_local:
+        shared = shared_corpus_file(config.dataset, config.val_dataset)
+        if shared is not None:
+            raise UserError(
+                f"val_dataset={config.val_dataset} {shared}, so validation would score text the model trains on; "
+                f"name a separate validation file, or drop val_dataset to hold out val_fraction of dataset"
+            )
     has_own_validation = config.val_dataset is not None or config.val_split is not None
     if config.val_holdout != "random" and has_own_validation:
         raise UserError(f"val_holdout={config.val_holdout!r} splits the training documents, but validation comes from "
@@ -431,16 +336,17 @@ def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 def _validate_model_section(config: TrainConfig) -> None:
     """Check the `model:` keys against GPTCustomConfig and its values by building one (with a stand-in vocab)."""
-    from hf_gpt_custom import PRESETS, GPTCustomConfig
-
     preset, model = split_preset(config.model)
-    if preset is not None and preset not in PRESETS:
-        _check_choice("model.preset", str(preset), tuple(PRESETS))
-    known = set(GPTCustomConfig.__annotations__)  # the architecture fields (generic PretrainedConfig ones excluded)
+    known = architecture_keys()
     for key in model:
         if key not in known:
             hint = did_you_mean(key, known, prefix="model.")
             raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(known))}")
+    if preset is not None:
+        from hf_gpt_custom import PRESETS
+
+        if preset not in PRESETS:
+            _check_choice("model.preset", str(preset), tuple(PRESETS))
     if config.init_from:
         return
     built = build_model_config(config, vocab_size=model.get("vocab_size") or config.tokenizer_vocab_size,
@@ -450,6 +356,37 @@ def _validate_model_section(config: TrainConfig) -> None:
             f"block_size={config.block_size} exceeds model.n_positions={built.n_positions}; lower block_size or "
             f"raise model.n_positions"
         )
+
+
+def architecture_keys() -> set[str]:
+    """The GPTCustomConfig fields a `model:` section may set (its annotated fields; generic PretrainedConfig ones
+    excluded). Read from the class's source when transformers is not loaded yet: importing it takes seconds, and an
+    unknown key should be named at once (tests/training/test_config.py keeps both readings equal)."""
+    import sys
+
+    if "transformers" not in sys.modules:
+        keys = _annotated_fields(Path(__file__).resolve().parents[1] / "hf_gpt_custom" / "configuration_gpt_custom.py",
+                                 "GPTCustomConfig")
+        if keys:
+            return keys
+    from hf_gpt_custom import GPTCustomConfig
+
+    return set(GPTCustomConfig.__annotations__)
+
+
+def _annotated_fields(source: Path, class_name: str) -> set[str]:
+    """Names annotated in the body of `class_name` in the Python file `source` (empty if it is not found there)."""
+    import ast
+
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return {item.target.id for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    return set()
 
 
 def split_preset(model_section: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:

@@ -1,25 +1,39 @@
-"""Which files a local corpus is made of and how each is read: one set of rules for the tokenizer trainer
-(hf_gpt_custom/tokenizer_training.py) and for training (data.py), so `hf-gpt-custom tokenizer train wiki.test.raw`
-and `hf-gpt-custom train ... dataset=wiki.test.raw` read the same text.
+"""The corpus: which files a local source is made of, how each is read, and how its text becomes documents.
 
-A folder contributes its files with a corpus suffix, recursively, in sorted order (so not its README.md or
-PROVENANCE.md); a file named explicitly is read by its suffix, and any other suffix is plain text.
+One set of rules for the tokenizer trainer (hf_gpt_custom/tokenizer_training.py) and for training (data.py), so
+`hf-gpt-custom tokenizer train wiki.test.raw` and `hf-gpt-custom train ... dataset=wiki.test.raw` read the same
+text. A folder contributes its files with a corpus suffix, recursively, in sorted order (so not its README.md or
+PROVENANCE.md); a file named explicitly is read by its suffix, and any other suffix is plain text. Files a user gets
+wrong (empty, binary, not UTF-8, a bad JSON line) are named with the fix. Light to import: `datasets` loads inside.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from hf_gpt_custom.errors import MissingFileError
+from hf_gpt_custom.errors import MissingFileError, UserError
+
+if TYPE_CHECKING:
+    import datasets
 
 TEXT_SUFFIXES = (".txt", ".text", ".raw")
-RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # rows are documents; a column is text
+# rows are documents; a column (text_field) is the text
+RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_READERS)
+
+# A paragraph break: a line that is empty or holds only spaces/tabs (WikiText's blank lines hold one space). Lines
+# of spaces before a paragraph's text (WikiText's first line) are dropped; empty ones are kept as datasets keeps them
+# ("a\n\n\nb" -> "a", "\nb"), so text without space-holding lines gives exactly datasets' paragraphs.
+_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
+_LEADING_SPACE_LINES = re.compile(r"\A(?:[^\S\n]+\n)+")
 
 
 def reader_for(path: str | os.PathLike) -> str:
-    """"text", "json" or "parquet": the `datasets` builder that reads this file."""
+    """"text", "json", "parquet" or "csv": the `datasets` builder that reads this file."""
     return RECORD_READERS.get(Path(path).suffix.lower(), "text")
 
 
@@ -36,3 +50,183 @@ def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Pat
         raise MissingFileError(f"{what} folder {path} has no {', '.join(CORPUS_SUFFIXES)} files; point at the files "
                                f"themselves")
     return files
+
+
+# --- reading: files -> documents -------------------------------------------------------------------------------------
+
+
+def list_local_files(path: str | os.PathLike) -> list[Path]:
+    """The data files of a local source (training/corpus.py's rules), all read by one `datasets` builder."""
+    files = list_corpus_files(path, what="dataset")
+    builders = {reader_for(p) for p in files}
+    if len(builders) > 1:
+        raise UserError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
+    return files
+
+
+def load_text_dataset(
+    source: str,
+    text_field: str = "text",
+    dataset_config: str | None = None,
+    split: str = "train",
+    streaming: bool = False,
+    sample_by: str = "paragraph",
+    cache_dir: str | os.PathLike | None = None,
+) -> datasets.Dataset | datasets.IterableDataset:
+    """A dataset with one column, "text", one row per document.
+
+    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply). A .txt file
+    becomes documents by `sample_by`: "paragraph" (the default: text between lines that are empty or hold only
+    spaces — a Shakespeare speech, a Wikipedia paragraph), "line", or "document" (the whole file).
+    .jsonl/.json/.parquet/.csv rows are documents and `text_field` names the column.
+    """
+    import datasets  # here, not at the top: config.py and the tokenizer trainer read this module's file rules
+
+    if Path(source).exists():
+        files = list_local_files(source)
+        builder = reader_for(files[0])
+        kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
+        if builder == "text":
+            kwargs["sample_by"] = sample_by
+            text_field = "text"
+        if cache_dir is not None:
+            kwargs["cache_dir"] = str(cache_dir)
+        try:
+            dataset = datasets.load_dataset(builder, **kwargs)
+        except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
+            if builder == "json":
+                _raise_first_bad_json_line(files, text_field, err)
+            if builder == "text":
+                _raise_first_unreadable_text_file(files, err)
+            raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
+        if builder == "text" and sample_by == "paragraph":
+            dataset = _split_paragraphs_at_whitespace_lines(dataset)
+        if builder == "text" and not streaming and len(dataset) == 0:
+            _raise_first_unreadable_text_file(files)
+        description = str(source)
+    else:
+        try:
+            dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
+                                            cache_dir=None if cache_dir is None else str(cache_dir))
+        except FileNotFoundError as err:
+            raise MissingFileError(
+                f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
+                "or download it first (tests and offline machines need local files)"
+            ) from err
+        except ConnectionError as err:  # the Hub is unreachable, or HF_HUB_OFFLINE=1 forbids asking it
+            raise MissingFileError(
+                f"dataset {source!r} is not a local path, and the Hub cannot be reached to load it ({err}); give a "
+                "local file or folder, or download the dataset while online (offline mode: HF_HUB_OFFLINE/"
+                "HF_DATASETS_OFFLINE)"
+            ) from err
+        description = f"{source} ({dataset_config or 'default'}/{split})"
+    columns = dataset.column_names
+    if columns is not None and text_field not in columns:
+        raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
+    if columns is not None:
+        dataset = dataset.select_columns([text_field])
+    if text_field != "text":
+        dataset = dataset.rename_column(text_field, "text")
+    return dataset
+
+
+def _split_paragraphs_at_whitespace_lines(dataset):
+    """datasets' paragraph mode cuts only at "\n\n"; a line of spaces (WikiText's blank lines) is a break too, and a
+    paragraph of whitespace alone is no document. Text without such lines keeps exactly datasets' paragraphs."""
+
+    def split(batch: dict[str, list]) -> dict[str, list]:
+        parts = (_LEADING_SPACE_LINES.sub("", part) for text in batch["text"] for part in _PARAGRAPH_BREAK.split(text))
+        return {"text": [part for part in parts if part.strip()]}
+
+    import datasets
+
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(split, batched=True)
+    return dataset.map(split, batched=True, desc="paragraphs")
+
+
+def _cause(err: Exception) -> str:
+    """The innermost error's message: datasets wraps the real cause in "An error occurred while generating"."""
+    while err.__cause__ is not None or err.__context__ is not None:
+        err = err.__cause__ or err.__context__
+    return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+
+
+def _raise_first_unreadable_text_file(files: list[Path], err: Exception | None = None) -> None:
+    """Name the first text file that is empty, binary or not UTF-8, with the fix (datasets says only "An error
+    occurred while generating the dataset", or reads an empty file as no documents)."""
+    for file in files:
+        data = file.read_bytes()
+        if not data.strip():
+            raise UserError(f"{file} is empty (no text to train on); remove it, or point dataset at files with text"
+                            ) from err
+        if b"\x00" in data[:65536]:
+            raise UserError(f"{file} is not text (it holds NUL bytes: a binary file?); point dataset at text files "
+                            f"({', '.join(CORPUS_SUFFIXES)})") from err
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            line = data[: bad.start].count(b"\n") + 1
+            raise UserError(
+                f"{file} is not UTF-8 text: byte 0x{data[bad.start]:02x} at offset {bad.start} (line {line}) cannot "
+                f"be decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8 {file.name} > "
+                f"{file.stem}.utf8{file.suffix})"
+            ) from err
+
+
+def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
+    """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
+    for file in files:
+        if file.suffix == ".json":
+            try:
+                json.loads(file.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as bad:
+                raise UserError(f"{file}: not valid JSON ({bad})") from err
+            continue
+        with open(file, encoding="utf-8", errors="strict") as f:
+            for line_number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    row = None
+                if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+                    raise UserError(
+                        f"{file} line {line_number}: expected a JSON object with a string {text_field!r} field, "
+                        f"got {line.strip()[:60]!r}"
+                    ) from err
+                try:
+                    row[text_field].encode("utf-8")
+                except UnicodeEncodeError as bad:  # a lone surrogate escape such as "\ud800": valid JSON, not text
+                    raise UserError(
+                        f"{file} line {line_number}: the {text_field!r} field holds an invalid Unicode escape "
+                        f"({bad.object[bad.start]!r}, half of a surrogate pair) at character {bad.start}; fix or "
+                        f"remove that line"
+                    ) from err
+    raise UserError(f"could not read {', '.join(map(str, files))}: {_cause(err)}") from err
+
+
+# --- validation files that are training files ------------------------------------------------------------------------
+
+
+def shared_corpus_file(dataset: str, val_dataset: str) -> str | None:
+    """How the validation files overlap the training files (the same file, or one with the same bytes), or None."""
+    from hf_gpt_custom.model_folder import sha256_file
+
+    try:
+        train_files, val_files = list_corpus_files(dataset), list_corpus_files(val_dataset)
+    except UserError:
+        return None  # a folder without corpus files: data loading names it
+    if Path(dataset).resolve() == Path(val_dataset).resolve():
+        return "is the training data itself"
+    train_paths = {path.resolve() for path in train_files}
+    for path in val_files:
+        if path.resolve() in train_paths:
+            return f"holds {path}, which dataset={dataset} trains on too"
+    train_sizes = {path.stat().st_size: path for path in train_files if path.stat().st_size}
+    for path in val_files:
+        twin = train_sizes.get(path.stat().st_size)
+        if twin is not None and sha256_file(twin) == sha256_file(path):
+            return f"holds {path}, a byte-for-byte copy of {twin} in dataset={dataset}"
+    return None

@@ -1,8 +1,9 @@
-"""Text sources -> tokenised documents -> packed blocks, cached on disk.
+"""The data: documents -> tokenised documents -> packed blocks (cached on disk) -> batches.
 
-Each stage is a plain function (load_text_dataset, tokenize_documents, pack_into_blocks); prepare_datasets chains
-them, holds out a seeded validation split and caches the packed result under a key that hashes the tokenizer
-files, the data, and every setting that changes the blocks. Batching, sharding and shuffling live in train.py.
+Each stage is a plain function (tokenize_documents, pack_into_blocks, build_loaders); prepare_datasets chains them
+after holding out a validation split (split_documents) and caches the packed result under a key that hashes the
+tokenizer files, the data and every setting that changes the blocks. Reading files into documents is corpus.py's;
+sharding batches across processes is Accelerate's, and a resumed run skips the batches it had (loop.py).
 """
 
 from __future__ import annotations
@@ -19,111 +20,23 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import datasets
+import torch
+from torch.utils.data import DataLoader, Sampler
 
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import sha256_file
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.corpus import list_local_files, load_text_dataset
 from hf_gpt_custom.training.run_lock import claim_build_folder
-from hf_gpt_custom.training.corpus import list_corpus_files, reader_for
-from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.model_folder import sha256_file
 
 logger = logging.getLogger(__name__)
 
 # Bump when the packing or caching logic changes so old caches are not reused.
-CACHE_FORMAT_VERSION = 2
+CACHE_FORMAT_VERSION = 3
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
-
-
-# --- sources -------------------------------------------------------------------------------------------------------
-
-
-def list_local_files(path: str | os.PathLike) -> list[Path]:
-    """The data files of a local source (training/corpus.py's rules), all read by one `datasets` builder."""
-    files = list_corpus_files(path, what="dataset")
-    builders = {reader_for(p) for p in files}
-    if len(builders) > 1:
-        raise UserError(f"dataset folder {path} mixes file kinds ({', '.join(sorted(builders))}); keep one kind per folder")
-    return files
-
-
-def load_text_dataset(
-    source: str,
-    text_field: str = "text",
-    dataset_config: str | None = None,
-    split: str = "train",
-    streaming: bool = False,
-    sample_by: str = "paragraph",
-    cache_dir: str | os.PathLike | None = None,
-) -> datasets.Dataset | datasets.IterableDataset:
-    """A dataset with one column, "text", one row per document.
-
-    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply). A .txt file
-    becomes documents by `sample_by`: "paragraph" (blank-line separated, the default: a Shakespeare speech, a
-    Wikipedia paragraph), "line", or "document" (the whole file). .jsonl/.json/.parquet rows are documents and
-    `text_field` names the column.
-    """
-    if Path(source).exists():
-        files = list_local_files(source)
-        builder = reader_for(files[0])
-        kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
-        if builder == "text":
-            kwargs["sample_by"] = sample_by
-            text_field = "text"
-        if cache_dir is not None:
-            kwargs["cache_dir"] = str(cache_dir)
-        try:
-            dataset = datasets.load_dataset(builder, **kwargs)
-        except Exception as err:  # datasets wraps parse errors in several types; find the line ourselves
-            if builder == "json":
-                _raise_first_bad_json_line(files, text_field, err)
-            raise UserError(f"could not read dataset {source}: {err}") from err
-        description = str(source)
-    else:
-        try:
-            dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
-                                            cache_dir=None if cache_dir is None else str(cache_dir))
-        except FileNotFoundError as err:
-            raise MissingFileError(
-                f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
-                "or download it first (tests and offline machines need local files)"
-            ) from err
-        description = f"{source} ({dataset_config or 'default'}/{split})"
-    columns = dataset.column_names
-    if columns is not None and text_field not in columns:
-        raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
-    if columns is not None:
-        dataset = dataset.select_columns([text_field])
-    if text_field != "text":
-        dataset = dataset.rename_column(text_field, "text")
-    return dataset
-
-
-def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
-    """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
-    for file in files:
-        if file.suffix == ".json":
-            try:
-                json.loads(file.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as bad:
-                raise UserError(f"{file}: not valid JSON ({bad})") from err
-            continue
-        with open(file, encoding="utf-8", errors="strict") as f:
-            for line_number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    row = None
-                if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
-                    raise UserError(
-                        f"{file} line {line_number}: expected a JSON object with a string {text_field!r} field, "
-                        f"got {line.strip()[:60]!r}"
-                    ) from err
-    raise UserError(f"could not read {', '.join(map(str, files))}: {err}") from err
-
 
 # --- tokenising and packing ----------------------------------------------------------------------------------------
 
@@ -277,6 +190,14 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
     return digest.hexdigest()
 
 
+def _count_tokens(tokenized) -> int:
+    """Tokens in Dataset{input_ids}, summed in Arrow (no Python list per document)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(tokenized.data.column("input_ids"))
+    return int(pc.sum(lengths).as_py() or 0)
+
+
 def default_data_cache_dir() -> Path:
     hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     return hf_home / "hf_gpt_custom" / "packed"
@@ -332,13 +253,14 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
     packed = {}
     for name, docs in (("train", train_documents), ("val", val_documents)):
         tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
-        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
-        if len(blocks) == 0:
-            total = sum(len(ids) for ids in tokenized["input_ids"])
+        total = _count_tokens(tokenized)
+        if total < config.block_size:  # no block: datasets' from_generator would fail ("corresponds to no data")
+            source = config.val_dataset if name == "val" and config.val_dataset else config.dataset
             raise UserError(
-                f"the {name} split of {config.dataset} has {total} tokens, fewer than block_size={config.block_size}; "
+                f"the {name} split of {source} has {total} tokens, fewer than block_size={config.block_size}; "
                 f"lower block_size or add data"
             )
+        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
         blocks.save_to_disk(str(work / name))
         packed[name] = blocks
     stats = {
@@ -406,3 +328,55 @@ def token_byte_lengths(tokenizer) -> list[int]:
         else:
             lengths.append(len(tokenizer.decode([token_id]).encode("utf-8")))
     return lengths
+
+
+# --- batches ---------------------------------------------------------------------------------------------------------
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """A fresh permutation per epoch from `seed + epoch`, owning its generator.
+
+    Unlike RandomSampler it never draws from the global RNG, so dropout's random stream is the same whether or
+    not the run was resumed, and every process computes the same permutation (Accelerate then shards batches).
+    """
+
+    def __init__(self, num_samples: int, seed: int):
+        self.num_samples = num_samples
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(self.num_samples, generator=generator).tolist()
+
+
+def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
+    return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
+
+
+def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple[DataLoader, DataLoader]:
+    """Training batches (reshuffled each epoch, or in stream order) and the fixed validation batches.
+
+    `data` has `.train` and `.val` datasets (`datasets.Dataset`s; `.val` is cut to eval_batches with .select);
+    `collate_fn` turns a list of rows into a batch (default: packed blocks; fine-tuning pads examples)."""
+    if config.streaming:
+        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_fn, drop_last=True)
+    else:
+        train_loader = DataLoader(
+            data.train, batch_size=config.batch_size, sampler=EpochShuffleSampler(len(data.train), config.seed),
+            collate_fn=collate_fn, drop_last=True,
+            generator=torch.Generator().manual_seed(config.seed),  # the loader draws a seed per epoch: not from the global RNG
+        )
+    val_data = data.val
+    if config.eval_batches is not None:
+        # the same blocks whatever the number of processes, so validation numbers stay comparable
+        val_data = val_data.select(range(min(len(val_data), config.eval_batches * config.batch_size)))
+    val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_fn,
+                            generator=torch.Generator().manual_seed(config.seed))
+    return train_loader, val_loader

@@ -2,9 +2,9 @@
 
 The objective is GPT-1's L3 = L2 + λ·L1 (task loss plus λ times the language-modelling loss on the same inputs),
 computed by the task heads in hf_gpt_custom (GPTCustomForSequenceClassification, GPTCustomForMultipleChoice). The
-loop is train.py's own — Accelerate, checkpoints with manifests, exact resume, the settings-change refusal, the run
-lock, run_log.jsonl, loss_curve.png, final/ — driven through the FinetuneWorkload below; input sequences and
-batches are finetune_data.py's, the config finetune_config.py's.
+loop is train()'s own (train.py, loop.py) — Accelerate, checkpoints with manifests, exact resume, the
+settings-change refusal, the run lock, run_log.jsonl, loss_curve.png, final/ — driven through the FinetuneWorkload
+below; input sequences and batches are finetune_data.py's, the config finetune_config.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
-from hf_gpt_custom.training.batches import build_loaders
+from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
 from hf_gpt_custom.training.finetune_data import (
     PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
@@ -28,13 +28,14 @@ from hf_gpt_custom.training.train import train
 from hf_gpt_custom.training.workload import PreparedWork
 
 
-def finetune(config: FinetuneConfig) -> Path:
+def finetune(config: FinetuneConfig, start_over: bool = False) -> Path:
     """Fine-tune `config.init_from` on `config.dataset` as the `task:` section says; return the run folder.
 
     Everything that can fail on the user's input — the model folder, its tokenizer, the columns, every label,
-    block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk.
+    block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk. A run folder
+    holding a run is continued or refused as `train` does (`start_over` trains from step 0).
     """
-    return train(config, FinetuneWorkload(config))
+    return train(config, FinetuneWorkload(config), start_over=start_over)
 
 
 class FinetuneWorkload:
@@ -83,8 +84,8 @@ class FinetuneWorkload:
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(**batch, lm_loss_weight=self.task.lm_loss_weight).loss  # GPT-1's L3 = L2 + λ·L1
 
-    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
-        return int(batch["attention_mask"].sum())  # padding is not trained on
+    def count_tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return batch["attention_mask"].sum()  # padding is not trained on; stays on the device (no host read)
 
     @torch.no_grad()
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.training.launcher import launch_rank
+from hf_gpt_custom.training.devices import launch_rank
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +70,28 @@ def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
         handle.close()  # closing the file releases the lock
 
 
+def check_folder_writable(folder: Path, what: str) -> None:
+    """Raise a UserError unless a file can be created in `folder` (when it exists): found before training, not when
+    the first checkpoint or final/ is written. A real write, not os.access, which root's capabilities fool."""
+    if not folder.is_dir():
+        return
+    probe = folder / f".write_test.{os.getpid()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise UserError(
+            f"cannot write to {what} {folder}: {os.strerror(err.errno) if err.errno else err}; make it writable, or "
+            f"give this run another out_dir/run_name (nothing was trained or changed)"
+        ) from err
+
+
 def _acquire(run_dir: Path):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write_test.{os.getpid()}"  # the lock file may be writable in a read-only folder
+        probe.touch()
+        probe.unlink()
         handle = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
     except OSError as err:
         raise UserError(

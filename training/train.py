@@ -1,19 +1,16 @@
-"""train(config): pre-train or fine-tune with Accelerate — set up, loop, finish, each readable on its own.
+"""train(config): pre-train or fine-tune with Accelerate — set up the run, run the loop, finish it.
 
 The same function runs on a laptop CPU, one GPU, or many processes under `accelerate launch` / torchrun: Accelerate
-owns devices, precision, DDP/FSDP wrapping and gradient accumulation; this file owns the loop (accumulation,
-clipping, divergence stop), logging and exact resume. What is trained — data, model, loss, validation figures —
-comes from a workload (workload.py): language modelling here by default, fine-tuning in finetune.py. Elsewhere: the recipe (AdamW groups, schedule) in recipe.py,
-validation figures in evaluation.py, batching in batches.py, data in data.py, the tokenizer stage in
-tokenizer_stage.py, checkpoint files in checkpoint.py, resume checks in resume_check.py, divergence rules in
-divergence.py, the log/summary/plot in run_log.py.
+owns devices, precision, DDP/FSDP wrapping and gradient accumulation. This file sets a run up (the device and
+precision, which checkpoint it continues from, config.yaml, the workload's model and loaders, the optimisation
+recipe) and finishes it (the last evaluation and checkpoint, final/, the summary and loss curve). The loop itself is
+loop.py's; what is trained comes from a workload (workload.py: language modelling by default, finetune.py for
+fine-tuning); data in data.py and corpus.py, checkpoints in checkpoint.py and resume.py, the log in run_log.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import math
+import dataclasses
 import os
 import shutil
 import time
@@ -23,178 +20,60 @@ from typing import Any
 
 import torch
 
-# EpochShuffleSampler and collate_blocks are imported from here by older callers (tests, benchmarks) too
-from hf_gpt_custom.training.batches import EpochShuffleSampler, build_loaders, collate_blocks  # noqa: F401
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import check_model_folder, write_manifest
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, find_checkpoint, load_checkpoint, save_checkpoint, set_aside_other_histories,
+    TrainingState, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
+    set_aside_other_histories, unwrapped_state_dict, write_errors_named,
 )
-from hf_gpt_custom.training.launcher import mixed_precision_for_run, warn_if_bf16_is_emulated
-from hf_gpt_custom.training.run_lock import lock_run_folder
-from hf_gpt_custom.training.config import (
-    DEFAULT_PEAK_FLOPS, TrainConfig, build_model_config, requested_architecture, save_train_config,
+from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
+from hf_gpt_custom.training.devices import (
+    check_compiler_available, mixed_precision_for_run, resolve_mixed_precision, training_device_type,
+    warn_if_bf16_is_emulated,
 )
-from hf_gpt_custom.training.data import prepare_datasets, token_byte_lengths
-from hf_gpt_custom.training.evaluation import evaluate_loss
-from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError
-from hf_gpt_custom.training.recipe import build_optimizer, build_scheduler, flops_per_token
-from hf_gpt_custom.training.resume_check import check_resume_settings, record_settings_in_checkpoints
-from hf_gpt_custom.training.workload import PreparedWork, Workload
+from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
+from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
+from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
 from hf_gpt_custom.training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
     write_training_summary,
 )
-from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
-from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.model_folder import load_model_folder, write_manifest
+from hf_gpt_custom.training.workload import LanguageModelling, Workload
 
-logger = logging.getLogger(__name__)
-
-
-# --- pieces of the loop --------------------------------------------------------------------------------------------
-
-
-def _batch_digest(input_ids: torch.Tensor) -> int:
-    """48-bit fingerprint of a batch: logged per rank so a test (or a person) can see who trained on what."""
-    return int.from_bytes(hashlib.blake2b(input_ids.cpu().numpy().tobytes(), digest_size=6).digest(), "little")
-
-
-def _next_batches(accelerator, train_loader, state: TrainingState):
-    """Endless stream of training micro-batches that keeps `state.epoch` and `state.batches_in_epoch` current.
-
-    A resumed run skips the batches this epoch already consumed (counted in micro-batches, so gradient
-    accumulation is covered) instead of replaying them.
-    """
-    while True:
-        loader = train_loader
-        if state.batches_in_epoch:
-            loader = accelerator.skip_first_batches(train_loader, state.batches_in_epoch)
-        loader.set_epoch(state.epoch)
-        produced = False
-        for batch in loader:
-            produced = True
-            state.batches_in_epoch += 1
-            yield batch
-        if not produced and state.batches_in_epoch == 0:
-            raise UserError("the training data gave no batch; lower batch_size or block_size, or add data")
-        state.epoch += 1
-        state.batches_in_epoch = 0
-
-
-def _load_model(config: TrainConfig, tokenizer):
-    from hf_gpt_custom import GPTCustomForCausalLM
-
-    if config.init_from:
-        # strict: a missing tensor is an error, not a random init; a folder with a manifest must match it
-        model = load_model_folder(config.init_from)  # our folders, checkpoints, transformers GPT-2 folders
-        for key, value in requested_architecture(config).items():
-            if getattr(model.config, key) != value:
-                raise UserError(
-                    f"model.{key}={value!r} but init_from={config.init_from} has {key}={getattr(model.config, key)!r}; "
-                    f"the architecture comes from init_from — drop model.{key}"
-                )
-        if model.config.n_positions < config.block_size:
-            raise UserError(
-                f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "
-                f"init_from={config.init_from}; lower block_size"
-            )
-    else:
-        model_config = build_model_config(config, vocab_size=config.model.get("vocab_size") or len(tokenizer),
-                                          eos_token_id=tokenizer.eos_token_id)
-        model = GPTCustomForCausalLM(model_config)
-    if model.config.vocab_size < len(tokenizer):
-        raise UserError(
-            f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}; "
-            f"use the model's own tokenizer or raise model.vocab_size"
-        )
-    return model
-
-
-class LanguageModelling:
-    """The default workload: next-token prediction on packed blocks of `config.dataset` (pre-training, or
-    continued training from `init_from`); validation loss, perplexity and bits per byte."""
-
-    def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
-        from transformers import AutoTokenizer
-
-        with accelerator.main_process_first():
-            self.tokenizer_dir = Path(prepare_tokenizer(config))
-            tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir))
-            self.data = prepare_datasets(config, tokenizer, self.tokenizer_dir)
-        accelerator.print(
-            f"data: {self.data.stats.get('train_blocks', '?')} train / {self.data.stats['val_blocks']} val blocks of "
-            f"{config.block_size} tokens ({'cache hit' if self.data.is_cache_hit else 'tokenised'}; "
-            f"{self.data.cache_dir})"
-        )
-        model = _load_model(config, tokenizer)
-        # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets
-        self.token_bytes = torch.tensor(
-            token_byte_lengths(tokenizer) + [0] * max(0, model.config.vocab_size - len(tokenizer)))
-        self.config, self.eos_token = config, tokenizer.eos_token
-        train_loader, val_loader = build_loaders(config, self.data)
-        return PreparedWork(tokenizer, model, train_loader, val_loader)
-
-    def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
-
-    def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
-        return batch["input_ids"].numel()  # packed blocks: no padding
-
-    def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
-        return evaluate_loss(model, val_loader, accelerator, self.token_bytes)
-
-    def describe(self, result: dict[str, float]) -> str:
-        return (f"val loss {result['val_loss']:.4f}, perplexity {result['val_perplexity']:.2f}, "
-                f"{result['val_bits_per_byte']:.4f} bits/byte")
-
-    def summary_fields(self, last_eval: dict[str, float]) -> dict[str, Any]:
-        return {
-            "val_perplexity": last_eval["val_perplexity"],
-            "val_bits_per_byte": last_eval["val_bits_per_byte"],
-            "dataset": self.config.dataset,
-            "train_blocks": self.data.stats.get("train_blocks"),
-            "val_blocks": self.data.stats.get("val_blocks"),
-            "tokenizer": str(self.tokenizer_dir.absolute()),
-            "data_cache": str(self.data.cache_dir) if self.data.cache_dir else None,
-        }
-
-    def save_beside_model(self, folder: Path, model_config) -> None:
-        tokenizer_for_model(self.tokenizer_dir, self.eos_token, model_config.n_positions).save_pretrained(folder)
-
-
-def _tracker_config(config: TrainConfig) -> dict:
-    flat = {key: value for key, value in config.to_dict().items()
-            if isinstance(value, (int, float, str, bool)) and key != "model"}
-    flat.update({f"model.{key}": value for key, value in config.model.items() if isinstance(value, (int, float, str, bool))})
-    return flat
-
-
-# --- the loop ------------------------------------------------------------------------------------------------------
-
-
-def train(config: TrainConfig, workload: Workload | None = None) -> Path:
+def train(config: TrainConfig, workload: Workload | None = None, start_over: bool = False) -> Path:
     """Train as `config` says; return the run folder (config.yaml, run_log.jsonl, checkpoints/, final/, summary, PNG).
 
-    `workload` says what is trained (default: language modelling on `config.dataset`, LanguageModelling below)."""
+    `workload` says what is trained (default: language modelling on `config.dataset`, workload.LanguageModelling).
+    A run folder that already holds checkpoints is continued from the latest one when its settings are this
+    config's, and refused naming the differences when not (resume.find_resume_point); `start_over=True`
+    trains from step 0 instead, moving the old checkpoints aside."""
+    # what this machine cannot do is named before the run folder is created
+    if config.init_from:
+        check_model_folder(config.init_from)
+    device_type = training_device_type(config.cpu)
+    config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision, device_type))
+    if config.compile:
+        check_compiler_available(device_type)
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
         with lock_run_folder(config.run_dir):  # one process per run folder (run_lock.py)
-            return _train(config, workload or LanguageModelling())
+            return _train(config, workload or LanguageModelling(), start_over, device_type)
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back
 
 
-def _train(config: TrainConfig, workload: Workload) -> Path:
+def _train(config: TrainConfig, workload: Workload, start_over: bool, device_type: str) -> Path:
     start_time = time.time()
-    session = _set_up(config, workload)
-    loop = _run_loop(session)
+    session = _set_up(config, workload, start_over, device_type)
+    loop = run_loop(session)
     _finish(session, loop, wall_time_s=lambda: time.time() - start_time)
     return session.run_dir
 
 
 @dataclass
-class _Session:
+class Session:
     """What one train() call works with: built once by _set_up, then read by the loop and by _finish."""
 
     config: TrainConfig
@@ -203,6 +82,7 @@ class _Session:
     run_dir: Path
     tokenizer: Any
     model: Any  # prepared (wrapped) model
+    model_class: type  # its class before any wrapper
     model_config: Any
     optimizer: Any
     scheduler: Any
@@ -232,16 +112,10 @@ class _Session:
         return flops * tokens_per_s / (self.peak_flops * self.accelerator.num_processes)
 
 
-@dataclass
-class _LoopResult:
-    resumed_step: int  # where this session started
-    last_eval: dict | None = None
-    last_checkpoint: Path | None = None
-    train_time_s: float = 0.0
-    advice_if_diverged: str = ""  # which checkpoint is safe, should the final weights turn out broken
+# --- setting up ------------------------------------------------------------------------------------------------------
 
 
-def _set_up(config: TrainConfig, workload: Workload) -> _Session:
+def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_type: str) -> Session:
     """Accelerator, resume checks, config.yaml, the workload's model and loaders, optimizer, schedule, restored state."""
     import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
     from accelerate.utils import set_seed
@@ -249,12 +123,11 @@ def _set_up(config: TrainConfig, workload: Workload) -> _Session:
     run_dir = config.run_dir.absolute()
     log_with = None if config.log_with in (None, "none") else config.log_with
     check_tracker_installed(log_with)
-    accelerator = _make_accelerator(config, run_dir, log_with)
+    check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
+    # before config.yaml is rewritten: it may be the record of what the folder's checkpoints were trained with
+    resume_folder = find_resume_point(config, run_dir, start_over)
+    accelerator = _make_accelerator(config, device_type, run_dir, log_with)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
-    resume_folder = None
-    if config.resume_from_checkpoint:  # check before any heavy work
-        resume_folder = find_checkpoint(run_dir / "checkpoints", config.resume_from_checkpoint)
-        check_resume_settings(config, resume_folder)  # before config.yaml is rewritten: it may be the record
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
@@ -264,31 +137,37 @@ def _set_up(config: TrainConfig, workload: Workload) -> _Session:
     prepared = workload.prepare(config, accelerator)
     model, tokenizer, train_loader, val_loader = prepared.model, prepared.tokenizer, prepared.train_loader, \
         prepared.val_loader
-    model_config, n_params = model.config, model.num_parameters()
+    # the class and config before any wrapper (DDP, FSDP2's in-place class swap, torch.compile) touches the model:
+    # what every saved folder is written as (checkpoint.save_model_folder)
+    model_class, model_config, n_params = type(model), model.config, model.num_parameters()
     if config.compile:
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config)
-    model, optimizer, train_loader, val_loader, scheduler = accelerator.prepare(
-        model, optimizer, train_loader, val_loader, scheduler
-    )
+    model, optimizer, val_loader, scheduler = accelerator.prepare(model, optimizer, val_loader, scheduler)
+    train_loader.pin_memory = accelerator.device.type == "cuda"  # for the non-blocking copies of _next_batches
+    train_loader = accelerator.prepare_data_loader(train_loader, device_placement=False)
     record_settings_in_checkpoints(accelerator, config, model_config)
+    save_checkpoints_without_wrappers(accelerator)
 
     state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)
+    if resume_folder is not None and state.step >= config.max_steps:
+        accelerator.print(f"the run is complete (step {state.step} of max_steps={config.max_steps}): nothing left to "
+                          f"train; evaluating and writing final/ again (--start_over trains it anew)")
     run_log = RunLog(run_dir / RUN_LOG_NAME, resume_step=state.step if resume_folder else None) \
         if accelerator.is_main_process else None
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
-    return _Session(config, workload, accelerator, run_dir, tokenizer, model, model_config, optimizer, scheduler,
-                    train_loader, val_loader, n_params, state, resume_folder, run_log)
+    return Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,
+                   scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log)
 
 
-def _make_accelerator(config: TrainConfig, run_dir: Path, log_with: str | None):
+def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_with: str | None):
     from accelerate import Accelerator
     from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration
 
     return Accelerator(
-        cpu=config.cpu if config.cpu is not None else not torch.cuda.is_available(),
+        cpu=device_type == "cpu",
         mixed_precision=mixed_precision_for_run(config.mixed_precision),  # warns if the launcher says otherwise
         # sync_with_dataloader=False: an accumulation window may straddle an epoch boundary instead of being cut
         # short there, so every optimizer step sees exactly gradient_accumulation_steps micro-batches.
@@ -306,7 +185,7 @@ def _restore(accelerator, resume_folder: Path) -> TrainingState:
     try:
         state = load_checkpoint(accelerator, resume_folder)
     except RuntimeError as err:  # an older checkpoint without recorded settings, from another architecture
-        if "size mismatch" not in str(err):
+        if "size mismatch" not in str(err) and "Error(s) in loading state_dict" not in str(err):
             raise
         raise UserError(f"checkpoint {resume_folder} holds weights of another architecture than this config's "
                         f"model section ({str(err).splitlines()[-1].strip()}); resume with the model settings it "
@@ -317,156 +196,6 @@ def _restore(accelerator, resume_folder: Path) -> TrainingState:
     accelerator.print(f"resumed from {resume_folder} at step {state.step} (epoch {state.epoch}, "
                       f"{state.batches_in_epoch} batches into it)")
     return state
-
-
-def _run_loop(s: _Session) -> _LoopResult:
-    """Optimizer steps until max_steps: each one logged, evaluated and checkpointed on its interval."""
-    from tqdm.auto import tqdm
-
-    config, accelerator, state = s.config, s.accelerator, s.state
-    accelerator.print(
-        f"model: {s.n_params:,} parameters; {accelerator.num_processes} process(es); {s.tokens_per_step:,} tokens "
-        f"per optimizer step; {config.max_steps} steps"
-    )
-    batches = _next_batches(accelerator, s.train_loader, state)
-    progress = tqdm(total=config.max_steps, initial=state.step, desc="training",
-                    disable=not accelerator.is_local_main_process, dynamic_ncols=True)
-    result = _LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
-    guard = DivergenceGuard(resumed_from=s.resume_folder)
-    s.model.train()
-    while state.step < config.max_steps:
-        step_start = time.perf_counter()
-        loss, grad_norm, digests, n_tokens = _optimizer_step(s, batches, guard, progress)
-        state.step += 1
-        state.tokens_seen += n_tokens
-        step_time_s = time.perf_counter() - step_start
-        result.train_time_s += step_time_s
-        _log_step(s, loss, grad_norm, digests, n_tokens, step_time_s, progress)
-        if state.step % config.eval_interval == 0 or state.step == config.max_steps:
-            result.last_eval = _evaluate_and_log(s, progress)
-        if config.checkpoint_interval and state.step % config.checkpoint_interval == 0 and state.step < config.max_steps:
-            _check_weights_finite(s, guard.advice(s.checkpoints_dir), progress)
-            result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
-            guard.checkpoint_saved(result.last_checkpoint)
-    progress.close()
-    result.advice_if_diverged = guard.advice(s.checkpoints_dir)
-    return result
-
-
-def _optimizer_step(s: _Session, batches, guard: DivergenceGuard, progress) -> tuple[float, float, list[int], int]:
-    """One accumulation window and the update after it; returns (mean loss, gradient norm, batch digests, tokens
-    trained on by all processes)."""
-    accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
-    loss_sum = torch.zeros((), device=accelerator.device)
-    n_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
-    digests = []
-    for _ in range(accum):
-        batch = next(batches)
-        digests.append(_batch_digest(batch["input_ids"]))
-        n_tokens += s.workload.count_tokens(batch)
-        with accelerator.accumulate(model):
-            loss = s.workload.loss(model, batch)
-            accelerator.backward(loss)
-            loss_sum += loss.detach().float()
-            if accelerator.sync_gradients:
-                step_loss = accelerator.reduce(loss_sum / accum, reduction="mean").item()
-                max_norm = s.config.grad_clip if s.config.grad_clip > 0 else float("inf")  # inf: measure, don't clip
-                grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), max_norm))
-                # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that
-                # update and lowers its scale itself. Only a non-finite loss is divergence there.
-                problem = guard.problem(step_loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
-                if problem is not None:
-                    _stop_diverged(s, s.state.step + 1, f"{problem} (this update was not applied)", step_loss,
-                                   grad_norm, guard.advice(s.checkpoints_dir), progress)
-                guard.record_healthy_step(step_loss)
-                s.optimizer.step()
-                s.scheduler.step()
-                s.optimizer.zero_grad(set_to_none=True)
-    return step_loss, grad_norm, digests, int(accelerator.reduce(n_tokens, reduction="sum"))
-
-
-def _log_step(s: _Session, loss: float, grad_norm: float, digests: list[int], n_tokens: int, step_time_s: float,
-              progress) -> None:
-    accelerator, state = s.accelerator, s.state
-    lr = s.scheduler.get_last_lr()[0]
-    tokens_per_s = n_tokens / step_time_s
-    all_digests = accelerator.gather(torch.tensor(digests, dtype=torch.int64, device=accelerator.device))
-    record = {
-        "kind": "train", "step": state.step, "epoch": state.epoch, "loss": loss, "lr": lr,
-        "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
-        "tokens_seen": state.tokens_seen, "step_time_s": step_time_s,
-        "data_digests": all_digests.view(accelerator.num_processes, len(digests)).tolist(),
-    }
-    if s.run_log is not None:
-        s.run_log.write(record)
-    accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
-                    step=state.step)
-    progress.update(1)
-    progress.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
-
-
-def _evaluate_and_log(s: _Session, progress) -> dict:
-    result = {**s.workload.evaluate(s.model, s.val_loader, s.accelerator), "step": s.state.step}
-    if s.run_log is not None:
-        s.run_log.write({"kind": "eval", **result})
-    s.accelerator.log({f"val/{k[4:]}": v for k, v in result.items() if k.startswith("val_")}, step=s.state.step)
-    if s.accelerator.is_main_process:
-        progress.write(f"step {s.state.step}: {s.workload.describe(result)}")
-    return result
-
-
-def _finish(s: _Session, loop: _LoopResult, wall_time_s) -> None:
-    """The last evaluation and checkpoint, final/ (weights, tokenizer, manifest), the summary and the loss curve."""
-    accelerator, state, config = s.accelerator, s.state, s.config
-    last_eval = loop.last_eval
-    if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
-        last_eval = {**s.workload.evaluate(s.model, s.val_loader, accelerator), "step": state.step}
-    if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
-        _check_weights_finite(s, loop.advice_if_diverged, None)
-        save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
-    _save_final_folder(s)
-    if accelerator.is_main_process:
-        s.run_log.close()
-        records = read_run_log(s.run_dir / RUN_LOG_NAME)
-        steps = summarize_train_steps(records)
-        write_training_summary(s.run_dir / SUMMARY_NAME, {
-            "run_name": config.run_name,
-            "config": config.to_dict(),
-            "n_params": s.n_params,
-            "tokens_seen": state.tokens_seen,
-            "steps": state.step,
-            "wall_time_s": wall_time_s(),
-            "train_time_s": loop.train_time_s,
-            "final_train_loss": steps["final_train_loss"],
-            "final_val_loss": last_eval["val_loss"],
-            "tokens_per_s": steps["tokens_per_s"],
-            "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
-            "peak_flops": s.peak_flops,
-            "num_processes": accelerator.num_processes,
-            **s.workload.summary_fields(last_eval),
-            "loss_curve": LOSS_CURVE_NAME,
-        })
-        plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
-                        title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
-        accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
-    accelerator.end_training()
-
-
-def _save_final_folder(s: _Session) -> None:
-    """final/: save_pretrained weights and the shipped tokenizer, with a manifest; complete or absent."""
-    accelerator = s.accelerator
-    accelerator.wait_for_everyone()
-    # every rank takes part (under FSDP this gathers the shards); torch.compile's "_orig_mod." prefix is dropped
-    state_dict = {key.removeprefix("_orig_mod."): value for key, value in accelerator.get_state_dict(s.model).items()}
-    if not accelerator.is_main_process:
-        return
-    final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
-    shutil.rmtree(staging, ignore_errors=True)
-    accelerator.unwrap_model(s.model, keep_torch_compile=False).save_pretrained(staging, state_dict=state_dict)
-    s.workload.save_beside_model(staging, s.model_config)
-    write_manifest(staging)  # what eval/export verify final/ against
-    shutil.rmtree(final_dir, ignore_errors=True)
-    os.replace(staging, final_dir)
 
 
 def check_tracker_installed(log_with: str | None) -> None:
@@ -480,36 +209,110 @@ def check_tracker_installed(log_with: str | None) -> None:
                         f"or set log_with=none (the run log and loss curve are written either way)")
 
 
-def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_positions: int):
-    """The tokenizer as it ships beside the model: the model's context length, and padding for batched generation.
+def _tracker_config(config: TrainConfig) -> dict:
+    flat = {key: value for key, value in config.to_dict().items()
+            if isinstance(value, (int, float, str, bool)) and key != "model"}
+    flat.update({f"model.{key}": value for key, value in config.model.items() if isinstance(value, (int, float, str, bool))})
+    return flat
 
-    pad = end-of-text (GPT-2 has no pad token) on the left, so every prompt in a batch ends where generation starts.
-    Passed to from_pretrained because save_pretrained writes only constructor arguments (and model_max_length).
+
+# --- the optimisation recipe -----------------------------------------------------------------------------------------
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on every 2-D weight (matmuls and embeddings, as nanoGPT/GPT-2), none on biases/LayerNorm."""
+    parameters = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
+    groups = [
+        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    # The fused kernel updates every tensor in one pass (benchmarks/results/NOTES.md), and its found_inf input lets
+    # the loop skip a diverged update without reading the loss back (loop.UpdateGate). CPU and CUDA have it.
+    fused = all(p.device.type in ("cpu", "cuda") for p in parameters)
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                             eps=config.adam_eps, fused=fused)
+
+
+def build_scheduler(optimizer, config: TrainConfig):
+    """Linear warmup over warmup_steps, then cosine down to learning_rate * min_lr_ratio at max_steps."""
+    from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+    return get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=config.max_steps,
+        min_lr_rate=config.min_lr_ratio,
+    )
+
+
+def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the weights plus 12·L·T·d for attention (PaLM appendix B, as nanoGPT).
+
+    N excludes what is a lookup, not a matmul: the learned position table (rope and sinusoidal positions have none)
+    and, when the head is untied, the input token embedding (a tied one is the head's matmul as well).
     """
-    from transformers import AutoTokenizer
+    parts = model_config.parameter_breakdown()
+    lookups = parts["position_embedding"] + (0 if model_config.tie_word_embeddings else parts["token_embedding"])
+    n_matmul = n_params - lookups
+    return 6 * n_matmul + 12 * model_config.n_layer * seq_len * model_config.n_embd
 
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions, pad_token=eos_token,
-                                         padding_side="left")
+
+# --- finishing ------------------------------------------------------------------------------------------------------
 
 
-def _check_weights_finite(s: _Session, advice: str, progress) -> None:
-    """Stop instead of checkpointing weights that are no longer finite (they would push good checkpoints out)."""
+def _finish(s: Session, loop: LoopResult, wall_time_s) -> None:
+    """The last evaluation and checkpoint, final/ (weights, tokenizer, manifest), the summary and the loss curve."""
+    accelerator, state, config = s.accelerator, s.state, s.config
+    last_eval = loop.last_eval
+    if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
+        last_eval = {**s.workload.evaluate(s.model, s.val_loader, accelerator), "step": state.step}
+    if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
+        check_weights_finite(s, loop.advice_if_diverged, None)
+        save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
+    _save_final_folder(s)
+    if accelerator.is_main_process:
+        with write_errors_named(s.run_dir, None, "the training summary"):
+            _write_summary_and_plot(s, loop, last_eval, wall_time_s)
+        accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
+    accelerator.end_training()
+
+
+def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict, wall_time_s) -> None:
+    accelerator, state, config = s.accelerator, s.state, s.config
+    s.run_log.close()
+    records = read_run_log(s.run_dir / RUN_LOG_NAME)
+    steps = summarize_train_steps(records)
+    write_training_summary(s.run_dir / SUMMARY_NAME, {
+        "run_name": config.run_name,
+        "config": config.to_dict(),
+        "n_params": s.n_params,
+        "tokens_seen": state.tokens_seen,
+        "steps": state.step,
+        "wall_time_s": wall_time_s(),
+        "train_time_s": loop.train_time_s,
+        "final_train_loss": steps["final_train_loss"],
+        "final_val_loss": last_eval["val_loss"],
+        "tokens_per_s": steps["tokens_per_s"],
+        "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
+        "peak_flops": s.peak_flops,
+        "num_processes": accelerator.num_processes,
+        **s.workload.summary_fields(last_eval),
+        "loss_curve": LOSS_CURVE_NAME,
+    })
+    plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
+                    title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
+
+
+def _save_final_folder(s: Session) -> None:
+    """final/: save_pretrained weights and the shipped tokenizer, with a manifest; complete or absent."""
     accelerator = s.accelerator
-    finite = torch.tensor(float(all(bool(torch.isfinite(p).all()) for p in s.model.parameters())),
-                          device=accelerator.device)
-    if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
-        _stop_diverged(s, s.state.step, "the weights stopped being finite", float("nan"), float("nan"), advice,
-                       progress)
-
-
-def _stop_diverged(s: _Session, step: int, problem: str, loss: float, grad_norm: float, advice: str,
-                   progress) -> None:
-    if progress is not None:
-        progress.close()
-    if s.run_log is not None:
-        s.run_log.write({"kind": "error", "step": step, "problem": problem,
-                         "loss": loss if math.isfinite(loss) else str(loss),
-                         "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm)})
-        s.run_log.close()
-    s.accelerator.end_training()
-    raise TrainingDivergedError(f"training stopped at step {step}: {problem}; {advice}")
+    accelerator.wait_for_everyone()
+    state_dict = unwrapped_state_dict(accelerator, s.model)  # every rank takes part (FSDP gathers the shards)
+    if not accelerator.is_main_process:
+        return
+    final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
+    with write_errors_named(s.run_dir, staging, "final/"):
+        shutil.rmtree(staging, ignore_errors=True)
+        save_model_folder(s.model_class, s.model_config, state_dict, staging)
+        s.workload.save_beside_model(staging, s.model_config)
+        write_manifest(staging)  # what eval/export verify final/ against
+        shutil.rmtree(final_dir, ignore_errors=True)
+        os.replace(staging, final_dir)

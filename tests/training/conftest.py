@@ -1,5 +1,7 @@
-"""Fixtures for the training tests: a small tokenizer trained on real Shakespeare and a tiny-run config factory."""
+"""Fixtures for the training tests: a small tokenizer trained on real Shakespeare, a tiny-run config factory, and the
+check that a run's folders are plain model folders whatever wrapped the model."""
 
+import json
 import os
 from pathlib import Path
 
@@ -57,3 +59,49 @@ def make_config(tmp_path, shakespeare_path, shakespeare_tokenizer_dir, shared_da
         return load_train_config(None, base + list(overrides))
 
     return make
+
+
+# Runs under the `python_without_project` fixture (tests/conftest.py): only torch and transformers are importable.
+LOAD_AS_REMOTE_CODE = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+
+folder, input_ids = sys.argv[1], torch.tensor(json.loads(sys.argv[2]))
+model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+with torch.no_grad():
+    logits = model(input_ids).logits
+print(json.dumps({"module": type(model).__module__, "class": type(model).__name__, "logits": logits.tolist()}))
+"""
+
+
+def _assert_plain_model_folders(run_dir, python_without_project) -> None:
+    """final/ is what an unwrapped GPTCustomForCausalLM.save_pretrained writes and loads as remote code with the
+    trained weights; each checkpoint's weights carry the model's own names and load as a model folder."""
+    from safetensors import safe_open
+
+    from hf_gpt_custom.model_folder import load_model_folder
+
+    final = run_dir / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert config["architectures"] == ["GPTCustomForCausalLM"]
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_gpt_custom.GPTCustomForCausalLM"
+    files = set(os.listdir(final))
+    assert "modeling_gpt_custom.py" in files and not {name for name in files if name.startswith("_")}, files
+    local = load_model_folder(final).eval()
+    input_ids = torch.randint(0, local.config.vocab_size, (2, 9))
+    remote = python_without_project(LOAD_AS_REMOTE_CODE, final, json.dumps(input_ids.tolist()))
+    assert remote["module"].startswith("transformers_modules.") and remote["class"] == "GPTCustomForCausalLM"
+    with torch.no_grad():
+        assert torch.equal(torch.tensor(remote["logits"]), local(input_ids).logits)
+    for checkpoint in sorted((run_dir / "checkpoints").glob("step_*")):
+        with safe_open(str(checkpoint / "model.safetensors"), framework="pt") as weights:
+            keys = set(weights.keys())
+        assert keys and not {key for key in keys if key.startswith(("module.", "_orig_mod."))}, checkpoint
+        load_model_folder(checkpoint)  # strict: every weight present under its name
+
+
+@pytest.fixture
+def assert_plain_model_folders(python_without_project):
+    """`check(run_dir)`: final/ and the checkpoints are what an unwrapped model writes (see the function above)."""
+    return lambda run_dir: _assert_plain_model_folders(run_dir, python_without_project)

@@ -5,7 +5,7 @@ import logging
 import pytest
 import torch
 
-from hf_gpt_custom.training.launcher import warn_if_bf16_is_emulated
+from hf_gpt_custom.training.devices import warn_if_bf16_is_emulated
 
 
 @pytest.mark.parametrize("supported, device, precision, warned", [
@@ -16,7 +16,7 @@ from hf_gpt_custom.training.launcher import warn_if_bf16_is_emulated
 ])
 def test_bf16_on_a_cpu_without_bf16_units_is_named(monkeypatch, caplog, supported, device, precision, warned):
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: supported)
-    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.launcher"):
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
         assert warn_if_bf16_is_emulated(device, precision) is warned
     assert ("set mixed_precision=no" in caplog.text) is warned
 

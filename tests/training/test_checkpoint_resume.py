@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 import hf_gpt_custom.training.checkpoint as checkpoint
-import hf_gpt_custom.training.train as train_module
+import hf_gpt_custom.training.loop as loop_module
 from hf_gpt_custom import model_folder
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.checkpoint import (
@@ -27,7 +27,8 @@ from hf_gpt_custom.training.checkpoint import (
 )
 from hf_gpt_custom.training.config import REPO_ROOT, load_train_config, save_train_config
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.train import _batch_digest, train
+from hf_gpt_custom.training.loop import _batch_digest
+from hf_gpt_custom.training.train import train
 
 from tests.helpers import tiny_run_overrides
 
@@ -82,10 +83,11 @@ def test_resume_with_gradient_accumulation_matches_uninterrupted_run(make_config
 
 
 def test_a_new_run_over_an_old_one_checkpoints_its_own_weights(make_config):
-    """Same step numbers and batch counts as the run before it in the folder, other weights: each save replaces."""
+    """Same step numbers and batch counts as the run before it in the folder (started over), other weights: each
+    save replaces."""
     common = ["max_steps=4", "checkpoint_interval=2", "keep_checkpoints=5", "eval_interval=4", "eval_batches=1"]
     train(make_config(*common, "learning_rate=1e-3", run_name="reused"))
-    run_dir = train(make_config(*common, "learning_rate=3e-3", run_name="reused"))
+    run_dir = train(make_config(*common, "learning_rate=3e-3", run_name="reused"), start_over=True)
     saved = load_file(str(run_dir / "checkpoints" / "step_000004" / "model.safetensors"))
     final = _weights(run_dir)
     shared = saved.keys() & final.keys()
@@ -215,7 +217,7 @@ class _Stopped(Exception):
 
 
 def _stop_after_checkpoint(monkeypatch, step: int) -> None:
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def save_then_stop(accelerator, checkpoints_dir, state, keep_last):
         folder = real_save(accelerator, checkpoints_dir, state, keep_last)
@@ -223,7 +225,7 @@ def _stop_after_checkpoint(monkeypatch, step: int) -> None:
             raise _Stopped(folder)
         return folder
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(loop_module, "save_checkpoint", save_then_stop)
 
 
 def _expected_micro_batches(num_blocks: int, seed: int, batch_size: int, count: int) -> list[list[int]]:
@@ -306,7 +308,7 @@ def test_a_new_run_sets_the_earlier_runs_checkpoints_aside(make_config, monkeypa
     train(make_config(*common, "checkpoint_interval=2", run_name="reused"))  # steps 2 and 4 of the earlier run
     _stop_after_checkpoint(monkeypatch, 3)
     with pytest.raises(_Stopped):
-        train(make_config(*common, "checkpoint_interval=3", "learning_rate=1e-3", run_name="reused"))
+        train(make_config(*common, "checkpoint_interval=3", "learning_rate=1e-3", run_name="reused"), start_over=True)
     checkpoints_dir = make_config(run_name="reused").run_dir / "checkpoints"
     assert find_checkpoint(checkpoints_dir, "latest") == checkpoints_dir / "step_000003"  # not the earlier run's 4
     (abandoned,) = checkpoints_dir.glob("abandoned_before_new_run_*")

@@ -1,8 +1,10 @@
 """TrainConfig loading: YAML + key=value overrides by declared type, errors that name the key, shipped configs."""
 
+import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from hf_gpt_custom.training.config import REPO_ROOT, TrainConfig, load_train_config, save_train_config
 
@@ -90,7 +92,7 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
     assert load_train_config(tmp_path / "config.yaml", []) == config
 
 
-@pytest.mark.parametrize("name", ["smoke.yaml", "shakespeare.yaml", "gpt2-124m.yaml"])
+@pytest.mark.parametrize("name", ["smoke.yaml", "shakespeare.yaml", "shakespeare-gpu.yaml", "gpt2-124m.yaml"])
 def test_shipped_configs_load(name):
     config = load_train_config(CONFIGS / name, [])
     assert isinstance(config, TrainConfig)
@@ -168,12 +170,29 @@ def test_every_setting_has_help_and_says_whether_it_changes_training():
 
 
 def test_local_validation_file_is_accepted_and_resolved(tmp_path, monkeypatch, shakespeare_path):
-    monkeypatch.chdir(shakespeare_path.parent)
-    config = load_train_config(SMOKE, [f"val_dataset={shakespeare_path.name}", "val_holdout=random"])
-    assert Path(config.val_dataset) == shakespeare_path.resolve()
+    (tmp_path / "valid.txt").write_text("Held-out text.\n\nAnother paragraph.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    config = load_train_config(SMOKE, ["val_dataset=valid.txt", "val_holdout=random"])
+    assert Path(config.val_dataset) == (tmp_path / "valid.txt").resolve()
     with pytest.raises(ValueError, match="val_holdout='tail' splits the training documents, but validation comes "
                                          "from val_dataset"):
-        load_train_config(SMOKE, [f"val_dataset={shakespeare_path}", "val_holdout=tail"])
+        load_train_config(SMOKE, [f"val_dataset={tmp_path / 'valid.txt'}", "val_holdout=tail"])
+
+
+def test_validation_data_that_is_the_training_data_is_refused(tmp_path, shakespeare_path):
+    """val_dataset naming the training file (or a copy of it, or a folder holding it) would score text the model
+    trains on: validation loss = training loss, silently."""
+    shakespeare_path = shakespeare_path.resolve()  # paths are stored resolved
+    copy = tmp_path.resolve() / "copy" / "input.txt"
+    copy.parent.mkdir()
+    copy.write_bytes(shakespeare_path.read_bytes())
+    for val_dataset, why in ((shakespeare_path, "is the training data itself"),
+                             (shakespeare_path.parent, f"holds {shakespeare_path}, which dataset="),
+                             (copy, f"holds {copy}, a byte-for-byte copy of {shakespeare_path}")):
+        with pytest.raises(ValueError) as err:
+            load_train_config(SMOKE, [f"val_dataset={val_dataset}"])
+        assert f"val_dataset={val_dataset} {why}" in str(err.value)
+        assert "so validation would score text the model trains on; name a separate validation file" in str(err.value)
 
 
 def test_preset_is_expanded_in_one_place():
@@ -188,3 +207,124 @@ def test_preset_is_expanded_in_one_place():
     assert requested_architecture(config)["n_layer"] == 6  # an explicit key wins over the preset's
     built = build_model_config(config, vocab_size=50304, eos_token_id=50256)
     assert all(getattr(built, key) == value for key, value in requested_architecture(config).items())
+
+
+@pytest.mark.parametrize("labels", ["[no,yes]", "[no, yes]", '["no","yes"]', "no,yes"])
+def test_a_list_override_is_read_as_yaml_then_by_the_declared_type(tmp_path, labels):
+    """`task.labels=[no,yes]` was split at the comma into '[no' and 'yes]'; read as YAML it is two labels, and
+    no/yes stay strings (YAML 1.1 would make them booleans)."""
+    from hf_gpt_custom.training.finetune_config import load_finetune_config
+
+    config = load_finetune_config(None, [
+        "dataset=someone/labelled", f"init_from={tmp_path}", "task.format=classification",
+        "task.text_columns=[text]", f"task.labels={labels}",
+    ])
+    assert config.task["labels"] == ["no", "yes"] and config.task["text_columns"] == ["text"]
+
+
+def test_override_values_take_the_yaml_meaning_and_the_declared_type(tmp_path):
+    config = load_train_config(SMOKE, ["benchmark_tasks=[copa, piqa]", "benchmark_shots=[0, 1]", "seed=1e3",
+                                       "run_name=007", "model.resid_pdrop=5e-2", "mixed_precision=no"])
+    assert config.benchmark_tasks == ["copa", "piqa"] and config.benchmark_shots == [0, 1]
+    assert config.seed == 1000 and config.run_name == "007" and config.mixed_precision == "no"
+    assert config.model["resid_pdrop"] == 0.05 and isinstance(config.model["resid_pdrop"], float)
+    path = tmp_path / "no.yaml"  # YAML 1.1 reads `no` as false: `mixed_precision: no` must stay the choice "no"
+    path.write_text(SMOKE.read_text() + "mixed_precision: no\nlearning_rate: 1e-3\n")
+    loaded = load_train_config(path, [])
+    assert loaded.mixed_precision == "no" and loaded.learning_rate == 1e-3
+    with pytest.raises(ValueError, match=r"override benchmark_tasks='\[copa' is not a valid value"):
+        load_train_config(SMOKE, ["benchmark_tasks=[copa"])
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_outside_numpys_range_is_refused_at_load(seed):
+    with pytest.raises(ValueError, match=rf"seed={seed} is outside 0..4294967295"):
+        load_train_config(SMOKE, [f"seed={seed}"])
+
+
+def test_a_missing_init_from_folder_is_named_at_load(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"init_from='runs/nope/final' not found in .*; give a model folder"):
+        load_train_config(SMOKE, ["init_from=runs/nope/final"])
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(FileNotFoundError, match="init_from=.*a_file is not a folder"):
+        load_train_config(SMOKE, [f"init_from={tmp_path / 'a_file'}"])
+
+
+def test_the_model_keys_read_without_transformers_are_the_config_classs_fields():
+    import subprocess
+    import sys
+
+    from hf_gpt_custom import GPTCustomConfig
+
+    code = ("import sys, json; from hf_gpt_custom.training.config import architecture_keys; "
+            "print(json.dumps(sorted(architecture_keys()))); print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    keys, transformers_loaded = out.stdout.split("\n")[:2]
+    assert transformers_loaded == "False"
+    assert keys == json.dumps(sorted(GPTCustomConfig.__annotations__))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "nonexistent.yaml"], "training config nonexistent.yaml not found"),
+    (["train", str(SMOKE), "bogus=1"], "unknown training config key 'bogus'"),
+    (["train", str(SMOKE), "model.n_layr=4"], "unknown model key 'model.n_layr'; did you mean 'model.n_layer'?"),
+    (["train", str(SMOKE), "seed=-5"], "seed=-5 is outside 0..4294967295"),
+    (["train", str(SMOKE), "init_from=runs/nope/final"], "init_from='runs/nope/final' not found"),
+    (["train", str(SMOKE), "--init_from", "runs/nope/final"], "init_from='runs/nope/final' not found"),
+    (["finetune", "nonexistent.yaml"], "training config nonexistent.yaml not found"),
+    (["run", "nonexistent.yaml"], "run config nonexistent.yaml not found"),
+    (["run", str(SMOKE), "max_step=3"], "unknown training config key 'max_step'"),
+], ids=["missing", "bad_key", "bad_model_key", "seed", "init_from", "init_from_flag", "finetune", "run", "run_key"])
+def test_a_config_error_is_reported_before_torch_is_imported(tmp_path, argv, message):
+    """Was 9-10 s: the trainer's imports (torch, accelerate, transformers) loaded before the config was read."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from hf_gpt_custom.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as exit:\n"
+            "    print(exit.code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    completed = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                               cwd=tmp_path)
+    assert completed.stdout.split() == ["2", "False", "False"], completed.stderr[-2000:]
+    assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()  # nothing was written
+
+
+@pytest.mark.parametrize("command", ["train", "finetune", "run"])
+def test_each_training_command_says_in_its_help_that_it_continues_a_run_folder(command, capsys):
+    from hf_gpt_custom.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--start_over" in text and "pass --start_over" in text
+    assert ("continued from its latest one when its settings match" in text if command != "run"
+            else "resume training from its latest checkpoint" in text)
+
+
+def test_the_gpu_recipe_loads_validates_and_trains_two_steps_on_the_cpu(make_config, tmp_path):
+    """training/configs/shakespeare-gpu.yaml is scored like the CPU recipe (same documents, tail split) and is a
+    ~11M-parameter model; its GPU figures are not measured here. Two steps on the CPU prove it runs end to end."""
+    from hf_gpt_custom.training.config import build_model_config
+    from hf_gpt_custom.training.train import train
+
+    gpu, cpu = (load_train_config(CONFIGS / name, []) for name in ("shakespeare-gpu.yaml", "shakespeare.yaml"))
+    for key in ("dataset", "text_sample_by", "val_fraction", "val_holdout", "tokenizer", "benchmark_tasks",
+                "benchmark_shots"):
+        assert getattr(gpu, key) == getattr(cpu, key), key
+    assert (gpu.mixed_precision, gpu.compile, gpu.block_size, gpu.model["resid_pdrop"]) == ("auto", True, 256, 0.2)
+    model_config = build_model_config(gpu, vocab_size=gpu.tokenizer_vocab_size, eos_token_id=0)
+    from hf_gpt_custom import GPTCustomForCausalLM
+    with torch.device("meta"):
+        n_params = GPTCustomForCausalLM(model_config).num_parameters()
+    assert n_params == 11_433_984  # the figure its comment gives
+
+    base = make_config()  # the session's tokenizer and data cache, a tmp run folder
+    config = load_train_config(CONFIGS / "shakespeare-gpu.yaml", [
+        f"out_dir={tmp_path / 'gpu_recipe'}", f"tokenizer={base.tokenizer}", f"data_cache_dir={base.data_cache_dir}",
+        "cpu=true", "compile=false", "max_steps=2", "warmup_steps=1", "batch_size=2", "eval_batches=1",
+        "log_with=none", "benchmark_tasks=[]",
+    ])
+    run_dir = train(config)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["steps"] == 2 and summary["config"]["mixed_precision"] == "no"  # auto is fp32 on a CPU

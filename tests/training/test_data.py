@@ -6,9 +6,8 @@ import datasets
 import pytest
 
 import hf_gpt_custom.training.data as data_module
-from hf_gpt_custom.training.data import (
-    load_text_dataset, pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents,
-)
+from hf_gpt_custom.training.corpus import load_text_dataset
+from hf_gpt_custom.training.data import pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +220,7 @@ def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp
     """wikitext's wiki.test.raw: the tokenizer trainer always read it; training refused the .raw suffix."""
     from hf_gpt_custom.tokenizer_training import iter_corpus
 
-    from hf_gpt_custom.training.data import list_local_files
+    from hf_gpt_custom.training.corpus import list_local_files
 
     raw = shared_data_dir / "wikitext-2-raw" / "wiki.test.raw"
     documents = load_text_dataset(str(raw), sample_by="document", cache_dir=tmp_path)
@@ -246,3 +245,80 @@ def test_the_holdout_mode_is_part_of_the_cache_key(numbered_corpus, make_config,
     assert not tail_split.is_cache_hit and tail_split.cache_dir != random_split.cache_dir
     expected = [t for text in train_speeches[32:] for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
     assert [t for block in tail_split.val["input_ids"] for t in block] == expected[: len(tail_split.val) * 8]
+
+
+# --- inputs a user gets wrong: each names the file and the fix -------------------------------------------------------
+
+
+def test_wikitext_paragraphs_are_cut_at_lines_that_hold_only_a_space(shared_data_dir, tmp_path):
+    """WikiText's blank lines hold a space: every line of text is its own paragraph (a hand count of the file), and
+    a file whose blank lines are empty (tiny Shakespeare) keeps exactly datasets' "\\n\\n" paragraphs."""
+    path = shared_data_dir / "wikitext-2-raw" / "wiki.test.raw"
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    # by hand: runs of lines with text, separated by lines that are empty or hold only spaces
+    expected, current = [], []
+    for line in lines:
+        if line.strip():
+            current.append(line)
+        elif current:
+            expected.append("\n".join(current))
+            current = []
+    if current:
+        expected.append("\n".join(current))
+    documents = load_text_dataset(str(path), cache_dir=tmp_path)
+    assert len(documents) == len(expected) > 1000
+    assert documents["text"] == expected
+
+
+def test_empty_binary_and_latin1_files_are_named_with_the_fix(tmp_path):
+    cases = {
+        "empty.txt": (b"", "is empty (no text to train on)"),
+        "spaces.txt": (b"  \n\n \n", "is empty (no text to train on)"),
+        "binary.txt": (bytes(range(256)) * 8, "is not text (it holds NUL bytes"),
+        "latin1.txt": ("Café au lait\n\nnaïve\n".encode("latin-1"),
+                       "is not UTF-8 text: byte 0xe9 at offset 3 (line 1) cannot be decoded; convert the file to UTF-8"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(ValueError) as err:
+            load_text_dataset(str(path), cache_dir=tmp_path / "raw")
+        assert str(err.value).startswith(f"{path} {message}"), str(err.value)
+
+
+def test_a_lone_surrogate_in_a_jsonl_line_is_named(tmp_path):
+    path = tmp_path / "surrogate.jsonl"
+    rows = [json.dumps({"text": f"line {i}"}) for i in range(4)]
+    rows.insert(2, '{"text": "bad \\ud800 escape"}')
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"surrogate.jsonl line 3: the 'text' field holds an invalid Unicode escape "
+                                         r"\('\\ud800', half of a surrogate pair\) at character 4; fix or remove"):
+        load_text_dataset(str(path), cache_dir=tmp_path / "raw")
+
+
+def test_a_csv_file_is_read_by_its_columns(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text('text,label\n"A fine, dry wine.",1\n"Flat, dull.",0\n', encoding="utf-8")
+    documents = load_text_dataset(str(path), cache_dir=tmp_path / "raw")
+    assert documents["text"] == ["A fine, dry wine.", "Flat, dull."]
+    with pytest.raises(ValueError, match=r"has no column 'review'; set text_field to one of \['text', 'label'\]"):
+        load_text_dataset(str(path), text_field="review", cache_dir=tmp_path / "raw")
+
+
+def test_a_hub_dataset_with_the_hub_unreachable_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError) as err:
+        load_text_dataset("someone/some-corpus", cache_dir=tmp_path)
+    assert str(err.value).startswith("dataset 'someone/some-corpus' is not a local path, and the Hub cannot be "
+                                     "reached to load it")
+    assert "give a local file or folder, or download the dataset while online" in str(err.value)
+
+
+def test_data_smaller_than_one_block_is_named(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
+    small = tmp_path / "small.txt"
+    small.write_text("To be.\n\nOr not.\n\nThat is it.\n\nAye.\n", encoding="utf-8")
+    config = make_config(f"dataset={small}", "block_size=64", "model.n_positions=64", "val_fraction=0.5")
+    with pytest.raises(ValueError, match=rf"the train split of {small} has \d+ tokens, fewer than block_size=64; "
+                                         r"lower block_size or add data"):
+        prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-import hf_gpt_custom.training.train as train_module
+import hf_gpt_custom.training.loop as loop_module
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.finetune import finetune
 from hf_gpt_custom.training.finetune_config import load_finetune_config
@@ -24,7 +24,7 @@ def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
     """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions) with its tokenizer."""
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
     from hf_gpt_custom.model_folder import write_manifest
-    from hf_gpt_custom.training.train import tokenizer_for_model
+    from hf_gpt_custom.training.workload import tokenizer_for_model
 
     folder = tmp_path_factory.mktemp("base") / "final"
     tokenizer = tokenizer_for_model(shakespeare_tokenizer_dir, "<|endoftext|>", 64)
@@ -170,7 +170,7 @@ def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_
     class Stop(Exception):
         pass
 
-    real_save = train_module.save_checkpoint
+    real_save = loop_module.save_checkpoint
 
     def save_then_stop(accelerator, checkpoints_dir, state, keep_last):
         folder = real_save(accelerator, checkpoints_dir, state, keep_last)
@@ -178,14 +178,16 @@ def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_
             raise Stop
         return folder
 
-    train_module.save_checkpoint = save_then_stop
+    loop_module.save_checkpoint = save_then_stop
     try:
         with pytest.raises(Stop):
             finetune(config)
     finally:
-        train_module.save_checkpoint = real_save
+        loop_module.save_checkpoint = real_save
     assert not (resumed_dir / "final").exists()
-    finetune(_config(tmp_path, base_model_dir, learnable_pairs, "resume_from_checkpoint=latest"))
+    finetune(_config(tmp_path, base_model_dir, learnable_pairs))  # the same command continues: no flag needed
+    assert not list((resumed_dir / "checkpoints").glob("abandoned_*"))  # it resumed, it did not start over
+    assert [r["step"] for r in _records(resumed_dir) if r["kind"] == "train"] == list(range(1, 21))
     resumed = load_file(resumed_dir / "final" / "model.safetensors")
     assert resumed.keys() == uninterrupted.keys()
     for key in resumed:

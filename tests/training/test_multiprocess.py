@@ -1,5 +1,6 @@
 """The same training script as two CPU processes (gloo) through `accelerate launch`: two ranks really start, each
-trains on different blocks, and the loss trajectory equals one process with the same global batch. The shipped CPU
+trains on different blocks, the loss trajectory equals one process with the same global batch, and the folders it
+writes are those of one process (DDP's "module." never reaches them). The shipped CPU
 accelerate config starts two ranks; a launcher precision that differs from the training YAML's is named in a warning."""
 
 import json
@@ -13,9 +14,11 @@ import pytest
 import torch
 
 from hf_gpt_custom.training.config import REPO_ROOT, save_train_config
-from hf_gpt_custom.training.launcher import mixed_precision_for_run
+from hf_gpt_custom.training.devices import mixed_precision_for_run
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.train import EpochShuffleSampler, _batch_digest, train
+from hf_gpt_custom.training.data import EpochShuffleSampler
+from hf_gpt_custom.training.loop import _batch_digest
+from hf_gpt_custom.training.train import train
 
 
 def _records(run_dir, kind):
@@ -23,7 +26,8 @@ def _records(run_dir, kind):
 
 
 @pytest.mark.slow
-def test_two_cpu_ranks_match_one_process_with_the_same_global_batch(make_config, tmp_path, shakespeare_tokenizer_dir):
+def test_two_cpu_ranks_match_one_process_with_the_same_global_batch(make_config, tmp_path, shakespeare_tokenizer_dir,
+                                                                   assert_plain_model_folders):
     if shutil.which("accelerate") is None:
         pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
     # dropout off: the two layouts draw different random masks, everything else must agree
@@ -51,6 +55,10 @@ def test_two_cpu_ranks_match_one_process_with_the_same_global_batch(make_config,
         rank0, rank1 = b["data_digests"]
         assert rank0 != rank1  # each rank trained on different blocks
     assert _records(two, "eval")[-1]["val_loss"] == pytest.approx(_records(single, "eval")[-1]["val_loss"], abs=1e-5)
+    # DDP wrapped the model: its checkpoint and final/ are still the plain folders one process writes
+    assert_plain_model_folders(two)
+    assert json.loads((two / "final" / "config.json").read_text()) == \
+        json.loads((single / "final" / "config.json").read_text())
 
     # Which blocks: the single process's first batch of 8 is rank 0's batch of 4 followed by rank 1's.
     import hf_gpt_custom  # noqa: F401
@@ -98,9 +106,9 @@ def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shake
 
 def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_config, monkeypatch, caplog):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # what `accelerate launch` passes from its config file
-    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.launcher"):
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
         run_dir = train(make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1"))
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.launcher"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.devices"]
     assert "accelerate launch says mixed_precision=bf16" in warning
     assert "training config says mixed_precision=no; training in no" in warning
     assert json.loads((run_dir / "training_summary.json").read_text())["config"]["mixed_precision"] == "no"

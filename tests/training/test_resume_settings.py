@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+import torch
 import yaml
 
 from hf_gpt_custom.training.config import load_train_config
@@ -39,7 +40,7 @@ def resumable(finished_run, make_config):
     ("learning_rate=1e-3", "learning_rate: 0.003 -> 0.001"),
     ("batch_size=8", "batch_size: 4 -> 8"),
     ("gradient_accumulation_steps=2", "gradient_accumulation_steps: 1 -> 2"),
-    ("block_size=16", "block_size: 32 -> 16"),
+    ("block_size=16", "block_size: 32 -> 16, model.n_positions: 32 -> 16"),  # n_positions defaults to block_size
     ("max_steps=6", "max_steps: 4 -> 6"),
     ("val_holdout=tail", "val_holdout: 'random' -> 'tail'"),
     ("model.n_layer=3", "model.n_layer: 2 -> 3"),
@@ -91,3 +92,107 @@ def test_an_older_checkpoint_is_checked_against_its_run_folder_config(resumable)
     (checkpoint / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=r"these settings differ .* \(learning_rate: 0.003 -> 0.001\)"):
         train(config_with("learning_rate=1e-3"))
+
+
+# --- the same command after a crash: continue when the settings match, refuse by name when they don't -----------
+
+
+@pytest.fixture
+def crashed(finished_run, make_config):
+    """A private copy of the run as a crash after its step-2 checkpoint leaves it (no step-4 checkpoint, no final/)."""
+    run_dir = make_config(*STEPS).run_dir
+    shutil.copytree(finished_run, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "step_000004")
+    shutil.rmtree(run_dir / "final")
+    return run_dir
+
+
+def test_the_same_command_after_a_crash_continues_the_run(crashed, finished_run, make_config):
+    from safetensors.torch import load_file
+
+    train(make_config(*STEPS))  # no resume flag
+    assert not list((crashed / "checkpoints").glob("abandoned_*"))  # nothing set aside: it continued
+    records = [json.loads(line) for line in (crashed / "run_log.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in (finished_run / "run_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
+    assert [r["data_digests"] for r in records if r["kind"] == "train"] == \
+        [r["data_digests"] for r in original if r["kind"] == "train"]  # steps 3-4 trained on the batches they had
+    resumed, uninterrupted = (load_file(d / "final" / "model.safetensors") for d in (crashed, finished_run))
+    assert all(torch.equal(resumed[key], uninterrupted[key]) for key in uninterrupted)
+
+
+def test_the_same_folder_with_other_settings_is_refused_naming_them_and_the_ways_out(crashed, make_config):
+    before = sorted(p.name for p in (crashed / "checkpoints").iterdir())
+    with pytest.raises(ValueError) as err:
+        train(make_config(*STEPS, "learning_rate=1e-3", "model.activation_function=relu"))
+    message = str(err.value)
+    assert message.startswith(f"the run folder {crashed.absolute()} holds checkpoints up to step_000002 trained with "
+                              f"other settings (learning_rate: 0.003 -> 0.001, model.activation_function: "
+                              f"'gelu_new' -> 'relu')")
+    assert "give this run its own folder (out_dir=... or run_name=...), or pass --start_over" in message
+    assert sorted(p.name for p in (crashed / "checkpoints").iterdir()) == before
+
+
+def test_start_over_trains_from_step_zero_and_keeps_the_old_checkpoints_aside(crashed, make_config):
+    train(make_config(*STEPS, "learning_rate=1e-3"), start_over=True)
+    abandoned = list((crashed / "checkpoints").glob("abandoned_*"))
+    assert len(abandoned) == 1 and [p.name for p in abandoned[0].iterdir()] == ["step_000002"]
+    assert yaml.safe_load((crashed / "config.yaml").read_text())["learning_rate"] == 1e-3
+    with pytest.raises(ValueError, match="contradict each other"):
+        train(make_config(*STEPS, "resume_from_checkpoint=latest"), start_over=True)
+
+
+@pytest.mark.parametrize("change, shown", [
+    ("model.activation_function=relu", "model.activation_function: 'gelu_new' -> 'relu'"),
+    ("model.norm_position=post", "model.norm_position: 'pre' -> 'post'"),
+    ("model.n_inner=64", "model.n_inner: None -> 64"),
+])
+def test_a_model_key_the_first_run_left_at_its_default_is_a_change_too(resumable, change, shown):
+    """The check compared only the keys the checkpoint's model section named: relu trained on silently, post-norm
+    failed with a RuntimeError traceback deep in the weight loading. The resolved architectures are compared."""
+    _, checkpoint, config_with = resumable
+    with pytest.raises(ValueError) as err:
+        train(config_with(change))
+    assert f"these settings differ from the ones it was trained with ({shown})" in str(err.value)
+
+
+def test_the_main_job_with_start_over_runs_every_stage_again_where_it_would_refuse(tmp_path, monkeypatch):
+    """`run` refuses a folder started with another config (test_main_job.py); --start_over is the way through, the
+    same flag as train's, and it reaches the training stage."""
+    import hf_gpt_custom.run as run_module
+    from hf_gpt_custom.training.config import REPO_ROOT
+
+    calls = []
+
+    def stage(name):
+        def run_stage(config, run_dir, state, start_over=False):
+            calls.append((name, start_over))
+            return None, "done"
+        return run_stage
+
+    monkeypatch.setattr(run_module, "_STAGE_FUNCTIONS", {name: stage(name) for name in run_module.STAGES})
+    smoke = REPO_ROOT / "training" / "configs" / "smoke.yaml"
+    overrides = [f"out_dir={tmp_path / 'run'}", "benchmark_tasks=[]"]
+    run_module.run_pipeline(smoke, overrides)
+    with pytest.raises(ValueError, match=r"started with a different config \(max_steps: 20 -> 30\); .* or pass "
+                                         r"--start_over to run it again here"):
+        run_module.run_pipeline(smoke, [*overrides, "max_steps=30"])
+    calls.clear()
+    run_module.run_pipeline(smoke, [*overrides, "max_steps=30"], start_over=True)
+    assert calls == [(name, True) for name in run_module.STAGES]
+
+
+def test_the_main_jobs_evaluation_runs_on_the_gpu_when_training_did(tmp_path, monkeypatch):
+    """The main job evaluated on the CPU beside an idle GPU."""
+    import hf_gpt_custom.eval.runner as runner
+    import hf_gpt_custom.run as run_module
+    from hf_gpt_custom.training.config import REPO_ROOT
+
+    devices = []
+    monkeypatch.setattr(runner, "evaluate", lambda *args, **kwargs: devices.append(kwargs["device"]))
+    smoke = REPO_ROOT / "training" / "configs" / "smoke.yaml"
+    for cuda, cpu_setting in ((True, "null"), (False, "null"), (True, "true")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        config = load_train_config(smoke, [f"out_dir={tmp_path}", "benchmark_tasks=[copa]", f"cpu={cpu_setting}"])
+        run_module._stage_eval(config, tmp_path, {})
+    assert devices == ["cuda", "cpu", "cpu"]

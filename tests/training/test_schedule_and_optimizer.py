@@ -133,7 +133,7 @@ def test_every_epoch_is_a_fresh_seeded_permutation_of_the_training_blocks(small_
 def test_flops_per_token_counts_only_matmul_weights(variant, lookups):
     """6·N + 12·L·T·d (PaLM appendix B), N without the lookups, counted by hand from the layer shapes."""
     from hf_gpt_custom import GPTCustomConfig
-    from hf_gpt_custom.training.recipe import flops_per_token
+    from hf_gpt_custom.training.train import flops_per_token
 
     d, layers, vocab, positions, seq = 32, 2, 100, 16, 8
     config = GPTCustomConfig(n_layer=layers, n_embd=d, n_head=2, vocab_size=vocab, n_positions=positions, **variant)

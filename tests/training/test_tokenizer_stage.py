@@ -22,7 +22,7 @@ def _vocabulary(folder) -> set[str]:
 
 
 def test_merges_come_from_the_training_documents_not_the_held_out_tail(make_config, tmp_path):
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     corpus = _corpus(tmp_path)
     config = make_config(f"dataset={corpus}", "tokenizer=null", "tokenizer_vocab_size=280", "val_fraction=0.1",
@@ -35,7 +35,7 @@ def test_merges_come_from_the_training_documents_not_the_held_out_tail(make_conf
 
 
 def test_a_separate_validation_file_leaves_the_whole_dataset_to_the_tokenizer(make_config, tmp_path):
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     corpus = _corpus(tmp_path)
     other = tmp_path / "validation.txt"

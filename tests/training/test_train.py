@@ -10,7 +10,8 @@ import torch
 
 from hf_gpt_custom.training.config import load_train_config
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.train import TrainingDivergedError, train
+from hf_gpt_custom.training.loop import TrainingDivergedError
+from hf_gpt_custom.training.train import train
 
 from tests.helpers import save_tiny_model
 from tests.helpers import tiny_run_overrides
@@ -126,8 +127,10 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
         train(config)
     checkpoints = config.run_dir / "checkpoints"
     message = str(err.value)
+    # the loss of step 3 is finite (~1e12); its gradient norm is finite on a CPU and inf or nan on a GPU (named too)
     assert re.match(r"training stopped at step 3: loss became [0-9.e+]+, more than twice the best loss 6\.\d+ of this "
-                    r"run \(diverged\)", message), message
+                    r"run \(diverged\)(; gradient norm became (inf|nan))? \(this update was not applied\)",
+                    message), message
     assert f"the last good checkpoint is {checkpoints / 'step_000001'} " in message
     assert "step_000002 hold(s) the diverging weights" in message
     assert _max_abs_weight(checkpoints / "step_000001") < 10 < 1e4 < _max_abs_weight(checkpoints / "step_000002")
@@ -142,7 +145,7 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from hf_gpt_custom.training.batches import EpochShuffleSampler
+    from hf_gpt_custom.training.data import EpochShuffleSampler
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -194,7 +197,7 @@ def test_cli_reports_a_bad_override_in_one_line(capsys):
 def test_prepare_tokenizer_trains_one_when_none_is_named_and_reuses_it(make_config, tmp_path, shakespeare_path):
     from transformers import AutoTokenizer
 
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     small = tmp_path / "speeches.txt"
     small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
@@ -215,9 +218,9 @@ def test_torch_threads_applies_during_training_and_is_restored(make_config, monk
     seen = {}
     real_train = train_module._train
 
-    def spy(config, workload):
+    def spy(config, workload, *args):
         seen["threads"] = torch.get_num_threads()
-        return real_train(config, workload)
+        return real_train(config, workload, *args)
 
     monkeypatch.setattr(train_module, "_train", spy)
     before = torch.get_num_threads()
@@ -284,3 +287,56 @@ def test_gradient_clipping_bounds_the_first_update(make_config, known_start, gra
         assert 0 < largest_change <= grad_clip * 1.001
     else:
         assert largest_change > 1e-3  # the unclipped gradient norm is ~1: the same update is far larger
+
+
+def test_checkpoints_do_not_warn_about_the_tied_head_but_other_shared_tensors_still_warn(tiny_config, tmp_path,
+                                                                                         caplog):
+    """Every run printed accelerate's "Removed shared tensor {'lm_head.weight'} while saving": the head shares the
+    token embedding by design, so nothing to act on. A tensor shared by accident must still be named."""
+    import logging
+
+    from accelerate import Accelerator
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.training.checkpoint import TrainingState, save_checkpoint
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(GPTCustomForCausalLM(tiny_config))
+    with caplog.at_level(logging.WARNING):
+        save_checkpoint(accelerator, tmp_path / "checkpoints", TrainingState(step=1), keep_last=3)
+    assert "Removed shared tensor" not in caplog.text
+    model.transformer.h[1].ln_1.weight = model.transformer.h[0].ln_1.weight  # an accidental alias
+    with caplog.at_level(logging.WARNING):
+        save_checkpoint(accelerator, tmp_path / "checkpoints", TrainingState(step=2), keep_last=3)
+    assert "Removed shared tensor {" in caplog.text and "'transformer.h.1.ln_1.weight'" in caplog.text
+
+
+@pytest.mark.parametrize("loss, grad_norm, expected", [
+    (6.0, 2.0, None),
+    (float("nan"), float("nan"), "loss became nan"),
+    (float("inf"), float("nan"), "loss became inf"),
+    (6.0, float("nan"), "gradient norm became nan"),
+    (6.0, float("inf"), "gradient norm became inf"),
+    (1e12, 3.0, "loss became 1e+12, more than twice the best loss 5 of this run (diverged)"),
+    (1e12, float("nan"), "loss became 1e+12, more than twice the best loss 5 of this run (diverged); gradient norm "
+                         "became nan"),
+    (1e12, float("inf"), "loss became 1e+12, more than twice the best loss 5 of this run (diverged); gradient norm "
+                         "became inf"),
+])
+def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(loss, grad_norm, expected):
+    """A GPU's kernels turn an overflowing gradient norm into nan where a CPU's give inf or a huge finite number:
+    every symptom is named, the loss first, so the message starts the same on every device. The device-side check
+    (UpdateGate, what the loop runs without reading values back) agrees with the host's on each case."""
+    from hf_gpt_custom.training.loop import DivergenceGuard, UpdateGate
+
+    guard = DivergenceGuard()
+    guard.record_healthy_step(5.0)
+    assert guard.problem(loss, grad_norm) == expected
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([parameter], lr=0.1, fused=True)
+    gate = UpdateGate(optimizer, "cpu")
+    assert not bool(gate.check(torch.tensor(5.0), torch.tensor(1.0)))
+    assert bool(gate.check(torch.tensor(loss), torch.tensor(grad_norm))) is (expected is not None)
+    parameter.grad = torch.ones(3)
+    optimizer.step()  # skipped on the device from the first diverged step on: the weights stay as they were
+    assert torch.equal(parameter.detach(), torch.ones(3)) is (expected is not None)

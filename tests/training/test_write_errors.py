@@ -58,20 +58,57 @@ def test_read_only_folders_are_named_and_earlier_checkpoints_stay_good(make_conf
     (tmp_path / "read_only").mkdir()
     fresh = make_config(*CHECKPOINTED, f"out_dir={tmp_path / 'read_only' / 'run'}")
     save_train_config(fresh, tmp_path / "fresh.yaml")
+    # a finished run whose run folder turned read-only (its lock file and checkpoints/ still writable): rerunning
+    # it used to train nothing and fail with a PermissionError traceback writing final.tmp
+    finished = make_config(*CHECKPOINTED, run_name="run_folder_read_only")
+    finished_dir = train(finished)
+    save_train_config(finished, tmp_path / "finished.yaml")
     os.chmod(checkpoints, 0o555)
     os.chmod(tmp_path / "read_only", 0o555)
+    os.chmod(finished_dir, 0o555)
     try:
-        checkpoint_error, run_folder_error = _train_without_permission_override(tmp_path / "resumed.yaml",
-                                                                                tmp_path / "fresh.yaml")
+        checkpoint_error, run_folder_error, finished_error = _train_without_permission_override(
+            tmp_path / "resumed.yaml", tmp_path / "fresh.yaml", tmp_path / "finished.yaml")
     finally:
         os.chmod(checkpoints, 0o755)
         os.chmod(tmp_path / "read_only", 0o755)
-    assert checkpoint_error.startswith(f"cannot write checkpoint step_000004 to {checkpoints}: Permission denied")
-    assert "the complete checkpoints step_000002 are untouched" in checkpoint_error
+        os.chmod(finished_dir, 0o755)
+    # found before a step is trained: nothing is lost, nothing changed
+    assert checkpoint_error.startswith(f"cannot write to the checkpoints folder {checkpoints}: Permission denied; "
+                                       f"make it writable")
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000002"]
     assert verify_checkpoint(checkpoints / "step_000002") is None
     assert run_folder_error.startswith(f"cannot write to the run folder {tmp_path / 'read_only' / 'run'}: "
                                        f"Permission denied; choose a writable out_dir")
+    assert finished_error.startswith(f"cannot write to the run folder {finished_dir}: Permission denied")
+    assert verify_checkpoint(finished_dir / "checkpoints" / "step_000004") is None and (finished_dir / "final").is_dir()
+
+
+def test_a_final_folder_that_cannot_be_written_is_named_and_the_rerun_writes_it(make_config, monkeypatch):
+    """The folder turning unwritable after the last checkpoint: the error names final/ and the cause, the checkpoint
+    holding the trained weights stays, and the same command then writes final/ without training again."""
+    from transformers import PreTrainedModel
+
+    real_save = PreTrainedModel.save_pretrained
+
+    def denied(self, save_directory, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(save_directory))
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", denied)
+    config = make_config(*CHECKPOINTED)
+    with pytest.raises(UserError) as err:
+        train(config)
+    run_dir = config.run_dir.absolute()
+    assert str(err.value).startswith(f"cannot write final/ to {run_dir}: Permission denied (EACCES)")
+    assert "the complete checkpoints step_000002, step_000004 are untouched" in str(err.value)
+    assert "then rerun the same command: it resumes from the latest checkpoint" in str(err.value)
+    assert not (run_dir / "final").exists() and not (run_dir / "final.tmp").exists()
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", real_save)
+    train(config)
+    assert (run_dir / "final" / "model.safetensors").is_file()
+    steps = [json.loads(line)["step"] for line in (run_dir / "run_log.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+    assert steps == [1, 2, 3, 4]  # nothing trained twice
 
 
 @pytest.mark.parametrize("failure, cause", [

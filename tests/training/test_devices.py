@@ -1,0 +1,117 @@
+"""Which device and precision a run trains with, decided before the run folder is touched: `mixed_precision: auto`
+is bf16 on a GPU with bf16 units and fp32 elsewhere, and a request this machine cannot meet (bf16 on an older GPU,
+fp16 on a CPU, a GPU that is not there, torch.compile without its compiler) is one line naming the fix. GPUs are
+stood in for by patching torch.cuda: the decisions are what is tested, on any machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.config import REPO_ROOT
+from hf_gpt_custom.training.devices import (
+    check_compiler_available, resolve_mixed_precision, training_device_type,
+)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A stand-in GPU: `gpu(name, capability, count=1)` makes torch.cuda report it."""
+
+    def install(name="NVIDIA H100 80GB HBM3", capability=(9, 0), count=1):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: name)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args: capability)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True: capability[0] >= 8)
+
+    return install
+
+
+def test_auto_is_bf16_on_a_gpu_with_bf16_units_and_fp32_elsewhere(gpu):
+    assert resolve_mixed_precision("auto", "cpu") == "no"
+    gpu(capability=(9, 0))
+    assert resolve_mixed_precision("auto", "cuda") == "bf16"
+    gpu(name="Tesla V100-SXM2-16GB", capability=(7, 0))
+    assert resolve_mixed_precision("auto", "cuda") == "no"
+    assert resolve_mixed_precision("fp16", "cuda") == "fp16" and resolve_mixed_precision("no", "cuda") == "no"
+
+
+def test_bf16_on_a_gpu_without_bf16_units_names_the_gpu_and_the_fix(gpu):
+    gpu(name="Tesla V100-SXM2-16GB", capability=(7, 0))
+    with pytest.raises(UserError, match=r"mixed_precision=bf16 but Tesla V100-SXM2-16GB \(compute capability 7\.0\) "
+                                        r"has no bf16 units .*; use mixed_precision=fp16, or auto"):
+        resolve_mixed_precision("bf16", "cuda")
+
+
+def test_fp16_on_a_cpu_is_refused_with_the_fix():
+    with pytest.raises(UserError, match="mixed_precision=fp16 needs a GPU .*; use mixed_precision=no or bf16"):
+        resolve_mixed_precision("fp16", "cpu")
+
+
+def test_a_gpu_that_is_not_there_is_named(gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(UserError, match="CUDA_VISIBLE_DEVICES=3 names no GPU this machine has"):
+        training_device_type(None)
+    assert training_device_type(True) == "cpu"  # asked for the CPU: no GPU needed
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert training_device_type(None) == "cpu"
+    with pytest.raises(UserError, match="cpu=false asks for a GPU, but no CUDA device is visible; set cpu=true"):
+        training_device_type(False)
+    gpu(count=1)
+    monkeypatch.setenv("LOCAL_RANK", "3")  # a launch with 4 processes on a one-GPU machine
+    with pytest.raises(UserError, match="LOCAL_RANK=3 has no GPU of its own: this machine shows 1 .*--num_processes 1"):
+        training_device_type(None)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert training_device_type(None) == "cuda"
+
+
+def test_compile_without_its_compiler_is_named(monkeypatch):
+    import torch._inductor.cpp_builder as cpp_builder
+    import torch.utils._triton as triton_utils
+
+    def no_compiler():
+        raise RuntimeError("no working C++ compiler found")
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
+    with pytest.raises(UserError, match="compile=true but torch.compile finds no C\\+\\+ compiler for the CPU .*; "
+                                        "install one .* or set compile=false"):
+        check_compiler_available("cpu")
+    monkeypatch.setattr(triton_utils, "has_triton", lambda: False)
+    with pytest.raises(UserError, match="compile=true but Triton, which torch.compile needs on a GPU, is not "
+                                        "installed .*; pip install triton .* or set compile=false"):
+        check_compiler_available("cuda")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("cpu=false", "cpu=false asks for a GPU, but"),
+    ("mixed_precision=fp16", "mixed_precision=fp16 needs a GPU"),
+    ("mixed_precision=fp32", "mixed_precision: unknown value 'fp32'"),
+])
+def test_the_cli_names_a_device_request_this_machine_cannot_meet_in_one_line(tmp_path, override, message):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the requests are valid here")
+    completed = subprocess.run(
+        [sys.executable, "-m", "hf_gpt_custom.cli", "train", str(REPO_ROOT / "training" / "configs" / "smoke.yaml"),
+         f"out_dir={tmp_path / 'run'}", override], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()  # refused before the run folder was made
+
+
+def test_auto_trains_in_fp32_on_a_cpu_and_records_what_it_chose(make_config):
+    import yaml
+
+    from hf_gpt_custom.training.train import train
+
+    run_dir = train(make_config("mixed_precision=auto", "cpu=true", "max_steps=1", "warmup_steps=0",
+                                "eval_interval=1", "eval_batches=1"))
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["mixed_precision"] == "no"

@@ -1,0 +1,90 @@
+"""Every folder a run writes is the same whatever wraps the model while it trains: final/ maps the Auto classes to
+modeling_gpt_custom.py and loads as remote code where the package is absent, and checkpoints hold the weights under
+the model's own names (they load as init_from). FSDP2 swaps the model's class for a generated FSDP<name> subclass
+(stood in for on the CPU with torch's own function that does it), torch.compile wraps it in an OptimizedModule,
+DDP in a DistributedDataParallel (two CPU ranks: tests/training/test_multiprocess.py). The real FSDP and DDP
+configs run on a GPU in the `gpu` tests at the end."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from hf_gpt_custom.training.config import REPO_ROOT
+from hf_gpt_custom.training.train import train
+
+STEPS = ("max_steps=2", "warmup_steps=1", "eval_interval=2", "eval_batches=1", "checkpoint_interval=1",
+         "keep_checkpoints=3")
+
+
+def test_an_fsdp2_class_swap_does_not_reach_the_saved_folder(make_config, monkeypatch,
+                                                               assert_plain_model_folders):
+    """Under the FSDP accelerate config final/config.json mapped AutoModelForCausalLM to
+    `_fsdp_init.FSDPGPTCustomForCausalLM` and the folder held torch's _fsdp_*.py files instead of ours."""
+    from accelerate import Accelerator
+    from torch.distributed.fsdp._fully_shard._fsdp_init import _apply_to_module
+    from torch.distributed.fsdp._fully_shard._fully_shard import FSDPModule, _unimplemented_deepcopy
+
+    real_prepare = Accelerator.prepare
+
+    def prepare_as_fsdp2_does(self, *objects, **kwargs):
+        prepared = real_prepare(self, *objects, **kwargs)
+        for item in prepared if isinstance(prepared, tuple) else (prepared,):
+            if isinstance(item, torch.nn.Module):  # what fully_shard does to the module it shards
+                _apply_to_module((item,), {}, FSDPModule, "FSDP", _unimplemented_deepcopy)
+                assert type(item).__name__ == "FSDPGPTCustomForCausalLM"
+        return prepared
+
+    monkeypatch.setattr(Accelerator, "prepare", prepare_as_fsdp2_does)
+    run_dir = train(make_config(*STEPS))
+    monkeypatch.undo()
+    assert_plain_model_folders(run_dir)
+
+
+@pytest.mark.slow  # dynamo traces the model: ~20 s on the shared 2-core machine (inductor's codegen is skipped)
+def test_a_compiled_model_writes_the_same_folders_and_resumes(make_config, monkeypatch, assert_plain_model_folders):
+    """torch.compile's OptimizedModule put "_orig_mod." before every name in the checkpoints, which then resumed
+    only under compile and did not load as init_from. Dynamo's eager backend wraps the model exactly as the default
+    one does, without minutes of C++ code generation on a CPU."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    run_dir = train(make_config(*STEPS, "compile=true"))
+    assert_plain_model_folders(run_dir)
+    # the same run resumed without compile continues from the compiled run's checkpoint
+    shutil.rmtree(run_dir / "final")
+    shutil.rmtree(run_dir / "checkpoints" / "step_000002")
+    monkeypatch.undo()
+    train(make_config(*STEPS, "compile=false"))
+    assert (run_dir / "final" / "model.safetensors").is_file()
+
+
+# --- on a GPU: the shipped FSDP and DDP accelerate configs, world size 1 ----------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("accelerate_config", ["fsdp.yaml", "multi_gpu_ddp.yaml"])
+def test_the_shipped_fsdp_and_ddp_configs_train_and_write_plain_folders(accelerate_config, tmp_path,
+                                                                        shakespeare_tokenizer_dir, shared_data_cache,
+                                                                        assert_plain_model_folders):
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    run_dir = tmp_path / "run"
+    command = ["accelerate", "launch", "--config_file", f"training/configs/accelerate/{accelerate_config}",
+               "--num_processes", "1", "--main_process_port", "29531", "-m", "hf_gpt_custom.cli", "train",
+               "training/configs/smoke.yaml", f"out_dir={run_dir}", f"tokenizer={shakespeare_tokenizer_dir}",
+               f"data_cache_dir={shared_data_cache}", "mixed_precision=bf16", "log_with=none", *STEPS]
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_plain_model_folders(run_dir)
+    # the same command resumes from the last checkpoint under the same wrapper
+    shutil.rmtree(run_dir / "final")
+    shutil.rmtree(run_dir / "checkpoints" / "step_000002")
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from" in result.stdout + result.stderr and (run_dir / "final" / "model.safetensors").is_file()

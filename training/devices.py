@@ -1,0 +1,132 @@
+"""The device and precision a run trains with, checked before the Accelerator exists: what `accelerate launch` /
+torchrun say through the environment (rank, precision), which device the config asks for and whether this machine
+has it, what `mixed_precision: auto` means here, and whether torch.compile can compile here.
+
+Precision has one source of truth: the training YAML's `mixed_precision`, which config.yaml records and MFU uses.
+An accelerate config (or `--mixed_precision`) that says otherwise is overridden with a warning naming both values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from hf_gpt_custom.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# Where launchers put the global rank: torchrun / accelerate (RANK), Open MPI, MPICH/Intel MPI, MVAPICH.
+_RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK")
+
+
+def launch_rank() -> int:
+    """This process's global rank as the launcher set it; 0 when started without a launcher."""
+    for name in _RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def mixed_precision_for_run(configured: str) -> str:
+    """The precision to train in: `configured` (the training YAML's), with a warning when the launcher said otherwise.
+
+    `accelerate launch` passes its config file's `mixed_precision` (or the flag) as ACCELERATE_MIXED_PRECISION, and an
+    explicit `Accelerator(mixed_precision=...)` overrides that silently. The warning names both and says which wins.
+    """
+    launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")
+    if launcher is not None and launcher.lower() != configured.lower() and launch_rank() == 0:
+        logger.warning(
+            "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision) but the training "
+            "config says mixed_precision=%s; training in %s, the training config's value. To train in %s set "
+            "mixed_precision=%s in the training YAML (or on the command line); make the two agree to silence this.",
+            launcher, configured, configured, launcher, launcher,
+        )
+    return configured
+
+
+def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
+    """Warn (and return True) when bf16 autocast would run on a CPU without bf16 matmul units (no AVX512-BF16/AMX).
+
+    There bf16 matmuls are emulated: measured on an AMD EPYC family 25 model 1 (AVX2 only), 1 thread, the small
+    model's training shapes ran at 9-10 GFLOP/s in bf16 against 66-89 in fp32 (benchmarks/results/bf16_threads1.json),
+    so a bf16 run is several times slower than fp32 with nothing gained.
+    """
+    import torch
+
+    if device_type != "cpu" or mixed_precision != "bf16":
+        return False
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    logger.warning(
+        "mixed_precision=bf16 on a CPU without bf16 matmul support (no AVX512-BF16 or AMX): bf16 matmuls are emulated "
+        "and run several times slower than fp32 here; set mixed_precision=no to train in fp32."
+    )
+    return True
+
+
+def training_device_type(cpu: bool | None) -> str:
+    """"cuda" or "cpu": what the Accelerator will train on for the config's `cpu` setting, with a one-line error
+    when the request cannot be met (cpu=false without a GPU, CUDA_VISIBLE_DEVICES naming a GPU that is not there,
+    a launch with more processes on this machine than it has GPUs)."""
+    import torch
+
+    if cpu:
+        return "cpu"
+    if torch.cuda.is_available():
+        count, local_rank = torch.cuda.device_count(), os.environ.get("LOCAL_RANK", "").strip()
+        if local_rank.isdigit() and int(local_rank) >= count:
+            raise UserError(f"process with LOCAL_RANK={local_rank} has no GPU of its own: this machine shows {count} "
+                            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch at most "
+                            f"{count} process(es) per machine (accelerate launch --num_processes {count})")
+        return "cuda"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if torch.version.cuda is not None and visible not in (None, "", "-1"):
+        raise UserError(f"CUDA_VISIBLE_DEVICES={visible} names no GPU this machine has (torch sees none); use the "
+                        f"index of a GPU that exists (nvidia-smi lists them), or unset it — or set cpu=true to train "
+                        f"on the CPU")
+    if cpu is False:
+        reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        raise UserError(f"cpu=false asks for a GPU, but {reason}; set cpu=true (or leave it null: the CPU when no "
+                        f"GPU is visible)")
+    return "cpu"
+
+
+def resolve_mixed_precision(configured: str, device_type: str) -> str:
+    """The precision to train in on `device_type`: `auto` is bf16 on a GPU with bf16 units (compute capability 8.0+,
+    Ampere and newer), fp32 ("no") elsewhere; an explicit value this device cannot run is refused with the fix."""
+    import torch
+
+    has_bf16 = device_type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    if configured == "auto":
+        return "bf16" if has_bf16 else "no"
+    if configured == "bf16" and device_type == "cuda" and not has_bf16:
+        name = torch.cuda.get_device_name()
+        major, minor = torch.cuda.get_device_capability()
+        raise UserError(f"mixed_precision=bf16 but {name} (compute capability {major}.{minor}) has no bf16 units "
+                        f"(they need 8.0, Ampere or newer); use mixed_precision=fp16, or auto (fp16 is not chosen "
+                        f"for you: it needs loss scaling, and a run in it is not comparable to a bf16 one)")
+    if configured == "fp16" and device_type == "cpu":
+        raise UserError("mixed_precision=fp16 needs a GPU (autocast on a CPU has no fp16 path); use mixed_precision=no "
+                        "or bf16 on a CPU")
+    return configured
+
+
+def check_compiler_available(device_type: str) -> None:
+    """`compile: true` needs torch.compile's backend for the device: a C++ compiler on a CPU, Triton on a GPU.
+    Without it the first forward fails deep in inductor; here it is one line naming the fix."""
+    if device_type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise UserError("compile=true but Triton, which torch.compile needs on a GPU, is not installed or does "
+                            "not support this GPU; pip install triton (the version your torch names), or set "
+                            "compile=false")
+        return
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        get_cpp_compiler()
+    except Exception as err:  # torch._inductor.exc.InvalidCxxCompiler, or a failed compiler probe
+        raise UserError(f"compile=true but torch.compile finds no C++ compiler for the CPU ({type(err).__name__}); "
+                        f"install one (g++ or clang++, or point CXX at it), or set compile=false") from err

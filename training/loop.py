@@ -1,0 +1,342 @@
+"""The loop: optimizer steps until max_steps — accumulation, clipping, the update, logging windows, evaluation and
+checkpoint intervals — and when it must stop because the run diverged.
+
+Nothing is read back from the device inside a step (a GPU would wait): values are read once per logging window.
+Divergence is still caught at the step it happens: the rule below runs on the device too (UpdateGate) and holds
+every later update back. train.py builds what the loop works with (the Session) and finishes the run after it.
+
+Divergence and safe checkpoints: a step's loss is computed with the weights the previous update left, so
+checkpoint k (saved after update k) is known to be good only once the loss of step k+1 — the loss of exactly those
+weights — came out finite and not blown up. A huge learning rate shows why: the update that ruins the weights leaves
+a finite loss behind it, so "the checkpoint before the first NaN" can hold weights of 1e6.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.checkpoint import TrainingState, save_checkpoint
+
+if TYPE_CHECKING:
+    from hf_gpt_custom.training.train import Session
+
+
+# --- the loop -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoopResult:
+    resumed_step: int  # where this session started
+    last_eval: dict | None = None
+    last_checkpoint: Path | None = None
+    train_time_s: float = 0.0
+    advice_if_diverged: str = ""  # which checkpoint is safe, should the final weights turn out broken
+
+
+@dataclass
+class _StepOnDevice:
+    """One optimizer step as the device left it: read back only when the loop flushes its window of steps."""
+
+    loss: torch.Tensor  # mean over the accumulation window and the processes
+    grad_norm: torch.Tensor
+    is_diverged: torch.Tensor  # the device's verdict (UpdateGate); the update was skipped when true
+    tokens: torch.Tensor | int  # this process's trained tokens
+    digests: list[int]  # this process's micro-batches
+    lr: float
+    epoch: int
+
+
+@dataclass
+class _Window:
+    """The steps since the loop last read values back from the device, and when that window began."""
+
+    first_step: int
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    steps: list[_StepOnDevice] = dataclasses.field(default_factory=list)
+
+
+def run_loop(s: Session) -> LoopResult:
+    """Optimizer steps until max_steps: each one logged, evaluated and checkpointed on its interval.
+
+    Nothing is read back from the device inside a step: loss, gradient norm and token counts stay on it until the
+    window of steps is flushed — every log_interval steps, after the session's first step (timed alone: it holds
+    the warm-up), and before each evaluation, checkpoint and the end. Divergence is still caught at the step it
+    happens: the device skips that update and every later one (UpdateGate), and the flush stops the run
+    naming the step, before any checkpoint could hold what came after it.
+    """
+    from tqdm.auto import tqdm
+
+    config, accelerator, state = s.config, s.accelerator, s.state
+    accelerator.print(
+        f"model: {s.n_params:,} parameters; {accelerator.num_processes} process(es); {s.tokens_per_step:,} tokens "
+        f"per optimizer step; {config.max_steps} steps"
+    )
+    batches = _next_batches(accelerator, s.train_loader, state)
+    progress = tqdm(total=config.max_steps, initial=state.step, desc="training",
+                    disable=not accelerator.is_local_main_process, dynamic_ncols=True)
+    result = LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
+    guard = DivergenceGuard(resumed_from=s.resume_folder)
+    gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None)
+    window = None
+    s.model.train()
+    while state.step < config.max_steps:
+        window = window or _Window(first_step=state.step + 1)  # opened after evaluation and saving: not training time
+        window.steps.append(_optimizer_step(s, batches, gate, guard, progress))
+        state.step += 1
+        progress.update(1)
+        is_eval = state.step % config.eval_interval == 0 or state.step == config.max_steps
+        is_checkpoint = bool(config.checkpoint_interval) and state.step % config.checkpoint_interval == 0 \
+            and state.step < config.max_steps
+        if (is_eval or is_checkpoint or state.step % config.log_interval == 0 or state.step == result.resumed_step + 1
+                or not gate.skips_on_device):
+            result.train_time_s += _flush(s, window, guard, progress)
+            window = None
+        if is_eval:
+            result.last_eval = _evaluate_and_log(s, progress)
+        if is_checkpoint:
+            check_weights_finite(s, guard.advice(s.checkpoints_dir), progress)
+            result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
+            guard.checkpoint_saved(result.last_checkpoint)
+    progress.close()
+    result.advice_if_diverged = guard.advice(s.checkpoints_dir)
+    return result
+
+
+def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuard, progress) -> _StepOnDevice:
+    """One accumulation window and the update after it, with nothing read back from the device (unless the
+    optimizer cannot skip an update on the device: then the step is checked on the host, as it goes)."""
+    accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
+    loss_sum = torch.zeros((), device=accelerator.device)
+    n_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
+    digests = []
+    for _ in range(accum):
+        batch, digest = next(batches)
+        digests.append(digest)
+        n_tokens += s.workload.count_tokens(batch)
+        with accelerator.accumulate(model):
+            loss = s.workload.loss(model, batch)
+            accelerator.backward(loss)
+            loss_sum += loss.detach().float()
+            if accelerator.sync_gradients:
+                step_loss = accelerator.reduce(loss_sum / accum, reduction="mean")  # a collective, not a host read
+                max_norm = s.config.grad_clip if s.config.grad_clip > 0 else float("inf")  # inf: measure, don't clip
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm).detach().float()
+                is_diverged = gate.check(step_loss, grad_norm)
+                if not gate.skips_on_device and bool(is_diverged):  # the host check, before the update
+                    loss_value, norm_value = float(step_loss), float(grad_norm)
+                    problem = guard.problem(loss_value, norm_value, overflow_is_normal=gate.overflow_is_normal)
+                    stop_diverged(s, s.state.step + 1, f"{problem or 'the loss diverged'} (this update was not "
+                                  f"applied)", loss_value, norm_value, guard.advice(s.checkpoints_dir), progress)
+                s.optimizer.step()
+                s.scheduler.step()
+                s.optimizer.zero_grad(set_to_none=True)
+    return _StepOnDevice(step_loss, grad_norm, is_diverged, n_tokens, digests, s.scheduler.get_last_lr()[0],
+                         s.state.epoch)
+
+
+def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> float:
+    """Read the window's steps back from the device in one go, judge them in order, write one log record per step;
+    return the window's training time. Stops the run at the first step the device (or the host) found diverged."""
+    accelerator, state = s.accelerator, s.state
+    if not window.steps:
+        return 0.0
+    steps = window.steps
+    tokens = accelerator.reduce(torch.stack([torch.as_tensor(step.tokens, device=accelerator.device)
+                                             for step in steps]), reduction="sum")
+    digests = accelerator.gather(torch.tensor([step.digests for step in steps], dtype=torch.int64,
+                                              device=accelerator.device))  # (processes * steps, accumulation)
+    values = torch.stack([torch.stack([step.loss.double(), step.grad_norm.double(), step.is_diverged.double()])
+                          for step in steps]).tolist()  # the one read of the window
+    tokens, digests = tokens.tolist(), digests.view(accelerator.num_processes, len(steps), -1).tolist()
+    elapsed_s = time.perf_counter() - window.started
+    tokens_per_s = sum(tokens) / elapsed_s
+    for offset, (step, (loss, grad_norm, is_diverged)) in enumerate(zip(steps, values)):
+        number = window.first_step + offset
+        problem = guard.problem(loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
+        if is_diverged or problem is not None:
+            stop_diverged(s, number, f"{problem or 'the loss diverged'} (this update was not applied)", loss,
+                          grad_norm, guard.advice(s.checkpoints_dir), progress)
+        guard.record_healthy_step(loss)
+        state.tokens_seen += tokens[offset]
+        record = {
+            "kind": "train", "step": number, "epoch": step.epoch, "loss": loss, "lr": step.lr,
+            "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
+            "tokens_seen": state.tokens_seen, "step_time_s": elapsed_s / len(steps),
+            "data_digests": [rank[offset] for rank in digests],
+        }
+        if s.run_log is not None:
+            s.run_log.write(record)
+        accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
+                        step=number)
+    progress.set_postfix(loss=f"{values[-1][0]:.4f}", lr=f"{steps[-1].lr:.2e}")
+    return elapsed_s
+
+
+def _evaluate_and_log(s: Session, progress) -> dict:
+    result = {**s.workload.evaluate(s.model, s.val_loader, s.accelerator), "step": s.state.step}
+    if s.run_log is not None:
+        s.run_log.write({"kind": "eval", **result})
+    s.accelerator.log({f"val/{k[4:]}": v for k, v in result.items() if k.startswith("val_")}, step=s.state.step)
+    if s.accelerator.is_main_process:
+        progress.write(f"step {s.state.step}: {s.workload.describe(result)}")
+    return result
+
+
+def _next_batches(accelerator, train_loader, state: TrainingState):
+    """Endless stream of (training micro-batch on the device, its digest) that keeps `state.epoch` and
+    `state.batches_in_epoch` current.
+
+    A resumed run skips the batches this epoch already consumed (counted in micro-batches, so gradient
+    accumulation is covered) instead of replaying them. The loader is prepared without device placement: each batch
+    is fingerprinted on the host, then copied with non_blocking (from pinned memory on a GPU).
+    """
+    from accelerate.utils import send_to_device
+
+    while True:
+        loader = train_loader
+        if state.batches_in_epoch:
+            loader = accelerator.skip_first_batches(train_loader, state.batches_in_epoch)
+        loader.set_epoch(state.epoch)
+        produced = False
+        for batch in loader:
+            produced = True
+            state.batches_in_epoch += 1
+            digest = _batch_digest(batch["input_ids"])
+            yield send_to_device(batch, accelerator.device, non_blocking=True), digest
+        if not produced and state.batches_in_epoch == 0:
+            raise UserError("the training data gave no batch; lower batch_size or block_size, or add data")
+        state.epoch += 1
+        state.batches_in_epoch = 0
+
+
+def _batch_digest(input_ids: torch.Tensor) -> int:
+    """48-bit fingerprint of a batch: logged per rank so a test (or a person) can see who trained on what. Taken from
+    the loader's host copy, before the batch moves to the device: it never waits for the device."""
+    return int.from_bytes(hashlib.blake2b(input_ids.cpu().numpy().tobytes(), digest_size=6).digest(), "little")
+
+
+def check_weights_finite(s: Session, advice: str, progress) -> None:
+    """Stop instead of checkpointing weights that are no longer finite (they would push good checkpoints out)."""
+    accelerator = s.accelerator
+    finite = torch.stack([torch.isfinite(p).all() for p in s.model.parameters()]).all().float()  # one read below
+    if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
+        stop_diverged(s, s.state.step, "the weights stopped being finite", float("nan"), float("nan"), advice,
+                      progress)
+
+
+def stop_diverged(s: Session, step: int, problem: str, loss: float, grad_norm: float, advice: str,
+                  progress) -> None:
+    """Log the error record, end the trackers, and raise TrainingDivergedError naming the step and the advice."""
+    if progress is not None:
+        progress.close()
+    if s.run_log is not None:
+        s.run_log.write({"kind": "error", "step": step, "problem": problem,
+                         "loss": loss if math.isfinite(loss) else str(loss),
+                         "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm)})
+        s.run_log.close()
+    s.accelerator.end_training()
+    raise TrainingDivergedError(f"training stopped at step {step}: {problem}; {advice}")
+
+
+# --- when the run has diverged ---------------------------------------------------------------------------------------
+
+
+class TrainingDivergedError(UserError):
+    """The loss blew up or stopped being finite; the run stopped without saving the broken weights."""
+
+
+# A loss that rose above the run's best by more than the best itself (and by at least this many nats) has blown up:
+# a healthy language-model run fluctuates by a few percent, a diverging one multiplies its loss.
+MIN_BLOWUP_NATS = 1.0
+
+
+class DivergenceGuard:
+    """Checks each step's loss and tracks the newest checkpoint whose weights gave a healthy loss."""
+
+    def __init__(self, resumed_from: Path | None = None):
+        self.best_loss = math.inf
+        self.last_good: Path | None = None
+        self._unconfirmed = resumed_from  # the weights we resumed from are judged by the first step's loss too
+
+    def problem(self, loss: float, grad_norm: float, overflow_is_normal: bool = False) -> str | None:
+        """Why this step's loss or gradient shows divergence, every symptom it has, or None when it is healthy.
+
+        A blown-up loss often comes with a gradient norm that overflowed to inf or nan (which one depends on the
+        device's kernels): both are named, the loss first, so the message starts the same everywhere.
+        """
+        if not math.isfinite(loss):
+            return f"loss became {loss}"  # its gradient is not finite either: nothing more to say
+        symptoms = []
+        if loss - self.best_loss > max(self.best_loss, MIN_BLOWUP_NATS):
+            symptoms.append(f"loss became {loss:.6g}, more than twice the best loss {self.best_loss:.6g} of this run "
+                            f"(diverged)")
+        # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that update and
+        # lowers its scale itself. Only the loss tells divergence there.
+        if not (math.isfinite(grad_norm) or overflow_is_normal):
+            symptoms.append(f"gradient norm became {grad_norm}")
+        return "; ".join(symptoms) or None
+
+    def record_healthy_step(self, loss: float) -> None:
+        """The step's loss was healthy: the checkpoint holding the weights that produced it is good."""
+        self.best_loss = min(self.best_loss, loss)
+        if self._unconfirmed is not None:
+            self.last_good, self._unconfirmed = self._unconfirmed, None
+
+    def checkpoint_saved(self, folder: Path) -> None:
+        self._unconfirmed = folder
+
+    def advice(self, checkpoints_dir: Path) -> str:
+        """What the error says to do: the really safe checkpoint (if it still exists) and the ones not to use."""
+        if self.last_good is not None and self.last_good.is_dir():
+            newer = [p.name for p in sorted(checkpoints_dir.glob("step_*"))
+                     if p.is_dir() and p.name.split(".")[0] > self.last_good.name]
+            unsafe = f"; {', '.join(newer)} hold(s) the diverging weights" if newer else ""
+            return (f"the last good checkpoint is {self.last_good} (its weights gave a healthy loss){unsafe}. Start "
+                    f"a new run from it with init_from={self.last_good} run_name=<new name> and a lower learning_rate "
+                    f"or more warmup_steps")
+        if self.last_good is not None:
+            return (f"the last good checkpoint, {self.last_good}, was already deleted (keep_checkpoints); lower "
+                    f"learning_rate or raise warmup_steps and start again, with a higher keep_checkpoints")
+        return ("no checkpoint holds weights that gave a healthy loss; lower learning_rate or raise warmup_steps and "
+                "start again")
+
+
+class UpdateGate:
+    """DivergenceGuard's rule evaluated on the device, so the loop never waits for a step's loss to read it.
+
+    From the first step whose loss is not finite or blew up (or whose gradient norm is not finite, unless fp16's
+    gradient scaler handles overflows), every update is skipped on the device: the fused AdamW kernel's `found_inf`
+    input, the one torch's GradScaler drives, is held at 1. The weights stay those before that step until the loop
+    reads the window back and stops, naming the step. The host guard replays the same values with the same float64
+    arithmetic. Optimizers without that input (not fused, or fp16 whose scaler owns it) are checked on the host at
+    each step instead (`skips_on_device` is False).
+    """
+
+    def __init__(self, optimizer, device, overflow_is_normal: bool = False):
+        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps torch's
+        self.overflow_is_normal = overflow_is_normal
+        self.skips_on_device = bool(inner.defaults.get("fused")) and not overflow_is_normal
+        self._best_loss = torch.full((), math.inf, dtype=torch.float64, device=device)
+        self._halted = torch.zeros((), dtype=torch.float32, device=device)
+        if self.skips_on_device:
+            inner.found_inf = self._halted
+
+    def check(self, loss, grad_norm):
+        """A 0-d bool tensor: this step shows divergence. Updates are skipped from that step on."""
+        loss, grad_norm = loss.double(), grad_norm.double()
+        best = self._best_loss
+        diverged = ~torch.isfinite(loss) | (loss - best > torch.clamp(best, min=MIN_BLOWUP_NATS))
+        if not self.overflow_is_normal:
+            diverged = diverged | ~torch.isfinite(grad_norm)
+        self._halted.copy_(torch.maximum(self._halted, diverged.float()))
+        self._best_loss.copy_(torch.where(self._halted.bool(), best, torch.minimum(best, loss)))
+        return diverged

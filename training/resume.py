@@ -1,0 +1,156 @@
+"""A resume continues the same run: settings that change what is trained must be the checkpoint's own.
+
+Each checkpoint carries training_settings.json (every TrainConfig field marked `changes_training`) and the model's
+config.json, both written into the folder before its manifest, so the checkpoint also loads as `init_from`. A
+resume compares them with the new config before anything is loaded: a changed learning_rate would be overridden by
+the restored scheduler, a changed batch_size would skip batches counted in the old size, a changed architecture
+would fail deep inside the weight loading. Speed, logging, saving and evaluation settings may change freely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.config import (
+    TrainConfig, architecture_keys, build_model_config, read_config_yaml, training_settings,
+)
+
+logger = logging.getLogger(__name__)
+
+SETTINGS_NAME = "training_settings.json"
+_RUN_CONFIG_NAME = "config.yaml"  # the run folder's resolved config: what checkpoints without SETTINGS_NAME recorded
+
+
+def record_settings_in_checkpoints(accelerator, config: TrainConfig, model_config) -> None:
+    """Make every `accelerator.save_state` also write training_settings.json and the model's config.json."""
+    settings = training_settings(config)
+
+    def write(models, weights, output_dir) -> None:
+        if accelerator.is_main_process:
+            Path(output_dir, SETTINGS_NAME).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+            model_config.to_json_file(str(Path(output_dir, "config.json")))
+
+    accelerator.register_save_state_pre_hook(write)
+
+
+def recorded_settings(checkpoint: Path) -> dict[str, Any] | None:
+    """The training settings `checkpoint` (or a run's final/) was trained with, or None when it predates them and its
+    run has no config."""
+    settings_file = checkpoint / SETTINGS_NAME
+    if settings_file.is_file():
+        return json.loads(settings_file.read_text(encoding="utf-8"))
+    run_folder = checkpoint.parent if checkpoint.name == "final" else checkpoint.parent.parent
+    run_config = run_folder / _RUN_CONFIG_NAME
+    if run_config.is_file():
+        recorded = read_config_yaml(run_config.read_text(encoding="utf-8")) or {}
+        return {key: value for key, value in recorded.items() if key in training_settings_keys()}
+    return None
+
+
+def training_settings_keys() -> set[str]:
+    return set(training_settings(TrainConfig(dataset="-")))
+
+
+def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]] | None:
+    """Every setting `config` trains with differently from `checkpoint`: key -> (recorded, now); None when the
+    checkpoint records nothing to compare with.
+
+    The `model:` section is compared resolved: the architecture this config would build against the checkpoint's own
+    config.json, so a key the first run left at its default (model.activation_function=relu) counts as a change.
+    """
+    recorded = recorded_settings(checkpoint)
+    if recorded is None:
+        return None
+    current = _flatten(json.loads(json.dumps(training_settings(config))))  # tuples -> lists, as recorded
+    recorded = _flatten(recorded)
+    changed = {key: (recorded[key], current.get(key)) for key in sorted(current.keys() | recorded.keys())
+               if key in recorded and current.get(key) != recorded[key]}
+    changed.update(_architecture_changes(config, checkpoint))
+    return dict(sorted(changed.items()))
+
+
+def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
+    """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs."""
+    config_file = checkpoint / "config.json"
+    if config.init_from or not config_file.is_file():  # with init_from the architecture is init_from's (compared)
+        return {}
+    from hf_gpt_custom import GPTCustomConfig
+
+    saved = GPTCustomConfig.from_json_file(str(config_file))
+    if getattr(saved, "model_type", None) != GPTCustomConfig.model_type:
+        return {}
+    try:
+        current = build_model_config(config, vocab_size=saved.vocab_size, eos_token_id=saved.eos_token_id)
+    except (TypeError, ValueError) as err:  # the config validated already; a stand-in value should not fail
+        raise UserError(f"cannot compare the model section with {checkpoint}: {err}") from err
+    return {f"model.{key}": (getattr(saved, key, None), getattr(current, key, None)) for key in architecture_keys()
+            if getattr(saved, key, None) != getattr(current, key, None)}
+
+
+def _shown(changed: dict[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{key}: {before!r} -> {now!r}" for key, (before, now) in changed.items())
+
+
+def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
+    """Raise a UserError naming every setting that differs from the one `checkpoint` was trained with."""
+    changed = changed_settings(config, checkpoint)
+    if changed is None:
+        logger.warning("%s records no training settings (an older checkpoint outside its run folder): a changed "
+                       "learning_rate, batch_size or architecture cannot be detected; resume with the same config",
+                       checkpoint)
+        return
+    if not changed:
+        return
+    raise UserError(
+        f"cannot resume from {checkpoint}: these settings differ from the ones it was trained with ({_shown(changed)}); "
+        f"a resumed run continues the same optimizer, schedule and data order, so they must stay as they were. Resume "
+        f"with the original values, or start a new run from its weights (fresh optimizer and schedule) with "
+        f"init_from={checkpoint} run_name=<new name>"
+    )
+
+
+def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = False) -> Path | None:
+    """The checkpoint this call continues from, or None to train from step 0; checked before any work is done.
+
+    `resume_from_checkpoint` names one ("latest" or a folder). Otherwise a run folder that already holds checkpoints
+    is continued from its latest one when its settings are this config's, and refused, naming each difference, when
+    they are not. `start_over` trains from step 0 whatever the folder holds (its checkpoints are set aside, not
+    deleted). A folder with a final/ model but no checkpoint left is compared through its config.yaml.
+    """
+    from hf_gpt_custom.training.checkpoint import find_checkpoint, list_checkpoints
+
+    checkpoints_dir = run_dir / "checkpoints"
+    if start_over:
+        if config.resume_from_checkpoint:
+            raise UserError(f"start_over and resume_from_checkpoint={config.resume_from_checkpoint} contradict each "
+                            f"other; drop one of them")
+        return None
+    if config.resume_from_checkpoint:
+        folder = find_checkpoint(checkpoints_dir, config.resume_from_checkpoint)
+        check_resume_settings(config, folder)
+        return folder
+    folder = find_checkpoint(checkpoints_dir, "latest") if list_checkpoints(checkpoints_dir) else None
+    if folder is None and not (run_dir / "final").is_dir():
+        return None  # nothing trained here yet
+    changed = changed_settings(config, folder if folder is not None else run_dir / "final")
+    if changed:
+        what = f"checkpoints up to {folder.name}" if folder is not None else "a trained model in final/"
+        raise UserError(
+            f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)}); rerun with "
+            f"those settings to continue that run, give this run its own folder (out_dir=... or run_name=...), or "
+            f"pass --start_over to train from step 0 here (the old checkpoints are moved aside, not deleted)"
+        )
+    return folder
+
+
+def _flatten(settings: dict[str, Any]) -> dict[str, Any]:
+    """Sections (`model:`, fine-tuning's `task:`) as <section>.<key> entries, so a change is named key by key."""
+    flat = {key: value for key, value in settings.items() if not isinstance(value, dict) and key != "model"}
+    for section, entries in settings.items():
+        if isinstance(entries, dict) or section == "model":
+            flat.update({f"{section}.{key}": value for key, value in (entries or {}).items()})
+    return flat
