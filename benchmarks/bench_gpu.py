@@ -89,7 +89,7 @@ class Trainer:
     def __init__(self, name: str, model: torch.nn.Module, batch: int, seq_len: int, device: torch.device,
                  compile_backend: str | None):
         from hf_gpt_custom.training.config import TrainConfig
-        from hf_gpt_custom.training.recipe import build_optimizer
+        from hf_gpt_custom.training.train import build_optimizer
 
         self.name, self.model, self.batch, self.seq_len, self.device = name, model, batch, seq_len, device
         self.parameters = [p for p in model.parameters() if p.requires_grad]

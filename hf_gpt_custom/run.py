@@ -121,8 +121,6 @@ def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) ->
     if not config.benchmark_tasks:
         shutil.rmtree(run_dir / "eval", ignore_errors=True)  # results of earlier settings must not reach the card
         return None, "skipped"
-    import torch
-
     from hf_gpt_custom.eval.runner import evaluate
 
     out_dir = run_dir / "eval"
@@ -131,7 +129,7 @@ def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) ->
         tasks=list(config.benchmark_tasks),
         shots=list(config.benchmark_shots),
         limit=config.benchmark_limit,
-        device="cuda" if torch.cuda.is_available() and not config.cpu else "cpu",  # where training ran
+        device="cpu" if config.cpu else None,  # where training ran: None picks CUDA when there is one
         out_dir=out_dir,
         skip_unfittable=True,  # a sweep over many tasks: a K the context cannot hold is reported, not fatal
     )

@@ -63,7 +63,7 @@ def test_evaluate_and_the_main_jobs_eval_stage_use_cuda_when_available(monkeypat
     _fake_cuda(monkeypatch, 1)
     with pytest.raises(_Loaded, match="^cuda$"):
         runner.evaluate(str(tmp_path), tasks=["copa"])
-    config = SimpleNamespace(benchmark_tasks=["copa"], benchmark_shots=[0], benchmark_limit=2)
+    config = SimpleNamespace(benchmark_tasks=["copa"], benchmark_shots=[0], benchmark_limit=2, cpu=False)
     with pytest.raises(_Loaded, match="^cuda$"):
         _stage_eval(config, tmp_path, {})
     _fake_cuda(monkeypatch, 0)
