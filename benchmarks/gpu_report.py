@@ -12,19 +12,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import cpu_info
-
-# bf16 dense (no sparsity) tensor-core FLOP/s from NVIDIA's datasheets, by a piece of torch.cuda.get_device_name();
-# the first match wins, so the narrower names come first. A GPU not listed gets no MFU rather than a guessed one
-# (bench_gpu.py --peak-tflops supplies one).
-PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
-    ("H100 PCIe", 756e12),
-    ("H100 NVL", 835e12),
-    ("H100", 989e12),  # SXM: "NVIDIA H100 80GB HBM3"
-    ("H200", 989e12),  # also GH200
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-)
+from hf_gpt_custom.training.devices import PEAK_BF16_FLOPS, peak_bf16_flops  # noqa: F401  (one table for both)
 
 # Issue 23's targets, judged on an H100 only (they were set against figures measured there): (value, at_most).
 TARGETS = {
@@ -36,14 +24,6 @@ TARGETS = {
     "static-cache generation, ours / transformers GPT-2": (1.5, False),
 }
 JUDGED_ON = "H100"
-
-
-def peak_bf16_flops(device_name: str) -> float | None:
-    """The table's peak for this GPU name, or None when the name matches no row."""
-    for piece, flops in PEAK_BF16_FLOPS:
-        if piece.lower() in device_name.lower():
-            return flops
-    return None
 
 
 def flops_per_token(n_params: int, n_positions_params: int, n_layer: int, n_embd: int, seq_len: int) -> float:

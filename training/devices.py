@@ -45,6 +45,28 @@ def mixed_precision_for_run(configured: str) -> str:
     return configured
 
 
+# bf16/fp16 dense (no sparsity) tensor-core FLOP/s from NVIDIA's datasheets, by a piece of torch.cuda.get_device_name();
+# the first match wins, so the narrower names come first. A GPU not listed gets no MFU rather than a guessed one
+# (set `peak_flops` in the training config, or pass bench_gpu.py --peak-tflops).
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),  # SXM: "NVIDIA H100 80GB HBM3"
+    ("H200", 989e12),  # also GH200
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+)
+
+
+def peak_bf16_flops(device_name: str) -> float | None:
+    """The table's peak for this GPU name, or None when the name matches no row."""
+    for piece, flops in PEAK_BF16_FLOPS:
+        if piece.lower() in device_name.lower():
+            return flops
+    return None
+
+
 def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
     """Warn (and return True) when bf16 autocast would run on a CPU without bf16 matmul units (no AVX512-BF16/AMX).
 

@@ -175,8 +175,8 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> flo
         }
         if s.run_log is not None:
             s.run_log.write(record)
-        accelerator.log({f"train/{key}": record[key] for key in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")},
-                        step=number)
+        logged = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")  # mfu is None where the peak is unknown
+        accelerator.log({f"train/{key}": record[key] for key in logged if record[key] is not None}, step=number)
     progress.set_postfix(loss=f"{values[-1][0]:.4f}", lr=f"{steps[-1].lr:.2e}")
     return elapsed_s
 

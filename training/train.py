@@ -28,7 +28,7 @@ from hf_gpt_custom.training.checkpoint import (
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
 from hf_gpt_custom.training.devices import (
-    check_compiler_available, mixed_precision_for_run, resolve_mixed_precision, training_device_type,
+    check_compiler_available, mixed_precision_for_run, peak_bf16_flops, resolve_mixed_precision, training_device_type,
     warn_if_bf16_is_emulated,
 )
 from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
@@ -104,10 +104,21 @@ class Session:
         return config.batch_size * config.block_size * config.gradient_accumulation_steps * self.accelerator.num_processes
 
     @property
-    def peak_flops(self) -> float:
-        return self.config.peak_flops or DEFAULT_PEAK_FLOPS[self.config.mixed_precision]
+    def peak_flops(self) -> float | None:
+        """The MFU denominator: `peak_flops` if set; on a GPU its datasheet bf16/fp16 peak (None for an unlisted GPU or
+        fp32, so no MFU is shown rather than a wrong one); on a CPU the project's measured default."""
+        if self.config.peak_flops:
+            return self.config.peak_flops
+        device = self.accelerator.device
+        if device.type == "cuda":
+            if self.config.mixed_precision not in ("bf16", "fp16"):
+                return None
+            return peak_bf16_flops(torch.cuda.get_device_name(device))
+        return DEFAULT_PEAK_FLOPS[self.config.mixed_precision]
 
-    def mfu(self, tokens_per_s: float) -> float:
+    def mfu(self, tokens_per_s: float) -> float | None:
+        if self.peak_flops is None:
+            return None
         flops = flops_per_token(self.model_config, self.n_params, self.config.block_size)
         return flops * tokens_per_s / (self.peak_flops * self.accelerator.num_processes)
 

@@ -115,3 +115,36 @@ def test_auto_trains_in_fp32_on_a_cpu_and_records_what_it_chose(make_config):
     run_dir = train(make_config("mixed_precision=auto", "cpu=true", "max_steps=1", "warmup_steps=0",
                                 "eval_interval=1", "eval_batches=1"))
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["mixed_precision"] == "no"
+
+
+@pytest.mark.parametrize("name, mixed_precision, expected", [
+    ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+    ("NVIDIA H100 PCIe", "bf16", 756e12),  # the narrower name wins over "H100"
+    ("NVIDIA A100-SXM4-80GB", "fp16", 312e12),
+    ("NVIDIA H100 80GB HBM3", "no", None),  # fp32 on a GPU: no datasheet figure taken, so no MFU
+    ("Some Future GPU", "bf16", None),  # unlisted: no MFU rather than a CPU figure ~1,000x too small
+])
+def test_the_mfu_denominator_on_a_gpu_is_its_datasheet_peak_or_none(gpu, name, mixed_precision, expected):
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.training.train import Session
+
+    gpu(name)
+    session = SimpleNamespace(config=SimpleNamespace(peak_flops=None, mixed_precision=mixed_precision),
+                              accelerator=SimpleNamespace(device=torch.device("cuda", 0), num_processes=1))
+    assert Session.peak_flops.fget(session) == expected
+    if expected is None:
+        assert Session.mfu(SimpleNamespace(peak_flops=None), 1e6) is None
+
+
+def test_the_mfu_denominator_on_a_cpu_is_the_default_and_a_set_peak_wins():
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS
+    from hf_gpt_custom.training.train import Session
+
+    cpu = SimpleNamespace(device=torch.device("cpu"), num_processes=1)
+    default = SimpleNamespace(config=SimpleNamespace(peak_flops=None, mixed_precision="no"), accelerator=cpu)
+    assert Session.peak_flops.fget(default) == DEFAULT_PEAK_FLOPS["no"]
+    given = SimpleNamespace(config=SimpleNamespace(peak_flops=5e12, mixed_precision="no"), accelerator=cpu)
+    assert Session.peak_flops.fget(given) == 5e12
