@@ -1,6 +1,7 @@
-"""Stand-ins for the two mixins modeling_common.py imports that transformers' 5.23.0 source distribution does not ship
-(tests/exporters/test_export.py, tests/generation/test_utils.py). Empty: their tests are not run here; generation is
-covered against GPT2LMHeadModel by tests/hf_gpt_custom/test_generation.py and by test_generation_contract.py."""
+"""Stand-ins for the two mixins modeling_common.py imports that transformers' source distributions (5.23.0, 5.24.0)
+do not ship (tests/exporters/test_export.py, tests/generation/test_utils.py). Empty: their tests are not run from
+transformers' code here; test_generation_contract.py restates GenerationTesterMixin's checks on GPT2LMHeadModel and
+ours, and README.md records a run of the mixin itself."""
 
 
 class ExportTesterMixin:
