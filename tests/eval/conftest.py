@@ -25,3 +25,17 @@ def tiny_model_and_tokenizer(tiny_model_folder):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_folder)).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_folder))
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def short_context_model(tmp_path_factory) -> Path:
+    """The shortest context the project's recipes make (smoke: 64 positions) with the 257-token byte tokenizer."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from tests.helpers import save_tiny_model
+
+    folder = tmp_path_factory.mktemp("short") / "model"
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    save_tiny_model(folder, len(tokenizer), n_positions=64, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -5,7 +5,6 @@ evaluation windows itself. CUDA is simulated with monkeypatched torch.cuda funct
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -99,20 +98,6 @@ def test_eval_on_a_cuda_index_this_machine_lacks_is_one_line(monkeypatch, tmp_pa
                            "--out", str(tmp_path / "out")], capsys)
     assert "this machine has 1 CUDA device (cuda:0); use --device cuda:0" in err
     assert not (tmp_path / "out").exists()
-
-
-@pytest.fixture(scope="module")
-def short_context_model(tmp_path_factory) -> Path:
-    """Our model with 64 positions and the 257-token byte tokenizer: the smoke recipe's context length."""
-    from hf_gpt_custom import GPTCustomTokenizerFast
-    from tests.helpers import save_tiny_model
-
-    folder = tmp_path_factory.mktemp("short") / "model"
-    tokenizer = GPTCustomTokenizerFast.bytes_only()
-    save_tiny_model(folder, len(tokenizer), n_positions=64, seed=0, bos_token_id=tokenizer.eos_token_id,
-                    eos_token_id=tokenizer.eos_token_id)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_a_few_shot_k_the_context_cannot_hold_is_one_line_naming_the_fix(short_context_model, tmp_path, capsys):

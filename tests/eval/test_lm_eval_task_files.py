@@ -94,20 +94,6 @@ def test_wikitext_results_count_words_and_bytes_as_lm_eval_wikitext(shared_data_
 # --- every model the project makes: the task runs, or is refused by name before lm-eval asserts ----------------------
 
 
-@pytest.fixture(scope="module")
-def short_context_model(tmp_path_factory) -> Path:
-    """The shortest context the project's recipes make (smoke: 64 positions) with the 257-token byte tokenizer."""
-    from hf_gpt_custom import GPTCustomTokenizerFast
-    from tests.helpers import save_tiny_model
-
-    folder = tmp_path_factory.mktemp("short") / "model"
-    tokenizer = GPTCustomTokenizerFast.bytes_only()
-    save_tiny_model(folder, len(tokenizer), n_positions=64, seed=0, bos_token_id=tokenizer.eos_token_id,
-                    eos_token_id=tokenizer.eos_token_id)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _lm_eval(model_dir: Path, names: list[str], data_dir: Path, metadata: dict, **kwargs) -> dict:
     """lm-eval as its CLI runs it: the model arguments reach the tasks as metadata (`--metadata` merged in)."""
     import lm_eval
