@@ -293,6 +293,10 @@ def test_call_runs_on_tiktoken_and_makes_encodings_only_when_asked(tokenizer_fol
         assert torch.equal(restored["attention_mask"], reference["attention_mask"])
     tokenizer(call_texts, return_offsets_mapping=True)  # offsets need the backend's Encodings: its own path
     assert backend.encode_calls == ["encode_batch", "encode_batch"]
+    # Encodings made later follow the settings the call had, not the tokenizer's settings of then
+    batch = tokenizer(call_texts, padding=True)
+    tokenizer.split_special_tokens, tokenizer.padding_side = True, "left"
+    assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
 
 
 def test_pairs_without_a_task_template_take_the_backends_path(tokenizer_folder):
@@ -451,6 +455,23 @@ def task_folder(tokenizer_folder, tmp_path_factory):
     folder = tmp_path_factory.mktemp("task_tokenizer")
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def test_task_tokenizer_without_truncation_gives_transformers_output(task_folder, call_texts):
+    """GPT2TokenizerFast on the same folder applies the saved post-processor in Rust: the reference for the
+    template's ids, masks, padding and tokens on every input shape."""
+    ours = GPTCustomTokenizerFast.from_pretrained(task_folder)
+    gpt2 = GPT2TokenizerFast.from_pretrained(task_folder, pad_token=ENDOFTEXT)
+    firsts, seconds = call_texts[:20], call_texts[20:40]
+    calls = [((firsts[0],), {}), ((firsts[0], ""), {}), ((firsts[0], seconds[0]), {}), ((firsts,), {"padding": True}),
+             ((firsts, seconds), {"padding": True, "return_tensors": "pt"}), ((list(zip(firsts, seconds)),), {}),
+             ((firsts,), {"add_special_tokens": False})]
+    for args, options in calls:
+        ours_out, gpt2_out = ours(*args, split_special_tokens=True, **options), gpt2(
+            *args, split_special_tokens=True, **options)
+        assert {key: str(value) for key, value in ours_out.items()} == {
+            key: str(value) for key, value in gpt2_out.items()}, (args, options)
+        assert ours_out.tokens() == gpt2_out.tokens() and ours_out.n_sequences == gpt2_out.n_sequences
 
 
 @pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
