@@ -13,14 +13,15 @@ and the min-max spread in MB/s of UTF-8 input, and speed ratios ours/anchor comp
 Ids are checked identical across all contenders before timing. Results go to
 benchmarks/results/bench_tokenizer_threads<N>.{json,md,png}.
 
-Which engine does the work: `ours encode_ids_batch` runs tiktoken's Rust BPE (built from our vocabulary after
-checking it encodes identically; `encode_ids_engine` in the JSON) — a plain loop on one thread, chunks of documents
-joined into one call per chunk on more threads. Our `__call__` and GPT2TokenizerFast run the Rust `tokenizers`
-library; `tokenizers encode_batch_fast` is the call `encode_ids_batch` falls back to without tiktoken. tiktoken is
-timed two ways: `encode_ordinary_batch` (its batch API: a thread pool with one future per document) and a plain
-loop of `encode_ordinary` (its fastest way through a list on one thread). The headline ratios compare what users
-call — `tokenizer(texts)` — and `encode_ids_batch` with the FASTEST tiktoken batch path of the run (by median MB/s;
-`fastest_tiktoken` in the JSON), and the JSON records the machine: CPU model, family/model, ISA flags, threads.
+Which engine does the work: our `__call__` and `encode_ids_batch` take their ids from tiktoken's Rust BPE (built
+from our vocabulary after checking it encodes identically; `encode_ids_engine` in the JSON) — a plain loop on one
+thread, chunks of documents joined into one call per chunk on more threads — and `__call__` adds the attention
+masks and a BatchEncoding whose `tokenizers` Encodings are made only if asked for. GPT2TokenizerFast runs the Rust
+`tokenizers` library; `tokenizers encode_batch_fast` is the call our tokenizer falls back to without tiktoken.
+tiktoken is timed two ways: `encode_ordinary_batch` (its batch API: a thread pool with one future per document) and
+a plain loop of `encode_ordinary` (its fastest way through a list on one thread). The headline ratios compare what
+users call — `tokenizer(texts)` — and `encode_ids_batch` with the FASTEST tiktoken batch path of the run (by median
+MB/s; `fastest_tiktoken` in the JSON), and the JSON records the machine: CPU model, family/model, ISA flags, threads.
 """
 
 from __future__ import annotations
@@ -199,13 +200,14 @@ def render_markdown(result: dict) -> str:
               for name, value in result["ratios"].items()]
     lines += [
         "",
-        "Who does the work: `ours __call__` and GPT2TokenizerFast run the Rust `tokenizers` library "
-        "(`tokenizers encode_batch_fast` is the same library without transformers around it, and what "
-        "`encode_ids_batch` falls back to without tiktoken). `ours encode_ids_batch` runs tiktoken's Rust BPE, built "
-        "from our vocabulary once it is verified to give identical ids: on 1 thread it is the same loop as "
-        "`tiktoken encode_ordinary loop`, so parity with that row is the expected result; on N threads it encodes "
-        "chunks of documents joined into one tiktoken call each. `tiktoken encode_ordinary_batch` is tiktoken's batch "
-        f"API (a thread pool, one future per document, num_threads={result['threads']}); the loop is always 1 thread.",
+        "Who does the work: `ours __call__` and `ours encode_ids_batch` run tiktoken's Rust BPE, built from our "
+        "vocabulary once it is verified to give identical ids: on 1 thread it is the same loop as `tiktoken "
+        "encode_ordinary loop`, so parity with that row is the expected result; on N threads it encodes chunks of "
+        "documents joined into one tiktoken call each. `__call__` adds attention masks and a BatchEncoding (its "
+        "`tokenizers` Encodings are made only when asked for). GPT2TokenizerFast runs the Rust `tokenizers` library "
+        "(`tokenizers encode_batch_fast` is the same library without transformers around it, and what our tokenizer "
+        "falls back to without tiktoken). `tiktoken encode_ordinary_batch` is tiktoken's batch API (a thread pool, "
+        f"one future per document, num_threads={result['threads']}); the loop is always 1 thread.",
     ]
     return "\n".join(lines) + "\n"
 

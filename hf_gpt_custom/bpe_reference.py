@@ -34,11 +34,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import regex
-from .errors import UserError
 
-# Same pattern as tokenization_gpt_custom.GPT2_SPLIT_PATTERN (openai/gpt-2 src/encoder.py); repeated here so this
-# file reads on its own. A test checks the two are equal.
-GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
+from .errors import UserError
 
 
 @dataclass
@@ -93,8 +91,6 @@ def tokenizers_byte_order() -> dict[int, int]:
     The alphabet is GPT-2's byte -> printable character map, so byte 0x21 '!' gets 0 and the space byte ('Ġ',
     U+0120) gets 221. Only used to reproduce the Rust trainer's tie-breaking.
     """
-    from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
-
     byte_to_char = bytes_to_unicode()
     by_char = sorted(range(256), key=lambda byte: byte_to_char[byte])
     return {byte: trainer_id for trainer_id, byte in enumerate(by_char)}
@@ -179,8 +175,6 @@ def decode(token_ids: list[int], merges: Merges) -> str:
 def merges_from_tokenizer(tokenizer) -> Merges:
     """The merges of a trained GPTCustomTokenizerFast (or any byte-level BPE with our id layout), in rank order."""
     import json
-
-    from hf_gpt_custom.tokenization_gpt_custom import token_to_bytes
 
     model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
     id_of_token = model["vocab"]

@@ -1,9 +1,9 @@
-"""The tiktoken engine of `GPTCustomTokenizerFast.encode_ids_batch`: the same ids as the `tokenizers` pipeline.
+"""The tiktoken engine of GPTCustomTokenizerFast (`__call__`, `encode_ids_batch`): the `tokenizers` pipeline's ids.
 
-tiktoken encodes a list of documents ~4x faster than `tokenizers`' batch call on one thread (it builds no offsets or
-Encoding objects). It is used only when tiktoken is installed and the vocabulary is proven tiktoken-equivalent
-(`build_tiktoken_engine`); otherwise `encode_ids_batch` stays on `tokenizers`. Shipped as remote code with
-tokenization_gpt_custom.py, so it imports nothing from the package but that module (and errors.py).
+tiktoken encodes a list of documents faster than `tokenizers`' batch call (it builds no offsets or Encoding
+objects; benchmarks/results/bench_tokenizer_threads1.md). It is used only when tiktoken is installed and the
+vocabulary is proven tiktoken-equivalent (`build_tiktoken_engine`); otherwise the tokenizer stays on `tokenizers`.
+Shipped as remote code with tokenization_gpt_custom.py: imports only its siblings byte_level.py and errors.py.
 `tiktoken_encoding(tokenizer)` gives the same vocabulary as a plain `tiktoken.Encoding` for benchmarks and tests.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .tokenization_gpt_custom import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
+from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class TiktokenEngine:
             joined = _DOCUMENT_BREAK.join(chunk)
             if self.break_id is None or joined.count(_DOCUMENT_BREAK) != len(chunk) - 1:
                 return list(map(encode, chunk))  # a text contains the break string itself
-            # ids as a uint32 buffer, not a list: only the cutting below holds the GIL (~10% of the time)
+            # ids as a uint32 buffer, not a list: the thread holds the GIL only for the cutting below
             ids = numpy.frombuffer(self.core.encode_to_tiktoken_buffer(joined, allowed), dtype=numpy.uint32)
             ends = [*numpy.flatnonzero(ids == self.break_id).tolist(), len(ids)]
             ids = ids.tolist()
@@ -252,13 +252,15 @@ def _merge_by_rank(word: str, ranks: dict[str, int]) -> list[str]:
     return parts
 
 
-def resolve_num_threads(num_threads: int | None) -> int:
-    """An explicit count, else the `tokenizers` switches: TOKENIZERS_PARALLELISM on -> RAYON_NUM_THREADS or all CPUs."""
+def resolve_num_threads(num_threads: int | None, parallel_by_default: bool = False) -> int:
+    """An explicit count, else the `tokenizers` switches: TOKENIZERS_PARALLELISM on (or unset, when
+    `parallel_by_default`, as `tokenizers` itself treats it) -> RAYON_NUM_THREADS or all CPUs; off -> 1."""
     if num_threads is not None:
         if num_threads < 1:
             raise UserError(f"num_threads={num_threads} must be at least 1; use 1 for no threads")
         return num_threads
-    if os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower() in ("", "0", "false", "f", "no", "n", "off"):
+    switch = os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower()
+    if switch in ("0", "false", "f", "no", "n", "off") or (switch == "" and not parallel_by_default):
         return 1
     rayon_threads = os.environ.get("RAYON_NUM_THREADS", "")
     return int(rayon_threads) if rayon_threads.isdigit() and int(rayon_threads) > 0 else os.cpu_count() or 1

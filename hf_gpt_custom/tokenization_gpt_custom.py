@@ -1,9 +1,8 @@
 """GPTCustomTokenizerFast: byte-level BPE with GPT-2's byte alphabet and split pattern, on the `tokenizers` backend.
 
-Training lives in tokenizer_training.py and the pure-Python oracle in bpe_reference.py. This module imports only
-the standard library, `tokenizers`, `transformers` and its sibling tiktoken_engine.py (which imports `tiktoken`,
-when installed, as the engine of `encode_ids_batch`): `save_pretrained` copies both next to the tokenizer files as
-remote code, so they must load where hf_gpt_custom is not installed.
+Training lives in tokenizer_training.py, the pure-Python oracle in bpe_reference.py. `save_pretrained` ships this
+module with its siblings (batch_output.py, byte_level.py, task_template.py, tiktoken_engine.py, errors.py) as remote
+code, so they import only the standard library, `tokenizers`, `transformers` and, when installed, `tiktoken`.
 """
 
 from __future__ import annotations
@@ -17,16 +16,17 @@ from tokenizers.models import BPE
 from transformers import BatchEncoding, PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy
+
+from .batch_output import BatchEncodingWithLazyEncodings, as_text_batch, backend_encodings, cut_to_length, pad_rows
+from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import MissingFileError, UserError
+from .task_template import TaskTemplate, read_task_template
+from .tiktoken_engine import ENGINES, TiktokenEngine, build_tiktoken_engine, resolve_num_threads
 
 ENDOFTEXT = "<|endoftext|>"
 
-# GPT-2's pre-tokenisation split (openai/gpt-2 src/encoder.py). `pre_tokenizers.ByteLevel(use_regex=True)` applies
-# exactly this pattern in Rust; it is spelled out here for the reference BPE and for tiktoken.
-GPT2_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-# Options that need the generic transformers path (extra outputs, pairs, pre-split words, chat sanitising).
-_OPTIONS_NEEDING_GENERIC_PATH = (
+# Options whose outputs come from the `tokenizers` Encoding objects: such calls take transformers' own path.
+_OPTIONS_NEEDING_ENCODINGS = (
     "is_split_into_words",
     "return_token_type_ids",
     "return_overflowing_tokens",
@@ -37,35 +37,6 @@ _OPTIONS_NEEDING_GENERIC_PATH = (
 )
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.json", "merges_file": "merges.txt", "tokenizer_file": "tokenizer.json"}
-
-
-@functools.lru_cache
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character map, so every byte string is a readable vocab entry.
-
-    Printable Latin-1 bytes map to themselves; the other 68 (control bytes, space, 0x7F-0xA0, 0xAD) map to
-    U+0100 onwards in byte order. Space (0x20) becomes 'Ġ', newline (0x0A) becomes 'Ċ'.
-    """
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    byte_to_char = {byte: chr(byte) for byte in printable}
-    next_code_point = 256
-    for byte in range(256):
-        if byte not in byte_to_char:
-            byte_to_char[byte] = chr(next_code_point)
-            next_code_point += 1
-    return byte_to_char
-
-
-@functools.lru_cache
-def _unicode_to_bytes() -> dict[str, int]:
-    return {char: byte for byte, char in bytes_to_unicode().items()}
-
-
-def token_to_bytes(token: str) -> bytes:
-    """The raw bytes behind a byte-level vocab entry, e.g. 'Ġthe' -> b' the'."""
-    char_to_byte = _unicode_to_bytes()
-    return bytes(char_to_byte[char] for char in token)
 
 
 def _read_vocab(vocab: str | os.PathLike | dict[str, int] | None) -> dict[str, int] | None:
@@ -118,6 +89,17 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     document cannot inject a boundary) pass `split_special_tokens=True` per call or when loading.
     `encode_ids_batch`, the corpus path, keeps them as text unless told otherwise: training data is data, and the
     training pipeline appends `eos_token_id` after each document itself.
+
+    `tokenizer(texts)` gives transformers' output (ids, attention mask, padding, truncation, tensors, Encoding
+    objects) with the ids made by the fastest engine that gives the same ones: tiktoken where the vocabulary allows
+    (see tiktoken_engine.py), else the `tokenizers` backend, which also takes every call that needs more than ids
+    (offsets, overflowing tokens, pre-split words, pairs without a task template).
+
+    A fine-tuned task tokenizer (the `finetune` command saves one) adds GPT-1's template itself: `tokenizer(text)` is
+    `start text extract`, `tokenizer(first, second)` is `start first delim second extract` (task_template.py), the
+    very ids fine-tuning trained on. Truncation never cuts the template: like fine-tuning it cuts the first part from
+    its start, whatever `truncation_side` says, and `.encodings` are then None. Special-token text in such a call is
+    refused, since the data fine-tuning read kept it as text: pass the raw text, or `split_special_tokens=True`.
 
     A tokenizer needs its vocabulary: `from_pretrained` on a folder without tokenizer.json or vocab.json +
     merges.txt raises `MissingFileError`; `GPTCustomTokenizerFast.bytes_only()` is the explicit 257-token tokenizer
@@ -187,78 +169,119 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
 
     # -- encoding ---------------------------------------------------------------------------------------------------
 
-    def _encode_plus(self, text, text_pair=None, **kwargs):
+    def _encode_plus(self, text, text_pair=None, **options):
         _check_text_input(text, "text")
         if text_pair is not None:
             _check_text_input(text_pair, "text_pair")
+        template = read_task_template(self._tokenizer) if options.get("add_special_tokens", True) else None
         try:
-            if text_pair is None and not any(kwargs.get(option) for option in _OPTIONS_NEEDING_GENERIC_PATH):
-                return self._encode_texts(text, **kwargs)
-            return super()._encode_plus(text, text_pair, **kwargs)
+            if template is not None:
+                return self._encode_with_template(template, text, text_pair, options)
+            adds_tokens = options.get("add_special_tokens", True) and self._tokenizer.num_special_tokens_to_add(False)
+            encoded = None if adds_tokens else self._encode_on_fastest_engine(text, text_pair, None, options)
+            return encoded if encoded is not None else super()._encode_plus(text, text_pair, **options)
         except (TypeError, UnicodeEncodeError) as err:
             _raise_if_unencodable(text, text_pair, err)
             raise
 
-    def _encode_texts(
-        self,
-        text: str | list[str],
-        add_special_tokens: bool = True,
-        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
-        truncation_strategy: TruncationStrategy = TruncationStrategy.DO_NOT_TRUNCATE,
-        max_length: int | None = None,
-        stride: int = 0,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_tensors=None,
-        return_attention_mask: bool | None = None,
-        verbose: bool = True,
-        split_special_tokens: bool | None = None,
-        **_ignored,
-    ) -> BatchEncoding:
-        """`tokenizer(text)` for the everyday case — text (no pair), input_ids and attention_mask — in one pass.
+    def _encode_with_template(self, template: TaskTemplate, text, text_pair, options: dict) -> BatchEncoding:
+        """A task tokenizer's call: GPT-1's template around the text, cut as fine-tuning cut it."""
+        split_special_tokens = options.get("split_special_tokens")
+        if not (self.split_special_tokens if split_special_tokens is None else split_special_tokens):
+            self._refuse_special_token_text(text, text_pair)
+        truncation = options.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
+        if truncation == TruncationStrategy.ONLY_SECOND:
+            raise UserError("truncation='only_second' is not how this task model was fine-tuned (the first part loses "
+                            "its start, the second part is kept); use truncation=True")
+        encoded = self._encode_on_fastest_engine(text, text_pair, template, options)
+        if encoded is not None:
+            return encoded
+        if truncation != TruncationStrategy.DO_NOT_TRUNCATE:
+            asked = [name for name in _OPTIONS_NEEDING_ENCODINGS if options.get(name)]
+            raise UserError(f"{', '.join(asked) or 'this input'} and truncation do not go together on a task "
+                            "tokenizer, which cuts inputs as fine-tuning did; drop one of the two")
+        return super()._encode_plus(text, text_pair, **options)  # the backend's post-processor adds the template
 
-        Same Rust call and same result as the generic `TokenizersBackend._encode_plus`, minus its per-sequence
-        Python bookkeeping (a dict per encoding, then restacking): batches ~1.2x as fast as GPT2TokenizerFast's
-        (benchmarks/bench_tokenizer.py).
+    def _encode_on_fastest_engine(self, text, text_pair, template: TaskTemplate | None,
+                                  options: dict) -> BatchEncoding | None:
+        """transformers' `_encode_plus` output for calls that need only ids and masks, or None for the others.
+
+        The ids come from `_encode_ids` (tiktoken where it gives the `tokenizers` ids); template, truncation and
+        padding are applied here exactly as the Rust backend applies them. The Encoding objects are made by the Rust
+        backend if and when someone asks for them (`.tokens()`, `.word_ids()`, `batch[0]`).
         """
-        is_batched = isinstance(text, (list, tuple))
-        self.set_truncation_and_padding(
-            padding_strategy, truncation_strategy, max_length, stride, pad_to_multiple_of, padding_side
-        )
+        batch = as_text_batch(text, text_pair)
+        if batch is None or any(options.get(name) for name in _OPTIONS_NEEDING_ENCODINGS):
+            return None
+        firsts, seconds, is_batched = batch
+        truncation = options.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
+        padding = options.get("padding_strategy", PaddingStrategy.DO_NOT_PAD)
+        max_length = options.get("max_length")
+        is_truncated = truncation != TruncationStrategy.DO_NOT_TRUNCATE
+        if max_length is None and (is_truncated or padding == PaddingStrategy.MAX_LENGTH):
+            return None
+        split_special_tokens = options.get("split_special_tokens")
         if split_special_tokens is None:
             split_special_tokens = self.split_special_tokens
-        if self._tokenizer.encode_special_tokens != split_special_tokens:
-            self._tokenizer.encode_special_tokens = split_special_tokens
-        texts = list(text) if is_batched else [text]
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
-        data = {"input_ids": [encoding.ids for encoding in encodings]}
-        if return_attention_mask is not False:  # None = as model_input_names, which lists attention_mask
-            data["attention_mask"] = [encoding.attention_mask for encoding in encodings]
-        for input_ids in data["input_ids"]:
-            self._eventual_warn_about_too_long_sequence(input_ids, max_length, verbose)
+        if template is None:
+            # the backend validates stride and cuts pairs across both parts; and without tiktoken it is as fast
+            if seconds is not None or (is_truncated and (truncation == TruncationStrategy.ONLY_SECOND or options.get(
+                    "stride"))) or not self._tiktoken_engine().can_encode(split_special_tokens):
+                return None
+        ids = self._encode_ids(firsts + (seconds or []), split_special_tokens, resolve_num_threads(None, True))
+        if template is not None:
+            pairs = zip(ids[: len(firsts)], ids[len(firsts):] if seconds is not None else [None] * len(firsts))
+            rows = [template.build(first, second, max_length if is_truncated else None)[0] for first, second in pairs]
+        elif is_truncated:
+            rows = [cut_to_length(row, max_length, self.truncation_side) for row in ids]
+        else:
+            rows = ids
+        padding_side = options.get("padding_side") or self.padding_side
+        rows, masks = pad_rows(rows, padding, max_length, options.get("pad_to_multiple_of"), padding_side,
+                           self.pad_token_id)
+        data = {"input_ids": rows}
+        return_attention_mask = options.get("return_attention_mask")
+        if return_attention_mask or (return_attention_mask is None and "attention_mask" in self.model_input_names):
+            data["attention_mask"] = masks
+        for row in rows:
+            self._eventual_warn_about_too_long_sequence(row, max_length, options.get("verbose", True))
+        return_tensors = options.get("return_tensors")
         if not is_batched and return_tensors is None:
-            return BatchEncoding({key: value[0] for key, value in data.items()}, encodings)
-        return BatchEncoding(data, encodings, tensor_type=return_tensors)
+            data = {key: value[0] for key, value in data.items()}
+        # The backend's Encodings for the same call, made later with the settings of now; a task template's cut is
+        # not the backend's, so those calls have none (`.encodings` is None, as for a Python tokenizer).
+        settings = {**options, "split_special_tokens": split_special_tokens, "padding_side": padding_side}
+        make_encodings = None if template is not None and is_truncated else functools.partial(
+            backend_encodings, self, text, text_pair, settings, self.truncation_side)
+        return BatchEncodingWithLazyEncodings(data, make_encodings, return_tensors, 1 if seconds is None else 2)
+
+    def _refuse_special_token_text(self, text, text_pair) -> None:
+        specials = [token.content for token in self._tokenizer.get_added_tokens_decoder().values() if token.special]
+        for item in _strings_in(text, text_pair):
+            found = next((special for special in specials if special in item), None)
+            if found is not None:
+                raise UserError(
+                    f"text {item[:40]!r}{'...' if len(item) > 40 else ''} contains {found!r}: this fine-tuned "
+                    "tokenizer adds GPT-1's template (start, [delimiter,] extract) itself and fine-tuning kept such "
+                    "strings as text; pass the raw text, with split_special_tokens=True to keep special-token text as "
+                    "text (add_special_tokens=False to write the template yourself)"
+                )
 
     def encode_ids_batch(
         self, texts: list[str], split_special_tokens: bool = True, num_threads: int | None = None
     ) -> list[list[int]]:
         """Token ids for many texts at once: no special tokens added, no padding, no truncation.
 
-        The same ids as `tokenizer(texts, split_special_tokens=split_special_tokens)["input_ids"]`, without
-        attention masks, offsets and `BatchEncoding` objects — the fast path for tokenizing a corpus (the training
-        pipeline's, which appends `eos_token_id` after each document). Unlike `__call__`, special-token text such as
-        a literal "<|endoftext|>" stays text by default (`split_special_tokens=True`), whatever the tokenizer was
+        The same ids as `tokenizer(texts, split_special_tokens=split_special_tokens)["input_ids"]` (on a tokenizer
+        without a task template), without attention masks and `BatchEncoding` — the corpus path of the training
+        pipeline, which appends `eos_token_id` after each document. Unlike `__call__`, special-token text such as a
+        literal "<|endoftext|>" stays text by default (`split_special_tokens=True`), whatever the tokenizer was
         loaded with: a corpus that mentions the string cannot fake document boundaries. Pass False to match it.
 
-        When `tiktoken` is installed and the vocabulary is verified to be one tiktoken encodes identically
-        (`encode_ids_engine()`), tiktoken's Rust BPE does the work: on one thread ~4x the speed of the `tokenizers`
-        batch call, the speed of a loop of tiktoken's `encode_ordinary` (benchmarks/bench_tokenizer.py). Otherwise,
-        and for documents tiktoken cannot take (a whitespace run of 100K+ characters, see tiktoken_engine.py), the
-        `tokenizers` backend does, as in `__call__`.
-
-        `num_threads` (tiktoken engine only; default: 1, or RAYON_NUM_THREADS / all CPUs when TOKENIZERS_PARALLELISM
-        is switched on) encodes chunks of `texts` in parallel: tiktoken releases the GIL while it works.
+        The engine is tiktoken when the vocabulary is verified to encode identically on it (`encode_ids_engine()`),
+        else the `tokenizers` backend; speeds in benchmarks/results/bench_tokenizer_threads1.md. `num_threads`
+        (tiktoken engine only; default: 1, or RAYON_NUM_THREADS / all CPUs when TOKENIZERS_PARALLELISM is switched
+        on) encodes chunks of `texts` in parallel: tiktoken releases the GIL while it works.
         """
         if isinstance(texts, str):
             raise UserError(
@@ -266,22 +289,26 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             )
         texts = list(texts)
         _check_text_input(texts, "texts")
-        engine = self._tiktoken_engine()
         try:
-            if engine.can_encode(split_special_tokens):
-                try:
-                    return engine.encode_batch(
-                        texts,
-                        split_special_tokens,
-                        resolve_num_threads(num_threads),
-                        encode_elsewhere=functools.partial(self._encode_ids_on_tokenizers, split_special_tokens),
-                    )
-                except TypeError:
-                    pass  # a (text, pair) item: tiktoken takes str only, the Rust path below knows pairs
-            return self._encode_ids_on_tokenizers(split_special_tokens, texts)
+            return self._encode_ids(texts, split_special_tokens, resolve_num_threads(num_threads))
         except (TypeError, UnicodeEncodeError) as err:
             _raise_if_unencodable(texts, None, err)
             raise
+
+    def _encode_ids(self, texts: list[str], split_special_tokens: bool, num_threads: int) -> list[list[int]]:
+        """Ids of each text with no special tokens added: on tiktoken where it gives the backend's ids."""
+        engine = self._tiktoken_engine()
+        if engine.can_encode(split_special_tokens):
+            try:
+                return engine.encode_batch(
+                    texts,
+                    split_special_tokens,
+                    num_threads,
+                    encode_elsewhere=functools.partial(self._encode_ids_on_tokenizers, split_special_tokens),
+                )
+            except TypeError:
+                pass  # a (text, pair) item: tiktoken takes str only, the backend knows pairs
+        return self._encode_ids_on_tokenizers(split_special_tokens, texts)
 
     def _encode_ids_on_tokenizers(self, split_special_tokens: bool, texts: list[str]) -> list[list[int]]:
         # An earlier `tokenizer(..., padding=True)` leaves padding on in the Rust tokenizer: switch it off
@@ -295,10 +322,10 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         return "tiktoken" if self._tiktoken_engine().can_encode(split_special_tokens) else "tokenizers"
 
     def _tiktoken_engine(self) -> TiktokenEngine:
-        """Built on first use (~0.1 s for 8K entries) and kept per instance, outside `__dict__` so that pickles and
-        `datasets` fingerprints of the tokenizer do not change; rebuilt when an added token, the normalizer or the
-        pre-tokenizer changes (~2 us to check). Added tokens are compared in full, flags included: re-adding an
-        existing token or changing its lstrip/rstrip leaves the vocabulary size as it was but changes the ids."""
+        """Built on first use and kept per instance, outside `__dict__` so that pickles and `datasets` fingerprints of
+        the tokenizer do not change; rebuilt when an added token, the normalizer or the pre-tokenizer changes. Added
+        tokens are compared in full, flags included: re-adding an existing token or changing its lstrip/rstrip leaves
+        the vocabulary size as it was but changes the ids."""
         backend = self._tokenizer
         pipeline_key = (
             repr(sorted(backend.get_added_tokens_decoder().items())),
@@ -337,6 +364,17 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         return vocab_path, merges_path
 
 
+def _strings_in(*items):
+    """Every str in the (nested lists of) inputs."""
+    pending = list(reversed(items))
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (list, tuple)):
+            pending.extend(reversed(item))
+        elif isinstance(item, str):
+            yield item
+
+
 def _check_text_input(text, name: str) -> None:
     """Reject a non-string early with its type in the message (transformers' own message names no value)."""
     if isinstance(text, str):
@@ -357,26 +395,16 @@ def _check_text_input(text, name: str) -> None:
 
 def _raise_if_unencodable(text, text_pair, err: Exception) -> None:
     """Turn the backend's error for a lone surrogate into one that points at the character and the fix."""
-    pending = [text, text_pair]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, (list, tuple)):
-            pending.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as encode_err:
-                bad = item[encode_err.start]
-                raise UserError(
-                    f"text contains a lone surrogate {bad!r} (U+{ord(bad):04X}) at position {encode_err.start}, which "
-                    "is not valid Unicode and has no UTF-8 bytes; fix the source, or replace it first with "
-                    "text.encode('utf-8', 'replace').decode('utf-8')"
-                ) from err
+    for item in _strings_in(text, text_pair):
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as encode_err:
+            bad = item[encode_err.start]
+            raise UserError(
+                f"text contains a lone surrogate {bad!r} (U+{ord(bad):04X}) at position {encode_err.start}, which "
+                "is not valid Unicode and has no UTF-8 bytes; fix the source, or replace it first with "
+                "text.encode('utf-8', 'replace').decode('utf-8')"
+            ) from err
 
 
 __all__ = ["ENDOFTEXT", "GPT2_SPLIT_PATTERN", "GPTCustomTokenizerFast", "bytes_to_unicode", "token_to_bytes"]
-
-
-# Last, because tiktoken_engine imports this module's byte-level helpers. (A `from .module import` line: it is how
-# save_pretrained finds the file to ship with this one as remote code.)
-from .tiktoken_engine import ENGINES, TiktokenEngine, build_tiktoken_engine, resolve_num_threads  # noqa: E402

@@ -17,7 +17,8 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
-from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast, bytes_to_unicode
+from .byte_level import bytes_to_unicode
+from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast
 from .errors import MissingFileError, UserError
 from .hub import is_hub_repo_id
 
@@ -39,6 +40,7 @@ def train_tokenizer(
     dataset_config: str | None = None,
     split: str = "train",
     show_progress: bool = True,
+    source: str | None = None,
 ) -> Path:
     """Train a byte-level BPE tokenizer and save it to `out_dir`; returns `out_dir` as a Path.
 
@@ -50,6 +52,7 @@ def train_tokenizer(
       read with `datasets.load_dataset(name, dataset_config, split=split, streaming=True)`;
     - an iterable of strings, one document each (a generator, a `datasets` column, a list of texts). A list whose
       items are all existing paths is read as files, a one-item list holding a Hub-style name as a Hub dataset.
+      `source` names where such documents come from, for errors (e.g. "the training documents of data.jsonl").
 
     `vocab_size` counts everything: 256 bytes + merges + special tokens. `special_tokens` defaults to
     ["<|endoftext|>"]; "<|endoftext|>" is always the first of them (bos = eos). Layout: ids 0-255 = bytes in byte
@@ -67,7 +70,7 @@ def train_tokenizer(
         )
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
-    texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split)
+    texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source)
 
     counter = _CountingIterator(texts)
     tokenizer = Tokenizer(BPE())
@@ -147,6 +150,7 @@ def iter_corpus(
     text_field: str = "text",
     dataset_config: str | None = None,
     split: str = "train",
+    source: str | None = None,
 ) -> Iterator[str]:
     """The documents of `inputs` (see `train_tokenizer`) as strings. Paths are checked before anything is read."""
     if isinstance(inputs, (str, os.PathLike)):
@@ -161,7 +165,7 @@ def iter_corpus(
         raise UserError(
             f"inputs is {type(inputs).__name__}; pass file/folder paths, a Hub dataset name or an iterable of strings"
         )
-    return _iter_strings(inputs)
+    return _iter_strings(inputs, source or f"the {type(inputs).__name__} of documents passed as inputs")
 
 
 def _classify_input_list(items: list) -> str:
@@ -285,12 +289,12 @@ def _texts_from_records(records, text_field: str, source: str) -> Iterator[str]:
         yield text
 
 
-def _iter_strings(texts: Iterable) -> Iterator[str]:
-    for position, text in enumerate(texts):
+def _iter_strings(texts: Iterable, source: str) -> Iterator[str]:
+    for document_number, text in enumerate(texts, start=1):
         if not isinstance(text, str):
             raise UserError(
-                f"inputs item {position} is {type(text).__name__} {text!r:.60}, not str; an iterable input must "
-                "yield strings (one document each)"
+                f"{source}, document {document_number} (counting from 1): {type(text).__name__} {text!r:.60}, not "
+                "text; every document must be a string — fix or drop it at its source"
             )
         yield text
 

@@ -133,13 +133,12 @@ def _with_stderr(value: float, stderr: float | None) -> str:
 
 
 def _usage_example(task: dict, model_config) -> str:
+    # the tokenizer adds GPT-1's template (start, delimiter, extract) itself: the example passes raw text
     if task["format"] == "multiple_choice":
         return ('context, answers = "...", ["...", "..."]\n'
-                'texts = [f"<|endoftext|>{context}<|delim|>{answer}<|extract|>" for answer in answers]\n'
-                'inputs = tokenizer(texts, padding=True, return_tensors="pt")\n'
+                'inputs = tokenizer([context] * len(answers), answers, padding=True, return_tensors="pt")\n'
                 'scores = model(**{k: v.unsqueeze(0) for k, v in inputs.items()}).logits  # (1, n_answers)\n'
                 'print(int(scores.argmax()))  # the index of the chosen answer')
-    text = ('"<|endoftext|>" + premise + "<|delim|>" + hypothesis + "<|extract|>"' if task["format"] == "pair"
-            else '"<|endoftext|>" + text + "<|extract|>"')
+    text = "premise, hypothesis" if task["format"] == "pair" else "text"
     return (f"inputs = tokenizer({text}, return_tensors=\"pt\")\n"
             "print(model.config.id2label[int(model(**inputs).logits.argmax())])")

@@ -6,9 +6,9 @@ head reads:
     classification   start text extract
     pair (entailment) start premise delim hypothesis extract
     multiple choice  for each answer: start context delim answer extract   (one score each, softmax over answers)
-The start token is `<|endoftext|>`, the token every pre-training document followed (GPT-2's bos = eos); the
-delimiter and extract tokens are new special tokens (DELIMITER_TOKEN, EXTRACT_TOKEN) whose embeddings fine-tuning
-learns. Model building and the training loop live in finetune.py.
+The template, its tokens and the rule that cuts an input to block_size live in hf_gpt_custom/task_template.py: the
+tokenizer fine-tuning saves adds the same template to raw text, and cuts it the same way. Model building and the
+training loop live in finetune.py.
 """
 
 from __future__ import annotations
@@ -20,34 +20,27 @@ from typing import Any
 import torch
 
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.task_template import TaskTemplate, install_task_template
 from hf_gpt_custom.training.finetune_config import TaskSection, label_key
 
-DELIMITER_TOKEN = "<|delim|>"
-EXTRACT_TOKEN = "<|extract|>"
 # Local labelled files by suffix -> the `datasets` builder that reads them.
 RECORD_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
 @dataclass(frozen=True)
 class TaskTokens:
-    start: int
-    delimiter: int
-    extract: int
+    template: TaskTemplate
     pad: int
 
 
 def add_task_tokens(tokenizer) -> TaskTokens:
-    """Add the delimiter and extract tokens as special tokens (a no-op when a fine-tuned tokenizer has them) and set
-    pad = eos when the tokenizer has no pad token. Resize the model's embedding to len(tokenizer) afterwards."""
-    tokenizer.add_special_tokens({"additional_special_tokens": [DELIMITER_TOKEN, EXTRACT_TOKEN]})
-    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    if start is None:
-        raise UserError("the tokenizer has neither a bos nor an eos token to start a sequence with; use the "
-                        "tokenizer the model was pre-trained with")
+    """Add the delimiter and extract tokens as special tokens and GPT-1's template as the tokenizer's post-processor
+    (a no-op when a fine-tuned tokenizer has them) and set pad = eos when the tokenizer has no pad token. Resize the
+    model's embedding to len(tokenizer) afterwards."""
+    template = install_task_template(tokenizer)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return TaskTokens(start, tokenizer.convert_tokens_to_ids(DELIMITER_TOKEN),
-                      tokenizer.convert_tokens_to_ids(EXTRACT_TOKEN), tokenizer.pad_token_id)
+    return TaskTokens(template, tokenizer.pad_token_id)
 
 
 # --- records -------------------------------------------------------------------------------------------------------
@@ -104,30 +97,6 @@ def split_heldout(n_records: int, fraction: float, seed: int) -> tuple[list[int]
 # --- sequences -----------------------------------------------------------------------------------------------------
 
 
-def build_sequence(first: list[int], second: list[int] | None, tokens: TaskTokens,
-                   max_length: int) -> tuple[list[int], bool]:
-    """start first [delim second] extract in at most `max_length` tokens; (ids, whether anything was cut).
-
-    The first part (text, premise, context) is cut from its start, so the delimiter, the second part (hypothesis,
-    answer) and the extract token the head reads stay: max_length 6, first [1,2,3], second [4] gives
-    [start, 2, 3, delim, 4, extract]. A second part too long even alone (PIQA has 174-token solutions) keeps its
-    first tokens and the first part is dropped: max_length 5, first [1], second [4,5,6] gives
-    [start, delim, 4, 5, extract].
-    """
-    specials = 2 if second is None else 3  # start, [delim,] extract
-    room = max_length - specials
-    if room < 1:
-        raise UserError(f"block_size={max_length} leaves no room for text beside the {specials} special tokens; "
-                        f"raise block_size (at most the model's n_positions)")
-    second = second or []
-    cut = len(first) + len(second) > room
-    if len(second) > room:
-        first, second = [], second[:room]
-    kept = first[len(first) - (room - len(second)):] if len(first) > room - len(second) else first
-    middle = kept if specials == 2 else [*kept, tokens.delimiter, *second]
-    return [tokens.start, *middle, tokens.extract], cut
-
-
 def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: TaskTokens, max_length: int,
                     where: str) -> list[dict[str, Any]]:
     """Each record as {"input_ids": ids (or one list per answer), "label": class index, "cut": whether the first
@@ -141,6 +110,10 @@ def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: T
             if record.get(column) is None or (column != task.label_column and not str(record[column]).strip()):
                 raise UserError(f"{where} row {row}: column {column!r} is empty; fill it in or drop the row")
     labels = [_class_index(record[task.label_column], task, where, row) for row, record in enumerate(records, start=1)]
+    n_special = tokens.template.n_special_tokens(is_pair=len(task.text_columns) == 2 or task.is_multiple_choice)
+    if max_length - n_special < 1:
+        raise UserError(f"{where}: block_size={max_length} leaves no room for text beside the {n_special} special "
+                        f"tokens; raise block_size (at most the model's n_positions)")
     encode = _encoder(tokenizer)
     firsts = encode([str(record[task.text_columns[0]]) for record in records])
     if task.is_multiple_choice:
@@ -152,10 +125,7 @@ def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: T
         seconds_per_choice = [(ids,) for ids in second]
     examples = []
     for row, (first, seconds, label) in enumerate(zip(firsts, seconds_per_choice, labels), start=1):
-        try:
-            built = [build_sequence(first, second, tokens, max_length) for second in seconds]
-        except UserError as err:
-            raise UserError(f"{where} row {row}: {err}") from None
+        built = [tokens.template.build(first, second, max_length) for second in seconds]
         ids = [sequence for sequence, _ in built]
         examples.append({"input_ids": ids if task.is_multiple_choice else ids[0], "label": label,
                          "cut": any(cut for _, cut in built)})

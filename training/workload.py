@@ -242,6 +242,7 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
         inputs = [config.dataset] if Path(config.dataset).exists() else config.dataset
     folder = train_tokenizer(
         inputs,
+        source=f"the training documents of {config.dataset} ({config.text_field!r}, in training's order)",
         out_dir=target,
         vocab_size=config.tokenizer_vocab_size,
         text_field=config.text_field,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Tokenizer, GPT2TokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding, GPT2Tokenizer, GPT2TokenizerFast
 
 from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom.tokenization_gpt_custom import ENDOFTEXT, bytes_to_unicode
@@ -219,21 +219,35 @@ def test_padding_truncation_and_tensors(tokenizer_folder):
 CALL_OPTIONS = {
     "plain": {},
     "padded_tensors": {"padding": True, "return_tensors": "pt"},
-    "left_max_length": {"padding": "max_length", "max_length": 40, "padding_side": "left", "truncation": True},
+    "max_length_padding": {"padding": "max_length", "max_length": 40, "padding_side": "left", "truncation": True},
     "truncated_no_mask": {"truncation": True, "max_length": 7, "return_attention_mask": False},
+    "truncated_to_nothing": {"truncation": True, "max_length": 0},
+    "only_first": {"truncation": "only_first", "max_length": 5, "padding": True},
+    "stride": {"truncation": True, "max_length": 7, "stride": 2},  # the backend's own path: it checks the stride
     "pad_to_multiple": {"padding": True, "pad_to_multiple_of": 8, "return_tensors": "np"},
-    "special_tokens_as_text_off": {"split_special_tokens": False},
+    "multiple_of_max_length": {"padding": "max_length", "max_length": 48, "pad_to_multiple_of": 16, "truncation": True},
+    "special_tokens_as_text": {"split_special_tokens": True},
+    "no_special_tokens_added": {"add_special_tokens": False, "padding": "longest"},
 }
 
 
+@pytest.fixture(scope="module")
+def call_texts(held_out_text):
+    """Real paragraphs (tiny Shakespeare, WikiText-2), the unicode edge cases, special-token text, empty strings."""
+    return held_out_text.split("\n\n")[::8][:60] + list(EDGE_CASES.values()) + SPECIAL_TEXT + [""]
+
+
 @pytest.mark.parametrize("options", CALL_OPTIONS.values(), ids=CALL_OPTIONS.keys())
+@pytest.mark.parametrize("truncation_side", ["right", "left"])
 @pytest.mark.parametrize("batched", [True, False], ids=["batch", "single"])
-def test_fast_call_path_matches_transformers_generic_path(tokenizer_folder, held_out_text, options, batched):
-    """Our `__call__` skips transformers' per-sequence bookkeeping; GPT2TokenizerFast runs it. Same output."""
-    ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
-    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
-    texts = held_out_text[:3000].split("\n\n")[:6] + ["a<|endoftext|>b", ""]
-    text = texts if batched else texts[0]
+def test_call_gives_transformers_output_of_the_tokenizers_backend(tokenizer_folder, call_texts, options,
+                                                                  truncation_side, batched):
+    """Our `__call__` takes its ids from tiktoken; GPT2TokenizerFast from the same files runs transformers' own code
+    on the Rust backend. Same keys, values, types, tokens and word ids."""
+    ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, truncation_side=truncation_side)
+    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT, truncation_side=truncation_side)
+    assert ours.encode_ids_engine(split_special_tokens=False) == "tiktoken"
+    text = call_texts if batched else call_texts[0]
     ours_out, gpt2_out = ours(text, **options), gpt2(text, **options)
     assert sorted(ours_out.keys()) == sorted(gpt2_out.keys())
     for key in gpt2_out:
@@ -241,7 +255,57 @@ def test_fast_call_path_matches_transformers_generic_path(tokenizer_folder, held
         actual = ours_out[key].tolist() if hasattr(ours_out[key], "tolist") else ours_out[key]
         assert actual == expected, key
         assert type(ours_out[key]) is type(gpt2_out[key])
-    assert ours_out.tokens() == gpt2_out.tokens()
+    rows = len(call_texts) if batched else 1
+    assert [ours_out.tokens(row) for row in range(rows)] == [gpt2_out.tokens(row) for row in range(rows)]
+    assert ours_out.word_ids(rows - 1) == gpt2_out.word_ids(rows - 1)
+    assert ours_out.n_sequences == gpt2_out.n_sequences == 1
+
+
+class _CountingBackend:
+    """Forwards everything to a `tokenizers.Tokenizer` and records which of its encode methods are called."""
+
+    def __init__(self, backend):
+        object.__setattr__(self, "backend", backend)
+        object.__setattr__(self, "encode_calls", [])
+
+    def __getattr__(self, name):
+        if name.startswith("encode") and name != "encode_special_tokens":
+            self.encode_calls.append(name)
+        return getattr(self.backend, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.backend, name, value)
+
+
+def test_call_runs_on_tiktoken_and_makes_encodings_only_when_asked(tokenizer_folder, call_texts):
+    import copy
+    import pickle
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    reference = GPT2TokenizerFast.from_pretrained(tokenizer_folder)(call_texts, padding=True, return_tensors="pt")
+    backend = tokenizer._tokenizer = _CountingBackend(tokenizer._tokenizer)
+    batch = tokenizer(call_texts, padding=True, return_tensors="pt")
+    assert torch.equal(batch["input_ids"], reference["input_ids"]) and backend.encode_calls == []
+    assert batch.tokens(3) == reference.tokens(3) and backend.encode_calls == ["encode_batch"]  # made once, when asked
+    assert batch[5].offsets == reference[5].offsets and backend.encode_calls == ["encode_batch"]
+    for restored in (pickle.loads(pickle.dumps(batch)), copy.deepcopy(batch)):  # a plain BatchEncoding, encodings kept
+        assert type(restored) is BatchEncoding and restored.tokens(3) == reference.tokens(3)
+        assert torch.equal(restored["attention_mask"], reference["attention_mask"])
+    tokenizer(call_texts, return_offsets_mapping=True)  # offsets need the backend's Encodings: its own path
+    assert backend.encode_calls == ["encode_batch", "encode_batch"]
+    # Encodings made later follow the settings the call had, not the tokenizer's settings of then
+    batch = tokenizer(call_texts, padding=True)
+    tokenizer.split_special_tokens, tokenizer.padding_side = True, "left"
+    assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
+
+
+def test_pairs_without_a_task_template_take_the_backends_path(tokenizer_folder):
+    ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
+    firsts, seconds = ["To be, or not to be", "Ay"], ["that is the question", "methinks the lady doth protest"]
+    for options in ({}, {"truncation": True, "max_length": 6}, {"truncation": "only_second", "max_length": 9}):
+        assert ours(firsts, seconds, **options)["input_ids"] == gpt2(firsts, seconds, **options)["input_ids"]
+    assert ours(list(zip(firsts, seconds)))["input_ids"] == gpt2(list(zip(firsts, seconds)))["input_ids"]
 
 
 def test_offsets_char_mapping_and_pairs_still_work(tokenizer):
@@ -381,6 +445,55 @@ def test_bytes_only_vocabulary_must_be_asked_for():
     assert bytes_only.encode("héllo") == list("héllo".encode("utf-8"))
 
 
+@pytest.fixture(scope="module")
+def task_folder(tokenizer_folder, tmp_path_factory):
+    """The tokenizer as fine-tuning saves it: with the delimiter and extract tokens and GPT-1's template."""
+    from hf_gpt_custom.task_template import install_task_template
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    install_task_template(tokenizer)
+    folder = tmp_path_factory.mktemp("task_tokenizer")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_task_tokenizer_without_truncation_gives_transformers_output(task_folder, call_texts):
+    """GPT2TokenizerFast on the same folder applies the saved post-processor in Rust: the reference for the
+    template's ids, masks, padding and tokens on every input shape."""
+    ours = GPTCustomTokenizerFast.from_pretrained(task_folder)
+    gpt2 = GPT2TokenizerFast.from_pretrained(task_folder, pad_token=ENDOFTEXT)
+    firsts, seconds = call_texts[:20], call_texts[20:40]
+    calls = [((firsts[0],), {}), ((firsts[0], ""), {}), ((firsts[0], seconds[0]), {}), ((firsts,), {"padding": True}),
+             ((firsts, seconds), {"padding": True, "return_tensors": "pt"}), ((list(zip(firsts, seconds)),), {}),
+             ((firsts,), {"add_special_tokens": False})]
+    for args, options in calls:
+        ours_out, gpt2_out = ours(*args, split_special_tokens=True, **options), gpt2(
+            *args, split_special_tokens=True, **options)
+        assert {key: str(value) for key, value in ours_out.items()} == {
+            key: str(value) for key, value in gpt2_out.items()}, (args, options)
+        assert ours_out.tokens() == gpt2_out.tokens() and ours_out.n_sequences == gpt2_out.n_sequences
+
+
+@pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
+def test_task_template_ids_do_not_depend_on_the_engine(task_folder, call_texts, engine, monkeypatch):
+    """The template and its cut on ids from the Rust backend (no tiktoken, as on a machine without it) equal
+    TaskTemplate.build on the backend's ids of each part."""
+    from hf_gpt_custom.task_template import read_task_template
+
+    if engine == "tokenizers":
+        monkeypatch.setitem(sys.modules, "tiktoken", None)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(task_folder)
+    assert tokenizer.encode_ids_engine() == engine
+    template = read_task_template(tokenizer.backend_tokenizer)
+    firsts, seconds = call_texts[:20], call_texts[20:40]
+    parts = GPT2TokenizerFast.from_pretrained(task_folder)([*firsts, *seconds], add_special_tokens=False,
+                                                           split_special_tokens=True)["input_ids"]
+    for max_length in (None, 12, 4):
+        options = {} if max_length is None else {"truncation": True, "max_length": max_length}
+        expected = [template.build(first, second, max_length)[0] for first, second in zip(parts[:20], parts[20:])]
+        assert tokenizer(firsts, seconds, split_special_tokens=True, **options)["input_ids"] == expected
+
+
 # Runs under the `python_without_project` fixture (tests/conftest.py): only the folder's copy of the module exists.
 REMOTE_CODE_SCRIPT = r"""
 import json, sys
@@ -393,17 +506,24 @@ assert "hf_gpt_custom" not in sys.modules
 print(json.dumps({
     "class": type(tokenizer).__name__,
     "module": type(tokenizer).__module__,
-    "ids": tokenizer(text)["input_ids"],
+    "ids": tokenizer(text, split_special_tokens=True)["input_ids"],
+    "cut_pair": tokenizer([text], [text], truncation=True, max_length=9, split_special_tokens=True)["input_ids"],
     "eos_token_id": tokenizer.eos_token_id,
     "len": len(tokenizer),
 }))
 """
 
 
-def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder, tokenizer, python_without_project):
+@pytest.mark.parametrize("kind", ["pretraining", "task"])
+def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder, task_folder, python_without_project,
+                                                                kind):
+    folder = tokenizer_folder if kind == "pretraining" else task_folder
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
     text = "Wherefore art thou Romeo? 👋 <|endoftext|> 漢字"
-    loaded = python_without_project(REMOTE_CODE_SCRIPT, tokenizer_folder, text)
+    loaded = python_without_project(REMOTE_CODE_SCRIPT, folder, text)
     assert loaded["class"] == "GPTCustomTokenizerFast"
     assert loaded["module"].startswith("transformers_modules")  # the copy saved in the folder, not our package
-    assert loaded["ids"] == tokenizer(text)["input_ids"]
+    assert loaded["ids"] == tokenizer(text, split_special_tokens=True)["input_ids"]
+    assert loaded["cut_pair"] == tokenizer([text], [text], truncation=True, max_length=9,
+                                           split_special_tokens=True)["input_ids"]
     assert loaded["eos_token_id"] == tokenizer.eos_token_id and loaded["len"] == len(tokenizer)

@@ -148,9 +148,12 @@ def test_engine_is_not_pickled_or_fingerprinted(tokenizer):
 def test_thread_count_follows_the_tokenizers_switches(monkeypatch):
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     monkeypatch.setenv("RAYON_NUM_THREADS", "2")
-    assert tiktoken_engine.resolve_num_threads(None) == 1  # one thread unless parallelism is asked for
+    assert tiktoken_engine.resolve_num_threads(None) == 1  # encode_ids_batch: one thread unless asked for more
+    assert tiktoken_engine.resolve_num_threads(None, parallel_by_default=True) == 2  # __call__: as `tokenizers` does
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     assert tiktoken_engine.resolve_num_threads(None) == 2
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # what `tokenizers` sets in a process forked after use
+    assert tiktoken_engine.resolve_num_threads(None, parallel_by_default=True) == 1
     assert tiktoken_engine.resolve_num_threads(3) == 3
     with pytest.raises(ValueError, match="num_threads=0 must be at least 1"):
         tiktoken_engine.resolve_num_threads(0)

@@ -151,7 +151,7 @@ def test_jsonl_without_the_text_field_names_the_fields(shared_data_dir, tmp_path
         train_tokenizer(piqa, tmp_path / "tok", show_progress=False)
 
 
-@pytest.mark.parametrize(("inputs", "message"), [([b"bytes"], "not str"), (iter(["ok", 3]), "item 1 is int"), (42, "inputs is int")])
+@pytest.mark.parametrize(("inputs", "message"), [([b"bytes"], "document 1 .*bytes b'bytes', not text"), (iter(["ok", 3]), "document 2 .*int 3, not text"), (42, "inputs is int")])
 def test_non_text_inputs_are_rejected(tmp_path, inputs, message):
     with pytest.raises(ValueError, match=message):
         train_tokenizer(inputs, tmp_path / "tok", show_progress=False)

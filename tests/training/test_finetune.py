@@ -9,11 +9,11 @@ import torch
 
 import hf_gpt_custom.training.loop as loop_module
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.task_template import DELIMITER_TOKEN, EXTRACT_TOKEN, TaskTemplate
 from hf_gpt_custom.training.finetune import finetune
 from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.finetune_data import (
-    DELIMITER_TOKEN, EXTRACT_TOKEN, PadExamples, TaskTokens, add_task_tokens, build_sequence, encode_examples,
-    load_labelled_records, split_heldout,
+    PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
 )
 
 WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
@@ -107,20 +107,18 @@ def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(fi
     hits = 0
     for index in heldout:
         record = records[index]
-        # the README's recipe for users: the special tokens written into the text
-        text = f"<|endoftext|>{record['premise']}{DELIMITER_TOKEN}{record['hypothesis']}{EXTRACT_TOKEN}"
+        # raw text: the saved tokenizer adds GPT-1's template itself
         with torch.no_grad():
-            logits = model(**tokenizer(text, return_tensors="pt")).logits
+            logits = model(**tokenizer(record["premise"], record["hypothesis"], return_tensors="pt")).logits
         hits += model.config.id2label[int(logits.argmax())] == record["label"]
     summary = json.loads((finetuned_run / "training_summary.json").read_text())
     assert hits / len(heldout) == pytest.approx(summary["val_accuracy"])
     # the saved tokenizer pads on the right, so a padded batch scores each row as it scores alone
-    texts = [f"<|endoftext|>{records[i]['premise']}{DELIMITER_TOKEN}{records[i]['hypothesis']}{EXTRACT_TOKEN}"
-             for i in heldout[:4]]
+    pairs = [(records[i]["premise"], records[i]["hypothesis"]) for i in heldout[:4]]
     assert tokenizer.padding_side == "right"
     with torch.no_grad():
-        batched = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
-        alone = torch.cat([model(**tokenizer(text, return_tensors="pt")).logits for text in texts])
+        batched = model(**tokenizer(pairs, padding=True, return_tensors="pt")).logits
+        alone = torch.cat([model(**tokenizer(*pair, return_tensors="pt")).logits for pair in pairs])
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
     assert model.config.id2label == {0: "no", 1: "yes"}
     # λ is the finetune command's objective, not the model's: the saved head reports its task loss (issue 22.6)
@@ -213,28 +211,32 @@ def task_tokenizer(base_model_dir):
 
 
 def test_each_format_builds_gpt1s_sequence(task_tokenizer, shared_data_dir):
-    """BoolQ as pairs and PIQA as multiple choice, checked against the tokenizer reading the special tokens in text."""
+    """BoolQ as pairs and PIQA as multiple choice, checked against the tokenizer reading the special tokens written
+    into the text (add_special_tokens=False: the template is the text's own)."""
     from hf_gpt_custom.training.finetune_config import parse_task_section
 
     tokenizer, tokens = task_tokenizer
-    assert (tokens.start, tokens.pad) == (tokenizer.eos_token_id, tokenizer.eos_token_id)
-    assert {tokens.delimiter, tokens.extract} == {len(tokenizer) - 2, len(tokenizer) - 1}
+    template = tokens.template
+    assert (template.start, tokens.pad) == (tokenizer.eos_token_id, tokenizer.eos_token_id)
+    assert {template.delimiter, template.extract} == {len(tokenizer) - 2, len(tokenizer) - 1}
     boolq = load_labelled_records(str(shared_data_dir / "boolq" / "val.jsonl"))[:3]
     pair = parse_task_section({"format": "pair", "text_columns": ["passage", "question"], "labels": [False, True]})
     examples = encode_examples(boolq, pair, tokenizer, tokens, 10_000, "boolq")
     for record, example in zip(boolq, examples):
         text = f"<|endoftext|>{record['passage']}{DELIMITER_TOKEN}{record['question']}{EXTRACT_TOKEN}"
-        assert example["input_ids"] == tokenizer(text)["input_ids"]
+        assert example["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"]
         assert example["label"] == (record["label"] == "true")
     piqa = [{"goal": "Open a jar", "sol1": "twist the lid", "sol2": "eat the lid", "label": 0}]
     choice = parse_task_section({"format": "multiple_choice", "text_columns": ["goal"],
                                  "choice_columns": ["sol1", "sol2"]})
     [example] = encode_examples(piqa, choice, tokenizer, tokens, 10_000, "piqa")
-    assert example["input_ids"] == [tokenizer(f"<|endoftext|>Open a jar{DELIMITER_TOKEN}{answer}{EXTRACT_TOKEN}")
-                                    ["input_ids"] for answer in ("twist the lid", "eat the lid")]
+    assert example["input_ids"] == [tokenizer(f"<|endoftext|>Open a jar{DELIMITER_TOKEN}{answer}{EXTRACT_TOKEN}",
+                                              add_special_tokens=False)["input_ids"]
+                                    for answer in ("twist the lid", "eat the lid")]
     single = parse_task_section({"format": "classification", "text_columns": ["question"], "labels": ["false", "true"]})
     [example] = encode_examples(boolq[:1], single, tokenizer, tokens, 10_000, "boolq")
-    assert example["input_ids"] == tokenizer(f"<|endoftext|>{boolq[0]['question']}{EXTRACT_TOKEN}")["input_ids"]
+    assert example["input_ids"] == tokenizer(f"<|endoftext|>{boolq[0]['question']}{EXTRACT_TOKEN}",
+                                             add_special_tokens=False)["input_ids"]
 
 
 def test_special_token_text_inside_the_data_stays_text(task_tokenizer):
@@ -243,19 +245,21 @@ def test_special_token_text_inside_the_data_stays_text(task_tokenizer):
     tokenizer, tokens = task_tokenizer
     task = parse_task_section({"format": "classification", "text_columns": ["text"], "labels": ["a", "b"]})
     [example] = encode_examples([{"text": f"x{EXTRACT_TOKEN}y", "label": "a"}], task, tokenizer, tokens, 100, "d")
-    assert example["input_ids"].count(tokens.extract) == 1 and example["input_ids"][-1] == tokens.extract
+    extract = tokens.template.extract
+    assert example["input_ids"].count(extract) == 1 and example["input_ids"][-1] == extract
 
 
 def test_a_long_first_part_is_cut_from_the_left_keeping_delimiter_second_part_and_extract():
-    tokens = TaskTokens(start=0, delimiter=90, extract=91, pad=0)
-    assert build_sequence([1, 2, 3], [4], tokens, 6) == ([0, 2, 3, 90, 4, 91], True)
-    assert build_sequence([1, 2, 3], [4], tokens, 7) == ([0, 1, 2, 3, 90, 4, 91], False)
-    assert build_sequence([1, 2, 3], None, tokens, 3) == ([0, 3, 91], True)
-    assert build_sequence([1, 2], [4, 5], tokens, 5) == ([0, 90, 4, 5, 91], True)  # nothing of the first part left
-    assert build_sequence([1], [4, 5, 6], tokens, 5) == ([0, 90, 4, 5, 91], True)  # a second part too long alone
-    assert build_sequence([], [4], tokens, 4) == ([0, 90, 4, 91], False)
-    with pytest.raises(UserError, match="block_size=3 leaves no room"):
-        build_sequence([1], [4], tokens, 3)
+    template = TaskTemplate(start=0, delimiter=90, extract=91)
+    assert template.build([1, 2, 3], [4], 6) == ([0, 2, 3, 90, 4, 91], True)
+    assert template.build([1, 2, 3], [4], 7) == ([0, 1, 2, 3, 90, 4, 91], False)
+    assert template.build([1, 2, 3], None, 3) == ([0, 3, 91], True)
+    assert template.build([1, 2], [4, 5], 5) == ([0, 90, 4, 5, 91], True)  # nothing of the first part left
+    assert template.build([1], [4, 5, 6], 5) == ([0, 90, 4, 5, 91], True)  # a second part too long alone
+    assert template.build([], [4], 4) == ([0, 90, 4, 91], False)
+    assert template.build([1, 2, 3], [4]) == ([0, 1, 2, 3, 90, 4, 91], False)  # no max_length: nothing is cut
+    with pytest.raises(UserError, match="max_length=3 leaves no room"):
+        template.build([1], [4], 3)
 
 
 def test_cut_examples_are_counted_and_fit_block_size(task_tokenizer, shared_data_dir):
@@ -267,7 +271,8 @@ def test_cut_examples_are_counted_and_fit_block_size(task_tokenizer, shared_data
     examples = encode_examples(boolq, task, tokenizer, tokens, 64, "boolq")
     assert all(len(e["input_ids"]) <= 64 for e in examples) and all(e["cut"] for e in examples)
     question = tokenizer(boolq[0]["question"], add_special_tokens=False)["input_ids"]
-    assert examples[0]["input_ids"][-len(question) - 2:] == [tokens.delimiter, *question, tokens.extract]
+    assert examples[0]["input_ids"][-len(question) - 2:] == [tokens.template.delimiter, *question,
+                                                               tokens.template.extract]
     passage = tokenizer(boolq[0]["passage"], add_special_tokens=False)["input_ids"]
     kept = examples[0]["input_ids"][1:-len(question) - 2]
     assert len(examples[0]["input_ids"]) == 64 and passage[-len(kept):] == kept
@@ -277,6 +282,123 @@ def test_heldout_split_is_seeded_disjoint_and_covers_every_record():
     train, heldout = split_heldout(100, 0.2, 3)
     assert len(heldout) == 20 and sorted(train + heldout) == list(range(100))
     assert split_heldout(100, 0.2, 3) == (train, heldout) and split_heldout(100, 0.2, 4)[1] != heldout
+
+
+# --- the saved tokenizer: GPT-1's template on raw text, cut as fine-tuning cut it ------------------------------
+
+
+def _training_ids(records, task_settings, max_length, base_model_dir):
+    """The input_ids finetune_data builds for `records`, from the pre-trained folder's tokenizer as fine-tuning does."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    task = parse_task_section(task_settings)
+    examples = encode_examples(records, task, tokenizer, add_task_tokens(tokenizer), max_length, "d")
+    return [example["input_ids"] for example in examples]
+
+
+@pytest.fixture(scope="module")
+def saved_tokenizer(finetuned_run):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(finetuned_run / "final")
+
+
+@pytest.mark.parametrize("max_length", [None, 40, 7])
+def test_saved_tokenizer_gives_the_ids_fine_tuning_built_from_raw_text(saved_tokenizer, base_model_dir,
+                                                                       shared_data_dir, max_length):
+    """Real BoolQ passages and questions (pairs and single texts) and PIQA answers, whole and cut to max_length."""
+    boolq = load_labelled_records(str(shared_data_dir / "boolq" / "val.jsonl"))[:6]
+    passages, questions = [r["passage"] for r in boolq], [r["question"] for r in boolq]
+    options = {} if max_length is None else {"truncation": True, "max_length": max_length}
+    limit = max_length or 10_000
+    pair = {"format": "pair", "text_columns": ["passage", "question"], "labels": ["false", "true"]}
+    expected = _training_ids(boolq, pair, limit, base_model_dir)
+    assert saved_tokenizer(passages, questions, **options)["input_ids"] == expected
+    assert [saved_tokenizer(p, q, **options)["input_ids"] for p, q in zip(passages, questions)] == expected
+    single = {"format": "classification", "text_columns": ["question"], "labels": ["false", "true"]}
+    assert saved_tokenizer(questions, **options)["input_ids"] == _training_ids(boolq, single, limit, base_model_dir)
+    piqa = [json.loads(line) for line in (shared_data_dir / "piqa" / "valid.jsonl").read_text().splitlines()[:4]]
+    choice = {"format": "multiple_choice", "text_columns": ["goal"], "choice_columns": ["sol1", "sol2"]}
+    for record, ids in zip(piqa, _training_ids([{**r, "label": 0} for r in piqa], choice, limit, base_model_dir)):
+        assert saved_tokenizer([record["goal"]] * 2, [record["sol1"], record["sol2"]], **options)["input_ids"] == ids
+    extract = saved_tokenizer.convert_tokens_to_ids(EXTRACT_TOKEN)
+    if max_length is not None:
+        assert all(ids[-1] == extract and len(ids) <= max_length for ids in expected)
+
+
+def test_saved_tokenizer_truncation_keeps_the_template_and_cuts_the_first_part_from_its_start(saved_tokenizer):
+    tokenizer = saved_tokenizer
+    start, delimiter, extract = tokenizer.convert_tokens_to_ids(["<|endoftext|>", DELIMITER_TOKEN, EXTRACT_TOKEN])
+    first_text, second_text = "the king rode a horse to the castle by the river", "the queen sang"
+    first = tokenizer(first_text, add_special_tokens=False)["input_ids"]
+    second = tokenizer(second_text, add_special_tokens=False)["input_ids"]
+    assert tokenizer(first_text)["input_ids"] == [start, *first, extract]
+    assert tokenizer(first_text, truncation=True, max_length=5)["input_ids"] == [start, *first[-3:], extract]
+    fits = len(second) + 5  # room for two tokens of the first part
+    assert tokenizer(first_text, second_text, truncation=True, max_length=fits)["input_ids"] == [
+        start, *first[-2:], delimiter, *second, extract]
+    assert tokenizer(first_text, second_text, truncation=True, max_length=5)["input_ids"] == [
+        start, delimiter, *second[:2], extract]  # the second part alone is too long: it keeps its first tokens
+    batch = tokenizer([first_text, "a"], truncation=True, max_length=6, padding=True, return_tensors="pt")
+    assert batch["input_ids"][0].tolist() == [start, *first[-4:], extract]
+    assert batch["input_ids"][1, batch["attention_mask"][1].sum() - 1] == extract
+    with pytest.raises(UserError, match="max_length=2 leaves no room"):
+        tokenizer(first_text, truncation=True, max_length=2)
+
+
+def test_saved_tokenizer_refuses_special_token_text_it_would_read_otherwise_than_training(saved_tokenizer):
+    """The old recipe (the template written into the text) would double the start and extract tokens."""
+    written = f"<|endoftext|>the king{DELIMITER_TOKEN}king{EXTRACT_TOKEN}"
+    with pytest.raises(UserError, match="adds GPT-1's template .* itself.*split_special_tokens=True"):
+        saved_tokenizer(written)
+    assert saved_tokenizer(written, add_special_tokens=False)["input_ids"] == saved_tokenizer("the king", "king")[
+        "input_ids"]
+    as_text = saved_tokenizer(written, split_special_tokens=True)["input_ids"]
+    assert as_text.count(saved_tokenizer.convert_tokens_to_ids(EXTRACT_TOKEN)) == 1  # only the template's
+
+
+def test_text_classification_pipeline_on_raw_text_scores_like_the_head_on_training_ids(finetuned_run, base_model_dir,
+                                                                                       learnable_pairs):
+    from transformers import pipeline
+
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    folder = finetuned_run / "final"
+    model = GPTCustomForSequenceClassification.from_pretrained(folder).eval()
+    classify = pipeline("text-classification", model=str(folder), device="cpu", top_k=None)
+    records = load_labelled_records(str(learnable_pairs))[:3]
+
+    def head_probabilities(ids: list[int]) -> dict[str, float]:
+        with torch.no_grad():
+            probabilities = model(torch.tensor([ids])).logits[0].softmax(-1).tolist()
+        return {model.config.id2label[index]: p for index, p in enumerate(probabilities)}
+
+    def scores(result) -> dict[str, float]:
+        entries = result[0] if isinstance(result[0], list) else result  # a dict input comes back as a batch of one
+        return {entry["label"]: entry["score"] for entry in entries}
+
+    pair_task = {"format": "pair", "text_columns": ["premise", "hypothesis"], "labels": ["no", "yes"]}
+    pairs = _training_ids(records, pair_task, 32, base_model_dir)
+    singles = _training_ids(records, {"format": "classification", "text_columns": ["premise"], "labels": ["no", "yes"]},
+                            5, base_model_dir)
+    for record, pair_ids, single_ids in zip(records, pairs, singles):
+        result = classify({"text": record["premise"], "text_pair": record["hypothesis"]})
+        assert scores(result) == pytest.approx(head_probabilities(pair_ids), abs=1e-6)
+        assert scores(classify(record["premise"], truncation=True, max_length=5)) == pytest.approx(
+            head_probabilities(single_ids), abs=1e-6)
+
+
+def test_pretraining_tokenizer_adds_no_template(base_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    text = "the king <|endoftext|> rode"
+    assert tokenizer(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer(text)["input_ids"] == tokenizer.encode_ids_batch([text], split_special_tokens=False)[0]
+    assert tokenizer.num_special_tokens_to_add(pair=False) == tokenizer.num_special_tokens_to_add(pair=True) == 0
 
 
 # --- the model: embedding, pooling, saved folder ---------------------------------------------------------------
@@ -323,7 +445,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 folder = sys.argv[1]
 tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
-ids = tokenizer("<|endoftext|>the king<|delim|>king<|extract|>", return_tensors="pt")
+ids = tokenizer("the king", "king", return_tensors="pt")
 with torch.no_grad():
     logits = model(**ids).logits[0].tolist()
 print(json.dumps({"class": type(model).__name__, "logits": logits, "ids": ids["input_ids"][0].tolist()}))
@@ -335,7 +457,8 @@ print(json.dumps({"class": type(model).__name__, "logits": logits, "ids": ids["i
     model = GPTCustomForSequenceClassification.from_pretrained(finetuned_run / "final").eval()
     tokenizer = AutoTokenizer.from_pretrained(finetuned_run / "final")
     assert out["class"] == "GPTCustomForSequenceClassification"
-    assert out["ids"] == tokenizer("<|endoftext|>the king<|delim|>king<|extract|>")["input_ids"]
+    assert out["ids"] == tokenizer("<|endoftext|>the king<|delim|>king<|extract|>", add_special_tokens=False)[
+        "input_ids"]
     with torch.no_grad():
         expected = model(torch.tensor([out["ids"]])).logits[0]
     torch.testing.assert_close(torch.tensor(out["logits"]), expected, rtol=0, atol=1e-5)
@@ -390,10 +513,14 @@ def test_an_input_longer_than_block_size_is_cut_keeping_the_extract_token(tmp_pa
     [example] = encode_examples([{"premise": "a b", "hypothesis": long_hypothesis, "label": "no"}], task, tokenizer,
                                 tokens, 32, "d")
     hypothesis = tokenizer(long_hypothesis, add_special_tokens=False)["input_ids"]
-    assert example["cut"] and example["input_ids"] == [tokens.start, tokens.delimiter, *hypothesis[:29], tokens.extract]
+    template = tokens.template
+    assert example["cut"] and example["input_ids"] == [template.start, template.delimiter, *hypothesis[:29],
+                                                       template.extract]
     with pytest.raises(UserError, match="block_size=128 exceeds n_positions=64"):
         finetune(_config(tmp_path, base_model_dir, learnable_pairs, "block_size=128"))
-    _refused(_config(tmp_path, base_model_dir, learnable_pairs, "block_size=2"), "pairs.jsonl row 1: block_size=2 leaves no room")
+    for block_size in (2, 3):  # a pair needs 3 special tokens and one token of text
+        _refused(_config(tmp_path, base_model_dir, learnable_pairs, f"block_size={block_size}"),
+                 f"pairs.jsonl: block_size={block_size} leaves no room")
 
 
 def test_a_head_folder_into_the_wrong_class_is_refused(finetuned_run, tmp_path, base_model_dir, learnable_pairs):

@@ -44,3 +44,19 @@ def test_a_separate_validation_file_leaves_the_whole_dataset_to_the_tokenizer(ma
                          "tokenizer_vocab_size=280", run_name="file_tokenizer")
     vocabulary = _vocabulary(prepare_tokenizer(config))
     assert any("qq" in token for token in vocabulary)  # every document of `dataset` is training text here
+
+
+def test_a_document_that_is_not_text_is_named_with_its_source_and_number(make_config, tmp_path):
+    """A JSONL column of strings with one number loads (as a JSON column); the error names the file and document."""
+    import pytest
+
+    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+
+    rows = [{"text": f"{TRAIN_SPEECH} {i}"} for i in range(30)]
+    rows[19] = {"text": 1999}
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    config = make_config(f"dataset={path}", "tokenizer=null", "tokenizer_vocab_size=280", "val_fraction=0.1",
+                         "val_holdout=tail", run_name="mixed")
+    with pytest.raises(ValueError, match=r"training documents of .*mixed\.jsonl .*document 20 .*int 1999, not text"):
+        prepare_tokenizer(config)

@@ -1,0 +1,93 @@
+"""transformers' `tokenizer(...)` output assembled from token ids made by any engine: the input read as texts or
+pairs, truncation and padding as the `tokenizers` backend does them, masks, and the backend's Encoding objects made
+only when asked for. Used by tokenization_gpt_custom.py; shipped with it as remote code.
+"""
+
+from __future__ import annotations
+
+from transformers import BatchEncoding, PreTrainedTokenizerFast
+from transformers.utils import PaddingStrategy
+
+
+class BatchEncodingWithLazyEncodings(BatchEncoding):
+    """A BatchEncoding whose `tokenizers` Encoding objects are made by `make_encodings` on first use: the ids came
+    from another engine, and most callers never read `.tokens()`, `.word_ids()` or `batch[0]`."""
+
+    def __init__(self, data: dict, make_encodings, tensor_type, n_sequences: int):
+        self._make_encodings = make_encodings
+        super().__init__(data, tensor_type=tensor_type, n_sequences=n_sequences)
+
+    @property
+    def _encodings(self):
+        if self._make_encodings is not None:
+            self._made_encodings, self._make_encodings = self._make_encodings(), None
+        return self._made_encodings
+
+    @_encodings.setter
+    def _encodings(self, encodings) -> None:  # BatchEncoding's __init__ and __setstate__ assign it
+        self._made_encodings = encodings
+        if encodings is not None:
+            self._make_encodings = None
+
+    def __reduce__(self):  # pickled and copied as the plain BatchEncoding transformers would have returned
+        return BatchEncoding, (self.data, self._encodings, None, False, self._n_sequences)
+
+
+def backend_encodings(tokenizer: PreTrainedTokenizerFast, text, text_pair, options: dict, truncation_side: str):
+    """The Encoding objects of transformers' own `_encode_plus` on the `tokenizers` backend, with the settings of the
+    call whose ids were made elsewhere (`options` and `truncation_side` as they were then)."""
+    current_side, tokenizer.truncation_side = tokenizer.truncation_side, truncation_side
+    try:
+        return PreTrainedTokenizerFast._encode_plus(tokenizer, text, text_pair, **options).encodings
+    finally:
+        tokenizer.truncation_side = current_side
+
+
+def as_text_batch(text, text_pair) -> tuple[list[str], list[str] | None, bool] | None:
+    """(first texts, second texts or None, is_batched) for text and text pairs, as transformers reads them; None for
+    any other input (pre-split words, an empty batch, mismatched pairs), which transformers' own path handles."""
+    if isinstance(text, str):
+        if not text_pair:  # transformers reads tokenizer("a", "") as no pair
+            return [text], None, False
+        return ([text], [text_pair], False) if isinstance(text_pair, str) else None
+    if not isinstance(text, (list, tuple)) or not text:
+        return None
+    if text_pair is None:
+        if all(isinstance(item, str) for item in text):
+            return list(text), None, True
+        if all(isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(part, str) for part in item)
+               for item in text):  # a batch of (text, pair) items
+            return [first for first, _ in text], [second for _, second in text], True
+        return None
+    if isinstance(text_pair, (list, tuple)) and len(text_pair) == len(text) and all(
+            isinstance(item, str) for item in (*text, *text_pair)):
+        return list(text), list(text_pair), True
+    return None
+
+
+def cut_to_length(ids: list[int], max_length: int, side: str) -> list[int]:
+    """The backend's truncation of one sequence to max_length tokens from `side`."""
+    if len(ids) <= max_length:
+        return ids
+    return ids[:max_length] if side == "right" else ids[len(ids) - max_length:]
+
+
+def pad_rows(rows: list[list[int]], strategy: PaddingStrategy, max_length: int | None, multiple: int | None,
+             side: str, pad_id: int | None) -> tuple[list[list[int]], list[list[int]]]:
+    """(padded rows, attention masks) as the backend pads: to the longest row or max_length, rounded up to a multiple
+    of `multiple`; a row already as long stays as it is."""
+    if strategy == PaddingStrategy.DO_NOT_PAD:
+        return rows, [[1] * len(row) for row in rows]
+    target = max(map(len, rows)) if strategy == PaddingStrategy.LONGEST else max_length
+    if multiple and target % multiple:
+        target += multiple - target % multiple
+    padded, masks = [], []
+    for row in rows:
+        n_pad = max(target - len(row), 0)
+        if side == "right":
+            padded.append(row + [pad_id] * n_pad)
+            masks.append([1] * len(row) + [0] * n_pad)
+        else:
+            padded.append([pad_id] * n_pad + row)
+            masks.append([0] * n_pad + [1] * len(row))
+    return padded, masks
