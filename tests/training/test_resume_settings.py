@@ -195,4 +195,10 @@ def test_the_main_jobs_evaluation_runs_on_the_gpu_when_training_did(tmp_path, mo
         monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
         config = load_train_config(smoke, [f"out_dir={tmp_path}", "benchmark_tasks=[copa]", f"cpu={cpu_setting}"])
         run_module._stage_eval(config, tmp_path, {})
-    assert devices == ["cuda", "cpu", "cpu"]
+    # None lets eval choose (CUDA when present: tests/eval/test_eval_command.py); a run forced onto the CPU stays there.
+    assert devices == [None, None, "cpu"]
+    from hf_gpt_custom.eval.runner import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert str(resolve_device(None)).startswith("cuda")

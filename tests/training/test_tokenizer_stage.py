@@ -50,7 +50,7 @@ def test_a_document_that_is_not_text_is_named_with_its_source_and_number(make_co
     """A JSONL column of strings with one number loads (as a JSON column); the error names the file and document."""
     import pytest
 
-    from hf_gpt_custom.training.tokenizer_stage import prepare_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
 
     rows = [{"text": f"{TRAIN_SPEECH} {i}"} for i in range(30)]
     rows[19] = {"text": 1999}
