@@ -2,11 +2,12 @@
 
 Importing this package registers the config, the models and the tokenizer with transformers' Auto classes (and
 marks them for `auto_map`, so a folder written by `save_pretrained` loads with `trust_remote_code=True` anywhere),
-and gives PEFT default LoRA targets for `gpt_custom`. It does so without importing torch or transformers itself:
-those take 5-12 s to import, which the console script (`hf-gpt-custom --help`) and the light modules (errors,
-model_folder, hub, run) must not pay. The public classes load on first use (PEP 562 `__getattr__`), and the
-registration runs as soon as transformers is imported — at once if it already is, otherwise right after its
-package finishes loading (`_after_import` below). `register_auto_classes()` does it explicitly.
+and gives PEFT default LoRA targets for `gpt_custom`. It does so without importing torch or transformers itself,
+which would cost the console script (`hf-gpt-custom --help`, a config error) seconds. The public classes load on
+first use (PEP 562 `__getattr__`). Registration needs transformers, so it runs when transformers is imported: at once
+if it already is, otherwise right after its package finishes loading. Python has no post-import callback, so that one
+case is an import hook (`_AfterImport`); tests/hf_gpt_custom/test_package_import.py shows each import order it serves.
+`register_auto_classes()` registers explicitly.
 """
 
 from __future__ import annotations

@@ -31,9 +31,8 @@ TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
 # split of tiny Shakespeare, the way results on it are usually quoted).
 VAL_HOLDOUT_CHOICES = ("random", "tail")
 
-# Peak dense FLOP/s used for the MFU estimate when `peak_flops` is not set. Measured on this project's 2-core CPU
-# with a large matmul on both cores: fp32 ~420 GFLOP/s in oneDNN, which our linear layers call (MKL, torch.mm's
-# fp32 library, reaches ~190), bf16 ~860 GFLOP/s. Set `peak_flops` for your own hardware.
+# Peak dense FLOP/s used for the MFU estimate on a CPU when `peak_flops` is not set: a large matmul on the 2-core CPU
+# this project is developed on (GPUs use their datasheet peak, training/devices.py). Set `peak_flops` for your own.
 DEFAULT_PEAK_FLOPS = {"no": 420e9, "bf16": 860e9, "fp16": 860e9}
 
 

@@ -70,9 +70,8 @@ def peak_bf16_flops(device_name: str) -> float | None:
 def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
     """Warn (and return True) when bf16 autocast would run on a CPU without bf16 matmul units (no AVX512-BF16/AMX).
 
-    There bf16 matmuls are emulated: measured on an AMD EPYC family 25 model 1 (AVX2 only), 1 thread, the small
-    model's training shapes ran at 9-10 GFLOP/s in bf16 against 66-89 in fp32 (benchmarks/results/bf16_threads1.json),
-    so a bf16 run is several times slower than fp32 with nothing gained.
+    There bf16 matmuls are emulated and run several times slower than fp32, with nothing gained
+    (benchmarks/results/bf16_threads1.json).
     """
     import torch
 
