@@ -217,10 +217,20 @@ def machine_info(threads: int) -> dict:
         "logical_cpus": os.cpu_count(),
         "threads": threads,
         "torch": torch.__version__,
+        "transformers": _version("transformers"),
         "python": platform.python_version(),
         "time_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "load_average": load_average(),
     }
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 def load_average() -> list[float]:

@@ -521,10 +521,12 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             hidden_states = hidden_states[:, -logits_to_keep:, :]  # -0: keeps every position
         else:
             hidden_states = hidden_states[:, logits_to_keep, :]
-        # With pad_vocab_size_to_multiple_of the head has padded rows (nanoGPT's 50257 -> 50304 keeps the matmul on
-        # efficient sizes); their columns are cut, so `logits.shape[-1] == vocab_size` as every consumer assumes
-        # (the loss, generate's processors, lm-eval) and a padded id is never sampled. Unpadded: no copy.
-        logits = self.lm_head(hidden_states)[..., : self.config.vocab_size].contiguous()  # (batch, seq, vocab)
+        logits = self.lm_head(hidden_states)  # (batch, seq, padded_vocab_size)
+        if self.config.padded_vocab_size != self.config.vocab_size:
+            # pad_vocab_size_to_multiple_of gave the head padded rows (nanoGPT's 50257 -> 50304 keeps the matmul on
+            # efficient sizes); their columns are cut, so `logits.shape[-1] == vocab_size` as every consumer assumes
+            # (the loss, generate's processors, lm-eval) and a padded id is never sampled.
+            logits = logits[..., : self.config.vocab_size].contiguous()
 
         loss = None
         if labels is not None:
