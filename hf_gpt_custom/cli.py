@@ -48,7 +48,7 @@ def _add_tokenizer(subparsers) -> None:
     parser = subparsers.add_parser("tokenizer", help="train a byte-level BPE tokenizer")
     tokenizer_sub = parser.add_subparsers(dest="tokenizer_command", required=True)
     train = tokenizer_sub.add_parser("train", help="train a tokenizer on text files or a datasets dataset")
-    train.add_argument("inputs", nargs="+", help="text files / folders (.txt, .jsonl, .json, .parquet) or a Hub dataset name")
+    train.add_argument("inputs", nargs="+", help="text files / folders (.txt .text .raw .jsonl .json .parquet .csv) or a Hub dataset name")
     train.add_argument("--out", required=True, help="output folder that AutoTokenizer.from_pretrained loads")
     train.add_argument("--vocab-size", type=int, default=8192, help="target vocabulary size incl. 256 bytes and specials (default: 8192)")
     train.add_argument("--min-frequency", type=int, default=2, help="minimum pair count to merge (default: 2)")
@@ -223,7 +223,7 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--out", required=True, help="output folder for results.json, table.md, examples.jsonl, PNG")
     parser.add_argument("--protocol", choices=["ours", "lm-eval"], default="ours",
                         help="'lm-eval' scores K > 0 exactly as lm-evaluation-harness does: its target delimiters, all "
-                             "K examples kept and the prompt cut from the left (default: ours; see README)")
+                             "K examples kept and the prompt cut from the left (default: ours; see docs/evaluation.md)")
     parser.set_defaults(func=_cmd_eval)
 
 

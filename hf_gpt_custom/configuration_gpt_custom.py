@@ -127,7 +127,7 @@ class GPTCustomConfig(PretrainedConfig):
     eos_token_id: int | list[int] | None = 50256
     pad_token_id: int | None = None
     tie_word_embeddings: bool = True  # False: a separate lm_head (LLaMA)
-    # Block variants (README "Model family" table). Defaults are GPT-2's block.
+    # Block variants (docs/model.md, "Block variants"). Defaults are GPT-2's block.
     position_embedding_type: str = "learned"  # "learned" (GPT-2), "sinusoidal" (Transformer), "rope" (LLaMA)
     rope_theta: float = 10000.0  # RoPE base; read only with position_embedding_type="rope"
     norm_position: str = "pre"  # "pre": x + f(norm(x)), final ln_f (GPT-2/3); "post": norm(x + f(x)), no ln_f (GPT-1)
