@@ -121,7 +121,7 @@ def measure_peak(quick: bool = False) -> float:
 def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float,
                dropouts: tuple[float | None, ...] = (None,)) -> list[dict]:
     """Every mode at every dropout (None: the size's own, GPT-2's 0.1). With dropout, torch's CPU sdpa leaves its
-    flash kernel for the textbook arithmetic and draws a Bernoulli mask; ours draws `rand >= p` (dropout.py)."""
+    flash kernel for the textbook arithmetic and draws a Bernoulli mask, in both models alike."""
     size = SIZES[size_name]
     batch, seq_len = BATCH_SHAPES[size_name]
     tokens = batch * seq_len

@@ -106,7 +106,7 @@ def _acquire(run_dir: Path):
         who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (started {holder.get('started', '?')})"
         raise UserError(
             f"the run folder {run_dir} is in use by {who}; wait for it to finish, or stop it (kill "
-            f"{holder.get('pid', '<pid>')}) and resume with --resume_from_checkpoint latest, or give this run another "
+            f"{holder.get('pid', '<pid>')}) and run the same command again to resume, or give this run another "
             f"run_name/out_dir"
         ) from err
     except OSError as err:  # e.g. ENOLCK: a network filesystem without lock support

@@ -113,8 +113,8 @@ def test_logits_to_keep_returns_only_the_last_positions(model):
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_gradient_checkpointing_gives_the_same_gradients(tiny_config, dropout):
-    """With dropout the recomputed forward must draw the same masks (dropout.py's come from the seeded generator,
-    whose state checkpointing restores)."""
+    """With dropout the recomputed forward must draw the same masks (they come from the seeded generator, whose
+    state checkpointing restores)."""
     tiny_config.embd_pdrop = tiny_config.resid_pdrop = tiny_config.attn_pdrop = dropout
     input_ids = torch.randint(0, 99, (2, 16))
     grads = []

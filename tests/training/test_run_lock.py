@@ -46,7 +46,7 @@ def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder_then_take
     holder = _hold_lock_in_another_process(config.run_dir)
     try:
         with pytest.raises(UserError, match=rf"the run folder {config.run_dir} is in use by process {holder.pid} on "
-                                            rf"{socket.gethostname()} .*stop it \(kill {holder.pid}\) and resume"):
+                                            rf"{socket.gethostname()} .*stop it \(kill {holder.pid}\) and run the same command again to resume"):
             train(config)
         assert not (config.run_dir / "config.yaml").exists()  # stopped before writing anything
     finally:
