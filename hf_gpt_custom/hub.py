@@ -18,7 +18,8 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from .errors import MissingFileError, UserError
-from .model_folder import check_manifest, is_hub_repo_id, saved_task_head_class, write_manifest
+from .manifest import check_manifest, write_manifest
+from .model_folder import is_hub_repo_id, saved_task_head_class
 
 # Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
 _LOAD_TIME_KEYS = ("is_local", "local_files_only")
@@ -202,7 +203,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
 
     Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
     that no longer matches the folder's manifest (the card and other documentation may be edited, see
-    model_folder.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
+    manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
     and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
     directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
     `local_files_only`)."""

@@ -39,7 +39,7 @@ from .block_variants import (
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import read_config_dict
 from .errors import UserError
-from .model_folder import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
+from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)

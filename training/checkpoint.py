@@ -6,7 +6,7 @@ last, listing every file with its size and sha256. It is written as step_NNNNNN.
 folder named step_NNNNNN without a verifying manifest was damaged afterwards: it is refused, never deleted here.
 The folder holds one linear history: a run that starts over or resumes from an older step first moves the other
 history's checkpoints into an abandoned_* folder, so rotation and "latest" only ever see the branch being trained.
-The manifest helpers live in hf_gpt_custom.model_folder (one format for checkpoints and model folders).
+The manifest helpers live in hf_gpt_custom.manifest (one format for checkpoints and model folders).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hf_gpt_custom.errors import MissingFileError, UserError
 # sha256_file is re-exported: data.py hashes the cache key's files with it
-from hf_gpt_custom.model_folder import MANIFEST_NAME, verify_manifest, write_manifest
+from hf_gpt_custom.manifest import MANIFEST_NAME, verify_manifest, write_manifest
 
 logger = logging.getLogger(__name__)
 

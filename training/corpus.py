@@ -212,7 +212,7 @@ def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exceptio
 
 def shared_corpus_file(dataset: str, val_dataset: str) -> str | None:
     """How the validation files overlap the training files (the same file, or one with the same bytes), or None."""
-    from hf_gpt_custom.model_folder import sha256_file
+    from hf_gpt_custom.manifest import sha256_file
 
     try:
         train_files, val_files = list_corpus_files(dataset), list_corpus_files(val_dataset)

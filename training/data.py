@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.model_folder import sha256_file
+from hf_gpt_custom.manifest import sha256_file
 from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import list_local_files, load_text_dataset

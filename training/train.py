@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.model_folder import check_model_folder, write_manifest
+from hf_gpt_custom.manifest import write_manifest
+from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.training.checkpoint import (
     TrainingState, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
     set_aside_other_histories, unwrapped_state_dict, write_errors_named,

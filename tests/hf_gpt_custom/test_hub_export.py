@@ -32,7 +32,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert files == sorted([
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
-        "block_variants.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py", "model_folder.py",
+        "block_variants.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py", "manifest.py",
         "tiktoken_engine.py", "transformers_compat.py", "batch_output.py", "byte_level.py", "task_template.py",  # relative imports
         "auto_classes.py", "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # what auto_classes names
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
@@ -388,7 +388,7 @@ def test_an_edited_card_is_accepted_and_an_edited_config_refused_by_every_reader
 
 
 def test_a_bit_flip_is_refused_where_the_package_is_not_installed(exported, tmp_path, python_without_project):
-    """The exported remote code verifies the manifest itself (model_folder.py ships beside the modeling file)."""
+    """The exported remote code verifies the manifest itself (manifest.py ships beside the modeling file)."""
     import shutil
 
     _, out_dir = exported

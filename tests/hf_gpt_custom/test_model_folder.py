@@ -8,7 +8,8 @@ from safetensors.torch import load_file, save_file
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.model_folder import load_model_folder, verify_manifest, write_manifest
+from hf_gpt_custom.manifest import verify_manifest, write_manifest
+from hf_gpt_custom.model_folder import load_model_folder
 
 
 @pytest.fixture
@@ -154,13 +155,13 @@ def test_a_head_folder_missing_its_own_head_weight_is_refused(saved, tmp_path):
 def test_each_file_is_hashed_once_per_process_until_it_changes(saved, monkeypatch):
     """check_model_folder and from_pretrained both verify: a 500 MB file is not hashed twice per load, nor again on
     the next load; any write (new mtime/ctime, or a new inode) makes the next load hash it again."""
-    from hf_gpt_custom import model_folder
+    from hf_gpt_custom import manifest
 
     _, folder = saved
     write_manifest(folder)
     hashed = []
-    original = model_folder.sha256_file
-    monkeypatch.setattr(model_folder, "sha256_file", lambda path: hashed.append(Path(path).name) or original(path))
+    original = manifest.sha256_file
+    monkeypatch.setattr(manifest, "sha256_file", lambda path: hashed.append(Path(path).name) or original(path))
     load_model_folder(folder)
     load_model_folder(folder)
     GPTCustomForCausalLM.from_pretrained(folder)
@@ -174,7 +175,7 @@ def test_each_file_is_hashed_once_per_process_until_it_changes(saved, monkeypatc
 def test_the_manifest_leaves_documentation_editable_and_protects_the_rest(saved):
     """The model card is edited before a push as a matter of course: README.md, plots and the run's records are not
     in the manifest; weights, config, code and tokenizer files are."""
-    from hf_gpt_custom.model_folder import is_documentation
+    from hf_gpt_custom.manifest import is_documentation
 
     _, folder = saved
     (folder / "README.md").write_text("---\nlicense: mit\n---\n# card\n")

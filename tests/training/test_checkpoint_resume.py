@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 import hf_gpt_custom.training.checkpoint as checkpoint
 import hf_gpt_custom.training.loop as loop_module
-from hf_gpt_custom import model_folder
+from hf_gpt_custom import manifest
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.checkpoint import (
     check_random_states, find_checkpoint, list_checkpoints, read_training_state, verify_checkpoint,
@@ -323,7 +323,7 @@ def test_resume_refuses_a_random_state_file_it_cannot_load(run_with_checkpoints)
     latest = run_dir / "checkpoints" / "step_000008"
     # a pickle torch.load(weights_only=True) refuses, as it refuses one from another numpy/torch version
     (latest / "random_states_0.pkl").write_bytes(pickle.dumps({"random_state": datetime.date(2026, 1, 1)}))
-    model_folder.write_manifest(latest, step=8)  # the checkpoint itself verifies: only the RNG file is unusable
+    manifest.write_manifest(latest, step=8)  # the checkpoint itself verifies: only the RNG file is unusable
     config.resume_from_checkpoint = "latest"
     with pytest.raises(UserError, match=r"cannot load the random state .*random_states_0\.pkl .*would not continue "
                                         r"exactly"):
@@ -345,14 +345,14 @@ def test_a_random_state_without_the_generators_accelerate_restores_is_refused(tm
         check_random_states(tmp_path, rank=0, num_processes=1)
 
 
-def test_checkpoint_manifest_has_one_home_in_model_folder(run_with_checkpoints):
+def test_checkpoint_manifest_has_one_home_in_manifest_py(run_with_checkpoints):
     _, run_dir = run_with_checkpoints
     folder = run_dir / "checkpoints" / "step_000008"
-    manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["format"] == 1 and manifest["step"] == 8
+    written = json.loads((folder / "manifest.json").read_text())
+    assert written["format"] == 1 and written["step"] == 8
     expected_files = {"training_state.json", "model.safetensors", "optimizer.bin", "random_states_0.pkl"}
-    assert expected_files <= manifest["files"].keys()
-    assert manifest["files"]["model.safetensors"]["sha256"] == model_folder.sha256_file(folder / "model.safetensors")
-    assert model_folder.verify_manifest(folder) is None
+    assert expected_files <= written["files"].keys()
+    assert written["files"]["model.safetensors"]["sha256"] == manifest.sha256_file(folder / "model.safetensors")
+    assert manifest.verify_manifest(folder) is None
     for name in ("sha256_file", "write_manifest", "verify_manifest"):  # none of its own (sha256_file: not needed)
-        assert getattr(checkpoint, name, getattr(model_folder, name)) is getattr(model_folder, name), name
+        assert getattr(checkpoint, name, getattr(manifest, name)) is getattr(manifest, name), name

@@ -23,7 +23,7 @@ WORDS = "the king queen sword horse castle river night lord lady music bread fir
 def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
     """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions) with its tokenizer."""
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-    from hf_gpt_custom.model_folder import write_manifest
+    from hf_gpt_custom.manifest import write_manifest
     from hf_gpt_custom.training.workload import tokenizer_for_model
 
     folder = tmp_path_factory.mktemp("base") / "final"

@@ -63,7 +63,8 @@ def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
 
 
 def test_final_folder_has_a_manifest_and_a_tokenizer_ready_for_batched_generation(trained_run):
-    from hf_gpt_custom.model_folder import load_model_folder, verify_manifest
+    from hf_gpt_custom.manifest import verify_manifest
+    from hf_gpt_custom.model_folder import load_model_folder
     from transformers import AutoTokenizer
 
     _, run_dir = trained_run

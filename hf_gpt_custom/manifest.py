@@ -1,0 +1,137 @@
+"""A model folder's manifest: the size and sha256 of every file but the documentation, written by training (into
+each checkpoint and final/) and by export, and checked by every reader — our classes' `from_pretrained` (through
+`from_pretrained_checked`, which also refuses a tensor missing from the file), eval, finetune, export and push.
+Shipped as remote code beside the modeling file: imports only the standard library and siblings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .errors import UserError
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+
+# What a user may edit after the folder is written (the model card before a push, plots, the run's records): the
+# manifest protects everything else — weights, config, code, tokenizer, generation settings, trainer state.
+DOCUMENTATION_SUFFIXES = (".md", ".png")
+DOCUMENTATION_FILES = ("training_summary.json",)
+DOCUMENTATION_FOLDERS = ("eval/",)
+
+# sha256 already checked in this process, by absolute path: (file identity, sha256). The identity (device, inode,
+# size, mtime, ctime) changes with any write or replacement, so a file is hashed once per process rather than on every
+# load: hashing reads the whole file, which costs more than a warm from_pretrained of it.
+_VERIFIED_SHA256: dict[str, tuple[tuple[int, ...], str]] = {}
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def is_documentation(name: str) -> bool:
+    """True for a file (path relative to its folder, "/"-separated) that the manifest leaves to the user to edit."""
+    return name.endswith(DOCUMENTATION_SUFFIXES) or name in DOCUMENTATION_FILES or name.startswith(DOCUMENTATION_FOLDERS)
+
+
+def write_manifest(folder: str | os.PathLike, **fields) -> Path:
+    """Write folder/manifest.json listing the size and sha256 of every other file but the documentation (written
+    last, atomically)."""
+    folder = Path(folder)
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME):
+        name = path.relative_to(folder).as_posix()
+        if path.name.endswith(".partial") or is_documentation(name):
+            continue
+        files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    manifest = {"format": MANIFEST_FORMAT, **fields, "files": files}
+    partial = folder / f"{MANIFEST_NAME}.partial"
+    partial.write_text(json.dumps(manifest, indent=2))
+    os.replace(partial, folder / MANIFEST_NAME)
+    return folder / MANIFEST_NAME
+
+
+def verify_manifest(folder: str | os.PathLike, quick: bool = False) -> str | None:
+    """None when every file folder/manifest.json lists (documentation aside) is present with its size and (unless
+    `quick`) its sha256; otherwise a sentence saying what is wrong. Without a manifest: "it has no manifest.json"."""
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST_NAME
+    if not manifest_path.is_file():
+        return f"it has no {MANIFEST_NAME}"
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        return f"its {MANIFEST_NAME} is unreadable ({err})"
+    for name, expected in files.items():
+        if is_documentation(name):  # listed by manifests written before the card became editable
+            continue
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != expected["size"]:
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {expected['size']}"
+        if not quick and not _has_sha256(path, expected["sha256"]):
+            return f"{name} does not match its sha256 in the manifest (the file changed or is corrupt)"
+    return None
+
+
+def check_manifest(folder: str | os.PathLike) -> None:
+    """Raise a UserError naming the damaged file when `folder` has a manifest that it does not match."""
+    if (Path(folder) / MANIFEST_NAME).is_file() and (problem := verify_manifest(folder)) is not None:
+        raise UserError(f"{folder} is damaged: {problem}; save, copy or export it again")
+
+
+def _has_sha256(path: Path, sha256: str) -> bool:
+    status = path.stat()
+    identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+    key = str(path.resolve())
+    if _VERIFIED_SHA256.get(key) == (identity, sha256):
+        return True
+    if sha256_file(path) != sha256:
+        return False
+    _VERIFIED_SHA256[key] = (identity, sha256)
+    return True
+
+
+def from_pretrained_checked(from_pretrained, path, *model_args, **kwargs):
+    """`from_pretrained(path, ...)` for our model classes, with the checks transformers leaves out: a local folder
+    with a manifest must match it, and a tensor missing from the file is an error, not a random initialisation.
+
+    One exception, as in transformers: a task head loaded from a folder another class saved (a causal LM folder into
+    ...ForSequenceClassification) gets its new head weights initialised; its body must still be complete."""
+    if path is not None and (folder := Path(path) / (kwargs.get("subfolder") or "")).is_dir():  # None: weights given
+        check_manifest(folder)
+    wants_info = kwargs.pop("output_loading_info", False)
+    model, info = from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
+    same_class = type(model).__name__ in (getattr(model.config, "architectures", None) or ())
+    raise_if_incomplete(path, model, info, whole_model=same_class)
+    return (model, info) if wants_info else model
+
+
+def raise_if_incomplete(folder, model, info: dict, whole_model: bool) -> None:
+    """UserError when loading left a weight of `model` uninitialised or of the wrong shape. With whole_model=False
+    only the body counts (the weights under base_model_prefix; all of them for a base model)."""
+    tied = set(getattr(model, "_tied_weights_keys", None) or {}) if model.config.tie_word_embeddings else set()
+    missing = [key for key in info.get("missing_keys", ()) if key not in tied]
+    if not whole_model and getattr(model, "base_model", model) is not model:
+        missing = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
+    mismatched = [str(item) for item in info.get("mismatched_keys", ())]
+    if missing or mismatched:
+        detail = ", ".join([*sorted(missing)[:5], *mismatched[:5]])
+        raise UserError(
+            f"{folder} does not hold every weight of its config: missing {len(missing)}, wrong shape "
+            f"{len(mismatched)} ({detail}); the file is from another architecture or incomplete — save it again"
+        )
+
+
+__all__ = [
+    "MANIFEST_NAME", "check_manifest", "from_pretrained_checked", "is_documentation", "raise_if_incomplete",
+    "sha256_file", "verify_manifest", "write_manifest",
+]
