@@ -1,10 +1,12 @@
-"""The one place that knows what transformers calls the KV cache: `past_key_values` up to 5.23, `cache` from 5.24.
+"""What transformers calls the KV cache, for the model's calls: `past_key_values` up to 5.23, `cache` from 5.24.
 
 transformers 5.24 renamed the argument in model forward signatures, model outputs, `create_causal_mask` and
 `prepare_inputs_for_generation`, and `generate` now hands the cache to the model as `cache=`. Our model keeps
 `past_key_values` as its own argument name (what every transformers release before 5.24 and most user code pass)
 and accepts `cache` too; outputs and mask calls use whichever name the installed transformers declares, so neither
-version logs a deprecation warning. Ships with the model as remote code: imports only transformers.
+version logs a deprecation warning. Two lists of key names spell out both names themselves: the config's
+`keys_to_ignore_at_inference` and the model's `_skip_keys_device_placement`. Ships with the model as remote code:
+imports only transformers.
 """
 
 from __future__ import annotations
