@@ -89,3 +89,35 @@ def test_no_code_imports_the_repo_root_folders_by_their_folder_names():
                  for path in sorted((REPO_ROOT / folder).rglob("*.py"))
                  for match in pattern.finditer(path.read_text(encoding="utf-8"))]
     assert offenders == [], "import hf_gpt_custom.<package> instead:\n" + "\n".join(offenders)
+
+
+def _sibling_imports(path: Path) -> set[str]:
+    """Modules of the package `path` imports relatively, at the top or inside a function (TYPE_CHECKING blocks
+    aside: they never run; transformers reads them only to ship the files)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    never_run = {id(node) for block in ast.walk(tree)
+                 if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+                 for node in ast.walk(block)}
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and id(node) not in never_run:
+            imported |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
+    return imported
+
+
+def test_the_package_modules_import_each_other_without_a_circle():
+    """Issue 24.5: modeling <-> heads <-> converters and modeling <-> model_folder were held together by imports
+    inside functions. Every import counts here, wherever it is written."""
+    package = REPO_ROOT / "hf_gpt_custom"
+    modules = {path.stem for path in package.glob("*.py")}
+    imports = {name: _sibling_imports(package / f"{name}.py") & modules for name in modules}
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(imports[module]):
+            assert imported not in path, f"import circle: {' -> '.join([*path, imported])}"
+            visit(imported, [*path, imported])
+
+    for module in sorted(modules):
+        visit(module, [module])
