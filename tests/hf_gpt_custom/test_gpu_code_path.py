@@ -20,7 +20,10 @@ BLOCKS = {
     "transformer-decoder": {"position_embedding_type": "sinusoidal", "norm_position": "post",
                             "activation_function": "relu"},
 }
-HOST_READS = {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::equal"}
+# Ops that read back to the host on a GPU: a scalar's value, or an output whose size depends on the data (boolean
+# indexing runs nonzero; on the CPU it needs no sync, so only its name shows it).
+HOST_READS = {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::equal", "aten::nonzero",
+              "aten::masked_select"}
 
 
 class CountHostReads(TorchDispatchMode):
@@ -29,9 +32,17 @@ class CountHostReads(TorchDispatchMode):
         self.reads: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._schema.name in HOST_READS:
+        if func._schema.name in HOST_READS or _indexes_with_a_boolean_mask(func, args):
             self.reads.append(func._schema.name)
         return func(*args, **(kwargs or {}))
+
+
+def _indexes_with_a_boolean_mask(func, args) -> bool:
+    """`t[mask]`: its output size is the mask's count, which a GPU must send to the host (the CPU kernel finds it
+    without a dispatched op, so the call itself is what is counted)."""
+    if func._schema.name != "aten::index" or len(args) < 2:
+        return False
+    return any(isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in args[1])
 
 
 def _model(block: str, dropout: float = 0.1) -> GPTCustomForCausalLM:
@@ -93,3 +104,23 @@ def _compiled_training_step(block: str):
 def test_forward_loss_and_backward_compile_into_one_graph(block):
     torch._dynamo.reset()
     _compiled_training_step(block)
+
+
+@pytest.mark.parametrize("lm_loss_weight", [0.0, 0.5])
+def test_a_fine_tuning_step_of_a_classifier_on_the_gpu_code_path_reads_nothing_back(lm_loss_weight, monkeypatch):
+    """The head's label check and pooling, and GPT-1's auxiliary LM loss, stay on the device too. (No attention_mask:
+    given one, transformers' own sdpa mask builder reads it back to see whether it may skip it, for every
+    transformers model alike; the head finds padding from pad_token_id.)"""
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    torch.manual_seed(0)
+    config = GPTCustomConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, num_labels=3,
+                             pad_token_id=0)
+    model = GPTCustomForSequenceClassification(config).train()
+    input_ids = torch.randint(1, 99, (2, 16))
+    input_ids[0, -4:] = 0
+    with CountHostReads() as counter:
+        loss = model(input_ids=input_ids, labels=torch.tensor([2, 0]), lm_loss_weight=lm_loss_weight).loss
+        loss.backward()
+    assert counter.reads == []
