@@ -1,10 +1,12 @@
-"""GPTCustomConfig: the architecture of a GPT-family model, its presets and its parameter count.
+"""GPTCustomConfig: the architecture of a GPT-family model, its fields, presets and parameter count.
 
 Field names are GPT-2's (`n_embd`, `n_layer`, ...) because checkpoints use them; `attribute_map` exposes the generic
 names (`hidden_size`, `num_key_value_heads`, `rms_norm_eps`, ...) that generation and other libraries read. The block
 variants (GPT-1's post-LayerNorm, the original Transformer's sinusoidal positions, LLaMA's RoPE/RMSNorm/SwiGLU/no
-biases, grouped-query attention) are plain fields here, validated on construction. Only architecture lives here:
-training settings are in training/config.py. Ships as remote code: imports only transformers and errors.py.
+biases, grouped-query attention) are plain fields here, checked on construction by the rules in architecture.py
+(which also holds PRESETS: both are plain Python there, so the CLI checks a training config's `model:` section
+without importing transformers). Only architecture lives here: training settings are in training/config.py. Ships as
+remote code: imports only transformers, architecture.py and errors.py.
 """
 
 from __future__ import annotations
@@ -12,86 +14,11 @@ from __future__ import annotations
 import math
 
 from transformers import PretrainedConfig
+from .architecture import (
+    ACTIVATIONS, MLP_TYPES, NORM_POSITIONS, NORM_TYPES, POSITION_EMBEDDING_TYPES, PRESETS, check_architecture,
+    swiglu_inner_dim,
+)
 from .errors import UserError, did_you_mean
-
-# GELU variants by transformers' names. "gelu_new" is GPT-2's tanh approximation; we compute it with PyTorch's fused
-# kernel (same formula, one op instead of five). "gelu" is the exact erf form.
-ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
-# The block variants, each a choice of one field (the first value of each is GPT-2's, the default).
-POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rope")
-NORM_POSITIONS = ("pre", "post")
-NORM_TYPES = ("layernorm", "rmsnorm")
-MLP_TYPES = ("standard", "swiglu")
-
-# LLaMA's settings shared by the LLaMA-shaped presets (Touvron et al. 2023, section 2.2): pre-RMSNorm (eps 1e-6),
-# SwiGLU, rotary positions (theta 10,000), no biases, an untied output head, no dropout; tokenizer bos 1, eos 2.
-_LLAMA = {"position_embedding_type": "rope", "norm_type": "rmsnorm", "layer_norm_epsilon": 1e-6,
-          "mlp_type": "swiglu", "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-          "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": 1, "eos_token_id": 2}
-
-# Constructing a preset allocates no weights. The GPT-2/GPT-3 rows use the default (GPT-2) block.
-PRESETS: dict[str, dict] = {
-    # GPT-2 (Radford et al. 2019), vocabulary 50257, context 1024.
-    "gpt2": {"n_layer": 12, "n_head": 12, "n_embd": 768},  # 124,439,808 parameters
-    "gpt2-medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024},
-    "gpt2-large": {"n_layer": 36, "n_head": 20, "n_embd": 1280},
-    "gpt2-xl": {"n_layer": 48, "n_head": 25, "n_embd": 1600},
-    # GPT-3 paper, Table 2.1 (Brown et al. 2020): n_layers, d_model, n_heads (d_head = d_model / n_heads), 2048 context.
-    "gpt3-small": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 2048},  # d_head 64
-    "gpt3-medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024, "n_positions": 2048},  # d_head 64
-    "gpt3-large": {"n_layer": 24, "n_head": 16, "n_embd": 1536, "n_positions": 2048},  # d_head 96
-    # The table's XL row (24 heads, d_head 128, d_model 2048) cannot all hold: 24 × 128 = 3072. We keep d_model 2048
-    # (it fixes the 1.3B parameter count) and d_head 128, hence 16 heads, as GPT-NeoX 1.3B and Pythia-1.4B do.
-    "gpt3-xl": {"n_layer": 24, "n_head": 16, "n_embd": 2048, "n_positions": 2048},  # d_head 128
-    "gpt3-2.7b": {"n_layer": 32, "n_head": 32, "n_embd": 2560, "n_positions": 2048},  # d_head 80
-    "gpt3-6.7b": {"n_layer": 32, "n_head": 32, "n_embd": 4096, "n_positions": 2048},  # d_head 128
-    # The paper's table prints d_model 5140 for 13B, but it also gives 40 heads of d_head 128 = 5120, and 5140 is
-    # not divisible by 40; 5120 is the consistent reading (and matches the 13B parameter count).
-    "gpt3-13b": {"n_layer": 40, "n_head": 40, "n_embd": 5120, "n_positions": 2048},  # d_head 128
-    "gpt3-175b": {"n_layer": 96, "n_head": 96, "n_embd": 12288, "n_positions": 2048},  # d_head 128
-    # GPT-1 (Radford et al. 2018): post-LayerNorm, learned positions, 12 layers, 768 wide, 12 heads, 3072 inner,
-    # 512 context. Its GELU is the tanh approximation ("gelu_new"): OpenAIGPTConfig says afn="gelu", but
-    # transformers' modeling_openai maps that name to gelu_new, as the original finetune-transformer-lm code computed
-    # it (the exact erf form differs by up to ~1e-3 per activation). Vocabulary 40,478 as in the released checkpoint
-    # (openai-gpt): the paper's "40,000 merges" plus the 478 base symbols the merges start from; with 40,478 the
-    # released weights load into this preset unchanged.
-    "gpt1": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_inner": 3072, "vocab_size": 40478, "n_positions": 512,
-             "activation_function": "gelu_new", "norm_position": "post", "bos_token_id": None, "eos_token_id": None},
-    # "Attention Is All You Need" (Vaswani et al. 2017), the base model's block as a decoder-only LM: post-LayerNorm
-    # (Add & Norm), sinusoidal positions, ReLU, 6 layers x 512, 8 heads, 2048 inner, dropout 0.1 (the defaults).
-    "transformer-decoder": {"n_layer": 6, "n_head": 8, "n_embd": 512, "n_inner": 2048, "activation_function": "relu",
-                            "norm_position": "post", "position_embedding_type": "sinusoidal"},
-    # LLaMA-1 7B: 32 x 4096, 32 heads, SwiGLU 11,008 (the default rule below), vocabulary 32,000, 2,048 context.
-    # 6,738,415,616 parameters.
-    "llama-7b": {"n_layer": 32, "n_head": 32, "n_embd": 4096, "vocab_size": 32000, "n_positions": 2048, **_LLAMA},
-    # The same block at the main job's size (4 x 128), trainable on a CPU in minutes; multiple_of 8 keeps LLaMA's
-    # 2.6875·d inner width (344) instead of rounding 341 up to 512.
-    "llama-small": {"n_layer": 4, "n_head": 4, "n_embd": 128, "multiple_of": 8, "vocab_size": 32000,
-                    "n_positions": 256, **_LLAMA},
-}
-
-
-def _check_positive(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise UserError(f"{name}={value!r} must be a positive integer")
-
-
-def _check_choice(name: str, value, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        hint = did_you_mean(value, choices)
-        raise UserError(f"{name}={value!r} is not supported; {hint}choose one of {', '.join(choices)}")
-
-
-def _check_bool(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise UserError(f"{name}={value!r} must be true or false")
-
-
-def swiglu_inner_dim(n_embd: int, multiple_of: int) -> int:
-    """LLaMA's SwiGLU width: 2/3 of GPT's 4·d (three matrices at the parameter count of two), rounded up to a
-    multiple of `multiple_of`. d=4096, multiple_of=256: int(2·16384/3) = 10922 -> 11008 (= 2.6875·d)."""
-    hidden = int(2 * (4 * n_embd) / 3)
-    return multiple_of * math.ceil(hidden / multiple_of)
 
 
 class GPTCustomConfig(PretrainedConfig):
@@ -144,74 +71,11 @@ class GPTCustomConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        self._validate_architecture_fields()
+        # The rules are in architecture.py (plain Python, so the CLI checks a training config without transformers).
         # Derived fields take a value here, once, as LlamaConfig does: generic code (generation's cache shapes,
         # attention kernels) reads num_key_value_heads and head_dim and must never see None.
-        if self.head_dim is None:
-            self.head_dim = self.n_embd // self.n_head
-        if self.n_kv_head is None:
-            self.n_kv_head = self.n_head
-        self._validate_block_variants()
-
-    def _validate_architecture_fields(self) -> None:
-        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            _check_positive(name, getattr(self, name))
-        if self.n_inner is not None:
-            _check_positive("n_inner", self.n_inner)
-        if self.head_dim is not None:
-            _check_positive("head_dim", self.head_dim)
-        elif self.n_embd % self.n_head != 0:
-            suggestion = max(self.n_head, round(self.n_embd / self.n_head) * self.n_head)
-            raise UserError(
-                f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}; try n_embd={suggestion}"
-            )
-        if self.activation_function not in ACTIVATIONS:
-            hint = did_you_mean(self.activation_function, ACTIVATIONS)
-            raise UserError(
-                f"activation_function={self.activation_function!r} is not supported; {hint}"
-                f"choose one of {', '.join(ACTIVATIONS)}"
-            )
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise UserError(f"{name}={value!r} must be a dropout probability in [0, 1)")
-        for name in ("layer_norm_epsilon", "initializer_range"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise UserError(f"{name}={value!r} must be a positive number")
-
-        if self.max_choices is not None:
-            _check_positive("max_choices", self.max_choices)
-
-    def _validate_block_variants(self) -> None:
-        _check_choice("position_embedding_type", self.position_embedding_type, POSITION_EMBEDDING_TYPES)
-        _check_choice("norm_position", self.norm_position, NORM_POSITIONS)
-        _check_choice("norm_type", self.norm_type, NORM_TYPES)
-        _check_choice("mlp_type", self.mlp_type, MLP_TYPES)
-        for name in ("attention_bias", "mlp_bias", "tie_word_embeddings"):
-            _check_bool(name, getattr(self, name))
-        _check_positive("multiple_of", self.multiple_of)
-        if self.pad_vocab_size_to_multiple_of is not None:
-            _check_positive("pad_vocab_size_to_multiple_of", self.pad_vocab_size_to_multiple_of)
-        theta = self.rope_theta
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < theta < float("inf"):
-            raise UserError(f"rope_theta={theta!r} must be a number > 1 (LLaMA: 10000.0)")
-        if self.position_embedding_type == "rope" and self.head_dim % 2:
-            raise UserError(
-                f"position_embedding_type='rope' rotates pairs of dimensions, but head_dim={self.head_dim} is odd; "
-                "choose an even head_dim (n_embd / n_head by default)"
-            )
-        if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
-            raise UserError(f"position_embedding_type='sinusoidal' pairs sin and cos dimensions, but n_embd="
-                            f"{self.n_embd} is odd; use an even n_embd")
-        _check_positive("n_kv_head", self.n_kv_head)
-        if self.n_head % self.n_kv_head:
-            divisors = [k for k in range(1, self.n_head + 1) if self.n_head % k == 0]
-            nearest = sorted(divisors, key=lambda k: (abs(k - self.n_kv_head), k))[:2]
-            raise UserError(
-                f"n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head} (each key/value head serves "
-                f"a whole group of query heads); try n_kv_head={' or '.join(map(str, sorted(nearest)))}"
-            )
+        derived = check_architecture({name: getattr(self, name) for name in GPTCustomConfig.__annotations__})
+        self.head_dim, self.n_kv_head = derived["head_dim"], derived["n_kv_head"]
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> GPTCustomConfig:

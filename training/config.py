@@ -334,58 +334,46 @@ def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 def _validate_model_section(config: TrainConfig) -> None:
-    """Check the `model:` keys against GPTCustomConfig and its values by building one (with a stand-in vocab)."""
-    preset, model = split_preset(config.model)
-    known = architecture_keys()
-    for key in model:
-        if key not in known:
-            hint = did_you_mean(key, known, prefix="model.")
-            raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(known))}")
-    if preset is not None:
-        from hf_gpt_custom import PRESETS
+    """Check the `model:` keys and values by the rules GPTCustomConfig applies (architecture.py), without importing
+    transformers: a mistake is named in a fraction of a second, not after ~5 s of imports."""
+    from hf_gpt_custom.architecture import PRESETS, check_architecture
 
-        if preset not in PRESETS:
-            _check_choice("model.preset", str(preset), tuple(PRESETS))
+    preset, model = split_preset(config.model)
+    defaults = architecture_defaults()
+    for key in model:
+        if key not in defaults:
+            hint = did_you_mean(key, defaults, prefix="model.")
+            raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(defaults))}")
+    if preset is not None and preset not in PRESETS:
+        _check_choice("model.preset", str(preset), tuple(PRESETS))
     if config.init_from:
         return
-    built = build_model_config(config, vocab_size=model.get("vocab_size") or config.tokenizer_vocab_size,
-                               eos_token_id=0)
-    if built.n_positions < config.block_size:
+    vocab_size = model.get("vocab_size") or config.tokenizer_vocab_size
+    fields = {**defaults, **model_config_kwargs(config, vocab_size=vocab_size, eos_token_id=0)}
+    check_architecture(fields)
+    if fields["n_positions"] < config.block_size:
         raise UserError(
-            f"block_size={config.block_size} exceeds model.n_positions={built.n_positions}; lower block_size or "
+            f"block_size={config.block_size} exceeds model.n_positions={fields['n_positions']}; lower block_size or "
             f"raise model.n_positions"
         )
 
 
 def architecture_keys() -> set[str]:
-    """The GPTCustomConfig fields a `model:` section may set (its annotated fields; generic PretrainedConfig ones
-    excluded). Read from the class's source when transformers is not loaded yet: importing it takes seconds, and an
-    unknown key should be named at once (tests/training/test_config.py keeps both readings equal)."""
-    import sys
-
-    if "transformers" not in sys.modules:
-        keys = _annotated_fields(Path(__file__).resolve().parents[1] / "hf_gpt_custom" / "configuration_gpt_custom.py",
-                                 "GPTCustomConfig")
-        if keys:
-            return keys
-    from hf_gpt_custom import GPTCustomConfig
-
-    return set(GPTCustomConfig.__annotations__)
+    """The GPTCustomConfig fields a `model:` section may set."""
+    return set(architecture_defaults())
 
 
-def _annotated_fields(source: Path, class_name: str) -> set[str]:
-    """Names annotated in the body of `class_name` in the Python file `source` (empty if it is not found there)."""
+def architecture_defaults() -> dict[str, Any]:
+    """GPTCustomConfig's fields and their defaults (its annotated fields; generic PretrainedConfig ones excluded),
+    read from the class's source: importing the class takes seconds (transformers, torch), and a training config
+    should be checked at once. tests/training/test_config.py keeps this equal to `GPTCustomConfig()`."""
     import ast
 
-    try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return set()
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return {item.target.id for item in node.body
-                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
-    return set()
+    source = Path(__file__).resolve().parents[1] / "hf_gpt_custom" / "configuration_gpt_custom.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    config_class = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "GPTCustomConfig")
+    return {item.target.id: ast.literal_eval(item.value) for item in config_class.body
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
 
 
 def split_preset(model_section: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -396,21 +384,26 @@ def split_preset(model_section: dict[str, Any]) -> tuple[str | None, dict[str, A
 
 def requested_architecture(config: TrainConfig) -> dict[str, Any]:
     """The GPTCustomConfig fields the `model:` section sets, a preset expanded into its own fields."""
-    from hf_gpt_custom import PRESETS
+    from hf_gpt_custom.architecture import PRESETS
 
     preset, rest = split_preset(config.model)
     return {**PRESETS.get(preset, {}), **rest}
 
 
-def build_model_config(config: TrainConfig, vocab_size: int, eos_token_id: int):
-    """GPTCustomConfig from the `model:` section; n_positions defaults to block_size, vocab from the tokenizer."""
-    from hf_gpt_custom import GPTCustomConfig
+def model_config_kwargs(config: TrainConfig, vocab_size: int, eos_token_id: int) -> dict[str, Any]:
+    """GPTCustomConfig's keyword arguments for the `model:` section: the preset's fields, then the vocabulary and
+    bos/eos from the tokenizer (and, without a preset, n_positions = block_size), then the section's own keys."""
+    from hf_gpt_custom.architecture import PRESETS
 
     preset, model = split_preset(config.model)
-    kwargs = {"vocab_size": vocab_size, "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
+    from_tokenizer = {"vocab_size": vocab_size, "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
     if preset is None:
-        kwargs["n_positions"] = config.block_size
-    kwargs.update(model)
-    if preset is not None:
-        return GPTCustomConfig.from_preset(preset, **kwargs)
-    return GPTCustomConfig(**kwargs)
+        from_tokenizer["n_positions"] = config.block_size
+    return {**PRESETS.get(preset, {}), **from_tokenizer, **model}
+
+
+def build_model_config(config: TrainConfig, vocab_size: int, eos_token_id: int):
+    """GPTCustomConfig from the `model:` section (see model_config_kwargs)."""
+    from hf_gpt_custom import GPTCustomConfig
+
+    return GPTCustomConfig(**model_config_kwargs(config, vocab_size, eos_token_id))

@@ -250,31 +250,43 @@ def test_a_missing_init_from_folder_is_named_at_load(tmp_path):
         load_train_config(SMOKE, [f"init_from={tmp_path / 'a_file'}"])
 
 
-def test_the_model_keys_read_without_transformers_are_the_config_classs_fields():
+def test_the_model_fields_read_without_transformers_are_the_config_classs_fields_and_defaults():
     import subprocess
     import sys
 
     from hf_gpt_custom import GPTCustomConfig
 
-    code = ("import sys, json; from hf_gpt_custom.training.config import architecture_keys; "
-            "print(json.dumps(sorted(architecture_keys()))); print('transformers' in sys.modules)")
+    code = ("import sys, json; from hf_gpt_custom.training.config import architecture_defaults; "
+            "print(json.dumps(architecture_defaults(), sort_keys=True)); print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    keys, transformers_loaded = out.stdout.split("\n")[:2]
+    defaults, transformers_loaded = out.stdout.split("\n")[:2]
     assert transformers_loaded == "False"
-    assert keys == json.dumps(sorted(GPTCustomConfig.__annotations__))
+    assert sorted(json.loads(defaults)) == sorted(GPTCustomConfig.__annotations__)
+    built = GPTCustomConfig()  # head_dim and n_kv_head are derived on construction; their declared default is None
+    declared = {name: getattr(built, name) for name in GPTCustomConfig.__annotations__}
+    declared.update(head_dim=None, n_kv_head=None)
+    assert json.loads(defaults) == declared
 
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "nonexistent.yaml"], "training config nonexistent.yaml not found"),
     (["train", str(SMOKE), "bogus=1"], "unknown training config key 'bogus'"),
     (["train", str(SMOKE), "model.n_layr=4"], "unknown model key 'model.n_layr'; did you mean 'model.n_layer'?"),
+    (["train", str(SMOKE), "model.n_embd=33"], "n_embd=33 must be divisible by n_head=2; try n_embd=32"),
+    (["train", str(SMOKE), "model.activation_function=gelu_neww"], "activation_function='gelu_neww' is not "
+                                                                      "supported; did you mean 'gelu_new'?"),
+    (["train", str(SMOKE), "model.preset=llama-small", "model.n_kv_head=3"], "n_head=2 must be divisible by "
+                                                                              "n_kv_head=3"),
+    (["train", str(SMOKE), "model.n_positions=8"], "exceeds model.n_positions=8"),
+    (["run", str(SMOKE), "model.attn_pdrop=1.5"], "attn_pdrop=1.5 must be a dropout probability in [0, 1)"),
     (["train", str(SMOKE), "seed=-5"], "seed=-5 is outside 0..4294967295"),
     (["train", str(SMOKE), "init_from=runs/nope/final"], "init_from='runs/nope/final' not found"),
     (["train", str(SMOKE), "--init_from", "runs/nope/final"], "init_from='runs/nope/final' not found"),
     (["finetune", "nonexistent.yaml"], "training config nonexistent.yaml not found"),
     (["run", "nonexistent.yaml"], "run config nonexistent.yaml not found"),
     (["run", str(SMOKE), "max_step=3"], "unknown training config key 'max_step'"),
-], ids=["missing", "bad_key", "bad_model_key", "seed", "init_from", "init_from_flag", "finetune", "run", "run_key"])
+], ids=["missing", "bad_key", "bad_model_key", "model_value", "model_choice", "preset_and_value", "n_positions",
+        "run_model_value", "seed", "init_from", "init_from_flag", "finetune", "run", "run_key"])
 def test_a_config_error_is_reported_before_torch_is_imported(tmp_path, argv, message):
     """Was 9-10 s: the trainer's imports (torch, accelerate, transformers) loaded before the config was read."""
     import subprocess
