@@ -107,11 +107,24 @@ def test_preset_overrides_and_unknown_preset_suggestion():
         ({"rope_theta": 0.5}, r"rope_theta=0.5 must be a number > 1"),
         ({"position_embedding_type": "rope", "n_embd": 36, "n_head": 4}, r"head_dim=9 is odd"),
         ({"position_embedding_type": "sinusoidal", "n_embd": 33, "n_head": 3}, r"n_embd=33 is odd"),
+        ({"use_cache": "maybe"}, r"use_cache='maybe' must be true or false"),
+        ({"scale_attn_weights": None}, r"scale_attn_weights=None must be true or false"),
+        ({"bos_token_id": "<s>"}, r"bos_token_id='<s>' must be a token id \(an integer >= 0\) or null"),
+        ({"pad_token_id": -1}, r"pad_token_id=-1 must be a token id"),
+        ({"eos_token_id": [2, -1]}, r"eos_token_id=\[2, -1\] must be a token id \(an integer >= 0\), a list of them"),
     ],
 )
 def test_invalid_values_raise_value_error_naming_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         GPTCustomConfig(**fields)
+
+
+def test_token_ids_may_be_null_and_eos_may_be_a_list_as_in_transformers():
+    """LlamaConfig-style checkpoints carry several end-of-sequence ids (generation stops at any of them)."""
+    config = GPTCustomConfig(bos_token_id=None, pad_token_id=0, eos_token_id=[2, 7])
+    assert (config.bos_token_id, config.pad_token_id, config.eos_token_id) == (None, 0, [2, 7])
+    with pytest.raises(ValueError, match="bos_token_id=.* must be a token id"):
+        GPTCustomConfig(bos_token_id=[1, 2])  # only eos may be a list
 
 
 @pytest.mark.parametrize("activation", ["gelu_new", "gelu"])

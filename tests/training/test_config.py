@@ -277,7 +277,7 @@ def test_the_model_fields_read_without_transformers_are_the_config_classs_fields
                                                                       "supported; did you mean 'gelu_new'?"),
     (["train", str(SMOKE), "model.preset=llama-small", "model.n_kv_head=3"], "n_head=2 must be divisible by "
                                                                               "n_kv_head=3"),
-    (["train", str(SMOKE), "model.n_positions=8"], "exceeds model.n_positions=8"),
+    (["train", str(SMOKE), "model.n_positions=63"], "block_size=64 exceeds model.n_positions=63"),
     (["run", str(SMOKE), "model.attn_pdrop=1.5"], "attn_pdrop=1.5 must be a dropout probability in [0, 1)"),
     (["train", str(SMOKE), "seed=-5"], "seed=-5 is outside 0..4294967295"),
     (["train", str(SMOKE), "init_from=runs/nope/final"], "init_from='runs/nope/final' not found"),
