@@ -26,12 +26,12 @@ def _check_output_folder(path: str, flag: str) -> None:
 
 
 def _check_model_argument(model: str) -> None:
-    """An existing path must be a folder with a config.json; anything else must read as a Hub id (user/name).
-    What the folder holds (any causal LM for eval) is the loader's business."""
+    """An existing path must be a model folder (config.json and weights; any causal LM for eval); anything else must
+    read as a Hub id (user/name). The manifest is verified by the loader, which hashes the weights."""
     from .model_folder import check_model_folder, is_hub_repo_id
 
-    if (Path(model).exists() or not is_hub_repo_id(model)) and not (Path(model) / "config.json").is_file():
-        check_model_folder(model)  # raises, naming what is wrong: no such folder, a file, no config.json
+    if Path(model).exists() or not is_hub_repo_id(model):
+        check_model_folder(model, any_model_type=True, verify_manifest=False)
 
 
 def _comma_ints(value: str) -> list[int]:
@@ -230,6 +230,10 @@ def _add_eval(subparsers) -> None:
 def _cmd_eval(args: argparse.Namespace) -> None:
     _check_output_folder(args.out, "--out")
     _check_model_argument(args.model)
+    from hf_gpt_custom.eval.task import task_file
+
+    for task in args.tasks:
+        task_file(task)  # an unknown task is named before torch and the model load
     from hf_gpt_custom.eval.report import REPORT_FILES
     from hf_gpt_custom.eval.runner import evaluate
 

@@ -21,9 +21,11 @@ LOADABLE_MODEL_TYPES = ("gpt_custom", *CHECKPOINT_CONVERTERS)
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
-def check_model_folder(path: str | os.PathLike, any_model_type: bool = False) -> Path:
+def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, verify_manifest: bool = True) -> Path:
     """The folder as a Path after checking what can be checked before loading; raises a UserError naming the fix.
-    `any_model_type` lets through folders of other architectures (for eval, which scores any causal LM)."""
+    `any_model_type` lets through folders of other architectures (for eval, which scores any causal LM).
+    `verify_manifest=False` checks the folder's shape only (no hashing): the console script's check at start-up,
+    before the loader checks it all again."""
     folder = Path(path)
     if not folder.exists():
         raise MissingFileError(
@@ -39,6 +41,9 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False) ->
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
     except (json.JSONDecodeError, AttributeError) as err:
         raise UserError(f"{config_path} is not a JSON object ({err}); save the model again") from err
+    if model_type is None:
+        raise UserError(f"{config_path} has no model_type, so it is no model's config; pass a folder written by "
+                        "save_pretrained")
     if model_type not in LOADABLE_MODEL_TYPES and not any_model_type:
         raise UserError(
             f"{folder} holds a {model_type!r} model; hf-gpt-custom loads model_type "
@@ -46,7 +51,8 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False) ->
         )
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
         raise MissingFileError(f"{folder} has no weights ({' / '.join(WEIGHT_FILES)}); it holds a config only")
-    check_manifest(folder)
+    if verify_manifest:
+        check_manifest(folder)
     return folder
 
 

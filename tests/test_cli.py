@@ -45,16 +45,29 @@ def test_console_script_lists_every_subcommand_in_well_under_a_second():
     assert wall_time_s < 1.5, f"hf-gpt-custom --help took {wall_time_s:.2f} s"
 
 
-def test_an_argument_error_answers_without_importing_torch(tmp_path):
+@pytest.mark.parametrize("folder, tasks, message", [
+    (None, "copa", "does not exist"),
+    ({"config.json": '{"model_type": "gpt_custom"}'}, "copa", "has no weights (model.safetensors"),
+    ({"config.json": '{"vocab_size": 5}', "model.safetensors": ""}, "copa", "config.json has no model_type"),
+    ({"config.json": '{"model_type": "gpt_custom"}', "model.safetensors": ""}, "copa,bogus",
+     "unknown task 'bogus'; known tasks: arc_challenge"),
+], ids=["missing", "no_weights", "no_model_type", "unknown_task"])
+def test_an_eval_argument_error_answers_without_importing_torch(tmp_path, folder, tasks, message):
+    """Each was named only after torch, transformers and lm-eval's code had loaded (~6 s)."""
+    model = tmp_path / "model"
+    for name, text in (folder or {}).items():
+        model.mkdir(exist_ok=True)
+        (model / name).write_text(text)
     code = ("import sys; from hf_gpt_custom.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit as exit:\n"
             "    print(exit.code, 'torch' in sys.modules, 'transformers' in sys.modules)")
     completed = subprocess.run(
-        [sys.executable, "-c", code, "eval", "--model", str(tmp_path / "nope"), "--tasks", "copa", "--out", str(tmp_path)],
+        [sys.executable, "-c", code, "eval", "--model", str(model), "--tasks", tasks, "--out", str(tmp_path / "o")],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.stdout.split() == ["2", "False", "False"], completed.stderr
-    assert "does not exist" in completed.stderr
+    assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
 
 
 def test_train_help_lists_every_training_key_with_its_default_and_help(capsys):
@@ -220,11 +233,12 @@ def test_eval_with_a_device_torch_does_not_know_is_one_line(exported_folder, tmp
 
 
 def test_the_model_check_leaves_other_architectures_and_hub_ids_to_the_loader(tmp_path):
-    """eval takes any causal LM: the CLI only checks that a path is a folder with a config.json."""
+    """eval takes any causal LM: the CLI only checks that a path is a folder with a config.json and weights."""
     from hf_gpt_custom.cli import _check_model_argument
 
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "llama" / "model.safetensors").write_text("")  # read by the loader, not here
     _check_model_argument(str(tmp_path / "llama"))
     _check_model_argument("openai-community/gpt2")
     with pytest.raises(ValueError, match="has no config.json"):

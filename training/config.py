@@ -239,6 +239,10 @@ def _validate(config: TrainConfig) -> None:
     if config.init_from and not Path(config.init_from).is_dir():
         raise MissingFileError(f"init_from={config.init_from} is not a folder; give a model folder (e.g. "
                                f"runs/<name>/final) that holds config.json and the weights")
+    if config.init_from:
+        from hf_gpt_custom.model_folder import check_model_folder
+
+        check_model_folder(config.init_from, verify_manifest=False)  # a loadable model type, weights: before any import
     if config.block_size < 2:
         raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
                         f"in its block, so a block of one token has nothing to predict (256 is typical)")

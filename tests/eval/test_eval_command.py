@@ -73,7 +73,8 @@ def test_evaluate_and_the_main_jobs_eval_stage_use_cuda_when_available(monkeypat
 def test_the_eval_command_uses_cuda_when_available_and_device_overrides(monkeypatch, loaded_device, tmp_path):
     _fake_cuda(monkeypatch, 1)
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "gpt_custom"}')
+    (tmp_path / "model" / "model.safetensors").write_text("")  # the shape the CLI checks; the load is faked
     base = ["eval", "--model", str(tmp_path / "model"), "--tasks", "copa", "--out", str(tmp_path / "out")]
     with pytest.raises(_Loaded, match="^cuda$"):
         main(base)
@@ -93,7 +94,8 @@ def _one_line_error(argv, capsys) -> str:
 def test_eval_on_a_cuda_index_this_machine_lacks_is_one_line(monkeypatch, tmp_path, capsys):
     _fake_cuda(monkeypatch, 1)
     (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "gpt_custom"}')
+    (tmp_path / "model" / "model.safetensors").write_text("")  # the shape the CLI checks; the load is faked
     err = _one_line_error(["eval", "--model", str(tmp_path / "model"), "--tasks", "copa", "--device", "cuda:3",
                            "--out", str(tmp_path / "out")], capsys)
     assert "this machine has 1 CUDA device (cuda:0); use --device cuda:0" in err

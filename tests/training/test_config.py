@@ -215,6 +215,8 @@ def test_a_list_override_is_read_as_yaml_then_by_the_declared_type(tmp_path, lab
     no/yes stay strings (YAML 1.1 would make them booleans)."""
     from hf_gpt_custom.training.finetune_config import load_finetune_config
 
+    (tmp_path / "config.json").write_text('{"model_type": "gpt_custom"}')  # a model folder's shape is checked at load
+    (tmp_path / "model.safetensors").write_text("")
     config = load_finetune_config(None, [
         "dataset=someone/labelled", f"init_from={tmp_path}", "task.format=classification",
         "task.text_columns=[text]", f"task.labels={labels}",
@@ -282,11 +284,12 @@ def test_the_model_fields_read_without_transformers_are_the_config_classs_fields
     (["train", str(SMOKE), "seed=-5"], "seed=-5 is outside 0..4294967295"),
     (["train", str(SMOKE), "init_from=runs/nope/final"], "init_from='runs/nope/final' not found"),
     (["train", str(SMOKE), "--init_from", "runs/nope/final"], "init_from='runs/nope/final' not found"),
+    (["finetune", str(CONFIGS / "finetune_boolq.yaml"), "init_from=."], "has no config.json; pass a folder written by save_pretrained"),
     (["finetune", "nonexistent.yaml"], "training config nonexistent.yaml not found"),
     (["run", "nonexistent.yaml"], "run config nonexistent.yaml not found"),
     (["run", str(SMOKE), "max_step=3"], "unknown training config key 'max_step'"),
 ], ids=["missing", "bad_key", "bad_model_key", "model_value", "model_choice", "preset_and_value", "n_positions",
-        "run_model_value", "seed", "init_from", "init_from_flag", "finetune", "run", "run_key"])
+        "run_model_value", "seed", "init_from", "init_from_flag", "init_from_not_a_model", "finetune", "run", "run_key"])
 def test_a_config_error_is_reported_before_torch_is_imported(tmp_path, argv, message):
     """Was 9-10 s: the trainer's imports (torch, accelerate, transformers) loaded before the config was read."""
     import subprocess

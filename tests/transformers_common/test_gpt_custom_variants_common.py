@@ -6,6 +6,8 @@ import pytest
 
 pytest.importorskip("parameterized")  # modeling_common.py's only extra test dependency
 
+from hf_gpt_custom.architecture import check_architecture  # noqa: E402
+
 from .test_gpt_custom_common import (  # noqa: E402
     GPTCustomModelTest,
     GPTCustomModelTester,
@@ -26,7 +28,8 @@ class VariantModelTester(GPTCustomModelTester):
         config = super().get_config()
         for name, value in self.block_options.items():
             setattr(config, name, value)
-        config._validate_architecture_fields()  # the options were set after construction: validate them as a whole
+        # The options were set after construction: check them as a whole, by the rules construction applies.
+        check_architecture({name: getattr(config, name) for name in type(config).__annotations__})
         return config
 
 
