@@ -22,7 +22,7 @@ from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
 from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
 from hf_gpt_custom.training.finetune_data import (
-    PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
+    PadExamples, add_task_tokens, encode_examples, load_labelled_records, load_task_tokenizer, split_heldout,
 )
 from hf_gpt_custom.training.train import train
 from hf_gpt_custom.training.workload import PreparedWork
@@ -43,14 +43,13 @@ class FinetuneWorkload:
 
     def __init__(self, config: FinetuneConfig):
         from accelerate.utils import set_seed
-        from transformers import AutoTokenizer
 
         self.config, self.task = config, config.task_section
         where = Path(config.dataset).name if Path(config.dataset).exists() else config.dataset
         folder = check_model_folder(config.init_from)
         saved_head(config.init_from, self.task)  # a fine-tuned head of another kind is refused before the data is read
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            self.tokenizer = load_task_tokenizer(folder)
         except (OSError, ValueError) as err:
             raise UserError(f"init_from={config.init_from} has no tokenizer files the model can be fine-tuned with "
                             f"({str(err).splitlines()[0][:160]}); save the tokenizer into the folder") from err

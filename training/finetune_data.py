@@ -33,6 +33,38 @@ class TaskTokens:
     pad: int
 
 
+# Text the tokenizer of a folder and ours must encode alike before ours replaces it: whitespace runs, contractions,
+# digits, accents and other scripts, an emoji and the end-of-text token inside a word.
+_SAME_IDS_PROBE = ["Hello, world!  It's 2024:\tthey'll pay 1,234.5 €.\n\nNext line", "héllo wörld ☃ 你好 🙂",
+                   "  two leading spaces", "x<|endoftext|>y"]
+
+
+def load_task_tokenizer(folder: str | Path):
+    """The tokenizer to fine-tune with and save beside the head: the folder's own, loaded as our class.
+
+    Our class adds GPT-1's template and cuts an input exactly as fine-tuning did (task_template.py); another class
+    (a converted GPT-2 folder's GPT2Tokenizer) keeps the template but truncates by its own rule (the text's end, both
+    parts of a pair), so `tokenizer(text, truncation=True)` would feed the head other tokens than it was trained on.
+    A folder whose tokenizer our byte-level class encodes differently (a Llama SentencePiece one) keeps its own class,
+    cutting single texts from the left as fine-tuning does."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+
+    theirs = AutoTokenizer.from_pretrained(str(folder))
+    if isinstance(theirs, GPTCustomTokenizerFast):
+        return theirs
+    try:
+        ours = GPTCustomTokenizerFast.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError, KeyError):
+        ours = None
+    if ours is not None and ours.get_vocab() == theirs.get_vocab() and all(
+            ours(text)["input_ids"] == theirs(text)["input_ids"] for text in _SAME_IDS_PROBE):
+        return ours
+    theirs.truncation_side = "left"
+    return theirs
+
+
 def add_task_tokens(tokenizer) -> TaskTokens:
     """Add the delimiter and extract tokens as special tokens and GPT-1's template as the tokenizer's post-processor
     (a no-op when a fine-tuned tokenizer has them) and set pad = eos when the tokenizer has no pad token. Resize the

@@ -300,16 +300,36 @@ def _training_ids(records, task_settings, max_length, base_model_dir):
 
 
 @pytest.fixture(scope="module")
-def saved_tokenizer(finetuned_run):
+def gpt2_base_dir(tmp_path_factory, shared_data_dir):
+    """A transformers GPT2LMHeadModel folder with its GPT2Tokenizer (fine-tuning converts it on load)."""
+    from tests.helpers import build_tiny_model_folder
+
+    return build_tiny_model_folder(tmp_path_factory.mktemp("gpt2") / "gpt2", shared_data_dir, n_positions=64)
+
+
+@pytest.fixture(scope="module", params=["from_ours", "from_transformers_gpt2"])
+def finetuned_case(request, learnable_pairs, tmp_path_factory):
+    """(the pre-trained folder, the tokenizer its fine-tuned final/ saved): fine-tuned from our folder, and from a
+    transformers GPT-2 folder, whose GPT2Tokenizer truncated raw text by its own rule, not fine-tuning's."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(finetuned_run / "final")
+    if request.param == "from_ours":
+        base, run = request.getfixturevalue("base_model_dir"), request.getfixturevalue("finetuned_run")
+    else:
+        base = request.getfixturevalue("gpt2_base_dir")
+        run = finetune(_config(tmp_path_factory.mktemp("ft_gpt2"), base, learnable_pairs, "max_steps=2"))
+    return base, AutoTokenizer.from_pretrained(run / "final")
+
+
+@pytest.fixture(scope="module")
+def saved_tokenizer(finetuned_case):
+    return finetuned_case[1]
 
 
 @pytest.mark.parametrize("max_length", [None, 40, 7])
-def test_saved_tokenizer_gives_the_ids_fine_tuning_built_from_raw_text(saved_tokenizer, base_model_dir,
-                                                                       shared_data_dir, max_length):
+def test_saved_tokenizer_gives_the_ids_fine_tuning_built_from_raw_text(finetuned_case, shared_data_dir, max_length):
     """Real BoolQ passages and questions (pairs and single texts) and PIQA answers, whole and cut to max_length."""
+    base_model_dir, saved_tokenizer = finetuned_case
     boolq = load_labelled_records(str(shared_data_dir / "boolq" / "val.jsonl"))[:6]
     passages, questions = [r["passage"] for r in boolq], [r["question"] for r in boolq]
     options = {} if max_length is None else {"truncation": True, "max_length": max_length}
@@ -568,3 +588,27 @@ def test_cli_prints_one_line_and_exits_2_on_a_bad_label(tmp_path, base_model_dir
     assert last_line.startswith("hf-gpt-custom finetune: error: ")
     assert "row 1: label='perhaps' is not in the label set ['no', 'yes']" in last_line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_tokenizer_our_class_reads_otherwise_keeps_its_class_and_cuts_text_from_its_start(tmp_path):
+    """A folder whose tokenizer is not byte-level BPE (a word-level one here, as a SentencePiece Llama one is not)
+    keeps its own class; truncation then keeps the end of the text, as fine-tuning's rule does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.training.finetune_data import load_task_tokenizer
+
+    words = ["<|endoftext|>", "[UNK]", *WORDS]
+    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", unk_token="[UNK]").save_pretrained(
+        tmp_path)
+    tokenizer = load_task_tokenizer(tmp_path)
+    assert not isinstance(tokenizer, GPTCustomTokenizerFast) and tokenizer.truncation_side == "left"
+    tokens = add_task_tokens(tokenizer)
+    text = "the king rode the horse to the castle"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    cut = tokenizer(text, truncation=True, max_length=5)["input_ids"]
+    assert cut == [tokens.template.start, *ids[-3:], tokens.template.extract]
+    assert cut == tokens.template.build(ids, max_length=5)[0]  # fine-tuning's own cut
