@@ -165,8 +165,10 @@ def _yaml_value(value) -> str:
 
 def _cmd_train(args: argparse.Namespace) -> None:
     from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.resume import check_run_folder
 
     config = load_train_config(args.config, _config_overrides(args))  # before torch loads: errors come in a second
+    check_run_folder(config, args.start_over)  # a run folder trained with other settings, too
     from hf_gpt_custom.training.train import train
 
     train(config, start_over=args.start_over)
@@ -197,8 +199,10 @@ def _task_keys_help() -> str:
 
 def _cmd_finetune(args: argparse.Namespace) -> None:
     from hf_gpt_custom.training.finetune_config import load_finetune_config
+    from hf_gpt_custom.training.resume import check_run_folder
 
     config = load_finetune_config(args.config, _config_overrides(args))  # before torch loads
+    check_run_folder(config, args.start_over)
     from hf_gpt_custom.training.finetune import finetune
 
     finetune(config, start_over=args.start_over)

@@ -322,11 +322,12 @@ def verify_checkpoint(folder: str | os.PathLike, quick: bool = False) -> str | N
     if TRAINING_STATE_NAME not in json.loads((folder / MANIFEST_NAME).read_text())["files"]:
         return f"its manifest does not list {TRAINING_STATE_NAME}"
     return None
-def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str) -> Path:
+def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str, verify: bool = True) -> Path:
     """The checkpoint to resume from: `which` is "latest" or a folder. Refuses an incomplete one with the fix.
 
     "latest" means the newest step_NNNNNN folder; if that one does not verify, the error names the newest complete
     checkpoint instead of silently falling back, because a damaged folder is something a person should look at.
+    `verify=False` skips hashing its files (a quick look before training, which verifies it again).
     """
     checkpoints_dir = Path(checkpoints_dir)
     for leftover in sorted(checkpoints_dir.glob("step_*.tmp")) if checkpoints_dir.is_dir() else []:
@@ -343,7 +344,7 @@ def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str) -> Path:
         if not candidate.is_dir():
             raise MissingFileError(f"checkpoint {candidate} not found; give a step_NNNNNN folder or 'latest'")
         checkpoints_dir = candidate.parent
-    problem = verify_checkpoint(candidate)
+    problem = verify_checkpoint(candidate) if verify else None
     if problem is not None:
         complete = [f for f in list_checkpoints(checkpoints_dir) if f != candidate and verify_checkpoint(f) is None]
         if complete:

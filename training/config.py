@@ -362,11 +362,6 @@ def _validate_model_section(config: TrainConfig) -> None:
         )
 
 
-def architecture_keys() -> set[str]:
-    """The GPTCustomConfig fields a `model:` section may set."""
-    return set(architecture_defaults())
-
-
 def architecture_defaults() -> dict[str, Any]:
     """GPTCustomConfig's fields and their defaults (its annotated fields; generic PretrainedConfig ones excluded),
     read from the class's source: importing the class takes seconds (transformers, torch), and a training config

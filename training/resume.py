@@ -16,7 +16,7 @@ from typing import Any
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import (
-    TrainConfig, architecture_keys, build_model_config, read_config_yaml, training_settings,
+    TrainConfig, architecture_defaults, model_config_kwargs, read_config_yaml, training_settings,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,21 +74,37 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
 
 
 def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
-    """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs."""
+    """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs.
+    Compared as plain dicts by the config's own rules (architecture.py), so the check runs before transformers loads."""
+    from hf_gpt_custom.architecture import check_architecture
+
     config_file = checkpoint / "config.json"
     if config.init_from or not config_file.is_file():  # with init_from the architecture is init_from's (compared)
         return {}
-    from hf_gpt_custom import GPTCustomConfig
-
-    saved = GPTCustomConfig.from_json_file(str(config_file))
-    if getattr(saved, "model_type", None) != GPTCustomConfig.model_type:
+    saved_json = json.loads(config_file.read_text(encoding="utf-8"))
+    if saved_json.get("model_type") != "gpt_custom":
         return {}
+    defaults = architecture_defaults()
+    saved = {**defaults, **{key: value for key, value in saved_json.items() if key in defaults}}
+    current = {**defaults, **model_config_kwargs(config, vocab_size=saved["vocab_size"],
+                                                 eos_token_id=saved["eos_token_id"])}
     try:
-        current = build_model_config(config, vocab_size=saved.vocab_size, eos_token_id=saved.eos_token_id)
-    except (TypeError, ValueError) as err:  # the config validated already; a stand-in value should not fail
+        for fields in (saved, current):
+            fields.update(check_architecture(fields))  # head_dim and n_kv_head resolved, as construction does
+    except ValueError as err:  # the config validated already; a stand-in value should not fail
         raise UserError(f"cannot compare the model section with {checkpoint}: {err}") from err
-    return {f"model.{key}": (getattr(saved, key, None), getattr(current, key, None)) for key in architecture_keys()
-            if getattr(saved, key, None) != getattr(current, key, None)}
+    return {f"model.{key}": (saved[key], current[key]) for key in defaults if saved[key] != current[key]}
+
+
+def check_run_folder(config: TrainConfig, start_over: bool = False) -> None:
+    """What `train` checks of its run folder before any work — writable; its checkpoints trained with these
+    settings, or `start_over` — without hashing checkpoint files and before torch loads (~0.2 s), so the console
+    script names a clash at once; train() checks it all again, verifying the checkpoint it resumes."""
+    from hf_gpt_custom.training.run_lock import check_folder_writable
+
+    run_dir = config.run_dir.absolute()
+    check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
+    find_resume_point(config, run_dir, start_over, verify=False)
 
 
 def _shown(changed: dict[str, tuple[Any, Any]]) -> str:
@@ -113,13 +129,15 @@ def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
     )
 
 
-def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = False) -> Path | None:
+def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = False,
+                      verify: bool = True) -> Path | None:
     """The checkpoint this call continues from, or None to train from step 0; checked before any work is done.
 
     `resume_from_checkpoint` names one ("latest" or a folder). Otherwise a run folder that already holds checkpoints
     is continued from its latest one when its settings are this config's, and refused, naming each difference, when
     they are not. `start_over` trains from step 0 whatever the folder holds (its checkpoints are set aside, not
     deleted). A folder with a final/ model but no checkpoint left is compared through its config.yaml.
+    `verify=False` leaves the checkpoint's files unhashed: see check_run_folder.
     """
     from hf_gpt_custom.training.checkpoint import find_checkpoint, list_checkpoints
 
@@ -130,10 +148,10 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
                             f"other; drop one of them")
         return None
     if config.resume_from_checkpoint:
-        folder = find_checkpoint(checkpoints_dir, config.resume_from_checkpoint)
+        folder = find_checkpoint(checkpoints_dir, config.resume_from_checkpoint, verify=verify)
         check_resume_settings(config, folder)
         return folder
-    folder = find_checkpoint(checkpoints_dir, "latest") if list_checkpoints(checkpoints_dir) else None
+    folder = find_checkpoint(checkpoints_dir, "latest", verify=verify) if list_checkpoints(checkpoints_dir) else None
     if folder is None and not (run_dir / "final").is_dir():
         return None  # nothing trained here yet
     changed = changed_settings(config, folder if folder is not None else run_dir / "final")

@@ -133,6 +133,26 @@ def test_the_same_folder_with_other_settings_is_refused_naming_them_and_the_ways
     assert sorted(p.name for p in (crashed / "checkpoints").iterdir()) == before
 
 
+def test_the_console_script_names_the_clash_before_torch_loads(crashed, make_config, tmp_path):
+    """Was ~6-8 s: the run folder was compared only after torch, transformers and accelerate had loaded."""
+    import subprocess
+    import sys
+
+    from hf_gpt_custom.training.config import save_train_config
+
+    save_train_config(make_config(*STEPS), tmp_path / "same.yaml")
+    code = ("import sys; from hf_gpt_custom.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as exit:\n"
+            "    print(exit.code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    changes = ["learning_rate=1e-3", "model.activation_function=relu"]
+    completed = subprocess.run([sys.executable, "-c", code, "train", str(tmp_path / "same.yaml"), *changes],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.stdout.split() == ["2", "False", "False"], completed.stderr[-2000:]
+    assert f"the run folder {crashed.absolute()} holds checkpoints up to step_000002 trained with other settings " \
+           f"(learning_rate: 0.003 -> 0.001, model.activation_function: 'gelu_new' -> 'relu')" in completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1
+
+
 def test_start_over_trains_from_step_zero_and_keeps_the_old_checkpoints_aside(crashed, make_config):
     train(make_config(*STEPS, "learning_rate=1e-3"), start_over=True)
     abandoned = list((crashed / "checkpoints").glob("abandoned_*"))
@@ -150,10 +170,19 @@ def test_start_over_trains_from_step_zero_and_keeps_the_old_checkpoints_aside(cr
 def test_a_model_key_the_first_run_left_at_its_default_is_a_change_too(resumable, change, shown):
     """The check compared only the keys the checkpoint's model section named: relu trained on silently, post-norm
     failed with a RuntimeError traceback deep in the weight loading. The resolved architectures are compared."""
+    from hf_gpt_custom.manifest import write_manifest
+
     _, checkpoint, config_with = resumable
     with pytest.raises(ValueError) as err:
         train(config_with(change))
     assert f"these settings differ from the ones it was trained with ({shown})" in str(err.value)
+    saved = json.loads((checkpoint / "config.json").read_text())  # a config.json that leaves defaults out, as
+    key = change.split("=")[0].removeprefix("model.")             # transformers' diff-only writers do
+    saved.pop(key)
+    (checkpoint / "config.json").write_text(json.dumps(saved))
+    write_manifest(checkpoint)  # an intact checkpoint of such a writer
+    with pytest.raises(ValueError, match=f"these settings differ from the ones it was trained with \\({shown}\\)"):
+        train(config_with(change))
 
 
 def test_the_main_job_with_start_over_runs_every_stage_again_where_it_would_refuse(tmp_path, monkeypatch):
