@@ -367,9 +367,10 @@ def architecture_defaults() -> dict[str, Any]:
     read from the class's source: importing the class takes seconds (transformers, torch), and a training config
     should be checked at once. tests/training/test_config.py keeps this equal to `GPTCustomConfig()`."""
     import ast
+    import importlib.util
 
-    source = Path(__file__).resolve().parents[1] / "hf_gpt_custom" / "configuration_gpt_custom.py"
-    tree = ast.parse(source.read_text(encoding="utf-8"))
+    source = importlib.util.find_spec("hf_gpt_custom.configuration_gpt_custom").origin  # found, not imported
+    tree = ast.parse(Path(source).read_text(encoding="utf-8"))
     config_class = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "GPTCustomConfig")
     return {item.target.id: ast.literal_eval(item.value) for item in config_class.body
             if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
