@@ -97,12 +97,17 @@ def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tu
 
 
 def check_run_folder(config: TrainConfig, start_over: bool = False) -> None:
-    """What `train` checks of its run folder before any work — writable; its checkpoints trained with these
-    settings, or `start_over` — without hashing checkpoint files and before torch loads (~0.2 s), so the console
-    script names a clash at once; train() checks it all again, verifying the checkpoint it resumes."""
+    """What `train` checks of its run folder before any work — it can be created and written; its checkpoints were
+    trained with these settings, or `start_over` — without hashing checkpoint files and before torch loads (~0.2 s),
+    so the console script names a clash at once; train() checks it all again, verifying the checkpoint it resumes."""
     from hf_gpt_custom.training.run_lock import check_folder_writable
 
     run_dir = config.run_dir.absolute()
+    nearest = next(folder for folder in (run_dir, *run_dir.parents) if folder.exists())  # where it will be created
+    if not nearest.is_dir():
+        raise UserError(f"the run folder {run_dir} cannot be created: {nearest} is a file; choose another out_dir "
+                        f"(or run_name)")
+    check_folder_writable(nearest, "the run folder" if nearest == run_dir else "the run folder's parent folder")
     check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
     find_resume_point(config, run_dir, start_over, verify=False)
 

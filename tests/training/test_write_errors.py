@@ -151,3 +151,28 @@ def test_other_runtime_errors_while_checkpointing_keep_their_traceback(make_conf
     with pytest.raises(RuntimeError, match="a bug, not a write failure") as err:
         train(make_config(*CHECKPOINTED))
     assert not isinstance(err.value, UserError)
+
+
+def test_the_console_scripts_early_check_names_an_out_dir_that_cannot_be_created(make_config, tmp_path, monkeypatch):
+    """check_run_folder runs before torch loads (the console script's first check): an out_dir under a file, or under
+    a folder that refuses writes, is named there rather than ~6 s later when the run folder is locked."""
+    from hf_gpt_custom.training.resume import check_run_folder
+
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(UserError, match=f"the run folder {tmp_path / 'a_file' / 'run'} cannot be created: "
+                                        f"{tmp_path / 'a_file'} is a file"):
+        check_run_folder(make_config(f"out_dir={tmp_path / 'a_file' / 'run'}"))
+    parent = tmp_path / "refuses_writes"
+    parent.mkdir()
+    real_touch = Path.touch
+
+    def touch(path, *args, **kwargs):
+        if path.parent == parent:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_touch(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "touch", touch)
+    with pytest.raises(UserError, match=f"cannot write to the run folder's parent folder {parent}: Permission denied"):
+        check_run_folder(make_config(f"out_dir={parent / 'deeper' / 'run'}"))
+    check_run_folder(make_config(f"out_dir={tmp_path / 'fine' / 'run'}"))  # creatable: passes, creating nothing
+    assert not (tmp_path / "fine").exists()
