@@ -20,6 +20,8 @@ from .errors import MissingFileError, UserError
 
 HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+# The weights that are Conv1D (in x out) in transformers' GPT-2 and OpenAI GPT, and nn.Linear (out x in) here.
+CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # from_pretrained arguments about how to load, not what the model is (the rest may override config attributes).
 LOADING_KWARGS = (*HUB_KEYS, "dtype", "torch_dtype", "attn_implementation", "device_map", "trust_remote_code")
 

@@ -13,6 +13,7 @@ import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import (
+    CONV1D_SUFFIXES,
     CheckpointFamily,
     convert_model,
     load_converted_checkpoint,
@@ -21,8 +22,6 @@ from .convert_common import (
     same_names,
 )
 
-# The GPT-2 layers that are Conv1D in transformers and nn.Linear here.
-CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # Buffers old GPT-2 checkpoints carry (the causal mask); we build masks on the fly.
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 # GPT2Config fields that carry over unchanged (everything else, e.g. the double-heads summary_* fields, is dropped).

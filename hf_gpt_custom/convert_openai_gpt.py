@@ -13,6 +13,7 @@ import torch
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import (
+    CONV1D_SUFFIXES,
     CheckpointFamily,
     convert_model,
     load_converted_checkpoint,
@@ -22,7 +23,6 @@ from .convert_common import (
     transformers_model_with_weights,
 )
 
-CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 EMBEDDING_NAMES = {"tokens_embed.": "wte.", "positions_embed.": "wpe."}
 # Old checkpoints carry the causal mask (attn.bias) and position_ids as buffers.
 IGNORED_KEYS = (".attn.bias", "position_ids")
