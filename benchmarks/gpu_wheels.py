@@ -93,7 +93,7 @@ def fetch_wheel(name: str, pinned_version: str, folder: str) -> bool:
             return False
         built = list(Path(build_dir).glob("*-none-any.whl"))  # a compiled wheel from here would not run there
         for wheel in built:
-            shutil.move(str(wheel), folder)
+            shutil.move(str(wheel), Path(folder) / wheel.name)  # the full path: a rerun replaces the last build
         return bool(built)
 
 
