@@ -44,10 +44,14 @@ class StopInGeneratedText(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         generated = input_ids[:, self.prompt_width :]
-        is_done = generated[:, -1] == self.eos_token_id if self.eos_token_id is not None else torch.zeros(len(generated), dtype=torch.bool)
+        # every tensor on input_ids' device: on a GPU generate() hands the criteria CUDA tensors
+        if self.eos_token_id is not None:
+            is_done = generated[:, -1] == self.eos_token_id
+        else:
+            is_done = torch.zeros(len(generated), dtype=torch.bool, device=input_ids.device)
         if self.stops:
             tails = self.tokenizer.batch_decode(generated[:, -self.tail_tokens :])
-            is_done |= torch.tensor([any(stop in tail for stop in self.stops) for tail in tails])
+            is_done |= torch.tensor([any(stop in tail for stop in self.stops) for tail in tails], device=input_ids.device)
         for row in is_done.nonzero().flatten().tolist():
             if self.n_generated[row] is None:
                 self.n_generated[row] = generated.shape[1]

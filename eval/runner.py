@@ -66,14 +66,16 @@ def evaluate(
 ) -> Results:
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
-    model's `name_or_path` has one). `device` None is CUDA when available, else the CPU. Rolling-loglikelihood tasks
+    model's `name_or_path` has one). `device` None is CUDA when available, else the CPU, for a folder or Hub id; a
+    loaded model then stays on its own device (as lm-eval's HFLM keeps a model object where it is). Rolling-loglikelihood tasks
     (wikitext) are run at K=0 only.
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
     "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
     delimiters, all K examples kept and the prompt cut from the left; eval/tasks/README.md)."""
-    device = resolve_device(device)
+    # None: a loaded model stays where it is; a folder or Hub id goes to CUDA when there is one
+    device = resolve_device(device) if device is not None or isinstance(model, (str, Path)) else None
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
@@ -143,8 +145,9 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
-    """(model in eval mode on device, tokenizer, display name) from a local folder, a Hub id or loaded objects.
+def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
+    """(model in eval mode on device, tokenizer, display name) from a local folder, a Hub id or loaded objects
+    (device None: a loaded model stays on its device).
 
     A local folder loads strictly (hf_gpt_custom.model_folder: our model or a transformers GPT-2 converted on
     load; a missing tensor, another model_type or a damaged file is an error) and must hold its tokenizer's
@@ -175,7 +178,8 @@ def load_model_and_tokenizer(model, tokenizer, device: str, dtype: str):
         model = model.to(DTYPES[dtype])
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(str(tokenizer))
-    return model.to(device).eval(), tokenizer, name
+    model = model.to(device) if device is not None else model
+    return model.eval(), tokenizer, name
 
 
 def local_model_path(name: str) -> Path | None:

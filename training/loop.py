@@ -129,7 +129,7 @@ def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuar
             if accelerator.sync_gradients:
                 step_loss = accelerator.reduce(loss_sum / accum, reduction="mean")  # a collective, not a host read
                 max_norm = s.config.grad_clip if s.config.grad_clip > 0 else float("inf")  # inf: measure, don't clip
-                grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm).detach().float()
+                grad_norm = _full_value(accelerator.clip_grad_norm_(model.parameters(), max_norm)).detach().float()
                 is_diverged = gate.check(step_loss, grad_norm)
                 if not gate.skips_on_device and bool(is_diverged):  # the host check, before the update
                     loss_value, norm_value = float(step_loss), float(grad_norm)
@@ -310,6 +310,12 @@ class DivergenceGuard:
                 "start again")
 
 
+def _full_value(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor of `tensor`'s whole value. Under FSDP2 the parameters are DTensors and clip_grad_norm_ returns
+    the norm as one too, which the gate's plain tensors cannot take in (torch's DTensor dispatcher asserts)."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
 class UpdateGate:
     """DivergenceGuard's rule evaluated on the device, so the loop never waits for a step's loss to read it.
 
@@ -332,7 +338,7 @@ class UpdateGate:
 
     def check(self, loss, grad_norm):
         """A 0-d bool tensor: this step shows divergence. Updates are skipped from that step on."""
-        loss, grad_norm = loss.double(), grad_norm.double()
+        loss, grad_norm = _full_value(loss).double(), _full_value(grad_norm).double()
         best = self._best_loss
         diverged = ~torch.isfinite(loss) | (loss - best > torch.clamp(best, min=MIN_BLOWUP_NATS))
         if not self.overflow_is_normal:

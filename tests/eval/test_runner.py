@@ -110,11 +110,25 @@ def test_a_transformers_gpt2_folder_is_converted_and_scores_like_the_loaded_gpt2
     """The folder loads as our class (strict loading), the loaded GPT2LMHeadModel object as itself: same scores."""
     model, _, _ = load_model_and_tokenizer(str(tiny_model_folder), None, "cpu", "float32")
     assert type(model).__name__ == "GPTCustomForCausalLM"
-    from_folder = evaluate(str(tiny_model_folder), tasks=["arc_easy"], limit=4, show_progress=False)
+    from_folder = evaluate(str(tiny_model_folder), tasks=["arc_easy"], limit=4, show_progress=False, device="cpu")
     gpt2, tokenizer = tiny_model_and_tokenizer
     from_objects = evaluate(gpt2, tokenizer, tasks=["arc_easy"], limit=4, show_progress=False)
     for ours, theirs in zip(from_folder.examples, from_objects.examples, strict=True):
         assert ours["loglikelihoods"] == pytest.approx(theirs["loglikelihoods"], abs=1e-4, rel=0)
+
+
+def test_a_loaded_model_stays_on_its_device_when_device_is_not_given(tiny_model_and_tokenizer, monkeypatch):
+    """Where CUDA is visible, evaluate(folder) uses it, but a model object the caller passes is not moved (as
+    lm-eval's HFLM keeps a model object where it is): moving it would change the caller's model in place."""
+    import torch
+
+    gpt2, tokenizer = tiny_model_and_tokenizer
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine; nothing may go there
+    moves = []
+    real_to = type(gpt2).to
+    monkeypatch.setattr(type(gpt2), "to", lambda self, *args, **kwargs: moves.append(args) or real_to(self, *args, **kwargs))
+    evaluate(gpt2, tokenizer, tasks=["arc_easy"], limit=2, show_progress=False)
+    assert gpt2.device.type == "cpu" and all("cuda" not in str(args) for args in moves)
 
 
 def test_the_lm_eval_protocol_reaches_the_prompts_and_is_recorded(our_model_folder, tmp_path):

@@ -225,7 +225,7 @@ def test_continuation_longer_than_the_window_scores_its_last_tokens(tiny_model_a
     (scored,) = scorer.loglikelihood([Request(0, "Once", text_continuation)], show_progress=False)
     window = (context + continuation)[-9:]
     with torch.no_grad():
-        log_probs = model(torch.tensor([window[:-1]])).logits[0].log_softmax(-1)
+        log_probs = model(torch.tensor([window[:-1]], device=model.device)).logits[0].log_softmax(-1)
     by_hand = sum(log_probs[i, token].item() for i, token in enumerate(window[1:]))
     assert scored.is_truncated
     assert scored.loglikelihood == pytest.approx(by_hand, abs=1e-4)
@@ -251,7 +251,7 @@ def test_rolling_loglikelihood_equals_one_pass_when_it_fits(tiny_model_and_token
     text = "Now is the winter of our discontent made glorious summer by this sun of York."
     ids = tokenizer.encode(text)
     with torch.no_grad():
-        logits = model(torch.tensor([[tokenizer.eos_token_id] + ids])).logits[0, :-1]
+        logits = model(torch.tensor([[tokenizer.eos_token_id] + ids], device=model.device)).logits[0, :-1].cpu()
     expected = float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).sum())
     scorer = CausalLMScorer(model, tokenizer)
     (scored,) = scorer.loglikelihood_rolling([Request(0, "", text, request_type="loglikelihood_rolling")], show_progress=False)

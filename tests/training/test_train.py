@@ -49,7 +49,11 @@ def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
     assert SUMMARY_KEYS <= set(summary)
     assert summary["steps"] == 40 and summary["tokens_seen"] == 40 * 4 * 32
     assert summary["config"]["max_steps"] == 40 and summary["loss_curve"] == "loss_curve.png"
-    assert 0 < summary["mfu"] < 1 and summary["tokens_per_s"] > 0
+    assert summary["tokens_per_s"] > 0
+    if torch.cuda.is_available():  # trained on the GPU in float32: no datasheet peak to divide by (train.py), no MFU
+        assert summary["mfu"] is None and summary["peak_flops"] is None
+    else:
+        assert 0 < summary["mfu"] < 1
     assert (run_dir / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000040"]
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*")) == []  # log_with=none
@@ -301,7 +305,7 @@ def test_checkpoints_do_not_warn_about_the_tied_head_but_other_shared_tensors_st
     from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.training.checkpoint import TrainingState, save_checkpoint
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator()  # not cpu=True: where CUDA is visible an earlier run in this process set the state
     model = accelerator.prepare(GPTCustomForCausalLM(tiny_config))
     with caplog.at_level(logging.WARNING):
         save_checkpoint(accelerator, tmp_path / "checkpoints", TrainingState(step=1), keep_last=3)

@@ -62,6 +62,43 @@ def test_a_compiled_model_writes_the_same_folders_and_resumes(make_config, monke
     assert (run_dir / "final" / "model.safetensors").is_file()
 
 
+def test_the_update_gate_takes_fsdp2s_dtensor_gradient_norm(tiny_config):
+    """Under the FSDP config on a GPU the first step failed inside the gate: FSDP2's parameters are DTensors, so
+    clip_grad_norm_ returns the norm as a DTensor, which the gate's plain tensors could not take in. Real FSDP2
+    (fully_shard) on one CPU rank; the fused AdamW then skips or applies the update as the gate says."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.training.loop import UpdateGate
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = GPTCustomForCausalLM(tiny_config)
+        for block in model.transformer.h:
+            fully_shard(block)
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+        gate = UpdateGate(optimizer, torch.device("cpu"))
+        assert gate.skips_on_device
+        input_ids = torch.randint(0, tiny_config.vocab_size, (2, 8))
+        for loss_scale, expect_update in ((1.0, True), (float("nan"), False)):
+            optimizer.zero_grad()
+            loss = model(input_ids, labels=input_ids).loss * loss_scale
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            assert isinstance(grad_norm, DTensor)
+            diverged = gate.check(loss.detach().float(), grad_norm.detach().float())
+            assert bool(diverged) is not expect_update
+            before = model.transformer.wte.weight.full_tensor().clone()
+            optimizer.step()
+            changed = not torch.equal(model.transformer.wte.weight.full_tensor(), before)
+            assert changed is expect_update
+    finally:
+        dist.destroy_process_group()
+
+
 # --- on a GPU: the shipped FSDP and DDP accelerate configs, world size 1 ----------------------------------------
 
 

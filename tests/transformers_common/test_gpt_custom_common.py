@@ -29,8 +29,9 @@ class GPTCustomModelTester:
     """Small config and random inputs, as transformers' per-model testers build them (cf. GPT2ModelTester)."""
 
     def __init__(self, parent, batch_size=7, seq_length=7, vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                 num_attention_heads=4, n_positions=64, is_training=True):
+                 num_attention_heads=4, n_positions=64, is_training=True, attn_pdrop=0.1):
         self.parent = parent
+        self.attn_pdrop = attn_pdrop  # GPT-2's default
         self.batch_size, self.seq_length = batch_size, seq_length
         self.vocab_size, self.hidden_size = vocab_size, hidden_size
         self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
@@ -39,7 +40,8 @@ class GPTCustomModelTester:
     def get_config(self) -> GPTCustomConfig:
         return GPTCustomConfig(
             vocab_size=self.vocab_size, n_embd=self.hidden_size, n_layer=self.num_hidden_layers,
-            n_head=self.num_attention_heads, n_positions=self.n_positions, bos_token_id=self.vocab_size - 1,
+            n_head=self.num_attention_heads, n_positions=self.n_positions, attn_pdrop=self.attn_pdrop,
+            bos_token_id=self.vocab_size - 1,
             eos_token_id=self.vocab_size - 1, pad_token_id=self.vocab_size - 1,
         )
 
@@ -54,6 +56,13 @@ class GPTCustomModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestC
 
     def setUp(self):
         self.model_tester = GPTCustomModelTester(self)
+
+    def test_flex_attention_with_grads(self):
+        """transformers' flex_attention integration refuses attention dropout (a ValueError naming it), and this test
+        runs the model in training mode: it checks that flex attention runs with gradients, so it runs without
+        attention dropout (a flex-capable model's usual setting; GPT-2's 0.1 is our default). Runs where CUDA is."""
+        self.model_tester.attn_pdrop = 0.0
+        super().test_flex_attention_with_grads()
 
     def test_forward_on_the_tester_inputs(self):
         """The tester's inputs give the shapes transformers' tests expect (guards the tester itself)."""
