@@ -18,6 +18,7 @@
 #        bash benchmarks/gpu_session.sh generate       # generate(), dynamic and static cache, batch 1 and 16
 #        bash benchmarks/gpu_session.sh suite          # python -m pytest -m "not slow" on 8 workers
 #        bash benchmarks/gpu_session.sh session        # all of it in one call of at most ~9 minutes (see session())
+#        bash benchmarks/gpu_session.sh recheck        # the suite again beside a sweep of the GPU recipe (~4 min)
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
 # 3. Here: copy the gpu_*.json files that came back into benchmarks/results/, then rebuild the report from them:
@@ -64,68 +65,106 @@ bench() {
   python3 benchmarks/bench_gpu.py --out "$OUT" "$@" 2>&1 | tee "$OUT/log.txt"
 }
 
-# One call of the device tool holds everything (its budget is ~15 minutes a session, a machine start included):
-# stages run against one deadline, each under its own time cap, and after each the results so far are packed into
-# $OUT/results.tar, so a stage cut short still returns what the earlier ones measured. Order: correctness first
-# (the CUDA tests and the whole suite, side by side with the GPU recipe's two runs, whose wall times are then upper
-# bounds), then the benchmarks alone on the GPU.
-session() {
-  local work=/tmp/gpu_session deadline=$(( $(date +%s) + ${SESSION_SECONDS:-530} ))
-  mkdir -p "$work"
+# One call of the device tool holds several stages (its budget is ~15 minutes a session, a machine start included):
+# they run against one deadline, each under its own time cap, and after each the results so far are packed into
+# $OUT/results.tar, so a stage cut short still returns what the earlier ones measured.
+WORK=/tmp/gpu_session
+TEXT=.gpu_carry/tinyshakespeare/input.txt
+
+begin_call() {  # begin_call SECONDS: the deadline, the log, the installs
+  deadline=$(( $(date +%s) + $1 ))
+  mkdir -p "$WORK"
   exec > >(tee -a "$OUT/log.txt") 2>&1
-  pack() { tar -cf "$OUT/results.tar" -C "$work" . 2>/dev/null || true; }
-  cap() {  # seconds for the next stage: its own cap or what is left before the deadline
-    local left=$(( deadline - $(date +%s) ))
-    if [ "$left" -lt 15 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
-  }
-  bench_stage() {  # bench_stage TITLE CAP bench_gpu.py-arguments...: skipped when the deadline is (nearly) reached
-    local title=$1 c; c=$(cap "$2"); shift 2
-    echo; echo "=== $title ($(date -u +%T), cap $c s) ==="
-    [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/bench_gpu.py --out "$work" "$@"
-    pack
-  }
   on_gpu_machine
   set +e  # from here a failing stage is reported in the log and the next stage runs
   export HF_GPT_CUSTOM_DATA_DIR="$PWD/.gpu_carry/shared/data"
+}
+pack() { tar -cf "$OUT/results.tar" -C "$WORK" . 2>/dev/null || true; }
+cap() {  # seconds for the next stage: its own cap or what is left before the deadline (0: skip it)
+  local left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 15 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+header() { echo; echo "=== $1 ($(date -u +%T), cap $2 s) ==="; }
+bench_stage() {  # bench_stage TITLE CAP bench_gpu.py-arguments...
+  local title=$1 c; c=$(cap "$2"); shift 2
+  header "$title" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/bench_gpu.py --out "$WORK" "$@"
+  pack
+}
+recipe_run() {  # recipe_run NAME CAP overrides...: shakespeare-gpu.yaml in the background; its log names its wall time
+  local name=$1 c=$2; shift 2
+  ( started=$SECONDS; HF_HOME="$WORK/hf_$name" TQDM_DISABLE=1 timeout -s INT "$c" hf-gpt-custom train \
+      training/configs/shakespeare-gpu.yaml dataset="$TEXT" out_dir="$WORK/recipe_$name" "$@" >"$WORK/recipe_$name.log" 2>&1
+    echo "recipe $name exit $? after $((SECONDS - started)) s (tokenizer, data, compile and evals included)" \
+      >>"$WORK/recipe_$name.log" ) &
+  pids+=($!)
+}
+suite_run() {  # suite_run CAP pytest-arguments...: in the background, its log and junit file under $WORK
+  local c=$1 name=$2; shift 2
+  ( OMP_NUM_THREADS=1 timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs \
+      --junitxml "$WORK/junit_$name.xml" "$@" >"$WORK/tests_$name.log" 2>&1
+    echo "tests $name exit $?" >>"$WORK/tests_$name.log" ) &
+  pids+=($!)
+}
+end_side_by_side() {  # wait for the background runs, print their ends, keep their logs (not their weights)
+  wait "${pids[@]}"  # not a bare `wait`: that also waits for the tee behind the log
+  pids=()
+  for log in "$WORK"/tests_*.log; do [ -f "$log" ] && tail -n 25 "$log"; done
+  grep -h "bits/byte\|exit" "$WORK"/recipe_*.log 2>/dev/null | grep -v "^training" | tail -n 80
+  rm -rf "$WORK"/recipe_*/checkpoints "$WORK"/recipe_*/final/*.safetensors "$WORK"/hf_*
+  pack
+}
 
-  local c; c=$(cap 190); echo; echo "=== tests and the GPU recipe, side by side ($(date -u +%T), cap $c s) ==="
-  local text=.gpu_carry/tinyshakespeare/input.txt pids=()
-  for variant in "steps2000" "steps800 max_steps=800 eval_interval=200"; do
-    set -- $variant
-    local name=$1; shift
-    ( started=$SECONDS; HF_HOME="$work/hf_$name" TQDM_DISABLE=1 timeout -s INT "$c" hf-gpt-custom train \
-        training/configs/shakespeare-gpu.yaml dataset="$text" out_dir="$work/recipe_$name" "$@" \
-        >"$work/recipe_$name.log" 2>&1
-      echo "recipe $name exit $? after $((SECONDS - started)) s (tokenizer, data, compile and evals included)" \
-        >>"$work/recipe_$name.log" ) &
-    pids+=($!)
-  done
+# The first GPU session: correctness first (the CUDA tests and the whole suite, side by side with the GPU recipe's
+# two runs, whose wall times are then upper bounds), then the benchmarks alone on the GPU.
+session() {
+  begin_call "${SESSION_SECONDS:-530}"
+  local c; c=$(cap 190); header "tests and the GPU recipe, side by side" "$c"; pids=()
+  recipe_run steps2000 "$c"
+  recipe_run steps800 "$c" max_steps=800 eval_interval=200
   # the gpu-marked tests and the tests that once failed only where CUDA is visible (../shared/GPU.md); the suite
   # beside it runs everything else, transformers' common tests that need an accelerator included
-  ( timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 3 --junitxml "$work/junit_gpu.xml" \
-      tests/gpu "tests/training/test_wrappers.py::test_the_shipped_fsdp_and_ddp_configs_train_and_write_plain_folders" \
-      "tests/training/test_train.py::test_huge_learning_rate_names_the_checkpoint_that_is_really_safe" \
-      "tests/hf_gpt_custom/test_modeling.py::test_from_pretrained_with_device_map_auto" \
-      >"$work/tests_gpu.log" 2>&1; echo "tests_gpu exit $?" >>"$work/tests_gpu.log" ) &
-  pids+=($!)
-  ( OMP_NUM_THREADS=1 timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfE -n 7 \
-      --junitxml "$work/junit_suite.xml" -m "not slow and not gpu" tests \
-      >"$work/tests_suite.log" 2>&1; echo "suite exit $?" >>"$work/tests_suite.log" ) &
-  pids+=($!)
-  wait "${pids[@]}"  # not a bare `wait`: that also waits for the tee behind the log
-  tail -n 30 "$work"/tests_gpu.log; tail -n 40 "$work"/tests_suite.log
-  grep -h "bits/byte\\|exit\\|Error\\|error" "$work"/recipe_*.log | tail -n 30
-  rm -rf "$work"/recipe_*/checkpoints "$work"/recipe_*/final/*.safetensors "$work"/hf_*; pack
-
+  suite_run "$c" gpu -n 3 tests/gpu \
+    "tests/training/test_wrappers.py::test_the_shipped_fsdp_and_ddp_configs_train_and_write_plain_folders" \
+    "tests/training/test_train.py::test_huge_learning_rate_names_the_checkpoint_that_is_really_safe" \
+    "tests/hf_gpt_custom/test_modeling.py::test_from_pretrained_with_device_map_auto"
+  suite_run "$c" suite -n 7 -m "not slow and not gpu" tests
+  end_side_by_side
   bench_stage "train, eager" 50 --parts train --modes eager --sweep 16 --rounds 3
   bench_stage "train, compiled" 150 --parts train --modes compile --sweep 16 --rounds 3
-  bench_stage "the train() loop vs the bare model" 80 --parts loop --modes eager,compile --text-file "$text" --rounds 3
+  bench_stage "the train() loop vs the bare model" 80 --parts loop --modes eager,compile --text-file "$TEXT" --rounds 3
   bench_stage "generation" 75 --parts generate --gen-rounds 3
+  echo "=== done $(date -u +%T) ==="
+}
+
+# The second: the whole suite again (after the fixes the first one called for), side by side with a sweep of the GPU
+# recipe against overfitting (the first session's runs bottomed out at 2.14 bits/byte near step 250, then rose);
+# every variant is a whole recipe (eager: eight compilations at once would take the CPU), evaluated every 100 steps.
+recheck() {
+  begin_call "${SESSION_SECONDS:-250}"
+  local c; c=$(cap 215); header "the suite, and the recipe sweep side by side" "$c"; pids=()
+  suite_run "$c" all -n 6 -m "not slow" tests
+  local drop3="model.resid_pdrop=0.3 model.embd_pdrop=0.3 model.attn_pdrop=0.3"
+  local drop4="model.resid_pdrop=0.4 model.embd_pdrop=0.4 model.attn_pdrop=0.4"
+  local common="compile=false eval_interval=100 checkpoint_interval=0"
+  # shellcheck disable=SC2086  # the override lists split on purpose
+  {
+    recipe_run d02_s300 "$c" $common max_steps=300 warmup_steps=30
+    recipe_run d03_s500 "$c" $common $drop3 max_steps=500 warmup_steps=50
+    recipe_run d04_s800 "$c" $common $drop4 max_steps=800
+    recipe_run v1024_d03_s600 "$c" $common $drop3 tokenizer_vocab_size=1024 max_steps=600
+    recipe_run v512_d03_s800 "$c" $common $drop3 tokenizer_vocab_size=512 max_steps=800
+    recipe_run wide_d04_s600 "$c" $common $drop4 model.n_layer=8 model.n_head=8 model.n_embd=512 max_steps=600
+    recipe_run d03_wd05_s600 "$c" $common $drop3 weight_decay=0.5 max_steps=600
+    recipe_run v1024_d04_s1000 "$c" $common $drop4 tokenizer_vocab_size=1024 max_steps=1000
+  }
+  end_side_by_side
   echo "=== done $(date -u +%T) ==="
 }
 
 case "$stage" in
   session) session ;;
+  recheck) recheck ;;
   prepare) prepare ;;
   tests)
     on_gpu_machine
