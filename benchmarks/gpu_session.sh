@@ -19,6 +19,7 @@
 #        bash benchmarks/gpu_session.sh suite          # python -m pytest -m "not slow" on 8 workers
 #        bash benchmarks/gpu_session.sh session        # all of it in one call of at most ~9 minutes (see session())
 #        bash benchmarks/gpu_session.sh recheck        # the suite again beside a sweep of the GPU recipe (~4 min)
+#        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
 # 3. Here: copy the gpu_*.json files that came back into benchmarks/results/, then rebuild the report from them:
@@ -57,6 +58,7 @@ on_gpu_machine() {
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
   fi
   if [ ! -e ../shared ] && [ -d .gpu_carry/shared/data ]; then ln -s "$PWD/.gpu_carry/shared" ../shared; fi
+  export HF_GPT_CUSTOM_DATA_DIR="$PWD/.gpu_carry/shared/data"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 }
@@ -77,7 +79,6 @@ begin_call() {  # begin_call SECONDS: the deadline, the log, the installs
   exec > >(tee -a "$OUT/log.txt") 2>&1
   on_gpu_machine
   set +e  # from here a failing stage is reported in the log and the next stage runs
-  export HF_GPT_CUSTOM_DATA_DIR="$PWD/.gpu_carry/shared/data"
 }
 pack() { tar -cf "$OUT/results.tar" -C "$WORK" . 2>/dev/null || true; }
 cap() {  # seconds for the next stage: its own cap or what is left before the deadline (0: skip it)
@@ -163,6 +164,10 @@ recheck() {
 }
 
 case "$stage" in
+  pytest)  # pytest ARGUMENTS...: chosen tests, e.g. those a session's fixes are for
+    on_gpu_machine
+    python3 -m pytest -q -p no:cacheprovider -rfEs "$@" 2>&1 | tee "$OUT/log.txt"
+    ;;
   session) session ;;
   recheck) recheck ;;
   prepare) prepare ;;

@@ -227,7 +227,9 @@ def _batch_digest(input_ids: torch.Tensor) -> int:
 def check_weights_finite(s: Session, advice: str, progress) -> None:
     """Stop instead of checkpointing weights that are no longer finite (they would push good checkpoints out)."""
     accelerator = s.accelerator
-    finite = torch.stack([torch.isfinite(p).all() for p in s.model.parameters()]).all().float()  # one read below
+    # each process checks the weights it holds (under FSDP2 its shards: a DTensor cannot enter the all-reduce)
+    local = (p.to_local() if hasattr(p, "to_local") else p for p in s.model.parameters())
+    finite = torch.stack([torch.isfinite(p).all() for p in local]).all().float()  # one read below
     if accelerator.reduce(finite, reduction="sum").item() < accelerator.num_processes:
         stop_diverged(s, s.state.step, "the weights stopped being finite", float("nan"), float("nan"), advice,
                       progress)

@@ -176,8 +176,15 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
 
 def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_with: str | None):
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
     from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration
 
+    # Accelerate keeps one device and mixed precision per process: a second run in the same process (a notebook, the
+    # test suite) asking for others failed with "AcceleratorState has already been initialized ... restart your
+    # runtime". A plain process starts each run from a fresh state; under a launcher (a process group exists) the
+    # state is the launcher's and stays.
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        AcceleratorState._reset_state(reset_partial_state=True)
     return Accelerator(
         cpu=device_type == "cpu",
         mixed_precision=mixed_precision_for_run(config.mixed_precision),  # warns if the launcher says otherwise

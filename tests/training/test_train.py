@@ -345,3 +345,15 @@ def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(
     parameter.grad = torch.ones(3)
     optimizer.step()  # skipped on the device from the first diverged step on: the weights stay as they were
     assert torch.equal(parameter.detach(), torch.ones(3)) is (expected is not None)
+
+
+def test_a_second_run_in_the_same_process_may_ask_for_another_precision_and_device(make_config):
+    """Accelerate keeps one device and mixed precision per process: a second train() in a notebook asking for others
+    failed with accelerate's "AcceleratorState has already been initialized ... restart your runtime"."""
+    from accelerate.state import AcceleratorState
+
+    steps = ("max_steps=1", "warmup_steps=0", "eval_interval=1", "eval_batches=1", "checkpoint_interval=0")
+    train(make_config(*steps, "mixed_precision=no", run_name="first"))
+    assert AcceleratorState().mixed_precision == "no"
+    train(make_config(*steps, "mixed_precision=bf16", "cpu=true", run_name="second"))
+    assert AcceleratorState().mixed_precision == "bf16" and AcceleratorState().device.type == "cpu"

@@ -11,6 +11,7 @@ import functools
 import os
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -62,16 +63,17 @@ def test_a_compiled_model_writes_the_same_folders_and_resumes(make_config, monke
     assert (run_dir / "final" / "model.safetensors").is_file()
 
 
-def test_the_update_gate_takes_fsdp2s_dtensor_gradient_norm(tiny_config):
+def test_the_update_gate_and_the_finite_weights_check_take_fsdp2s_dtensors(tiny_config):
     """Under the FSDP config on a GPU the first step failed inside the gate: FSDP2's parameters are DTensors, so
-    clip_grad_norm_ returns the norm as a DTensor, which the gate's plain tensors could not take in. Real FSDP2
-    (fully_shard) on one CPU rank; the fused AdamW then skips or applies the update as the gate says."""
+    clip_grad_norm_ returns the norm as a DTensor, which the gate's plain tensors could not take in; then the check
+    before a checkpoint all-reduced a DTensor. Real FSDP2 (fully_shard) on one CPU rank; the fused AdamW skips or
+    applies the update as the gate says."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
     from hf_gpt_custom import GPTCustomForCausalLM
-    from hf_gpt_custom.training.loop import UpdateGate
+    from hf_gpt_custom.training.loop import TrainingDivergedError, UpdateGate, check_weights_finite
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -95,6 +97,18 @@ def test_the_update_gate_takes_fsdp2s_dtensor_gradient_norm(tiny_config):
             optimizer.step()
             changed = not torch.equal(model.transformer.wte.weight.full_tensor(), before)
             assert changed is expect_update
+        # before each checkpoint: are the weights finite? (each process looks at its own shards)
+        def all_reduce(tensor, reduction):  # what accelerator.reduce runs under a launcher
+            dist.all_reduce(tensor)
+            return tensor
+
+        one_process = SimpleNamespace(reduce=all_reduce, num_processes=1, end_training=lambda: None)
+        session = SimpleNamespace(accelerator=one_process, model=model, run_log=None, state=SimpleNamespace(step=1))
+        check_weights_finite(session, "advice", None)
+        with torch.no_grad():
+            model.transformer.h[0].mlp.c_fc.weight.to_local()[0, 0] = float("nan")
+        with pytest.raises(TrainingDivergedError, match="the weights stopped being finite"):
+            check_weights_finite(session, "advice", None)
     finally:
         dist.destroy_process_group()
 
