@@ -51,7 +51,8 @@ class StopInGeneratedText(StoppingCriteria):
             is_done = torch.zeros(len(generated), dtype=torch.bool, device=input_ids.device)
         if self.stops:
             tails = self.tokenizer.batch_decode(generated[:, -self.tail_tokens :])
-            is_done |= torch.tensor([any(stop in tail for stop in self.stops) for tail in tails], device=input_ids.device)
+            has_stop = [any(stop in tail for stop in self.stops) for tail in tails]
+            is_done |= torch.tensor(has_stop, device=input_ids.device)
         for row in is_done.nonzero().flatten().tolist():
             if self.n_generated[row] is None:
                 self.n_generated[row] = generated.shape[1]

@@ -67,8 +67,8 @@ def evaluate(
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
     model's `name_or_path` has one). `device` None is CUDA when available, else the CPU, for a folder or Hub id; a
-    loaded model then stays on its own device (as lm-eval's HFLM keeps a model object where it is). Rolling-loglikelihood tasks
-    (wikitext) are run at K=0 only.
+    loaded model then stays on its own device (as lm-eval's HFLM keeps a model object where it is).
+    Rolling-loglikelihood tasks (wikitext) are run at K=0 only.
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under

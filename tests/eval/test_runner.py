@@ -126,7 +126,8 @@ def test_a_loaded_model_stays_on_its_device_when_device_is_not_given(tiny_model_
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine; nothing may go there
     moves = []
     real_to = type(gpt2).to
-    monkeypatch.setattr(type(gpt2), "to", lambda self, *args, **kwargs: moves.append(args) or real_to(self, *args, **kwargs))
+    monkeypatch.setattr(type(gpt2), "to",
+                        lambda self, *args, **kwargs: moves.append(args) or real_to(self, *args, **kwargs))
     evaluate(gpt2, tokenizer, tasks=["arc_easy"], limit=2, show_progress=False)
     assert gpt2.device.type == "cpu" and all("cuda" not in str(args) for args in moves)
 
