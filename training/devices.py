@@ -151,3 +151,27 @@ def check_compiler_available(device_type: str) -> None:
     except Exception as err:  # torch._inductor.exc.InvalidCxxCompiler, or a failed compiler probe
         raise UserError(f"compile=true but torch.compile finds no C++ compiler for the CPU ({type(err).__name__}); "
                         f"install one (g++ or clang++, or point CXX at it), or set compile=false") from err
+
+
+def drop_float32_output_copies(model) -> bool:
+    """Keep Accelerate's autocast around `model.forward` but not its float32 copy of every output; True if removed.
+
+    Under bf16/fp16, `Accelerator.prepare` sets `model.forward = convert_outputs_to_fp32(autocast(forward))`: each
+    training step then copies the logits (batch x block x vocabulary; 3.3 GB of float32 at GPT-2's 16 x 1,024) that
+    nothing reads, since the model's loss is float32 already and evaluation upcasts what it uses. A bf16 forward and
+    backward of a 2 x 64 body with GPT-2's 50,304-token vocabulary, 4 x 256 tokens, took 411 ms instead of 479 (medians
+    of 5 rotated rounds; AMD EPYC family 25 model 17, 2 threads, torch 2.13, accelerate 1.15); on a GPU the copy is a
+    pass over 5 GB of memory per step at GPT-2's shape (not measured). Call it on the object given to `prepare` (it is
+    patched in place, before any DDP wrapper). Where Accelerate wrapped otherwise (no mixed precision, another
+    version), nothing changes.
+    """
+    from types import MethodType
+
+    forward = model.__dict__.get("forward")  # accelerate's patch is an instance attribute
+    is_method = hasattr(forward, "__func__")  # a method for a plain module; a function for torch.compile's wrapper
+    converter = getattr(forward.__func__ if is_method else forward, "__wrapped__", None)
+    if type(converter).__name__ != "ConvertOutputsToFp32" or not callable(getattr(converter, "model_forward", None)):
+        return False
+    autocast_forward = converter.model_forward  # the autocast-wrapped forward accelerate built
+    model.forward = MethodType(autocast_forward, model) if is_method else autocast_forward
+    return True

@@ -29,8 +29,8 @@ from hf_gpt_custom.training.checkpoint import (
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
 from hf_gpt_custom.training.devices import (
-    check_compiler_available, mixed_precision_for_run, peak_bf16_flops, resolve_mixed_precision, training_device_type,
-    warn_if_bf16_is_emulated,
+    check_compiler_available, drop_float32_output_copies, mixed_precision_for_run, peak_bf16_flops,
+    resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
 )
 from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
 from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
@@ -156,7 +156,9 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config)
+    given_to_prepare = model
     model, optimizer, val_loader, scheduler = accelerator.prepare(model, optimizer, val_loader, scheduler)
+    drop_float32_output_copies(given_to_prepare)  # accelerate's float32 copy of the logits, every step
     train_loader.pin_memory = accelerator.device.type == "cuda"  # for the non-blocking copies of _next_batches
     train_loader = accelerator.prepare_data_loader(train_loader, device_placement=False)
     record_settings_in_checkpoints(accelerator, config, model_config)

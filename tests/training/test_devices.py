@@ -148,3 +148,26 @@ def test_the_mfu_denominator_on_a_cpu_is_the_default_and_a_set_peak_wins():
     assert Session.peak_flops.fget(default) == DEFAULT_PEAK_FLOPS["no"]
     given = SimpleNamespace(config=SimpleNamespace(peak_flops=5e12, mixed_precision="no"), accelerator=cpu)
     assert Session.peak_flops.fget(given) == 5e12
+
+
+def test_accelerates_float32_output_copy_is_dropped_also_from_a_compiled_model():
+    """torch.compile's wrapper gets accelerate's patch as a plain function, a module as a method: both lose the
+    float32 copy and keep the autocast. Without mixed precision there is nothing to drop."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.training.devices import drop_float32_output_copies
+
+    config = GPTCustomConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=99, n_positions=32)
+    input_ids = torch.randint(0, 99, (2, 8))
+    for mixed_precision, wrap in (("bf16", lambda m: torch.compile(m, backend="eager")), ("bf16", lambda m: m),
+                                  ("no", lambda m: m)):
+        AcceleratorState._reset_state(reset_partial_state=True)
+        model = wrap(GPTCustomForCausalLM(config))
+        prepared = Accelerator(cpu=True, mixed_precision=mixed_precision).prepare(model)
+        assert drop_float32_output_copies(model) is (mixed_precision == "bf16")
+        output = prepared(input_ids=input_ids, labels=input_ids)
+        expected = torch.bfloat16 if mixed_precision == "bf16" else torch.float32
+        assert output.logits.dtype == expected and output.loss.dtype == torch.float32
+    AcceleratorState._reset_state(reset_partial_state=True)

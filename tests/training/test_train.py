@@ -357,3 +357,26 @@ def test_a_second_run_in_the_same_process_may_ask_for_another_precision_and_devi
     assert AcceleratorState().mixed_precision == "no"
     train(make_config(*steps, "mixed_precision=bf16", "cpu=true", run_name="second"))
     assert AcceleratorState().mixed_precision == "bf16" and AcceleratorState().device.type == "cpu"
+
+
+def test_bf16_training_keeps_autocast_without_accelerates_float32_copy_of_the_logits(make_config, monkeypatch):
+    """Accelerate wraps a bf16 model's forward so that every output is copied to float32: each training step copied
+    the logits (batch x block x vocabulary), which nothing reads. The prepared model still runs under autocast
+    (bfloat16 logits from float32 weights) and its loss is float32."""
+    from accelerate import Accelerator
+
+    prepared = []
+    real_prepare = Accelerator.prepare
+
+    def recording_prepare(self, *objects, **kwargs):
+        prepared.append(objects[0])
+        return real_prepare(self, *objects, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "prepare", recording_prepare)
+    train(make_config("max_steps=1", "warmup_steps=0", "eval_interval=1", "eval_batches=1", "checkpoint_interval=0",
+                      "mixed_precision=bf16", "cpu=true"))
+    (model,) = prepared
+    input_ids = torch.randint(0, model.config.vocab_size, (2, 8))
+    output = model(input_ids=input_ids, labels=input_ids)
+    assert model.lm_head.weight.dtype == torch.float32
+    assert output.logits.dtype == torch.bfloat16 and output.loss.dtype == torch.float32
