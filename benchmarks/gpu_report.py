@@ -91,13 +91,21 @@ def _met(value: float | None, target_name: str, judged: bool) -> str:
     return "met" if (value <= target if at_most else value >= target) else "**not met**"
 
 
+def _train_tables(payload: dict) -> dict[str, dict | None]:
+    """The side-by-side tables of a train payload: batch 16 and, when the sweep tried more than one batch size, the
+    best batches (a sweep of one size finds no best batch: that table would only repeat the first)."""
+    swept = bool(payload.get("sweep")) and max(len(points) for points in payload["sweep"].values()) > 1
+    return {"batch16": payload.get("batch16"), "best": payload.get("best") if swept else None}
+
+
 def _train_lines(payload: dict) -> list[str]:
     meta, mode, judged = payload["meta"], payload["mode"], is_judged(payload["meta"])
     peak = f"{meta['peak_bf16_flops']:.3g}" if meta["peak_bf16_flops"] else "unknown"
     lines = [f"## Training, {mode}", "", f"Measured on {describe(meta)}; peak bf16 FLOP/s {peak} "
              f"({meta['peak_source']}). {payload['settings']}", ""]
+    tables = _train_tables(payload)
     for key, title in (("batch16", "batch {batch}"), ("best", "each model at its best batch size")):
-        table = payload.get(key)
+        table = tables[key]
         if not table:
             continue
         lines += [f"### {title.format(batch=payload['batch16']['models']['ours']['batch'])} × "
@@ -113,7 +121,7 @@ def _train_lines(payload: dict) -> list[str]:
         for pair, ratio in table["ratios"].items():
             lines.append(f"- {pair}: **{ratio['median']:.2f}x** (per-round range {ratio['min']:.2f}–{ratio['max']:.2f})")
         lines.append("")
-    ratios = {key: (payload.get(key) or {}).get("ratios", {}).get("ours / nanoGPT", {}).get("median")
+    ratios = {key: (tables[key] or {}).get("ratios", {}).get("ours / nanoGPT", {}).get("median")
               for key in ("batch16", "best")}
     ours16 = (payload.get("batch16") or {}).get("models", {})
     memory = [ours16.get(name, {}).get("peak_memory_gb") for name in ("ours", "nanoGPT")]
@@ -191,11 +199,11 @@ def plot(payloads: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
     labels, series = [], {}
     for payload in train:
-        for key in ("batch16", "best"):
-            if payload.get(key):
-                batch = payload[key]["models"]["ours"]["batch"]
+        for key, table in _train_tables(payload).items():
+            if table:
+                batch = table["models"]["ours"]["batch"]
                 labels.append(f"{payload['mode']}\n{f'batch {batch}' if key == 'batch16' else 'best batch'}")
-                for name, row in payload[key]["models"].items():
+                for name, row in table["models"].items():
                     series.setdefault(name, []).append(row["tokens_per_s"])
     width = 0.8 / max(1, len(series))
     for index, (name, values) in enumerate(series.items()):

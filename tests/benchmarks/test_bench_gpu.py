@@ -167,6 +167,16 @@ def test_report_judges_targets_on_an_h100_only(tmp_path):
     assert "met |" not in a100.replace("not judged |", "") and "not judged" in a100
 
 
+def test_a_sweep_of_one_batch_size_reports_no_best_batch():
+    """With --sweep 16 the "best batch" table only repeated batch 16's and its target read as measured."""
+    payload = _train_payload(H100_META)
+    assert "each model at its best batch size" in gpu_report.render_markdown([payload])
+    payload["sweep"] = {name: [{"batch": 16, "tokens_per_s": 4e5}] for name in ("transformers GPT-2", "nanoGPT", "ours")}
+    report = gpu_report.render_markdown([payload])
+    assert "each model at its best batch size" not in report and "### batch 16" in report
+    assert "| compile: compiled ours / nanoGPT, best batch | — | ≥ 1.2 |" in report
+
+
 def test_run_all_runs_the_gpu_benchmark_only_where_cuda_is_visible(tmp_path, monkeypatch):
     commands = []
     monkeypatch.setattr(run_all.subprocess, "run", lambda command, cwd: commands.append(command) or
