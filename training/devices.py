@@ -4,6 +4,8 @@ has it, what `mixed_precision: auto` means here, and whether torch.compile can c
 
 Precision has one source of truth: the training YAML's `mixed_precision`, which config.yaml records and MFU uses.
 An accelerate config (or `--mixed_precision`) that says otherwise is overridden with a warning naming both values.
+One helper runs after the Accelerator exists: `drop_float32_output_copies`, which keeps its autocast but not its
+float32 copy of the model's outputs.
 """
 
 from __future__ import annotations
