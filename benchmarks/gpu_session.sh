@@ -163,7 +163,30 @@ recheck() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The third: where the step's GPU time goes and which candidate paths pay (gpu_probe.py), before choosing defaults.
+probe() {
+  begin_call "${SESSION_SECONDS:-420}"
+  local c; c=$(cap 420); header "gpu_probe.py" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK" "$@"
+  pack
+  echo "=== done $(date -u +%T) ==="
+}
+
+# The fourth: the defaults the probe chose, measured as the report measures them, then the CUDA tests.
+confirm() {
+  begin_call "${SESSION_SECONDS:-330}"
+  bench_stage "train, compiled" 140 --parts train --modes compile --sweep 16,64 --rounds 3
+  bench_stage "train, eager" 40 --parts train --modes eager --sweep 16 --rounds 3
+  bench_stage "the train() loop vs the bare model" 90 --parts loop --modes eager,compile --text-file "$TEXT" --rounds 3
+  local c; c=$(cap 60); header "CUDA tests" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 4 tests/gpu \
+    tests/hf_gpt_custom/test_causal_lm_loss.py tests/hf_gpt_custom/test_gpu_code_path.py 2>&1 | tail -n 15
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
+  confirm) confirm ;;
+  probe) probe "$@" ;;
   pytest)  # pytest ARGUMENTS...: chosen tests, e.g. those a session's fixes are for
     on_gpu_machine
     python3 -m pytest -q -p no:cacheprovider -rfEs "$@" 2>&1 | tee "$OUT/log.txt"

@@ -36,6 +36,7 @@ from .block_variants import (
     make_norm,
     repeat_kv,
 )
+from .causal_lm_loss import causal_lm_loss
 from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import read_config_dict
 from .errors import UserError
@@ -130,6 +131,28 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int) -> None:
             f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "
             "the input or use a longer-context preset"
         )
+
+
+def uses_sdpa_causal_flag(
+    config: GPTCustomConfig,
+    attention_mask: torch.Tensor | None,
+    past_key_values: Cache | None,
+    given_position_ids: torch.Tensor | None,
+) -> bool:
+    """True when attention needs no mask tensor: sdpa, no padding mask, no cache, no caller positions (which can mark
+    packed sequences) — the training step. Then SDPA's own `is_causal=True` is the whole mask.
+
+    transformers' create_causal_mask returns no mask in this case too, except under torch.compile before torch 2.14:
+    there dynamo turned its `torch.compiler.is_exporting()` check into a constant True, so the compiled step built a
+    (batch, 1, seq, seq) mask and SDPA ran its masked, non-causal kernels — on an H200 (torch 2.11) the attention's
+    backward took 2.3x as long and the whole compiled step 12% longer (benchmarks/results/gpu_probe.json).
+    """
+    return (
+        config._attn_implementation == "sdpa"
+        and attention_mask is None
+        and past_key_values is None
+        and given_position_ids is None
+    )
 
 
 def eager_attention_forward(
@@ -458,13 +481,16 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
                 "model.set_attn_implementation('eager') to get them"
             )
 
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            **cache_kwarg(past_key_values),
-            position_ids=given_position_ids,
-        )
+        if uses_sdpa_causal_flag(self.config, attention_mask, past_key_values, given_position_ids):
+            causal_mask = None  # sdpa then runs is_causal=True: the flash/cuDNN kernels, no (seq x seq) mask
+        else:
+            causal_mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                **cache_kwarg(past_key_values),
+                position_ids=given_position_ids,
+            )
         hidden_states, position_embeddings = self.wpe(inputs_embeds, position_ids)
         hidden_states = self.drop(hidden_states)
         for block in self.h:
@@ -517,6 +543,12 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
+        if labels is not None and labels.shape != hidden_states.shape[:2]:
+            raise UserError(
+                f"labels has shape {tuple(labels.shape)} but the input has {tuple(hidden_states.shape[:2])} (batch, "
+                "seq_len); labels are the input ids themselves, -100 where a position is not scored (the model "
+                "shifts them)"
+            )
         if isinstance(logits_to_keep, int):
             hidden_states = hidden_states[:, -logits_to_keep:, :]  # -0: keeps every position
         else:
@@ -533,7 +565,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             check_token_ids("labels", labels, self.config.vocab_size, ignore_index=-100)
             # transformers' causal-LM loss: shift by one, ignore -100, and honour num_items_in_batch (gradient
             # accumulation) so accumulated losses average over tokens, not micro-batches.
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+            # On CUDA a compiled copy of it (causal_lm_loss.py): the same float32 arithmetic, fused.
+            loss = causal_lm_loss(self.loss_function, logits, labels, vocab_size=self.config.vocab_size, **kwargs)
 
         return CausalLMOutputWithPast(
             loss=loss,

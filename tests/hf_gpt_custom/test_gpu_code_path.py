@@ -124,3 +124,44 @@ def test_a_fine_tuning_step_of_a_classifier_on_the_gpu_code_path_reads_nothing_b
         loss = model(input_ids=input_ids, labels=torch.tensor([2, 0]), lm_loss_weight=lm_loss_weight).loss
         loss.backward()
     assert counter.reads == []
+
+
+def _sdpa_calls_in_compiled_training_step(block: str) -> list[dict]:
+    """The scaled_dot_product_attention calls dynamo records for a training step (aot_eager: no kernels built)."""
+    calls = []
+
+    def record(graph_module, example_inputs):
+        calls.extend(dict(node.kwargs) for node in graph_module.graph.nodes
+                     if node.target is torch.nn.functional.scaled_dot_product_attention)
+        return graph_module
+
+    torch._dynamo.reset()
+    model = _model(block, dropout=0.0)
+    input_ids = torch.randint(0, 99, (2, 16))
+    torch.compile(model, backend=record, fullgraph=True)(input_ids=input_ids, labels=input_ids)
+    torch._dynamo.reset()
+    return calls
+
+
+@pytest.mark.parametrize("block", ["gpt2", "llama"])
+def test_a_compiled_training_step_gives_sdpa_the_causal_flag_not_a_mask_even_on_torch_before_2_14(block,
+                                                                                               monkeypatch):
+    """Before torch 2.14, dynamo made transformers' `is_exporting()` check a constant True, so its mask builder never
+    skipped the mask while compiling and SDPA ran masked, non-causal kernels (2.3x the attention backward on an
+    H200). The model must not depend on it: with that torch's answer patched in, attention still gets no mask."""
+    from transformers import masking_utils
+
+    monkeypatch.setattr(masking_utils, "is_torchdynamo_exporting", lambda: True)
+    calls = _sdpa_calls_in_compiled_training_step(block)
+    assert len(calls) == 2  # one per layer
+    assert all(call["attn_mask"] is None and call["is_causal"] is True for call in calls), calls
+
+
+def test_the_causal_flag_check_sees_the_mask_transformers_builds_under_old_torch(monkeypatch):
+    """The check above is not blind: transformers' own mask builder, with the same patch, hands SDPA a mask."""
+    from transformers import masking_utils
+
+    monkeypatch.setattr(masking_utils, "is_torchdynamo_exporting", lambda: True)
+    monkeypatch.setattr(modeling_gpt_custom, "uses_sdpa_causal_flag", lambda *args: False)
+    calls = _sdpa_calls_in_compiled_training_step("gpt2")
+    assert calls and all(call["attn_mask"] is not None and call["is_causal"] is False for call in calls), calls

@@ -1,0 +1,253 @@
+"""Where a GPU training step spends its time, and which candidate paths pay (issue 23): a probe, not the report.
+
+    python benchmarks/gpu_probe.py --out DIR                 # on a CUDA machine: every part
+    python benchmarks/gpu_probe.py --smoke                   # tiny shapes on the CPU: proves the script only
+
+Parts, each on GPT-2 124M at bench_gpu.py's training step (bf16 autocast, fused AdamW, clipping, dropout 0):
+- variants: nanoGPT and ours, each as written and with the candidate paths — SDPA's cuDNN attention backend first
+  (`sdpa_kernel(..., set_priority=True)`), and the loss computed from the hidden states in chunks
+  (hf_gpt_custom.linear_cross_entropy, never the whole logits) — side by side in rotated rounds, eager and compiled:
+  tokens/s, ratio to nanoGPT, peak memory, compile warm-up.
+- profile: one compiled and one eager step of each contender under torch.profiler: GPU-busy time, kernel launches
+  and kernel time by kind (matmul, attention, Triton, elementwise, optimizer, ...), and the top kernels.
+- sweep: compiled nanoGPT and the chosen contenders at larger batches, peak memory against --memory-cap-gb (80: an
+  H100's memory, on an H200 too).
+Writes gpu_probe.json (device, versions, date in it) and prints every table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+
+from benchmarks import bench_gpu, gpu_report  # noqa: E402
+from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
+
+from hf_gpt_custom.linear_cross_entropy import linear_cross_entropy  # noqa: E402
+
+
+def cudnn_first():
+    """SDPA tries cuDNN attention first, then its default order."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return sdpa_kernel(order, set_priority=True)
+
+
+class HiddenStateLoss(torch.nn.Module):
+    """Ours with the loss from the hidden states (linear_cross_entropy): `.loss` as the model's output has it."""
+
+    def __init__(self, model: torch.nn.Module, rows_per_chunk: int):
+        super().__init__()
+        self.model, self.rows_per_chunk = model, rows_per_chunk
+        self.config = model.config
+
+    def forward(self, input_ids, labels):
+        hidden = self.model.transformer(input_ids=input_ids).last_hidden_state
+        loss = linear_cross_entropy(hidden, self.model.lm_head.weight, labels, self.config.vocab_size,
+                                    rows_per_chunk=self.rows_per_chunk)
+        return CausalLMOutputWithPast(loss=loss)
+
+
+# name -> (model to build, cuDNN attention first, rows per chunk of the hidden-state loss or None)
+CONTENDERS = {
+    "nanoGPT": ("nanoGPT", False, None),
+    "ours": ("ours", False, None),
+    "nanoGPT+cudnn": ("nanoGPT", True, None),
+    "ours+cudnn": ("ours", True, None),
+    "ours+chunk4096": ("ours", False, 4096),
+    "ours+chunk8192": ("ours", False, 8192),
+    "ours+cudnn+chunk4096": ("ours", True, 4096),
+}
+
+
+class Contender(bench_gpu.Trainer):
+    def __init__(self, label: str, batch: int, args, compiled: bool):
+        model_name, self.cudnn, rows = CONTENDERS[label]
+        model = bench_gpu.build_model(model_name, args.shape, args.device)
+        if rows is not None:
+            model = HiddenStateLoss(model, rows)
+        super().__init__(label, model, batch, args.shape["n_positions"], args.device,
+                         args.compile_backend if compiled else None)
+        self.is_nanogpt = model_name == "nanoGPT"
+
+    def step(self) -> None:
+        context = cudnn_first() if self.cudnn else contextlib.nullcontext()
+        with context, torch.autocast(self.device.type, dtype=torch.bfloat16):
+            if self.is_nanogpt:
+                loss = self.forward(self.input_ids, self.targets)[1]
+            else:
+                loss = self.forward(input_ids=self.input_ids, labels=self.input_ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    for kind, pieces in (("attention", ("flash", "fmha", "cudnn", "attention", "sdpa")),
+                         ("optimizer", ("adam", "multi_tensor", "foreach")),
+                         ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "matmul", "sm90_", "sm80_", "cublas")),
+                         ("triton", ("triton",)),
+                         ("loss/softmax", ("softmax", "nll", "cross_entropy", "logsumexp")),
+                         ("memcpy/memset", ("memcpy", "memset")),
+                         ("reduction", ("reduce",)),
+                         ("elementwise", ("elementwise", "vectorized", "unrolled"))):
+        if any(piece in lowered for piece in pieces):
+            return kind
+    return "other"
+
+
+def profile_steps(contender: Contender, steps: int) -> dict:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if contender.device.type == "cuda" else [])
+    bench_gpu.synchronize(contender.device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        contender.run(steps)
+    wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    events = prof.key_averages()
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "cudaStreamSynchronize",
+                                                     "cudaDeviceSynchronize"))
+    by_kind: dict[str, float] = {}
+    for event in kernels:
+        kind = kernel_kind(event.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e3 / steps
+    top = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:25]
+    return {
+        "wall_ms_per_step": wall_ms,  # under the profiler: its overhead included
+        "gpu_busy_ms_per_step": sum(e.self_device_time_total for e in kernels) / 1e3 / steps,
+        "kernels_per_step": sum(e.count for e in kernels) / steps,
+        "host_syncs_per_step": syncs / steps,
+        "ms_by_kind": dict(sorted(by_kind.items(), key=lambda item: -item[1])),
+        "top_kernels": [{"name": e.key[:120], "ms_per_step": e.self_device_time_total / 1e3 / steps,
+                         "calls_per_step": e.count / steps} for e in top],
+    }
+
+
+def side_by_side(labels: list[str], batch: int, args, compiled: bool, profile: bool) -> dict:
+    torch._dynamo.reset()
+    contenders = {}
+    for label in labels:
+        contender = Contender(label, batch, args, compiled)
+        contender.warm_up()
+        contenders[label] = contender
+        print(f"  built {label}: first step {contender.warmup_s:.1f} s, peak {contender.peak_memory_gb} GB",
+              flush=True)
+    times = bench_gpu.time_rotating({name: (lambda c=c: c.run(args.steps)) for name, c in contenders.items()},
+                                    args.rounds)
+    rates = {name: [contenders[name].tokens * args.steps / s for s in seconds] for name, seconds in times.items()}
+    rows = {}
+    for name, contender in contenders.items():
+        reference = "nanoGPT"
+        ratios = [x / y for x, y in zip(rates[name], rates[reference])]
+        rows[name] = {"tokens_per_s": statistics.median(rates[name]), "ratio_to_nanogpt": statistics.median(ratios),
+                      "ratio_range": [min(ratios), max(ratios)],
+                      "mfu": gpu_report.mfu(statistics.median(rates[name]), args.flops, args.meta["peak_bf16_flops"]),
+                      "peak_memory_gb": contender.peak_memory_gb, "warmup_s": contender.warmup_s,
+                      "graph_breaks": contender.graph_breaks}
+        print(f"  {name:22s} {rows[name]['tokens_per_s']:>10,.0f} tok/s  x{rows[name]['ratio_to_nanogpt']:.3f} "
+              f"nanoGPT  peak {contender.peak_memory_gb} GB  warm-up {contender.warmup_s:.1f} s", flush=True)
+    profiles = {}
+    if profile:
+        for name, contender in contenders.items():
+            profiles[name] = profile_steps(contender, args.profile_steps)
+            p = profiles[name]
+            print(f"  profile {name}: wall {p['wall_ms_per_step']:.2f} ms, GPU busy {p['gpu_busy_ms_per_step']:.2f} "
+                  f"ms, {p['kernels_per_step']:.0f} kernels, {p['host_syncs_per_step']:.1f} syncs/step; " +
+                  ", ".join(f"{k} {v:.2f}" for k, v in p["ms_by_kind"].items()), flush=True)
+            for kernel in p["top_kernels"][:12]:
+                print(f"      {kernel['ms_per_step']:7.3f} ms x{kernel['calls_per_step']:5.1f}  {kernel['name']}")
+    contenders.clear()
+    bench_gpu.release(args.device)
+    return {"batch": batch, "compiled": compiled, "rows": rows, "profiles": profiles}
+
+
+def sweep(labels: list[str], batches: list[int], args) -> dict:
+    points: dict[str, list[dict]] = {}
+    for label in labels:
+        points[label] = []
+        for batch in batches:
+            torch._dynamo.reset()
+            try:
+                contender = Contender(label, batch, args, compiled=True)
+                contender.warm_up()
+                seconds = bench_gpu.time_rotating({label: lambda: contender.run(args.steps)}, args.rounds)[label]
+                point = {"batch": batch, "tokens_per_s": contender.tokens * args.steps / statistics.median(seconds),
+                         "peak_memory_gb": contender.peak_memory_gb}
+                point["within_cap"] = point["peak_memory_gb"] is None or point["peak_memory_gb"] <= args.memory_cap_gb
+            except torch.cuda.OutOfMemoryError:
+                point = {"batch": batch, "oom": True}
+            contender = None
+            bench_gpu.release(args.device)
+            points[label].append(point)
+            print(f"  sweep {label} batch {batch}: {point}", flush=True)
+            if point.get("oom") or not point.get("within_cap", True):
+                break
+    return points
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--parts", default="variants,sweep")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--sweep-contenders", default="nanoGPT,ours+cudnn+chunk4096")
+    parser.add_argument("--sweep", default="32,64")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--profile-steps", type=int, default=3)
+    parser.add_argument("--memory-cap-gb", type=float, default=80.0)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.device, args.shape, args.compile_backend, batch = torch.device("cpu"), bench_gpu.SMOKE_SHAPE, \
+            "aot_eager", 2
+        args.rounds, args.steps, args.profile_steps, args.sweep = 1, 1, 1, "4"
+    else:
+        args.device, args.shape, args.compile_backend, batch = torch.device("cuda"), bench_gpu.GPT2_124M, \
+            "inductor", 16
+    args.out = args.out or Path(tempfile.mkdtemp(prefix="gpu_probe_"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.meta = gpu_report.device_info(args.device)
+    args.flops = bench_gpu.flops_per_token(args.shape, args.shape["n_positions"])
+    labels = args.contenders.split(",")
+    print(f"gpu_probe on {gpu_report.describe(args.meta)}", flush=True)
+    result = {"meta": args.meta, "shape": args.shape, "settings": bench_gpu.STEP_SETTINGS, "parts": {}}
+    out_file = args.out / "gpu_probe.json"
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    with torch._dynamo.config.patch({limit: 256}):
+        for part in args.parts.split(","):
+            if part == "variants":
+                for compiled in (True, False):
+                    title = "compiled" if compiled else "eager"
+                    print(f"=== variants, {title}, batch {batch} ===", flush=True)
+                    result["parts"][f"variants_{title}"] = side_by_side(labels, batch, args, compiled, profile=True)
+                    out_file.write_text(json.dumps(result, indent=2) + "\n")
+            elif part == "sweep":
+                print("=== sweep, compiled ===", flush=True)
+                result["parts"]["sweep"] = sweep(args.sweep_contenders.split(","), [int(b) for b in args.sweep.split(",")], args)
+                out_file.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out_file}")
+    return out_file
+
+
+if __name__ == "__main__":
+    main()
