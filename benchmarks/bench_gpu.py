@@ -213,7 +213,9 @@ def best_batch(points: list[dict]) -> int | None:
     return max(fitted, key=lambda p: p["tokens_per_s"])["batch"] if fitted else None
 
 
-def bench_train(args, mode: str, meta: dict) -> dict:
+def bench_train(args, mode: str, meta: dict, save: Callable[[dict], None] = lambda payload: None) -> dict:
+    """The three models side by side at --batch, then the sweep and the best batches. `save` gets the payload after
+    each of those, so a run cut short (the device tool's time caps) keeps what it measured."""
     device, shape, seq_len = args.device, args.shape, args.shape["n_positions"]
     backend = args.compile_backend if mode == "compile" else None
     flops = flops_per_token(shape, seq_len)
@@ -229,6 +231,14 @@ def bench_train(args, mode: str, meta: dict) -> dict:
     batch16 = measure_side_by_side(trainers, args.rounds, args.steps, flops, peak)
     print_table(f"train {mode}, batch {args.batch}", batch16)
     sweep, kept = {}, {}
+
+    def payload(best: dict | None, finished: bool) -> dict:
+        return {"part": "train", "mode": mode, "meta": meta, "shape": {**shape, "seq_len": seq_len},
+                "flops_per_token": flops, "compile_backend": backend, "settings": STEP_SETTINGS,
+                "batch16": batch16, "sweep": sweep, "best": best,
+                **({} if finished else {"unfinished": "cut short during the batch-size sweep"})}
+
+    save(payload(None, finished=False))
     for name in MODELS:
         candidates = {args.batch: trainers.pop(name)}
 
@@ -249,6 +259,7 @@ def bench_train(args, mode: str, meta: dict) -> dict:
         release(device)
         print(f"  sweep {name}: " + ", ".join(f"{p['batch']}: {'OOM' if p.get('oom') else round(p['tokens_per_s'])}"
                                              for p in sweep[name]) + f" -> best batch {best}", flush=True)
+        save(payload(None, finished=False))
     try:
         best = measure_side_by_side(kept, args.rounds, args.steps, flops, peak)
         print_table(f"train {mode}, best batches", best)
@@ -257,9 +268,7 @@ def bench_train(args, mode: str, meta: dict) -> dict:
         print("  the three models at their best batches did not fit side by side; see the sweep", flush=True)
     kept.clear()
     release(device)
-    return {"part": "train", "mode": mode, "meta": meta, "shape": {**shape, "seq_len": seq_len},
-            "flops_per_token": flops, "compile_backend": backend, "settings": STEP_SETTINGS,
-            "batch16": batch16, "sweep": sweep, "best": best}
+    return payload(best, finished=True)
 
 
 def flops_per_token(shape: dict, seq_len: int) -> float:
@@ -460,8 +469,11 @@ def main(argv: list[str] | None = None) -> Path:
     meta = {**gpu_report.device_info(args.device, args.peak_tflops), "smoke": args.smoke}
     print(f"bench_gpu on {gpu_report.describe(meta)}; peak bf16 FLOP/s {meta['peak_bf16_flops']} "
           f"({meta['peak_source']})", flush=True)
-    jobs = [(f"train_{mode}", lambda mode=mode: bench_train(args, mode, meta)) for mode in args.modes
-            if "train" in args.parts]
+    def saver(name: str) -> Callable[[dict], None]:
+        return lambda payload: (args.out / f"gpu_{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+
+    jobs = [(f"train_{mode}", lambda mode=mode: bench_train(args, mode, meta, saver(f"train_{mode}")))
+            for mode in args.modes if "train" in args.parts]
     jobs += [(f"loop_{mode}", lambda mode=mode: bench_loop(args, mode, meta)) for mode in args.modes
              if "loop" in args.parts]
     jobs += [("generate", lambda: bench_generate(args, meta))] if "generate" in args.parts else []

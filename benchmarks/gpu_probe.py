@@ -6,7 +6,7 @@
 Parts, each on GPT-2 124M at bench_gpu.py's training step (bf16 autocast, fused AdamW, clipping, dropout 0):
 - variants: nanoGPT and ours, each as written and with the candidate paths — SDPA's cuDNN attention backend first
   (`sdpa_kernel(..., set_priority=True)`), and the loss computed from the hidden states in chunks
-  (hf_gpt_custom.linear_cross_entropy, never the whole logits) — side by side in rotated rounds, eager and compiled:
+  (benchmarks/linear_cross_entropy.py, never the whole logits) — side by side in rotated rounds, eager and compiled:
   tokens/s, ratio to nanoGPT, peak memory, compile warm-up.
 - profile: one compiled and one eager step of each contender under torch.profiler: GPU-busy time, kernel launches
   and kernel time by kind (matmul, attention, Triton, elementwise, optimizer, ...), and the top kernels.
@@ -36,7 +36,7 @@ import torch._dynamo  # noqa: E402
 from benchmarks import bench_gpu, gpu_report  # noqa: E402
 from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 
-from hf_gpt_custom.linear_cross_entropy import linear_cross_entropy  # noqa: E402
+from benchmarks.linear_cross_entropy import linear_cross_entropy  # noqa: E402
 
 
 def cudnn_first():
@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> Path:
                     out_file.write_text(json.dumps(result, indent=2) + "\n")
             elif part == "sweep":
                 print("=== sweep, compiled ===", flush=True)
-                result["parts"]["sweep"] = sweep(args.sweep_contenders.split(","), [int(b) for b in args.sweep.split(",")], args)
+                batches = [int(b) for b in args.sweep.split(",")]
+                result["parts"]["sweep"] = sweep(args.sweep_contenders.split(","), batches, args)
                 out_file.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out_file}")
     return out_file

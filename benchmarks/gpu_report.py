@@ -103,6 +103,10 @@ def _train_lines(payload: dict) -> list[str]:
     peak = f"{meta['peak_bf16_flops']:.3g}" if meta["peak_bf16_flops"] else "unknown"
     lines = [f"## Training, {mode}", "", f"Measured on {describe(meta)}; peak bf16 FLOP/s {peak} "
              f"({meta['peak_source']}). {payload['settings']}", ""]
+    if payload.get("unfinished"):
+        lines += [f"**Unfinished run**: {payload['unfinished']}; below is what it measured before.", ""]
+    if payload.get("source"):
+        lines += [f"Source: {payload['source']}.", ""]
     tables = _train_tables(payload)
     for key, title in (("batch16", "batch {batch}"), ("best", "each model at its best batch size")):
         table = tables[key]
@@ -119,7 +123,8 @@ def _train_lines(payload: dict) -> list[str]:
                          f"{_fmt(row['peak_memory_gb'], '.2f', ' GB')} | {_fmt(row['graph_breaks'], 'd')} |")
         lines.append("")
         for pair, ratio in table["ratios"].items():
-            lines.append(f"- {pair}: **{ratio['median']:.2f}x** (per-round range {ratio['min']:.2f}–{ratio['max']:.2f})")
+            spread = "" if ratio["min"] is None else f" (per-round range {ratio['min']:.2f}–{ratio['max']:.2f})"
+            lines.append(f"- {pair}: **{ratio['median']:.2f}x**{spread}")
         lines.append("")
     ratios = {key: (tables[key] or {}).get("ratios", {}).get("ours / nanoGPT", {}).get("median")
               for key in ("batch16", "best")}

@@ -260,3 +260,19 @@ def test_generate_keeps_the_forward_it_compiled_where_the_benchmark_looks():
         assert vars(model).get("_compiled_call") is None
         model.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0, cache_implementation="static")
     assert vars(model).get("_compiled_call") is not None
+
+
+def test_a_training_part_cut_short_in_its_sweep_keeps_the_batch_16_table(tmp_path, monkeypatch):
+    """The device tool's time caps interrupt stages: the side-by-side table must be on disk before the sweep runs,
+    marked unfinished, and the report must say so."""
+    def interrupted(measure, batches):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_gpu, "sweep_batches", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench_gpu.main(["--smoke", "--parts", "train", "--modes", "eager", "--rounds", "1", "--out", str(tmp_path)])
+    train = json.loads((tmp_path / "gpu_train_eager.json").read_text())
+    assert train["unfinished"] and train["best"] is None and train["sweep"] == {}
+    assert train["batch16"]["models"].keys() == set(bench_gpu.MODELS)
+    markdown, _ = gpu_report.write_report(tmp_path)
+    assert "**Unfinished run**" in markdown.read_text()

@@ -1,0 +1,61 @@
+"""benchmarks/gpu_probe.py without a GPU: its chunked hidden-state loss against transformers' loss, its kernel
+classes, and a --smoke run on the CPU. Speed is never asserted."""
+
+import json
+
+import pytest
+import torch
+from transformers.loss.loss_utils import ForCausalLMLoss
+
+from benchmarks import gpu_probe
+from benchmarks.linear_cross_entropy import linear_cross_entropy
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("num_items_in_batch", [None, 40])
+def test_the_chunked_loss_gives_transformers_loss_and_gradients(autocast, num_items_in_batch):
+    """The probe's candidate is timed only if it computes the same thing: padded vocabulary rows get no logits and
+    no gradient, -100 is ignored, the shift is by one, chunks do not divide the rows evenly."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 17, 32, requires_grad=True)
+    weight = torch.randn(128, 32, requires_grad=True)  # vocabulary 100, padded to 128
+    labels = torch.randint(0, 100, (3, 17))
+    labels[0, :5] = -100
+    items = None if num_items_in_batch is None else torch.tensor(num_items_in_batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        want = ForCausalLMLoss((hidden @ weight.T)[..., :100], labels, 100, num_items_in_batch=items)
+    want.backward()
+    want_hidden, want_weight = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        got = linear_cross_entropy(hidden, weight, labels, 100, num_items_in_batch=items, rows_per_chunk=7)
+    (2 * got).backward()  # backward scales the gradients it computed in forward by the incoming one
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    tolerance = {"rtol": 2e-2, "atol": 5e-3} if autocast else {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(hidden.grad / 2, want_hidden, **tolerance)
+    torch.testing.assert_close(weight.grad / 2, want_weight, **tolerance)
+    assert weight.grad[100:].abs().max() == 0
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "matmul"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26", "attention"),
+    ("triton_red_fused__log_softmax__to_copy_add", "triton"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>", "loss/softmax"),
+    ("void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda>", "elementwise"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+])
+def test_kernels_are_sorted_into_kinds_by_name(name, kind):
+    assert gpu_probe.kernel_kind(name) == kind
+
+
+def test_a_smoke_run_writes_the_variants_with_their_ratio_to_nanogpt(tmp_path):
+    out = gpu_probe.main(["--smoke", "--parts", "variants", "--contenders", "nanoGPT,ours,ours+chunk4096",
+                          "--out", str(tmp_path)])
+    result = json.loads(out.read_text())
+    assert result["meta"]["device_type"] == "cpu" and result["meta"]["date_utc"]
+    for mode in ("variants_compiled", "variants_eager"):
+        rows = result["parts"][mode]["rows"]
+        assert rows.keys() == {"nanoGPT", "ours", "ours+chunk4096"}
+        assert rows["nanoGPT"]["ratio_to_nanogpt"] == 1.0 and all(r["tokens_per_s"] > 0 for r in rows.values())
+        assert result["parts"][mode]["profiles"]["ours"]["wall_ms_per_step"] > 0
