@@ -61,3 +61,16 @@ def test_model_loss_and_gradients_equal_transformers_on_cuda(shape, case, dtype,
         for name, grad in grads.items():
             error = torch.linalg.vector_norm(grad - expected_grads[name])
             assert error <= 2e-2 * torch.linalg.vector_norm(expected_grads[name]), name
+
+
+def test_on_cuda_the_model_computes_its_loss_through_the_compiled_copy(device, monkeypatch):
+    """causal_lm_loss.py's CUDA path is really taken there (the test above checks its numbers)."""
+    from hf_gpt_custom import causal_lm_loss
+
+    calls = []
+    compiled = causal_lm_loss._compiled
+    monkeypatch.setattr(causal_lm_loss, "_compiled", lambda *args: calls.append(args) or compiled(*args))
+    ours, _ = make_gpt2_pair(vocab_size=99)
+    input_ids, labels = _batch(99, 2, 9, device)
+    assert torch.isfinite(ours.to(device)(input_ids, labels=labels).loss)
+    assert calls, "the loss did not go through the compiled copy on CUDA"

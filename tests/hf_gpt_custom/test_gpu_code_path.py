@@ -165,3 +165,20 @@ def test_the_causal_flag_check_sees_the_mask_transformers_builds_under_old_torch
     monkeypatch.setattr(modeling_gpt_custom, "uses_sdpa_causal_flag", lambda *args: False)
     calls = _sdpa_calls_in_compiled_training_step("gpt2")
     assert calls and all(call["attn_mask"] is not None and call["is_causal"] is False for call in calls), calls
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_packed_sequences_given_by_their_positions_do_not_attend_across_documents(attn_implementation):
+    """DataCollatorWithFlattening packs documents into one row without a mask, positions restarting at 0 at each
+    document. transformers builds the block-diagonal mask from those positions, so the causal-flag shortcut must not
+    apply when positions are given: each document's logits are the ones it gets alone."""
+    model = _model("gpt2", dropout=0.0).eval()
+    model.set_attn_implementation(attn_implementation)
+    first, second = torch.randint(0, 99, (1, 5)), torch.randint(0, 99, (1, 4))
+    packed = torch.cat([first, second], dim=1)
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
+    with torch.no_grad():
+        logits = model(packed, position_ids=positions, use_cache=False).logits  # packing: a training setup
+        alone = [model(document).logits for document in (first, second)]
+    torch.testing.assert_close(logits[:, :5], alone[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[:, 5:], alone[1], rtol=1e-5, atol=1e-5)
