@@ -105,8 +105,12 @@ class Trainer:
     def tokens(self) -> int:
         return self.batch * self.seq_len
 
+    def step_context(self):
+        """What a step runs under: bf16 autocast (gpu_probe.py's contenders add their attention backends to it)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
     def step(self) -> None:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+        with self.step_context():
             if isinstance(self.model, NanoGPT):
                 loss = self.forward(self.input_ids, self.targets)[1]
             else:

@@ -82,19 +82,13 @@ class Contender(bench_gpu.Trainer):
             model = HiddenStateLoss(model, rows)
         super().__init__(label, model, batch, args.shape["n_positions"], args.device,
                          args.compile_backend if compiled else None)
-        self.is_nanogpt = model_name == "nanoGPT"
 
-    def step(self) -> None:
-        context = cudnn_first() if self.cudnn else contextlib.nullcontext()
-        with context, torch.autocast(self.device.type, dtype=torch.bfloat16):
-            if self.is_nanogpt:
-                loss = self.forward(self.input_ids, self.targets)[1]
-            else:
-                loss = self.forward(input_ids=self.input_ids, labels=self.input_ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+    def step_context(self):
+        context = contextlib.ExitStack()
+        if self.cudnn:
+            context.enter_context(cudnn_first())
+        context.enter_context(super().step_context())
+        return context
 
 
 def kernel_kind(name: str) -> str:
