@@ -12,7 +12,8 @@ Parts, each on GPT-2 124M at bench_gpu.py's training step (bf16 autocast, fused 
   and kernel time by kind (matmul, attention, Triton, elementwise, optimizer, ...), and the top kernels.
 - sweep: compiled nanoGPT and the chosen contenders at larger batches, peak memory against --memory-cap-gb (80: an
   H100's memory, on an H200 too).
-Writes gpu_probe.json (device, versions, date in it) and prints every table.
+Writes gpu_probe.json (device, versions, date in it) and gpu_probe.png (GPU time by kernel kind per contender), and
+prints every table. `--plot-only results/gpu_probe.json` redraws the figure from a JSON copied back.
 """
 
 from __future__ import annotations
@@ -198,6 +199,36 @@ def sweep(labels: list[str], batches: list[int], args) -> dict:
     return points
 
 
+def plot(result: dict, path: Path) -> Path:
+    """GPU milliseconds per step by kernel kind, one stacked bar per contender, compiled beside eager; the title
+    names the device, versions and date."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = [(name, part) for name, part in result["parts"].items() if part.get("profiles")]
+    fig, axes = plt.subplots(1, max(1, len(parts)), figsize=(6.5 * max(1, len(parts)), 4.8), dpi=110, squeeze=False)
+    kinds = sorted({kind for _, part in parts for p in part["profiles"].values() for kind in p["ms_by_kind"]})
+    for axis, (name, part) in zip(axes[0], parts):
+        labels = list(part["profiles"])
+        bottom = [0.0] * len(labels)
+        for kind in kinds:
+            values = [part["profiles"][label]["ms_by_kind"].get(kind, 0.0) for label in labels]
+            axis.bar(range(len(labels)), values, bottom=bottom, label=kind)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        axis.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+        axis.set_ylabel("GPU ms per step, by kernel kind")
+        axis.set_title(f"{name.replace('variants_', '')}, batch {part['batch']}")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles[::-1], names[::-1], loc="center right", fontsize=8)  # top of the stack first
+    fig.suptitle(gpu_report.describe(result["meta"]), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.89, 1))
+    fig.savefig(path, metadata={"Title": "gpu_probe.py profiles", "Description": gpu_report.describe(result["meta"])})
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
@@ -210,7 +241,13 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--profile-steps", type=int, default=3)
     parser.add_argument("--memory-cap-gb", type=float, default=80.0)
+    parser.add_argument("--plot-only", type=Path, default=None, help="measure nothing: gpu_probe.png beside this "
+                        "gpu_probe.json")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        image = plot(json.loads(args.plot_only.read_text()), args.plot_only.with_suffix(".png"))
+        print(f"wrote {image}")
+        return image
     if args.smoke:
         args.device, args.shape, args.compile_backend, batch = torch.device("cpu"), bench_gpu.SMOKE_SHAPE, \
             "aot_eager", 2
@@ -240,7 +277,8 @@ def main(argv: list[str] | None = None) -> Path:
                 batches = [int(b) for b in args.sweep.split(",")]
                 result["parts"]["sweep"] = sweep(args.sweep_contenders.split(","), batches, args)
                 out_file.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out_file}")
+    image = plot(result, out_file.with_suffix(".png"))
+    print(f"wrote {out_file} and {image.name}")
     return out_file
 
 

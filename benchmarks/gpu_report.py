@@ -226,6 +226,10 @@ def plot(payloads: list[dict], path: Path) -> None:
         axes[1].bar([x + 0.2 for x in xs], [r["ours_ms_per_step"] for r in rows], 0.4, label="ours")
         axes[1].set_xticks(list(xs), names)
         axes[1].legend()
+    if not generate:
+        axes[1].text(0.5, 0.5, "no generation results in this folder", ha="center", va="center",
+                     transform=axes[1].transAxes)
+        axes[1].set_xticks([])
     axes[1].set_ylabel("ms per generated step (lower is better)")
     axes[1].set_title("generate()")
     measured_on = "\n".join(dict.fromkeys(describe(p["meta"]) for p in payloads)) or "no results"

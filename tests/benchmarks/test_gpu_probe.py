@@ -53,6 +53,7 @@ def test_a_smoke_run_writes_the_variants_with_their_ratio_to_nanogpt(tmp_path):
     out = gpu_probe.main(["--smoke", "--parts", "variants", "--contenders", "nanoGPT,ours,ours+chunk4096",
                           "--out", str(tmp_path)])
     result = json.loads(out.read_text())
+    assert (tmp_path / "gpu_probe.png").is_file()
     assert result["meta"]["device_type"] == "cpu" and result["meta"]["date_utc"]
     for mode in ("variants_compiled", "variants_eager"):
         rows = result["parts"][mode]["rows"]
