@@ -81,8 +81,9 @@ def run_loop(s: Session) -> LoopResult:
         f"per optimizer step; {config.max_steps} steps"
     )
     batches = _next_batches(accelerator, s.train_loader, state)
-    progress = tqdm(total=config.max_steps, initial=state.step, desc="training",
-                    disable=not accelerator.is_local_main_process, dynamic_ncols=True)
+    # disable= only where the bar is off: an explicit disable=False would override the user's TQDM_DISABLE=1
+    progress = tqdm(total=config.max_steps, initial=state.step, desc="training", dynamic_ncols=True,
+                    **({} if accelerator.is_local_main_process else {"disable": True}))
     result = LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
     guard = DivergenceGuard(resumed_from=s.resume_folder)
     gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None)

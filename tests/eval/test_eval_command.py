@@ -149,3 +149,22 @@ def test_generation_that_cannot_leave_room_for_a_prompt_is_refused_naming_the_ta
         runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False)
     results = runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False, skip_unfittable=True)
     assert [(row["task"], row["num_fewshot"]) for row in results.skipped] == [("triviaqa", 0)]
+
+
+@pytest.mark.parametrize("show_progress, tqdm_disable, shown", [
+    (True, None, True), (True, "1", False), (False, None, False)])
+def test_the_scoring_bars_honour_show_progress_and_tqdm_disable(show_progress, tqdm_disable, shown):
+    """tqdm reads TQDM_DISABLE when it is imported, for arguments not given: a fresh process each."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "TQDM_DISABLE"}
+    if tqdm_disable is not None:
+        env["TQDM_DISABLE"] = tqdm_disable
+    code = ("from tqdm.auto import tqdm\nfrom eval.scoring import progress_switch\n"
+            f"bar = tqdm(total=3, desc='scoring', **progress_switch({show_progress}))\nbar.update(3)\nbar.close()\n")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr
+    assert ("scoring:" in done.stderr) == shown

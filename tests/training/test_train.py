@@ -380,3 +380,20 @@ def test_bf16_training_keeps_autocast_without_accelerates_float32_copy_of_the_lo
     output = model(input_ids=input_ids, labels=input_ids)
     assert model.lm_head.weight.dtype == torch.float32
     assert output.logits.dtype == torch.bfloat16 and output.loss.dtype == torch.float32
+
+
+def test_the_training_bar_leaves_disable_to_tqdm_on_the_main_process(tmp_path, shakespeare_path,
+                                                                     shakespeare_tokenizer_dir, shared_data_cache,
+                                                                     monkeypatch):
+    """tqdm applies TQDM_DISABLE only to arguments not given: passing disable=False would override a user's
+    TQDM_DISABLE=1 (tests/eval/test_eval_command.py shows the variable working when disable is left out)."""
+    import tqdm.auto
+
+    given = []
+    real = tqdm.auto.tqdm
+    monkeypatch.setattr(tqdm.auto, "tqdm", lambda *args, **kwargs: given.append(kwargs) or real(*args, **kwargs))
+    config = load_train_config(None, tiny_run_overrides(tmp_path / "run", shakespeare_path, shakespeare_tokenizer_dir,
+                                                        shared_data_cache) + ["max_steps=2", "eval_interval=2"])
+    train(config)
+    bars = [kwargs for kwargs in given if kwargs.get("desc") == "training"]
+    assert bars and all("disable" not in kwargs for kwargs in bars)
