@@ -139,8 +139,8 @@ def uses_sdpa_causal_flag(
     past_key_values: Cache | None,
     given_position_ids: torch.Tensor | None,
 ) -> bool:
-    """True when attention needs no mask tensor: sdpa, no padding mask, no cache, no caller positions (which can mark
-    packed sequences) — the training step. Then SDPA's own `is_causal=True` is the whole mask.
+    """True when attention needs no mask tensor: sdpa, no padding mask, no cache holding anything, no caller positions
+    (which can mark packed sequences) — a training step, an eval forward. Then SDPA's `is_causal=True` is the mask.
 
     transformers' create_causal_mask returns no mask in this case too, except under torch.compile before torch 2.14:
     there dynamo turned its `torch.compiler.is_exporting()` check into a constant True, so the compiled step built a
@@ -481,14 +481,17 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
                 "model.set_attn_implementation('eager') to get them"
             )
 
-        if uses_sdpa_causal_flag(self.config, attention_mask, past_key_values, given_position_ids):
+        # An empty dynamic cache (a forward in eval mode, a prefill) masks exactly as no cache; shown as none, the
+        # mask builder also honours packed positions there, so eval mode gives the logits train mode gives.
+        mask_cache = None if isinstance(past_key_values, DynamicCache) and past_length == 0 else past_key_values
+        if uses_sdpa_causal_flag(self.config, attention_mask, mask_cache, given_position_ids):
             causal_mask = None  # sdpa then runs is_causal=True: the flash/cuDNN kernels, no (seq x seq) mask
         else:
             causal_mask = create_causal_mask(
                 config=self.config,
                 inputs_embeds=inputs_embeds,
                 attention_mask=attention_mask,
-                **cache_kwarg(past_key_values),
+                **cache_kwarg(mask_cache),
                 position_ids=given_position_ids,
             )
         hidden_states, position_embeddings = self.wpe(inputs_embeds, position_ids)

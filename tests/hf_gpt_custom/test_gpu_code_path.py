@@ -167,18 +167,21 @@ def test_the_causal_flag_check_sees_the_mask_transformers_builds_under_old_torch
     assert calls and all(call["attn_mask"] is not None and call["is_causal"] is False for call in calls), calls
 
 
+@pytest.mark.parametrize("use_cache", [False, None], ids=["no_cache", "eval_default_cache"])
 @pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
-def test_packed_sequences_given_by_their_positions_do_not_attend_across_documents(attn_implementation):
+def test_packed_sequences_given_by_their_positions_do_not_attend_across_documents(attn_implementation, use_cache):
     """DataCollatorWithFlattening packs documents into one row without a mask, positions restarting at 0 at each
     document. transformers builds the block-diagonal mask from those positions, so the causal-flag shortcut must not
-    apply when positions are given: each document's logits are the ones it gets alone."""
+    apply when positions are given: each document's logits are the ones it gets alone — also in eval mode, where the
+    model makes a cache by default (transformers' builder ignores packing when handed one; GPT-2 then attends
+    across documents)."""
     model = _model("gpt2", dropout=0.0).eval()
     model.set_attn_implementation(attn_implementation)
     first, second = torch.randint(0, 99, (1, 5)), torch.randint(0, 99, (1, 4))
     packed = torch.cat([first, second], dim=1)
     positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
     with torch.no_grad():
-        logits = model(packed, position_ids=positions, use_cache=False).logits  # packing: a training setup
+        logits = model(packed, position_ids=positions, use_cache=use_cache).logits
         alone = [model(document).logits for document in (first, second)]
     torch.testing.assert_close(logits[:, :5], alone[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits[:, 5:], alone[1], rtol=1e-5, atol=1e-5)
