@@ -1,4 +1,4 @@
-"""transformers' own ModelTesterMixin (vendored from 5.23.0, see README.md) run against GPTCustomModel and
+"""transformers' own ModelTesterMixin (vendored from 5.24.0, see README.md) run against GPTCustomModel and
 GPTCustomForCausalLM, so that a departure from what transformers expects of a model shows up in our suite."""
 
 import unittest
@@ -63,6 +63,32 @@ class GPTCustomModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestC
         attention dropout (a flex-capable model's usual setting; GPT-2's 0.1 is our default). Runs where CUDA is."""
         self.model_tester.attn_pdrop = 0.0
         super().test_flex_attention_with_grads()
+
+    def test_bc_cache_name_forward(self):
+        """transformers 5.24's version of this test expects its models' deprecation warning for the old cache name.
+        Ours keeps `past_key_values` as its own argument (what 5.23 and most user code pass) and also takes `cache`,
+        without a warning (hf_gpt_custom/transformers_compat.py). What the test checks otherwise holds: both names
+        give the same returned cache, and neither warns."""
+        import copy
+        import warnings
+
+        from transformers.cache_utils import DynamicCache
+
+        config, inputs = self.model_tester.prepare_config_and_inputs_for_common()
+        for model_class in self.all_model_classes:
+            model = model_class(config).to(torch_device).eval()
+            caches = {}
+            for name in ("past_key_values", "cache"):
+                with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+                    warnings.simplefilter("always")
+                    output = model(**copy.deepcopy(inputs), use_cache=True, **{name: DynamicCache(config=config)})
+                self.assertFalse([w for w in caught if "deprecated" in str(w.message)], (model_class, name))
+                caches[name] = output.cache if "cache" in output else output.past_key_values
+            old, new = caches.values()
+            self.assertGreater(old.get_seq_length(), 0)
+            for layer_old, layer_new in zip(old.layers, new.layers):
+                torch.testing.assert_close(layer_old.keys, layer_new.keys)
+                torch.testing.assert_close(layer_old.values, layer_new.values)
 
     def test_forward_on_the_tester_inputs(self):
         """The tester's inputs give the shapes transformers' tests expect (guards the tester itself)."""
