@@ -16,7 +16,6 @@ from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from hf_gpt_custom.eval.batching import batches, pad_rows, padded_batches
 from hf_gpt_custom.eval.generation import generate_greedy
@@ -24,14 +23,10 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.shared_prefix import score_shared_prefixes
 from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.progress import progress_bar
 from hf_gpt_custom.transformers_compat import cache_kwarg, output_cache
 
 HEAD_CHUNK_LOGITS = 2**21  # logits per LM-head call: 8 MB of float32, 256 positions of an 8,192-token vocab
-
-
-def progress_switch(show_progress: bool) -> dict:
-    """tqdm's `disable` only where the bar is off: passing disable=False would override the user's TQDM_DISABLE=1."""
-    return {} if show_progress else {"disable": True}
 
 
 # --- the model as two functions: hidden states, and log-probs of selected positions --------------------------------
@@ -119,7 +114,7 @@ class CausalLMScorer:
                 singles.append(index)
         shared = [members for members in groups.values() if len(members) > 1]
         singles += [members[0] for members in groups.values() if len(members) == 1]
-        progress = tqdm(total=len(pairs), desc=desc, **progress_switch(show_progress))
+        progress = progress_bar(show=show_progress, total=len(pairs), desc=desc)
         # Longest first, as lm-eval: an out-of-memory error happens at once rather than at the end. Contexts are
         # sorted by length (little padding in pass 1), then the choices of a window of contexts by their length.
         shared.sort(key=lambda members: -len(pairs[members[0]][0]))
@@ -204,7 +199,7 @@ class CausalLMScorer:
         for index in sorted(range(len(requests)), key=lambda i: -len(requests[i].context)):
             by_settings[(requests[index].until, requests[index].max_gen_toks)].append(index)
         outputs: list[ScoredRequest | None] = [None] * len(requests)
-        progress = tqdm(total=len(requests), desc=desc, **progress_switch(show_progress))
+        progress = progress_bar(show=show_progress, total=len(requests), desc=desc)
         for batch in (batch for group in by_settings.values() for batch in batches(group, self.batch_size, size=lambda _: 1)):
             generated = generate_greedy(
                 self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.prefix_token_id

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.progress import progress_bar
 from hf_gpt_custom.training.checkpoint import TrainingState, save_checkpoint
 
 if TYPE_CHECKING:
@@ -73,17 +74,14 @@ def run_loop(s: Session) -> LoopResult:
     happens: the device skips that update and every later one (UpdateGate), and the flush stops the run
     naming the step, before any checkpoint could hold what came after it.
     """
-    from tqdm.auto import tqdm
-
     config, accelerator, state = s.config, s.accelerator, s.state
     accelerator.print(
         f"model: {s.n_params:,} parameters; {accelerator.num_processes} process(es); {s.tokens_per_step:,} tokens "
         f"per optimizer step; {config.max_steps} steps"
     )
     batches = _next_batches(accelerator, s.train_loader, state)
-    # disable= only where the bar is off: an explicit disable=False would override the user's TQDM_DISABLE=1
-    progress = tqdm(total=config.max_steps, initial=state.step, desc="training", dynamic_ncols=True,
-                    **({} if accelerator.is_local_main_process else {"disable": True}))
+    progress = progress_bar(show=accelerator.is_local_main_process, total=config.max_steps, initial=state.step,
+                            desc="training", dynamic_ncols=True)
     result = LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
     guard = DivergenceGuard(resumed_from=s.resume_folder)
     gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None)

@@ -153,7 +153,7 @@ def test_generation_that_cannot_leave_room_for_a_prompt_is_refused_naming_the_ta
 
 @pytest.mark.parametrize("show_progress, tqdm_disable, shown", [
     (True, None, True), (True, "1", False), (False, None, False)])
-def test_the_scoring_bars_honour_show_progress_and_tqdm_disable(show_progress, tqdm_disable, shown):
+def test_the_progress_bars_honour_show_and_tqdm_disable(show_progress, tqdm_disable, shown):
     """tqdm reads TQDM_DISABLE when it is imported, for arguments not given: a fresh process each."""
     import os
     import subprocess
@@ -162,8 +162,8 @@ def test_the_scoring_bars_honour_show_progress_and_tqdm_disable(show_progress, t
     env = {key: value for key, value in os.environ.items() if key != "TQDM_DISABLE"}
     if tqdm_disable is not None:
         env["TQDM_DISABLE"] = tqdm_disable
-    code = ("from tqdm.auto import tqdm\nfrom eval.scoring import progress_switch\n"
-            f"bar = tqdm(total=3, desc='scoring', **progress_switch({show_progress}))\nbar.update(3)\nbar.close()\n")
+    code = ("from hf_gpt_custom.progress import progress_bar\n"
+            f"bar = progress_bar(show={show_progress}, total=3, desc='scoring')\nbar.update(3)\nbar.close()\n")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert done.returncode == 0, done.stderr
