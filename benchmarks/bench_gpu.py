@@ -244,6 +244,9 @@ def bench_train(args, mode: str, meta: dict, save: Callable[[dict], None] = lamb
 
     save(payload(None, finished=False))
     for name in MODELS:
+        if name not in args.sweep_models:  # not swept: measured at --batch only, absent from the best-batch table
+            trainers.pop(name)
+            continue
         candidates = {args.batch: trainers.pop(name)}
 
         def measure(batch: int, name=name, candidates=candidates) -> float:
@@ -413,6 +416,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--modes", default="eager,compile", help="training modes: eager, compile (default: both)")
     parser.add_argument("--batch", type=int, default=None, help="the common batch size (default: 16; smoke 2)")
     parser.add_argument("--sweep", default=None, help="batch sizes to sweep (default: 16,32,64; smoke 2,4)")
+    parser.add_argument("--sweep-models", default=",".join(MODELS), help="the models the sweep and the best-batch "
+                        f"table measure (default: all three: {','.join(MODELS)}); the batch-16 table has all three")
     parser.add_argument("--rounds", type=int, default=None, help="rotated rounds (default: 4; smoke 2)")
     parser.add_argument("--steps", type=int, default=None, help="steps per round (default: 10; smoke 2)")
     parser.add_argument("--gen-batches", default=None, help="generation batch sizes (default: 1,16; smoke 1,2)")
@@ -438,8 +443,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.sweep = [int(b) for b in str(args.sweep).split(",")]
     args.gen_batches = [int(b) for b in str(args.gen_batches).split(",")]
     args.parts, args.modes = args.parts.split(","), args.modes.split(",")
+    args.sweep_models = args.sweep_models.split(",")
     for name, given, known in (("--parts", args.parts, ("train", "loop", "generate")),
-                               ("--modes", args.modes, ("eager", "compile"))):
+                               ("--modes", args.modes, ("eager", "compile")),
+                               ("--sweep-models", args.sweep_models, MODELS)):
         if set(given) - set(known):
             parser.error(f"{name} {','.join(given)}: unknown {', '.join(sorted(set(given) - set(known)))}; known: "
                          f"{', '.join(known)}")

@@ -19,6 +19,9 @@
 #        bash benchmarks/gpu_session.sh suite          # python -m pytest -m "not slow" on 8 workers
 #        bash benchmarks/gpu_session.sh session        # all of it in one call of at most ~9 minutes (see session())
 #        bash benchmarks/gpu_session.sh recheck        # the suite again beside a sweep of the GPU recipe (~4 min)
+#        bash benchmarks/gpu_session.sh probe          # gpu_probe.py: the step's GPU time by kernel kind, candidates
+#        bash benchmarks/gpu_session.sh confirm        # train compiled/eager, the loop, the CUDA tests (~5.5 min)
+#        bash benchmarks/gpu_session.sh finish         # what confirm left: compiled sweep, generation, tests (~7 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -184,8 +187,22 @@ confirm() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The fifth: what the fourth left unmeasured (its time cap cut the compiled sweep and lost that run's JSON): the
+# compiled batch-16 table with its peak memory and warm-up, ours and nanoGPT at their best batch sizes (transformers'
+# GPT-2 is not swept: the target compares ours with nanoGPT), generation, then the CUDA tests written since.
+finish() {
+  begin_call "${SESSION_SECONDS:-420}"
+  bench_stage "train, compiled" 210 --parts train --modes compile --sweep 16,32,64 --sweep-models nanoGPT,ours --rounds 3
+  bench_stage "generation" 90 --parts generate --gen-rounds 3
+  local c; c=$(cap 90); header "CUDA tests" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 4 tests/gpu \
+    tests/hf_gpt_custom/test_causal_lm_loss.py tests/hf_gpt_custom/test_gpu_code_path.py 2>&1 | tail -n 15
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
   confirm) confirm ;;
+  finish) finish ;;
   probe) probe "$@" ;;
   pytest)  # pytest ARGUMENTS...: chosen tests, e.g. those a session's fixes are for
     on_gpu_machine
@@ -221,7 +238,7 @@ case "$stage" in
     bench --parts generate "$@"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh prepare|tests|suite|train-eager|train-compile|loop|generate [bench_gpu.py arguments]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
     exit 2
     ;;
 esac

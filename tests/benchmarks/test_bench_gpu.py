@@ -276,3 +276,16 @@ def test_a_training_part_cut_short_in_its_sweep_keeps_the_batch_16_table(tmp_pat
     assert train["batch16"]["models"].keys() == set(bench_gpu.MODELS)
     markdown, _ = gpu_report.write_report(tmp_path)
     assert "**Unfinished run**" in markdown.read_text()
+
+
+def test_sweep_models_leaves_the_others_at_the_common_batch_only(tmp_path):
+    """Issue 23's best-batch target compares ours with nanoGPT: --sweep-models spares a short GPU call the third
+    model's compilations, while the batch-16 table still has all three."""
+    bench_gpu.main(["--smoke", "--parts", "train", "--modes", "eager", "--rounds", "1", "--sweep", "2,4",
+                    "--sweep-models", "nanoGPT,ours", "--out", str(tmp_path)])
+    train = json.loads((tmp_path / "gpu_train_eager.json").read_text())
+    assert train["batch16"]["models"].keys() == set(bench_gpu.MODELS)
+    assert train["sweep"].keys() == {"nanoGPT", "ours"} and train["best"]["models"].keys() == {"nanoGPT", "ours"}
+    assert list(train["best"]["ratios"]) == ["ours / nanoGPT"]
+    with pytest.raises(SystemExit):
+        bench_gpu.parse_args(["--smoke", "--sweep-models", "nanogpt"])
