@@ -69,8 +69,11 @@ class CausalLMScorer:
         return features, (output_cache(output) if use_cache else None)
 
     def _log_probs(self, features: torch.Tensor) -> torch.Tensor:
-        logits = self.model.get_output_embeddings()(features) if self._use_head_split else features
-        return F.log_softmax(logits.float(), dim=-1)
+        if self._use_head_split:
+            # a padded vocabulary (pad_vocab_size_to_multiple_of) gives the head rows the model's logits leave out:
+            # never predictable, they must not take probability mass either
+            features = self.model.get_output_embeddings()(features)[..., : self._logit_width]
+        return F.log_softmax(features.float(), dim=-1)
 
     @torch.no_grad()
     def _check_head_split(self) -> bool:
@@ -84,7 +87,9 @@ class CausalLMScorer:
             split = head(base(input_ids=probe).last_hidden_state)
         except (TypeError, AttributeError):
             return False
-        return bool(torch.allclose(full.float(), split.float(), atol=1e-4, rtol=1e-4))
+        self._logit_width = full.shape[-1]  # the model's own logits may be narrower than the head (padded rows cut)
+        split = split[..., : self._logit_width]
+        return split.shape == full.shape and bool(torch.allclose(full.float(), split.float(), atol=1e-4, rtol=1e-4))
 
     # --- loglikelihood ---------------------------------------------------------------------------------------------
 

@@ -280,3 +280,28 @@ def test_our_model_class_scores_like_transformers_gpt2(tiny_model_folder, tiny_m
     a = [s.loglikelihood for s in ours_scorer.loglikelihood(requests, show_progress=False)]
     b = [s.loglikelihood for s in CausalLMScorer(reference, tokenizer, share_context=False).loglikelihood(requests, show_progress=False)]
     assert a == pytest.approx(b, abs=1e-4, rel=0)
+
+
+def test_a_padded_vocabulary_scores_over_the_real_vocabulary_only():
+    """pad_vocab_size_to_multiple_of gives the LM head rows the model's logits leave out. The head split (the head on
+    selected hidden states) used to hand log_softmax those rows too — or, before that, fail comparing the two widths.
+    The scores must be a hand log-softmax over model(...).logits, whatever the padded rows hold."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    torch.manual_seed(0)
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                             bos_token_id=256, eos_token_id=256, pad_vocab_size_to_multiple_of=64)
+    model = GPTCustomForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight[config.vocab_size:] = 5.0  # would take most of the mass if they were in the softmax
+    scorer = CausalLMScorer(model, tokenizer, batch_size=4)
+    assert scorer._use_head_split
+    pairs = [("Hello wor", "ld"), ("The cat", " sat")]
+    scored = scorer.loglikelihood([Request(i, c, x) for i, (c, x) in enumerate(pairs)], show_progress=False)
+    for (context, continuation), result in zip(pairs, scored):
+        ids, n_context = tokenizer(context + continuation)["input_ids"], len(tokenizer(context)["input_ids"])
+        with torch.no_grad():
+            log_probs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        by_hand = sum(log_probs[i - 1, ids[i]].item() for i in range(n_context, len(ids)))
+        assert result.loglikelihood == pytest.approx(by_hand, abs=1e-4)
