@@ -370,10 +370,29 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
                 f"resize_token_embeddings without pad_to_multiple_of={pad_to_multiple_of}, or change "
                 "config.pad_vocab_size_to_multiple_of first"
             )
-        vocab_size = self.config.vocab_size if new_num_tokens is None else new_num_tokens
+        old_vocab_size = self.config.vocab_size
+        vocab_size = old_vocab_size if new_num_tokens is None else new_num_tokens
         embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
         self.config.vocab_size = vocab_size
+        if vocab_size > old_vocab_size:
+            self._init_rows_of_new_tokens(old_vocab_size, vocab_size, mean_resizing)
         return embeddings
+
+    @torch.no_grad()
+    def _init_rows_of_new_tokens(self, old_vocab_size: int, new_vocab_size: int, mean_resizing: bool) -> None:
+        """New ids of a padded vocabulary take over padding rows, which transformers leaves as they were (never
+        trained) or, past the old padding, fills from a mean over padding rows too. Give them what an unpadded
+        model's new rows get: the mean of the real rows (transformers samples within 1e-9 of it) or a fresh init."""
+        matrices = [self.get_input_embeddings().weight]
+        head = self.get_output_embeddings()
+        if head is not None and head.weight is not matrices[0]:  # an untied LM head has rows of its own
+            matrices.append(head.weight)
+        for weight in matrices:
+            new_rows = weight[old_vocab_size:new_vocab_size]
+            if mean_resizing:
+                new_rows.copy_(weight[:old_vocab_size].float().mean(0).to(weight.dtype).expand_as(new_rows))
+            else:
+                init.normal_(new_rows, mean=0.0, std=self.config.initializer_range)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in auto_map; list every Auto class so that AutoModel, the causal

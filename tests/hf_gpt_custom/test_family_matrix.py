@@ -198,6 +198,30 @@ def test_padded_vocabulary_rows_are_never_predicted():
     assert int(result.sequences.max()) < 99
 
 
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("new_vocab_size", [101, 140])  # into the old padding (128 rows); past it (192 rows)
+def test_new_tokens_of_a_padded_vocabulary_start_where_transformers_starts_them(tie, new_vocab_size):
+    """transformers' resize of an unpadded model (mean_resizing, the default) starts new rows at the mean of the old
+    ones. A padded model's new ids take over padding rows, which must not keep their stale, never-trained values:
+    the same model without padding, resized by transformers, is the reference."""
+    torch.manual_seed(0)
+    padded = GPTCustomForCausalLM(GPTCustomConfig(**TINY, tie_word_embeddings=tie, pad_vocab_size_to_multiple_of=64))
+    plain = GPTCustomForCausalLM(GPTCustomConfig(**TINY, tie_word_embeddings=tie))
+    with torch.no_grad():
+        for name, tensor in plain.state_dict().items():
+            tensor.copy_(padded.state_dict()[name][: tensor.shape[0]])  # the real rows; every other tensor whole
+    stale = padded.transformer.wte.weight[99:128].detach().clone()
+    padded.resize_token_embeddings(new_vocab_size)
+    plain.resize_token_embeddings(new_vocab_size)
+    for matrix in ("transformer.wte.weight", "lm_head.weight"):
+        ours, reference = padded.state_dict()[matrix], plain.state_dict()[matrix]
+        torch.testing.assert_close(ours[:new_vocab_size], reference, rtol=0, atol=1e-4)
+    assert not torch.equal(padded.transformer.wte.weight[99:101], stale[:2])
+    with torch.no_grad():
+        input_ids = torch.tensor([[1, 99, 100, new_vocab_size - 1]])
+        torch.testing.assert_close(padded(input_ids).logits, plain(input_ids).logits, rtol=0, atol=1e-4)
+
+
 def test_resizing_a_padded_vocabulary_keeps_a_model_that_saves_and_loads(tmp_path):
     """transformers' resize_token_embeddings (a user adding tokens) on a padded vocabulary: the model must still
     predict exactly the new vocabulary and load back from its folder."""
