@@ -77,6 +77,14 @@ def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore
         )
 
 
+def untied_lm_loss_message(config: GPTCustomConfig) -> str:
+    return (
+        "lm_loss_weight > 0 (GPT-1's auxiliary LM loss) needs the LM head tied to the token embedding, and this model's "
+        "is untied (tie_word_embeddings=False, as LLaMA's); a task head keeps no separate LM head, so that loss cannot "
+        "be computed right. Use lm_loss_weight=0 (finetune: task.lm_loss_weight=0)"
+    )
+
+
 @dataclass
 class GPTCustomSequenceClassifierOutput(SequenceClassifierOutputWithPast):
     """`loss` = task_loss + lm_loss_weight · lm_loss (GPT-1's L3 = L2 + λ·L1); the parts are kept for logging."""
@@ -110,12 +118,16 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
 
         L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
         seq)) through the LM head tied to the token embedding, padding (attention_mask 0) ignored; it equals
-        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding.
+        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding. Refused for an untied body.
         """
         if task_loss is None or lm_loss_weight == 0:
             return task_loss, None
         if input_ids is None:
             raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
+        if not self.config.tie_word_embeddings:
+            # An untied body (LLaMA) predicts through an lm_head of its own, which a task head does not keep: the
+            # token embedding in its place would be a matrix never trained as an output layer, a wrong loss.
+            raise UserError(untied_lm_loss_message(self.config))
         labels = input_ids if attention_mask is None else input_ids.masked_fill(attention_mask == 0, -100)
         # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
         lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])

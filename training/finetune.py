@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.heads_gpt_custom import untied_lm_loss_message
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
 from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
@@ -176,6 +177,8 @@ def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
             model_config.problem_type = "single_label_classification"
         model = head_class(model_config)
         model.transformer.load_state_dict(body.transformer.state_dict())
+    if task.lm_loss_weight > 0 and not model.config.tie_word_embeddings:
+        raise UserError(f"init_from={config.init_from}: {untied_lm_loss_message(model.config)}")
     model.config.pad_token_id = tokenizer.pad_token_id  # the heads find the extract token as the last non-pad one
     if model.config.n_positions < config.block_size:
         raise UserError(f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "

@@ -192,6 +192,28 @@ def test_resume_from_a_checkpoint_ends_with_the_uninterrupted_weights(finetuned_
         assert torch.equal(resumed[key], uninterrupted[key]), key
 
 
+def test_an_untied_base_model_with_the_auxiliary_lm_loss_is_refused_before_training(tmp_path, base_model_dir,
+                                                                                   learnable_pairs):
+    """GPT-1's λ > 0 on an untied body would train against a wrong loss (the task head has no lm_head): refused
+    before any step, naming the override that fixes it; λ = 0 fine-tunes."""
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.manifest import write_manifest
+
+    untied = tmp_path / "untied"
+    model = GPTCustomForCausalLM.from_pretrained(base_model_dir)
+    model.config.tie_word_embeddings = False
+    GPTCustomForCausalLM(model.config).save_pretrained(untied)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (base_model_dir / name).exists():
+            (untied / name).write_bytes((base_model_dir / name).read_bytes())
+    write_manifest(untied)
+    with pytest.raises(UserError, match=r"task\.lm_loss_weight=0"):
+        finetune(_config(tmp_path, untied, learnable_pairs, "max_steps=2"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    finetune(_config(tmp_path, untied, learnable_pairs, "max_steps=2", "task.lm_loss_weight=0",
+                     "checkpoint_interval=0"))
+
+
 def test_resume_with_another_lm_loss_weight_is_refused_naming_it(finetuned_run, base_model_dir, learnable_pairs):
     config = _config(finetuned_run.parent, base_model_dir, learnable_pairs, "task.lm_loss_weight=0",
                      "resume_from_checkpoint=latest")
