@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Iterator
 
 import datasets
@@ -25,7 +26,6 @@ from torch.utils.data import DataLoader, Sampler
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import sha256_file
-from hf_gpt_custom.tokenization_gpt_custom import bytes_to_unicode
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import list_local_files, load_text_dataset
 from hf_gpt_custom.training.run_lock import claim_build_folder
@@ -50,8 +50,21 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
     eos_token_id = tokenizer.eos_token_id
     if eos_token_id is None:
         raise UserError(f"tokenizer {tokenizer.name_or_path!r} has no eos_token; documents need an end-of-text separator")
-    # Ids only, no Python BatchEncoding per document: our tokenizer's encode_ids_batch (tiktoken's engine when the
-    # vocabulary allows, ~4x the Rust batch call), else any fast tokenizer's Rust backend.
+    encode_ids = document_encoder(tokenizer)
+
+    def encode(batch: dict[str, list]) -> dict[str, list]:
+        return {"input_ids": [ids + [eos_token_id] for ids in encode_ids(batch["text"])]}
+
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(encode, batched=True, remove_columns=["text"])
+    return dataset.map(encode, batched=True, num_proc=num_proc if num_proc > 1 else None, remove_columns=["text"],
+                       desc="tokenizing")
+
+
+def document_encoder(tokenizer) -> Callable[[list[str]], list[list[int]]]:
+    """texts -> each text's ids, no special tokens: how documents are tokenised (token_bytes.py checks its byte
+    counts with it). Ids only, no Python BatchEncoding per document: our tokenizer's encode_ids_batch (tiktoken's
+    engine when the vocabulary allows, ~4x the Rust batch call), else any fast tokenizer's Rust backend."""
     encode_ids = getattr(tokenizer, "encode_ids_batch", None)
     if encode_ids is None:
         backend = tokenizer.backend_tokenizer
@@ -59,13 +72,7 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
         def encode_ids(texts: list[str]) -> list[list[int]]:
             return [encoding.ids for encoding in backend.encode_batch_fast(texts, add_special_tokens=False)]
 
-    def encode(batch: dict[str, list]) -> dict[str, list]:
-        return {"input_ids": [ids + [eos_token_id] for ids in _encode_with_fallback(tokenizer, encode_ids, batch["text"])]}
-
-    if isinstance(dataset, datasets.IterableDataset):
-        return dataset.map(encode, batched=True, remove_columns=["text"])
-    return dataset.map(encode, batched=True, num_proc=num_proc if num_proc > 1 else None, remove_columns=["text"],
-                       desc="tokenizing")
+    return lambda texts: _encode_with_fallback(tokenizer, encode_ids, texts)
 
 
 def _encode_with_fallback(tokenizer, encode_ids, texts: list[str]) -> list[list[int]]:
@@ -301,33 +308,6 @@ def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:
         raise UserError(f"the streaming validation documents of {config.dataset} give no full block of {config.block_size} tokens")
     val = datasets.Dataset.from_list(val_rows)
     return PackedData(train, val, None, False, {"val_blocks": len(val), "block_size": config.block_size})
-
-
-# --- bytes per token (for bits per byte) ---------------------------------------------------------------------------
-
-
-def token_byte_lengths(tokenizer) -> list[int]:
-    """UTF-8 bytes each token id stands for; special tokens (end-of-text) count 0 bytes.
-
-    Byte-level BPE tokens are strings over GPT-2's 256-character byte alphabet, one character per byte, so the
-    count is exact even for tokens holding part of a multi-byte character. Other tokenizers fall back to decoding
-    the single token.
-    """
-    vocab_size = len(tokenizer)
-    special_ids = set(tokenizer.all_special_ids)
-    tokens = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
-    byte_alphabet = set(bytes_to_unicode().values())
-    is_byte_level = all(token is None or token_id in special_ids or set(token) <= byte_alphabet
-                        for token_id, token in enumerate(tokens))
-    lengths = []
-    for token_id, token in enumerate(tokens):
-        if token is None or token_id in special_ids:
-            lengths.append(0)
-        elif is_byte_level:
-            lengths.append(len(token))
-        else:
-            lengths.append(len(tokenizer.decode([token_id]).encode("utf-8")))
-    return lengths
 
 
 # --- batches ---------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ on its own); GPT-1-style fine-tuning is `FinetuneWorkload` (finetune.py).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -22,7 +23,10 @@ import torch.nn.functional as F
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import load_model_folder
 from hf_gpt_custom.training.config import TrainConfig, build_model_config, requested_architecture
-from hf_gpt_custom.training.data import build_loaders, prepare_datasets, token_byte_lengths
+from hf_gpt_custom.training.data import build_loaders, document_encoder, prepare_datasets
+from hf_gpt_custom.training.token_bytes import TokenBytes
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,9 +84,12 @@ class LanguageModelling:
         )
         model = _load_model(config, tokenizer)
         # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets
-        self.token_bytes = torch.tensor(
-            token_byte_lengths(tokenizer) + [0] * max(0, model.config.vocab_size - len(tokenizer)))
-        self.config, self.eos_token = config, tokenizer.eos_token
+        self.token_bytes = TokenBytes.of(tokenizer, model.config.vocab_size)
+        problems = self.token_bytes.check(document_encoder(tokenizer))
+        if problems:
+            logger.warning("val_bits_per_byte is approximate with this tokenizer: its tokens do not stand for fixed "
+                           "bytes of the text (%s); val_loss (nats per token) is exact", "; ".join(problems))
+        self.config, self.eos_token, self.eos_token_id = config, tokenizer.eos_token, tokenizer.eos_token_id
         train_loader, val_loader = build_loaders(config, self.data)
         return PreparedWork(tokenizer, model, train_loader, val_loader)
 
@@ -93,7 +100,7 @@ class LanguageModelling:
         return batch["input_ids"].numel()  # packed blocks: no padding
 
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
-        return evaluate_loss(model, val_loader, accelerator, self.token_bytes)
+        return evaluate_loss(model, val_loader, accelerator, self.token_bytes, self.eos_token_id)
 
     def describe(self, result: dict[str, float]) -> str:
         return (f"val loss {result['val_loss']:.4f}, perplexity {result['val_perplexity']:.2f}, "
@@ -144,25 +151,24 @@ def _load_model(config: TrainConfig, tokenizer):
 
 
 @torch.no_grad()
-def evaluate_loss(model, val_loader, accelerator, token_bytes: torch.Tensor) -> dict[str, float]:
+def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes, eos_token_id: int) -> dict[str, float]:
     """Validation loss (nats/token), perplexity and bits per byte over the whole validation loader.
 
-    Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted tokens). Each block predicts its tokens
-    1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted but stands for 0
-    bytes, so the figure is, if anything, slightly pessimistic.
+    Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted tokens) (token_bytes.py). Each block predicts
+    its tokens 1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted but stands
+    for 0 bytes, so the figure is, if anything, slightly pessimistic.
     """
     model.eval()
     # summed on the device and read back once at the end: the GPU never waits for the host between batches
     total_nats = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     total_bytes = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     total_tokens = 0
-    token_bytes = token_bytes.to(accelerator.device)
     for batch in val_loader:
         logits = model(input_ids=batch["input_ids"]).logits
         targets = batch["labels"][:, 1:]
         nats = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets.reshape(-1),
                                reduction="none").view(targets.shape).sum(dim=1)
-        n_bytes = token_bytes[targets].sum(dim=1)
+        n_bytes = token_bytes.count(targets, batch["input_ids"][:, :-1], eos_token_id)
         nats, n_bytes = accelerator.gather_for_metrics((nats, n_bytes))
         total_nats += nats.double().sum()
         total_bytes += n_bytes.sum()

@@ -7,7 +7,7 @@ import pytest
 
 import hf_gpt_custom.training.data as data_module
 from hf_gpt_custom.training.corpus import load_text_dataset
-from hf_gpt_custom.training.data import pack_into_blocks, prepare_datasets, token_byte_lengths, tokenize_documents
+from hf_gpt_custom.training.data import pack_into_blocks, prepare_datasets, tokenize_documents
 
 
 @pytest.fixture(scope="module")
@@ -117,14 +117,6 @@ def test_missing_local_dataset_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="empty has no .txt, .text, .raw, .jsonl"):
         (tmp_path / "empty").mkdir()
         load_text_dataset(str(tmp_path / "empty"))
-
-
-def test_token_byte_lengths_count_utf8_bytes_exactly(tokenizer):
-    lengths = token_byte_lengths(tokenizer)
-    assert lengths[tokenizer.eos_token_id] == 0
-    for text in ["ROMEO:\nBut, soft! what light through yonder window breaks?", "naïve café — “quoted” 🎭 ünïcödé"]:
-        ids = tokenizer(text)["input_ids"]
-        assert sum(lengths[i] for i in ids) == len(text.encode("utf-8"))
 
 
 def test_streaming_gives_the_same_blocks(shakespeare_path, tokenizer, tmp_path):
