@@ -152,13 +152,9 @@ def openbookqa_hub_to_choices(docs: list[dict]) -> list[dict]:
 
 
 def triviaqa_hub_to_aliases(docs: list[dict]) -> list[dict]:
-    """mandarjoshi/trivia_qa rc.nocontext rows -> question (with the "?" lm-eval's template adds) / aliases."""
-    out = []
-    for doc in docs:
-        value = doc["answer"]["value"]
-        aliases = [value] + [alias for alias in doc["answer"]["aliases"] if alias != value]
-        out.append({"question": doc["question"] + "?", "aliases": aliases})
-    return out
+    """mandarjoshi/trivia_qa rc.nocontext rows -> question (with the "?" lm-eval's template adds) / aliases: lm-eval's
+    `{{answer.aliases}}`, in their order (a few-shot example shows the first, as lm-eval's does)."""
+    return [{"question": doc["question"] + "?", "aliases": list(doc["answer"]["aliases"])} for doc in docs]
 
 
 def openbookqa_to_choices(docs: list[dict]) -> list[dict]:
@@ -167,13 +163,11 @@ def openbookqa_to_choices(docs: list[dict]) -> list[dict]:
 
 
 def triviaqa_to_aliases(docs: list[dict]) -> list[dict]:
-    """llm-foundry TriviaQA: the canonical answer first, then the other aliases (few-shot examples use the first)."""
-    out = []
-    for doc in docs:
-        question = doc["context"].removeprefix("Question: ").removesuffix("\nAnswer:")
-        aliases = [doc["answer"]] + [alias for alias in doc["aliases"] if alias != doc["answer"]]
-        out.append({"question": question, "aliases": aliases})
-    return out
+    """llm-foundry TriviaQA (built from lm-eval's docs): question / aliases in lm-eval's order. A few-shot example
+    shows the first alias, as lm-eval's does ("Onion skins", not the canonical "Onion"); gold is every alias, which
+    always includes the canonical answer in this file."""
+    return [{"question": doc["context"].removeprefix("Question: ").removesuffix("\nAnswer:"),
+             "aliases": list(doc["aliases"])} for doc in docs]
 
 
 def wikitext_to_pages(docs: list[dict]) -> list[dict]:

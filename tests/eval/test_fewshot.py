@@ -89,3 +89,37 @@ def test_winogrande_examples_use_the_gold_option(shared_data_dir, tiny_model_and
     assert prompt.contexts[1] == prefix + docs[0]["contexts"][1]
     example = prefix[: -len(spec.fewshot_delimiter)]
     assert any(example == d["contexts"][d["gold"]] + " " + d["continuation"] for d in docs)
+
+
+def test_triviaqa_examples_show_the_answer_lm_eval_shows(shared_data_dir):
+    """lm-eval's triviaqa has `doc_to_target: "{{answer.aliases}}"`, and its build_qa_turn shows the first element of
+    a list target. The llm-foundry file keeps lm-eval's alias order; moving the canonical answer first made 2,354
+    of the 3,000 examples read differently from lm-eval's ("Onion" where lm-eval shows "Onion skins")."""
+    import json
+
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.api.utils import messages_to_text
+
+    spec = load_task("triviaqa", protocol="lm-eval")
+    rows = [json.loads(line) for line in (shared_data_dir / "triviaqa" / "triviaqa_sm_sub_llmfoundry.jsonl")
+            .read_text(encoding="utf-8").splitlines()[:200]]
+    ours = spec.docs("test", shared_data_dir)[:200]
+    differs = 0
+    for row, doc in zip(rows, ours):
+        # the question as the file has it (its wording is checked elsewhere); the answer as lm-eval picks it
+        turn = ConfigurableTask.build_qa_turn(None, q=row["context"], a=row["aliases"])
+        assert spec.fewshot_example(doc) + "\n\n" == messages_to_text(turn)  # lm-eval's few-shot delimiter after it
+        assert set(spec.target(doc)) == set(row["aliases"])
+        differs += row["aliases"][0] != row["answer"]
+    assert differs > 100  # the canonical answer is often not lm-eval's first alias: the test can tell them apart
+
+
+def test_triviaqa_from_the_hub_keeps_lm_evals_aliases_and_order():
+    """mandarjoshi/trivia_qa rows as lm-eval reads them: its gold is `answer.aliases` as they are (not the `value`
+    added when it is missing), its few-shot answer their first."""
+    from hf_gpt_custom.eval.doc_transforms import triviaqa_hub_to_aliases
+
+    rows = [{"question": "Which vegetable", "answer": {"value": "Onion", "aliases": ["Onion skins", "Onion"]}},
+            {"question": "Odd one", "answer": {"value": "Not listed", "aliases": ["Listed"]}}]
+    assert triviaqa_hub_to_aliases(rows) == [{"question": "Which vegetable?", "aliases": ["Onion skins", "Onion"]},
+                                            {"question": "Odd one?", "aliases": ["Listed"]}]
