@@ -207,7 +207,7 @@ def test_an_untied_base_model_with_the_auxiliary_lm_loss_is_refused_before_train
         if (base_model_dir / name).exists():
             (untied / name).write_bytes((base_model_dir / name).read_bytes())
     write_manifest(untied)
-    with pytest.raises(UserError, match=r"task\.lm_loss_weight=0"):
+    with pytest.raises(UserError, match=rf"^init_from={untied}: .*untied.*task\.lm_loss_weight=0"):  # finetune's own
         finetune(_config(tmp_path, untied, learnable_pairs, "max_steps=2"))
     assert not (tmp_path / "run" / "checkpoints").exists()
     finetune(_config(tmp_path, untied, learnable_pairs, "max_steps=2", "task.lm_loss_weight=0",

@@ -107,3 +107,29 @@ def test_tokenised_training_documents_are_what_the_check_tokenises(byte_level):
     documents = datasets.Dataset.from_dict({"text": TEXTS})
     tokenized = tokenize_documents(documents, byte_level)["input_ids"]
     assert [ids[:-1] for ids in tokenized] == document_encoder(byte_level)(TEXTS)
+
+
+def test_validation_divides_by_the_bytes_of_the_documents_it_predicts(shakespeare_path):
+    """evaluate_loss on blocks that each begin with the separator, so that every document is predicted whole: its
+    bytes must be the documents' UTF-8 bytes, the dummy space before each SentencePiece document not counted."""
+    import math
+
+    from accelerate import Accelerator
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    tokenizer = sentencepiece_like(shakespeare_path)
+    documents = [s for s in shakespeare_path.read_text(encoding="utf-8")[-3_000:].split("\n\n") if s]
+    eos = tokenizer.eos_token_id
+    blocks = [[eos] + ids + [eos] for ids in document_encoder(tokenizer)(documents)]
+    width = max(map(len, blocks))
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=width, n_embd=32, n_layer=1,
+                                                 n_head=2, eos_token_id=eos, bos_token_id=eos))
+    batches = []
+    for ids in blocks:  # one block per batch: no padding, every token after the first a target
+        batches.append({"input_ids": torch.tensor([ids]), "labels": torch.tensor([ids])})
+    result = workload.evaluate_loss(model, batches, Accelerator(cpu=True), TokenBytes.of(tokenizer), eos)
+    assert result["val_bytes"] == sum(len(document.encode("utf-8")) for document in documents)
+    assert result["val_bits_per_byte"] == pytest.approx(
+        result["val_loss"] * result["val_tokens"] / (math.log(2) * result["val_bytes"]))
