@@ -11,15 +11,19 @@ of such a folder; export runs it before the folder replaces the previous one and
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
+import time
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from .errors import MissingFileError, UserError
 from .manifest import check_manifest, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
+
+logger = logging.getLogger(__name__)
 
 # Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
 _LOAD_TIME_KEYS = ("is_local", "local_files_only")
@@ -104,14 +108,51 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             shutil.copyfile(source, staging / source.name)
     check_export(staging, forbidden=local_paths)
     # Size and sha256 of every file but the card and other documentation: from_pretrained, eval, finetune and push
-    # then refuse a copy whose weights, config, code or tokenizer changed on disk.
-    write_manifest(staging)
+    # then refuse a copy whose weights, config, code or tokenizer changed on disk. The documentation's hashes are
+    # recorded too, unchecked, so that the next export can tell a card edited since from the one it wrote.
+    write_manifest(staging, documentation=_documentation_hashes(staging))
     _make_world_readable(staging)
 
     if out_dir.exists():
-        shutil.rmtree(out_dir)
+        edited = _edited_since_export(out_dir, staging)
+        if edited:  # the user's work (a card edited before a push, a file added): kept, not deleted
+            kept = out_dir.with_name(f"{out_dir.name}.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+            os.replace(out_dir, kept)
+            logger.warning("%s held files changed or added since it was exported (%s): the folder was moved to %s, "
+                           "not deleted; carry your edits over to the new export", out_dir, ", ".join(edited[:5]), kept)
+        else:
+            shutil.rmtree(out_dir)
     os.replace(staging, out_dir)
     return out_dir
+
+
+def _documentation_hashes(folder: Path) -> dict[str, str]:
+    from .manifest import MANIFEST_NAME, is_documentation, sha256_file
+
+    return {path.relative_to(folder).as_posix(): sha256_file(path) for path in sorted(folder.rglob("*"))
+            if path.is_file() and path.name != MANIFEST_NAME and is_documentation(path.relative_to(folder).as_posix())}
+
+
+def _edited_since_export(old: Path, new: Path) -> list[str]:
+    """Files of the previous export `old` that neither it wrote (its manifest and documentation hashes) nor the
+    new export `new` reproduces byte for byte: what replacing the folder would lose."""
+    from .manifest import MANIFEST_NAME, sha256_file
+
+    try:
+        manifest = json.loads((old / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        manifest = {}
+    written = {name: entry.get("sha256") for name, entry in (manifest.get("files") or {}).items()}
+    written.update(manifest.get("documentation") or {})
+    edited = []
+    for path in sorted(p for p in old.rglob("*") if p.is_file() and p.name != MANIFEST_NAME):
+        name = path.relative_to(old).as_posix()
+        twin = new / name
+        if twin.is_file() and twin.stat().st_size == path.stat().st_size and twin.read_bytes() == path.read_bytes():
+            continue
+        if name not in written or sha256_file(path) != written[name]:
+            edited.append(name)
+    return edited
 
 
 def check_repo_id(repo_id: str) -> None:

@@ -54,7 +54,9 @@ def _run_stages(config, start_over: bool = False) -> Path:
     for stage in STAGES:
         record = state["stages"].get(stage, {})
         if record.get("status") in ("done", "skipped"):
-            continue
+            if _output_still_there(record):
+                continue
+            state["stages"].pop(stage)  # what it wrote was moved aside: it runs again
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
@@ -80,6 +82,12 @@ def _run_stages(config, start_over: bool = False) -> Path:
         flush=True,
     )
     return run_dir
+
+
+def _output_still_there(record: dict[str, Any]) -> bool:
+    """A finished stage counts while what it wrote is there: `train --start_over` in this folder moves final/,
+    eval/ and export/ aside (checkpoint.set_aside_replaced_outputs), and those stages then run again."""
+    return record.get("output") is None or Path(record["output"]).exists()
 
 
 def _print_outputs(run_dir: Path) -> None:
@@ -114,7 +122,7 @@ def _stage_train(config, run_dir: Path, state: dict, start_over: bool = False) -
     # train() calls prepare_tokenizer itself, which reuses the folder the tokenizer stage wrote (same data, same
     # size), so config.yaml keeps the user's `tokenizer:` setting. An interrupted run continues from its latest
     # checkpoint, as `train` does on any run folder (a damaged one is refused with the fix).
-    return Path(train(config, start_over=start_over)), "done"
+    return Path(train(config, start_over=start_over)) / "final", "done"
 
 
 def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path | None, str]:

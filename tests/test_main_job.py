@@ -174,3 +174,33 @@ def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_
     old_results.write_text("{}")
     assert _stage_eval(config, tmp_path / "runs" / "tiny", {}) == (None, "skipped")
     assert not old_results.parent.exists()
+
+
+def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
+    """`train --start_over` in a main-job folder moves final/, eval/ and export/ aside; `run` must then train,
+    evaluate and export again rather than count those stages done from its saved state."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    run_dir = config.run_dir
+    (run_dir / "tokenizer").mkdir(parents=True)
+    outputs = {"tokenizer": run_dir / "tokenizer", "train": run_dir / "final", "eval": run_dir / "eval",
+               "export": run_dir / "export"}
+    stages = {stage: {"status": "done", "output": str(path), "wall_time_s": 1.0} for stage, path in outputs.items()}
+    (run_dir / "pipeline_state.json").write_text(json.dumps({"config": run_module._fingerprint(config),
+                                                             "stages": stages}))
+    ran = []
+
+    def stage_function(stage):
+        def run_stage(config, run_dir, state, start_over=False):
+            ran.append(stage)
+            outputs[stage].mkdir(exist_ok=True)
+            return outputs[stage], "done"
+        return run_stage
+
+    monkeypatch.setattr(run_module, "_STAGE_FUNCTIONS", {stage: stage_function(stage) for stage in outputs})
+    run_module._run_stages(config)
+    assert ran == ["train", "eval", "export"]
+    run_module._run_stages(config)
+    assert ran == ["train", "eval", "export"]  # all there now: nothing runs twice

@@ -283,11 +283,7 @@ def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
     if not other:
         return None
     reason = f"after_{checkpoint_name(resumed_step)}" if resumed_step is not None else "before_new_run"
-    abandoned = checkpoints_dir / f"abandoned_{reason}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    suffix = 1
-    while abandoned.exists():
-        abandoned, suffix = abandoned.with_name(f"{abandoned.name.split('.')[0]}.{suffix}"), suffix + 1
-    abandoned.mkdir()
+    abandoned = _new_abandoned_folder(checkpoints_dir, reason)
     for folder in other:
         os.rename(folder, abandoned / folder.name)
     why = f"resuming from {resume_folder}" if resume_folder is not None else "starting a new run in this folder"
@@ -297,6 +293,41 @@ def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
         why, ", ".join(f.name for f in other), abandoned,
     )
     return abandoned
+
+
+def _new_abandoned_folder(checkpoints_dir: Path, reason: str) -> Path:
+    abandoned = checkpoints_dir / f"abandoned_{reason}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    suffix = 1
+    while abandoned.exists():
+        abandoned, suffix = abandoned.with_name(f"{abandoned.name.split('.')[0]}.{suffix}"), suffix + 1
+    abandoned.mkdir(parents=True)
+    return abandoned
+
+
+# What a training run leaves beside its checkpoints, and what the main job (`hf-gpt-custom run`) derives from it.
+RUN_OUTPUTS = ("final", "training_summary.json", "loss_curve.png", "run_log.jsonl", "eval", "export")
+
+
+def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path | None,
+                               abandoned: Path | None) -> Path | None:
+    """Before a run that replaces the one in `run_dir` (it starts from step 0, or it set checkpoints aside: an
+    older branch is resumed): move that run's outputs beside the checkpoints set aside. Left in place they would be
+    read as the new run's until it finishes: an export in between paired the new config.yaml with the old model.
+    The run log continues when resuming (run_log.RunLog keeps its records up to the checkpoint). Nothing is
+    deleted; returns the folder they went to, if any."""
+    if not accelerator.is_main_process or (resume_folder is not None and abandoned is None):
+        return None
+    names = [name for name in RUN_OUTPUTS if resume_folder is None or name != "run_log.jsonl"]
+    present = [run_dir / name for name in names if (run_dir / name).exists()]
+    if not present:
+        return abandoned
+    into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
+    for path in present:
+        os.rename(path, into / path.name)
+    logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted",
+                   "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}",
+                   ", ".join(path.name for path in present), into)
+    return into
 
 
 # --- finding and verifying -----------------------------------------------------------------------------------------

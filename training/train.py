@@ -25,7 +25,7 @@ from hf_gpt_custom.manifest import write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.training.checkpoint import (
     TrainingState, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
-    set_aside_other_histories, unwrapped_state_dict, write_errors_named,
+    set_aside_other_histories, set_aside_replaced_outputs, unwrapped_state_dict, write_errors_named,
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
 from hf_gpt_custom.training.devices import (
@@ -143,7 +143,8 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
-    set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)  # rotation then sees only this branch
+    abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)  # rotation then sees
+    set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)  # only this branch, nothing old as new
     set_seed(config.seed)
 
     prepared = workload.prepare(config, accelerator)

@@ -96,6 +96,29 @@ def test_export_replaces_an_earlier_export_but_not_a_foreign_folder(exported, tm
         export_folder(run_dir, foreign / "notes.txt")
 
 
+def test_exporting_again_keeps_a_card_edited_since_instead_of_deleting_it(exported, tmp_path, caplog):
+    """The docs invite editing the card before a push; the next export (or `run` after a benchmark change) deleted
+    those edits. A folder holding anything its export did not write is moved aside, whole; an untouched one, or one
+    whose card only differs because the export's inputs did (another repo id), is simply replaced."""
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir, _ = exported
+    out_dir = export_folder(run_dir, tmp_path / "export", repo_id="alice/first")
+    export_folder(run_dir, out_dir)  # the card changes with the repo id; nothing was edited
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+    card = (out_dir / "README.md").read_text(encoding="utf-8")
+    (out_dir / "README.md").write_text(card + "\nMY EDITS\n", encoding="utf-8")
+    (out_dir / "extra_notes.txt").write_text("mine")
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.hub"):
+        export_folder(run_dir, out_dir)
+    (kept,) = tmp_path.glob("export.edited_*")
+    assert (kept / "README.md").read_text(encoding="utf-8").endswith("MY EDITS\n")
+    assert (kept / "extra_notes.txt").read_text() == "mine"
+    assert "MY EDITS" not in (out_dir / "README.md").read_text(encoding="utf-8")
+    assert "README.md, extra_notes.txt" in caplog.text and str(kept) in caplog.text
+
+
 def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
     from hf_gpt_custom.hub import export_folder
 

@@ -28,7 +28,9 @@ from hf_gpt_custom.training.checkpoint import (
 from hf_gpt_custom.training.config import REPO_ROOT, load_train_config, save_train_config
 from hf_gpt_custom.training.data import prepare_datasets
 from hf_gpt_custom.training.loop import _batch_digest
+import hf_gpt_custom.training.train as train_module
 from hf_gpt_custom.training.train import train
+from tests.helpers import hash_folder
 
 from tests.helpers import tiny_run_overrides
 
@@ -312,7 +314,38 @@ def test_a_new_run_sets_the_earlier_runs_checkpoints_aside(make_config, monkeypa
     checkpoints_dir = make_config(run_name="reused").run_dir / "checkpoints"
     assert find_checkpoint(checkpoints_dir, "latest") == checkpoints_dir / "step_000003"  # not the earlier run's 4
     (abandoned,) = checkpoints_dir.glob("abandoned_before_new_run_*")
-    assert sorted(p.name for p in abandoned.iterdir()) == ["step_000002", "step_000004"]
+    assert sorted(p.name for p in abandoned.iterdir()) == [
+        "final", "loss_curve.png", "run_log.jsonl", "step_000002", "step_000004", "training_summary.json"]
+
+
+def test_starting_over_moves_the_replaced_runs_outputs_aside_so_nothing_pairs_them_with_the_new_config(
+        make_config, monkeypatch, tmp_path):
+    """Found by trying the CLI: after `--start_over` was interrupted, final/, its summary and the main job's eval/
+    and export/ were still the old run's while config.yaml was the new one, and `export` wrote a card mixing the two
+    (the new max_steps beside the old step count, the old weights). They are moved aside whole; export refuses."""
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = train(make_config("max_steps=4", "eval_interval=4", "eval_batches=1", run_name="over"))
+    for name in ("eval", "export"):  # what `hf-gpt-custom run` adds
+        (run_dir / name).mkdir()
+        (run_dir / name / "README.md").write_text(f"the old run's {name}")
+    old_weights = hash_folder(run_dir / "final")
+    monkeypatch.setattr(train_module, "run_loop", _interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(make_config("max_steps=6", "eval_interval=6", "eval_batches=1", run_name="over"), start_over=True)
+    for name in ("final", "eval", "export", "training_summary.json", "loss_curve.png"):
+        assert not (run_dir / name).exists(), name
+    assert (run_dir / "run_log.jsonl").read_text() == ""  # the new run's log, begun
+    (abandoned,) = (run_dir / "checkpoints").glob("abandoned_before_new_run_*")
+    assert (abandoned / "run_log.jsonl").read_text().count('"kind"') >= 4  # the old one, kept
+    assert hash_folder(abandoned / "final") == old_weights
+    assert (abandoned / "export" / "README.md").read_text() == "the old run's export"
+    with pytest.raises(UserError, match="final"):
+        export_folder(run_dir, tmp_path / "exported")
+
+
+def _interrupted(session):
+    raise KeyboardInterrupt
 
 
 # --- random states; the manifest ------------------------------------------------------------------------------------
