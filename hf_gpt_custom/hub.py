@@ -66,8 +66,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         )
     from hf_gpt_custom.model_cards.card import build_model_card
 
-    from .model_folder import load_model_folder
-    from .tokenization_gpt_custom import GPTCustomTokenizerFast
+    from .model_folder import load_folder_tokenizer, load_model_folder
 
     card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
     head_class = saved_task_head_class(final_dir)
@@ -78,15 +77,16 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         shutil.rmtree(staging)  # left by an interrupted export
     staging.mkdir(parents=True)
     model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
-    saved_tokenizer = GPTCustomTokenizerFast.from_pretrained(final_dir)
-    # Batched generation and `padding=True` need a pad token; GPT-2 recipes pad with eos on the left. A task head keeps
-    # the side it was fine-tuned and saved with (right: a padded row then scores as it does alone).
-    padding_side = "left" if head_class is None else saved_tokenizer.padding_side
-    tokenizer = GPTCustomTokenizerFast.from_pretrained(
+    # The tokenizer the run trained with: ours, or a folder's own class where ours would encode differently (a
+    # SentencePiece one, load_folder_tokenizer). Batched generation and `padding=True` need a pad token; GPT-2
+    # recipes pad with eos on the left. A task head keeps the side it was fine-tuned and saved with (right: a padded
+    # row then scores as it does alone).
+    saved_tokenizer = load_folder_tokenizer(final_dir)
+    tokenizer = load_folder_tokenizer(
         final_dir, model_max_length=model.config.n_positions, pad_token=saved_tokenizer.eos_token,
-        padding_side=padding_side,
+        padding_side="left" if head_class is None else saved_tokenizer.padding_side,
     )
-    tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json auto_map + tokenization_*.py
+    tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json (ours: auto_map, tokenization_*.py)
     card.save(staging / "README.md")
 
     local_paths = _run_local_paths(run_dir)
@@ -229,14 +229,26 @@ def _is_previous_export(folder: Path) -> bool:
         return False
 
 
-def remote_code_files() -> set[str]:
-    """The code a folder needs for trust_remote_code: our three entry modules and every module they import
-    (transformers copies those on save_pretrained; this asks it which they are)."""
+def remote_code_files(with_tokenizer: bool = True) -> set[str]:
+    """The code a folder needs for trust_remote_code: our entry modules (configuration, modeling and, unless the
+    folder keeps another tokenizer class, tokenization) and every module they import (transformers copies those on
+    save_pretrained; this asks it which they are)."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
     package = Path(__file__).parent
-    entries = [package / f"{kind}_gpt_custom.py" for kind in ("configuration", "modeling", "tokenization")]
+    kinds = ("configuration", "modeling", "tokenization") if with_tokenizer else ("configuration", "modeling")
+    entries = [package / f"{kind}_gpt_custom.py" for kind in kinds]
     return {Path(path).name for entry in entries for path in (entry, *get_relative_import_files(str(entry)))}
+
+
+def uses_our_tokenizer(folder: str | Path) -> bool:
+    """True when the folder's tokenizer_config.json names our tokenizer class (export keeps any other as it is)."""
+    path = Path(folder) / "tokenizer_config.json"
+    try:
+        tokenizer_class = json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, json.JSONDecodeError):
+        return True  # no readable tokenizer config: require everything, and let the check name what is missing
+    return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")
 
 
 def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:
@@ -260,7 +272,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
         if path.is_file() and not path.relative_to(folder).as_posix().startswith(_UPLOAD_IGNORED)
     )
     names = {name for name, _ in files}
-    required = {"model.safetensors", "config.json", "README.md", *remote_code_files()}
+    required = {"model.safetensors", "config.json", "README.md", *remote_code_files(uses_our_tokenizer(folder))}
     if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
         required.add("generation_config.json")
     missing = sorted(required - names)

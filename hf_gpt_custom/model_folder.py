@@ -100,6 +100,33 @@ def saved_task_head_class(folder: str | os.PathLike):
     return getattr(heads_gpt_custom, head)
 
 
+# Text the tokenizer of a folder and ours must encode alike before ours stands in for it: whitespace runs,
+# contractions, digits, accents and other scripts, an emoji and the end-of-text token inside a word.
+_SAME_IDS_PROBE = ["Hello, world!  It's 2024:\tthey'll pay 1,234.5 €.\n\nNext line", "héllo wörld ☃ 你好 🙂",
+                   "  two leading spaces", "x<|endoftext|>y"]
+
+
+def load_folder_tokenizer(folder: str | os.PathLike, **kwargs):
+    """The tokenizer a model folder holds, as our class (GPTCustomTokenizerFast: GPT-1's task template, our
+    truncation rule) when it encodes exactly as the folder's own, else as the folder's own class. Loaded as ours
+    regardless, a tokenizer of another kind (LLaMA's SentencePiece pieces) would be rebuilt around GPT-2's byte-level
+    rules from its vocabulary and merges: other ids, another decoding. `kwargs` go to from_pretrained."""
+    from transformers import AutoTokenizer
+
+    from .tokenization_gpt_custom import GPTCustomTokenizerFast
+
+    theirs = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+    if isinstance(theirs, GPTCustomTokenizerFast):
+        return theirs
+    try:
+        ours = GPTCustomTokenizerFast.from_pretrained(str(folder), **kwargs)
+    except Exception:  # noqa: BLE001  (whatever our class cannot read is not ours: keep the folder's own class)
+        return theirs
+    same = ours.get_vocab() == theirs.get_vocab() and all(
+        ours(text)["input_ids"] == theirs(text)["input_ids"] for text in _SAME_IDS_PROBE)
+    return ours if same else theirs
+
+
 def is_hub_repo_id(value) -> bool:
     """True for strings shaped like a Hub repository id ("gpt2", "alice/tiny"); says nothing about existence.
 

@@ -42,7 +42,7 @@ def build_model_card(
     """
     from hf_gpt_custom.eval.report import format_results_table
     from hf_gpt_custom import GPTCustomConfig  # imported here: the card module must not load torch at import
-    from hf_gpt_custom.hub import read_json, remote_code_files
+    from hf_gpt_custom.hub import read_json, remote_code_files, uses_our_tokenizer
 
     run_dir = Path(run_dir)
     final_dir = run_dir / "final"
@@ -63,7 +63,7 @@ def build_model_card(
 
         rows = [row for row in _hyperparameter_rows(train_config) if row[0].split(".")[0] not in PRETRAINING_ONLY_SETTINGS]
         facts = {"model_name": run_name, "n_params_human": _human_count(summary.get("n_params")),
-                 "code_files": sorted(remote_code_files()), "hyperparameters": rows,
+                 "code_files": sorted(remote_code_files(uses_our_tokenizer(final_dir))), "hyperparameters": rows,
                  "transformers_requirement": transformers_requirement(),
                  "loss_curve": "loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
                  "duration": _training_facts(summary, train_config)["duration"]}
@@ -92,7 +92,7 @@ def build_model_card(
         model_name=run_name,
         repo_id=repo_id or f"your-username/{run_name}",
         package_source=package_source or PACKAGE_SOURCE_PLACEHOLDER,
-        code_files=sorted(remote_code_files()),
+        code_files=sorted(remote_code_files(uses_our_tokenizer(final_dir))),
         transformers_requirement=transformers_requirement(),
         example_prompt=dataset["example_prompt"],
         n_params_human=_human_count(breakdown["total"]),
@@ -260,7 +260,11 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
     eos = tokenizer_config.get("eos_token", "<|endoftext|>")
     if isinstance(eos, dict):
         eos = eos.get("content", "<|endoftext|>")
+    tokenizer_class = tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast"
     return {
+        "tokenizer_class": tokenizer_class,
+        # ours (transformers records it without "Fast"); export keeps another class as it is (load_folder_tokenizer)
+        "byte_level": tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer"),
         "vocab_size": vocab_size,
         "trained_here": bool(source) and Path(source).resolve().is_relative_to(run_dir.resolve()),
         "source": _public_name(source) if source else None,

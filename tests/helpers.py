@@ -339,3 +339,21 @@ def assert_folder_converts_on_load(folder: Path, reference, **load_kwargs):
         hidden, reference_hidden = base(input_ids).last_hidden_state, reference.base_model(input_ids).last_hidden_state
     torch.testing.assert_close(hidden, reference_hidden, rtol=0, atol=1e-5)
     return loaded
+
+
+def sentencepiece_like(text_path: Path, normalizer=None, vocab_size: int = 700, byte_fallback: bool = True):
+    """LLaMA's kind of tokenizer, trained small on the start of `text_path`: `▁` for spaces, a dummy `▁` before every
+    text, and (with byte_fallback) `<0xNN>` pieces for characters outside the vocabulary, such as an emoji."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    text = Path(text_path).read_text(encoding="utf-8")[:100_000]
+    backend = Tokenizer(models.BPE(byte_fallback=byte_fallback, unk_token="<unk>", fuse_unk=True))
+    backend.normalizer = normalizer
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+    specials = ["<unk>", "<s>", "</s>"] + ([f"<0x{b:02X}>" for b in range(256)] if byte_fallback else [])
+    backend.train_from_iterator([text], trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                            show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")

@@ -11,6 +11,7 @@ float32 copy of the model's outputs.
 from __future__ import annotations
 
 import logging
+import re
 import os
 
 from hf_gpt_custom.errors import UserError
@@ -54,7 +55,8 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),  # SXM: "NVIDIA H100 80GB HBM3"
-    ("H200", 989e12),  # also GH200
+    ("H200", 989e12),
+    ("GH200", 989e12),
     ("A100", 312e12),
     ("L40S", 362e12),
     ("L4", 121e12),
@@ -62,9 +64,12 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
 
 
 def peak_bf16_flops(device_name: str) -> float | None:
-    """The table's peak for this GPU name, or None when the name matches no row."""
+    """The table's peak for this GPU name, or None when the name matches no row. A row matches whole words of the
+    name ("L4" is not "NVIDIA L40", whose peak is not in the table), the first matching row wins."""
+    words = re.findall(r"[a-z0-9]+", device_name.lower())
     for piece, flops in PEAK_BF16_FLOPS:
-        if piece.lower() in device_name.lower():
+        piece_words = re.findall(r"[a-z0-9]+", piece.lower())
+        if any(words[i:i + len(piece_words)] == piece_words for i in range(len(words))):
             return flops
     return None
 

@@ -33,36 +33,22 @@ class TaskTokens:
     pad: int
 
 
-# Text the tokenizer of a folder and ours must encode alike before ours replaces it: whitespace runs, contractions,
-# digits, accents and other scripts, an emoji and the end-of-text token inside a word.
-_SAME_IDS_PROBE = ["Hello, world!  It's 2024:\tthey'll pay 1,234.5 €.\n\nNext line", "héllo wörld ☃ 你好 🙂",
-                   "  two leading spaces", "x<|endoftext|>y"]
-
-
 def load_task_tokenizer(folder: str | Path):
-    """The tokenizer to fine-tune with and save beside the head: the folder's own, loaded as our class.
+    """The tokenizer to fine-tune with and save beside the head: the folder's own, as our class when it encodes
+    exactly as ours (hf_gpt_custom.model_folder.load_folder_tokenizer).
 
     Our class adds GPT-1's template and cuts an input exactly as fine-tuning did (task_template.py); another class
     (a converted GPT-2 folder's GPT2Tokenizer) keeps the template but truncates by its own rule (the text's end, both
     parts of a pair), so `tokenizer(text, truncation=True)` would feed the head other tokens than it was trained on.
     A folder whose tokenizer our byte-level class encodes differently (a Llama SentencePiece one) keeps its own class,
     cutting single texts from the left as fine-tuning does."""
-    from transformers import AutoTokenizer
-
     from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.model_folder import load_folder_tokenizer
 
-    theirs = AutoTokenizer.from_pretrained(str(folder))
-    if isinstance(theirs, GPTCustomTokenizerFast):
-        return theirs
-    try:
-        ours = GPTCustomTokenizerFast.from_pretrained(str(folder))
-    except Exception:  # noqa: BLE001 (whatever our class cannot read is "not ours": keep the folder's own class)
-        ours = None
-    if ours is not None and ours.get_vocab() == theirs.get_vocab() and all(
-            ours(text)["input_ids"] == theirs(text)["input_ids"] for text in _SAME_IDS_PROBE):
-        return ours
-    theirs.truncation_side = "left"
-    return theirs
+    tokenizer = load_folder_tokenizer(folder)
+    if not isinstance(tokenizer, GPTCustomTokenizerFast):
+        tokenizer.truncation_side = "left"
+    return tokenizer
 
 
 def add_task_tokens(tokenizer) -> TaskTokens:

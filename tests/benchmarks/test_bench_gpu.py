@@ -31,7 +31,8 @@ def test_flops_per_token_of_gpt2_124m_by_hand():
 @pytest.mark.parametrize("name, peak", [
     ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
     ("NVIDIA H200", 989e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA L40S", 362e12), ("NVIDIA L4", 121e12),
-    ("Tesla T4", None), ("NVIDIA GeForce RTX 4090", None),
+    ("Tesla T4", None), ("NVIDIA GeForce RTX 4090", None), ("NVIDIA GH200 480GB", 989e12),
+    ("NVIDIA L40", None),  # not the L4's 121e12 (a substring match gave it): its peak is not in the table
 ])
 def test_peak_flops_by_gpu_name_and_unknown_otherwise(name, peak):
     assert gpu_report.peak_bf16_flops(name) == peak

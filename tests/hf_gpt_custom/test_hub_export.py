@@ -119,6 +119,38 @@ def test_exporting_again_keeps_a_card_edited_since_instead_of_deleting_it(export
     assert "README.md, extra_notes.txt" in caplog.text and str(kept) in caplog.text
 
 
+def test_an_export_keeps_a_sentencepiece_tokenizer_as_it_was_trained(tmp_path, shared_data_dir, python_without_project):
+    """A run trained with a LLaMA-style tokenizer (`tokenizer=<folder>`): export rebuilt it as our byte-level class from
+    its vocabulary and merges — other ids, spaces lost in decoding — and the card called it byte-level BPE. The
+    export must encode and decode as final/ does, here and where the package is absent."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import write_manifest
+    from tests.helpers import sentencepiece_like
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "sp", with_eval=False)
+    final = run_dir / "final"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json"):
+        (final / name).unlink(missing_ok=True)
+    sentencepiece_like(shared_data_dir / "tinyshakespeare" / "input.txt", vocab_size=257,
+                       byte_fallback=False).save_pretrained(final)
+    write_manifest(final)
+    out_dir = export_folder(run_dir, tmp_path / "export")
+    text = "ROMEO:\nBut, soft! what light through yonder window breaks?"
+    trained, exported = AutoTokenizer.from_pretrained(final), AutoTokenizer.from_pretrained(out_dir)
+    assert exported(text)["input_ids"] == trained(text)["input_ids"]
+    assert exported.decode(exported(text)["input_ids"]) == text
+    assert (exported.pad_token, exported.padding_side, exported.model_max_length) == ("</s>", "left", 64)
+    card = (out_dir / "README.md").read_text(encoding="utf-8")
+    assert "Byte-level BPE" not in card and "kept as its own class" in card
+    remote = python_without_project(
+        "import json, sys\nfrom transformers import AutoTokenizer\n"
+        "t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "print(json.dumps({'ids': t(sys.argv[2])['input_ids']}))", str(out_dir), text)
+    assert remote["ids"] == trained(text)["input_ids"]
+
+
 def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
     from hf_gpt_custom.hub import export_folder
 

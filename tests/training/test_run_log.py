@@ -15,3 +15,14 @@ def test_summary_averages_skip_the_warm_up_step_and_use_the_last_ten_losses():
     one_step = summarize_train_steps(records[:1])
     assert one_step == {"final_train_loss": 19.0, "tokens_per_s": 1000.0}
     assert summarize_train_steps([]) == {"final_train_loss": None, "tokens_per_s": None}
+
+
+def test_the_summary_rate_is_all_tokens_over_all_time_not_a_mean_of_window_rates():
+    """Two logging windows, as the loop writes them: each step carries its window's rate and its share of the
+    window's time. A window of 3 steps at 1,000 tokens/s (3 s) and one of 1 step at 4,000 tokens/s (0.25 s):
+    4,000 tokens in 3.25 s (1,231 tokens/s), not the mean of the steps' rates, 1,750."""
+    records = [{"kind": "train", "step": 1, "loss": 5.0, "tokens_per_s": 10.0, "step_time_s": 9.0}]
+    records += [{"kind": "train", "step": step, "loss": 4.0, "tokens_per_s": 1000.0, "step_time_s": 1.0}
+                for step in (2, 3, 4)]
+    records += [{"kind": "train", "step": 5, "loss": 3.0, "tokens_per_s": 4000.0, "step_time_s": 0.25}]
+    assert summarize_train_steps(records)["tokens_per_s"] == pytest.approx(4000.0 / 3.25)

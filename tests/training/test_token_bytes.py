@@ -5,31 +5,17 @@ import logging
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from tokenizers import normalizers
+from transformers import AutoTokenizer
 
 from hf_gpt_custom.training import workload
 from hf_gpt_custom.training.data import document_encoder, tokenize_documents
 from hf_gpt_custom.training.token_bytes import PROBES, TokenBytes
+from tests.helpers import sentencepiece_like
 
 TEXTS = [*PROBES, "ROMEO:\nBut, soft! what light through yonder window breaks?", "naïve café — “quoted” 🎭 ünïcödé",
          "  two leading spaces", "ends with a space "]
 NO_LEADING_SPACE = [text for text in TEXTS if not text.startswith(" ")]
-
-
-def sentencepiece_like(shakespeare_path, normalizer=None) -> PreTrainedTokenizerFast:
-    """LLaMA's kind of tokenizer, trained small: `▁` for spaces, a dummy `▁` before every text, and byte fallback
-    (`<0xNN>` pieces) for characters outside the vocabulary, such as the emoji."""
-    text = shakespeare_path.read_text(encoding="utf-8")[:100_000]
-    backend = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
-    backend.normalizer = normalizer
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(" ", 1, 0)])
-    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
-    backend.train_from_iterator([text], trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
-                                                            show_progress=False))
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
 
 @pytest.fixture(scope="module")
