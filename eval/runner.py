@@ -84,6 +84,8 @@ def evaluate(
         raise UserError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
     if limit is not None and limit < 1:
         raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = [load_task(name, protocol=protocol) for name in tasks]  # unknown task names fail here, before the model loads
@@ -91,23 +93,32 @@ def evaluate(
 
     model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
     scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context)
-    rows, examples, skipped = [], [], []
+    # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,
+    # not after them.
+    plans, skipped = [], []
     for spec in specs:
         docs = spec.docs("test", data_dir)[: limit or None]
         for k in shots:
             if k > 0 and not OUTPUT_TYPES[spec.output_type].supports_fewshot:
-                logger.warning("task %s (%s) is scored without examples: few-shot K=%d skipped (K=0 only)", spec.task, spec.output_type, k)
+                reason = f"task {spec.task} ({spec.output_type}) is scored without examples: K=0 only"
+                logger.warning("%s; few-shot K=%d skipped", reason, k)
+                skipped.append({"task": spec.task, "num_fewshot": k, "reason": reason})
                 continue
             try:
-                task_rows, task_examples = evaluate_task(spec, docs, k, scorer, seed, data_dir, show_progress)
+                plans.append(plan_task(spec, docs, k, scorer, seed, data_dir))
             except ContextTooShortError as err:
                 if not skip_unfittable:
                     raise
                 logger.warning("skipped: %s", err)
                 skipped.append({"task": spec.task, "num_fewshot": k, "reason": str(err)})
-                continue
-            rows += task_rows
-            examples += task_examples
+    if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
+        raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
+                                                             for row in skipped))
+    rows, examples = [], []
+    for plan in plans:
+        task_rows, task_examples = score_task(plan, scorer, show_progress)
+        rows += task_rows
+        examples += task_examples
     results = Results(
         model=model_name,
         config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
@@ -232,6 +243,23 @@ def evaluate_task(
     spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, seed: int, data_dir: Path, show_progress: bool = True
 ) -> tuple[list[dict], list[dict]]:
     """Result rows and example logs of one task at one K."""
+    return score_task(plan_task(spec, docs, k, scorer, seed, data_dir), scorer, show_progress)
+
+
+@dataclass
+class TaskPlan:
+    """One task at one K, its prompts and requests built: what scoring it needs."""
+
+    spec: TaskSpec
+    docs: list[dict]
+    k: int
+    prompts: list
+    requests: list
+
+
+def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, seed: int, data_dir: Path) -> TaskPlan:
+    """The prompts and requests of one task at one K; a ContextTooShortError when the model's context cannot hold
+    them. Cheap (tokenisation only): `evaluate` plans every task and K before it scores any."""
     output_type = OUTPUT_TYPES[spec.output_type]
     if output_type.request_type == "generate_until" and output_type.max_gen_toks(spec) >= scorer.max_length:
         raise ContextTooShortError(
@@ -245,7 +273,13 @@ def evaluate_task(
         exclude_scored_doc=spec.fewshot_split == "test",
     )
     requests = [request for doc, prompt in zip(docs, prompts) for request in build_requests(spec, doc, prompt)]
-    scored = score_requests(scorer, requests, show_progress=show_progress, desc=f"{spec.task} {k}-shot")
+    return TaskPlan(spec, docs, k, prompts, requests)
+
+
+def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Result rows and example logs of a planned task."""
+    spec, docs, k, prompts, output_type = plan.spec, plan.docs, plan.k, plan.prompts, OUTPUT_TYPES[plan.spec.output_type]
+    scored = score_requests(scorer, plan.requests, show_progress=show_progress, desc=f"{spec.task} {k}-shot")
     by_doc: list[list[ScoredRequest]] = [[] for _ in docs]
     for item in scored:
         by_doc[item.request.doc_id].append(item)

@@ -168,3 +168,27 @@ def test_the_progress_bars_honour_show_and_tqdm_disable(show_progress, tqdm_disa
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert done.returncode == 0, done.stderr
     assert ("scoring:" in done.stderr) == shown
+
+
+def test_every_task_and_k_is_checked_before_any_is_scored(tmp_path, monkeypatch):
+    """`eval --tasks copa,triviaqa` on a 32-position model: triviaqa cannot fit, and that must be said before copa
+    is scored — after it, the scoring was lost with the error. Nothing left to score is an error too."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.fewshot import ContextTooShortError
+    from tests.helpers import save_tiny_model
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    save_tiny_model(tmp_path / "m32", len(tokenizer), n_positions=32, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(tmp_path / "m32")
+    scored = []
+    real_score_task = runner.score_task
+    monkeypatch.setattr(runner, "score_task", lambda plan, *args, **kw: (scored.append(plan.spec.task),
+                                                                          real_score_task(plan, *args, **kw))[1])
+    with pytest.raises(ContextTooShortError, match="task triviaqa"):
+        runner.evaluate(str(tmp_path / "m32"), tasks=["copa", "triviaqa"], limit=2, show_progress=False)
+    assert scored == []
+    with pytest.raises(UserError, match=r"nothing to evaluate: task wikitext .*K=0 only \(K=1\)"):
+        runner.evaluate(str(tmp_path / "m32"), tasks=["wikitext"], shots=[1], limit=2, show_progress=False)
+    with pytest.raises(UserError, match=r"batch_size=0 must be a positive number"):
+        runner.evaluate(str(tmp_path / "m32"), tasks=["copa"], limit=2, batch_size=0, show_progress=False)
