@@ -66,6 +66,10 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from .hub import is_hub_repo_id
 
     _check_output_folder(args.out, "--out")
+    held = [name for name in ("config.json", "manifest.json", "model.safetensors") if (Path(args.out) / name).exists()]
+    if held:  # its tokenizer files would be replaced under its weights, and its manifest would no longer match
+        raise UserError(f"--out {args.out} holds a model ({', '.join(held)}); a tokenizer written there would replace "
+                        "the model's own and damage the folder; choose a new folder")
     # On the command line every input is a path or one Hub name, never literal text
     missing = [item for item in args.inputs if not Path(item).exists()]
     if missing and not (len(args.inputs) == 1 and is_hub_repo_id(args.inputs[0])):
@@ -354,8 +358,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What Ctrl-C leaves behind, by command: said instead of a traceback from wherever torch was.
+_AFTER_INTERRUPT = {
+    "train": "rerun the same command to continue from the latest checkpoint (the steps after it are redone)",
+    "finetune": "rerun the same command to continue from the latest checkpoint (the steps after it are redone)",
+    "run": "rerun the same command: finished stages are kept and training continues from its latest checkpoint",
+    "eval": "nothing was written; rerun it to evaluate again",
+    "export": "the previous export, if there was one, is unchanged",
+}
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # key=value overrides may also follow the options (`train CONFIG --init_from DIR max_steps=5`): argparse stops
+    # collecting a positional list at the first option, so the rest arrive here as unrecognised
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in item and not item.startswith("-") for item in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         args.func(args)
     except UserError as err:
@@ -363,6 +384,10 @@ def main(argv: list[str] | None = None) -> None:
         # Anything else (a bug here or in torch/transformers) is unexpected and keeps its traceback.
         print(f"hf-gpt-custom {args.command}: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        after = _AFTER_INTERRUPT.get(args.command)
+        print(f"\nhf-gpt-custom {args.command}: interrupted{f'; {after}' if after else ''}", file=sys.stderr)
+        sys.exit(130)  # the shell's code for a process stopped by SIGINT
 
 
 if __name__ == "__main__":

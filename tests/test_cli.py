@@ -243,3 +243,48 @@ def test_the_model_check_leaves_other_architectures_and_hub_ids_to_the_loader(tm
     _check_model_argument("openai-community/gpt2")
     with pytest.raises(ValueError, match="has no config.json"):
         _check_model_argument(str(tmp_path))
+
+
+def test_tokenizer_train_into_a_model_folder_is_refused_and_leaves_it_whole(exported_folder, tmp_path, capsys):
+    """`tokenizer train --out <a model folder>` replaced the model's tokenizer files: the folder then failed its own
+    manifest ("merges.txt has 166 bytes, the manifest says 1354")."""
+    from tests.helpers import hash_folder
+
+    model = tmp_path / "model"
+    shutil.copytree(exported_folder, model)
+    before = hash_folder(model)
+    text = tmp_path / "small.txt"
+    text.write_text("to be or not to be " * 50)
+    code, _, err = _run_main(["tokenizer", "train", str(text), "--out", str(model), "--vocab-size", "300"], capsys)
+    _assert_one_line_error(code, err, "tokenizer", "holds a model (config.json, manifest.json, model.safetensors)")
+    assert hash_folder(model) == before
+
+
+def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tmp_path):
+    """docs/training.md writes `train CONFIG --init_from DIR run_name=ft max_steps=100 ...`; argparse refused the
+    overrides after the option as unrecognized arguments."""
+    from hf_gpt_custom import cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "_cmd_train", lambda args: seen.update(overrides=cli._config_overrides(args)))
+    main(["train", "cfg.yaml", "a=1", "--init_from", "runs/x/final", "run_name=ft", "max_steps=5"])
+    assert seen["overrides"] == ["a=1", "run_name=ft", "max_steps=5", "init_from=runs/x/final"]
+    with pytest.raises(SystemExit):
+        main(["train", "cfg.yaml", "--init_from", "runs/x/final", "--no-such-option"])
+
+
+@pytest.mark.parametrize("command, said", [("train", "continue from the latest checkpoint"),
+                                           ("eval", "nothing was written")])
+def test_ctrl_c_is_one_line_saying_what_is_kept_and_exit_130(command, said, monkeypatch, capsys):
+    from hf_gpt_custom import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, f"_cmd_{command}", interrupted)
+    argv = {"train": ["train", "cfg.yaml"], "eval": ["eval", "--model", "m", "--tasks", "copa", "--out", "o"]}[command]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 130
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"hf-gpt-custom {command}: interrupted; ") and said in err

@@ -374,6 +374,13 @@ def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str, verify: bool
         candidate = Path(which)
         if not candidate.is_dir():
             raise MissingFileError(f"checkpoint {candidate} not found; give a step_NNNNNN folder or 'latest'")
+        if (candidate / "config.json").is_file() and not (candidate / TRAINING_STATE_NAME).exists():
+            # final/ or an export: weights without optimizer, schedule or data position (not a damaged checkpoint)
+            raise UserError(
+                f"{candidate} is a model folder, not a training checkpoint (it has no {TRAINING_STATE_NAME}: no "
+                f"optimizer, schedule or data position); to train from its weights use init_from={candidate}, to "
+                "continue its run resume from a step_NNNNNN folder of that run's checkpoints/"
+            )
         checkpoints_dir = candidate.parent
     problem = verify_checkpoint(candidate) if verify else None
     if problem is not None:

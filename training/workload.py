@@ -71,11 +71,9 @@ class LanguageModelling:
     continued training from `init_from`); validation loss, perplexity and bits per byte."""
 
     def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
-        from transformers import AutoTokenizer
-
         with accelerator.main_process_first():
             self.tokenizer_dir = Path(prepare_tokenizer(config))
-            tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir))
+            tokenizer = load_run_tokenizer(self.tokenizer_dir)
             self.data = prepare_datasets(config, tokenizer, self.tokenizer_dir)
         accelerator.print(
             f"data: {self.data.stats.get('train_blocks', '?')} train / {self.data.stats['val_blocks']} val blocks of "
@@ -189,6 +187,22 @@ def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes, eos_t
 
 
 _TOKENIZER_SOURCE_NAME = "training_source.json"  # beside a tokenizer we trained: what it was trained on
+
+
+def load_run_tokenizer(folder: Path):
+    """AutoTokenizer of the run's tokenizer folder; a folder without a loadable tokenizer is one clear error."""
+    import hf_gpt_custom  # noqa: F401  (registers our tokenizer class with AutoTokenizer)
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError) as err:
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise UserError(
+            f"tokenizer folder {folder} holds no tokenizer transformers can load ({first_line}); point tokenizer= at "
+            "a folder written by tokenizer.save_pretrained (tokenizer.json, or vocab.json with merges.txt), or leave "
+            "tokenizer unset to train one on the data"
+        ) from err
 
 
 def prepare_tokenizer(config: TrainConfig) -> Path:

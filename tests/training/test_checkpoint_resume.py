@@ -209,6 +209,16 @@ def test_resume_without_checkpoints_says_how_to_start(make_config):
         train(make_config("resume_from_checkpoint=latest"))
 
 
+def test_resuming_from_a_model_folder_says_to_use_init_from_not_to_delete_it(make_config):
+    """`--resume_from_checkpoint runs/x/final` used to call final/ an incomplete checkpoint and advise deleting it."""
+    finished = train(make_config("max_steps=2", "eval_interval=2", "eval_batches=1", run_name="finished"))
+    before = hash_folder(finished / "final")
+    with pytest.raises(UserError, match=r"is a model folder, not a training checkpoint.*use init_from=.*final") as err:
+        train(make_config(f"resume_from_checkpoint={finished / 'final'}", run_name="other"))
+    assert "delete" not in str(err.value)
+    assert hash_folder(finished / "final") == before
+
+
 # --- stopped mid-epoch; branches ------------------------------------------------------------------------------------
 
 DROPOUT = ("model.resid_pdrop=0.1", "model.embd_pdrop=0.1", "model.attn_pdrop=0.1")

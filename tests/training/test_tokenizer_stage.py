@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.train import train
+
 
 TRAIN_SPEECH = "the cat sat on the mat and the cat ran"
 # Only in the last 10% of the documents: with val_holdout=tail they are validation text.
@@ -60,3 +65,11 @@ def test_a_document_that_is_not_text_is_named_with_its_source_and_number(make_co
                          "val_holdout=tail", run_name="mixed")
     with pytest.raises(ValueError, match=r"training documents of .*mixed\.jsonl .*document 20 .*int 1999, not text"):
         prepare_tokenizer(config)
+
+
+def test_a_tokenizer_folder_without_a_tokenizer_is_one_clear_error(make_config, tmp_path):
+    """tokenizer=<an empty folder> gave a bare ValueError from deep inside transformers."""
+    empty = tmp_path / "empty_tokenizer"
+    empty.mkdir()
+    with pytest.raises(UserError, match=r"tokenizer folder .*empty_tokenizer holds no tokenizer transformers can load"):
+        train(make_config(f"tokenizer={empty}", run_name="no_tokenizer"))
