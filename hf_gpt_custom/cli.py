@@ -106,7 +106,8 @@ def _add_train(subparsers) -> None:
     )
     _add_run_config_arguments(parser, "training YAML, e.g. training/configs/shakespeare.yaml",
                               "key=value overrides, e.g. max_steps=200 model.n_layer=4",
-                              "fine-tune from a model folder (ours or a transformers GPT-2 folder)")
+                              "fine-tune from a model folder: ours (final/, an export, a checkpoint) or a "
+                              "transformers GPT-2, OpenAI GPT or Llama folder, converted on load")
     parser.set_defaults(func=_cmd_train)
 
 
@@ -271,7 +272,11 @@ def _add_export(subparsers) -> None:
     parser.add_argument("run_dir", help="a training run folder (runs/<name>)")
     parser.add_argument("out_dir", help="where to write the Hub-ready folder (replaced if it is an earlier export)")
     parser.add_argument("--repo-id", default=None,
-                        help="user/name shown in the card's loading snippets (default: your-username/<run_name>)")
+                        help="user/name shown in the card's loading snippets (default: your-username/<run_name>; "
+                             "push refuses a card that names another repository)")
+    parser.add_argument("--package-source", default=None,
+                        help="the pip requirement the card gives for installing hf-gpt-custom, e.g. "
+                             "git+https://github.com/you/hf-gpt-custom (default: none given)")
     parser.set_defaults(func=_cmd_export)
 
 
@@ -281,8 +286,11 @@ def _cmd_export(args: argparse.Namespace) -> None:
     if args.repo_id is not None:
         check_repo_id(args.repo_id)
     _check_output_folder(args.out_dir, "OUT_DIR")
-    out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id)
-    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id USER/NAME --dry-run`)")
+    out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id, package_source=args.package_source)
+    repo_id = args.repo_id or "USER/NAME"
+    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id {repo_id} --dry-run`"
+          + ("; its card names the placeholder your-username/<run_name>: export again with --repo-id USER/NAME first)"
+             if args.repo_id is None else ")"))
 
 
 def _add_push(subparsers) -> None:
@@ -297,20 +305,21 @@ def _add_push(subparsers) -> None:
 
 
 def _cmd_push(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import check_export, check_repo_id, push_folder
+    from hf_gpt_custom.hub import check_card_names, check_export, check_repo_id, push_folder
 
     check_repo_id(args.repo_id)
     if not args.dry_run:
         print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
         return
     files = check_export(args.folder)
+    check_card_names(args.folder, args.repo_id)
     total = sum(size for _, size in files)
     print(f"dry run: would upload {len(files)} files ({_human_bytes(total)}) from {args.folder} to "
           f"{args.repo_id}{'@' + args.revision if args.revision else ''}{' (private)' if args.private else ''}:")
     for name, size in files:
         print(f"  {_human_bytes(size):>10}  {name}")
     print("checks passed: required files and remote code present, the manifest's files unchanged, no pickles, no local "
-          "paths, the card's metadata parses. Nothing was uploaded.")
+          f"paths, the card's metadata parses and it loads {args.repo_id}. Nothing was uploaded.")
 
 
 def _human_bytes(size: int) -> str:
@@ -327,7 +336,7 @@ def _human_bytes(size: int) -> str:
 
 def _add_run(subparsers) -> None:
     parser = subparsers.add_parser(
-        "run", help="tokenizer -> train -> evaluate -> card -> export, resumable by stage",
+        "run", help="tokenizer -> train -> evaluate -> export (with the model card), resumable by stage",
         description="The main job. Progress is kept in <run folder>/pipeline_state.json: rerun the same command after "
                     "an interruption to skip finished stages and resume training from its latest checkpoint. "
                     "A run folder started with other settings is refused naming them (only benchmark_* changes "

@@ -36,7 +36,8 @@ class HubUnreachableError(ConnectionError, UserError):
     """The Hub cannot be reached (offline mode or no network). A UserError, so the CLI prints one line."""
 
 
-def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None) -> Path:
+def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None,
+                  package_source: str | None = None) -> Path:
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
@@ -68,7 +69,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
 
     from .model_folder import load_folder_tokenizer, load_model_folder
 
-    card = build_model_card(run_dir, repo_id=repo_id)  # fails early, before any writing, if the run is incomplete
+    # fails early, before any writing, if the run is incomplete
+    card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source)
     head_class = saved_task_head_class(final_dir)
     model = load_model_folder(final_dir, model_class=head_class)
 
@@ -155,6 +157,18 @@ def _edited_since_export(old: Path, new: Path) -> list[str]:
     return edited
 
 
+def check_card_names(folder: str | Path, repo_id: str) -> None:
+    """A UserError when the card's loading snippets name another repository than `repo_id` (export's default
+    `your-username/<run_name>`, or an earlier --repo-id): published, they would load someone else's model or none."""
+    card = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    named = sorted(set(re.findall(r"from_pretrained\(\s*[\"']([^\"']+)[\"']", card)) - {repo_id})
+    if named:
+        raise UserError(
+            f"the card (README.md) loads {', '.join(named)}, not {repo_id}: export the run again with --repo-id "
+            f"{repo_id} (an edited card is kept aside), or edit README.md to name {repo_id}"
+        )
+
+
 def check_repo_id(repo_id: str) -> None:
     """A UserError unless `repo_id` is shaped like a Hub repository id (NAME or USER/NAME)."""
     if not is_hub_repo_id(repo_id):
@@ -177,6 +191,7 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
     check_repo_id(repo_id)
     folder = Path(folder)
     check_export(folder)
+    check_card_names(folder, repo_id)
     token = get_token()
     if not token:
         raise UserError(
@@ -451,4 +466,4 @@ def _is_network_error(err: BaseException) -> bool:
     return any(cls.__name__ == "TransportError" and cls.__module__.startswith("httpx") for cls in type(err).__mro__)
 
 
-__all__ = ["HubUnreachableError", "check_export", "check_repo_id", "export_folder", "push_folder", "remote_code_files"]
+__all__ = ["HubUnreachableError", "check_card_names", "check_export", "check_repo_id", "export_folder", "push_folder", "remote_code_files"]

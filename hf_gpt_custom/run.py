@@ -39,6 +39,9 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
     if not config_path.is_file():
         raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
+    from hf_gpt_custom.training.train import check_machine_can_train
+
+    check_machine_can_train(config)  # fp16 on a CPU, cpu=false without a GPU: refused before the tokenizer stage
     with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
         return _run_stages(config, start_over)
 
@@ -64,7 +67,8 @@ def _run_stages(config, start_over: bool = False) -> Path:
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
             _print_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
-            print(f"stage '{stage}' {what}; finished stages are kept: rerun the same command to resume", flush=True)
+            then = "fix what the error below names, then rerun" if isinstance(err, UserError) else "rerun"
+            print(f"stage '{stage}' {what}; finished stages are kept: {then} the same command to resume", flush=True)
             raise
         state["stages"][stage] = {
             "status": status,
@@ -77,8 +81,9 @@ def _run_stages(config, start_over: bool = False) -> Path:
     _print_outputs(run_dir)
     print(
         f"done in {time.perf_counter() - started:.1f} s this session; Hub-ready folder: {run_dir / 'export'} "
-        f"(check it with `hf-gpt-custom push {run_dir / 'export'} --repo-id USER/NAME --dry-run`, then push it "
-        "without --dry-run)",
+        f"(to publish it: `hf-gpt-custom export {run_dir} {run_dir / 'export'} --repo-id USER/NAME` names your "
+        f"repository in the card, then `hf-gpt-custom push {run_dir / 'export'} --repo-id USER/NAME --dry-run`, "
+        "then without --dry-run)",
         flush=True,
     )
     return run_dir

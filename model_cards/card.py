@@ -21,8 +21,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from hf_gpt_custom.errors import MissingFileError, UserError
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
-# Where users install the package from: it is not on PyPI. Pass package_source= with the real repository.
-PACKAGE_SOURCE_PLACEHOLDER = "git+https://github.com/OWNER/hf-gpt-custom"
 
 # Local training corpora (folder name under ../shared/data) -> (Hub dataset id, short name, example prompt).
 KNOWN_TRAINING_DATASETS: dict[str, tuple[str, str, str]] = {
@@ -37,7 +35,8 @@ def build_model_card(
     """The model card for the run in `run_dir` (needs final/ and training_summary.json; eval/ is optional).
 
     `repo_id` is only used in the card's loading snippets (default: "<your-username>/<run_name>"); `package_source`
-    is the pip requirement for the hf-gpt-custom package (default: a git URL placeholder to fill in). Image links
+    is the pip requirement for the hf-gpt-custom package (default: none; the card then says to install it from its
+    source repository, without making up a URL). Image links
     (loss_curve.png, shots_curve.png) are relative to the exported folder, where `export_folder` puts them.
     """
     from hf_gpt_custom.eval.report import format_results_table
@@ -91,7 +90,7 @@ def build_model_card(
         template_path=str(TEMPLATE_PATH),
         model_name=run_name,
         repo_id=repo_id or f"your-username/{run_name}",
-        package_source=package_source or PACKAGE_SOURCE_PLACEHOLDER,
+        package_source=package_source,  # the pip requirement, when the exporter gives one: never a made-up URL
         code_files=sorted(remote_code_files(uses_our_tokenizer(final_dir))),
         transformers_requirement=transformers_requirement(),
         example_prompt=dataset["example_prompt"],

@@ -138,7 +138,7 @@ def exported_folder(tmp_path_factory) -> Path:
     from tests.helpers import make_tiny_run
 
     root = tmp_path_factory.mktemp("cli_export")
-    return export_folder(make_tiny_run(root / "runs" / "tiny"), root / "export")
+    return export_folder(make_tiny_run(root / "runs" / "tiny"), root / "export", repo_id="alice/tiny")
 
 
 def test_push_without_a_token_is_one_line(exported_folder, tmp_path, capsys, monkeypatch):
@@ -149,14 +149,14 @@ def test_push_without_a_token_is_one_line(exported_folder, tmp_path, capsys, mon
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_stored_tokens"))
-    code, _, err = _run_main(["push", str(folder), "--repo-id", "alice/x"], capsys)
+    code, _, err = _run_main(["push", str(folder), "--repo-id", "alice/tiny"], capsys)
     _assert_one_line_error(code, err, "push", "no Hugging Face token found", "Nothing was changed.")
 
 
 def test_push_with_a_token_but_offline_is_one_line(exported_folder, capsys, monkeypatch):
     folder = exported_folder
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")  # tests run with HF_HUB_OFFLINE=1 (conftest)
-    code, _, err = _run_main(["push", str(folder), "--repo-id", "alice/x"], capsys)
+    code, _, err = _run_main(["push", str(folder), "--repo-id", "alice/tiny"], capsys)
     _assert_one_line_error(code, err, "push", "offline mode is on")
 
 
@@ -288,3 +288,23 @@ def test_ctrl_c_is_one_line_saying_what_is_kept_and_exit_130(command, said, monk
     assert exit_info.value.code == 130
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(f"hf-gpt-custom {command}: interrupted; ") and said in err
+
+
+def test_push_refuses_a_card_that_loads_another_repository(exported_folder, capsys):
+    """The card's snippets say `from_pretrained("<repo id at export>")`; pushed to another repository (or with export's
+    `your-username/...` default), the published card would load another model or none. Dry run included."""
+    code, out, err = _run_main(["push", str(exported_folder), "--repo-id", "alice/other", "--dry-run"], capsys)
+    _assert_one_line_error(code, err, "push", "the card (README.md) loads alice/tiny, not alice/other",
+                           "--repo-id alice/other")
+    assert "would upload" not in out
+
+
+def test_the_card_names_no_made_up_package_url_unless_given_one(tmp_path):
+    from hf_gpt_custom.hub import export_folder
+    from tests.helpers import make_tiny_run
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny")
+    plain = (export_folder(run_dir, tmp_path / "plain") / "README.md").read_text(encoding="utf-8")
+    assert "OWNER" not in plain and "pip install -e ." in plain and "git+" not in plain
+    given = export_folder(run_dir, tmp_path / "given", package_source="git+https://example.org/me/hf-gpt-custom@v1")
+    assert 'pip install "git+https://example.org/me/hf-gpt-custom@v1"' in (given / "README.md").read_text()

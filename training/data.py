@@ -256,20 +256,11 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
                           folder, True, stats)
 
     work = claim_build_folder(cache_root, key[:20])  # also removes builds of dead processes (run_lock.py)
-    train_documents, val_documents = split_documents(config, raw_cache=cache_root / "raw")
-    packed = {}
-    for name, docs in (("train", train_documents), ("val", val_documents)):
-        tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
-        total = _count_tokens(tokenized)
-        if total < config.block_size:  # no block: datasets' from_generator would fail ("corresponds to no data")
-            source = config.val_dataset if name == "val" and config.val_dataset else config.dataset
-            raise UserError(
-                f"the {name} split of {source} has {total} tokens, fewer than block_size={config.block_size}; "
-                f"lower block_size or add data"
-            )
-        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
-        blocks.save_to_disk(str(work / name))
-        packed[name] = blocks
+    try:
+        train_documents, val_documents, packed = _build_packed(config, tokenizer, work, cache_root)
+    except Exception:  # bad data (UserError) or a bug: the half-built folder is ours to remove, not the next run's
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     stats = {
         "train_documents": len(train_documents),
         "val_documents": len(val_documents),
@@ -287,6 +278,25 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         shutil.rmtree(work, ignore_errors=True)
     return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
                       folder, False, stats)
+
+
+def _build_packed(config: TrainConfig, tokenizer, work: Path, cache_root: Path):
+    """(train documents, val documents, {"train": blocks, "val": blocks}), the blocks saved under `work`."""
+    train_documents, val_documents = split_documents(config, raw_cache=cache_root / "raw")
+    packed = {}
+    for name, docs in (("train", train_documents), ("val", val_documents)):
+        tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
+        total = _count_tokens(tokenized)
+        if total < config.block_size:  # no block: datasets' from_generator would fail ("corresponds to no data")
+            source = config.val_dataset if name == "val" and config.val_dataset else config.dataset
+            raise UserError(
+                f"the {name} split of {source} has {total} tokens, fewer than block_size={config.block_size}; "
+                f"lower block_size or add data"
+            )
+        blocks = pack_into_blocks(tokenized, config.block_size, cache_dir=work / f"{name}_build")
+        blocks.save_to_disk(str(work / name))
+        packed[name] = blocks
+    return train_documents, val_documents, packed
 
 
 def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:

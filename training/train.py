@@ -48,13 +48,7 @@ def train(config: TrainConfig, workload: Workload | None = None, start_over: boo
     A run folder that already holds checkpoints is continued from the latest one when its settings are this
     config's, and refused naming the differences when not (resume.find_resume_point); `start_over=True`
     trains from step 0 instead, moving the old checkpoints aside."""
-    # what this machine cannot do is named before the run folder is created
-    if config.init_from:
-        check_model_folder(config.init_from)
-    device_type = training_device_type(config.cpu)
-    config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision, device_type))
-    if config.compile:
-        check_compiler_available(device_type)
+    config, device_type = check_machine_can_train(config)  # before the run folder is created
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
@@ -63,6 +57,19 @@ def train(config: TrainConfig, workload: Workload | None = None, start_over: boo
             return _train(config, workload or LanguageModelling(), start_over, device_type)
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back
+
+
+def check_machine_can_train(config: TrainConfig) -> tuple[TrainConfig, str]:
+    """(config with mixed_precision resolved, device type), or the one-line UserError naming what this machine
+    cannot do: its init_from folder, `cpu=false` without a GPU, the precision, the compiler. `run` calls it before
+    its tokenizer stage, so that a run it cannot finish stops before any work."""
+    if config.init_from:
+        check_model_folder(config.init_from)
+    device_type = training_device_type(config.cpu)
+    config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision, device_type))
+    if config.compile:
+        check_compiler_available(device_type)
+    return config, device_type
 
 
 def _train(config: TrainConfig, workload: Workload, start_over: bool, device_type: str) -> Path:

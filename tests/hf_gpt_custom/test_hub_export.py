@@ -82,7 +82,7 @@ def test_export_replaces_an_earlier_export_but_not_a_foreign_folder(exported, tm
 
     run_dir, out_dir = exported
     before = (out_dir / "model.safetensors").read_bytes()
-    assert export_folder(run_dir, out_dir) == out_dir  # re-export in place
+    assert export_folder(run_dir, out_dir, repo_id="alice/tiny-shakespeare") == out_dir  # re-export in place
     assert (out_dir / "model.safetensors").read_bytes() == before
     assert not out_dir.with_name(out_dir.name + ".tmp").exists()
 

@@ -310,7 +310,10 @@ def test_a_hub_dataset_with_the_hub_unreachable_is_one_clear_error(tmp_path, mon
 def test_data_smaller_than_one_block_is_named(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
     small = tmp_path / "small.txt"
     small.write_text("To be.\n\nOr not.\n\nThat is it.\n\nAye.\n", encoding="utf-8")
-    config = make_config(f"dataset={small}", "block_size=64", "model.n_positions=64", "val_fraction=0.5")
+    config = make_config(f"dataset={small}", "block_size=64", "model.n_positions=64", "val_fraction=0.5",
+                         f"data_cache_dir={tmp_path / 'cache'}")
     with pytest.raises(ValueError, match=rf"the train split of {small} has \d+ tokens, fewer than block_size=64; "
                                          r"lower block_size or add data"):
         prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    # its half-built cache folder is removed by the failing run, not left for the next run to call a crash
+    assert (tmp_path / "cache").is_dir() and not list((tmp_path / "cache").glob("*.tmp*"))

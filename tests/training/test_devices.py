@@ -91,16 +91,17 @@ def test_compile_without_its_compiler_is_named(monkeypatch):
         check_compiler_available("cuda")
 
 
+@pytest.mark.parametrize("command", ["train", "run"])  # run: before its tokenizer stage, not after it
 @pytest.mark.parametrize("override, message", [
     ("cpu=false", "cpu=false asks for a GPU, but"),
     ("mixed_precision=fp16", "mixed_precision=fp16 needs a GPU"),
     ("mixed_precision=fp32", "mixed_precision: unknown value 'fp32'"),
 ])
-def test_the_cli_names_a_device_request_this_machine_cannot_meet_in_one_line(tmp_path, override, message):
+def test_the_cli_names_a_device_request_this_machine_cannot_meet_in_one_line(tmp_path, override, message, command):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the requests are valid here")
     completed = subprocess.run(
-        [sys.executable, "-m", "hf_gpt_custom.cli", "train", str(REPO_ROOT / "training" / "configs" / "smoke.yaml"),
+        [sys.executable, "-m", "hf_gpt_custom.cli", command, str(REPO_ROOT / "training" / "configs" / "smoke.yaml"),
          f"out_dir={tmp_path / 'run'}", override], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert completed.returncode == 2, completed.stderr[-2000:]
     assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
