@@ -215,8 +215,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", default="runs/finetune_experiment", help="run folders (default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="rebuild the .md and .png from the .json")
+    parser.add_argument("--data-only", action="store_true", help="only write the labelled PIQA file that "
+                        "training/configs/finetune_piqa.yaml reads (<work-dir>/data/piqa_valid_labelled.jsonl)")
     args = parser.parse_args()
     json_path = RESULTS_DIR / "finetune_experiment.json"
+    if args.data_only:
+        path = write_piqa_labelled(Path(args.work_dir) / "data" / "piqa_valid_labelled.jsonl")
+        print(f"wrote {path}; fine-tune with `hf-gpt-custom finetune training/configs/finetune_piqa.yaml "
+              "init_from=<a pre-trained final/ folder>`")
+        return
     if args.report_only:
         report = json.loads(json_path.read_text())
     else:

@@ -230,7 +230,7 @@ def check_tokenizer_files(folder: Path) -> None:
     raise MissingFileError(
         f"{folder} has no tokenizer vocabulary: missing {', '.join(missing)} (tokenizer.json alone, or vocab.json "
         "with merges.txt, is enough); save the tokenizer the model was trained with into that folder "
-        "(tokenizer.save_pretrained) or pass tokenizer=<its folder>"
+        "(tokenizer.save_pretrained), or from Python pass evaluate(..., tokenizer=<its folder>)"
     )
 
 

@@ -182,6 +182,9 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     values: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise UserError(f"training config {path} is a folder; pass a YAML file in it, e.g. "
+                            f"{config_class.example_config}")
         if not path.is_file():
             raise MissingFileError(f"training config {path} not found; try {config_class.example_config}")
         with open(path, encoding="utf-8") as f:

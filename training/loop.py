@@ -190,6 +190,14 @@ def _evaluate_and_log(s: Session, progress) -> dict:
     return result
 
 
+def _data_size(loader) -> str:
+    """'its N blocks are' where the loader knows N (not a stream), for the no-batch error."""
+    try:
+        return f"its {len(loader.dataset)} block(s) are"
+    except TypeError:
+        return "its blocks are"
+
+
 def _next_batches(accelerator, train_loader, state: TrainingState):
     """Endless stream of (training micro-batch on the device, its digest) that keeps `state.epoch` and
     `state.batches_in_epoch` current.
@@ -212,7 +220,8 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
             digest = _batch_digest(batch["input_ids"])
             yield send_to_device(batch, accelerator.device, non_blocking=True), digest
         if not produced and state.batches_in_epoch == 0:
-            raise UserError("the training data gave no batch; lower batch_size or block_size, or add data")
+            raise UserError(f"the training data gave no batch: {_data_size(train_loader)} fewer than one batch (an "
+                            "incomplete last batch is dropped); lower batch_size or block_size, or add data")
         state.epoch += 1
         state.batches_in_epoch = 0
 

@@ -144,3 +144,19 @@ def test_decode_floor_is_every_linear_layer_once_and_reported_next_to_the_ratio(
     (row,) = [row for row in rows if row["figure"].startswith("decode floor small")]
     assert row["ratio"] == 1.25 and row["ours"] == 8.0 and row["anchor"] == 10.0
     assert "more than 2.00x" in row["note"] and "floor 5.0 ms/token" in row["note"]
+
+
+def test_the_piqa_fine_tuning_data_is_one_command_away(tmp_path, monkeypatch, shared_data_dir):
+    """finetune_piqa.yaml reads a labelled file only the whole fine-tuning experiment used to write."""
+    import json
+    import sys
+
+    from benchmarks import finetune_experiment
+
+    monkeypatch.setattr(sys, "argv", ["finetune_experiment", "--data-only", "--work-dir", str(tmp_path)])
+    finetune_experiment.main()
+    rows = [json.loads(line) for line in (tmp_path / "data" / "piqa_valid_labelled.jsonl").read_text().splitlines()]
+    labels = (shared_data_dir / "piqa" / "valid-labels.lst").read_text().split()
+    first = json.loads((shared_data_dir / "piqa" / "valid.jsonl").read_text().splitlines()[0])
+    assert len(rows) == 1838 and rows[0] == {**first, "label": int(labels[0])}
+    assert [row["label"] for row in rows] == [int(label) for label in labels]

@@ -11,6 +11,7 @@ import torch
 from hf_gpt_custom.training.config import load_train_config
 from hf_gpt_custom.training.data import prepare_datasets
 from hf_gpt_custom.training.loop import TrainingDivergedError
+from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.train import train
 
 from tests.helpers import save_tiny_model
@@ -397,3 +398,14 @@ def test_the_training_bar_leaves_disable_to_tqdm_on_the_main_process(tmp_path, s
     train(config)
     bars = [kwargs for kwargs in given if kwargs.get("desc") == "training"]
     assert bars and all("disable" not in kwargs for kwargs in bars)
+
+
+def test_data_of_fewer_blocks_than_one_batch_says_why_there_is_no_batch(make_config, tmp_path):
+    """One line with the cause: the blocks there are, fewer than one batch, and the dropped incomplete batch."""
+    small = tmp_path / "small.txt"
+    small.write_text("\n\n".join(f"Speech {i}: to be or not to be, that is the question." for i in range(12)),
+                     encoding="utf-8")
+    config = make_config(f"dataset={small}", "val_fraction=0.5", "batch_size=64", f"data_cache_dir={tmp_path / 'c'}")
+    with pytest.raises(UserError, match=r"gave no batch: its \d+ block\(s\) are fewer than one batch .*lower "
+                                        r"batch_size or block_size, or add data"):
+        train(config)
