@@ -204,3 +204,13 @@ def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
     assert ran == ["train", "eval", "export"]
     run_module._run_stages(config)
     assert ran == ["train", "eval", "export"]  # all there now: nothing runs twice
+
+
+def test_the_train_stage_is_done_while_final_is_there(tmp_path, monkeypatch):
+    """The train stage's recorded output is the trained model, final/: what `train --start_over` moves aside."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training import train as train_module
+
+    monkeypatch.setattr(train_module, "train", lambda config, start_over=False: tmp_path / "runs" / "tiny")
+    output, status = run_module._stage_train(None, tmp_path / "runs" / "tiny", {})
+    assert (output, status) == (tmp_path / "runs" / "tiny" / "final", "done")

@@ -52,7 +52,7 @@ def check_known_key(key: str, fields: dict) -> None:
     if key in fields:
         return
     hint = did_you_mean(key, fields)
-    if key == "task" and "task" not in fields:  # a fine-tuning YAML given to train or run
+    if key.split(".")[0] == "task" and "task" not in fields:  # a fine-tuning YAML given to train or run
         hint = "a `task:` section is a fine-tuning config: run it with `hf-gpt-custom finetune`; "
     raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
 

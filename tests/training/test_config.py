@@ -29,6 +29,8 @@ def test_overrides_are_converted_by_declared_type():
 
 @pytest.mark.parametrize("override, message", [
     ("max_step=3", "unknown training config key 'max_step'; did you mean 'max_steps'?"),
+    ("task.format=pair", "unknown training config key 'task.format'; a `task:` section is a fine-tuning config: run it "
+                         "with `hf-gpt-custom finetune`"),
     ("max_steps=ten", "max_steps='ten' is not a valid int"),
     ("block_size=0", "block_size=0 must be >= 2"),
     ("block_size=1", "block_size=1 must be >= 2: each token is trained to predict the next one"),
