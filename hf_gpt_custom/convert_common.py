@@ -127,14 +127,15 @@ def converted_state_dict(family: CheckpointFamily, state: dict[str, torch.Tensor
 
 
 def model_with_converted_weights(config: GPTCustomConfig, state: dict[str, torch.Tensor], model_class, source: str,
-                                 dtype: torch.dtype | None = None):
+                                 dtype: torch.dtype | None = None, ignore_mismatched_sizes: bool = False):
     """`model_class(config)` built in `dtype`, loaded with `state` (in our names, with GPTCustomForCausalLM's
     "transformer." prefix).
 
     Built as from_pretrained builds it (default dtype set during __init__), so buffers that transformers keeps in
     float32, such as RoPE's inv_freq, stay float32. Every body weight must be there, and an untied LM head. The task
     head the checkpoint was saved with (config.architectures) loads into that class only; any other class starts a
-    new head, as transformers does, and another task head is refused by name.
+    new head, as transformers does, and another task head is refused by name. A saved head of another shape (a new
+    num_labels) is refused naming ignore_mismatched_sizes=True, with which it starts anew, as in transformers.
     """
     refuse_another_head(model_class.__name__, source, config.architectures)
     model = model_class._from_config(config, dtype=dtype)
@@ -150,8 +151,16 @@ def model_with_converted_weights(config: GPTCustomConfig, state: dict[str, torch
     def belongs_here(key: str) -> bool:
         return keeps_lm_head if key == "lm_head.weight" else key.startswith(prefix) or loads_saved_head
 
-    missing, unexpected = model.load_state_dict({k: v for k, v in state.items() if belongs_here(k)}, strict=False)
-    new_keys = (set() if keeps_lm_head else {"lm_head.weight"}) | (set() if loads_saved_head else head_keys)
+    own_state = model.state_dict()
+    resized = sorted(key for key in head_keys if loads_saved_head and key in state
+                     and tuple(state[key].shape) != tuple(own_state[key].shape))
+    if resized and not ignore_mismatched_sizes:
+        raise UserError(f"{source} has a {', '.join(resized)} of another shape than this config's (e.g. another "
+                        "num_labels); pass ignore_mismatched_sizes=True to start a new head, as in transformers")
+    new_head = set(resized)
+    missing, unexpected = model.load_state_dict(
+        {k: v for k, v in state.items() if belongs_here(k) and k not in new_head}, strict=False)
+    new_keys = (set() if keeps_lm_head else {"lm_head.weight"}) | (new_head if loads_saved_head else head_keys)
     missing = [key for key in missing if key not in new_keys]
     if missing or unexpected:
         raise UserError(f"{source} does not match its config: missing {missing}, unexpected {unexpected}")
@@ -179,7 +188,8 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     source = f"{family.source} checkpoint {path}"
-    return model_with_converted_weights(config, state, model_class, source, dtype=dtype).eval()
+    return model_with_converted_weights(config, state, model_class, source, dtype=dtype,
+                                        ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes"))).eval()
 
 
 def convert_model(reference, model_class, family: CheckpointFamily):

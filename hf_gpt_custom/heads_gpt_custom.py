@@ -112,6 +112,8 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         input_ids: torch.Tensor | None,
         attention_mask: torch.Tensor | None,
         lm_loss_weight: float,
+        examples: int | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(task_loss + λ·lm_loss, lm_loss), GPT-1's L3 = L2 + λ·L1 with λ = lm_loss_weight (0, or no task loss:
         (task_loss, None)).
@@ -119,6 +121,11 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
         seq)) through the LM head tied to the token embedding, padding (attention_mask 0) ignored; it equals
         GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding. Refused for an untied body.
+
+        Under gradient accumulation transformers' Trainer passes `num_items_in_batch` (the examples of all the
+        micro-batches): the task loss is then a sum over this micro-batch's `examples` divided by it, so λ·L1 is
+        weighted as this micro-batch's share too (examples / num_items_in_batch). Without that, λ acted as k·λ over
+        k micro-batches. The returned lm_loss stays the plain per-token mean, for logging.
         """
         if task_loss is None or lm_loss_weight == 0:
             return task_loss, None
@@ -132,7 +139,8 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
         lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])
         lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
-        return task_loss + lm_loss_weight * lm_loss, lm_loss
+        share = 1.0 if num_items_in_batch is None or examples is None else examples / num_items_in_batch
+        return task_loss + lm_loss_weight * share * lm_loss, lm_loss
 
 
 class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
@@ -175,9 +183,10 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         if labels is not None:
             is_class_index = not labels.dtype.is_floating_point and self.num_labels > 1
             if is_class_index and self.config.problem_type in (None, "single_label_classification"):
-                check_class_labels("labels", labels, self.num_labels)
+                check_class_labels("labels", labels, self.num_labels, ignore_index=-100)  # -100: skipped, as GPT-2
             task_loss = self.loss_function(labels=labels, pooled_logits=pooled_logits, config=self.config, **kwargs)
-        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight)
+        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight,
+                                         examples=rows, num_items_in_batch=kwargs.get("num_items_in_batch"))
         return GPTCustomSequenceClassifierOutput(
             loss=loss,
             logits=pooled_logits,
@@ -321,7 +330,8 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         if labels is not None:
             check_class_labels("labels", labels, n_choices)
             task_loss = fixed_cross_entropy(logits, labels.view(-1).to(logits.device), **kwargs)
-        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, flat_ids, flat_mask, lm_loss_weight)
+        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, flat_ids, flat_mask, lm_loss_weight,
+                                         examples=batch, num_items_in_batch=kwargs.get("num_items_in_batch"))
         return GPTCustomMultipleChoiceOutput(
             loss=loss,
             logits=logits,

@@ -111,24 +111,36 @@ def from_pretrained_checked(from_pretrained, path, *model_args, **kwargs):
     wants_info = kwargs.pop("output_loading_info", False)
     model, info = from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
     same_class = type(model).__name__ in (getattr(model.config, "architectures", None) or ())
-    raise_if_incomplete(path, model, info, whole_model=same_class)
+    raise_if_incomplete(path, model, info, whole_model=same_class,
+                        new_head_allowed=bool(kwargs.get("ignore_mismatched_sizes")))
     return (model, info) if wants_info else model
 
 
-def raise_if_incomplete(folder, model, info: dict, whole_model: bool) -> None:
+def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_allowed: bool = False) -> None:
     """UserError when loading left a weight of `model` uninitialised or of the wrong shape. With whole_model=False
-    only the body counts (the weights under base_model_prefix; all of them for a base model)."""
+    only the body counts (the weights under base_model_prefix; all of them for a base model). `new_head_allowed`
+    (the caller passed ignore_mismatched_sizes=True, e.g. num_labels=3 on a 2-label classifier) lets a head weight
+    of another shape be initialised anew, as transformers does; the body must still match."""
     tied = set(getattr(model, "_tied_weights_keys", None) or {}) if model.config.tie_word_embeddings else set()
     missing = [key for key in info.get("missing_keys", ()) if key not in tied]
-    if not whole_model and getattr(model, "base_model", model) is not model:
+    has_head = getattr(model, "base_model", model) is not model
+    if not whole_model and has_head:
         missing = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
-    mismatched = [str(item) for item in info.get("mismatched_keys", ())]
+    mismatched = [item for item in info.get("mismatched_keys", ())
+                  if not (new_head_allowed and has_head
+                          and not _key(item).startswith(f"{model.base_model_prefix}."))]
+    mismatched = [str(item) for item in mismatched]
     if missing or mismatched:
         detail = ", ".join([*sorted(missing)[:5], *mismatched[:5]])
         raise UserError(
             f"{folder} does not hold every weight of its config: missing {len(missing)}, wrong shape "
             f"{len(mismatched)} ({detail}); the file is from another architecture or incomplete — save it again"
         )
+
+
+def _key(mismatched_item) -> str:
+    """The weight name of one of transformers' mismatched_keys entries (a name, or a (name, shapes...) tuple)."""
+    return mismatched_item[0] if isinstance(mismatched_item, (tuple, list)) else str(mismatched_item)
 
 
 __all__ = [

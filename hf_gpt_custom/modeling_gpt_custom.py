@@ -80,7 +80,8 @@ def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_
     if highest >= vocab_size:
         raise UserError(
             f"{name} holds token id {highest} but vocab_size is {vocab_size}; ids must be 0..{vocab_size - 1} (was "
-            "the text tokenized with another tokenizer?)"
+            "the text tokenized with another tokenizer? after adding tokens to the tokenizer, call "
+            "model.resize_token_embeddings(len(tokenizer)))"
         )
     if lowest < 0:
         negative = token_ids[token_ids < 0]
@@ -108,19 +109,46 @@ def position_ids_for(
                 "a longer-context preset"
             )
         return torch.arange(past_length, past_length + seq_len, device=device)[None]
-    if attention_mask.shape[-1] != past_length + seq_len:
-        raise UserError(
-            f"attention_mask covers {attention_mask.shape[-1]} positions but there are {past_length} cached and "
-            f"{seq_len} new tokens; pass a mask over all {past_length + seq_len} (cached and new) positions"
-        )
     is_real = attention_mask.bool()
     columns = torch.arange(attention_mask.shape[-1], device=attention_mask.device).clamp(max=n_positions - 1)
     positions = torch.where(is_real, is_real.long().cumsum(-1) - 1, columns)
     return positions[:, -seq_len:]
 
 
-def check_position_ids(position_ids: torch.Tensor, n_positions: int) -> None:
-    """Positions must lie in 0..n_positions-1 (the table's rows, the context the model was trained for)."""
+def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_length: int, seq_len: int) -> None:
+    """A UserError naming a mask that does not fit the input, before it becomes an IndexError or, worse, is
+    broadcast: a 2-D (batch, cached + new) mask of 1s and 0s, or a 4-D (batch, 1, new, cached + new) one, bool or
+    float. Shapes and dtypes only: nothing is read back from the device."""
+    if attention_mask is None:
+        return
+    total = past_length + seq_len
+    if attention_mask.dim() == 4:  # its key length may be a static cache's whole length: not checked
+        if not (attention_mask.dtype == torch.bool or attention_mask.dtype.is_floating_point):
+            raise UserError(f"a 4-D attention_mask must be bool (True = attend) or an additive float mask, got "
+                            f"dtype {attention_mask.dtype}; or pass the 2-D (batch, seq_len) mask of 1s and 0s")
+        fits = attention_mask.shape[0] in (1, batch) and attention_mask.shape[-2] == seq_len
+    else:
+        fits = tuple(attention_mask.shape) == (batch, total)
+    if not fits:
+        cached = f"{past_length} cached and " if past_length else ""
+        raise UserError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but the input has {batch} row(s) of "
+            f"{cached}{seq_len} new tokens; pass a (batch, {total}) mask over every cached and new position (1 for a "
+            "token, 0 for padding), as the tokenizer returns it"
+        )
+
+
+def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int | None = None,
+                       seq_len: int | None = None) -> None:
+    """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
+    the model was trained for). The shape and dtype always; the values where `checks_values`."""
+    if position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
+        raise UserError(f"position_ids must hold integer positions, got dtype {position_ids.dtype}; convert with "
+                        ".long() or pass position_ids=None to derive them")
+    if seq_len is not None and (position_ids.dim() != 2 or position_ids.shape[-1] != seq_len
+                                or position_ids.shape[0] not in (1, batch)):
+        raise UserError(f"position_ids has shape {tuple(position_ids.shape)} but the input has {batch} row(s) of "
+                        f"{seq_len} new tokens; pass ({batch}, {seq_len}) positions, or None to derive them")
     if not checks_values(position_ids):
         return
     lowest, highest = (int(value) for value in torch.aminmax(position_ids))
@@ -129,7 +157,8 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int) -> None:
     if highest >= n_positions:
         raise UserError(
             f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "
-            "the input or use a longer-context preset"
+            "the input or use a longer-context preset (in generate(), the prompt plus max_new_tokens must fit in "
+            f"{n_positions})"
         )
 
 
@@ -472,7 +501,10 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if inputs_embeds is None:
             check_token_ids("input_ids", input_ids, self.config.vocab_size)
             inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)
-        seq_len = inputs_embeds.shape[1]
+        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.n_embd:
+            raise UserError(f"inputs_embeds must be (batch, seq_len, n_embd={self.config.n_embd}), got shape "
+                            f"{tuple(inputs_embeds.shape)}; for one sequence add the batch dimension")
+        batch, seq_len = inputs_embeds.shape[:2]
 
         # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.
         if use_cache is None:
@@ -480,13 +512,14 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_attention_mask(attention_mask, batch, past_length, seq_len)  # also when position_ids are given
         # transformers' mask builder reads given position_ids for packed sequences (positions restarting at 0 inside
         # a row, as DataCollatorWithFlattening makes them): a host read, done only for positions the caller passed.
         given_position_ids = position_ids
         if position_ids is None:
             position_ids = position_ids_for(attention_mask, past_length, seq_len, self.config.n_positions,
                                             inputs_embeds.device)
-        check_position_ids(position_ids, self.config.n_positions)
+        check_position_ids(position_ids, self.config.n_positions, batch, seq_len)
 
         kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
         output_attentions = kwargs.pop("output_attentions", None)

@@ -160,3 +160,23 @@ def test_a_transformers_head_folder_loads_as_a_causal_lm_or_body_without_its_hea
             body = getattr(ours, "transformer", ours)
             torch.testing.assert_close(body(input_ids).last_hidden_state, expected, rtol=0, atol=1e-5)
     assert ours.config.architectures is None or ours.config.architectures[0].startswith("GPTCustomFor")
+
+
+@pytest.mark.parametrize("saved_by", ["transformers GPT-2", "ours"])
+def test_a_new_label_set_on_a_saved_classifier_starts_a_new_head_as_transformers_does(tmp_path, saved_by):
+    """num_labels=3 on a 2-label classifier with ignore_mismatched_sizes=True: transformers re-initialises the head and
+    keeps the body. From our folder it was refused as "another architecture or incomplete", from a GPT-2 folder it
+    was a bare size-mismatch RuntimeError."""
+    from transformers import GPT2ForSequenceClassification
+
+    torch.manual_seed(0)
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(**TINY_GPT2, num_labels=2, pad_token_id=0))
+    saved = gpt2 if saved_by == "transformers GPT-2" else from_gpt2_model(gpt2, GPTCustomForSequenceClassification)
+    saved.save_pretrained(tmp_path)
+    with pytest.raises((UserError, RuntimeError), match="ignore_mismatched_sizes"):
+        GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=3)
+    model = GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=3, ignore_mismatched_sizes=True)
+    assert model.score.weight.shape == (3, TINY_GPT2["n_embd"]) and model.config.num_labels == 3
+    body = from_gpt2_model(gpt2, GPTCustomForSequenceClassification).transformer.state_dict()
+    for name, tensor in model.transformer.state_dict().items():
+        torch.testing.assert_close(tensor, body[name], rtol=0, atol=0)

@@ -476,3 +476,39 @@ def test_a_transformers_gpt2_folder_loads_into_a_head_with_its_body_converted(tm
     ids = torch.randint(0, 64, (1, 8))
     torch.testing.assert_close(head.transformer(ids).last_hidden_state, gpt2(ids).last_hidden_state, rtol=0, atol=1e-5)
     assert AutoModelForSequenceClassification.from_config(head.config).__class__.__name__ == head.__class__.__name__
+
+
+@pytest.mark.parametrize("head_class", [GPTCustomForSequenceClassification, GPTCustomForMultipleChoice])
+def test_gradient_accumulation_as_trainer_does_it_gives_the_full_batch_loss(head_class):
+    """transformers' Trainer passes num_items_in_batch (the examples of all micro-batches) under gradient
+    accumulation, and the task loss becomes this micro-batch's sum over it. λ·L1 stayed a per-micro-batch mean,
+    so over 2 micro-batches λ = 0.5 acted as 1.0 (Trainer logged 6.88 against 3.77). Rows of equal length: the
+    micro-batches' losses must add up to the whole batch's."""
+    model = randomize_(head_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3))).eval()
+    input_ids = torch.randint(1, 99, (4, 2, 6) if head_class is GPTCustomForMultipleChoice else (4, 6),
+                              generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([1, 0, 1, 1]) if head_class is GPTCustomForMultipleChoice else torch.tensor([2, 0, 1, 2])
+    with torch.no_grad():
+        whole = model(input_ids, labels=labels, lm_loss_weight=0.5).loss
+        parts = [model(input_ids[i:i + 2], labels=labels[i:i + 2], lm_loss_weight=0.5,
+                       num_items_in_batch=torch.tensor(4)).loss for i in (0, 2)]
+    torch.testing.assert_close(sum(parts), whole, rtol=0, atol=1e-5)
+
+
+def test_a_label_of_minus_100_skips_its_row_as_gpt2s_classifier_does():
+    from transformers import GPT2ForSequenceClassification
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    torch.manual_seed(0)
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(**TINY_GPT2, num_labels=3, pad_token_id=PAD)).eval()
+    ours = from_gpt2_model(gpt2, GPTCustomForSequenceClassification).eval()
+    input_ids = torch.randint(1, 99, (3, 5), generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([2, -100, 0])
+    with torch.no_grad():
+        expected = gpt2(input_ids, labels=labels).loss
+        torch.testing.assert_close(ours(input_ids, labels=labels).loss, expected, rtol=0, atol=1e-6)
+        alone = ours(input_ids[[0, 2]], labels=labels[[0, 2]]).loss
+    torch.testing.assert_close(expected, alone, rtol=0, atol=1e-6)
+    with pytest.raises(UserError, match="labels holds -1 but there are 3 classes"):
+        ours(input_ids, labels=torch.tensor([2, -1, 0]))

@@ -106,7 +106,34 @@ def test_bad_positions_are_named():
     model = GPTCustomForCausalLM(_config("learned")).eval()
     with pytest.raises(ValueError, match="position_ids holds -1; positions start at 0"):
         model(torch.tensor([[1, 2]]), position_ids=torch.tensor([[-1, 0]]))
-    with pytest.raises(ValueError, match="attention_mask covers 3 positions but there are 0 cached and 2 new"):
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(1, 3\) but the input has 1 row\(s\) of 2 new "
+                                         r"tokens; pass a \(batch, 2\) mask"):
         model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="reach 33 tokens .position 32. but n_positions is 32"):
         model(torch.ones(1, 33, dtype=torch.long), attention_mask=torch.ones(1, 33, dtype=torch.long))
+
+
+def test_a_mask_or_positions_that_do_not_fit_the_input_are_named_even_with_positions_given():
+    """A mask over the 4 new tokens only, after 6 cached, with position_ids given: accepted before, logits off by
+    0.04 (transformers' GPT-2 too); a mask of another batch size or rank: a bare IndexError. Each is named now."""
+    model = GPTCustomForCausalLM(_config("learned")).eval()
+    prompt, new = torch.randint(1, 90, (2, 6)), torch.randint(1, 90, (2, 4))
+    with torch.no_grad():
+        cache = model(prompt, use_cache=True).past_key_values
+        with pytest.raises(ValueError, match=r"has shape \(2, 4\) but the input has 2 row\(s\) of 6 cached and 4 new "
+                                             r"tokens; pass a \(batch, 10\) mask"):
+            model(new, past_key_values=cache, attention_mask=torch.ones(2, 4, dtype=torch.long),
+                  position_ids=torch.arange(6, 10)[None].expand(2, 4))
+        padded = torch.ones(2, 6, dtype=torch.long)
+        padded[0, :2] = 0
+        for wrong in (padded[:1], padded[0], padded[:, None], torch.cat([padded, padded[:1]])):
+            with pytest.raises(ValueError, match=r"attention_mask has shape .* pass a \(batch, 6\) mask"):
+                model(prompt, attention_mask=wrong)
+        with pytest.raises(ValueError, match="a 4-D attention_mask must be bool"):
+            model(prompt, attention_mask=torch.ones(2, 1, 6, 6, dtype=torch.long))
+        with pytest.raises(ValueError, match="position_ids must hold integer positions, got dtype torch.float32"):
+            model(prompt, position_ids=torch.arange(6.0)[None])
+        with pytest.raises(ValueError, match=r"position_ids has shape \(1, 4\) but the input has 2 row\(s\) of 6"):
+            model(prompt, position_ids=torch.arange(4)[None])
+        with pytest.raises(ValueError, match=r"inputs_embeds must be \(batch, seq_len, n_embd=32\)"):
+            model(inputs_embeds=torch.randn(2, 6, 31))
