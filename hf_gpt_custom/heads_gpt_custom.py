@@ -306,6 +306,10 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
                 "example's choices (padded to one length) along dimension 1"
             )
         batch, n_choices = shaped.shape[:2]
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(shaped.shape[:3]):
+            raise UserError(f"multiple-choice attention_mask must have the input's shape {tuple(shaped.shape[:3])} "
+                            f"(batch, n_choices, seq), got {tuple(attention_mask.shape)}; pad each choice's mask "
+                            "with its input_ids")
         if self.config.max_choices is not None and n_choices > self.config.max_choices:
             raise UserError(
                 f"the input has {n_choices} choices per example but the model was configured for at most "

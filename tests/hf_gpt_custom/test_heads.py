@@ -512,3 +512,10 @@ def test_a_label_of_minus_100_skips_its_row_as_gpt2s_classifier_does():
     torch.testing.assert_close(expected, alone, rtol=0, atol=1e-6)
     with pytest.raises(UserError, match="labels holds -1 but there are 3 classes"):
         ours(input_ids, labels=torch.tensor([2, -1, 0]))
+
+
+def test_a_multiple_choice_mask_of_another_shape_is_named():
+    model = randomize_(GPTCustomForMultipleChoice(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD))).eval()
+    input_ids, attention_mask, _ = multiple_choice_batch()
+    with pytest.raises(UserError, match=r"multiple-choice attention_mask must have the input's shape \(2, 3, 6\)"):
+        model(input_ids, attention_mask=attention_mask[:, 0])
