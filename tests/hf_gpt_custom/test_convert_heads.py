@@ -180,3 +180,10 @@ def test_a_new_label_set_on_a_saved_classifier_starts_a_new_head_as_transformers
     body = from_gpt2_model(gpt2, GPTCustomForSequenceClassification).transformer.state_dict()
     for name, tensor in model.transformer.state_dict().items():
         torch.testing.assert_close(tensor, body[name], rtol=0, atol=0)
+
+    if saved_by == "ours":  # the body must still match: only the head may start anew
+        from hf_gpt_custom import GPTCustomModel
+
+        for model_class in (GPTCustomForSequenceClassification, GPTCustomModel):
+            with pytest.raises(UserError, match="does not hold every weight"):
+                model_class.from_pretrained(tmp_path, num_labels=3, vocab_size=120, ignore_mismatched_sizes=True)

@@ -131,6 +131,11 @@ def test_a_mask_or_positions_that_do_not_fit_the_input_are_named_even_with_posit
                 model(prompt, attention_mask=wrong)
         with pytest.raises(ValueError, match="a 4-D attention_mask must be bool"):
             model(prompt, attention_mask=torch.ones(2, 1, 6, 6, dtype=torch.long))
+        for wrong in (torch.ones(3, 1, 6, 6, dtype=torch.bool), torch.ones(2, 1, 5, 6, dtype=torch.bool)):
+            with pytest.raises(ValueError, match=r"attention_mask has shape \((3, 1, 6|2, 1, 5), 6\)"):
+                model(prompt, attention_mask=wrong)
+        with pytest.raises(ValueError, match=r"position_ids has shape \(3, 6\) but the input has 2 row\(s\)"):
+            model(prompt, position_ids=torch.arange(6)[None].expand(3, 6))
         with pytest.raises(ValueError, match="position_ids must hold integer positions, got dtype torch.float32"):
             model(prompt, position_ids=torch.arange(6.0)[None])
         with pytest.raises(ValueError, match=r"position_ids has shape \(1, 4\) but the input has 2 row\(s\) of 6"):
