@@ -228,8 +228,10 @@ def split_documents(config: TrainConfig, raw_cache: str | os.PathLike | None = N
         return documents, load(config.dataset, config.val_split)
     if len(documents) < 2:
         raise UserError(
-            f"dataset {config.dataset} has {len(documents)} document(s), too few to hold out validation; "
-            f"use text_sample_by=paragraph or line, or name a validation file with val_dataset"
+            f"dataset {config.dataset} has {len(documents)} document(s), too few to hold out validation"
+            + (f"; split it into more documents with text_sample_by=line (now {config.text_sample_by}), add text, "
+               if config.text_sample_by != "line" else "; add text, ")
+            + "or name a validation file with val_dataset"
         )
     if config.val_holdout == "tail":
         n_train = len(documents) - math.ceil(len(documents) * config.val_fraction)

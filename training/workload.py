@@ -129,7 +129,8 @@ def _load_model(config: TrainConfig, tokenizer):
             if getattr(model.config, key) != value:
                 raise UserError(
                     f"model.{key}={value!r} but init_from={config.init_from} has {key}={getattr(model.config, key)!r}; "
-                    f"the architecture comes from init_from — drop model.{key}"
+                    f"the architecture comes from init_from — drop model.{key} (from the YAML's model: section too; "
+                    "the override model={} empties it)"
                 )
         if model.config.n_positions < config.block_size:
             raise UserError(

@@ -317,3 +317,12 @@ def test_data_smaller_than_one_block_is_named(make_config, tokenizer, shakespear
         prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
     # its half-built cache folder is removed by the failing run, not left for the next run to call a crash
     assert (tmp_path / "cache").is_dir() and not list((tmp_path / "cache").glob("*.tmp*"))
+
+
+def test_one_document_says_how_to_split_it(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_text("a single speech without any blank line, long enough to train on " * 20, encoding="utf-8")
+    config = make_config(f"dataset={one}", f"data_cache_dir={tmp_path / 'cache'}")
+    with pytest.raises(ValueError, match=r"has 1 document\(s\), too few to hold out validation; split it into more "
+                                         r"documents with text_sample_by=line \(now paragraph\)"):
+        prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
