@@ -15,9 +15,18 @@ MODULES = ("exact_match", "token_f1", "multiple_choice", "perplexity", "bits_per
 
 @pytest.fixture(scope="module")
 def metrics(tmp_path_factory):
+    import sys
+
     mp = pytest.MonkeyPatch()
-    # evaluate copies a loaded script into its modules cache: keep that out of the user's home during tests.
-    mp.setenv("HF_MODULES_CACHE", str(tmp_path_factory.mktemp("hf_modules")))
+    # evaluate copies a loaded script into its modules cache: keep that out of the user's home during tests. It then
+    # imports `evaluate_modules.metrics.<name>` from sys.path, where an earlier in-process trust_remote_code load put
+    # transformers' default modules folder (~/.cache/huggingface/modules) first: a stale evaluate_modules package
+    # there shadowed this one (ModuleNotFoundError, depending on test order). This folder goes first, fresh.
+    modules = tmp_path_factory.mktemp("hf_modules")
+    mp.setenv("HF_MODULES_CACHE", str(modules))
+    mp.syspath_prepend(str(modules))
+    for name in [name for name in sys.modules if name == "evaluate_modules" or name.startswith("evaluate_modules.")]:
+        mp.delitem(sys.modules, name)
     import evaluate
 
     yield {name: evaluate.load(str(METRIC_MODULES_DIR / name)) for name in MODULES}
