@@ -84,7 +84,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     # recipes pad with eos on the left. A task head keeps the side it was fine-tuned and saved with (right: a padded
     # row then scores as it does alone).
     saved_tokenizer = load_folder_tokenizer(final_dir)
-    tokenizer = load_folder_tokenizer(
+    tokenizer = type(saved_tokenizer).from_pretrained(
         final_dir, model_max_length=model.config.n_positions, pad_token=saved_tokenizer.eos_token,
         padding_side="left" if head_class is None else saved_tokenizer.padding_side,
     )
@@ -263,7 +263,7 @@ def uses_our_tokenizer(folder: str | Path) -> bool:
         tokenizer_class = json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class")
     except (OSError, json.JSONDecodeError):
         return True  # no readable tokenizer config: require everything, and let the check name what is missing
-    return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")
+    return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")  # transformers may drop "Fast"
 
 
 def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:

@@ -126,10 +126,8 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
     has_head = getattr(model, "base_model", model) is not model
     if not whole_model and has_head:
         missing = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
-    mismatched = [item for item in info.get("mismatched_keys", ())
-                  if not (new_head_allowed and has_head
-                          and not _key(item).startswith(f"{model.base_model_prefix}."))]
-    mismatched = [str(item) for item in mismatched]
+    mismatched = [str(item) for item in info.get("mismatched_keys", ())
+                  if not (new_head_allowed and has_head and not _key(item).startswith(f"{model.base_model_prefix}."))]
     if missing or mismatched:
         detail = ", ".join([*sorted(missing)[:5], *mismatched[:5]])
         raise UserError(

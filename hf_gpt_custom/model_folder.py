@@ -106,20 +106,20 @@ _SAME_IDS_PROBE = ["Hello, world!  It's 2024:\tthey'll pay 1,234.5 €.\n\nNext 
                    "  two leading spaces", "x<|endoftext|>y"]
 
 
-def load_folder_tokenizer(folder: str | os.PathLike, **kwargs):
+def load_folder_tokenizer(folder: str | os.PathLike):
     """The tokenizer a model folder holds, as our class (GPTCustomTokenizerFast: GPT-1's task template, our
     truncation rule) when it encodes exactly as the folder's own, else as the folder's own class. Loaded as ours
     regardless, a tokenizer of another kind (LLaMA's SentencePiece pieces) would be rebuilt around GPT-2's byte-level
-    rules from its vocabulary and merges: other ids, another decoding. `kwargs` go to from_pretrained."""
+    rules from its vocabulary and merges: other ids, another decoding."""
     from transformers import AutoTokenizer
 
     from .tokenization_gpt_custom import GPTCustomTokenizerFast
 
-    theirs = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+    theirs = AutoTokenizer.from_pretrained(str(folder))
     if isinstance(theirs, GPTCustomTokenizerFast):
         return theirs
     try:
-        ours = GPTCustomTokenizerFast.from_pretrained(str(folder), **kwargs)
+        ours = GPTCustomTokenizerFast.from_pretrained(str(folder))
     except Exception:  # noqa: BLE001  (whatever our class cannot read is not ours: keep the folder's own class)
         return theirs
     same = ours.get_vocab() == theirs.get_vocab() and all(

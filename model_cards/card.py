@@ -259,11 +259,11 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
     eos = tokenizer_config.get("eos_token", "<|endoftext|>")
     if isinstance(eos, dict):
         eos = eos.get("content", "<|endoftext|>")
-    tokenizer_class = tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast"
+    from hf_gpt_custom.hub import uses_our_tokenizer
+
     return {
-        "tokenizer_class": tokenizer_class,
-        # ours (transformers records it without "Fast"); export keeps another class as it is (load_folder_tokenizer)
-        "byte_level": tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer"),
+        "tokenizer_class": tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast",
+        "byte_level": uses_our_tokenizer(final_dir),  # export keeps another class as it is (load_folder_tokenizer)
         "vocab_size": vocab_size,
         "trained_here": bool(source) and Path(source).resolve().is_relative_to(run_dir.resolve()),
         "source": _public_name(source) if source else None,

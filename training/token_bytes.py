@@ -58,12 +58,14 @@ class TokenBytes:
         padding = [0] * max(0, (vocab_size or 0) - len(within))
         return cls(torch.tensor(within + padding), torch.tensor(at_start + padding))
 
+    def to(self, device) -> TokenBytes:
+        return TokenBytes(self.within.to(device), self.at_start.to(device))
+
     def count(self, targets: torch.Tensor, previous: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-        """Bytes of each row of `targets` (rows, n); `previous` holds the token before each target: after the
-        end-of-text separator a target starts a document."""
+        """Bytes of each row of `targets` (rows, n), on the tables' device; `previous` holds the token before each
+        target: after the end-of-text separator a target starts a document."""
         starts = previous == eos_token_id
-        return torch.where(starts, self.at_start.to(targets.device)[targets],
-                           self.within.to(targets.device)[targets]).sum(dim=1)
+        return torch.where(starts, self.at_start[targets], self.within[targets]).sum(dim=1)
 
     def check(self, encode: Callable[[list[str]], list[list[int]]]) -> list[str]:
         """Probe texts whose counted bytes differ from their UTF-8 length ([] when the tables are exact); `encode`

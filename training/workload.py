@@ -162,6 +162,7 @@ def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes, eos_t
     total_nats = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     total_bytes = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     total_tokens = 0
+    token_bytes = token_bytes.to(accelerator.device)  # once, not per batch
     for batch in val_loader:
         logits = model(input_ids=batch["input_ids"]).logits
         targets = batch["labels"][:, 1:]
