@@ -6,7 +6,8 @@
 Parts, each on GPT-2 124M at bench_gpu.py's training step (bf16 autocast, fused AdamW, clipping, dropout 0):
 - variants: nanoGPT and ours, each as written and with the candidate paths — SDPA's cuDNN attention backend first
   (`sdpa_kernel(..., set_priority=True)`), and the loss computed from the hidden states in chunks
-  (benchmarks/linear_cross_entropy.py, never the whole logits) — side by side in rotated rounds, eager and compiled:
+  (benchmarks/linear_cross_entropy.py, never the whole logits), and compiled steps under an activation memory
+  budget (recompute in backward instead of saving) — side by side in rotated rounds, eager and compiled:
   tokens/s, ratio to nanoGPT, peak memory, compile warm-up.
 - profile: one compiled and one eager step of each contender under torch.profiler: GPU-busy time, kernel launches
   and kernel time by kind (matmul, attention, Triton, elementwise, optimizer, ...), and the top kernels.
@@ -63,29 +64,41 @@ class HiddenStateLoss(torch.nn.Module):
         return CausalLMOutputWithPast(loss=loss)
 
 
-# name -> (model to build, cuDNN attention first, rows per chunk of the hidden-state loss or None)
+# name -> (model to build, cuDNN attention first, rows per chunk of the hidden-state loss or None, the compiled
+# step's activation memory budget or None). The budget is torch.compile's min-cut partitioner knob
+# (torch._functorch.config.activation_memory_budget, 1.0 = save what is cheapest to keep): below 1 it recomputes
+# the cheapest activations in backward instead of saving them, to fit that fraction of the default's saved bytes.
 CONTENDERS = {
-    "nanoGPT": ("nanoGPT", False, None),
-    "ours": ("ours", False, None),
-    "nanoGPT+cudnn": ("nanoGPT", True, None),
-    "ours+cudnn": ("ours", True, None),
-    "ours+chunk4096": ("ours", False, 4096),
-    "ours+chunk8192": ("ours", False, 8192),
-    "ours+cudnn+chunk4096": ("ours", True, 4096),
+    "nanoGPT": ("nanoGPT", False, None, None),
+    "ours": ("ours", False, None, None),
+    "nanoGPT+cudnn": ("nanoGPT", True, None, None),
+    "ours+cudnn": ("ours", True, None, None),
+    "ours+chunk4096": ("ours", False, 4096, None),
+    "ours+chunk8192": ("ours", False, 8192, None),
+    "ours+cudnn+chunk4096": ("ours", True, 4096, None),
+    "ours+budget0.5": ("ours", False, None, 0.5),
+    "ours+budget0.3": ("ours", False, None, 0.3),
+    "ours+chunk4096+budget0.5": ("ours", False, 4096, 0.5),
 }
 
 
 class Contender(bench_gpu.Trainer):
     def __init__(self, label: str, batch: int, args, compiled: bool):
-        model_name, self.cudnn, rows = CONTENDERS[label]
+        model_name, self.cudnn, rows, self.budget = CONTENDERS[label]
         model = bench_gpu.build_model(model_name, args.shape, args.device)
         if rows is not None:
             model = HiddenStateLoss(model, rows)
+        if self.budget is not None:
+            # Dynamo reuses the compiled forward of another instance of the same class (its guards match), which was
+            # partitioned under another budget: a class of its own makes this one compile anew.
+            model.__class__ = type(f"{type(model).__name__}Budget{self.budget}", (type(model),), {})
         super().__init__(label, model, batch, args.shape["n_positions"], args.device,
                          args.compile_backend if compiled else None)
 
     def step_context(self):
         context = contextlib.ExitStack()
+        if self.budget is not None:  # read when the first step compiles (the AOT-autograd cache keys on it too)
+            context.enter_context(torch._functorch.config.patch(activation_memory_budget=self.budget))
         if self.cudnn:
             context.enter_context(cudnn_first())
         context.enter_context(super().step_context())
@@ -235,6 +248,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--parts", default="variants,sweep")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--variant-modes", default="compiled,eager", help="the variants part's modes: compiled, "
+                        "eager (default: both)")
     parser.add_argument("--sweep-contenders", default="nanoGPT,ours+cudnn+chunk4096")
     parser.add_argument("--sweep", default="32,64")
     parser.add_argument("--rounds", type=int, default=3)
@@ -267,7 +282,7 @@ def main(argv: list[str] | None = None) -> Path:
     with torch._dynamo.config.patch({limit: 256}):
         for part in args.parts.split(","):
             if part == "variants":
-                for compiled in (True, False):
+                for compiled in [mode == "compiled" for mode in args.variant_modes.split(",")]:
                     title = "compiled" if compiled else "eager"
                     print(f"=== variants, {title}, batch {batch} ===", flush=True)
                     result["parts"][f"variants_{title}"] = side_by_side(labels, batch, args, compiled, profile=True)

@@ -165,17 +165,22 @@ def _loop_lines(payload: dict) -> list[str]:
 def _generate_lines(payload: dict) -> list[str]:
     meta, judged = payload["meta"], is_judged(payload["meta"])
     lines = [f"## Generation ({payload['dtype']}, {payload['prompt_len']}-token prompt, {payload['new_tokens']} new "
-             "tokens, greedy)", "", f"Measured on {describe(meta)}. {payload['settings']}", "",
-             "| batch | cache | transformers GPT-2 ms/step | ours ms/step | speed-up | first call (GPT-2 / ours) | "
+             "tokens, greedy)", "", f"Measured on {describe(meta)}. {payload['settings']}", ""]
+    if payload.get("unfinished"):
+        lines += [f"**Unfinished run**: {payload['unfinished']}; below is what it measured before.", ""]
+    if payload.get("source"):
+        lines += [f"Source: {payload['source']}.", ""]
+    lines += ["| batch | cache | transformers GPT-2 ms/step | ours ms/step | speed-up | first call (GPT-2 / ours) | "
              "compiled | tokens equal to GPT-2's | target |", "|---:|---|---:|---:|---:|---|---|---:|---|"]
     for row in payload["results"]:
         target = _met(row["speedup"], "static-cache generation, ours / transformers GPT-2", judged) \
             if row["cache"] == "static" else "—"
-        first = row["first_call_s"]
+        first = row["first_call_s"]  # None where a row was transcribed from a log that did not print it
+        first = "—" if first is None else f"{first['transformers GPT-2']:.1f} / {first['ours']:.1f} s"
+        spread = "" if row["speedup_min"] is None else f" ({row['speedup_min']:.2f}–{row['speedup_max']:.2f})"
         compiled = "yes" if row["ours_compiled"] else "no"
         lines.append(f"| {row['batch']} | {row['cache']} | {row['gpt2_ms_per_step']:.2f} | {row['ours_ms_per_step']:.2f}"
-                     f" | **{row['speedup']:.2f}x** ({row['speedup_min']:.2f}–{row['speedup_max']:.2f}) | "
-                     f"{first['transformers GPT-2']:.1f} / {first['ours']:.1f} s | {compiled} | "
+                     f" | **{row['speedup']:.2f}x**{spread} | {first} | {compiled} | "
                      f"{row['tokens_equal_fraction']:.0%} | {target} |")
     return lines + [""]
 

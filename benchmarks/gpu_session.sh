@@ -22,6 +22,8 @@
 #        bash benchmarks/gpu_session.sh probe          # gpu_probe.py: the step's GPU time by kernel kind, candidates
 #        bash benchmarks/gpu_session.sh confirm        # train compiled/eager, the loop, the CUDA tests (~5.5 min)
 #        bash benchmarks/gpu_session.sh finish         # what confirm left: compiled sweep, generation, tests (~7 min)
+#        bash benchmarks/gpu_session.sh complete       # the suite beside 8 recipes, compiled sweep, memory, generation
+#        bash benchmarks/gpu_session.sh rest           # the slow tests, the tests fixed since, generation (~4 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -200,7 +202,55 @@ finish() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The sixth (one call of at most ~9.5 minutes): the whole suite on a GPU machine after the fifth session's fixes,
+# beside eight more GPU recipes (larger vocabularies, stronger weight decay, longer context: the first sweep's best
+# was 2.1097 bits/byte and its trend pointed at larger vocabularies); then alone on the GPU the compiled table with
+# the best-batch sweep, the activation memory budget against the memory target, and generation.
+complete() {
+  begin_call "${SESSION_SECONDS:-560}"
+  local c; c=$(cap 200); header "the suite, and eight GPU recipes side by side" "$c"; pids=()
+  suite_run "$c" all -n 8 -m "not slow" tests
+  local drop3="model.resid_pdrop=0.3 model.embd_pdrop=0.3 model.attn_pdrop=0.3"
+  local drop4="model.resid_pdrop=0.4 model.embd_pdrop=0.4 model.attn_pdrop=0.4"
+  local common="compile=false eval_interval=100 checkpoint_interval=0"
+  # shellcheck disable=SC2086  # the override lists split on purpose
+  {
+    recipe_run v4096_d03_wd05_s600 "$c" $common tokenizer_vocab_size=4096 max_steps=600
+    recipe_run v8192_d03_wd05_s600 "$c" $common tokenizer_vocab_size=8192 max_steps=600
+    recipe_run v4096_d04_wd05_s800 "$c" $common $drop4 tokenizer_vocab_size=4096 max_steps=800
+    recipe_run wd1_s600 "$c" $common weight_decay=1.0
+    recipe_run v4096_wd1_s600 "$c" $common tokenizer_vocab_size=4096 weight_decay=1.0
+    recipe_run b512_s600 "$c" $common block_size=512 batch_size=32
+    recipe_run v4096_b512_s600 "$c" $common tokenizer_vocab_size=4096 block_size=512 batch_size=32
+    recipe_run v8192_d04_wd1_s800 "$c" $common $drop4 tokenizer_vocab_size=8192 weight_decay=1.0 max_steps=800
+  }
+  end_side_by_side
+  bench_stage "train, compiled" 200 --parts train --modes compile --sweep 16,32,64 --sweep-models nanoGPT,ours \
+    --rounds 3
+  c=$(cap 110); header "gpu_probe.py: the activation memory budget, compiled" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK" --parts variants \
+    --variant-modes compiled --contenders nanoGPT,ours,ours+budget0.5,ours+budget0.3 --profile-steps 2
+  pack
+  bench_stage "generation" 70 --parts generate --gen-rounds 3
+  echo "=== done $(date -u +%T) ==="
+}
+
+# The seventh (what the sixth's budget left, ~4 minutes): the slow tests, never run on a GPU machine before, beside
+# the tests fixed after the sixth; then generation, which the sixth's cap cut before its static batch-16 row.
+rest() {
+  begin_call "${SESSION_SECONDS:-230}"
+  local c; c=$(cap 150); header "the slow tests, and the tests fixed since the sixth call" "$c"; pids=()
+  suite_run "$c" slow -n 11 -m slow tests
+  suite_run "$c" fixed -n 3 tests/training/test_token_bytes.py tests/eval/test_scoring.py \
+    tests/training/test_write_errors.py tests/benchmarks/test_gpu_probe.py
+  end_side_by_side
+  bench_stage "generation" 75 --parts generate --gen-rounds 2
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
+  rest) rest ;;
+  complete) complete ;;
   confirm) confirm ;;
   finish) finish ;;
   probe) probe "$@" ;;
@@ -238,7 +288,7 @@ case "$stage" in
     bench --parts generate "$@"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
     exit 2
     ;;
 esac

@@ -96,9 +96,19 @@ def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
 def training_device_type(cpu: bool | None) -> str:
     """"cuda" or "cpu": what the Accelerator will train on for the config's `cpu` setting, with a one-line error
     when the request cannot be met (cpu=false without a GPU, CUDA_VISIBLE_DEVICES naming a GPU that is not there,
-    a launch with more processes on this machine than it has GPUs)."""
-    import torch
+    a launch with more processes on this machine than it has GPUs).
 
+    `accelerate launch` with `use_cpu: true` in its config (or `--cpu`) sets ACCELERATE_USE_CPU, and Accelerator()
+    then runs on the CPU whatever it is given; so does this, so that the precision and the checks are the CPU's too
+    (on a GPU machine a two-process CPU launch would otherwise look for a GPU per process)."""
+    import torch
+    from accelerate.utils import parse_flag_from_env
+
+    if parse_flag_from_env("ACCELERATE_USE_CPU"):
+        if cpu is False:
+            raise UserError("cpu=false asks for a GPU, but the launcher asks for the CPU (use_cpu: true in the "
+                            "accelerate config, or --cpu: ACCELERATE_USE_CPU=true); drop one of the two")
+        return "cpu"
     if cpu:
         return "cpu"
     if torch.cuda.is_available():

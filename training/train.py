@@ -10,6 +10,7 @@ fine-tuning); data in data.py and corpus.py, checkpoints in checkpoint.py and re
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -52,8 +53,14 @@ def train(config: TrainConfig, workload: Workload | None = None, start_over: boo
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
+    # torch.compile partitions the step when it first runs, inside _train: the budget must hold then (and only
+    # for this run: the caller's setting comes back).
+    import torch._functorch.config as functorch_config
+
+    budget = contextlib.nullcontext() if config.compile_memory_budget is None else \
+        functorch_config.patch(activation_memory_budget=config.compile_memory_budget)
     try:
-        with lock_run_folder(config.run_dir):  # one process per run folder (run_lock.py)
+        with lock_run_folder(config.run_dir), budget:  # one process per run folder (run_lock.py)
             return _train(config, workload or LanguageModelling(), start_over, device_type)
     finally:
         torch.set_num_threads(previous_threads)  # the caller (e.g. the main job's evaluation) gets its setting back

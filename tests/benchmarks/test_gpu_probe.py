@@ -60,3 +60,33 @@ def test_a_smoke_run_writes_the_variants_with_their_ratio_to_nanogpt(tmp_path):
         assert rows.keys() == {"nanoGPT", "ours", "ours+chunk4096"}
         assert rows["nanoGPT"]["ratio_to_nanogpt"] == 1.0 and all(r["tokens_per_s"] > 0 for r in rows.values())
         assert result["parts"][mode]["profiles"]["ours"]["wall_ms_per_step"] > 0
+
+
+def test_a_budget_contender_compiles_anew_and_saves_less_for_backward():
+    """The activation-memory-budget candidates are timed only if each one is partitioned under its own budget:
+    dynamo would otherwise reuse the first compiled instance of the class (one budget for all). The min-cut
+    partitioner behind inductor also runs in the `aot_eager_decomp_partition` backend, so the CPU shows it."""
+    import argparse
+
+    from torch._dynamo.utils import counters
+
+    from benchmarks import bench_gpu
+
+    torch._dynamo.reset()
+    args = argparse.Namespace(device=torch.device("cpu"), shape=bench_gpu.SMOKE_SHAPE,
+                              compile_backend="aot_eager_decomp_partition")
+    saved, graphs = {}, {}
+    for label in ("ours", "ours+budget0.5", "ours+budget0.3", "ours"):
+        contender = gpu_probe.Contender(label, 2, args, compiled=True)
+        sizes = []
+
+        def keep(tensor, sizes=sizes):
+            sizes.append(tensor.numel() * tensor.element_size())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor), contender.step_context():
+            contender.forward(input_ids=contender.input_ids, labels=contender.input_ids)
+        saved[label], graphs[label] = sum(sizes), counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    assert saved["ours"] > saved["ours+budget0.5"] > saved["ours+budget0.3"]
+    assert graphs["ours+budget0.3"] == graphs["ours+budget0.5"] + 1  # compiled anew; plain "ours" then reused

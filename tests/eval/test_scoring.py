@@ -169,7 +169,9 @@ def test_choices_with_a_common_start_score_like_one_row_per_choice(tiny_model_an
     # abs 1e-4, or 2 float32 ulps of a sum near -600 (rel 1e-6: another CPU sums in another order)
     assert [s.loglikelihood for s in fast] == pytest.approx([s.loglikelihood for s in plain], abs=1e-4, rel=1e-6)
     assert [s.is_greedy for s in fast] == [s.is_greedy for s in plain]
-    assert fast[-6].loglikelihood == fast[-3].loglikelihood  # identical choices: the very same number
+    # identical choices: the same number, to float32 rounding (1 ulp apart on a 16-core Xeon: rows of one batch can
+    # take different kernel paths there)
+    assert fast[-6].loglikelihood == pytest.approx(fast[-3].loglikelihood, abs=0, rel=3e-7)
 
 
 def test_scores_and_truncation_flags_do_not_depend_on_batching(tiny_model_and_tokenizer, monkeypatch):

@@ -27,6 +27,18 @@ def _one_thread():
         os.environ["OMP_NUM_THREADS"] = env
 
 
+@pytest.fixture
+def cpu_accelerator():
+    """An `Accelerator(cpu=True)` whatever an earlier test in this process chose: accelerate keeps one process-wide
+    state and refuses to change its device (on a CUDA machine an earlier test's run leaves it on the GPU)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield Accelerator(cpu=True)
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.fixture(scope="session")
 def shakespeare_path(shared_data_dir) -> Path:
     return shared_data_dir / "tinyshakespeare" / "input.txt"

@@ -50,6 +50,9 @@ def test_overrides_are_converted_by_declared_type():
     ("model.n_embd=33", "n_embd=33 must be divisible by n_head=2"),
     ("warmup_steps=50", "warmup_steps=50 exceeds max_steps=20"),
     ("compile=maybe", "compile='maybe' is not a valid bool"),
+    ("compile_memory_budget=0", "compile_memory_budget=0.0 must be in (0, 1] or null"),
+    ("compile_memory_budget=1.5", "compile_memory_budget=1.5 must be in (0, 1] or null"),
+    ("compile_memory_budget=0.5", "compile_memory_budget=0.5 applies to a compiled step only; set compile=true"),
     ("max_steps", "override 'max_steps' is not key=value"),
     ("model.n_positions=32", "block_size=64 exceeds model.n_positions=32"),
 ])
@@ -330,9 +333,10 @@ def test_the_gpu_recipe_loads_validates_and_trains_two_steps_on_the_cpu(make_con
     for key in ("dataset", "text_sample_by", "val_fraction", "val_holdout", "tokenizer", "benchmark_tasks",
                 "benchmark_shots"):
         assert getattr(gpu, key) == getattr(cpu, key), key
-    # the settings of the best measured run (benchmarks/results/gpu_recipe_sweep.md: 2.1097 bits/byte on an H200)
-    assert (gpu.mixed_precision, gpu.block_size, gpu.model["resid_pdrop"], gpu.weight_decay, gpu.max_steps) == (
-        "auto", 256, 0.3, 0.5, 600)
+    # the settings of the best measured run (benchmarks/results/gpu_recipe_sweep.md: b512_s600, 2.0980 bits/byte on
+    # an H200), 16,384 tokens a step
+    assert (gpu.mixed_precision, gpu.block_size, gpu.batch_size, gpu.model["resid_pdrop"], gpu.weight_decay,
+            gpu.max_steps, gpu.tokenizer_vocab_size) == ("auto", 512, 32, 0.3, 0.5, 600, 2048)
     model_config = build_model_config(gpu, vocab_size=gpu.tokenizer_vocab_size, eos_token_id=0)
     from hf_gpt_custom import GPTCustomForCausalLM
     with torch.device("meta"):

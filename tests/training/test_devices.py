@@ -74,6 +74,20 @@ def test_a_gpu_that_is_not_there_is_named(gpu, monkeypatch):
     assert training_device_type(None) == "cuda"
 
 
+def test_a_cpu_launch_trains_on_the_cpu_of_a_gpu_machine(gpu, monkeypatch):
+    """accelerate launch with use_cpu: true (the shipped cpu_two_processes.yaml) or --cpu sets ACCELERATE_USE_CPU,
+    which Accelerator() obeys whatever it is given: the run must choose the CPU too, not look for a GPU per rank."""
+    gpu(count=1)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # the second of two CPU ranks on a one-GPU machine
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # what accelerate's launcher writes
+    assert training_device_type(None) == "cpu" and training_device_type(True) == "cpu"
+    with pytest.raises(UserError, match="cpu=false asks for a GPU, but the launcher asks for the CPU .*drop one"):
+        training_device_type(False)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "False")  # a GPU launch: the rank needs a GPU of its own
+    with pytest.raises(UserError, match="LOCAL_RANK=1 has no GPU of its own"):
+        training_device_type(None)
+
+
 def test_compile_without_its_compiler_is_named(monkeypatch):
     import torch._inductor.cpp_builder as cpp_builder
     import torch.utils._triton as triton_utils
@@ -172,3 +186,33 @@ def test_accelerates_float32_output_copy_is_dropped_also_from_a_compiled_model()
         expected = torch.bfloat16 if mixed_precision == "bf16" else torch.float32
         assert output.logits.dtype == expected and output.loss.dtype == torch.float32
     AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_the_compile_memory_budget_holds_while_the_step_compiles_and_only_for_the_run(make_config, monkeypatch):
+    """torch.compile partitions forward and backward when the first step runs, so the budget must be torch's
+    setting at every training forward (where that happens), and the caller's again after the run."""
+    import torch._functorch.config as functorch_config
+
+    from hf_gpt_custom.training.train import train
+
+    seen = []
+
+    def recording_compile(model, *args, **kwargs):  # stands in for torch.compile: no compilation, the setting seen
+        forward = model.forward
+
+        def recorded(*a, **k):
+            if torch.is_grad_enabled():
+                seen.append(functorch_config.activation_memory_budget)
+            return forward(*a, **k)
+
+        model.forward = recorded
+        return model
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    before = functorch_config.activation_memory_budget
+    train(make_config("compile=true", "compile_memory_budget=0.4", "max_steps=2", "warmup_steps=1"))
+    assert seen and set(seen) == {0.4}
+    assert functorch_config.activation_memory_budget == before
+    seen.clear()
+    train(make_config("compile=true", "max_steps=2", "warmup_steps=1", run_name="no_budget"))
+    assert seen and set(seen) == {before}

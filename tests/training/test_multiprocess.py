@@ -37,12 +37,13 @@ def test_two_cpu_ranks_match_one_process_with_the_same_global_batch(make_config,
 
     config = make_config(*common, "batch_size=4", "eval_batches=4", run_name="two_ranks")  # the same 16 blocks
     save_train_config(config, tmp_path / "two_ranks.yaml")
-    # --multi_gpu on a CPU-only machine: two gloo processes (`--cpu --num_processes 2` would start just one)
+    # --multi_gpu with no GPU visible: two gloo processes (`--cpu --num_processes 2` would start just one); the GPUs
+    # of a GPU machine are hidden, or each rank would look for one of its own
     command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
                "-m", "hf_gpt_custom.cli", "train", str(tmp_path / "two_ranks.yaml")]
-    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True,
-                            text=True)
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""},
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     two = config.run_dir
 

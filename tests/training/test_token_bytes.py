@@ -73,15 +73,14 @@ def test_a_tokenizer_outside_the_rules_is_reported_not_trusted(shakespeare_path,
     assert TokenBytes.of(byte_level).check(document_encoder(byte_level)) == []
 
 
-def test_training_warns_when_bits_per_byte_cannot_be_exact(shakespeare_path, make_config, tmp_path, caplog):
+def test_training_warns_when_bits_per_byte_cannot_be_exact(shakespeare_path, make_config, tmp_path, caplog,
+                                                           cpu_accelerator):
     folder = tmp_path / "stripped"
     sentencepiece_like(shakespeare_path, normalizer=normalizers.Sequence(
         [normalizers.NFD(), normalizers.StripAccents()])).save_pretrained(folder)
     config = make_config(f"tokenizer={folder}")
-    from accelerate import Accelerator
-
     with caplog.at_level(logging.WARNING, logger=workload.__name__):
-        work = workload.LanguageModelling().prepare(config, Accelerator(cpu=True))
+        work = workload.LanguageModelling().prepare(config, cpu_accelerator)
     assert "val_bits_per_byte is approximate" in caplog.text and "naïve" in caplog.text
     assert len(work.tokenizer) == 700
 
@@ -95,12 +94,10 @@ def test_tokenised_training_documents_are_what_the_check_tokenises(byte_level):
     assert [ids[:-1] for ids in tokenized] == document_encoder(byte_level)(TEXTS)
 
 
-def test_validation_divides_by_the_bytes_of_the_documents_it_predicts(shakespeare_path):
+def test_validation_divides_by_the_bytes_of_the_documents_it_predicts(shakespeare_path, cpu_accelerator):
     """evaluate_loss on blocks that each begin with the separator, so that every document is predicted whole: its
     bytes must be the documents' UTF-8 bytes, the dummy space before each SentencePiece document not counted."""
     import math
-
-    from accelerate import Accelerator
 
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 
@@ -115,7 +112,7 @@ def test_validation_divides_by_the_bytes_of_the_documents_it_predicts(shakespear
     batches = []
     for ids in blocks:  # one block per batch: no padding, every token after the first a target
         batches.append({"input_ids": torch.tensor([ids]), "labels": torch.tensor([ids])})
-    result = workload.evaluate_loss(model, batches, Accelerator(cpu=True), TokenBytes.of(tokenizer), eos)
+    result = workload.evaluate_loss(model, batches, cpu_accelerator, TokenBytes.of(tokenizer), eos)
     assert result["val_bytes"] == sum(len(document.encode("utf-8")) for document in documents)
     assert result["val_bits_per_byte"] == pytest.approx(
         result["val_loss"] * result["val_tokens"] / (math.log(2) * result["val_bytes"]))
