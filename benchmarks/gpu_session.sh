@@ -143,6 +143,12 @@ session() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# Overrides of the recipe sweeps (split on purpose where they are used): dropout 0.3 or 0.4 everywhere, and every
+# variant a whole eager recipe evaluated every 100 steps with no checkpoint.
+DROP3="model.resid_pdrop=0.3 model.embd_pdrop=0.3 model.attn_pdrop=0.3"
+DROP4="model.resid_pdrop=0.4 model.embd_pdrop=0.4 model.attn_pdrop=0.4"
+SWEEP="compile=false eval_interval=100 checkpoint_interval=0"
+
 # The second: the whole suite again (after the fixes the first one called for), side by side with a sweep of the GPU
 # recipe against overfitting (the first session's runs bottomed out at 2.14 bits/byte near step 250, then rose);
 # every variant is a whole recipe (eager: eight compilations at once would take the CPU), evaluated every 100 steps.
@@ -150,19 +156,16 @@ recheck() {
   begin_call "${SESSION_SECONDS:-250}"
   local c; c=$(cap 215); header "the suite, and the recipe sweep side by side" "$c"; pids=()
   suite_run "$c" all -n 6 -m "not slow" tests
-  local drop3="model.resid_pdrop=0.3 model.embd_pdrop=0.3 model.attn_pdrop=0.3"
-  local drop4="model.resid_pdrop=0.4 model.embd_pdrop=0.4 model.attn_pdrop=0.4"
-  local common="compile=false eval_interval=100 checkpoint_interval=0"
   # shellcheck disable=SC2086  # the override lists split on purpose
   {
-    recipe_run d02_s300 "$c" $common max_steps=300 warmup_steps=30
-    recipe_run d03_s500 "$c" $common $drop3 max_steps=500 warmup_steps=50
-    recipe_run d04_s800 "$c" $common $drop4 max_steps=800
-    recipe_run v1024_d03_s600 "$c" $common $drop3 tokenizer_vocab_size=1024 max_steps=600
-    recipe_run v512_d03_s800 "$c" $common $drop3 tokenizer_vocab_size=512 max_steps=800
-    recipe_run wide_d04_s600 "$c" $common $drop4 model.n_layer=8 model.n_head=8 model.n_embd=512 max_steps=600
-    recipe_run d03_wd05_s600 "$c" $common $drop3 weight_decay=0.5 max_steps=600
-    recipe_run v1024_d04_s1000 "$c" $common $drop4 tokenizer_vocab_size=1024 max_steps=1000
+    recipe_run d02_s300 "$c" $SWEEP max_steps=300 warmup_steps=30
+    recipe_run d03_s500 "$c" $SWEEP $DROP3 max_steps=500 warmup_steps=50
+    recipe_run d04_s800 "$c" $SWEEP $DROP4 max_steps=800
+    recipe_run v1024_d03_s600 "$c" $SWEEP $DROP3 tokenizer_vocab_size=1024 max_steps=600
+    recipe_run v512_d03_s800 "$c" $SWEEP $DROP3 tokenizer_vocab_size=512 max_steps=800
+    recipe_run wide_d04_s600 "$c" $SWEEP $DROP4 model.n_layer=8 model.n_head=8 model.n_embd=512 max_steps=600
+    recipe_run d03_wd05_s600 "$c" $SWEEP $DROP3 weight_decay=0.5 max_steps=600
+    recipe_run v1024_d04_s1000 "$c" $SWEEP $DROP4 tokenizer_vocab_size=1024 max_steps=1000
   }
   end_side_by_side
   echo "=== done $(date -u +%T) ==="
@@ -210,19 +213,16 @@ complete() {
   begin_call "${SESSION_SECONDS:-560}"
   local c; c=$(cap 200); header "the suite, and eight GPU recipes side by side" "$c"; pids=()
   suite_run "$c" all -n 8 -m "not slow" tests
-  local drop3="model.resid_pdrop=0.3 model.embd_pdrop=0.3 model.attn_pdrop=0.3"
-  local drop4="model.resid_pdrop=0.4 model.embd_pdrop=0.4 model.attn_pdrop=0.4"
-  local common="compile=false eval_interval=100 checkpoint_interval=0"
   # shellcheck disable=SC2086  # the override lists split on purpose
   {
-    recipe_run v4096_d03_wd05_s600 "$c" $common tokenizer_vocab_size=4096 max_steps=600
-    recipe_run v8192_d03_wd05_s600 "$c" $common tokenizer_vocab_size=8192 max_steps=600
-    recipe_run v4096_d04_wd05_s800 "$c" $common $drop4 tokenizer_vocab_size=4096 max_steps=800
-    recipe_run wd1_s600 "$c" $common weight_decay=1.0
-    recipe_run v4096_wd1_s600 "$c" $common tokenizer_vocab_size=4096 weight_decay=1.0
-    recipe_run b512_s600 "$c" $common block_size=512 batch_size=32
-    recipe_run v4096_b512_s600 "$c" $common tokenizer_vocab_size=4096 block_size=512 batch_size=32
-    recipe_run v8192_d04_wd1_s800 "$c" $common $drop4 tokenizer_vocab_size=8192 weight_decay=1.0 max_steps=800
+    recipe_run v4096_d03_wd05_s600 "$c" $SWEEP tokenizer_vocab_size=4096 max_steps=600
+    recipe_run v8192_d03_wd05_s600 "$c" $SWEEP tokenizer_vocab_size=8192 max_steps=600
+    recipe_run v4096_d04_wd05_s800 "$c" $SWEEP $DROP4 tokenizer_vocab_size=4096 max_steps=800
+    recipe_run wd1_s600 "$c" $SWEEP weight_decay=1.0
+    recipe_run v4096_wd1_s600 "$c" $SWEEP tokenizer_vocab_size=4096 weight_decay=1.0
+    recipe_run b512_s600 "$c" $SWEEP block_size=512 batch_size=32
+    recipe_run v4096_b512_s600 "$c" $SWEEP tokenizer_vocab_size=4096 block_size=512 batch_size=32
+    recipe_run v8192_d04_wd1_s800 "$c" $SWEEP $DROP4 tokenizer_vocab_size=8192 weight_decay=1.0 max_steps=800
   }
   end_side_by_side
   bench_stage "train, compiled" 200 --parts train --modes compile --sweep 16,32,64 --sweep-models nanoGPT,ours \
