@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A GPU session for issue 23 in a few commands: the wheels to carry, the CUDA tests, the GPU benchmark.
-# Background: ../shared/GPU.md (what the lent H100 machine has) and the device tool's README (limits: 10 minutes a
-# command, 30 minutes a session, at most 8 files back from $OUT).
+# Background: ../shared/GPU.md (what a lent machine has: an H100 or an H200) and the device tool's README (limits: 10
+# minutes a command, ~15 minutes of device time a session with the machine starts, at most 8 files back from $OUT).
 #
 # 1. Here, in the repository root, once (needs pip and the network; writes only ignored folders):
 #        bash benchmarks/gpu_session.sh prepare

@@ -43,7 +43,13 @@ def accepts_cache_kwarg(method: Callable) -> Callable:
         if "cache" in kwargs:
             cache = kwargs.pop("cache")
             if kwargs.get("past_key_values") is not None and cache is not None:
-                raise TypeError(f"{method.__qualname__}() got both cache and past_key_values; pass one of them")
+                # Which one holds the history cannot be told. transformers' own models take `cache` and drop
+                # `past_key_values` with a warning, which silently drops a PEFT prefix: peft (0.21) still passes
+                # its prefix as past_key_values while generate() passes cache=.
+                raise TypeError(f"{method.__qualname__}() got both cache= and past_key_values=, so it cannot tell "
+                                f"which holds the history; pass one of them. From transformers 5.24 generate() "
+                                f"passes cache=, and PEFT's prefix tuning still adds past_key_values=: for that, "
+                                f"generate(..., use_cache=False)")
             if cache is not None or "past_key_values" not in kwargs:
                 kwargs["past_key_values"] = cache
         return method(*args, **kwargs)

@@ -45,6 +45,9 @@ class TrainingState:
     epoch: int = 0  # passes over the training blocks started (0-based)
     batches_in_epoch: int = 0  # micro-batches this process consumed in `epoch` (what skip_first_batches skips)
     tokens_seen: int = 0  # tokens trained on, all processes together
+    # seconds of the run's train() calls up to this checkpoint, set-up included (a session's time after its last
+    # checkpoint is lost with it: those steps are redone and counted again)
+    wall_time_s: float = 0.0
 
 
 def checkpoint_name(step: int) -> str:

@@ -103,7 +103,8 @@ def run_loop(s: Session) -> LoopResult:
             result.last_eval = _evaluate_and_log(s, progress)
         if is_checkpoint:
             check_weights_finite(s, guard.advice(s.checkpoints_dir), progress)
-            result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
+            result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, s.stamp_wall_time(),
+                                                     config.keep_checkpoints)
             guard.checkpoint_saved(result.last_checkpoint)
     progress.close()
     result.advice_if_diverged = guard.advice(s.checkpoints_dir)

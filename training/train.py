@@ -82,8 +82,9 @@ def check_machine_can_train(config: TrainConfig) -> tuple[TrainConfig, str]:
 def _train(config: TrainConfig, workload: Workload, start_over: bool, device_type: str) -> Path:
     start_time = time.time()
     session = _set_up(config, workload, start_over, device_type)
+    session.started_at, session.wall_time_before_s = start_time, session.state.wall_time_s
     loop = run_loop(session)
-    _finish(session, loop, wall_time_s=lambda: time.time() - start_time)
+    _finish(session, loop)
     return session.run_dir
 
 
@@ -107,6 +108,14 @@ class Session:
     state: TrainingState
     resume_folder: Path | None
     run_log: RunLog | None  # main process only
+    started_at: float = 0.0  # time.time() when this train() call began
+    wall_time_before_s: float = 0.0  # the run's earlier sessions, from the checkpoint it resumed
+
+    def stamp_wall_time(self) -> TrainingState:
+        """The state with the run's wall time so far, the earlier sessions and this one: set before each
+        checkpoint and read by the summary."""
+        self.state.wall_time_s = self.wall_time_before_s + time.time() - self.started_at
+        return self.state
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -294,7 +303,7 @@ def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
 # --- finishing ------------------------------------------------------------------------------------------------------
 
 
-def _finish(s: Session, loop: LoopResult, wall_time_s) -> None:
+def _finish(s: Session, loop: LoopResult) -> None:
     """The last evaluation and checkpoint, final/ (weights, tokenizer, manifest), the summary and the loss curve."""
     accelerator, state, config = s.accelerator, s.state, s.config
     last_eval = loop.last_eval
@@ -302,16 +311,16 @@ def _finish(s: Session, loop: LoopResult, wall_time_s) -> None:
         last_eval = {**s.workload.evaluate(s.model, s.val_loader, accelerator), "step": state.step}
     if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
         check_weights_finite(s, loop.advice_if_diverged, None)
-        save_checkpoint(accelerator, s.checkpoints_dir, state, config.keep_checkpoints)
+        save_checkpoint(accelerator, s.checkpoints_dir, s.stamp_wall_time(), config.keep_checkpoints)
     _save_final_folder(s)
     if accelerator.is_main_process:
         with write_errors_named(s.run_dir, None, "the training summary"):
-            _write_summary_and_plot(s, loop, last_eval, wall_time_s)
+            _write_summary_and_plot(s, loop, last_eval)
         accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
     accelerator.end_training()
 
 
-def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict, wall_time_s) -> None:
+def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> None:
     accelerator, state, config = s.accelerator, s.state, s.config
     s.run_log.close()
     records = read_run_log(s.run_dir / RUN_LOG_NAME)
@@ -322,8 +331,8 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict, wall_
         "n_params": s.n_params,
         "tokens_seen": state.tokens_seen,
         "steps": state.step,
-        "wall_time_s": wall_time_s(),
-        "train_time_s": loop.train_time_s,
+        "wall_time_s": s.stamp_wall_time().wall_time_s,  # every session of the run, not only this one
+        "train_time_s": steps["train_time_s"] if steps["train_time_s"] is not None else loop.train_time_s,
         "final_train_loss": steps["final_train_loss"],
         "final_val_loss": last_eval["val_loss"],
         "tokens_per_s": steps["tokens_per_s"],

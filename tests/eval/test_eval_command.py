@@ -65,6 +65,10 @@ def test_evaluate_and_the_main_jobs_eval_stage_use_cuda_when_available(monkeypat
     config = SimpleNamespace(benchmark_tasks=["copa"], benchmark_shots=[0], benchmark_limit=2, cpu=False)
     with pytest.raises(_Loaded, match="^cuda$"):
         _stage_eval(config, tmp_path, {})
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")  # run under a launch that asks for the CPU: trained there
+    with pytest.raises(_Loaded, match="^cpu$"):
+        _stage_eval(SimpleNamespace(**{**vars(config), "cpu": None}), tmp_path, {})
+    monkeypatch.delenv("ACCELERATE_USE_CPU")
     _fake_cuda(monkeypatch, 0)
     with pytest.raises(_Loaded, match="^cpu$"):
         _stage_eval(config, tmp_path, {})

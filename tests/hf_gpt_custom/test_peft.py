@@ -45,3 +45,39 @@ def test_the_documented_layer_names_exist_and_adapt(tiny_config):
     config = peft.LoraConfig(task_type="CAUSAL_LM", target_modules=["c_attn", "c_proj", "c_fc"])
     model = peft.get_peft_model(_tiny_model(tiny_config), config)
     assert _adapted_layers(model) == ["c_attn", "c_fc", "c_proj"]
+
+
+def test_prefix_tuning_generates_what_its_forward_predicts_or_is_refused_by_name(tmp_path):
+    """PEFT (0.21) passes a prefix-tuning prompt as `past_key_values`, while generate() on transformers >= 5.24
+    passes `cache=`: transformers' GPT-2 keeps `cache` and drops the prefix (generates as if untuned), ours refuses
+    naming the way that works, `use_cache=False`, which gives the greedy decode of the PEFT model's own forward on
+    ours and on GPT-2 with the same weights."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=97, n_positions=64, n_embd=24, n_layer=2, n_head=3, bos_token_id=0,
+                               eos_token_id=0)).save_pretrained(tmp_path)
+    input_ids = torch.randint(1, 97, (1, 8), generator=torch.Generator().manual_seed(1))
+    decoded = {}
+    for name, model_class in (("gpt2", GPT2LMHeadModel), ("ours", GPTCustomForCausalLM)):
+        model = peft.get_peft_model(model_class.from_pretrained(tmp_path),
+                                    peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)).eval()
+        generator = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for parameter in model.prompt_encoder.parameters():  # the same prefix for both, one that changes tokens
+                parameter.copy_(3 * torch.randn(parameter.shape, generator=generator))
+            sequence = input_ids
+            for _ in range(4):  # greedy through PEFT's forward, which adds the prefix on every call
+                logits = model(input_ids=sequence, attention_mask=torch.ones_like(sequence)).logits
+                sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            generated = model.generate(input_ids=input_ids, max_new_tokens=4, do_sample=False, use_cache=False)
+        assert generated.tolist() == sequence.tolist(), name
+        decoded[name] = sequence[0, 8:].tolist()
+        if name == "ours":
+            with pytest.raises(TypeError, match="got both cache= and past_key_values=.*use_cache=False"):
+                model.generate(input_ids=input_ids, max_new_tokens=4, do_sample=False)
+    assert decoded["ours"] == decoded["gpt2"]
+    untuned = GPT2LMHeadModel.from_pretrained(tmp_path).generate(input_ids=input_ids, max_new_tokens=4, do_sample=False)
+    assert untuned[0, 8:].tolist() != decoded["gpt2"]  # the prefix matters: dropping it would be seen

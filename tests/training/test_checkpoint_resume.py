@@ -399,3 +399,31 @@ def test_checkpoint_manifest_has_one_home_in_manifest_py(run_with_checkpoints):
     assert manifest.verify_manifest(folder) is None
     for name in ("sha256_file", "write_manifest", "verify_manifest"):  # none of its own (sha256_file: not needed)
         assert getattr(checkpoint, name, getattr(manifest, name)) is getattr(manifest, name), name
+
+
+def test_a_resumed_runs_summary_counts_the_time_of_every_session(make_config):
+    """The summary (and the card built from it) gives the run's time, not the last session's: train_time_s is the
+    sum of every logged step's time, the earlier session's included; wall_time_s adds this session to the wall time
+    the resumed checkpoint carries. The first session's figures are set large (its checkpoint, its log rows), so
+    that a summary of the second session alone cannot pass for the whole."""
+    config = make_config("max_steps=6", "warmup_steps=1", "checkpoint_interval=3", "eval_interval=6")
+    train(config)
+    checkpoints, log_path = config.run_dir / "checkpoints", config.run_dir / "run_log.jsonl"
+    assert 0 < read_training_state(checkpoints / "step_000003").wall_time_s
+    shutil.rmtree(checkpoints / "step_000006")  # as if the first session had died after step 3's checkpoint
+    state_path = checkpoints / "step_000003" / "training_state.json"
+    state_path.write_text(json.dumps({**json.loads(state_path.read_text()), "wall_time_s": 1000.0}))
+    rows = [json.loads(line) for line in log_path.read_text().splitlines()]
+    log_path.write_text("".join(json.dumps({**r, "step_time_s": 100.0} if r.get("kind") == "train" and r["step"] <= 3
+                                           else r) + "\n" for r in rows))
+    manifest.write_manifest(state_path.parent, step=3)  # the edited checkpoint stays a complete one
+    started = time.time()
+    train(config)
+    second_session_s = time.time() - started
+    summary = json.loads((config.run_dir / "training_summary.json").read_text())
+    steps = [r for r in map(json.loads, log_path.read_text().splitlines()) if r.get("kind") == "train"]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    later = sum(r["step_time_s"] for r in steps if r["step"] > 3)
+    assert summary["train_time_s"] == pytest.approx(300.0 + later)
+    assert 1000.0 + later <= summary["wall_time_s"] <= 1000.0 + second_session_s
+    assert 1000.0 < read_training_state(checkpoints / "step_000006").wall_time_s <= summary["wall_time_s"]

@@ -338,7 +338,7 @@ def test_our_past_key_values_argument_is_not_deprecated_and_both_names_at_once_a
             warnings.simplefilter("always")
             model(input_ids[:, -1:], past_key_values=copy.deepcopy(cache))
         assert not [w for w in caught if "deprecated" in str(w.message)]
-        with pytest.raises(TypeError, match="both cache and past_key_values"):
+        with pytest.raises(TypeError, match="got both cache= and past_key_values="):
             model(input_ids[:, -1:], past_key_values=copy.deepcopy(cache), cache=copy.deepcopy(cache))
 
 
