@@ -134,9 +134,8 @@ def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) ->
     if not config.benchmark_tasks:
         shutil.rmtree(run_dir / "eval", ignore_errors=True)  # results of earlier settings must not reach the card
         return None, "skipped"
-    from accelerate.utils import parse_flag_from_env
-
     from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.training.devices import launcher_asks_for_cpu
 
     out_dir = run_dir / "eval"
     evaluate(
@@ -145,7 +144,7 @@ def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) ->
         shots=list(config.benchmark_shots),
         limit=config.benchmark_limit,
         # where training ran (cpu=true, or a launch with use_cpu / --cpu); None picks CUDA when there is one
-        device="cpu" if config.cpu or parse_flag_from_env("ACCELERATE_USE_CPU") else None,
+        device="cpu" if config.cpu or launcher_asks_for_cpu() else None,
         out_dir=out_dir,
         skip_unfittable=True,  # a sweep over many tasks: a K the context cannot hold is reported, not fatal
     )

@@ -56,13 +56,14 @@ def build_model_card(
     train_config = _read_train_config(run_dir, summary)
     model_config = GPTCustomConfig.from_pretrained(final_dir)
     run_name = str(summary.get("run_name") or train_config.get("run_name") or run_dir.name)
+    code_files = sorted(remote_code_files(uses_our_tokenizer(final_dir)))  # the tokenizer's only if it is ours
     if summary.get("task"):  # a fine-tuned task head (hf-gpt-custom finetune): its own card, task_card.py
         from hf_gpt_custom.model_cards.task_card import build_task_model_card
         from hf_gpt_custom.training.finetune_config import PRETRAINING_ONLY_SETTINGS
 
         rows = [row for row in _hyperparameter_rows(train_config) if row[0].split(".")[0] not in PRETRAINING_ONLY_SETTINGS]
         facts = {"model_name": run_name, "n_params_human": _human_count(summary.get("n_params")),
-                 "code_files": sorted(remote_code_files(uses_our_tokenizer(final_dir))), "hyperparameters": rows,
+                 "code_files": code_files, "hyperparameters": rows,
                  "transformers_requirement": transformers_requirement(),
                  "loss_curve": "loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
                  "duration": _training_facts(summary, train_config)["duration"]}
@@ -91,7 +92,7 @@ def build_model_card(
         model_name=run_name,
         repo_id=repo_id or f"your-username/{run_name}",
         package_source=package_source,  # the pip requirement, when the exporter gives one: never a made-up URL
-        code_files=sorted(remote_code_files(uses_our_tokenizer(final_dir))),
+        code_files=code_files,
         transformers_requirement=transformers_requirement(),
         example_prompt=dataset["example_prompt"],
         n_params_human=_human_count(breakdown["total"]),

@@ -11,8 +11,8 @@ float32 copy of the model's outputs.
 from __future__ import annotations
 
 import logging
-import re
 import os
+import re
 
 from hf_gpt_custom.errors import UserError
 
@@ -93,18 +93,24 @@ def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
     return True
 
 
+def launcher_asks_for_cpu() -> bool:
+    """`accelerate launch` with `use_cpu: true` in its config (or `--cpu`) sets ACCELERATE_USE_CPU, and Accelerator()
+    then runs on the CPU whatever it is given: the run's device choices (training, run's evaluation) follow it."""
+    from accelerate.utils import parse_flag_from_env
+
+    return parse_flag_from_env("ACCELERATE_USE_CPU")
+
+
 def training_device_type(cpu: bool | None) -> str:
     """"cuda" or "cpu": what the Accelerator will train on for the config's `cpu` setting, with a one-line error
     when the request cannot be met (cpu=false without a GPU, CUDA_VISIBLE_DEVICES naming a GPU that is not there,
     a launch with more processes on this machine than it has GPUs).
 
-    `accelerate launch` with `use_cpu: true` in its config (or `--cpu`) sets ACCELERATE_USE_CPU, and Accelerator()
-    then runs on the CPU whatever it is given; so does this, so that the precision and the checks are the CPU's too
-    (on a GPU machine a two-process CPU launch would otherwise look for a GPU per process)."""
+    A launch that asks for the CPU (launcher_asks_for_cpu) gets the CPU, so that the precision and the checks are
+    the CPU's too (on a GPU machine a two-process CPU launch would otherwise look for a GPU per process)."""
     import torch
-    from accelerate.utils import parse_flag_from_env
 
-    if parse_flag_from_env("ACCELERATE_USE_CPU"):
+    if launcher_asks_for_cpu():
         if cpu is False:
             raise UserError("cpu=false asks for a GPU, but the launcher asks for the CPU (use_cpu: true in the "
                             "accelerate config, or --cpu: ACCELERATE_USE_CPU=true); drop one of the two")

@@ -95,7 +95,7 @@ def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | No
     train_losses = [r["loss"] for r in train]
     timed = [r for r in train if r["step"] > 1] or train  # a one-step run: its only step is all there is
     tokens_per_s = None
-    if timed and all(r.get("step_time_s") for r in timed):
+    if timed and all(r.get("step_time_s") is not None for r in timed):
         tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
     elif timed:  # a log written before records had step_time_s
         tokens_per_s = sum(r["tokens_per_s"] for r in timed) / len(timed)

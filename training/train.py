@@ -166,8 +166,9 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
-    abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)  # rotation then sees
-    set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)  # only this branch, nothing old as new
+    # Checkpoint rotation then sees only this branch, and no output of a replaced run passes for this one's.
+    abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)
+    set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)
     set_seed(config.seed)
 
     prepared = workload.prepare(config, accelerator)
