@@ -43,6 +43,7 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 
 from benchmarks import gpu_report  # noqa: E402
+from benchmarks.bench_decode_loop import OURS_IN_TRANSFORMERS_LOOP, transformers_loop  # noqa: E402
 from benchmarks.common import NO_DROPOUT, RESULTS_DIR, param_count  # noqa: E402
 from benchmarks.nanogpt_model import NanoGPT, nanogpt_from_gpt2  # noqa: E402
 
@@ -310,6 +311,8 @@ def bench_generate(args, meta: dict) -> dict:
             kwargs = {**base, **({"cache_implementation": "static"} if cache == "static" else {})}
             calls = {name: (lambda m=model: (m.generate(prompt, **kwargs), synchronize(device))[0])
                      for name, model in models.items()}
+            if cache == "static":  # what our decoding loop (static_decoding.py) alone gives: ours in transformers'
+                calls[OURS_IN_TRANSFORMERS_LOOP] = lambda: _in_transformers_loop(calls["ours"])
             first_call_s, tokens = {}, {}
             with torch.inference_mode():
                 for name, call in calls.items():
@@ -323,6 +326,7 @@ def bench_generate(args, meta: dict) -> dict:
             row = {
                 "batch": batch, "cache": cache, "gpt2_ms_per_step": ms["transformers GPT-2"],
                 "ours_ms_per_step": ms["ours"], "speedup": statistics.median(speedups),
+                "ours_transformers_loop_ms_per_step": ms.get(OURS_IN_TRANSFORMERS_LOOP),
                 "speedup_min": min(speedups), "speedup_max": max(speedups), "first_call_s": first_call_s,
                 # generate() keeps the forward it compiled for a static cache as `_compiled_call`
                 "ours_compiled": cache == "static" and vars(models["ours"]).get("_compiled_call") is not None,
@@ -343,6 +347,11 @@ def bench_generate(args, meta: dict) -> dict:
             "new_tokens": args.new_tokens, "results": results,
             "settings": f"Models in bf16, eval mode; {args.gen_rounds} rotated rounds after one warm-up call; the "
                         "first call (compilation included) is timed apart."}
+
+
+def _in_transformers_loop(call: Callable[[], torch.Tensor]) -> torch.Tensor:
+    with transformers_loop():
+        return call()
 
 
 def _equal_fraction(a: torch.Tensor, b: torch.Tensor, prompt_len: int) -> float:

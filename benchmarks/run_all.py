@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.bench_decode_loop import OURS_IN_TRANSFORMERS_LOOP
 from benchmarks.common import RESULTS_DIR, describe_machine, load_average, machine_info, result_name
 
 REPO_ROOT = RESULTS_DIR.parents[1]
@@ -33,7 +34,7 @@ BENCH_DIR = REPO_ROOT / "benchmarks"
 DEFAULT_TRAIN_MODE = "eager"
 # Issue 12: training ≥ 1.3x transformers' GPT-2 and above nanoGPT's model (small size); batch-1 generation ≥ 2x.
 TARGETS = {"train": 1.3, "train_vs_nanogpt": 1.0, "generate": 2.0, "memory": 1.0, "tokenizer": 1.0, "eval": 2.0}
-BENCHES = ("train", "generate", "decode_floor", "bf16", "forward", "memory", "tokenizer", "eval")
+BENCHES = ("train", "generate", "decode_floor", "decode_loop", "bf16", "forward", "memory", "tokenizer", "eval")
 GPU_BENCH = "gpu"  # once per run, not per thread count, and only where CUDA is visible
 
 
@@ -61,6 +62,7 @@ def bench_command(name: str, threads: int, quick: bool, out: Path = RESULTS_DIR,
             (["--trajectory-steps", "5"] if quick else []) if check_trajectory else ["--trajectory-steps", "0"]),
         "generate": python + ["-m", "benchmarks.bench_generate", *common, *sizes],
         "decode_floor": python + ["-m", "benchmarks.bench_decode_floor", *common, *sizes],
+        "decode_loop": python + ["-m", "benchmarks.bench_decode_loop", *common] + (["--sizes", "tiny"] if quick else []),
         "bf16": python + ["-m", "benchmarks.bench_bf16", *common],
         "forward": python + ["-m", "benchmarks.bench_forward", *common, *sizes],
         "memory": python + ["-m", "benchmarks.bench_memory", "--threads", str(threads), "--out", str(out), *sizes],
@@ -94,6 +96,7 @@ def collect_rows(threads: int, results_dir: Path = RESULTS_DIR) -> tuple[list[di
     """The table rows of every result file at this thread count, and the files skipped for not naming a machine."""
     rows, skipped = [], []
     loaders = (("train", _train_rows), ("generate", _generate_rows), ("decode_floor", _decode_floor_rows),
+               ("decode_loop", _decode_loop_rows),
                ("bf16", _bf16_rows), ("forward", _forward_rows),
                ("memory", _memory_rows), ("bench_tokenizer", _tokenizer_rows), ("bench_eval", _eval_rows))
     for stem, to_rows in loaders:
@@ -143,6 +146,21 @@ def _decode_floor_rows(floor: dict) -> list[dict]:
                 f"implementation can beat GPT-2 by more than {result['best_possible_speedup_over_gpt2']:.2f}x here")
         rows.append(_row(f"decode floor {result['size']} batch 1: ours vs transformers GPT-2", ms["ours"], ms["gpt2"],
                          "ms/token", result["ours_speedup_over_gpt2"], None, None, None, note))
+    return rows
+
+
+def _decode_loop_rows(loop: dict) -> list[dict]:
+    """Static-cache decoding in ms per step: ours (our loop) against GPT-2, and what the loop alone gives."""
+    rows = []
+    for result in loop["results"]:
+        ms, speedup = result["ms_per_step"], result["ours_speedup"]
+        note = (f"ours in transformers' loop {ms[OURS_IN_TRANSFORMERS_LOOP]:.3f} ms: the loop alone "
+                f"{speedup[OURS_IN_TRANSFORMERS_LOOP]:.2f}x; "
+                + ("tokens identical" if result["tokens_identical"] else "TOKENS DIFFER"))
+        rows.append(_row(f"decode loop {result['size']} {result['mode']} batch {result['batch']}, static cache: ours "
+                         "vs transformers GPT-2", ms["ours"], ms["transformers GPT-2"], "ms/step",
+                         speedup["transformers GPT-2"], tuple(result["ours_speedup_range"]["transformers GPT-2"]),
+                         note=note))
     return rows
 
 

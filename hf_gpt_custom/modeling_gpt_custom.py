@@ -41,6 +41,7 @@ from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import read_config_dict
 from .errors import UserError
 from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
+from .static_decoding import decode_with_static_cache, uses_static_decoding
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
@@ -630,6 +631,17 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):
+        """generate()'s greedy and sampling loop: with a static cache, static_decoding.py's loop (the same tokens with
+        less host work per token; on a GPU the host then keeps ahead of the device); otherwise transformers' own."""
+        if uses_static_decoding(self, input_ids, stopping_criteria, generation_config, model_kwargs, synced_gpus,
+                                streamer):
+            return decode_with_static_cache(self, input_ids, logits_processor, stopping_criteria, generation_config,
+                                            model_kwargs)
+        return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config,
+                               synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
 
 
 __all__ = ["GPTCustomForCausalLM", "GPTCustomModel", "GPTCustomPreTrainedModel"]

@@ -234,6 +234,9 @@ def test_smoke_run_writes_every_result_file_with_device_versions_and_date(tmp_pa
     assert not any(row["ours_compiled"] for row in generate["results"])  # generate compiles on CUDA only
     for row in generate["results"]:  # one round: the speed-up is GPT-2's time over ours
         assert row["speedup"] == pytest.approx(row["gpt2_ms_per_step"] / row["ours_ms_per_step"])
+        # static rows also time our model in transformers' own loop: the share of static_decoding.py
+        assert (row["ours_transformers_loop_ms_per_step"] is not None) == (row["cache"] == "static")
+    assert "ours in transformers' loop" in markdown
     assert "not judged" in markdown and "MFU" in markdown
 
 

@@ -160,3 +160,30 @@ def test_the_piqa_fine_tuning_data_is_one_command_away(tmp_path, monkeypatch, sh
     first = json.loads((shared_data_dir / "piqa" / "valid.jsonl").read_text().splitlines()[0])
     assert len(rows) == 1838 and rows[0] == {**first, "label": int(labels[0])}
     assert [row["label"] for row in rows] == [int(label) for label in labels]
+
+
+def test_decode_loop_times_three_contenders_on_identical_tokens_and_reports_them(tmp_path, monkeypatch):
+    """bench_decode_loop: our loop, our model in transformers' loop and GPT-2 generate the same tokens; the table
+    row's ratio is GPT-2's time over ours, and the .md/.png name every contender."""
+    from benchmarks import bench_decode_loop
+
+    monkeypatch.setattr(bench_decode_loop, "NEW_TOKENS", 6)
+    monkeypatch.setattr(bench_decode_loop, "GREEDY", {**bench_decode_loop.GREEDY, "max_new_tokens": 6,
+                                                      "min_new_tokens": 6})
+    calls = []
+    real = bench_decode_loop.time_rotating
+    monkeypatch.setattr(bench_decode_loop, "time_rotating",
+                        lambda contenders, *args, **kwargs: calls.append(list(contenders)) or real(contenders, *args,
+                                                                                                   **kwargs))
+    result = bench_decode_loop.bench("tiny", "eager", batch=2, rounds=2)
+    assert calls == [["ours", bench_decode_loop.OURS_IN_TRANSFORMERS_LOOP, "transformers GPT-2"]]
+    assert result["tokens_identical"] and set(result["ms_per_step"]) == set(calls[0])
+    payload = {"machine": machine_info(1), "results": [result]}
+    path = write_json(result_name("decode_loop", 1), payload, tmp_path)
+    bench_decode_loop.write_report(payload, path.with_suffix(""))
+    assert "ours vs transformers' loop" in path.with_suffix(".md").read_text()
+    assert path.with_suffix(".png").stat().st_size > 0
+    rows, _ = run_all.collect_rows(1, tmp_path)
+    (row,) = [row for row in rows if row["figure"].startswith("decode loop tiny eager batch 2")]
+    assert row["ratio"] == result["ours_speedup"]["transformers GPT-2"]
+    assert row["ours"] == result["ms_per_step"]["ours"] and "tokens identical" in row["note"]

@@ -24,13 +24,14 @@ with torch.no_grad():
     logits = model(input_ids).logits
     hidden = base(input_ids).last_hidden_state
 generated = model.generate(input_ids[:1], max_new_tokens=6, do_sample=False, pad_token_id=0)
+static = model.generate(input_ids, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static")
 converted = type(model).from_pretrained(gpt2_folder).eval()  # the converters came with the remote code
 with torch.no_grad():
     converted_logits = converted(input_ids).logits
 print(json.dumps({
     "classes": [type(config).__module__, type(model).__module__, type(base).__module__, type(converted).__module__],
     "logits": logits.tolist(), "hidden": hidden.tolist(), "generated": generated.tolist(),
-    "converted_logits": converted_logits.tolist(),
+    "static_generated": static.tolist(), "converted_logits": converted_logits.tolist(),
 }))
 """
 
@@ -43,7 +44,7 @@ def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny
     assert {"configuration_gpt_custom.py", "architecture.py", "modeling_gpt_custom.py", "auto_classes.py",
             "block_variants.py", "causal_lm_loss.py", "convert_common.py", "convert_gpt2.py", "convert_llama.py",
             "convert_openai_gpt.py",
-            "heads_gpt_custom.py", "transformers_compat.py"} <= set(os.listdir(tmp_path / "ours"))
+            "heads_gpt_custom.py", "static_decoding.py", "transformers_compat.py"} <= set(os.listdir(tmp_path / "ours"))
     gpt2 = GPT2LMHeadModel(GPT2Config(**TINY_GPT2)).eval()
     gpt2.save_pretrained(tmp_path / "gpt2")
 
@@ -58,5 +59,8 @@ def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny
     assert torch.equal(torch.tensor(remote["logits"]), logits)
     assert torch.equal(torch.tensor(remote["hidden"]), hidden)
     assert remote["generated"] == model.generate(input_ids[:1], max_new_tokens=6, do_sample=False, pad_token_id=0).tolist()
+    # the static cache's decoding loop (static_decoding.py) came with the code: the dynamic cache's tokens
+    assert remote["static_generated"] == model.generate(input_ids, max_new_tokens=6, do_sample=False,
+                                                        pad_token_id=0).tolist()
     with torch.no_grad():
         torch.testing.assert_close(torch.tensor(remote["converted_logits"]), gpt2(input_ids).logits, rtol=0, atol=1e-5)

@@ -1,0 +1,165 @@
+"""Greedy and sampled decoding with a static KV cache, with less host work per token than transformers' `_sample`.
+
+Why: with `generate(..., cache_implementation="static")` a decoding step's device work is one compiled forward (on a
+GPU, a CUDA-graph replay), so the step takes as long as the host needs to issue it. transformers' loop rebuilds the
+inputs every step — `prepare_inputs_for_generation` slices and clones the ids and builds the 4-D mask over the whole
+cache on the host, `_update_model_kwargs_for_generation` concatenates the attention mask and positions, the ids grow
+by `torch.cat` — and reads a stop flag back from the device after every token, so the host and the device take turns
+instead of overlapping. That loop, not the model, is most of a step: on a 2-core CPU a tiny model's step is ~1 ms, of
+which the forward is ~0.26 ms (benchmarks/bench_generate.py, `--static-loop`).
+
+What stays as in `_sample`, token for token (tests/hf_gpt_custom/test_static_decoding.py checks it against `_sample`
+and against GPT2LMHeadModel with the same weights): the prefill is transformers' own; each step the model gets the same
+ids, positions and mask values; the logits processors and stopping criteria run once per token on the sequence so far;
+the token is the argmax or one `torch.multinomial` draw; a finished row gets `pad_token_id`.
+
+What changes: ids, positions and the key mask live in buffers allocated once. The mask over a static cache's slots is
+the prompt's padding mask plus each slot as it is written — decoding one token at a time, that is exactly the causal
+and padding mask transformers builds. For greedy decoding with transformers' own processors and criteria (no random
+draw, no state) the stop flag is copied without waiting and read one step late, and the extra step's token is dropped:
+the host queues the next step while the device runs this one. Everything else (sampling, a user's processor or
+criterion) reads the flag every step, as `_sample` does.
+
+Anything this loop does not cover — another cache, another attention implementation than sdpa, a streamer, scores or
+hidden states returned, inputs_embeds, a cache passed in by the caller — runs transformers' `_sample` unchanged
+(`uses_static_decoding` says which).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import StaticCache, StaticLayer
+from transformers.generation.logits_process import LogitsProcessorList
+from transformers.generation.stopping_criteria import StoppingCriteriaList
+
+# What `_sample` may hand the model besides the ids; any other key (token_type_ids, a user's forward kwarg) means the
+# forward needs something this loop does not carry from step to step, so `_sample` runs.
+MODEL_KWARGS_KEPT = {"cache", "attention_mask", "position_ids", "use_cache", "logits_to_keep"}
+
+# Devices that run ahead of the host, where reading the stop flag one step late lets the host queue the next step. On
+# the CPU every op has finished when it returns, so the read costs nothing and the late read would only add a step. A
+# test adds "cpu" to hold the late read's code path on a CPU.
+STOP_LATE_DEVICES = ("cuda", "xpu")
+
+
+def uses_static_decoding(model, input_ids: torch.Tensor, stopping_criteria: StoppingCriteriaList, generation_config,
+                         model_kwargs: dict, synced_gpus: bool, streamer) -> bool:
+    """True when `decode_with_static_cache` gives what transformers' `_sample` gives for this call. Before
+    transformers 5.24 generate() hands the cache over as `past_key_values`, so `_sample` runs there."""
+    cache = model_kwargs.get("cache")
+    prompt_mask = model_kwargs.get("attention_mask")
+    return (
+        type(cache) is StaticCache
+        and all(type(layer) is StaticLayer for layer in cache.layers)  # no sliding window: one mask for every layer
+        and not getattr(cache, "_is_user_defined", False)  # a caller's cache may hold history; it outlives the call
+        and not cache.is_initialized  # (empty: nothing cached before this call)
+        and model.config._attn_implementation == "sdpa"  # the boolean 4-D mask below is sdpa's format
+        and set(model_kwargs) <= MODEL_KWARGS_KEPT
+        and (prompt_mask is None or tuple(prompt_mask.shape) == tuple(input_ids.shape))  # a 2-D mask over the prompt
+        and input_ids.device == model.device  # (else transformers moves each step's inputs)
+        and model_kwargs.get("use_cache", True)
+        and not synced_gpus
+        and streamer is None
+        and not generation_config.return_dict_in_generate
+        and generation_config.prefill_chunk_size is None
+        and stopping_criteria.max_length is not None  # (generate() always adds one: it sizes the buffers)
+    )
+
+
+def _is_stateless(processors: LogitsProcessorList, criteria: StoppingCriteriaList) -> bool:
+    """transformers' own processors and criteria are functions of (ids, scores): calling them once more after the
+    last token changes nothing. A user's may count calls; watermarking processors keep state."""
+    return all(
+        type(item).__module__.startswith("transformers.generation.")
+        and "Watermark" not in type(item).__name__
+        and "SynthID" not in type(item).__name__
+        for item in [*processors, *criteria]
+    )
+
+
+class _CopyDone:
+    """An event marking that a non-blocking copy to the host has landed; nothing to wait for on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.event = None if device.type == "cpu" else torch.Event(device=device, blocking=True)
+
+    def record(self) -> None:
+        if self.event is not None:
+            self.event.record()
+
+    def synchronize(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+
+
+@torch.no_grad()
+def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processor: LogitsProcessorList,
+                             stopping_criteria: StoppingCriteriaList, generation_config,
+                             model_kwargs: dict) -> torch.LongTensor:
+    """The sequences `_sample` returns (prompt and new tokens), for a call `uses_static_decoding` accepts."""
+    cache = model_kwargs["cache"]
+    batch, prompt_length = input_ids.shape
+    max_length = stopping_criteria.max_length  # generate() always adds its MaxLengthCriteria
+    do_sample = generation_config.do_sample
+    pad_token_id = generation_config._pad_token_tensor
+    has_eos_stopping_criteria = any(hasattr(criterion, "eos_token_id") for criterion in stopping_criteria)
+    forward = (model.get_compiled_call(generation_config.compile_config)
+               if model._valid_auto_compile_criteria(model_kwargs, generation_config) else model.__call__)
+
+    outputs = model._prefill(input_ids, generation_config, model_kwargs)  # transformers' own prefill
+
+    device = input_ids.device
+    tokens = input_ids.new_zeros((batch, max_length))  # prompt + generated ids; [:, :length] is the sequence so far
+    tokens[:, :prompt_length] = input_ids
+    slots = cache.layers[0].max_cache_len
+    attended = torch.zeros((batch, slots), dtype=torch.bool, device=device)  # which cache slots each row attends
+    prompt_mask = model_kwargs.get("attention_mask")
+    attended[:, :prompt_length] = True if prompt_mask is None else prompt_mask.bool()
+    attention_mask = attended[:, None, None, :]  # (batch, 1, query 1, slots): a view, updated in place each step
+    positions = model_kwargs.get("position_ids")
+    positions = (positions[:, -1:] if positions is not None
+                 else torch.full((batch, 1), prompt_length - 1, dtype=torch.long, device=device))
+    unfinished = torch.ones(batch, dtype=torch.long, device=device)
+    stop_late = (device.type in STOP_LATE_DEVICES and not do_sample
+                 and _is_stateless(logits_processor, stopping_criteria))
+    if stop_late:
+        stop_flags = [torch.zeros((), dtype=torch.bool, pin_memory=device.type == "cuda") for _ in range(2)]
+        copied = [_CopyDone(device) for _ in range(2)]
+    length = prompt_length
+
+    while True:
+        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32)
+        del outputs  # a compiled forward's outputs are overwritten by its next call
+        scores = logits_processor(tokens[:, :length], logits)
+        if do_sample:
+            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            next_tokens = torch.argmax(scores, dim=-1)
+        if has_eos_stopping_criteria:
+            next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
+        tokens[:, length] = next_tokens
+        length += 1
+        unfinished = unfinished & ~stopping_criteria(tokens[:, :length], scores)
+
+        if stop_late:
+            # Queue this step's flag, then read the previous step's: if every row had finished there, this step's
+            # token is one too many.
+            step = length % 2
+            stop_flags[step].copy_(unfinished.max() == 0, non_blocking=True)
+            copied[step].record()
+            if length > prompt_length + 1:
+                copied[1 - step].synchronize()
+                if stop_flags[1 - step]:
+                    length -= 1
+                    break
+            if length == max_length:  # the MaxLengthCriteria: known on the host, nothing to wait for
+                copied[step].synchronize()
+                break
+        elif length == max_length or bool(unfinished.max() == 0):
+            break
+
+        attended[:, length - 1] = True  # the slot the new token is written to
+        positions = positions + 1
+        outputs = forward(input_ids=next_tokens[:, None], attention_mask=attention_mask, position_ids=positions,
+                          cache=cache, use_cache=True, logits_to_keep=1, return_dict=True)
+    return tokens[:, :length].contiguous()

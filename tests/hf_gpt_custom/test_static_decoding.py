@@ -1,0 +1,234 @@
+"""static_decoding.py: generate()'s loop for a static cache gives, token for token, what transformers' own `_sample`
+gives on the same model, and what GPT2LMHeadModel gives with the same weights; whatever it does not cover runs
+`_sample` itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GenerationMixin, StaticCache
+from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+from hf_gpt_custom import static_decoding
+from hf_gpt_custom.transformers_compat import cache_kwarg
+from tests.helpers import make_gpt2_pair, padded_batch, randomize_
+
+STATIC = dict(cache_implementation="static", pad_token_id=0)
+
+
+@pytest.fixture
+def pair():
+    return make_gpt2_pair("sdpa", seed=8)  # a seed whose greedy rows are not one token repeated
+
+
+@pytest.fixture
+def loops(monkeypatch):
+    """Count the calls of our loop and of transformers' `_sample`, so that no equality below holds by a fallback."""
+    calls = {"ours": 0, "transformers": 0}
+    ours, theirs = static_decoding.decode_with_static_cache, GenerationMixin._sample
+
+    def counted_ours(*args, **kwargs):
+        calls["ours"] += 1
+        return ours(*args, **kwargs)
+
+    def counted_theirs(model, *args, **kwargs):
+        calls["transformers"] += isinstance(model, GPTCustomForCausalLM)  # not GPT-2's own calls
+        return theirs(model, *args, **kwargs)
+
+    monkeypatch.setattr("hf_gpt_custom.modeling_gpt_custom.decode_with_static_cache", counted_ours)
+    monkeypatch.setattr(GenerationMixin, "_sample", counted_theirs)
+    return calls
+
+
+def with_transformers_loop(monkeypatch, model, *args, **kwargs) -> torch.Tensor:
+    """generate() as transformers runs it: our `_sample` handing every call to GenerationMixin._sample."""
+    with monkeypatch.context() as patch:
+        patch.setattr("hf_gpt_custom.modeling_gpt_custom.uses_static_decoding", lambda *a, **k: False)
+        return model.generate(*args, **kwargs)
+
+
+def eos_for_row_0(model, prompt, attention_mask) -> tuple[int, int]:
+    """(token, n): a token that row 0 generates greedily first as its n-th new token (n >= 2) and every other row
+    later or never: as eos, it stops row 0 first, after n tokens. (Tiny random models repeat a few tokens.)"""
+    tokens = model.generate(prompt, attention_mask=attention_mask, do_sample=False, max_new_tokens=12,
+                            min_new_tokens=12, **STATIC)[:, prompt.shape[1]:].tolist()
+    for index in range(1, 12):
+        token = tokens[0][index]
+        if token not in tokens[0][:index] and all(token not in row[:index + 1] for row in tokens[1:]):
+            return token, index + 1
+    raise AssertionError(f"no token of row 0 can stop it alone: {tokens}")
+
+
+SETTINGS = {
+    "greedy": dict(do_sample=False, max_new_tokens=12),
+    "greedy with processors": dict(do_sample=False, max_new_tokens=12, repetition_penalty=1.4,
+                                   no_repeat_ngram_size=2, min_new_tokens=5),
+    "sampling": dict(do_sample=True, max_new_tokens=12, temperature=0.7, top_k=20, top_p=0.9),
+}
+
+
+@pytest.mark.parametrize("stop_late", [False, True], ids=["flag-read-each-step", "flag-read-one-step-late"])
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_our_loop_gives_the_tokens_of_transformers_loop(pair, loops, monkeypatch, setting, stop_late):
+    """Left-padded rows, one of them stopped early by eos (then padded), on the same model: every token equal. With
+    `stop_late` the loop reads its stop flag one step late, as on a GPU, here on the CPU."""
+    if stop_late:
+        monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    ours, _ = pair
+    prompt, attention_mask = padded_batch()
+    prompt, attention_mask = prompt[[0, 2]], attention_mask[[0, 2]]  # left-padded and full rows
+    eos, stops_after = eos_for_row_0(ours, prompt, attention_mask)
+    loops["ours"] = 0
+    kwargs = dict(attention_mask=attention_mask, eos_token_id=eos, **SETTINGS[setting], **STATIC)
+    torch.manual_seed(3)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    torch.manual_seed(3)
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops == {"ours": 1, "transformers": 1}
+    assert tokens.tolist() == expected.tolist()
+    if setting == "greedy":  # the eos token stopped row 0 alone; pad_token_id fills the rest of its row
+        assert tokens.shape[1] > prompt.shape[1] + stops_after  # the other row went on
+        assert tokens[0, prompt.shape[1] + stops_after - 1] == eos
+        assert (tokens[0, prompt.shape[1] + stops_after:] == 0).all()
+
+
+@pytest.mark.parametrize("stop_late", [False, True], ids=["flag-read-each-step", "flag-read-one-step-late"])
+def test_when_every_row_stops_early_the_sequences_end_where_transformers_ends_them(pair, loops, monkeypatch,
+                                                                                   stop_late):
+    """One row, stopped by eos after n of 12 tokens: the output is n tokens longer than the prompt, not n + 1 (the
+    late read's extra step is dropped) and not 12."""
+    if stop_late:
+        monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (1, 6))
+    eos, stops_after = eos_for_row_0(ours, prompt, None)
+    kwargs = dict(eos_token_id=eos, do_sample=False, max_new_tokens=12, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    loops["ours"] = 0
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.shape == (1, 6 + stops_after) and tokens.tolist() == expected.tolist()
+
+
+def test_our_loop_gives_the_tokens_of_transformers_gpt2_for_left_padded_rows(pair, loops):
+    """An independent model with the same weights, in transformers' own loop: GPT-2's greedy tokens."""
+    ours, reference = pair
+    prompt, attention_mask = padded_batch()
+    prompt, attention_mask = prompt[[0, 2]], attention_mask[[0, 2]]
+    kwargs = dict(attention_mask=attention_mask, do_sample=False, max_new_tokens=15, min_new_tokens=15, pad_token_id=0)
+    tokens = ours.generate(prompt, cache_implementation="static", **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
+
+
+def test_rotary_grouped_query_positions_follow_each_rows_padding(loops, monkeypatch):
+    """LLaMA-style block (RoPE, grouped-query attention): a left-padded row's positions come from its own tokens in
+    every step, so it decodes as transformers' loop decodes it, and as the row alone."""
+    torch.manual_seed(0)
+    config = GPTCustomConfig.from_preset("llama-small", n_layer=2, n_embd=32, n_head=4, n_kv_head=2, vocab_size=99,
+                                         n_positions=64)
+    model = randomize_(GPTCustomForCausalLM(config)).eval()
+    prompt, attention_mask = padded_batch()
+    prompt, attention_mask = prompt[[0, 2]], attention_mask[[0, 2]]
+    kwargs = dict(do_sample=False, max_new_tokens=10, min_new_tokens=10, **STATIC)
+    tokens = model.generate(prompt, attention_mask=attention_mask, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == with_transformers_loop(monkeypatch, model, prompt, attention_mask=attention_mask,
+                                                     **kwargs).tolist()
+    alone = model.generate(prompt[:1, 6:], **kwargs)  # row 0 without its 6 padding columns
+    assert tokens[0, 6:].tolist() == alone[0].tolist()
+
+
+class RecordingStreamer(BaseStreamer):
+    def __init__(self):
+        self.puts = []
+
+    def put(self, value):
+        self.puts.append(value.tolist())
+
+    def end(self):
+        pass
+
+
+@pytest.mark.parametrize("case", ["dynamic cache", "eager attention", "streamer", "scores returned",
+                                  "a cache passed in"])
+def test_what_our_loop_does_not_cover_runs_transformers_loop(pair, loops, case):
+    ours, reference = pair
+    prompt = torch.randint(0, 98, (1, 6))
+    kwargs = dict(do_sample=False, max_new_tokens=5, min_new_tokens=5, **STATIC)
+    if case == "dynamic cache":
+        kwargs.pop("cache_implementation")
+    elif case == "eager attention":
+        ours.set_attn_implementation("eager")
+    elif case == "streamer":
+        kwargs["streamer"] = RecordingStreamer()
+    elif case == "scores returned":
+        kwargs.update(return_dict_in_generate=True, output_scores=True)
+    elif case == "a cache passed in":
+        kwargs.pop("cache_implementation")
+        kwargs.update(cache_kwarg(StaticCache(config=ours.config, max_cache_len=16)))
+    tokens = ours.generate(prompt, **kwargs)
+    sequences = tokens.sequences if case == "scores returned" else tokens
+    expected = reference.generate(prompt, do_sample=False, max_new_tokens=5, min_new_tokens=5, pad_token_id=0)
+    assert sequences.tolist() == expected.tolist()
+    assert loops == {"ours": 0, "transformers": 1}
+    if case == "streamer":  # the prompt, then each new token
+        assert len(kwargs["streamer"].puts) == 1 + 5
+
+
+def test_a_model_input_the_loop_does_not_carry_runs_transformers_loop(pair):
+    """A forward input besides ids, mask, positions and cache (token types, a user's kwarg) would need updating
+    every step, which only transformers' loop does."""
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (1, 6))
+    cache = StaticCache(config=ours.config, max_cache_len=16)
+    config = ours.generation_config
+    criteria = StoppingCriteriaList([MaxLengthCriteria(max_length=17)])
+    kept = dict(cache=cache, attention_mask=torch.ones_like(prompt), use_cache=True, logits_to_keep=1)
+
+    def covered(**changes) -> bool:
+        return static_decoding.uses_static_decoding(ours, prompt, criteria, config, {**kept, **changes}, False, None)
+
+    assert covered()
+    assert not covered(token_type_ids=prompt)
+    assert not covered(attention_mask=torch.ones(1, 9))  # a mask over more than the prompt (a continuation)
+    assert not covered(past_key_values=cache)  # transformers < 5.24 passes the cache under this name
+
+
+@pytest.mark.slow
+def test_compiled_decoding_compiles_once_and_gives_transformers_tokens(pair, loops, monkeypatch):
+    """The forward that generate compiles for a static cache (CUDA's default, forced here on the CPU) takes our
+    loop's inputs without a graph break, and the second call and every step reuse that one graph."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    ours, reference = pair
+    prompt, attention_mask = padded_batch()
+    compile_config = CompileConfig(fullgraph=True, backend="aot_eager")
+    compile_config._compile_all_devices = True  # transformers compiles only on CUDA unless told
+    kwargs = dict(attention_mask=attention_mask, do_sample=False, max_new_tokens=9, min_new_tokens=9, pad_token_id=0)
+    torch._dynamo.reset()
+    counters.clear()
+    for _ in range(2):
+        tokens = ours.generate(prompt, cache_implementation="static", compile_config=compile_config, **kwargs)
+        assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
+    assert loops["ours"] == 2
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("stop_late", [False, True], ids=["flag-read-each-step", "flag-read-one-step-late"])
+def test_a_row_stopped_by_its_first_token_ends_there(pair, loops, monkeypatch, stop_late):
+    """eos as the very first new token: one token after the prompt, as transformers' loop gives."""
+    if stop_late:
+        monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (1, 6))
+    first = int(ours.generate(prompt, do_sample=False, max_new_tokens=1, **STATIC)[0, -1])
+    kwargs = dict(eos_token_id=first, do_sample=False, max_new_tokens=12, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    loops["ours"] = 0
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.shape == (1, 7) and tokens.tolist() == expected.tolist()
