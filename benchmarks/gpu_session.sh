@@ -254,9 +254,10 @@ rest() {
 # static-cache compilation that a 70-75 s cap cut twice.
 next_call() {
   begin_call "${SESSION_SECONDS:-360}"
-  local c; c=$(cap 120); header "the CPU-launch tests on a GPU machine" "$c"
+  local c; c=$(cap 120); header "the CPU-launch and static-decoding tests on a GPU machine" "$c"
   [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 3 \
-    tests/training/test_multiprocess.py tests/training/test_devices.py tests/eval/test_eval_command.py 2>&1 | tail -n 15
+    tests/training/test_multiprocess.py tests/training/test_devices.py tests/eval/test_eval_command.py \
+    tests/gpu/test_generation_cuda.py tests/hf_gpt_custom/test_static_decoding.py 2>&1 | tail -n 15
   bench_stage "generation" 220 --parts generate --gen-rounds 3
   echo "=== done $(date -u +%T) ==="
 }
