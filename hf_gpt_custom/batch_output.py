@@ -43,6 +43,16 @@ def backend_encodings(tokenizer: PreTrainedTokenizerFast, text, text_pair, optio
         tokenizer.truncation_side = current_side
 
 
+def copy_text_input(text):
+    """`text` with its lists and tuples copied (str is immutable): the lazy Encodings describe the call's text even
+    after the caller reuses its list (`batch[0] = ...`) once the call has returned."""
+    if isinstance(text, list):
+        return [copy_text_input(item) for item in text]
+    if isinstance(text, tuple):
+        return tuple(copy_text_input(item) for item in text)
+    return text
+
+
 def as_text_batch(text, text_pair) -> tuple[list[str], list[str] | None, bool] | None:
     """(first texts, second texts or None, is_batched) for text and text pairs, as transformers reads them; None for
     any other input (pre-split words, an empty batch, mismatched pairs), which transformers' own path handles."""

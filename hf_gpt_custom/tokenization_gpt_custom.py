@@ -17,7 +17,8 @@ from transformers import BatchEncoding, PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import TruncationStrategy
 from transformers.utils import PaddingStrategy
 
-from .batch_output import BatchEncodingWithLazyEncodings, as_text_batch, backend_encodings, cut_to_length, pad_rows
+from .batch_output import (BatchEncodingWithLazyEncodings, as_text_batch, backend_encodings, copy_text_input,
+                           cut_to_length, pad_rows)
 from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import MissingFileError, UserError
 from .task_template import TaskTemplate, read_task_template
@@ -252,7 +253,7 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         # not the backend's, so those calls have none (`.encodings` is None, as for a Python tokenizer).
         settings = {**options, "split_special_tokens": split_special_tokens, "padding_side": padding_side}
         make_encodings = None if template is not None and is_truncated else functools.partial(
-            backend_encodings, self, text, text_pair, settings, self.truncation_side)
+            backend_encodings, self, copy_text_input(text), copy_text_input(text_pair), settings, self.truncation_side)
         return BatchEncodingWithLazyEncodings(data, make_encodings, return_tensors, 1 if seconds is None else 2)
 
     def _refuse_special_token_text(self, text, text_pair) -> None:

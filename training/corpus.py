@@ -9,6 +9,7 @@ wrong (empty, binary, not UTF-8, a bad JSON line) are named with the fix. Light 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.manifest import sha256_file
 
 if TYPE_CHECKING:
     import datasets
@@ -30,6 +32,11 @@ CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_READERS)
 # ("a\n\n\nb" -> "a", "\nb"), so text without space-holding lines gives exactly datasets' paragraphs.
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
 _LEADING_SPACE_LINES = re.compile(r"\A(?:[^\S\n]+\n)+")
+
+# sha256 of each file already hashed in this process, by absolute path: (file identity, sha256). The identity (device,
+# inode, size, mtime, ctime) changes with any write or replacement (ctime too when cp -p, rsync -t or tar restore the
+# mtime), so the data cache key, the raw-text cache and the tokenizer's marker read a file once between them.
+_FILE_SHA256: dict[str, tuple[tuple[int, ...], str]] = {}
 
 
 def reader_for(path: str | os.PathLike) -> str:
@@ -64,6 +71,38 @@ def list_local_files(path: str | os.PathLike) -> list[Path]:
     return files
 
 
+def fingerprint_local_source(path: str | os.PathLike) -> str:
+    """sha256 over a local source's files: each file's name (relative to a folder) and the sha256 of its bytes."""
+    root = Path(path)
+    digest = hashlib.sha256()
+    for file in list_local_files(root):
+        name = file.relative_to(root).as_posix() if root.is_dir() else file.name
+        digest.update(f"{name}={_file_sha256(file)};".encode())
+    return digest.hexdigest()
+
+
+def content_cache_dir(path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
+    """The `cache_dir` for `datasets.load_dataset` of a local source: one folder per content, under `cache_dir` (or
+    datasets' own cache). datasets tells local files apart by path and mtime only, so a file replaced with its mtime
+    kept (cp -p, rsync -t, tar) gave the old text back from a shared cache."""
+    import datasets
+
+    base = Path(cache_dir) if cache_dir is not None else Path(datasets.config.HF_DATASETS_CACHE)
+    return str(base / "by_content" / fingerprint_local_source(path)[:20])
+
+
+def _file_sha256(path: Path) -> str:
+    status = path.stat()
+    identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+    key = str(path.resolve())
+    known = _FILE_SHA256.get(key)
+    if known is not None and known[0] == identity:
+        return known[1]
+    sha256 = sha256_file(path)
+    _FILE_SHA256[key] = (identity, sha256)
+    return sha256
+
+
 def load_text_dataset(
     source: str,
     text_field: str = "text",
@@ -89,8 +128,8 @@ def load_text_dataset(
         if builder == "text":
             kwargs["sample_by"] = sample_by
             text_field = "text"
-        if cache_dir is not None:
-            kwargs["cache_dir"] = str(cache_dir)
+        if not streaming:
+            kwargs["cache_dir"] = content_cache_dir(source, cache_dir)
         try:
             dataset = datasets.load_dataset(builder, **kwargs)
         except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
@@ -212,8 +251,6 @@ def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exceptio
 
 def shared_corpus_file(dataset: str, val_dataset: str) -> str | None:
     """How the validation files overlap the training files (the same file, or one with the same bytes), or None."""
-    from hf_gpt_custom.manifest import sha256_file
-
     try:
         train_files, val_files = list_corpus_files(dataset), list_corpus_files(val_dataset)
     except UserError:

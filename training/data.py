@@ -8,6 +8,7 @@ sharding batches across processes is Accelerate's, and a resumed run skips the b
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -27,13 +28,14 @@ from torch.utils.data import DataLoader, Sampler
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import sha256_file
 from hf_gpt_custom.training.config import TrainConfig
-from hf_gpt_custom.training.corpus import list_local_files, load_text_dataset
+from hf_gpt_custom.training.corpus import fingerprint_local_source, load_text_dataset
 from hf_gpt_custom.training.run_lock import claim_build_folder
 
 logger = logging.getLogger(__name__)
 
-# Bump when the packing or caching logic changes so old caches are not reused.
-CACHE_FORMAT_VERSION = 3
+# Bump when the packing or caching logic changes so old caches are not reused. 4: version 3 could store the text of
+# a replaced file's old contents under its new contents' key (the raw-text cache knew files by path and mtime).
+CACHE_FORMAT_VERSION = 4
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -62,17 +64,36 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
 
 
 def document_encoder(tokenizer) -> Callable[[list[str]], list[list[int]]]:
-    """texts -> each text's ids, no special tokens: how documents are tokenised (token_bytes.py checks its byte
-    counts with it). Ids only, no Python BatchEncoding per document: our tokenizer's encode_ids_batch (tiktoken's
-    engine when the vocabulary allows, ~4x the Rust batch call), else any fast tokenizer's Rust backend."""
+    """texts -> each text's ids, no special tokens added, none cut or padded, and special-token text such as a
+    literal "<|endoftext|>" kept as text (only the separator tokenize_documents appends is a boundary): how documents
+    are tokenised (token_bytes.py checks its byte counts with it). Ids only, no Python BatchEncoding per document:
+    our tokenizer's encode_ids_batch (tiktoken's engine when the vocabulary allows, ~4x the Rust batch call), else a
+    copy of any fast tokenizer's Rust backend (`_document_backend`)."""
     encode_ids = getattr(tokenizer, "encode_ids_batch", None)
     if encode_ids is None:
-        backend = tokenizer.backend_tokenizer
+        backend = _document_backend(tokenizer.backend_tokenizer)
 
         def encode_ids(texts: list[str]) -> list[list[int]]:
+            # set on every call: pickling the backend (datasets' num_proc workers) drops this flag
+            if not backend.encode_special_tokens:
+                backend.encode_special_tokens = True
             return [encoding.ids for encoding in backend.encode_batch_fast(texts, add_special_tokens=False)]
 
     return lambda texts: _encode_with_fallback(tokenizer, encode_ids, texts)
+
+
+def _document_backend(backend):
+    """A copy of a `tokenizers.Tokenizer` that encodes whole documents: no truncation, no padding.
+
+    The Rust backend keeps the truncation and padding of the last `tokenizer(...)` call, and a saved tokenizer.json
+    brings its "truncation"/"padding" sections back on load: used as it is, it cut every document to max_length or
+    padded it with pad ids. A copy, so the caller's tokenizer keeps its settings.
+    """
+    documents = copy.deepcopy(backend)
+    documents.no_truncation()
+    documents.no_padding()
+    documents.encode_special_tokens = True  # "<|endoftext|>" in a document is text, as our encode_ids_batch has it
+    return documents
 
 
 def _encode_with_fallback(tokenizer, encode_ids, texts: list[str]) -> list[list[int]]:
@@ -95,7 +116,7 @@ def _encode_with_fallback(tokenizer, encode_ids, texts: list[str]) -> list[list[
 
 def _encode_one(tokenizer, text: str) -> list[int]:
     try:
-        return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+        return tokenizer(text, add_special_tokens=False, split_special_tokens=True, verbose=False)["input_ids"]
     except Exception:
         raise
     except BaseException as err:  # noqa: B036
@@ -187,9 +208,7 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
         if source is None:
             continue
         if Path(source).exists():
-            root = Path(source)
-            for file in list_local_files(root):
-                add(f"{role}:{file.relative_to(root) if root.is_dir() else file.name}", sha256_file(file))
+            add(f"{role}:files", fingerprint_local_source(source))
         else:
             add(f"{role}:hub", (source, config.dataset_config, config.dataset_split))
     for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "val_holdout", "seed", "block_size"):

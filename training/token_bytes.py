@@ -10,6 +10,9 @@ of the text's bytes:
 - a tokenizer that prepends a space to every text it encodes (SentencePiece's dummy prefix, `add_prefix_space`):
   the first token of a document stands for one byte less, so the table has a second column for that position.
 
+Special tokens stand for 0 bytes: in training data the only ones are the separators data.py appends, because
+documents are encoded with special-token text as text (a literal "<|endoftext|>" is 13 bytes of tokens).
+
 `check()` tokenises probe texts as the data pipeline does and compares the counts with the real UTF-8 lengths, so
 a tokenizer outside these rules is reported instead of giving a silently wrong figure.
 """
@@ -38,6 +41,7 @@ class TokenBytes:
 
     within: torch.Tensor  # (vocab,) int64
     at_start: torch.Tensor  # (vocab,) int64
+    probes: tuple[str, ...] = PROBES  # check()'s texts: PROBES, and each special token's text inside a sentence
 
     @classmethod
     def of(cls, tokenizer, vocab_size: int | None = None) -> TokenBytes:
@@ -56,10 +60,12 @@ class TokenBytes:
             at_start = [n - 1 if n > 0 and token is not None and token.startswith(prefix) else n
                         for n, token in zip(within, tokens)]
         padding = [0] * max(0, (vocab_size or 0) - len(within))
-        return cls(torch.tensor(within + padding), torch.tensor(at_start + padding))
+        # a special token's text in a document must count its bytes, not 0 as the special token would
+        special_probes = tuple(f"it says {token} in the text" for token in dict.fromkeys(tokenizer.all_special_tokens))
+        return cls(torch.tensor(within + padding), torch.tensor(at_start + padding), PROBES + special_probes)
 
     def to(self, device) -> TokenBytes:
-        return TokenBytes(self.within.to(device), self.at_start.to(device))
+        return TokenBytes(self.within.to(device), self.at_start.to(device), self.probes)
 
     def count(self, targets: torch.Tensor, previous: torch.Tensor, eos_token_id: int) -> torch.Tensor:
         """Bytes of each row of `targets` (rows, n), on the tables' device; `previous` holds the token before each
@@ -71,7 +77,7 @@ class TokenBytes:
         """Probe texts whose counted bytes differ from their UTF-8 length ([] when the tables are exact); `encode`
         tokenises documents as the data pipeline does."""
         problems = []
-        for text, ids in zip(PROBES, encode(list(PROBES))):
+        for text, ids in zip(self.probes, encode(list(self.probes))):
             counted = sum(int(self.at_start[i]) if position == 0 else int(self.within[i])
                           for position, i in enumerate(ids))
             if counted != len(text.encode("utf-8")):

@@ -246,6 +246,10 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
     holds_out_validation = config.val_dataset is None and config.val_split is None and not config.streaming
     source = {"dataset": config.dataset, "dataset_config": config.dataset_config, "split": config.dataset_split,
               "text_field": config.text_field, "vocab_size": config.tokenizer_vocab_size}
+    if Path(config.dataset).exists():  # the same path with other contents is other documents (the data cache's key)
+        from hf_gpt_custom.training.corpus import fingerprint_local_source
+
+        source["dataset_sha256"] = fingerprint_local_source(config.dataset)
     if holds_out_validation:
         source["trained_on"] = {"documents": "training split", "text_sample_by": config.text_sample_by,
                                 "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,

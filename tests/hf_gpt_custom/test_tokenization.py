@@ -299,6 +299,21 @@ def test_call_runs_on_tiktoken_and_makes_encodings_only_when_asked(tokenizer_fol
     assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
 
 
+def test_encodings_made_later_describe_the_calls_text_not_the_callers_list_now(tokenizer_folder):
+    """Encodings are made on first use, after the call returned: a caller that reuses its list in between got the
+    tokens of its new text beside the ids of the old. Reference: the `tokenizers` library on the text of the call."""
+    from tokenizers import Tokenizer
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    reference = Tokenizer.from_file(str(tokenizer_folder / "tokenizer.json"))
+    texts = ["ROMEO: But soft", "what light through yonder window"]
+    batch = tokenizer(texts, padding=True)
+    expected = [e.tokens for e in reference.encode_batch(texts, add_special_tokens=False)]
+    texts[0] = "completely different words here now"
+    assert batch.tokens(0)[: len(expected[0])] == expected[0] and batch.tokens(1) == expected[1]
+    assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
+
+
 def test_pairs_without_a_task_template_take_the_backends_path(tokenizer_folder):
     ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
     gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)

@@ -62,6 +62,49 @@ def test_any_fast_tokenizer_gives_the_ids_of_ours(shakespeare_path, tokenizer, s
     assert ours[0] == tokenizer(documents[0]["text"])["input_ids"] + [tokenizer.eos_token_id]
 
 
+def test_a_tokenizer_saved_after_a_truncating_padded_call_encodes_whole_documents(shakespeare_path, tmp_path,
+                                                                                    shakespeare_tokenizer_dir):
+    """save_pretrained writes the backend's last truncation and padding into tokenizer.json and loading brings them
+    back: documents were cut to 4 ids (or padded) with no error. Reference: the `tokenizers` library on the trained
+    tokenizer.json, which has neither section."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, GPT2TokenizerFast
+
+    from hf_gpt_custom.training.data import document_encoder
+
+    saved = GPT2TokenizerFast.from_pretrained(str(shakespeare_tokenizer_dir), pad_token="<|endoftext|>")
+    saved(["To be, or not to be"], truncation=True, max_length=4, padding="max_length")
+    saved.save_pretrained(tmp_path / "saved")
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
+    assert not hasattr(loaded, "encode_ids_batch") and loaded.backend_tokenizer.truncation["max_length"] == 4
+    texts = [s for s in shakespeare_path.read_text(encoding="utf-8")[:5_000].split("\n\n") if s]
+    reference = [e.ids for e in Tokenizer.from_file(str(shakespeare_tokenizer_dir / "tokenizer.json")).encode_batch(
+        texts, add_special_tokens=False)]
+    encode = document_encoder(loaded)
+    assert encode(texts) == reference
+    assert loaded.backend_tokenizer.truncation["max_length"] == 4  # the caller's tokenizer is left as it was
+    loaded(["a", "b c"], padding="max_length", max_length=16)  # a padded call after the encoder was made
+    documents = datasets.Dataset.from_dict({"text": texts})
+    assert [ids[:-1] for ids in tokenize_documents(documents, loaded)["input_ids"]] == encode(texts) == reference
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_special_token_text_in_a_document_is_text_for_any_tokenizer(tokenizer, shakespeare_tokenizer_dir, num_proc):
+    """A literal "<|endoftext|>" in a document is 13 characters of text, not a document boundary, through our
+    tokenizer and through any fast tokenizer (with datasets' worker processes too, which get a pickled copy).
+    Reference: the textbook BPE (bpe_reference.py), which knows no special tokens."""
+    from transformers import GPT2TokenizerFast
+
+    from hf_gpt_custom import bpe_reference
+
+    texts = ["He wrote <|endoftext|> in his essay.", "<|endoftext|>", "ROMEO:\nBut, soft!"]
+    merges = bpe_reference.merges_from_tokenizer(tokenizer)
+    expected = [bpe_reference.encode(text, merges) + [tokenizer.eos_token_id] for text in texts]
+    documents = datasets.Dataset.from_dict({"text": texts})
+    for candidate in (tokenizer, GPT2TokenizerFast.from_pretrained(str(shakespeare_tokenizer_dir))):
+        assert tokenize_documents(documents, candidate, num_proc=num_proc)["input_ids"] == expected
+
+
 def test_validation_split_is_seeded_and_disjoint(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
     config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
     packed = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
@@ -193,11 +236,18 @@ def test_a_document_the_fast_path_cannot_encode_goes_through_the_tokenizer(token
     def panics(texts):
         raise FakePanic("stack overflow")
 
+    from hf_gpt_custom import bpe_reference
+
     monkeypatch.setattr(tokenizer, "encode_ids_batch", panics, raising=False)
     documents = datasets.Dataset.from_dict({"text": ["ROMEO:\nBut, soft!", "JULIET:\nAy me!"]})
     ids = tokenize_documents(documents, tokenizer)["input_ids"]
     assert ids == [tokenizer("ROMEO:\nBut, soft!")["input_ids"] + [tokenizer.eos_token_id],
                    tokenizer("JULIET:\nAy me!")["input_ids"] + [tokenizer.eos_token_id]]
+    # special-token text stays text on this path too (the textbook BPE knows no special tokens)
+    literal = "it says <|endoftext|> here"
+    ids = tokenize_documents(datasets.Dataset.from_dict({"text": [literal]}), tokenizer)["input_ids"]
+    merges = bpe_reference.merges_from_tokenizer(tokenizer)
+    assert ids == [bpe_reference.encode(literal, merges) + [tokenizer.eos_token_id]]
 
 
 def test_a_million_whitespace_characters_tokenise_through_the_training_pipeline(tokenizer):
@@ -237,6 +287,34 @@ def test_the_holdout_mode_is_part_of_the_cache_key(numbered_corpus, make_config,
     assert not tail_split.is_cache_hit and tail_split.cache_dir != random_split.cache_dir
     expected = [t for text in train_speeches[32:] for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
     assert [t for block in tail_split.val["input_ids"] for t in block] == expected[: len(tail_split.val) * 8]
+
+
+def test_a_file_replaced_with_its_mtime_kept_is_read_anew(make_config, tokenizer, shakespeare_tokenizer_dir,
+                                                           tmp_path):
+    """cp -p, rsync -t and tar keep a file's mtime; datasets' raw-text cache knew local files by path and mtime, so
+    the new contents (same size, too) gave the old text, stored under the new contents' key. Reference: the file's
+    own new text, split into speeches and tokenised here."""
+    import os
+
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n\n".join(f"alpha speech number {i}" for i in range(40)), encoding="utf-8")
+    status = path.stat()
+    config = make_config(f"dataset={path}", "val_holdout=tail", "val_fraction=0.25", "block_size=8",
+                         f"data_cache_dir={tmp_path / 'cache'}")
+    first = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    path.write_text("\n\n".join(f"omega speech number {i}" for i in range(40)), encoding="utf-8")
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert path.stat().st_size == status.st_size and path.stat().st_mtime_ns == status.st_mtime_ns
+    second = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    speeches = path.read_text(encoding="utf-8").split("\n\n")
+    for split, texts in (("train", speeches[:30]), ("val", speeches[30:])):
+        stream = [t for text in texts for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+        blocks = getattr(second, split)["input_ids"]
+        assert [t for block in blocks for t in block] == stream[: len(blocks) * 8], split
+    assert second.cache_dir != first.cache_dir
+    # and the training documents the tokenizer stage reads (split_documents with the default raw cache)
+    train_documents, _ = data_module.split_documents(config)
+    assert train_documents["text"] == speeches[:30]
 
 
 # --- inputs a user gets wrong: each names the file and the fix -------------------------------------------------------

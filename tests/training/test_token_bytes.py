@@ -42,6 +42,21 @@ def test_byte_level_bpe_counts_every_byte(byte_level):
     assert counted_bytes_of_documents(byte_level, TEXTS) == sum(len(t.encode("utf-8")) for t in TEXTS)
 
 
+def test_special_token_text_in_a_document_counts_its_bytes(byte_level, shakespeare_tokenizer_dir):
+    """A literal "<|endoftext|>" in a document is encoded as text (data.py), so its 13 bytes are counted, with our
+    tokenizer and with any fast tokenizer; an encoder that made it the special token (0 bytes) is reported."""
+    from transformers import GPT2TokenizerFast
+
+    gpt2_style = GPT2TokenizerFast.from_pretrained(str(shakespeare_tokenizer_dir))
+    texts = ["He wrote <|endoftext|> in his essay.", "<|endoftext|>"]
+    for tokenizer in (byte_level, gpt2_style):
+        assert counted_bytes_of_documents(tokenizer, texts) == sum(len(t.encode("utf-8")) for t in texts)
+        assert TokenBytes.of(tokenizer).check(document_encoder(tokenizer)) == []
+    as_special_token = lambda texts: gpt2_style(texts, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert TokenBytes.of(gpt2_style).check(as_special_token) == [
+        "'it says <|endoftext|> in the text': 20 bytes counted, 33 in the text"]
+
+
 def test_sentencepiece_pieces_count_their_spaces_and_fallback_bytes(shakespeare_path):
     """Decoding a piece alone drops its leading space and turns a lone byte into U+FFFD's three bytes: that count
     was 42,730 bytes for 50,000 of held-out Shakespeare, a bits-per-byte figure 1.17x too high."""

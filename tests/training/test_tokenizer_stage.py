@@ -39,6 +39,30 @@ def test_merges_come_from_the_training_documents_not_the_held_out_tail(make_conf
     assert marker["trained_on"]["documents"] == "training split" and marker["trained_on"]["val_holdout"] == "tail"
 
 
+def test_new_contents_at_the_same_path_train_a_new_tokenizer(make_config, tmp_path):
+    """The trained tokenizer is reused for the same documents only: a corpus replaced at the same path (same size and
+    mtime, as cp -p leaves it) was given the tokenizer of the old text. Reference: a tokenizer trained from scratch,
+    in another run folder, on the new text."""
+    import os
+
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join([TRAIN_SPEECH] * 50), encoding="utf-8")
+    status = corpus.stat()
+    settings = (f"dataset={corpus}", "tokenizer=null", "tokenizer_vocab_size=280", "val_fraction=0.1",
+                "val_holdout=tail")
+    config = make_config(*settings, run_name="replaced")
+    assert not any("qq" in token for token in _vocabulary(prepare_tokenizer(config)))
+    new_speech = "qqqzzz xxxyyy wwwvvv ttt qqqzzz xxxyyy"  # as long as TRAIN_SPEECH: the same file size
+    corpus.write_text("\n\n".join([new_speech] * 50), encoding="utf-8")
+    os.utime(corpus, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert corpus.stat().st_size == status.st_size
+    retrained = _vocabulary(prepare_tokenizer(config))
+    assert retrained == _vocabulary(prepare_tokenizer(make_config(*settings, run_name="fresh")))
+    assert any("qq" in token for token in retrained)
+
+
 def test_a_separate_validation_file_leaves_the_whole_dataset_to_the_tokenizer(make_config, tmp_path):
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
