@@ -108,7 +108,12 @@ def write_report(payload: dict, stem: Path) -> None:
 
     results = payload["results"]
     names = list(results[0]["ms_per_step"])
-    lines = [f"# Static-cache decoding: the host's share of a step ({describe_machine(payload['machine'])})", "",
+    machine = payload["machine"]
+    lines = [f"# Static-cache decoding: the host's share of a step ({describe_machine(machine)})", "",
+             f"torch {machine['torch']}, transformers {machine['transformers']}, {machine['time_utc']} UTC, load "
+             f"average {machine['load_average'][0]} at the start, {machine['load_average_at_end'][0]} at the end. "
+             f"Greedy, {payload['prompt_len']}-token prompt, {payload['new_tokens']} new tokens; median ms per step "
+             "over rotated rounds; the speed-ups are medians of per-round ratios.", "",
              "| size | forward | batch | " + " | ".join(f"{name} ms/step" for name in names)
              + " | ours vs GPT-2 | ours vs transformers' loop | tokens identical |",
              "|---|---|---:|" + "---:|" * len(names) + "---:|---:|---|"]
@@ -128,7 +133,8 @@ def write_report(payload: dict, stem: Path) -> None:
                  width, label=name)
     axis.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(results))], labels)
     axis.set_ylabel("ms per decoding step (lower is better)")
-    axis.set_title("generate(cache_implementation='static'), 128 new tokens", fontsize=10)
+    axis.set_title(f"generate(cache_implementation='static'), {payload['new_tokens']} new tokens\n"
+                   f"{describe_machine(payload['machine'])}", fontsize=9)
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(stem.with_suffix(".png"), dpi=120)

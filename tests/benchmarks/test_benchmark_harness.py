@@ -178,7 +178,8 @@ def test_decode_loop_times_three_contenders_on_identical_tokens_and_reports_them
     result = bench_decode_loop.bench("tiny", "eager", batch=2, rounds=2)
     assert calls == [["ours", bench_decode_loop.OURS_IN_TRANSFORMERS_LOOP, "transformers GPT-2"]]
     assert result["tokens_identical"] and set(result["ms_per_step"]) == set(calls[0])
-    payload = {"machine": machine_info(1), "results": [result]}
+    payload = {"machine": machine_info(1), "prompt_len": bench_decode_loop.PROMPT_LEN, "new_tokens": 6,
+               "results": [result]}
     path = write_json(result_name("decode_loop", 1), payload, tmp_path)
     bench_decode_loop.write_report(payload, path.with_suffix(""))
     assert "ours vs transformers' loop" in path.with_suffix(".md").read_text()
