@@ -16,10 +16,11 @@ the token is the argmax or one `torch.multinomial` draw; a finished row gets `pa
 
 What changes: ids, positions and the key mask live in buffers allocated once. The mask over a static cache's slots is
 the prompt's padding mask plus each slot as it is written — decoding one token at a time, that is exactly the causal
-and padding mask transformers builds. For greedy decoding with transformers' own processors and criteria (no random
-draw, no state) the stop flag is copied without waiting and read one step late, and the extra step's token is dropped:
-the host queues the next step while the device runs this one. Everything else (sampling, a user's processor or
-criterion) reads the flag every step, as `_sample` does.
+and padding mask transformers builds. For greedy decoding in eval mode with transformers' pure processors and
+criteria (no random draw, no state, no user code) the stop flag is copied without waiting and read one step late,
+and the extra step's token is dropped: the host queues the next step while the device runs this one. Everything
+else (sampling, train mode, a user's processor or criterion, or one that calls user code) reads the flag every step,
+as `_sample` does.
 
 Anything this loop does not cover — another cache, another attention implementation than sdpa, a streamer, scores or
 hidden states returned, inputs_embeds, a cache passed in by the caller — runs transformers' `_sample` unchanged
@@ -67,13 +68,26 @@ def uses_static_decoding(model, input_ids: torch.Tensor, stopping_criteria: Stop
     )
 
 
-def _is_stateless(processors: LogitsProcessorList, criteria: StoppingCriteriaList) -> bool:
-    """transformers' own processors and criteria are functions of (ids, scores): calling them once more after the
-    last token changes nothing. A user's may count calls; watermarking processors keep state."""
-    return all(
+# transformers' processors and stopping criteria that are functions of (ids, scores) alone: calling them once more
+# after the last token changes nothing. Not here: those that run a user's function (prefix_allowed_tokens_fn), a
+# model (unbatched classifier-free guidance) or keep state (watermarking) — and any user class.
+PURE_PROCESSORS_AND_CRITERIA = frozenset({
+    "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "TemperatureLogitsWarper",
+    "RepetitionPenaltyLogitsProcessor", "TopPLogitsWarper", "TopKLogitsWarper", "MinPLogitsWarper",
+    "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper", "NoRepeatNGramLogitsProcessor",
+    "SequenceBiasLogitsProcessor", "NoBadWordsLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
+    "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor", "ExponentialDecayLengthPenalty",
+    "LogitNormalization", "SuppressTokensAtBeginLogitsProcessor", "SuppressTokensLogitsProcessor",
+    "MaxLengthCriteria", "MaxTimeCriteria", "StopStringCriteria", "EosTokenCriteria",
+})
+
+
+def _may_run_one_step_more(model, processors: LogitsProcessorList, criteria: StoppingCriteriaList) -> bool:
+    """True when one more step after the last token changes nothing the caller sees: no random draw (greedy, and
+    eval mode: dropout draws), and only transformers' pure processors and criteria."""
+    return not model.training and all(
         type(item).__module__.startswith("transformers.generation.")
-        and "Watermark" not in type(item).__name__
-        and "SynthID" not in type(item).__name__
+        and type(item).__name__ in PURE_PROCESSORS_AND_CRITERIA
         for item in [*processors, *criteria]
     )
 
@@ -110,7 +124,9 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
     outputs = model._prefill(input_ids, generation_config, model_kwargs)  # transformers' own prefill
 
     device = input_ids.device
-    tokens = input_ids.new_zeros((batch, max_length))  # prompt + generated ids; [:, :length] is the sequence so far
+    # prompt + generated ids, [:, :length] the sequence so far; int64 whatever the prompt's dtype, as `_sample`'s
+    # torch.cat with the argmax's ids returns them
+    tokens = torch.zeros((batch, max_length), dtype=torch.long, device=input_ids.device)
     tokens[:, :prompt_length] = input_ids
     slots = cache.layers[0].max_cache_len
     attended = torch.zeros((batch, slots), dtype=torch.bool, device=device)  # which cache slots each row attends
@@ -122,7 +138,7 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
                  else torch.full((batch, 1), prompt_length - 1, dtype=torch.long, device=device))
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
     stop_late = (device.type in STOP_LATE_DEVICES and not do_sample
-                 and _is_stateless(logits_processor, stopping_criteria))
+                 and _may_run_one_step_more(model, logits_processor, stopping_criteria))
     if stop_late:
         stop_flags = [torch.zeros((), dtype=torch.bool, pin_memory=device.type == "cuda") for _ in range(2)]
         copied = [_CopyDone(device) for _ in range(2)]
@@ -140,7 +156,8 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
             next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
         tokens[:, length] = next_tokens
         length += 1
-        unfinished = unfinished & ~stopping_criteria(tokens[:, :length], scores)
+        # `_sample` passes its collected scores, which are None unless they are returned (never, here)
+        unfinished = unfinished & ~stopping_criteria(tokens[:, :length], None)
 
         if stop_late:
             # Queue this step's flag, then read the previous step's: if every row had finished there, this step's

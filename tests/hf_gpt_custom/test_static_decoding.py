@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import GenerationMixin, StaticCache
-from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
@@ -232,3 +232,88 @@ def test_a_row_stopped_by_its_first_token_ends_there(pair, loops, monkeypatch, s
     tokens = ours.generate(prompt, **kwargs)
     assert loops["ours"] == 1
     assert tokens.shape == (1, 7) and tokens.tolist() == expected.tolist()
+
+
+class ScoresSeen(StoppingCriteria):
+    """A user's criterion: records what it is given, stops a row only when it is handed scores."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.seen.append(type(scores).__name__)
+        stop = scores is not None
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+
+
+def test_stopping_criteria_get_the_scores_transformers_gives_them(pair, loops, monkeypatch):
+    """`_sample` hands its collected scores to the criteria: None when they are not returned. A criterion that stops
+    on scores (what it would see with output_scores) must not stop here."""
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (2, 6))
+    theirs, mine = ScoresSeen(), ScoresSeen()
+    kwargs = dict(do_sample=False, max_new_tokens=6, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, stopping_criteria=StoppingCriteriaList([theirs]),
+                                      **kwargs)
+    tokens = ours.generate(prompt, stopping_criteria=StoppingCriteriaList([mine]), **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == expected.tolist() and tokens.shape == (2, 12)
+    assert mine.seen == theirs.seen == ["NoneType"] * 6
+
+
+def test_the_late_stop_read_never_calls_user_code_once_more(pair, loops, monkeypatch):
+    """prefix_allowed_tokens_fn is a user's function (a grammar may raise once it is finished): with the flag read
+    late it would run for the extra step, so the late read is off and it runs as often as in transformers' loop."""
+    monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (1, 6))
+    free = ours.generate(prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12, **STATIC)[0, 6:].tolist()
+    stops_after = next(n for n in range(2, 13) if free[n - 1] not in free[:n - 1])  # a token new at step n >= 2
+    eos = free[stops_after - 1]
+    loops["ours"] = 0
+    calls = {"theirs": 0, "ours": 0}
+
+    def allowed(who):
+        def every_token(batch_id, ids):
+            calls[who] += 1
+            return list(range(99))
+        return every_token
+
+    kwargs = dict(do_sample=False, max_new_tokens=12, eos_token_id=eos, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, prefix_allowed_tokens_fn=allowed("theirs"), **kwargs)
+    tokens = ours.generate(prompt, prefix_allowed_tokens_fn=allowed("ours"), **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == expected.tolist() and tokens.shape == (1, 6 + stops_after)
+    assert calls["ours"] == calls["theirs"] == stops_after
+
+
+def test_an_int32_prompt_gives_int64_sequences_as_transformers_loop_does(pair, loops, monkeypatch):
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (2, 6), dtype=torch.int32)
+    kwargs = dict(do_sample=False, max_new_tokens=4, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.dtype == expected.dtype == torch.int64 and tokens.tolist() == expected.tolist()
+
+
+def test_in_train_mode_the_random_state_after_greedy_decoding_is_transformers(monkeypatch, loops):
+    """Dropout draws random numbers in every forward: the late read's extra forward would leave the global random
+    state elsewhere than transformers' loop does, so train mode reads the flag every step."""
+    monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    ours, _ = make_gpt2_pair("sdpa", seed=8, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
+    ours.train()
+    prompt = torch.randint(0, 98, (1, 6))
+    torch.manual_seed(1)
+    free = with_transformers_loop(monkeypatch, ours, prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12,
+                                  **STATIC)[0, 6:].tolist()
+    stops_after = next(n for n in range(2, 13) if free[n - 1] not in free[:n - 1])  # eos stops it before the end
+    kwargs = dict(do_sample=False, max_new_tokens=12, eos_token_id=free[stops_after - 1], **STATIC)
+    torch.manual_seed(1)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    assert expected.shape == (1, 6 + stops_after)
+    after_theirs = torch.rand(3)
+    torch.manual_seed(1)
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == expected.tolist() and torch.equal(torch.rand(3), after_theirs)
