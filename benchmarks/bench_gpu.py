@@ -295,8 +295,9 @@ def print_table(title: str, table: dict) -> None:
     print("  " + "; ".join(f"{pair} {ratio['median']:.2f}x" for pair, ratio in table["ratios"].items()), flush=True)
 
 
-def bench_generate(args, meta: dict) -> dict:
-    """ms per decoding step of `generate()`, transformers' GPT-2 against ours, dynamic then static cache."""
+def bench_generate(args, meta: dict, save: Callable[[dict], None] = lambda payload: None) -> dict:
+    """ms per decoding step of `generate()`, transformers' GPT-2 against ours, dynamic then static cache; `save` gets
+    the payload after every row, marked unfinished until the last (a time cap then still leaves a result file)."""
     device, shape = args.device, args.shape
     torch._dynamo.reset()
     models = {name: build_model(name, shape, device).to(torch.bfloat16).eval() for name in ("transformers GPT-2", "ours")}
@@ -338,15 +339,22 @@ def bench_generate(args, meta: dict) -> dict:
                 row["ours_static_equal_dynamic_fraction"] = _equal_fraction(
                     tokens_by_cache["static"], tokens_by_cache["dynamic"], args.prompt_len)
             results.append(row)
+            save(_generate_payload(args, meta, results, unfinished=f"stopped after the batch-{batch} {cache} row"))
             print(f"generate batch {batch} {cache}: GPT-2 {row['gpt2_ms_per_step']:.2f} ms/step, ours "
                   f"{row['ours_ms_per_step']:.2f} -> {row['speedup']:.2f}x (compiled: {row['ours_compiled']}; "
                   f"tokens equal {row['tokens_equal_fraction']:.0%})", flush=True)
     models.clear()
     release(device)
-    return {"part": "generate", "meta": meta, "dtype": "bfloat16", "prompt_len": args.prompt_len,
-            "new_tokens": args.new_tokens, "results": results,
-            "settings": f"Models in bf16, eval mode; {args.gen_rounds} rotated rounds after one warm-up call; the "
-                        "first call (compilation included) is timed apart."}
+    return _generate_payload(args, meta, results)
+
+
+def _generate_payload(args, meta: dict, results: list[dict], unfinished: str | None = None) -> dict:
+    payload = {"part": "generate", "meta": meta, "dtype": "bfloat16", "prompt_len": args.prompt_len,
+               "new_tokens": args.new_tokens, "results": list(results),
+               "settings": f"Models in bf16, eval mode; {args.gen_rounds} rotated rounds after one warm-up call; the "
+                           "first call (compilation included) is timed apart. Static rows also time our model in "
+                           "transformers' own decoding loop."}
+    return payload if unfinished is None else {**payload, "unfinished": unfinished}
 
 
 def _in_transformers_loop(call: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -496,7 +504,7 @@ def main(argv: list[str] | None = None) -> Path:
             for mode in args.modes if "train" in args.parts]
     jobs += [(f"loop_{mode}", lambda mode=mode: bench_loop(args, mode, meta)) for mode in args.modes
              if "loop" in args.parts]
-    jobs += [("generate", lambda: bench_generate(args, meta))] if "generate" in args.parts else []
+    jobs += [("generate", lambda: bench_generate(args, meta, saver("generate")))] if "generate" in args.parts else []
     # Every contender, batch size and mode compiles the same forward code again; dynamo's default limit of 8
     # recompiles per function would silently fall back to eager in the middle of a sweep.
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"

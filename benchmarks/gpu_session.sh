@@ -24,7 +24,7 @@
 #        bash benchmarks/gpu_session.sh finish         # what confirm left: compiled sweep, generation, tests (~7 min)
 #        bash benchmarks/gpu_session.sh complete       # the suite beside 8 recipes, compiled sweep, memory, generation
 #        bash benchmarks/gpu_session.sh rest           # the slow tests, the tests fixed since, generation (~4 min)
-#        bash benchmarks/gpu_session.sh next           # the launch fixes on a GPU, then generation with time (~6 min)
+#        bash benchmarks/gpu_session.sh next           # the launch fixes and decoding loop on a GPU, then generation (~7.5 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -249,16 +249,17 @@ rest() {
   echo "=== done $(date -u +%T) ==="
 }
 
-# The eighth (the next session's, ~6 minutes): what the seventh left. The launch fixes made after it, on a GPU
-# machine (the two-rank CPU launches and the device tests); then generation alone, with time for the batch-16
-# static-cache compilation that a 70-75 s cap cut twice.
+# The eighth (the next session's, ~7.5 minutes): what the seventh left, and what came after it. The launch fixes, on a
+# GPU machine (the two-rank CPU launches and the device tests), and the static-cache decoding loop
+# (static_decoding.py: its CUDA test and its CPU tests); then generation alone — ours, ours in transformers' loop,
+# GPT-2 — with time for the batch-16 static-cache compilation that a 70-75 s cap cut twice.
 next_call() {
-  begin_call "${SESSION_SECONDS:-360}"
+  begin_call "${SESSION_SECONDS:-440}"
   local c; c=$(cap 120); header "the CPU-launch and static-decoding tests on a GPU machine" "$c"
   [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 3 \
     tests/training/test_multiprocess.py tests/training/test_devices.py tests/eval/test_eval_command.py \
     tests/gpu/test_generation_cuda.py tests/hf_gpt_custom/test_static_decoding.py 2>&1 | tail -n 15
-  bench_stage "generation" 220 --parts generate --gen-rounds 3
+  bench_stage "generation" 300 --parts generate --gen-rounds 3  # bench_gpu saves after every row
   echo "=== done $(date -u +%T) ==="
 }
 

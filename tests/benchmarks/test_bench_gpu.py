@@ -293,3 +293,14 @@ def test_sweep_models_leaves_the_others_at_the_common_batch_only(tmp_path):
     assert list(train["best"]["ratios"]) == ["ours / nanoGPT"]
     with pytest.raises(SystemExit):
         bench_gpu.parse_args(["--smoke", "--sweep-models", "nanogpt"])
+
+
+def test_the_generation_part_leaves_a_result_file_after_every_row():
+    """A time cap that stops bench_gpu mid-way (it cut the batch-16 static row twice on an H200) still leaves the rows
+    measured so far, marked unfinished; the finished payload is not marked."""
+    args = bench_gpu.parse_args(["--smoke", "--parts", "generate", "--gen-rounds", "1"])
+    saved = []
+    final = bench_gpu.bench_generate(args, {"device_type": "cpu"}, saved.append)
+    assert [len(payload["results"]) for payload in saved] == list(range(1, len(final["results"]) + 1))
+    assert all("unfinished" in payload for payload in saved) and "unfinished" not in final
+    assert saved[-1]["results"] == final["results"]
