@@ -2,8 +2,8 @@
 
 The data root is <repo>/../shared/data by default ($HF_GPT_CUSTOM_DATA_DIR or a `data_dir` argument override it).
 Records pass through the task's `process_docs` function and every template is rendered once, so a malformed record
-fails here with its file and number. Docs are cached per task file, split and data root. TaskSpec (eval/task.py)
-says what a task is; this module only reads.
+fails here with its file and number. Docs are cached per task file, split and data root, and read again when the
+task file or a data file changes. TaskSpec (eval/task.py) says what a task is; this module only reads.
 """
 
 from __future__ import annotations
@@ -92,15 +92,29 @@ def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
         raise UserError(f"{where}: cannot build the prompt for task {spec.task} ({type(err).__name__}: {err})") from err
 
 
-_DOCS_CACHE: dict[tuple[str, str, str, str], tuple[dict, ...]] = {}
+_DOCS_CACHE: dict[tuple, tuple[dict, ...]] = {}
 
 
 def load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
-    """The processed, checked docs of `split` ("test" = the scored split) under the data root `data_dir`."""
-    key = (spec.source_file, spec.task, split, data_dir)
+    """The processed, checked docs of `split` ("test" = the scored split) under the data root `data_dir`. Cached
+    per process, keyed by the task file's and the data files' identity too: an edited task YAML or data file (a
+    notebook that fixes a label, then evaluates again) is read anew, as lm-eval and datasets would."""
+    files = spec.data_files.get(split)
+    paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files or [])]
+    key = (spec.source_file, spec.task, split, data_dir,
+           *(_file_identity(path) for path in [*([spec.source_file] if spec.source_file else []), *paths]))
     if key not in _DOCS_CACHE:
         _DOCS_CACHE[key] = _load_docs_uncached(spec, split, data_dir)
     return _DOCS_CACHE[key]
+
+
+def _file_identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """What changes whenever a file is written or replaced (ctime too when the mtime is restored); None if absent."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
 def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:

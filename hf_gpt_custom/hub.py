@@ -180,6 +180,7 @@ def check_repo_id(repo_id: str) -> None:
 
 def push_folder(folder: str | Path, repo_id: str, private: bool = False, revision: str | None = None) -> str:
     """Upload `folder` as it is to the Hub model repository `repo_id` (created if missing); return the commit URL.
+    The repository (or `revision`) then holds the folder's files and no others: what an earlier push left is deleted.
 
     Runs `check_export` first (an edited folder may have gained a local path or lost a file). Uses the token of the
     user's standard login (`hf auth login` or HF_TOKEN). Without a token, in offline mode or without network it
@@ -214,6 +215,10 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
             repo_type="model",
             revision=revision,
             commit_message="Upload hf-gpt-custom export",
+            # The repository becomes the folder: files an earlier push left (old eval results, a shard of another
+            # layout, a generation_config.json this export lacks) are deleted, or they would load beside the new
+            # files. huggingface_hub keeps .gitattributes whatever the pattern.
+            delete_patterns="*",
         )
     except OfflineModeIsEnabled as err:
         raise HubUnreachableError(f"cannot push: offline mode is on ({err}). Nothing was changed.") from err

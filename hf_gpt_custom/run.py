@@ -50,16 +50,16 @@ def _run_stages(config, start_over: bool = False) -> Path:
     """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock."""
     run_dir = config.run_dir
     fingerprint = _fingerprint(config)
-    state = {"config": fingerprint, "stages": {}} if start_over else _load_state(run_dir, fingerprint)
+    state = {"config": fingerprint, "stages": {}} if start_over else _load_state(run_dir, fingerprint, config)
     _save_state(run_dir, state)
 
     started = time.perf_counter()
     for stage in STAGES:
         record = state["stages"].get(stage, {})
         if record.get("status") in ("done", "skipped"):
-            if _output_still_there(record):
+            if _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir):
                 continue
-            state["stages"].pop(stage)  # what it wrote was moved aside: it runs again
+            state["stages"].pop(stage)  # what it wrote was moved aside, or made from another final/: it runs again
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
@@ -72,10 +72,12 @@ def _run_stages(config, start_over: bool = False) -> Path:
             raise
         state["stages"][stage] = {
             "status": status,
-            "output": str(output) if output is not None else None,
+            "output": _stored_path(output, run_dir),
             "wall_time_s": round(time.perf_counter() - stage_started, 2),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+        if stage in _STAGES_OF_THE_MODEL:
+            state["stages"][stage]["model"] = _model_identity(run_dir)
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
@@ -89,10 +91,40 @@ def _run_stages(config, start_over: bool = False) -> Path:
     return run_dir
 
 
-def _output_still_there(record: dict[str, Any]) -> bool:
+def _stored_path(output: Path | None, run_dir: Path) -> str | None:
+    """An output inside the run folder relative to it (a copied or moved run folder then points at its own files,
+    not at the original's); one outside it (a tokenizer folder of the user's) as given."""
+    if output is None:
+        return None
+    try:
+        return Path(output).resolve().relative_to(run_dir.resolve()).as_posix()
+    except ValueError:
+        return str(output)
+
+
+def _output_still_there(record: dict[str, Any], run_dir: Path) -> bool:
     """A finished stage counts while what it wrote is there: `train --start_over` in this folder moves final/,
     eval/ and export/ aside (checkpoint.set_aside_replaced_outputs), and those stages then run again."""
-    return record.get("output") is None or Path(record["output"]).exists()
+    return record.get("output") is None or (run_dir / record["output"]).exists()  # (an absolute path stays one)
+
+
+# Stages computed from final/: their results describe the model that was there when they ran.
+_STAGES_OF_THE_MODEL = ("eval", "export")
+
+
+def _model_identity(run_dir: Path) -> str | None:
+    """sha256 of final/'s manifest, which holds the sha256 of its weights, config and tokenizer files; None without."""
+    from .manifest import MANIFEST_NAME, sha256_file
+
+    manifest = run_dir / "final" / MANIFEST_NAME
+    return sha256_file(manifest) if manifest.is_file() else None
+
+
+def _made_from_this_model(record: dict[str, Any], run_dir: Path) -> bool:
+    """False when an eval or export ran on another final/ than today's (`train` rewrote it in this folder): their
+    results would describe the old model. A record written before this check has no "model": trusted as before."""
+    made_from = record.get("model")
+    return made_from is None or made_from == _model_identity(run_dir)
 
 
 def _print_outputs(run_dir: Path) -> None:
@@ -169,14 +201,48 @@ _STAGE_FUNCTIONS = {
 
 
 def _fingerprint(config) -> dict[str, Any]:
-    """The settings a resumed run must share with the one that started: what is trained, and what is evaluated."""
+    """The settings a resumed run must share with the one that started — what is trained, and what is evaluated —
+    and the contents of the local files it reads: new text at the same path is another run, not this one."""
     from hf_gpt_custom.training.config import settings_that_do_not_change_training
+    from hf_gpt_custom.training.corpus import fingerprint_local_source
 
     ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS
-    return {key: value for key, value in config.to_dict().items() if key not in ignored}
+    fingerprint = {key: value for key, value in config.to_dict().items() if key not in ignored}
+    local_data = {key: getattr(config, key, None) for key in ("dataset", "val_dataset")}
+    local_data = {key: path for key, path in local_data.items() if path and Path(path).exists()}
+    if local_data:
+        fingerprint[_DATA_CONTENTS] = {key: fingerprint_local_source(path) for key, path in local_data.items()}
+    if getattr(config, "tokenizer", None) and Path(config.tokenizer).is_dir():
+        fingerprint[_TOKENIZER_CONTENTS] = _folder_sha256(Path(config.tokenizer))
+    return fingerprint
 
 
-def _load_state(run_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+_DATA_CONTENTS, _TOKENIZER_CONTENTS = "dataset_contents_sha256", "tokenizer_contents_sha256"
+
+
+def _folder_sha256(folder: Path) -> str:
+    """sha256 over a (small) folder's file names and contents."""
+    import hashlib
+
+    from .manifest import sha256_file
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder).as_posix()}={sha256_file(path)};".encode())
+    return digest.hexdigest()
+
+
+def _describe_change(key: str, saved: Any, now: Any, config) -> str:
+    if key == _DATA_CONTENTS:
+        files = ", ".join(f"{role}={getattr(config, role, '?')}" for role in sorted(set(saved) | set(now))
+                          if saved.get(role) != now.get(role))
+        return f"the contents of {files or 'the data'} changed since then"
+    if key == _TOKENIZER_CONTENTS:
+        return f"the files of tokenizer={getattr(config, 'tokenizer', '?')} changed since then"
+    return f"{key}: {saved!r} -> {now!r}"
+
+
+def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[str, Any]:
     """The saved state if it belongs to this config, a fresh one if there is none; ValueError on a real mismatch."""
     path = run_dir / STATE_FILE
     if not path.is_file():
@@ -189,7 +255,7 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     if changed and not set(changed) <= _EVAL_ONLY_KEYS:
-        shown = ", ".join(f"{key}: {saved[key]!r} -> {fingerprint[key]!r}" for key in changed[:4])
+        shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in changed[:4])
         raise UserError(
             f"{run_dir} was started with a different config ({shown}); rerun with the original settings to resume, "
             f"start a new run with run_name=<new name> (or out_dir=...), or pass --start_over to run it again here"

@@ -214,3 +214,74 @@ def test_the_train_stage_is_done_while_final_is_there(tmp_path, monkeypatch):
     monkeypatch.setattr(train_module, "train", lambda config, start_over=False: tmp_path / "runs" / "tiny")
     output, status = run_module._stage_train(None, tmp_path / "runs" / "tiny", {})
     assert (output, status) == (tmp_path / "runs" / "tiny" / "final", "done")
+
+
+def _fake_stages(run_module, monkeypatch, ran: list[str]) -> None:
+    """Stage functions that only write their output folder (train: final/ with a manifest) and record that they ran."""
+    def stage_function(stage):
+        def run_stage(config, run_dir, state, start_over=False):
+            ran.append(stage)
+            output = run_dir / {"tokenizer": "tokenizer", "train": "final", "eval": "eval", "export": "export"}[stage]
+            output.mkdir(parents=True, exist_ok=True)
+            if stage == "train":
+                (output / "manifest.json").write_text('{"files": {"model.safetensors": "sha of the first model"}}')
+            return output, "done"
+        return run_stage
+
+    monkeypatch.setattr(run_module, "_STAGE_FUNCTIONS", {stage: stage_function(stage) for stage in run_module.STAGES})
+
+
+def test_new_contents_at_the_data_path_are_refused_naming_the_file(tmp_path, monkeypatch):
+    """The same dataset path with other text (cp -p of another file keeps even the modification time) is another
+    run: refused like a changed setting, naming the file — not finished stages reused for the old text."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    text = tmp_path / "input.txt"
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n")
+    config = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"dataset={text}"])
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(config)
+    run_module._run_stages(config)  # unchanged: nothing runs again
+    assert ran == list(run_module.STAGES)
+    stat = text.stat()
+    text.write_text("Second Citizen:\nWe are accounted poor citizens, the patricians good.\n\nAll:\nAye, aye!\n")
+    os.utime(text, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(ValueError, match=rf"the contents of dataset={text} changed since then.*--start_over"):
+        run_module._run_stages(config)
+    assert ran == list(run_module.STAGES)
+
+
+def test_eval_and_export_of_an_earlier_final_run_again(tmp_path, monkeypatch):
+    """`train` rewrote final/ in the run folder (another model): the results and the card of the old one must not
+    be kept as this run's. Eval and export run again; tokenizer and train do not."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(config)
+    (config.run_dir / "final" / "manifest.json").write_text('{"files": {"model.safetensors": "another model"}}')
+    run_module._run_stages(config)
+    assert ran == [*run_module.STAGES, "eval", "export"]
+
+
+def test_a_copied_run_folder_counts_its_own_outputs(tmp_path, monkeypatch):
+    """pipeline_state.json names outputs relative to its run folder: a copy without eval/ evaluates again instead
+    of counting the original's eval/ as its own."""
+    import shutil
+
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(config)
+    copy = tmp_path / "runs" / "copy"
+    shutil.copytree(config.run_dir, copy)
+    shutil.rmtree(copy / "eval")
+    run_module._run_stages(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"out_dir={copy}"]))
+    assert ran == [*run_module.STAGES, "eval"]

@@ -129,3 +129,20 @@ def test_the_default_data_root_is_shared_data_beside_the_checkout(monkeypatch, s
 
     monkeypatch.delenv("HF_GPT_CUSTOM_DATA_DIR", raising=False)
     assert default_data_dir() == shared_data_dir
+
+
+def test_docs_are_read_again_when_the_data_file_changes(tmp_path, shared_data_dir):
+    """A notebook fixes a label, then evaluates again in the same process: the new label counts (the cache was
+    keyed by path alone and kept the old docs). The file itself is the reference."""
+    from hf_gpt_custom.eval.task_data import load_docs
+
+    (tmp_path / "copa").mkdir()
+    data = tmp_path / "copa" / "val.jsonl"
+    shutil.copy(shared_data_dir / "copa" / "val.jsonl", data)
+    spec = load_task("copa")
+    before = load_docs(spec, "test", str(tmp_path))
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    records[0]["label"] = 1 - records[0]["label"]
+    data.write_text("".join(json.dumps(record) + "\n" for record in records))
+    after = load_docs(spec, "test", str(tmp_path))
+    assert after[0]["gold"] == records[0]["label"] != before[0]["gold"]

@@ -33,7 +33,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
         "architecture.py", "block_variants.py", "causal_lm_loss.py", "convert_gpt2.py", "errors.py", "heads_gpt_custom.py",
-        "manifest.py",
+        "manifest.py", "static_decoding.py",
         "tiktoken_engine.py", "transformers_compat.py", "batch_output.py", "byte_level.py", "task_template.py",  # relative imports
         "auto_classes.py", "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # what auto_classes names
         "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "manifest.json",
@@ -526,3 +526,35 @@ def test_a_bad_repo_id_is_one_clear_line_everywhere(repo_id, exported, tmp_path,
             main(argv)
         err = capsys.readouterr().err
         assert exited.value.code == 2 and err.count("\n") == 1 and "is not a Hub repository id" in err, argv
+
+
+def test_a_second_push_leaves_no_file_of_the_first_on_the_hub(exported, monkeypatch):
+    """The repository becomes the folder: files an earlier push left (eval results, another shard layout, a
+    generation config this export lacks) are deleted, .gitattributes is kept. The deletions are computed by
+    huggingface_hub's own upload_folder logic from the arguments push_folder passes, against a listed remote."""
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+
+    from hf_gpt_custom.hub import push_folder
+
+    _, out_dir = exported
+    uploaded = sorted(path.relative_to(out_dir).as_posix() for path in out_dir.rglob("*") if path.is_file())
+    stale = ["eval/old_results.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json"]
+    remote = [".gitattributes", *stale, uploaded[0]]
+    commits = []
+
+    def upload_folder(self, **kwargs):
+        deletions = HfApi._prepare_folder_deletions(
+            self, repo_id=kwargs["repo_id"], repo_type=kwargs["repo_type"], revision=kwargs["revision"], token=None,
+            path_in_repo="", delete_patterns=kwargs.get("delete_patterns"))
+        commits.append(sorted(op.path_in_repo for op in deletions if op.path_in_repo not in uploaded))
+        return "https://huggingface.co/alice/tiny-shakespeare/commit/0"
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(HfApi, "list_repo_files", lambda self, *args, **kwargs: list(remote))
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    push_folder(out_dir, "alice/tiny-shakespeare")
+    assert commits == [sorted(stale)]
