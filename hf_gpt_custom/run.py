@@ -150,7 +150,8 @@ def _print_outputs(run_dir: Path) -> None:
 def _stage_tokenizer(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
-    return Path(prepare_tokenizer(config)), "done"
+    # start_over: train() sets the old checkpoints aside next, so the tokenizer they were trained with may be replaced
+    return Path(prepare_tokenizer(config, start_over=start_over)), "done"
 
 
 def _stage_train(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:

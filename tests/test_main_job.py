@@ -285,3 +285,17 @@ def test_a_copied_run_folder_counts_its_own_outputs(tmp_path, monkeypatch):
     shutil.rmtree(copy / "eval")
     run_module._run_stages(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"out_dir={copy}"]))
     assert ran == [*run_module.STAGES, "eval"]
+
+
+def test_run_start_over_lets_the_tokenizer_stage_replace_the_runs_tokenizer(tmp_path, monkeypatch):
+    """`run --start_over` after new data: the tokenizer stage may retrain the run's tokenizer (train() sets the old
+    checkpoints aside right after); without start_over it refuses to replace one that checkpoints were trained with."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training import workload
+
+    calls = []
+    monkeypatch.setattr(workload, "prepare_tokenizer",
+                        lambda config, start_over=False: calls.append(start_over) or tmp_path / "tokenizer")
+    for start_over in (True, False):
+        run_module._stage_tokenizer(None, tmp_path, {}, start_over=start_over)
+    assert calls == [True, False]

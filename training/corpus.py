@@ -77,7 +77,7 @@ def fingerprint_local_source(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     for file in list_local_files(root):
         name = file.relative_to(root).as_posix() if root.is_dir() else file.name
-        digest.update(f"{name}={_file_sha256(file)};".encode())
+        digest.update(f"{name}={cached_sha256(file)};".encode())
     return digest.hexdigest()
 
 
@@ -91,7 +91,8 @@ def content_cache_dir(path: str | os.PathLike, cache_dir: str | os.PathLike | No
     return str(base / "by_content" / fingerprint_local_source(path)[:20])
 
 
-def _file_sha256(path: Path) -> str:
+def cached_sha256(path: Path) -> str:
+    """sha256_file(path), read once per process while the file stays as it is (_FILE_SHA256)."""
     status = path.stat()
     identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
     key = str(path.resolve())

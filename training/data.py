@@ -26,9 +26,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.manifest import sha256_file
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source, load_text_dataset
+from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s
 from hf_gpt_custom.training.run_lock import claim_build_folder
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 CACHE_FORMAT_VERSION = 4
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 # --- tokenising and packing ----------------------------------------------------------------------------------------
 
@@ -199,11 +198,8 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
         digest.update(f"{label}={value!r};".encode())
 
     add("format", CACHE_FORMAT_VERSION)
-    tokenizer_dir = Path(tokenizer_dir)
-    for name in _TOKENIZER_FILES:
-        file = tokenizer_dir / name
-        if file.is_file():
-            add(name, sha256_file(file))
+    for name, sha256 in tokenizer_file_sha256s(tokenizer_dir).items():
+        add(name, sha256)
     for role, source in (("train", config.dataset), ("val", config.val_dataset)):
         if source is None:
             continue

@@ -4,7 +4,9 @@ Each checkpoint carries training_settings.json (every TrainConfig field marked `
 config.json, both written into the folder before its manifest, so the checkpoint also loads as `init_from`. A
 resume compares them with the new config before anything is loaded: a changed learning_rate would be overridden by
 the restored scheduler, a changed batch_size would skip batches counted in the old size, a changed architecture
-would fail deep inside the weight loading. Speed, logging, saving and evaluation settings may change freely.
+would fail deep inside the weight loading. Speed, logging, saving and evaluation settings may change freely. The
+files a run reads are compared by contents (`contents.<role>`, fingerprints.py): the same data path with other text
+would go on training on other token ids, a retrained tokenizer would give old weights new ids.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from hf_gpt_custom.training.config import (
 logger = logging.getLogger(__name__)
 
 SETTINGS_NAME = "training_settings.json"
+CONTENTS = "contents"  # the section of SETTINGS_NAME holding input_fingerprints: role -> sha256
 _RUN_CONFIG_NAME = "config.yaml"  # the run folder's resolved config: what checkpoints without SETTINGS_NAME recorded
 
 
 def record_settings_in_checkpoints(accelerator, config: TrainConfig, model_config) -> None:
     """Make every `accelerator.save_state` also write training_settings.json and the model's config.json."""
-    settings = training_settings(config)
+    settings = settings_to_record(config)  # once, after the workload prepared its data and tokenizer: what it read
 
     def write(models, weights, output_dir) -> None:
         if accelerator.is_main_process:
@@ -51,6 +54,13 @@ def recorded_settings(checkpoint: Path) -> dict[str, Any] | None:
     return None
 
 
+def settings_to_record(config: TrainConfig) -> dict[str, Any]:
+    """training_settings(config) and, as its `contents` section, the fingerprints of the files the run reads."""
+    from hf_gpt_custom.training.fingerprints import input_fingerprints
+
+    return {**training_settings(config), CONTENTS: input_fingerprints(config)}
+
+
 def training_settings_keys() -> set[str]:
     return set(training_settings(TrainConfig(dataset="-")))
 
@@ -65,10 +75,14 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     recorded = recorded_settings(checkpoint)
     if recorded is None:
         return None
-    current = _flatten(json.loads(json.dumps(training_settings(config))))  # tuples -> lists, as recorded
+    current = _flatten(json.loads(json.dumps(settings_to_record(config))))  # tuples -> lists, as recorded
     recorded = _flatten(recorded)
+    # A key the checkpoint lacks was not recorded by the code that wrote it (contents.* came late): unknown, not a
+    # change, or every run folder trained before would be refused. A contents.* key missing now is a file not there
+    # yet (the run's own tokenizer, trained again from the data and settings compared here).
     changed = {key: (recorded[key], current.get(key)) for key in sorted(current.keys() | recorded.keys())
-               if key in recorded and current.get(key) != recorded[key]}
+               if key in recorded and current.get(key) != recorded[key]
+               and (key in current or not key.startswith(f"{CONTENTS}."))}
     changed.update(_architecture_changes(config, checkpoint))
     return dict(sorted(changed.items()))
 
@@ -113,7 +127,20 @@ def check_run_folder(config: TrainConfig, start_over: bool = False) -> None:
 
 
 def _shown(changed: dict[str, tuple[Any, Any]]) -> str:
-    return ", ".join(f"{key}: {before!r} -> {now!r}" for key, (before, now) in changed.items())
+    def value(key: str, value: Any) -> str:
+        is_sha256 = key.startswith(f"{CONTENTS}.") and isinstance(value, str)
+        return f"sha256 {value[:12]}..." if is_sha256 else repr(value)
+
+    return ", ".join(f"{key}: {value(key, before)} -> {value(key, now)}" for key, (before, now) in changed.items())
+
+
+def _restore_files_hint(changed: dict[str, tuple[Any, Any]]) -> str:
+    """'; the files of dataset changed ...' when a contents.* fingerprint differs, else ''."""
+    roles = [key.removeprefix(f"{CONTENTS}.") for key in changed if key.startswith(f"{CONTENTS}.")]
+    if not roles:
+        return ""
+    return (f"; the files of {', '.join(roles)} hold other contents than it was trained on: put back the files it "
+            f"was trained with")
 
 
 def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
@@ -127,7 +154,8 @@ def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
     if not changed:
         return
     raise UserError(
-        f"cannot resume from {checkpoint}: these settings differ from the ones it was trained with ({_shown(changed)}); "
+        f"cannot resume from {checkpoint}: these settings differ from the ones it was trained with ({_shown(changed)})"
+        f"{_restore_files_hint(changed)}; "
         f"a resumed run continues the same optimizer, schedule and data order, so they must stay as they were. Resume "
         f"with the original values, or start a new run from its weights (fresh optimizer and schedule) with "
         f"init_from={checkpoint} run_name=<new name>"
@@ -163,9 +191,10 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
     if changed:
         what = f"checkpoints up to {folder.name}" if folder is not None else "a trained model in final/"
         raise UserError(
-            f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)}); rerun with "
-            f"those settings to continue that run, give this run its own folder (out_dir=... or run_name=...), or "
-            f"pass --start_over to train from step 0 here (the old checkpoints are moved aside, not deleted)"
+            f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)})"
+            f"{_restore_files_hint(changed)}; rerun with those settings to continue that run, give this run its own "
+            f"folder (out_dir=... or run_name=...), or pass --start_over to train from step 0 here (the old "
+            f"checkpoints are moved aside, not deleted)"
         )
     return folder
 

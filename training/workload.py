@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -207,14 +208,15 @@ def load_run_tokenizer(folder: Path):
         ) from err
 
 
-def prepare_tokenizer(config: TrainConfig) -> Path:
+def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     """A local tokenizer folder for this run.
 
     `tokenizer:` set -> that folder (a Hub name is downloaded once and saved to <out_dir>/tokenizer). Unset with
     `init_from` holding a tokenizer -> the init_from folder, so fine-tuning keeps the model's vocabulary. Unset
     otherwise -> a byte-level BPE of `tokenizer_vocab_size` trained into <out_dir>/tokenizer on the dataset's training
     documents (without the documents val_fraction holds out), reused when a previous call trained it on the same
-    documents with the same size.
+    documents with the same size. A trained tokenizer that checkpoints or final/ in the run folder were trained with
+    is never replaced by another: that is refused, unless `start_over` (the caller then sets those outputs aside).
     """
     run_dir = config.run_dir
     target = run_dir / "tokenizer"
@@ -259,6 +261,14 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
         return target
     from hf_gpt_custom.tokenizer_training import train_tokenizer
 
+    # Replaced in place, the tokenizer would give the weights of the folder's checkpoints and final/ other token ids
+    # than they were trained on. It is trained beside them instead, and kept only if it comes out the same (training
+    # is deterministic: a marker written by older code, without dataset_sha256, then still resumes).
+    trained_with_old = [] if start_over else _outputs_trained_with_tokenizer(run_dir, target)
+    out_dir = target.with_name("tokenizer.retrained") if trained_with_old else target
+    if trained_with_old:
+        shutil.rmtree(out_dir, ignore_errors=True)  # left by an interrupted call
+
     if holds_out_validation:
         from hf_gpt_custom.training.data import split_documents
 
@@ -269,14 +279,40 @@ def prepare_tokenizer(config: TrainConfig) -> Path:
     folder = train_tokenizer(
         inputs,
         source=f"the training documents of {config.dataset} ({config.text_field!r}, in training's order)",
-        out_dir=target,
+        out_dir=out_dir,
         vocab_size=config.tokenizer_vocab_size,
         text_field=config.text_field,
         dataset_config=config.dataset_config,
         split=config.dataset_split,
     )
+    if trained_with_old:
+        from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s
+
+        is_same = tokenizer_file_sha256s(folder) == tokenizer_file_sha256s(target)
+        shutil.rmtree(folder)
+        if not is_same:
+            recorded = json.loads(marker.read_text()) if marker.is_file() else {}
+            what = ", ".join(key for key in source if recorded.get(key) != source[key]) or "its training source"
+            raise UserError(
+                f"the run folder {run_dir} holds {', '.join(trained_with_old)} trained with the tokenizer in {target}, "
+                f"and the data it would be trained on now ({what} changed) gives another one; put back the data it "
+                f"was trained on, give this run its own folder (out_dir=... or run_name=...), or pass --start_over "
+                f"to train from step 0 (the old checkpoints are moved aside, not deleted)"
+            )
+        folder = target
     Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))
     return Path(folder)
+
+
+def _outputs_trained_with_tokenizer(run_dir: Path, tokenizer_dir: Path) -> list[str]:
+    """The checkpoints and final/ of `run_dir` when `tokenizer_dir` holds a tokenizer (what they were trained with)."""
+    from hf_gpt_custom.training.checkpoint import list_checkpoints
+    from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s
+
+    if not tokenizer_file_sha256s(tokenizer_dir):
+        return []
+    outputs = [f"checkpoints/{folder.name}" for folder in list_checkpoints(run_dir / "checkpoints")]
+    return outputs + (["final/"] if (run_dir / "final").is_dir() else [])
 
 
 def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_positions: int):

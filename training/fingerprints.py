@@ -1,0 +1,73 @@
+"""What a run reads from files, as sha256 fingerprints: its local training and validation data, its tokenizer files and
+its init_from folder. A checkpoint records them beside its settings (resume.py), so the same path with other contents
+is a change a resume names, as a changed learning_rate is. Hub datasets are named by name/config/split, which the
+settings hold already. Light to import: check_run_folder compares these before torch loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from hf_gpt_custom.manifest import MANIFEST_NAME, is_documentation
+from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.corpus import cached_sha256, fingerprint_local_source
+
+# The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def tokenizer_file_sha256s(folder: str | os.PathLike) -> dict[str, str]:
+    """name -> sha256 of each of TOKENIZER_FILES present in `folder`, in TOKENIZER_FILES order (empty: none)."""
+    folder = Path(folder)
+    return {name: cached_sha256(folder / name) for name in TOKENIZER_FILES if (folder / name).is_file()}
+
+
+def run_tokenizer_folder(config: TrainConfig) -> Path:
+    """The folder workload.prepare_tokenizer reads this run's tokenizer from (it may not exist yet)."""
+    if config.tokenizer and Path(config.tokenizer).is_dir():
+        return Path(config.tokenizer)
+    if not config.tokenizer and config.init_from and Path(config.init_from, "tokenizer.json").is_file():
+        return Path(config.init_from)
+    return config.run_dir / "tokenizer"
+
+
+def model_folder_fingerprint(folder: str | os.PathLike) -> str:
+    """sha256 over a model folder's files but its documentation: their sha256s as its manifest lists them (readers
+    verify a folder against its manifest before loading it), else each file hashed."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST_NAME
+    if manifest.is_file():
+        listed = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        files = {name: entry["sha256"] for name, entry in listed.items()}
+    else:
+        files = {path.relative_to(folder).as_posix(): cached_sha256(path)
+                 for path in folder.rglob("*") if path.is_file()}
+    return _digest({name: sha256 for name, sha256 in files.items() if not is_documentation(name)})
+
+
+def input_fingerprints(config: TrainConfig) -> dict[str, str]:
+    """role -> sha256 of what `config` reads from files: dataset, val_dataset (local ones), tokenizer, init_from.
+
+    A role without files yet (the run's own tokenizer before it is trained) is left out: it is made from the data
+    and settings, which are compared themselves.
+    """
+    fingerprints = {}
+    for role, source in (("dataset", config.dataset), ("val_dataset", config.val_dataset)):
+        if source is not None and Path(source).exists():
+            fingerprints[role] = fingerprint_local_source(source)
+    tokenizer_files = tokenizer_file_sha256s(run_tokenizer_folder(config))
+    if tokenizer_files:
+        fingerprints["tokenizer"] = _digest(tokenizer_files)
+    if config.init_from:
+        fingerprints["init_from"] = model_folder_fingerprint(config.init_from)
+    return fingerprints
+
+
+def _digest(sha256s: dict[str, str]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(sha256s):
+        digest.update(f"{name}={sha256s[name]};".encode())
+    return digest.hexdigest()
