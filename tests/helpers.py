@@ -85,6 +85,20 @@ def save_tiny_model(folder: Path, vocab_size: int, n_positions: int = 64, n_head
     return model
 
 
+def save_tiny_base_model(folder: Path, tokenizer_dir: Path) -> Path:
+    """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions, seed 0) with the tokenizer of
+    `tokenizer_dir` as it ships beside a model, and its manifest: what fine-tuning starts from."""
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.training.workload import tokenizer_for_model
+
+    tokenizer = tokenizer_for_model(tokenizer_dir, "<|endoftext|>", 64)
+    save_tiny_model(folder, len(tokenizer), seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(folder)
+    write_manifest(folder)
+    return folder
+
+
 def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None = None, **settings) -> Path:
     """A finished run folder: final/ (tiny model + byte tokenizer), config.yaml, summary, loss curve, eval/.
 

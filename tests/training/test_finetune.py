@@ -15,6 +15,7 @@ from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.finetune_data import (
     PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
 )
+from tests.helpers import save_tiny_base_model
 
 WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
 
@@ -22,19 +23,7 @@ WORDS = "the king queen sword horse castle river night lord lady music bread fir
 @pytest.fixture(scope="module")
 def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
     """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions) with its tokenizer."""
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-    from hf_gpt_custom.manifest import write_manifest
-    from hf_gpt_custom.training.workload import tokenizer_for_model
-
-    folder = tmp_path_factory.mktemp("base") / "final"
-    tokenizer = tokenizer_for_model(shakespeare_tokenizer_dir, "<|endoftext|>", 64)
-    torch.manual_seed(0)
-    config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                             bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-    GPTCustomForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    write_manifest(folder)
-    return folder
+    return save_tiny_base_model(tmp_path_factory.mktemp("base") / "final", shakespeare_tokenizer_dir)
 
 
 def _write_jsonl(path, rows):

@@ -17,7 +17,7 @@ from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.train import train
 from hf_gpt_custom.training.workload import prepare_tokenizer
 
-from tests.helpers import tiny_run_overrides
+from tests.helpers import save_tiny_base_model, tiny_run_overrides
 
 STEPS = ("max_steps=4", "checkpoint_interval=2", "keep_checkpoints=3", "eval_interval=4", "eval_batches=1")
 REFUSED = r"trained with other settings \(contents\.{role}: sha256 [0-9a-f]{{12}}\.\.\. -> sha256 [0-9a-f]{{12}}\.\.\.\)" \
@@ -153,17 +153,7 @@ def test_the_runs_tokenizer_is_not_retrained_over_checkpoints_made_with_it(own_t
 @pytest.fixture
 def finetuning(tmp_path, shakespeare_tokenizer_dir):
     """(config factory, init_from folder, labelled file) on tmp_path copies the test may change."""
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-    from hf_gpt_custom.training.workload import tokenizer_for_model
-
-    base = tmp_path / "base"
-    tokenizer = tokenizer_for_model(shakespeare_tokenizer_dir, "<|endoftext|>", 64)
-    torch.manual_seed(0)
-    model_config = GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                   bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)
-    GPTCustomForCausalLM(model_config).save_pretrained(base)
-    tokenizer.save_pretrained(base)
-    write_manifest(base)
+    base = save_tiny_base_model(tmp_path / "base", shakespeare_tokenizer_dir)
     words = "king queen sword horse castle river night lord".split()
     rows = [{"premise": " ".join(words[i % 8:i % 8 + 3]), "hypothesis": words[(i * 3) % 8],
              "label": "yes" if words[(i * 3) % 8] in words[i % 8:i % 8 + 3] else "no"} for i in range(48)]
