@@ -11,6 +11,7 @@ would go on training on other token ids, a retrained tokenizer would give old we
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -123,6 +124,13 @@ def check_run_folder(config: TrainConfig, start_over: bool = False) -> None:
                         f"(or run_name)")
     check_folder_writable(nearest, "the run folder" if nearest == run_dir else "the run folder's parent folder")
     check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
+    if config.mixed_precision == "auto":
+        # Checkpoints record what `auto` resolved to on the machine that trained them (train.py resolves it before
+        # it records), so compare that: the same command on the same machine continues. This imports torch.
+        from hf_gpt_custom.training.devices import resolve_mixed_precision, training_device_type
+
+        config = dataclasses.replace(
+            config, mixed_precision=resolve_mixed_precision("auto", training_device_type(config.cpu)))
     find_resume_point(config, run_dir, start_over, verify=False)
 
 

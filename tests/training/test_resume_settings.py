@@ -233,3 +233,14 @@ def test_the_main_jobs_evaluation_runs_on_the_gpu_when_training_did(tmp_path, mo
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert str(resolve_device(None)).startswith("cuda")
+
+
+def test_the_console_scripts_check_resolves_mixed_precision_auto_as_training_did(crashed, make_config):
+    """A checkpoint records the precision `auto` resolved to (fp32, "no", on a CPU): `train` with the same
+    `mixed_precision: auto` (shakespeare-gpu.yaml's) continues instead of being refused for 'no' -> 'auto'; an
+    explicit other precision is still a change."""
+    from hf_gpt_custom.training.resume import check_run_folder
+
+    check_run_folder(make_config(*STEPS, "mixed_precision=auto"))
+    with pytest.raises(ValueError, match=r"mixed_precision: 'no' -> 'bf16'"):
+        check_run_folder(make_config(*STEPS, "mixed_precision=bf16"))
