@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
-from hf_gpt_custom.training.corpus import shared_corpus_file
+from hf_gpt_custom.training.corpus import held_out_split_files, list_corpus_files, reader_for, shared_corpus_file
 from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
-    REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, parse_override_value,
-    read_config_yaml, resolve_local_path,
+    REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, is_text_type, parse_override_value,
+    read_config_file, read_config_yaml, resolve_local_path, write_config_yaml,
 )
 
 # auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (devices.resolve_mixed_precision)
@@ -185,6 +185,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     the repository root, so `training/configs/shakespeare.yaml` works from anywhere; they are stored absolute.
     """
     values: dict[str, Any] = {}
+    written: dict[str, str] = {}  # top-level plain scalars as written: what a text field takes
     if path is not None:
         path = Path(path)
         if path.is_dir():
@@ -194,7 +195,8 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             raise MissingFileError(f"training config {path} not found; try {config_class.example_config}")
         with open(path, encoding="utf-8") as f:
             try:
-                loaded = read_config_yaml(f) or {}
+                loaded, written = read_config_file(f)
+                loaded = {} if loaded is None else loaded
             except yaml.YAMLError as err:
                 raise UserError(f"{path}: not valid YAML ({err})") from err
         if not isinstance(loaded, dict):
@@ -203,7 +205,8 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     fields = declared_types(config_class)
     for key in values:
         check_known_key(key, fields)
-    values = {key: convert_value(key, value, fields[key]) for key, value in values.items()}
+    values = {key: convert_value(key, written[key] if key in written and is_text_type(fields[key]) else value,
+                                 fields[key]) for key, value in values.items()}
     sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
     for name in sections:
         values[name] = dict(values.get(name) or {})
@@ -227,7 +230,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config)."""
     with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+        write_config_yaml(config.to_dict(), f)
 
 
 # --- validation ----------------------------------------------------------------------------------------------------
@@ -291,6 +294,7 @@ def _validate(config: TrainConfig) -> None:
     _check_choice("text_sample_by", config.text_sample_by, TEXT_SAMPLE_BY_CHOICES)
     _check_choice("val_holdout", config.val_holdout, VAL_HOLDOUT_CHOICES)
     _validate_validation_source(config)
+    _validate_local_dataset(config)
     if config.log_with is not None and config.log_with not in ("tensorboard", "wandb", "all", "none"):
         raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
     if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
@@ -343,6 +347,31 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_holdout == "tail" and config.streaming:
         raise UserError("val_holdout='tail' needs the whole corpus; a streamed corpus has no end to hold out — set "
                         "val_split, or streaming=false")
+
+
+def _validate_local_dataset(config: TrainConfig) -> None:
+    """A local dataset is one split, read whole: settings that pick a part of a Hub dataset would be ignored."""
+    if not Path(config.dataset).exists():
+        return
+    for name, default, what in (("dataset_split", "train", "picks a split"),
+                                ("dataset_config", None, "names a configuration")):
+        value = getattr(config, name)
+        if value != default:
+            raise UserError(f"{name}={value!r} {what} of a Hub dataset, but dataset={config.dataset} is a local path, "
+                            f"which is read whole; point dataset at the file(s) you mean, or drop {name}")
+    try:
+        files = list_corpus_files(config.dataset)
+    except UserError:
+        return  # a folder without corpus files: data loading names it
+    if config.text_field != "text" and all(reader_for(file) == "text" for file in files):
+        raise UserError(f"text_field={config.text_field!r} names a column of .jsonl/.json/.parquet/.csv data, but "
+                        f"dataset={config.dataset} is plain text (all of it is the text); drop text_field")
+    held_out = held_out_split_files(config.dataset)
+    if held_out:
+        names = ", ".join(file.relative_to(config.dataset).as_posix() for file in held_out[:3])
+        raise UserError(f"dataset folder {config.dataset} holds {names}{', ...' if len(held_out) > 3 else ''}, named "
+                        f"as a validation/test split, and a folder is trained on whole; point dataset at the training "
+                        f"file(s) and val_dataset at the validation file")
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:

@@ -1,6 +1,6 @@
-"""How a value enters a training config: YAML read with YAML 1.2's scalars, `key=value` overrides read as YAML
-values, conversion to the field's declared type, and relative paths resolved. What the values may be is checked
-in config.py, which calls these; nothing here knows TrainConfig's fields.
+"""How a value enters a training config: YAML read with YAML 1.2's core schema (and written so it reads back the
+same), `key=value` overrides read as YAML values, conversion to the field's declared type, and relative paths
+resolved. What the values may be is checked in config.py, which calls these; nothing here knows TrainConfig's fields.
 """
 
 from __future__ import annotations
@@ -19,26 +19,102 @@ from hf_gpt_custom.training.corpus import CORPUS_SUFFIXES
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# Plain scalars resolve by YAML 1.2.2's core schema (spec section 10.3.2), which the config files promise: PyYAML
+# implements YAML 1.1, where yes/no/on/off are booleans, 010 is octal 8, 1:40 is sexagesimal 100, 1_000 is 1000,
+# 2001-12-14 a date and 1e3 a string. In the core schema 010 is 10 and 1:40, 1_000, 0b101 and dates stay strings;
+# 0x1F and 0o17 are ints (31, 15) there, so they are here too. An int field still accepts 1_000 (convert_value).
+_STR, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
+_CORE_SCHEMA = (  # (tag, the whole plain scalar, the first characters it can start with)
+    ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("tag:yaml.org,2002:int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    ("tag:yaml.org,2002:float", r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                r"|[-+]?(?:\.inf|\.Inf|\.INF)|\.nan|\.NaN|\.NAN", "-+.0123456789"),
+)
+
+
 class _ConfigLoader(yaml.SafeLoader):
-    """YAML 1.2's plain scalars, as a person reading the file expects: only true/false are booleans (YAML 1.1 also
-    takes yes/no/on/off, so `labels: [no, yes]` became [False, True] and `mixed_precision: no` the bool False), and
-    6e-4 is a number without a decimal point (YAML 1.1 reads it as a string)."""
+    """SafeLoader with YAML 1.2's core schema for plain scalars, and duplicate keys refused: YAML 1.1 readers keep
+    the last of two `learning_rate:` lines without a word, so an edit near the top of a file silently did nothing."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):  # before flatten_mapping: a key may override one a `<<:` merge brings
+            first_seen: dict[Any, yaml.Mark] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key, mark = self.construct_object(key_node), key_node.start_mark
+                if key in first_seen:
+                    raise UserError(f"{mark.name} line {mark.line + 1}: duplicate key {key!r} (first on line "
+                                    f"{first_seen[key].line + 1}); YAML would keep only the last value, so remove one")
+                first_seen[key] = mark
+        return super().construct_mapping(node, deep=deep)
 
 
-_ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+def _construct_core_int(loader: _ConfigLoader, node: yaml.ScalarNode) -> int:
+    """An int by the core schema: decimal even with leading zeros (010 is 10, not YAML 1.1's octal 8), 0o/0x."""
+    text = loader.construct_scalar(node)
+    try:
+        if text.startswith(("0o", "0x")):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)
+    except ValueError:  # only an explicit `!!int` tag gets here with other text
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not a YAML 1.2 int", node.start_mark) from None
+
+
+_ConfigLoader.yaml_implicit_resolvers = {  # SafeLoader's null (~, null, empty) and `<<` merge are the core schema's
+    first: [(tag, regexp) for tag, regexp in resolvers if tag in (_NULL, "tag:yaml.org,2002:merge")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                    list("tTfF"))
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                                    list("-+0123456789"))
+for _tag, _pattern, _first in _CORE_SCHEMA:
+    _ConfigLoader.add_implicit_resolver(_tag, re.compile(rf"^(?:{_pattern})$"), list(_first))
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _construct_core_int)
 
 
 def read_config_yaml(stream) -> Any:
-    """A training YAML (or one override value) as Python values, with YAML 1.2's booleans and floats."""
+    """A training YAML (or one override value) as Python values, read with YAML 1.2's core schema."""
     return yaml.load(stream, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_config_file(stream) -> tuple[Any, dict[str, str]]:
+    """read_config_yaml's value, and for each top-level key whose value is a plain scalar, that scalar as written:
+    a text field keeps `run_name: 007` as "007" (the number 7 is what the YAML value says)."""
+    loader = _ConfigLoader(stream)
+    try:
+        node = loader.get_single_node()
+        value = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    written = {}
+    for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else []:
+        if isinstance(key_node, yaml.ScalarNode) and isinstance(value_node, yaml.ScalarNode) \
+                and value_node.style is None and value_node.tag != _NULL:
+            written[key_node.value] = value_node.value
+    return value, written
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """safe_dump that also quotes each string our loader would read as something else ('1e-3', a float to YAML 1.2
+    only): what save_train_config writes must read back equal. SafeDumper already quotes YAML 1.1's ('yes', '1:40'),
+    which keeps the file right for other YAML readers too."""
+
+
+def _represent_text(dumper: _ConfigDumper, text: str) -> yaml.ScalarNode:
+    read_as = _ConfigLoader("").resolve(yaml.ScalarNode, text, (True, False))
+    return dumper.represent_scalar(_STR, text, style=None if read_as == _STR else "'")
+
+
+_ConfigDumper.add_representer(str, _represent_text)
+
+
+def write_config_yaml(values: dict[str, Any], stream) -> None:
+    """`values` as YAML that read_config_yaml reads back equal, in the given key order."""
+    yaml.dump(values, stream, Dumper=_ConfigDumper, sort_keys=False)
+
+
+def is_text_type(declared: Any) -> bool:
+    """str or str | None: a field whose value is the text as written, never a number or a bool read from it."""
+    non_none = [arg for arg in typing.get_args(declared) if arg is not type(None)]
+    return declared is str or (typing.get_origin(declared) in (typing.Union, types.UnionType) and non_none == [str])
 
 
 def declared_types(config_class: type) -> dict[str, Any]:
@@ -100,8 +176,7 @@ def parse_override_value(key: str, raw: str) -> Any:
 def convert_override(key: str, raw: str, declared: Any) -> Any:
     """A top-level `key=raw` override converted by the field's declared type. Text fields take the text as written
     (run_name=007 stays "007"); every other field takes the YAML value, so lists may be written [a, b] or a,b."""
-    non_none = [arg for arg in typing.get_args(declared) if arg is not type(None)]
-    if declared is str or (typing.get_origin(declared) in (typing.Union, types.UnionType) and non_none == [str]):
+    if is_text_type(declared):
         return convert_value(key, raw, declared, from_string=True)
     value = parse_override_value(key, raw)
     return convert_value(key, raw if isinstance(value, str) else value, declared, from_string=isinstance(value, str))

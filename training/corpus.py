@@ -26,6 +26,9 @@ TEXT_SUFFIXES = (".txt", ".text", ".raw")
 # rows are documents; a column (text_field) is the text
 RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_READERS)
+# Words in a file's path (relative to the folder) that name a held-out split: WikiText's wiki.test.raw, the Hub's
+# validation-00000-of-00001.parquet, a valid/ subfolder. A folder is read whole, so one holding these is refused.
+HELD_OUT_SPLIT_WORDS = frozenset({"test", "testing", "val", "valid", "validation", "dev", "eval", "heldout"})
 
 # A paragraph break: a line that is empty or holds only spaces/tabs (WikiText's blank lines hold one space). Lines
 # of spaces before a paragraph's text (WikiText's first line) are dropped; empty ones are kept as datasets keeps them
@@ -57,6 +60,19 @@ def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Pat
         raise MissingFileError(f"{what} folder {path} has no {', '.join(CORPUS_SUFFIXES)} files; point at the files "
                                f"themselves")
     return files
+
+
+def held_out_split_files(path: str | os.PathLike) -> list[Path]:
+    """The corpus files under a folder whose names mark a held-out split (HELD_OUT_SPLIT_WORDS); [] for a file."""
+    root = Path(path)
+    if not root.is_dir():
+        return []  # a file named explicitly is what the user chose, wiki.test.raw included
+    try:
+        files = list_corpus_files(root)
+    except UserError:
+        return []
+    return [file for file in files
+            if HELD_OUT_SPLIT_WORDS & set(re.split(r"[^a-z]+", file.relative_to(root).as_posix().lower()))]
 
 
 # --- reading: files -> documents -------------------------------------------------------------------------------------
@@ -115,7 +131,8 @@ def load_text_dataset(
 ) -> datasets.Dataset | datasets.IterableDataset:
     """A dataset with one column, "text", one row per document.
 
-    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply). A .txt file
+    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply; a local source is
+    one split, read whole, and TrainConfig refuses those settings and split-named folders for it). A .txt file
     becomes documents by `sample_by`: "paragraph" (the default: text between lines that are empty or hold only
     spaces — a Shakespeare speech, a Wikipedia paragraph), "line", or "document" (the whole file).
     .jsonl/.json/.parquet/.csv rows are documents and `text_field` names the column.

@@ -212,11 +212,12 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     """A local tokenizer folder for this run.
 
     `tokenizer:` set -> that folder (a Hub name is downloaded once and saved to <out_dir>/tokenizer). Unset with
-    `init_from` holding a tokenizer -> the init_from folder, so fine-tuning keeps the model's vocabulary. Unset
-    otherwise -> a byte-level BPE of `tokenizer_vocab_size` trained into <out_dir>/tokenizer on the dataset's training
-    documents (without the documents val_fraction holds out), reused when a previous call trained it on the same
-    documents with the same size. A trained tokenizer that checkpoints or final/ in the run folder were trained with
-    is never replaced by another: that is refused, unless `start_over` (the caller then sets those outputs aside).
+    `init_from` holding a tokenizer -> the init_from folder, so fine-tuning keeps the model's vocabulary; with
+    `init_from` a checkpoint -> the tokenizer its run trained with (never a new one under loaded weights). Unset
+    without init_from -> a byte-level BPE of `tokenizer_vocab_size` trained into <out_dir>/tokenizer on the dataset's
+    training documents (without the documents val_fraction holds out), reused when a previous call trained it on the
+    same documents with the same size. A trained tokenizer that checkpoints or final/ in the run folder were trained
+    with is never replaced by another: that is refused, unless `start_over` (the caller then sets those outputs aside).
     """
     run_dir = config.run_dir
     target = run_dir / "tokenizer"
@@ -241,6 +242,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         return target
     if config.init_from and Path(config.init_from, "tokenizer.json").is_file():
         return Path(config.init_from)
+    if config.init_from:  # a tokenizer trained now would give the loaded weights other token ids than they learnt
+        return _init_from_run_tokenizer(Path(config.init_from))
     # Held-out validation documents stay unseen: merges fitted to them make the tokenizer compress the validation
     # text better than any unseen text, which flatters validation bits per byte, the more so the larger the
     # vocabulary (tiny Shakespeare's tail, 8192 entries: 3.53 vs 3.29 bytes per validation token, 2.33 vs 2.59
@@ -302,6 +305,46 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         folder = target
     Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))
     return Path(folder)
+
+
+def _init_from_run_tokenizer(init_from: Path) -> Path:
+    """The tokenizer that the run of checkpoint `init_from` (<run>/checkpoints/step_NNNNNN, no tokenizer files of its
+    own) trained with: the folder its recorded `tokenizer:` setting names, else <run>/tokenizer (trained there, or a
+    Hub tokenizer saved there), else that of the run's own init_from. Refused when it is not found, is not the one
+    the checkpoint recorded, or its size is not the checkpoint's vocab_size; any other init_from without
+    tokenizer.json is refused too."""
+    from hf_gpt_custom.training.checkpoint import checkpoint_step
+    from hf_gpt_custom.training.fingerprints import _digest, tokenizer_file_sha256s
+    from hf_gpt_custom.training.resume import CONTENTS, recorded_settings
+
+    fix = "pass tokenizer=<the folder the model was trained with>"
+    if checkpoint_step(init_from) is None or init_from.parent.name != "checkpoints":
+        raise UserError(f"init_from={init_from} has no tokenizer.json and is not a checkpoint of a run; {fix}")
+    run_dir = init_from.parent.parent
+    recorded = recorded_settings(init_from) or {}
+    setting, parent = recorded.get("tokenizer"), recorded.get("init_from")
+    if setting and Path(setting).is_dir():
+        folder = Path(setting)
+    elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
+        # that run started from a model folder too, and used its tokenizer: the same rule one run back
+        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else _init_from_run_tokenizer(Path(parent))
+    else:
+        folder = run_dir / "tokenizer"
+    tokenizer_files = tokenizer_file_sha256s(folder)
+    if not tokenizer_files:
+        raise MissingFileError(f"init_from={init_from} is a checkpoint without tokenizer files, and {folder}, where "
+                               f"its run's tokenizer should be, has none; {fix}")
+    trained_with = recorded.get(CONTENTS, {}).get("tokenizer")  # absent in checkpoints older than the record
+    if trained_with is not None and _digest(tokenizer_files) != trained_with:
+        raise UserError(f"init_from={init_from} was trained with another tokenizer than the one now in {folder} (its "
+                        f"files changed since); {fix}")
+    vocab_size = json.loads((init_from / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    size = len(load_run_tokenizer(folder))
+    # model.vocab_size may have been set above the tokenizer's size; otherwise the run built it from the tokenizer
+    if size > vocab_size or (size != vocab_size and "vocab_size" not in recorded.get("model", {})):
+        raise UserError(f"init_from={init_from} has vocab_size={vocab_size} but its run's tokenizer in {folder} has "
+                        f"{size} tokens; {fix}")
+    return folder
 
 
 def _outputs_trained_with_tokenizer(run_dir: Path, tokenizer_dir: Path) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -97,3 +98,93 @@ def test_a_tokenizer_folder_without_a_tokenizer_is_one_clear_error(make_config, 
     empty.mkdir()
     with pytest.raises(UserError, match=r"tokenizer folder .*empty_tokenizer holds no tokenizer transformers can load"):
         train(make_config(f"tokenizer={empty}", run_name="no_tokenizer"))
+
+
+# --- a new run from a checkpoint: the weights keep the tokenizer they were trained with ------------------------------
+
+
+def _speeches(shakespeare_path, path, start: int, length: int = 40_000):
+    path.write_text(shakespeare_path.read_text(encoding="utf-8")[start:start + length], encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def first_run(make_config, tmp_path, shakespeare_path):
+    """A tiny run that trained its own tokenizer (tokenizer=null): its run folder and its last checkpoint."""
+    corpus = _speeches(shakespeare_path, tmp_path / "first.txt", start=0)
+    run_dir = train(make_config(f"dataset={corpus}", "tokenizer=null", "tokenizer_vocab_size=300",
+                                f"data_cache_dir={tmp_path / 'cache'}", run_name="first"))
+    return run_dir, run_dir / "checkpoints" / "step_000012"
+
+
+def _from_checkpoint(make_config, tmp_path, shakespeare_path, checkpoint, **kwargs):
+    """docs/training.md's way to keep the weights and change the recipe: init_from=<checkpoint>, here on other text
+    with the first run's tokenizer settings (a tokenizer trained now would fit the weights' size and go unnoticed)."""
+    corpus = _speeches(shakespeare_path, tmp_path / "second.txt", start=200_000)
+    return make_config(f"dataset={corpus}", "tokenizer=null", "tokenizer_vocab_size=300", f"init_from={checkpoint}",
+                       "seed=7", "max_steps=2",
+                       "warmup_steps=0", f"data_cache_dir={tmp_path / 'cache'}", run_name="second",
+                       with_model_section=False, **kwargs)
+
+
+def test_a_new_run_from_a_checkpoint_keeps_the_tokenizer_its_weights_were_trained_with(
+        first_run, make_config, tmp_path, shakespeare_path):
+    """A checkpoint folder has no tokenizer files: the new run trained a tokenizer of its own under the loaded weights
+    (219 of 512 ids meant other text) and shipped it in final/, without a word."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.training.fingerprints import TOKENIZER_FILES
+
+    first_dir, checkpoint = first_run
+    second_dir = train(_from_checkpoint(make_config, tmp_path, shakespeare_path, checkpoint))
+    shipped = [name for name in TOKENIZER_FILES if (first_dir / "final" / name).is_file()]
+    assert "tokenizer.json" in shipped
+    for name in shipped:
+        assert (second_dir / "final" / name).read_bytes() == (first_dir / "final" / name).read_bytes(), name
+    sample = "ROMEO: But, soft! what light through yonder window breaks?"
+    first_ids = AutoTokenizer.from_pretrained(str(first_dir / "final"))(sample)["input_ids"]
+    assert AutoTokenizer.from_pretrained(str(second_dir / "final"))(sample)["input_ids"] == first_ids
+    summary = json.loads((second_dir / "training_summary.json").read_text())
+    assert summary["tokenizer"] == str((first_dir / "tokenizer").absolute())
+    assert not (second_dir / "tokenizer").exists()  # nothing trained
+    # the new run's checkpoints record that tokenizer's fingerprint, so a resume notices if its files change
+    from hf_gpt_custom.training.fingerprints import _digest, tokenizer_file_sha256s
+
+    settings = json.loads(next((second_dir / "checkpoints").glob("step_*/training_settings.json")).read_text())
+    assert settings["contents"]["tokenizer"] == _digest(tokenizer_file_sha256s(first_dir / "tokenizer"))
+
+
+def test_a_checkpoint_whose_run_tokenizer_is_gone_is_refused_naming_the_fix(
+        first_run, make_config, tmp_path, shakespeare_path):
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    first_dir, checkpoint = first_run
+    shutil.rmtree(first_dir / "tokenizer")
+    config = _from_checkpoint(make_config, tmp_path, shakespeare_path, checkpoint)
+    with pytest.raises(UserError, match=r"^init_from=\S*first/checkpoints/step_000012 is a checkpoint without "
+                                        r"tokenizer files.*; pass tokenizer=<the folder the model was trained with>$"):
+        prepare_tokenizer(config)
+    assert not (config.run_dir / "tokenizer").exists()
+
+
+def test_a_checkpoint_whose_run_tokenizer_was_replaced_is_refused(first_run, make_config, tmp_path, shakespeare_path):
+    """Another tokenizer in the run folder: refused by the checkpoint's recorded fingerprint, and (a checkpoint older
+    than that record) by its vocab_size, 300, against the 280 tokens of the one found (a smaller tokenizer loads
+    under the weights without complaint)."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    first_dir, checkpoint = first_run
+    shutil.rmtree(first_dir / "tokenizer")
+    train_tokenizer([str(tmp_path / "first.txt")], first_dir / "tokenizer", vocab_size=280, show_progress=False)
+    config = _from_checkpoint(make_config, tmp_path, shakespeare_path, checkpoint)
+    with pytest.raises(UserError, match=r"step_000012 was trained with another tokenizer than the one now in "
+                                        r".*first/tokenizer .*; pass tokenizer="):
+        prepare_tokenizer(config)
+    settings_file = checkpoint / "training_settings.json"
+    settings = json.loads(settings_file.read_text())
+    del settings["contents"]
+    settings_file.write_text(json.dumps(settings))
+    with pytest.raises(UserError, match=r"step_000012 has vocab_size=300 but its run's tokenizer in .*first/tokenizer "
+                                        r"has 280 tokens; pass tokenizer="):
+        prepare_tokenizer(config)

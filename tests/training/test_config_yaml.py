@@ -1,0 +1,150 @@
+"""Config files as YAML 1.2: scalars by the core schema, text fields as written, duplicate keys refused, the
+resolved config.yaml read back equal, and local datasets refusing the Hub-only settings they would ignore."""
+
+import math
+
+import pytest
+import yaml
+
+from hf_gpt_custom.training.config import REPO_ROOT, TrainConfig, load_train_config, save_train_config
+from hf_gpt_custom.training.config_values import read_config_yaml
+
+SMOKE = REPO_ROOT / "training" / "configs" / "smoke.yaml"
+
+# YAML 1.2.2 spec, example 10.9 "Core Tag Resolution", and the values the spec gives for it
+SPEC_EXAMPLE_10_9 = """\
+A null: null
+Also a null: # Empty
+Not a null: ""
+Booleans: [ true, True, false, FALSE ]
+Integers: [ 0, 0o7, 0x3A, -19 ]
+Floats: [ 0., -0.0, .5, +12e03, -2E+05 ]
+Also floats: [ .inf, -.Inf, +.INF, .NAN ]
+"""
+
+
+def test_scalars_resolve_as_the_yaml_1_2_spec_example_says():
+    loaded = read_config_yaml(SPEC_EXAMPLE_10_9)
+    nan = loaded["Also floats"].pop()
+    assert loaded == {
+        "A null": None, "Also a null": None, "Not a null": "", "Booleans": [True, True, False, False],
+        "Integers": [0, 7, 58, -19], "Floats": [0.0, -0.0, 0.5, 12000.0, -200000.0],
+        "Also floats": [math.inf, -math.inf, math.inf],
+    }
+    assert math.isnan(nan)
+    assert all(type(value) is int for value in loaded["Integers"])
+    assert yaml.safe_load(SPEC_EXAMPLE_10_9)["Integers"][1] == "0o7"  # contrast: PyYAML is YAML 1.1
+
+
+# What YAML 1.1 (yaml.safe_load) makes of each plain scalar, and what the YAML 1.2 core schema does (spec 10.3.2:
+# ints are [-+]?[0-9]+ decimal, 0o[0-7]+, 0x[0-9a-fA-F]+; no sexagesimal, no 0b, no underscores, no dates)
+@pytest.mark.parametrize("text, yaml_1_1, yaml_1_2", [
+    ("010", 8, 10),
+    ("-010", -8, -10),
+    ("1:40", 100, "1:40"),
+    ("0x1F", 31, 31),
+    ("0o17", "0o17", 15),
+    ("0b101", 5, "0b101"),
+    ("1_000", 1000, "1_000"),
+    ("1e3", "1e3", 1000.0),
+    ("6e-4", "6e-4", 6e-4),
+    ("yes", True, "yes"),
+    ("off", False, "off"),
+    ("2001-12-14", __import__("datetime").date(2001, 12, 14), "2001-12-14"),
+])
+def test_plain_scalars_take_the_yaml_1_2_core_meaning_not_yaml_1_1s(text, yaml_1_1, yaml_1_2):
+    assert yaml.safe_load(text) == yaml_1_1
+    assert read_config_yaml(text) == yaml_1_2 and type(read_config_yaml(text)) is type(yaml_1_2)
+
+
+def test_a_config_file_and_overrides_read_numbers_as_yaml_1_2_and_text_as_written(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: someone/corpus\nrun_name: 007\ndataset_config: 1e3\ntext_field: true\n"
+                    "warmup_steps: 010\nmodel:\n  n_layer: 010\n  n_head: 2\n  n_embd: 32\n")
+    config = load_train_config(path, [])
+    assert (config.run_name, config.dataset_config, config.text_field) == ("007", "1e3", "true")
+    assert config.warmup_steps == 10 and config.model["n_layer"] == 10
+    config = load_train_config(SMOKE, ["model.n_layer=010", "seed=0x1F", "warmup_steps=0o17", "max_steps=1_000"])
+    assert (config.model["n_layer"], config.seed, config.warmup_steps, config.max_steps) == (10, 31, 15, 1000)
+    for override, message in [("max_steps=1:40", "max_steps='1:40' is not a valid int"),
+                              ("seed=0b101", "seed='0b101' is not a valid int")]:
+        with pytest.raises(ValueError, match=message):
+            load_train_config(SMOKE, [override])
+    path.write_text("dataset: someone/corpus\nmax_steps: 1:40\n")  # YAML 1.1 read 100 steps
+    with pytest.raises(ValueError, match="max_steps='1:40' is not a valid int"):
+        load_train_config(path, [])
+
+
+TRICKY_TEXT = ["1e-3", "2e5", "007", "yes", "no", "null", "1:40", "0x1F", "", "true", "~", ".inf", "0o17", "-5"]
+
+
+@pytest.mark.parametrize("text", TRICKY_TEXT)
+def test_saved_config_reads_back_equal_for_text_that_looks_like_another_type(tmp_path, text):
+    config = TrainConfig(dataset="someone/corpus", run_name=text, dataset_config=text, text_field=text,
+                         dataset_split=text)
+    save_train_config(config, tmp_path / "config.yaml")
+    assert load_train_config(tmp_path / "config.yaml", []) == config
+    keys = ("run_name", "dataset_config", "text_field", "dataset_split")
+    recorded = read_config_yaml((tmp_path / "config.yaml").read_text())  # as a resume reads the run's config.yaml
+    assert [recorded[key] for key in keys] == [text] * 4
+    written = yaml.safe_load((tmp_path / "config.yaml").read_text())  # a YAML 1.1 reader gets the text too
+    assert [written[key] for key in keys] == [text] * 4
+
+
+def test_safe_dump_alone_loses_text_that_yaml_1_2_reads_as_a_number():
+    assert read_config_yaml(yaml.safe_dump({"run_name": "1e-3"})) == {"run_name": 0.001}  # why save has its own dumper
+
+
+@pytest.mark.parametrize("text, key, line, first", [
+    ("learning_rate: 1e-3\nmax_steps: 5\nlearning_rate: 5e-3\n", "learning_rate", 3, 1),
+    ("model:\n  n_layer: 2\nmodel:\n  n_embd: 32\n", "model", 3, 1),
+    ("model:\n  n_layer: 2\n  n_head: 2\n  n_layer: 4\n", "n_layer", 4, 2),
+])
+def test_a_duplicate_key_is_refused_naming_the_file_and_line(tmp_path, text, key, line, first):
+    path = tmp_path / "dup.yaml"
+    path.write_text(f"dataset: someone/corpus\n{text}")
+    with pytest.raises(ValueError) as err:
+        load_train_config(path, [])
+    assert str(err.value) == (f"{path} line {line + 1}: duplicate key {key!r} (first on line {first + 1}); YAML would "
+                              f"keep only the last value, so remove one")
+
+
+def test_a_key_may_override_one_a_merge_brings():
+    assert read_config_yaml("a: &x {k: 1, j: 2}\nb:\n  <<: *x\n  k: 3\n")["b"] == {"k": 3, "j": 2}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("dataset_split=test", "dataset_split='test' picks a split of a Hub dataset, but dataset="),
+    ("dataset_config=wikitext-2-raw-v1", "dataset_config='wikitext-2-raw-v1' names a configuration of a Hub dataset"),
+    ("text_field=story", "text_field='story' names a column of .jsonl/.json/.parquet/.csv data, but dataset="),
+])
+def test_hub_only_settings_are_refused_for_a_local_text_file(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_train_config(SMOKE, [override])
+    hub = load_train_config(SMOKE, ["dataset=someone/corpus", override])  # they do apply to a Hub dataset
+    key, _, value = override.partition("=")
+    assert getattr(hub, key) == value
+
+
+def test_a_records_file_keeps_its_text_field(tmp_path):
+    (tmp_path / "stories.jsonl").write_text('{"story": "once upon a time"}\n')
+    assert load_train_config(SMOKE, [f"dataset={tmp_path / 'stories.jsonl'}", "text_field=story"]).text_field == "story"
+
+
+@pytest.mark.parametrize("held_out", ["test.txt", "wiki.valid.raw", "validation/part-0.txt", "dev.txt"])
+def test_a_dataset_folder_holding_split_files_is_refused_not_trained_on_whole(tmp_path, held_out):
+    folder = tmp_path / "corpus"
+    (folder / held_out).parent.mkdir(parents=True, exist_ok=True)
+    (folder / "train.txt").write_text("training text\n")
+    (folder / held_out).write_text("held-out text\n")
+    with pytest.raises(ValueError, match=f"dataset folder {folder} holds {held_out}, named as a validation/test split"):
+        load_train_config(SMOKE, [f"dataset={folder}"])
+    config = load_train_config(SMOKE, [f"dataset={folder / 'train.txt'}", f"val_dataset={folder / held_out}"])
+    assert config.val_dataset == str(folder / held_out)
+
+
+def test_a_folder_without_split_names_is_read_whole(tmp_path):
+    for name in ("latest.txt", "contest/b.txt", "training.txt"):  # "test" inside a word is no split name
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("text\n")
+    assert load_train_config(SMOKE, [f"dataset={tmp_path}"]).dataset == str(tmp_path)
