@@ -121,8 +121,10 @@ def evaluate(
         examples += task_examples
     results = Results(
         model=model_name,
+        # what changes the numbers, as lm-eval records its model arguments: dtype and device change log-likelihoods
+        # in their last digits (the data root is a local path: a published results.json carries none)
         config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
-                "protocol": protocol},
+                "protocol": protocol, "dtype": dtype, "device": str(next(model_obj.parameters()).device.type)},
         results=rows,
         examples=examples,
         skipped=skipped,

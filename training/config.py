@@ -306,6 +306,9 @@ def _validate(config: TrainConfig) -> None:
             task_file(task)  # a task file of your own: it must exist
         else:
             _check_choice("benchmark_tasks", task, tuple(available_tasks()))
+    if config.benchmark_tasks and not config.benchmark_shots:  # else the eval stage fails after all the training
+        raise UserError("benchmark_shots is empty; give the K values to evaluate, e.g. benchmark_shots=0,1,5, or "
+                        "benchmark_tasks=[] to skip evaluation")
     for shots in config.benchmark_shots:
         if shots < 0:
             raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")

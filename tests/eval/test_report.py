@@ -28,7 +28,8 @@ def test_results_json_has_the_documented_schema(report_dir):
     assert payload["skipped"] == [{"task": "wikitext", "num_fewshot": 1,  # rolling log-likelihood has no examples
                                    "reason": "task wikitext (loglikelihood_rolling) is scored without examples: K=0 only"}]
     assert payload["config"] == {"tasks": ["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], "shots": [0, 1],
-                                 "limit": 3, "seed": 1234, "batch_size": 8, "protocol": "ours"}
+                                 "limit": 3, "seed": 1234, "batch_size": 8, "protocol": "ours", "dtype": "float32",
+                                 "device": "cpu"}
     for row in payload["results"]:
         assert tuple(row) == RESULT_KEYS
         assert row["n"] == 3 and isinstance(row["higher_is_better"], bool) and row["n_truncated"] >= 0

@@ -352,3 +352,9 @@ def test_the_gpu_recipe_loads_validates_and_trains_two_steps_on_the_cpu(make_con
     run_dir = train(config)
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["steps"] == 2 and summary["config"]["mixed_precision"] == "no"  # auto is fp32 on a CPU
+
+
+def test_no_shots_for_the_benchmarks_is_refused_before_training_not_at_the_eval_stage():
+    with pytest.raises(ValueError, match=r"benchmark_shots is empty; give the K values to evaluate"):
+        load_train_config(SMOKE, ["benchmark_tasks=copa", "benchmark_shots=[]"])
+    assert load_train_config(SMOKE, ["benchmark_tasks=[]", "benchmark_shots=[]"]).benchmark_shots == []
