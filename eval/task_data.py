@@ -17,6 +17,7 @@ import jinja2
 
 from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.manifest import file_identity
 
 if TYPE_CHECKING:
     from hf_gpt_custom.eval.task import TaskSpec
@@ -102,19 +103,10 @@ def load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
     files = spec.data_files.get(split)
     paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files or [])]
     key = (spec.source_file, spec.task, split, data_dir,
-           *(_file_identity(path) for path in [*([spec.source_file] if spec.source_file else []), *paths]))
+           *(file_identity(path) for path in [*([spec.source_file] if spec.source_file else []), *paths]))
     if key not in _DOCS_CACHE:
         _DOCS_CACHE[key] = _load_docs_uncached(spec, split, data_dir)
     return _DOCS_CACHE[key]
-
-
-def _file_identity(path: str | os.PathLike) -> tuple[int, ...] | None:
-    """What changes whenever a file is written or replaced (ctime too when the mtime is restored); None if absent."""
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
 def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:

@@ -22,10 +22,31 @@ DOCUMENTATION_SUFFIXES = (".md", ".png")
 DOCUMENTATION_FILES = ("training_summary.json",)
 DOCUMENTATION_FOLDERS = ("eval/",)
 
-# sha256 already checked in this process, by absolute path: (file identity, sha256). The identity (device, inode,
-# size, mtime, ctime) changes with any write or replacement, so a file is hashed once per process rather than on every
-# load: hashing reads the whole file, which costs more than a warm from_pretrained of it.
-_VERIFIED_SHA256: dict[str, tuple[tuple[int, ...], str]] = {}
+# sha256 of each file already hashed in this process, by absolute path: (file_identity, sha256). The identity changes
+# with any write or replacement, so a file is hashed once per process rather than on every load or every fingerprint
+# (the manifest check, the data cache key, the resume record): hashing reads the whole file.
+_SHA256: dict[str, tuple[tuple[int, ...], str]] = {}
+
+
+def file_identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """What changes whenever a file is written or replaced — device, inode, size, mtime and ctime (ctime too when
+    cp -p, rsync -t or tar restore the mtime) — or None when it does not exist."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+
+def cached_sha256(path: str | os.PathLike) -> str:
+    """sha256_file(path), read once per process while the file stays as it is (_SHA256)."""
+    identity, key = file_identity(path), str(Path(path).resolve())
+    known = _SHA256.get(key)
+    if known is not None and known[0] == identity:
+        return known[1]
+    sha256 = sha256_file(path)
+    _SHA256[key] = (identity, sha256)
+    return sha256
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -89,15 +110,7 @@ def check_manifest(folder: str | os.PathLike) -> None:
 
 
 def _has_sha256(path: Path, sha256: str) -> bool:
-    status = path.stat()
-    identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-    key = str(path.resolve())
-    if _VERIFIED_SHA256.get(key) == (identity, sha256):
-        return True
-    if sha256_file(path) != sha256:
-        return False
-    _VERIFIED_SHA256[key] = (identity, sha256)
-    return True
+    return cached_sha256(path) == sha256
 
 
 def from_pretrained_checked(from_pretrained, path, *model_args, **kwargs):

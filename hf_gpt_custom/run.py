@@ -203,43 +203,25 @@ _STAGE_FUNCTIONS = {
 
 def _fingerprint(config) -> dict[str, Any]:
     """The settings a resumed run must share with the one that started — what is trained, and what is evaluated —
-    and the contents of the local files it reads: new text at the same path is another run, not this one."""
+    and the contents of the files it reads (`contents.<role>`: data, tokenizer, init_from, as checkpoints record
+    them): new text at the same path is another run, not this one. A role with no files yet (the run's own
+    tokenizer before its stage) is left out, and a key one side lacks is not compared (`_load_state`)."""
     from hf_gpt_custom.training.config import settings_that_do_not_change_training
-    from hf_gpt_custom.training.corpus import fingerprint_local_source
+    from hf_gpt_custom.training.fingerprints import input_fingerprints
 
     ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS
     fingerprint = {key: value for key, value in config.to_dict().items() if key not in ignored}
-    local_data = {key: getattr(config, key, None) for key in ("dataset", "val_dataset")}
-    local_data = {key: path for key, path in local_data.items() if path and Path(path).exists()}
-    if local_data:
-        fingerprint[_DATA_CONTENTS] = {key: fingerprint_local_source(path) for key, path in local_data.items()}
-    if getattr(config, "tokenizer", None) and Path(config.tokenizer).is_dir():
-        fingerprint[_TOKENIZER_CONTENTS] = _folder_sha256(Path(config.tokenizer))
+    fingerprint.update({f"{_CONTENTS}{role}": sha256 for role, sha256 in input_fingerprints(config).items()})
     return fingerprint
 
 
-_DATA_CONTENTS, _TOKENIZER_CONTENTS = "dataset_contents_sha256", "tokenizer_contents_sha256"
-
-
-def _folder_sha256(folder: Path) -> str:
-    """sha256 over a (small) folder's file names and contents."""
-    import hashlib
-
-    from .manifest import sha256_file
-
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(folder).as_posix()}={sha256_file(path)};".encode())
-    return digest.hexdigest()
+_CONTENTS = "contents."
 
 
 def _describe_change(key: str, saved: Any, now: Any, config) -> str:
-    if key == _DATA_CONTENTS:
-        files = ", ".join(f"{role}={getattr(config, role, '?')}" for role in sorted(set(saved) | set(now))
-                          if saved.get(role) != now.get(role))
-        return f"the contents of {files or 'the data'} changed since then"
-    if key == _TOKENIZER_CONTENTS:
-        return f"the files of tokenizer={getattr(config, 'tokenizer', '?')} changed since then"
+    if key.startswith(_CONTENTS):
+        role = key.removeprefix(_CONTENTS)
+        return f"the contents of {role}={getattr(config, role, '?')} changed since then"
     return f"{key}: {saved!r} -> {now!r}"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.manifest import sha256_file
+from hf_gpt_custom.manifest import cached_sha256, sha256_file
 
 if TYPE_CHECKING:
     import datasets
@@ -35,11 +35,6 @@ HELD_OUT_SPLIT_WORDS = frozenset({"test", "testing", "val", "valid", "validation
 # ("a\n\n\nb" -> "a", "\nb"), so text without space-holding lines gives exactly datasets' paragraphs.
 _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n")
 _LEADING_SPACE_LINES = re.compile(r"\A(?:[^\S\n]+\n)+")
-
-# sha256 of each file already hashed in this process, by absolute path: (file identity, sha256). The identity (device,
-# inode, size, mtime, ctime) changes with any write or replacement (ctime too when cp -p, rsync -t or tar restore the
-# mtime), so the data cache key, the raw-text cache and the tokenizer's marker read a file once between them.
-_FILE_SHA256: dict[str, tuple[tuple[int, ...], str]] = {}
 
 
 def reader_for(path: str | os.PathLike) -> str:
@@ -105,19 +100,6 @@ def content_cache_dir(path: str | os.PathLike, cache_dir: str | os.PathLike | No
 
     base = Path(cache_dir) if cache_dir is not None else Path(datasets.config.HF_DATASETS_CACHE)
     return str(base / "by_content" / fingerprint_local_source(path)[:20])
-
-
-def cached_sha256(path: Path) -> str:
-    """sha256_file(path), read once per process while the file stays as it is (_FILE_SHA256)."""
-    status = path.stat()
-    identity = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-    key = str(path.resolve())
-    known = _FILE_SHA256.get(key)
-    if known is not None and known[0] == identity:
-        return known[1]
-    sha256 = sha256_file(path)
-    _FILE_SHA256[key] = (identity, sha256)
-    return sha256
 
 
 def load_text_dataset(

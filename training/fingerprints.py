@@ -11,9 +11,9 @@ import json
 import os
 from pathlib import Path
 
-from hf_gpt_custom.manifest import MANIFEST_NAME, is_documentation
+from hf_gpt_custom.manifest import MANIFEST_NAME, cached_sha256, is_documentation
 from hf_gpt_custom.training.config import TrainConfig
-from hf_gpt_custom.training.corpus import cached_sha256, fingerprint_local_source
+from hf_gpt_custom.training.corpus import fingerprint_local_source
 
 # The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -53,7 +53,7 @@ def model_folder_fingerprint(folder: str | os.PathLike) -> str:
     else:
         files = {path.relative_to(folder).as_posix(): cached_sha256(path)
                  for path in folder.rglob("*") if path.is_file()}
-    return _digest({name: sha256 for name, sha256 in files.items() if not is_documentation(name)})
+    return combined_sha256({name: sha256 for name, sha256 in files.items() if not is_documentation(name)})
 
 
 def input_fingerprints(config: TrainConfig) -> dict[str, str]:
@@ -68,13 +68,14 @@ def input_fingerprints(config: TrainConfig) -> dict[str, str]:
             fingerprints[role] = fingerprint_local_source(source)
     tokenizer_files = tokenizer_file_sha256s(run_tokenizer_folder(config))
     if tokenizer_files:
-        fingerprints["tokenizer"] = _digest(tokenizer_files)
+        fingerprints["tokenizer"] = combined_sha256(tokenizer_files)
     if config.init_from:
         fingerprints["init_from"] = model_folder_fingerprint(config.init_from)
     return fingerprints
 
 
-def _digest(sha256s: dict[str, str]) -> str:
+def combined_sha256(sha256s: dict[str, str]) -> str:
+    """One sha256 for a set of named files' sha256s (order-independent)."""
     digest = hashlib.sha256()
     for name in sorted(sha256s):
         digest.update(f"{name}={sha256s[name]};".encode())

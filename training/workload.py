@@ -314,7 +314,7 @@ def _init_from_run_tokenizer(init_from: Path) -> Path:
     the checkpoint recorded, or its size is not the checkpoint's vocab_size; any other init_from without
     tokenizer.json is refused too."""
     from hf_gpt_custom.training.checkpoint import checkpoint_step
-    from hf_gpt_custom.training.fingerprints import _digest, tokenizer_file_sha256s
+    from hf_gpt_custom.training.fingerprints import combined_sha256, tokenizer_file_sha256s
     from hf_gpt_custom.training.resume import CONTENTS, recorded_settings
 
     fix = "pass tokenizer=<the folder the model was trained with>"
@@ -335,7 +335,7 @@ def _init_from_run_tokenizer(init_from: Path) -> Path:
         raise MissingFileError(f"init_from={init_from} is a checkpoint without tokenizer files, and {folder}, where "
                                f"its run's tokenizer should be, has none; {fix}")
     trained_with = recorded.get(CONTENTS, {}).get("tokenizer")  # absent in checkpoints older than the record
-    if trained_with is not None and _digest(tokenizer_files) != trained_with:
+    if trained_with is not None and combined_sha256(tokenizer_files) != trained_with:
         raise UserError(f"init_from={init_from} was trained with another tokenizer than the one now in {folder} (its "
                         f"files changed since); {fix}")
     vocab_size = json.loads((init_from / "config.json").read_text(encoding="utf-8"))["vocab_size"]

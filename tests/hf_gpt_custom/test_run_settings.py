@@ -25,6 +25,12 @@ class FakeConfig:
         return dataclasses.asdict(self)
 
 
+@pytest.fixture(autouse=True)
+def _no_files_read(monkeypatch):
+    """FakeConfig names no data, tokenizer or model folder: the fingerprint's `contents.*` part is empty."""
+    monkeypatch.setattr("hf_gpt_custom.training.fingerprints.input_fingerprints", lambda config: {})
+
+
 def test_settings_not_changing_training_come_from_field_metadata():
     assert settings_that_do_not_change_training(FakeConfig) == {"keep_checkpoints", "benchmark_limit"}
 

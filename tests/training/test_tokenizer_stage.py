@@ -148,10 +148,10 @@ def test_a_new_run_from_a_checkpoint_keeps_the_tokenizer_its_weights_were_traine
     assert summary["tokenizer"] == str((first_dir / "tokenizer").absolute())
     assert not (second_dir / "tokenizer").exists()  # nothing trained
     # the new run's checkpoints record that tokenizer's fingerprint, so a resume notices if its files change
-    from hf_gpt_custom.training.fingerprints import _digest, tokenizer_file_sha256s
+    from hf_gpt_custom.training.fingerprints import combined_sha256, tokenizer_file_sha256s
 
     settings = json.loads(next((second_dir / "checkpoints").glob("step_*/training_settings.json")).read_text())
-    assert settings["contents"]["tokenizer"] == _digest(tokenizer_file_sha256s(first_dir / "tokenizer"))
+    assert settings["contents"]["tokenizer"] == combined_sha256(tokenizer_file_sha256s(first_dir / "tokenizer"))
 
 
 def test_a_checkpoint_whose_run_tokenizer_is_gone_is_refused_naming_the_fix(
