@@ -82,6 +82,10 @@ def evaluate(
         raise UserError("no tasks given; pass e.g. tasks=['lambada', 'hellaswag']")
     if not shots or any(not isinstance(k, int) or k < 0 for k in shots):
         raise UserError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
+    for name, values in (("tasks", tasks), ("shots", shots)):  # each would be scored (and reported) twice
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise UserError(f"{name} lists {', '.join(repeated)} more than once; give each once")
     if limit is not None and limit < 1:
         raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
     if not isinstance(batch_size, int) or batch_size < 1:

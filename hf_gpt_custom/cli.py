@@ -131,10 +131,15 @@ def _add_start_over_argument(parser) -> None:
 def _config_overrides(args: argparse.Namespace) -> list[str]:
     """The key=value overrides with --resume_from_checkpoint / --init_from appended as overrides of their own."""
     overrides = list(args.overrides)
-    if args.resume_from_checkpoint is not None:
-        overrides.append(f"resume_from_checkpoint={args.resume_from_checkpoint}")
-    if args.init_from is not None:
-        overrides.append(f"init_from={args.init_from}")
+    for key in ("resume_from_checkpoint", "init_from"):
+        flag = getattr(args, key)
+        if flag is None:
+            continue
+        # Both spellings on one command line: the later override would win without a word, whichever it is.
+        also = [o for o in overrides if o.split("=", 1)[0].strip().replace("-", "_") == key]
+        if also:
+            raise UserError(f"--{key} {flag} and the override {also[0]} both set {key}; give one of them")
+        overrides.append(f"{key}={flag}")
     return overrides
 
 

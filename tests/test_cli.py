@@ -273,6 +273,15 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
         main(["train", "cfg.yaml", "--init_from", "runs/x/final", "--no-such-option"])
 
 
+@pytest.mark.parametrize("flag, override", [("--init_from", "init_from=runs/y/final"),
+                                            ("--resume_from_checkpoint", "resume_from_checkpoint=latest")])
+def test_a_flag_and_an_override_of_the_same_key_are_refused(flag, override, capsys):
+    """`--init_from A init_from=B`: one of them won without a word (the flag, appended last)."""
+    code, _, err = _run_main(["train", "cfg.yaml", override, flag, "runs/x/final"], capsys)
+    key = flag.lstrip("-")
+    _assert_one_line_error(code, err, "train", f"{flag} runs/x/final and the override {override} both set {key}")
+
+
 @pytest.mark.parametrize("command, said", [("train", "continue from the latest checkpoint"),
                                            ("eval", "nothing was written")])
 def test_ctrl_c_is_one_line_saying_what_is_kept_and_exit_130(command, said, monkeypatch, capsys):

@@ -309,6 +309,11 @@ def _validate(config: TrainConfig) -> None:
     if config.benchmark_tasks and not config.benchmark_shots:  # else the eval stage fails after all the training
         raise UserError("benchmark_shots is empty; give the K values to evaluate, e.g. benchmark_shots=0,1,5, or "
                         "benchmark_tasks=[] to skip evaluation")
+    for name in ("benchmark_tasks", "benchmark_shots"):  # each would be scored (and reported) twice
+        values = getattr(config, name)
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise UserError(f"{name} lists {', '.join(repeated)} more than once; give each once")
     for shots in config.benchmark_shots:
         if shots < 0:
             raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")

@@ -124,11 +124,11 @@ def declared_types(config_class: type) -> dict[str, Any]:
     return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
 
 
-def check_known_key(key: str, fields: dict) -> None:
+def check_known_key(key: Any, fields: dict) -> None:
     if key in fields:
         return
     hint = did_you_mean(key, fields)
-    if key.split(".")[0] == "task" and "task" not in fields:  # a fine-tuning YAML given to train or run
+    if str(key).split(".")[0] == "task" and "task" not in fields:  # a fine-tuning YAML given to train or run
         hint = "a `task:` section is a fine-tuning config: run it with `hf-gpt-custom finetune`; "
     raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
 
@@ -228,6 +228,8 @@ def convert_value(key: str, value: Any, declared: Any, from_string: bool = False
                 text = value.strip()
                 parsed = read_config_yaml(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
                 value = parsed if parsed is not None else []
+            if isinstance(value, (int, float, bool)):  # benchmark_shots=5 (or `: 5` in the YAML): the list [5]
+                value = [value]
             if not isinstance(value, (list, tuple)):
                 raise ValueError
             return [convert_value(f"{key}[{i}]", item, args[0], from_string) for i, item in enumerate(value)]

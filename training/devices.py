@@ -3,7 +3,8 @@ torchrun say through the environment (rank, precision), which device the config 
 has it, what `mixed_precision: auto` means here, and whether torch.compile can compile here.
 
 Precision has one source of truth: the training YAML's `mixed_precision`, which config.yaml records and MFU uses.
-An accelerate config (or `--mixed_precision`) that says otherwise is overridden with a warning naming both values.
+An accelerate config (or `--mixed_precision`) that says otherwise is overridden with a warning naming both values;
+so is a launcher's `--gradient_accumulation_steps`, the YAML's `gradient_accumulation_steps` being the one used.
 One helper runs after the Accelerator exists: `drop_float32_output_copies`, which keeps its autocast but not its
 float32 copy of the model's outputs.
 """
@@ -44,6 +45,21 @@ def mixed_precision_for_run(configured: str) -> str:
             "config says mixed_precision=%s; training in %s, the training config's value. To train in %s set "
             "mixed_precision=%s in the training YAML (or on the command line); make the two agree to silence this.",
             launcher, configured, configured, launcher, launcher,
+        )
+    return configured
+
+
+def accumulation_steps_for_run(configured: int) -> int:
+    """The micro-batches per optimizer step: `configured` (the training YAML's), with a warning when the launcher said
+    otherwise. `accelerate launch --gradient_accumulation_steps N` (a DeepSpeed launch) passes N as
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS, which the Accelerator ignores once it is given a plugin, as ours is."""
+    launcher = os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "").strip()
+    if launcher and launcher != str(configured) and launch_rank() == 0:
+        logger.warning(
+            "accelerate launch says gradient_accumulation_steps=%s but the training config says "
+            "gradient_accumulation_steps=%s; training with %s, the training config's value. To train with %s set "
+            "gradient_accumulation_steps=%s in the training YAML (or on the command line); make the two agree to "
+            "silence this.", launcher, configured, configured, launcher, launcher,
         )
     return configured
 

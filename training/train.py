@@ -30,8 +30,8 @@ from hf_gpt_custom.training.checkpoint import (
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
 from hf_gpt_custom.training.devices import (
-    check_compiler_available, drop_float32_output_copies, mixed_precision_for_run, peak_bf16_flops,
-    resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
+    accumulation_steps_for_run, check_compiler_available, drop_float32_output_copies, mixed_precision_for_run,
+    peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
 )
 from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
 from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
@@ -218,7 +218,7 @@ def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_
         # sync_with_dataloader=False: an accumulation window may straddle an epoch boundary instead of being cut
         # short there, so every optimizer step sees exactly gradient_accumulation_steps micro-batches.
         gradient_accumulation_plugin=GradientAccumulationPlugin(
-            num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
+            num_steps=accumulation_steps_for_run(config.gradient_accumulation_steps), sync_with_dataloader=False
         ),
         # The schedule is written in optimizer steps; Accelerate's default would step it once per process.
         step_scheduler_with_optimizer=False,

@@ -248,14 +248,19 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     # text better than any unseen text, which flatters validation bits per byte, the more so the larger the
     # vocabulary (tiny Shakespeare's tail, 8192 entries: 3.53 vs 3.29 bytes per validation token, 2.33 vs 2.59
     # bits per byte after 105 steps of the same run).
-    holds_out_validation = config.val_dataset is None and config.val_split is None and not config.streaming
+    holds_out_validation = config.val_dataset is None and config.val_split is None
     source = {"dataset": config.dataset, "dataset_config": config.dataset_config, "split": config.dataset_split,
               "text_field": config.text_field, "vocab_size": config.tokenizer_vocab_size}
     if Path(config.dataset).exists():  # the same path with other contents is other documents (the data cache's key)
         from hf_gpt_custom.training.corpus import fingerprint_local_source
 
         source["dataset_sha256"] = fingerprint_local_source(config.dataset)
-    if holds_out_validation:
+    if holds_out_validation and config.streaming:  # the stream's first documents are its validation set
+        from hf_gpt_custom.training.data import STREAMING_VAL_DOCUMENTS
+
+        source["trained_on"] = {"documents": f"all but the first {STREAMING_VAL_DOCUMENTS}",
+                                "text_sample_by": config.text_sample_by}
+    elif holds_out_validation:
         source["trained_on"] = {"documents": "training split", "text_sample_by": config.text_sample_by,
                                 "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,
                                 "seed": config.seed}
@@ -272,7 +277,14 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     if trained_with_old:
         shutil.rmtree(out_dir, ignore_errors=True)  # left by an interrupted call
 
-    if holds_out_validation:
+    if holds_out_validation and config.streaming:
+        from hf_gpt_custom.training.corpus import load_text_dataset
+        from hf_gpt_custom.training.data import STREAMING_VAL_DOCUMENTS
+
+        documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
+                                      streaming=True, sample_by=config.text_sample_by)
+        inputs = (record["text"] for record in documents.skip(STREAMING_VAL_DOCUMENTS))
+    elif holds_out_validation:
         from hf_gpt_custom.training.data import split_documents
 
         train_documents, _ = split_documents(config)

@@ -85,6 +85,10 @@ def test_bad_arguments_fail_before_loading_the_model(tmp_path):
         evaluate(str(tmp_path / "no-model"), tasks=["copa"], shots=[-1])
     with pytest.raises(ValueError, match="unknown task 'lambda'; did you mean 'lambada'"):
         evaluate(str(tmp_path / "no-model"), tasks=["lambda"])
+    with pytest.raises(ValueError, match="shots lists 0 more than once; give each once"):  # `--shots 0,0`
+        evaluate(str(tmp_path / "no-model"), tasks=["copa"], shots=[0, 5, 0])
+    with pytest.raises(ValueError, match="tasks lists copa more than once"):
+        evaluate(str(tmp_path / "no-model"), tasks=["copa", "piqa", "copa"])
 
 
 def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, shared_data_dir):

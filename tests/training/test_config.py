@@ -358,3 +358,9 @@ def test_no_shots_for_the_benchmarks_is_refused_before_training_not_at_the_eval_
     with pytest.raises(ValueError, match=r"benchmark_shots is empty; give the K values to evaluate"):
         load_train_config(SMOKE, ["benchmark_tasks=copa", "benchmark_shots=[]"])
     assert load_train_config(SMOKE, ["benchmark_tasks=[]", "benchmark_shots=[]"]).benchmark_shots == []
+    with pytest.raises(ValueError, match=r"benchmark_shots lists 0 more than once; give each once"):
+        load_train_config(SMOKE, ["benchmark_tasks=copa", "benchmark_shots=0,1,0"])
+    with pytest.raises(ValueError, match=r"benchmark_tasks lists copa more than once"):
+        load_train_config(SMOKE, ["benchmark_tasks=copa,copa", "benchmark_shots=0"])
+    # one K alone is the list of it, as one task name is
+    assert load_train_config(SMOKE, ["benchmark_tasks=copa", "benchmark_shots=5"]).benchmark_shots == [5]

@@ -109,6 +109,15 @@ def test_a_duplicate_key_is_refused_naming_the_file_and_line(tmp_path, text, key
                               f"keep only the last value, so remove one")
 
 
+@pytest.mark.parametrize("key", ["1", "true", "null", "1.5"])
+def test_a_key_that_yaml_reads_as_a_number_is_named_not_a_traceback(tmp_path, key):
+    """`1: foo` has the int key 1: the key check called str methods on it (AttributeError)."""
+    path = tmp_path / "numkey.yaml"
+    path.write_text(f"dataset: someone/corpus\n{key}: foo\n")
+    with pytest.raises(ValueError, match="unknown training config key .* known keys: "):
+        load_train_config(path, [])
+
+
 def test_a_key_may_override_one_a_merge_brings():
     assert read_config_yaml("a: &x {k: 1, j: 2}\nb:\n  <<: *x\n  k: 3\n")["b"] == {"k": 3, "j": 2}
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hf_gpt_custom.training.config import REPO_ROOT, save_train_config
-from hf_gpt_custom.training.devices import mixed_precision_for_run
+from hf_gpt_custom.training.devices import accumulation_steps_for_run, mixed_precision_for_run
 from hf_gpt_custom.training.data import prepare_datasets
 from hf_gpt_custom.training.data import EpochShuffleSampler
 from hf_gpt_custom.training.loop import _batch_digest
@@ -113,6 +113,22 @@ def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_
     assert "accelerate launch says mixed_precision=bf16" in warning
     assert "training config says mixed_precision=no; training in no" in warning
     assert json.loads((run_dir / "training_summary.json").read_text())["config"]["mixed_precision"] == "no"
+
+
+def test_a_launcher_accumulation_that_differs_from_the_training_yaml_is_named(make_config, monkeypatch, caplog):
+    # `accelerate launch --gradient_accumulation_steps 4` sets this; the Accelerator ignores it once given a plugin
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4")
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
+        run_dir = train(make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1"))
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.devices"]
+    assert "accelerate launch says gradient_accumulation_steps=4" in warning
+    assert "training config says gradient_accumulation_steps=1; training with 1" in warning
+    config = json.loads((run_dir / "training_summary.json").read_text())["config"]
+    (record,) = _records(run_dir, "train")  # one micro-batch made the step, as the YAML says
+    assert record["tokens_seen"] == config["batch_size"] * config["block_size"]
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2")
+    caplog.clear()
+    assert accumulation_steps_for_run(2) == 2 and not caplog.records  # agreeing: silent
 
 
 def test_the_training_yaml_precision_is_the_one_used(monkeypatch):

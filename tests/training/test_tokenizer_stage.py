@@ -64,6 +64,29 @@ def test_new_contents_at_the_same_path_train_a_new_tokenizer(make_config, tmp_pa
     assert any("qq" in token for token in retrained)
 
 
+def test_a_streamed_corpus_keeps_its_first_documents_the_validation_set_from_the_tokenizer(make_config, tmp_path,
+                                                                                          monkeypatch):
+    """streaming=true validates on the stream's first STREAMING_VAL_DOCUMENTS documents; the tokenizer was trained on
+    the whole stream, those included."""
+    from hf_gpt_custom.training import data
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    monkeypatch.setattr(data, "STREAMING_VAL_DOCUMENTS", 5)
+    corpus = tmp_path / "streamed.txt"
+    corpus.write_text("\n\n".join([VALIDATION_SPEECH] * 5 + [TRAIN_SPEECH] * 45), encoding="utf-8")
+    config = make_config(f"dataset={corpus}", "streaming=true", "tokenizer=null", "tokenizer_vocab_size=280",
+                         run_name="streamed_tokenizer")
+    folder = prepare_tokenizer(config)
+    vocabulary = _vocabulary(folder)
+    assert "cat" in vocabulary or "Ġcat" in vocabulary
+    assert not any("qq" in token or "zz" in token for token in vocabulary)
+    from transformers import AutoTokenizer
+
+    validation = data.prepare_datasets(config, AutoTokenizer.from_pretrained(folder), folder).val
+    text = AutoTokenizer.from_pretrained(folder).decode(validation[0]["input_ids"])
+    assert "qqqzzz" in text and "cat" not in text  # what the tokenizer skipped is what training validates on
+
+
 def test_a_separate_validation_file_leaves_the_whole_dataset_to_the_tokenizer(make_config, tmp_path):
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
