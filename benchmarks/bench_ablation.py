@@ -197,7 +197,7 @@ def time_steps_interleaved(config, model_kwargs_by_name: dict[str, dict], vocab_
     import torch
 
     from hf_gpt_custom import GPTCustomForCausalLM
-    from hf_gpt_custom.training.config import build_model_config
+    from hf_gpt_custom.training.model_section import build_model_config
     from hf_gpt_custom.training.train import build_optimizer
 
     torch.manual_seed(config.seed)

@@ -1,9 +1,8 @@
 """TrainConfig: every knob of a training run, loaded from YAML plus `key=value` overrides and validated on entry.
 
 The `model:` section is passed through to `GPTCustomConfig` as keyword arguments (one source of truth for the
-architecture); this module only checks its keys and values by building a config from it. Derived numbers such as
-`tokens_per_step` are computed, never configured. How raw YAML and `key=value` text become typed values is
-config_values.py's.
+architecture); model_section.py checks it and builds the GPTCustomConfig. Derived numbers such as `tokens_per_step`
+are computed, never configured. How raw YAML and `key=value` text become typed values is config_values.py's.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
 from hf_gpt_custom.training.corpus import held_out_split_files, list_corpus_files, reader_for, shared_corpus_file
+from hf_gpt_custom.training.model_section import check_model_section
 from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
     REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, is_text_type, parse_override_value,
     read_config_file, read_config_yaml, resolve_local_path, write_config_yaml,
@@ -319,7 +319,7 @@ def _validate(config: TrainConfig) -> None:
             raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")
     if config.benchmark_limit is not None and config.benchmark_limit < 1:
         raise UserError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
-    _validate_model_section(config)
+    check_model_section(config)
 
 
 def _default_of(name: str) -> Any:
@@ -387,75 +387,3 @@ def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
         return
     hint = did_you_mean(value, choices)
     raise UserError(f"{key}: unknown value {value!r}; {hint}choose from {', '.join(choices)}")
-
-
-def _validate_model_section(config: TrainConfig) -> None:
-    """Check the `model:` keys and values by the rules GPTCustomConfig applies (architecture.py), without importing
-    transformers: a mistake is named in a fraction of a second, not after ~5 s of imports."""
-    from hf_gpt_custom.architecture import PRESETS, check_architecture
-
-    preset, model = split_preset(config.model)
-    defaults = architecture_defaults()
-    for key in model:
-        if key not in defaults:
-            hint = did_you_mean(key, defaults, prefix="model.")
-            raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(defaults))}")
-    if preset is not None and preset not in PRESETS:
-        _check_choice("model.preset", str(preset), tuple(PRESETS))
-    if config.init_from:
-        return
-    vocab_size = model.get("vocab_size") or config.tokenizer_vocab_size
-    fields = {**defaults, **model_config_kwargs(config, vocab_size=vocab_size, eos_token_id=0)}
-    check_architecture(fields)
-    if fields["n_positions"] < config.block_size:
-        raise UserError(
-            f"block_size={config.block_size} exceeds model.n_positions={fields['n_positions']}; lower block_size or "
-            f"raise model.n_positions"
-        )
-
-
-def architecture_defaults() -> dict[str, Any]:
-    """GPTCustomConfig's fields and their defaults (its annotated fields; generic PretrainedConfig ones excluded),
-    read from the class's source: importing the class takes seconds (transformers, torch), and a training config
-    should be checked at once. tests/training/test_config.py keeps this equal to `GPTCustomConfig()`."""
-    import ast
-    import importlib.util
-
-    source = importlib.util.find_spec("hf_gpt_custom.configuration_gpt_custom").origin  # found, not imported
-    tree = ast.parse(Path(source).read_text(encoding="utf-8"))
-    config_class = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "GPTCustomConfig")
-    return {item.target.id: ast.literal_eval(item.value) for item in config_class.body
-            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
-
-
-def split_preset(model_section: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """The `model:` section as (preset name or None, the other GPTCustomConfig keyword arguments)."""
-    rest = dict(model_section)
-    return rest.pop("preset", None), rest
-
-
-def requested_architecture(config: TrainConfig) -> dict[str, Any]:
-    """The GPTCustomConfig fields the `model:` section sets, a preset expanded into its own fields."""
-    from hf_gpt_custom.architecture import PRESETS
-
-    preset, rest = split_preset(config.model)
-    return {**PRESETS.get(preset, {}), **rest}
-
-
-def model_config_kwargs(config: TrainConfig, vocab_size: int, eos_token_id: int) -> dict[str, Any]:
-    """GPTCustomConfig's keyword arguments for the `model:` section: the preset's fields, then the vocabulary and
-    bos/eos from the tokenizer (and, without a preset, n_positions = block_size), then the section's own keys."""
-    from hf_gpt_custom.architecture import PRESETS
-
-    preset, model = split_preset(config.model)
-    from_tokenizer = {"vocab_size": vocab_size, "bos_token_id": eos_token_id, "eos_token_id": eos_token_id}
-    if preset is None:
-        from_tokenizer["n_positions"] = config.block_size
-    return {**PRESETS.get(preset, {}), **from_tokenizer, **model}
-
-
-def build_model_config(config: TrainConfig, vocab_size: int, eos_token_id: int):
-    """GPTCustomConfig from the `model:` section (see model_config_kwargs)."""
-    from hf_gpt_custom import GPTCustomConfig
-
-    return GPTCustomConfig(**model_config_kwargs(config, vocab_size, eos_token_id))

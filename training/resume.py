@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.training.config import (
-    TrainConfig, architecture_defaults, model_config_kwargs, read_config_yaml, training_settings,
-)
+from hf_gpt_custom.training.config import TrainConfig, read_config_yaml, training_settings
+from hf_gpt_custom.training.model_section import architecture_defaults, model_config_kwargs
 
 logger = logging.getLogger(__name__)
 

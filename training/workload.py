@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import load_model_folder
-from hf_gpt_custom.training.config import TrainConfig, build_model_config, requested_architecture
+from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
 from hf_gpt_custom.training.data import build_loaders, document_encoder, prepare_datasets
 from hf_gpt_custom.training.token_bytes import TokenBytes
 

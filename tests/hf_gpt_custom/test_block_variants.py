@@ -365,7 +365,8 @@ def test_llama_shaped_model_loads_as_remote_code(tmp_path, python_without_projec
 
 
 def test_training_config_passes_every_variant_field_to_the_model(tmp_path):
-    from hf_gpt_custom.training.config import build_model_config, load_train_config
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.model_section import build_model_config
 
     overrides = [f"model.{key}={value}" for key, value in VARIANTS["llama"].items()] + ["model.norm_position=post"]
     config = load_train_config("training/configs/smoke.yaml", [f"out_dir={tmp_path}", *overrides])

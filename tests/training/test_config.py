@@ -112,7 +112,7 @@ def test_shakespeare_config_is_the_main_job():
 
 
 def test_gpt2_124m_config_follows_the_gpt3_small_recipe():
-    from hf_gpt_custom.training.config import build_model_config
+    from hf_gpt_custom.training.model_section import build_model_config
 
     config = load_train_config(CONFIGS / "gpt2-124m.yaml", [])
     tokens_per_step = config.batch_size * config.block_size * config.gradient_accumulation_steps
@@ -203,7 +203,7 @@ def test_validation_data_that_is_the_training_data_is_refused(tmp_path, shakespe
 def test_preset_is_expanded_in_one_place():
     from hf_gpt_custom import PRESETS
 
-    from hf_gpt_custom.training.config import build_model_config, requested_architecture, split_preset
+    from hf_gpt_custom.training.model_section import build_model_config, requested_architecture, split_preset
 
     config = load_train_config(CONFIGS / "gpt2-124m.yaml", ["model.n_layer=6"])
     preset, rest = split_preset(config.model)
@@ -263,7 +263,7 @@ def test_the_model_fields_read_without_transformers_are_the_config_classs_fields
 
     from hf_gpt_custom import GPTCustomConfig
 
-    code = ("import sys, json; from hf_gpt_custom.training.config import architecture_defaults; "
+    code = ("import sys, json; from hf_gpt_custom.training.model_section import architecture_defaults; "
             "print(json.dumps(architecture_defaults(), sort_keys=True)); print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     defaults, transformers_loaded = out.stdout.split("\n")[:2]
@@ -326,7 +326,7 @@ def test_the_gpu_recipe_loads_validates_and_trains_two_steps_on_the_cpu(make_con
     """training/configs/shakespeare-gpu.yaml is scored like the CPU recipe (same documents, tail split) and is a
     ~11M-parameter model; its GPU figures come from a GPU (gpu_session.sh). Two steps on the CPU prove it runs end to
     end."""
-    from hf_gpt_custom.training.config import build_model_config
+    from hf_gpt_custom.training.model_section import build_model_config
     from hf_gpt_custom.training.train import train
 
     gpu, cpu = (load_train_config(CONFIGS / name, []) for name in ("shakespeare-gpu.yaml", "shakespeare.yaml"))
