@@ -83,17 +83,18 @@ def build_prompts(
             prompts[doc_id] = _render(spec, doc_id, doc, drafts[doc_id][n_dropped:], n_dropped)
             lengths[doc_id] = max(_token_counts([prompts[doc_id]], tokenizer)[0])
     if all(prompt.n_examples == 0 for prompt in prompts):
-        worst = max(range(len(docs)), key=lambda i: reserve[i])
+        needs = [reserve[i] + _zero_shot_length(spec, doc, tokenizer) for i, doc in enumerate(docs)]  # error path only
+        worst = max(range(len(docs)), key=needs.__getitem__)
         raise ContextTooShortError(
             f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
-            f"(doc {worst} alone needs {reserve[worst] + _zero_shot_length(spec, docs[worst], tokenizer)} tokens); "
+            f"(doc {worst} alone needs {needs[worst]} tokens); "
             f"score it zero-shot (--shots 0), leave the task out, or use a model with a longer context"
         )
     return prompts
 
 
 def _render(spec: TaskSpec, doc_id: int, doc: dict, examples: list[str], n_dropped: int) -> Prompt:
-    prefix = spec.description + "".join(example + spec.fewshot_delimiter for example in examples)
+    prefix = spec.description_for(doc) + "".join(example + spec.fewshot_delimiter for example in examples)
     if spec.multiple_input:
         contexts = tuple(prefix + choice for choice in spec.choices(doc))
     else:

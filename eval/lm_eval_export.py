@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from hf_gpt_custom.eval.fewshot import build_prompts
-from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+from hf_gpt_custom.eval.output_types import OUTPUT_TYPES, stop_sequences
 from hf_gpt_custom.eval.task import TaskSpec, available_tasks, load_task
 from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, resolve_max_length
 from hf_gpt_custom.errors import UserError
@@ -71,8 +71,8 @@ def lm_eval_task_config(spec: TaskSpec, task_name: str) -> dict[str, Any]:
         config["doc_to_choice"] = spec.doc_to_choice
     if spec.description:
         config["description"] = spec.description
-    if spec.generation_kwargs:
-        config["generation_kwargs"] = {**spec.generation_kwargs, "do_sample": False}
+    if spec.output_type == "generate_until":  # `until` written out: what stops ours stops lm-eval's
+        config["generation_kwargs"] = {**spec.generation_kwargs, "until": list(stop_sequences(spec)), "do_sample": False}
         # lm-eval's triviaqa filter: our generation_values strips the generation the same way.
         config["filter_list"] = [{"name": "remove_whitespace", "filter": [{"function": "remove_whitespace"}, {"function": "take_first"}]}]
     if spec.count_field is not None:

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from hf_gpt_custom.eval.fewshot import Prompt
     from hf_gpt_custom.eval.task import TaskSpec
 
-DEFAULT_UNTIL = ("\n\n",)
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default
 
 
@@ -117,13 +116,19 @@ class LoglikelihoodRolling(Loglikelihood):
                         "gold": None, "n_tokens": one.n_tokens}
 
 
+def stop_sequences(spec: TaskSpec) -> tuple[str, ...]:
+    """generation_kwargs' `until` (one string or a list), else the fewshot_delimiter, as lm-eval defaults it."""
+    until = spec.generation_kwargs.get("until", [spec.fewshot_delimiter])
+    return (until,) if isinstance(until, str) else tuple(until)
+
+
 class GenerateUntil(OutputType):
     """Greedy generation until a stop sequence, compared with the answers (exact match, F1)."""
 
     request_type = "generate_until"
 
     def build_requests(self, spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:
-        until = tuple(spec.generation_kwargs.get("until", DEFAULT_UNTIL))
+        until = stop_sequences(spec)
         return [Request(prompt.doc_id, prompt.contexts[0], "", request_type=self.request_type, until=until,
                         max_gen_toks=self.max_gen_toks(spec))]
 

@@ -21,7 +21,7 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_task
 from hf_gpt_custom.errors import MissingFileError, UserError
-from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder
+from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +176,13 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
         name = str(model)
         folder = local_model_path(name)
         if folder is not None:
+            head = saved_task_head_class(folder)
+            if head is not None:  # it would load as a bare LM without its head, its tokenizer adding the template
+                raise UserError(
+                    f"{folder} holds a fine-tuned {head.__name__}, whose tokenizer wraps every text in the task's "
+                    f"template: evaluation scores language models; pass the folder it was fine-tuned from (its "
+                    f"init_from); its held-out accuracy is in its run's training_summary.json and its export's card"
+                )
             model = load_model_folder(folder, any_causal_lm=True, dtype=DTYPES[dtype])
         else:
             try:

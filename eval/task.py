@@ -120,7 +120,12 @@ class TaskSpec:
     # --- doc -> prompt pieces ------------------------------------------------------------------------------------
 
     def text(self, doc: dict) -> str | int:
-        return _resolve(self.doc_to_text, doc)
+        return _resolve(self.doc_to_text, doc, literal_lists=False)  # prompt text stays text, as lm-eval keeps it
+
+    def description_for(self, doc: dict) -> str:
+        """The description before the examples: a field name or a Jinja template over the doc, as lm-eval reads it
+        (`{{subject}}` in MMLU-style descriptions), or "" without one."""
+        return str(_resolve(self.description, doc, literal_lists=False)) if self.description else ""
 
     def choices(self, doc: dict) -> list[str]:
         if isinstance(self.doc_to_choice, list):
@@ -134,7 +139,9 @@ class TaskSpec:
         """Gold: a choice index for multiple_choice, a string for loglikelihood, a list of answers for generation."""
         value = _resolve(self.doc_to_target, doc)
         if self.output_type == "multiple_choice" and not self.multiple_input:
-            if isinstance(value, str) and not value.isdigit():
+            # A field's text is a choice's text, digits too ("2" among the choices "0".."3" is that choice, not
+            # index 2); only a rendered template's digits are an index. lm-eval reads both the same way.
+            if isinstance(value, str) and (self.doc_to_target in doc or not value.isdigit()):
                 return self.choices(doc).index(value)
             return int(value)
         return value
@@ -163,14 +170,15 @@ def _compiled_template(source: str) -> jinja2.Template:
     return _JINJA.from_string(source)
 
 
-def _resolve(spec: str | None, doc: dict) -> Any:
-    """A field name is looked up; anything else is a Jinja template whose list/int output is parsed back."""
+def _resolve(spec: str | None, doc: dict, literal_lists: bool = True) -> Any:
+    """A field name is looked up; anything else is a Jinja template, whose output that looks like a list is parsed
+    back into one where `literal_lists` (choices and targets, not prompt text)."""
     if spec is None:
         raise UserError("template missing")
     if spec in doc:
         return doc[spec]
     rendered = _compiled_template(spec).render(**doc)
-    if rendered[:1] == "[" and rendered[-1:] == "]":
+    if literal_lists and rendered[:1] == "[" and rendered[-1:] == "]":
         try:
             return ast.literal_eval(rendered)
         except (ValueError, SyntaxError):
@@ -238,6 +246,27 @@ def load_task(name: str, tasks_dir: str | Path | None = None, protocol: str = "o
     _check_fields(config, path)
     spec = TaskSpec(**config, source_file=str(path))
     return spec.as_lm_eval() if protocol == "lm-eval" else spec
+
+
+def tasks_fingerprint(names: list[str], data_dir: str | Path | None = None, protocol: str = "ours") -> str:
+    """sha256 of everything scoring `names` reads: each task as its file (and `include:` chain) defines it, and the
+    contents of its local data files under `data_dir` (default: the data root). `run` re-evaluates a trained model
+    when this changes: a task file or benchmark file edited since keeps no stale score in results.json or the card."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from hf_gpt_custom.manifest import cached_sha256
+
+    root = Path(data_dir) if data_dir else default_data_dir()
+    described = []
+    for name in names:
+        spec = load_task(name, protocol=protocol)
+        fields = {key: value for key, value in dataclasses.asdict(spec).items() if key != "source_file"}
+        files = [file for value in spec.data_files.values() for file in ([value] if isinstance(value, str) else value)]
+        contents = {file: cached_sha256(root / file) if (root / file).is_file() else None for file in sorted(set(files))}
+        described.append({"task": name, "fields": fields, "data_files": contents})
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _check_fields(config: dict, path: Path) -> None:

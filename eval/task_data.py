@@ -8,6 +8,7 @@ task file or a data file changes. TaskSpec (eval/task.py) says what a task is; t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -98,12 +99,14 @@ _DOCS_CACHE: dict[tuple, tuple[dict, ...]] = {}
 
 def load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
     """The processed, checked docs of `split` ("test" = the scored split) under the data root `data_dir`. Cached
-    per process, keyed by the task file's and the data files' identity too: an edited task YAML or data file (a
-    notebook that fixes a label, then evaluates again) is read anew, as lm-eval and datasets would."""
+    per process, keyed by the task's fields and the data files' identity: an edited task YAML (or a file it
+    includes) or data file (a notebook that fixes a label, then evaluates again) is read anew, as lm-eval and
+    datasets would."""
     files = spec.data_files.get(split)
     paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files or [])]
-    key = (spec.source_file, spec.task, split, data_dir,
-           *(file_identity(path) for path in [*([spec.source_file] if spec.source_file else []), *paths]))
+    # Every field of the spec, not its file: a base file an `include:` brings, or a TaskSpec built in Python, can
+    # change how docs are read (record_fields, process_docs, ...) while the task's own file stays as it is.
+    key = (repr(dataclasses.astuple(spec)), split, data_dir, *(file_identity(path) for path in paths))
     if key not in _DOCS_CACHE:
         _DOCS_CACHE[key] = _load_docs_uncached(spec, split, data_dir)
     return _DOCS_CACHE[key]

@@ -310,7 +310,8 @@ def _add_push(subparsers) -> None:
 
 
 def _cmd_push(args: argparse.Namespace) -> None:
-    from hf_gpt_custom.hub import check_card_names, check_export, check_repo_id, push_folder
+    from hf_gpt_custom.hub import check_repo_id, push_folder
+    from hf_gpt_custom.publish_checks import check_card_names, check_export
 
     check_repo_id(args.repo_id)
     if not args.dry_run:

@@ -21,6 +21,24 @@ from .architecture import (
 from .errors import UserError, did_you_mean
 
 
+# Fields of other transformers configs that change what a model computes, and this one does not implement or names
+# otherwise: given (other than None, False or pretraining_tp=1), they were stored and silently ignored. Each with
+# what to do instead.
+UNSUPPORTED_FIELDS = {
+    "sliding_window": "every layer attends to the whole context; drop it",
+    "attention_chunk_size": "every layer attends to the whole context; drop it",
+    "layer_types": "every layer is full attention; drop it",
+    "use_sliding_window": "every layer attends to the whole context; drop it",
+    "scale_attn_by_inverse_layer_idx": "not implemented (GPT-2's option); drop it",
+    "reorder_and_upcast_attn": "not implemented (GPT-2's option; softmax already runs in float32); drop it",
+    "rope_scaling": "only plain RoPE is implemented: drop the scaling, or set rope_theta",
+    "pretraining_tp": "not implemented (LlamaConfig's option); drop it",
+    "attention_dropout": "this config's name for it is attn_pdrop",
+    "hidden_dropout": "this config's names are resid_pdrop and embd_pdrop",
+    "hidden_act": "this config's name for it is activation_function",
+}
+
+
 class GPTCustomConfig(PretrainedConfig):
     """Configuration of a GPT-2 family decoder. Defaults are GPT-2 small (124M)."""
 
@@ -70,6 +88,16 @@ class GPTCustomConfig(PretrainedConfig):
     max_choices: int | None = None  # the multiple-choice head refuses more choices per example (None: any number)
 
     def __post_init__(self, **kwargs):
+        for name, fix in UNSUPPORTED_FIELDS.items():
+            if kwargs.get(name) is not None and kwargs[name] is not False and (name, kwargs[name]) != ("pretraining_tp", 1):
+                raise UserError(f"GPTCustomConfig got {name}={kwargs[name]!r}, which other transformers configs have "
+                                f"and this model does not implement: it would be stored and ignored; {fix}")
+        rope = kwargs.pop("rope_parameters", None) or {}  # transformers 5's spelling of rope_theta (LlamaConfig)
+        if set(rope) - {"rope_type", "rope_theta"} or rope.get("rope_type", "default") != "default":
+            raise UserError(f"rope_parameters={rope!r}: only plain RoPE is implemented (rope_type 'default', "
+                            f"rope_theta); drop the scaling, or set rope_theta")
+        if "rope_theta" in rope:
+            self.rope_theta = float(rope["rope_theta"])
         super().__post_init__(**kwargs)
         # The rules are in architecture.py (plain Python, so the CLI checks a training config without transformers).
         # Derived fields take a value here, once, as LlamaConfig does: generic code (generation's cache shapes,

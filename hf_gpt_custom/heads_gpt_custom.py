@@ -125,7 +125,9 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         Under gradient accumulation transformers' Trainer passes `num_items_in_batch` (the examples of all the
         micro-batches): the task loss is then a sum over this micro-batch's `examples` divided by it, so λ·L1 is
         weighted as this micro-batch's share too (examples / num_items_in_batch). Without that, λ acted as k·λ over
-        k micro-batches. The returned lm_loss stays the plain per-token mean, for logging.
+        k micro-batches. A task loss that is a mean over the micro-batch whatever num_items_in_batch says (regression,
+        multi-label) passes examples=None: λ·L1 is then a mean too. The returned lm_loss stays the plain per-token
+        mean, for logging.
         """
         if task_loss is None or lm_loss_weight == 0:
             return task_loss, None
@@ -185,8 +187,12 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
             if is_class_index and self.config.problem_type in (None, "single_label_classification"):
                 check_class_labels("labels", labels, self.num_labels, ignore_index=-100)  # -100: skipped, as GPT-2
             task_loss = self.loss_function(labels=labels, pooled_logits=pooled_logits, config=self.config, **kwargs)
+        # transformers' loss divides by num_items_in_batch for single-label classification only; regression and
+        # multi-label stay a mean over this micro-batch (Trainer's count is then rows × labels), and so does λ·L1.
+        per_item = self.config.problem_type == "single_label_classification"
         loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight,
-                                         examples=rows, num_items_in_batch=kwargs.get("num_items_in_batch"))
+                                         examples=rows if per_item else None,
+                                         num_items_in_batch=kwargs.get("num_items_in_batch"))
         return GPTCustomSequenceClassifierOutput(
             loss=loss,
             logits=pooled_logits,

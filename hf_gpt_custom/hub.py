@@ -3,8 +3,9 @@
 `export_folder` writes exactly what a Hub repository needs — safetensors weights, config.json with an `auto_map`
 for every Auto class, generation_config.json, the remote-code files, tokenizer files, the model card and the
 plots/results — and never optimizer state, pickled checkpoints or a path of the machine it ran on (local paths in
-the run's JSON files become their base name, or their path inside the run folder). `check_export` is the one check
-of such a folder; export runs it before the folder replaces the previous one and `push` before uploading.
+the run's JSON files become their base name, or their path inside the run folder). `check_export`
+(publish_checks.py) is the one check of such a folder; export runs it before the folder replaces the previous one and
+`push` before uploading.
 `push_folder` uploads the folder as it is (`push_to_hub` would replace our README.md with a generic card).
 """
 
@@ -20,16 +21,15 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from .errors import MissingFileError, UserError
-from .manifest import check_manifest, write_manifest
+from .manifest import write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
+from .publish_checks import LOAD_TIME_KEYS, check_card_names, check_export, is_local_path
+from .publish_checks import remote_code_files, uses_our_tokenizer  # noqa: F401  (imported from here by card.py)
 
 logger = logging.getLogger(__name__)
 
-# Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
-_LOAD_TIME_KEYS = ("is_local", "local_files_only")
-_PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".ckpt"}
-_WEIGHT_SUFFIXES = {".safetensors"}  # binary: not scanned for text
-_UPLOAD_IGNORED = (".git/", ".cache/")  # huggingface_hub's upload_folder leaves these out
+# Written first into `<out_dir>.tmp`: a folder of that name without it is not export's own and is never deleted.
+_STAGING_MARKER = ".hf-gpt-custom-export-staging"
 
 
 class HubUnreachableError(ConnectionError, UserError):
@@ -43,12 +43,13 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
     generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
     (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
-    AutoTokenizer; model_max_length = n_positions, pad token = eos, padding on the left for a causal LM and on
-    the task head's own side), README.md (the model card),
+    AutoTokenizer; model_max_length = n_positions; a causal LM pads with eos on the left, a task head with the
+    token its config.pad_token_id names on its own side), README.md (the model card),
     loss_curve.png, shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has
     them. The weights load through `load_model_folder` (strict: a missing tensor or a manifest mismatch is an error).
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
-    or the complete new one. An existing `out_dir` is replaced only if it is a previous export.
+    or the complete new one. An existing `out_dir` is replaced only if it is a previous export, an existing
+    `<out_dir>.tmp` only if an interrupted export left it (it holds export's marker file).
     """
     if repo_id is not None:
         check_repo_id(repo_id)
@@ -65,6 +66,10 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         raise UserError(
             f"cannot export to {out_dir}: the folder exists and is not an earlier export; choose a new or empty folder"
         )
+    staging = out_dir.with_name(out_dir.name + ".tmp")
+    if staging.exists() and not (staging / _STAGING_MARKER).is_file():
+        raise UserError(f"cannot export to {out_dir}: {staging} exists and was not made by export; move or delete it, "
+                        "or choose another OUT_DIR")
     from hf_gpt_custom.model_cards.card import build_model_card
 
     from .model_folder import load_folder_tokenizer, load_model_folder
@@ -74,18 +79,22 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     head_class = saved_task_head_class(final_dir)
     model = load_model_folder(final_dir, model_class=head_class)
 
-    staging = out_dir.with_name(out_dir.name + ".tmp")
     if staging.exists():
-        shutil.rmtree(staging)  # left by an interrupted export
+        shutil.rmtree(staging)  # left by an interrupted export: it holds the marker (checked above)
     staging.mkdir(parents=True)
+    (staging / _STAGING_MARKER).write_text("a folder `hf-gpt-custom export` is writing; removed when it is complete\n")
     model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
     # The tokenizer the run trained with: ours, or a folder's own class where ours would encode differently (a
     # SentencePiece one, load_folder_tokenizer). Batched generation and `padding=True` need a pad token; GPT-2
     # recipes pad with eos on the left. A task head keeps the side it was fine-tuned and saved with (right: a padded
-    # row then scores as it does alone).
+    # row then scores as it does alone) and pads with the token config.pad_token_id names, the one the head skips
+    # to find the extract token (a base tokenizer's own pad token, not always eos).
     saved_tokenizer = load_folder_tokenizer(final_dir)
+    pad_token_id = model.config.pad_token_id if head_class is not None else None
+    pad_token = saved_tokenizer.convert_ids_to_tokens(pad_token_id) if pad_token_id is not None else \
+        saved_tokenizer.eos_token
     tokenizer = type(saved_tokenizer).from_pretrained(
-        final_dir, model_max_length=model.config.n_positions, pad_token=saved_tokenizer.eos_token,
+        final_dir, model_max_length=model.config.n_positions, pad_token=pad_token,
         padding_side="left" if head_class is None else saved_tokenizer.padding_side,
     )
     tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json (ours: auto_map, tokenization_*.py)
@@ -109,6 +118,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         if source.is_file():
             shutil.copyfile(source, staging / source.name)
     check_export(staging, forbidden=local_paths)
+    (staging / _STAGING_MARKER).unlink()  # not part of the export: the manifest below must not list it
     # Size and sha256 of every file but the card and other documentation: from_pretrained, eval, finetune and push
     # then refuse a copy whose weights, config, code or tokenizer changed on disk. The documentation's hashes are
     # recorded too, unchecked, so that the next export can tell a card edited since from the one it wrote.
@@ -155,18 +165,6 @@ def _edited_since_export(old: Path, new: Path) -> list[str]:
         if name not in written or sha256_file(path) != written[name]:
             edited.append(name)
     return edited
-
-
-def check_card_names(folder: str | Path, repo_id: str) -> None:
-    """A UserError when the card's loading snippets name another repository than `repo_id` (export's default
-    `your-username/<run_name>`, or an earlier --repo-id): published, they would load someone else's model or none."""
-    card = (Path(folder) / "README.md").read_text(encoding="utf-8")
-    named = sorted(set(re.findall(r"from_pretrained\(\s*[\"']([^\"']+)[\"']", card)) - {repo_id})
-    if named:
-        raise UserError(
-            f"the card (README.md) loads {', '.join(named)}, not {repo_id}: export the run again with --repo-id "
-            f"{repo_id} (an edited card is kept aside), or edit README.md to name {repo_id}"
-        )
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -249,143 +247,7 @@ def _is_previous_export(folder: Path) -> bool:
         return False
 
 
-def remote_code_files(with_tokenizer: bool = True) -> set[str]:
-    """The code a folder needs for trust_remote_code: our entry modules (configuration, modeling and, unless the
-    folder keeps another tokenizer class, tokenization) and every module they import (transformers copies those on
-    save_pretrained; this asks it which they are)."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
-    package = Path(__file__).parent
-    kinds = ("configuration", "modeling", "tokenization") if with_tokenizer else ("configuration", "modeling")
-    entries = [package / f"{kind}_gpt_custom.py" for kind in kinds]
-    return {Path(path).name for entry in entries for path in (entry, *get_relative_import_files(str(entry)))}
-
-
-def uses_our_tokenizer(folder: str | Path) -> bool:
-    """True when the folder's tokenizer_config.json names our tokenizer class (export keeps any other as it is)."""
-    path = Path(folder) / "tokenizer_config.json"
-    try:
-        tokenizer_class = json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class")
-    except (OSError, json.JSONDecodeError):
-        return True  # no readable tokenizer config: require everything, and let the check name what is missing
-    return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")  # transformers may drop "Fast"
-
-
-def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:
-    """Check that `folder` can be published; return its files as (relative path, size in bytes), sorted.
-
-    Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
-    that no longer matches the folder's manifest (the card and other documentation may be edited, see
-    manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
-    and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
-    directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
-    `local_files_only`)."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
-        raise MissingFileError(
-            f"cannot publish {folder}: it has no config.json and README.md; write it first with "
-            "`hf-gpt-custom export RUN_DIR OUT_DIR`"
-        )
-    files = sorted(
-        (path.relative_to(folder).as_posix(), path.stat().st_size)
-        for path in folder.rglob("*")
-        if path.is_file() and not path.relative_to(folder).as_posix().startswith(_UPLOAD_IGNORED)
-    )
-    names = {name for name, _ in files}
-    required = {"model.safetensors", "config.json", "README.md", *remote_code_files(uses_our_tokenizer(folder))}
-    if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
-        required.add("generation_config.json")
-    missing = sorted(required - names)
-    if missing:
-        raise UserError(f"cannot publish {folder}: missing {', '.join(missing)}; export the run again")
-    check_manifest(folder)  # the weights, config, code and tokenizer as exported; the card may have been edited
-    pickled = [name for name in names if Path(name).suffix in _PICKLE_SUFFIXES]
-    if pickled:
-        raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
-    for name in sorted(names):
-        if Path(name).suffix not in _WEIGHT_SUFFIXES:
-            _check_no_local_paths(folder / name, name, forbidden)
-    _check_card(folder)
-    return files
-
-
-def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    for prefix in _local_prefixes(forbidden):
-        match = re.search(re.escape(prefix) + r"(?![\w.-])", text)
-        if match:
-            raise UserError(
-                f"cannot publish: {name} contains the local path {prefix!r} (…{text[max(0, match.start() - 40):match.end() + 40]!r}…); "
-                "remove it, or export again"
-            )
-    if path.suffix == ".json":
-        found = _find_local_json_values(json.loads(text))
-        if found:
-            raise UserError(f"cannot publish: {name} contains local information {found}; export again")
-
-
-def _local_prefixes(forbidden) -> list[str]:
-    """The run's own absolute paths plus this machine's home and working directory (never "/" itself)."""
-    prefixes = {str(item) for item in forbidden}
-    for base in (Path.home(), Path.cwd()):
-        prefixes.update({str(base), str(base.resolve())})
-    return sorted((p for p in prefixes if p.strip("/\\") and os.path.isabs(p)), key=len, reverse=True)
-
-
-def _find_local_json_values(value: Any, where: str = "") -> str | None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key in _LOAD_TIME_KEYS:
-                return f"key {where + key!r}"
-            found = _find_local_json_values(item, f"{where}{key}.")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for position, item in enumerate(value):
-            found = _find_local_json_values(item, f"{where}{position}.")
-            if found:
-                return found
-    elif isinstance(value, str) and _is_local_path(value):
-        return f"{where.rstrip('.')} = {value!r}"
-    return None
-
-
-def _check_card(folder: Path) -> None:
-    from huggingface_hub import metadata_load
-
-    readme = folder / "README.md"
-    try:
-        metadata = metadata_load(readme)
-    except Exception as err:  # yaml errors of several kinds: all mean the front matter is broken
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 2}" if mark is not None else ""  # +1 for 0-based, +1 for the opening ---
-        reason = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"cannot publish: the card's metadata in {readme} does not parse ({reason}{where})") from err
-    if not metadata or not metadata.get("license") or not metadata.get("library_name"):
-        raise UserError(f"cannot publish: {readme} has no card metadata (license, library_name); export again")
-    for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
-        if "://" not in image and not (folder / image).is_file():
-            raise UserError(f"cannot publish: {readme} shows {image}, which is not in {folder}")
-
-
 # --- local paths out of published JSON -----------------------------------------------------------------------------
-
-
-def _is_local_path(value: str) -> bool:
-    """An absolute path of this machine: "/a/b/..." (or an existing "/a"), "~/...", "C:\\...", spaces inside names
-    included ("/data/my corpus/input.txt"). Not "/", "</s>" or a sentence or merge rule starting with "/" ("/ x").
-
-    The one rule for both sides: export replaces such values (`_public_value`) and check_export refuses them."""
-    if "\n" in value:
-        return False
-    if value.startswith("~/") or re.match(r"^[A-Za-z]:[\\/]", value):
-        return True
-    if not value.startswith("/"):
-        return False
-    names = Path(value).parts[1:]
-    if any(name != name.strip() for name in names):  # "/ x", "/a /b": text, not a path
-        return False
-    return len(names) >= 2 or (len(names) == 1 and Path(value).exists())
 
 
 def _public_path(value: str, run_dir: Path) -> str:
@@ -405,11 +267,11 @@ def _public_value(value: Any, run_dir: Path, local_paths: list[str]) -> Any:
     """`value` (parsed JSON) with every local path made public and transformers' load-time keys dropped."""
     if isinstance(value, dict):
         return {key: _public_value(item, run_dir, local_paths) for key, item in value.items()
-                if key not in _LOAD_TIME_KEYS}
+                if key not in LOAD_TIME_KEYS}
     if isinstance(value, list):
         return [_public_value(item, run_dir, local_paths) for item in value]
     if isinstance(value, str):
-        if _is_local_path(value):
+        if is_local_path(value):
             return _public_path(value, run_dir)
         for path in local_paths:  # a path inside a sentence, e.g. an error message recorded in results.json
             value = value.replace(path, _public_path(path, run_dir))
@@ -436,7 +298,7 @@ def _run_local_paths(run_dir: Path) -> list[str]:
         elif isinstance(value, list):
             for item in value:
                 collect(item)
-        elif isinstance(value, str) and _is_local_path(value):
+        elif isinstance(value, str) and is_local_path(value):
             found.add(value)
 
     for path in (run_dir / "training_summary.json", run_dir / "eval" / "results.json", *sorted((run_dir / "final").glob("*.json"))):

@@ -198,14 +198,17 @@ def eager_attention_forward(
     """The textbook formula softmax(Q·Kᵀ·scaling + mask)·V; the reference every other implementation must match.
 
     `attention_mask` is transformers' additive float mask (0 where allowed, dtype-min where not) of shape
-    (batch, 1, q_len, kv_len), already combining causality with padding. Keys and values may have fewer heads
+    (batch, 1, q_len, kv_len), already combining causality with padding, or a bool one (True = attend) that the
+    caller passed as it is. Keys and values may have fewer heads
     (grouped-query attention): each serves `module.num_key_value_groups` query heads. Returns the output as
     (batch, q_len, heads, head_dim) and the attention weights as (batch, heads, q_len, kv_len).
     """
     key = repeat_kv(key, module.num_key_value_groups)  # (batch, heads, kv_len, head_dim)
     value = repeat_kv(value, module.num_key_value_groups)
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, q_len, kv_len)
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:  # a 4-D mask the caller passed: True = attend
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)  # (adding it would mask nothing)
+    elif attention_mask is not None:
         scores = scores + attention_mask
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
@@ -510,6 +513,16 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # The backward pass recomputes each block, which would write its keys and values into the cache twice.
+            if past_key_values is not None and past_key_values.get_seq_length() > 0:
+                raise UserError("past_key_values holds keys and values, but gradient checkpointing recomputes each "
+                                "block and would write into it twice; call model.gradient_checkpointing_disable() to "
+                                "train with a cache (e.g. a prefix), or pass no past_key_values")
+            if use_cache:
+                logger.warning_once("use_cache=True is incompatible with gradient checkpointing in training: setting "
+                                    "use_cache=False (transformers' behaviour)")
+            use_cache, past_key_values = False, None
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0

@@ -53,13 +53,16 @@ def _run_stages(config, start_over: bool = False) -> Path:
     state = {"config": fingerprint, "stages": {}} if start_over else _load_state(run_dir, fingerprint, config)
     _save_state(run_dir, state)
 
+    benchmarks = _benchmarks_identity(config)
     started = time.perf_counter()
     for stage in STAGES:
         record = state["stages"].get(stage, {})
         if record.get("status") in ("done", "skipped"):
-            if _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir):
+            if _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir) \
+                    and _scored_on_these_benchmarks(record, benchmarks):
                 continue
-            state["stages"].pop(stage)  # what it wrote was moved aside, or made from another final/: it runs again
+            # what it wrote was moved aside, or made from another final/ or other benchmark files: it runs again
+            state["stages"].pop(stage)
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
@@ -77,7 +80,7 @@ def _run_stages(config, start_over: bool = False) -> Path:
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         if stage in _STAGES_OF_THE_MODEL:
-            state["stages"][stage]["model"] = _model_identity(run_dir)
+            state["stages"][stage].update(model=_model_identity(run_dir), benchmarks=benchmarks)
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
@@ -125,6 +128,21 @@ def _made_from_this_model(record: dict[str, Any], run_dir: Path) -> bool:
     results would describe the old model. A record written before this check has no "model": trusted as before."""
     made_from = record.get("model")
     return made_from is None or made_from == _model_identity(run_dir)
+
+
+def _benchmarks_identity(config) -> str | None:
+    """sha256 of the benchmark task files and their data files as the eval stage reads them; None without tasks."""
+    if not config.benchmark_tasks:
+        return None
+    from hf_gpt_custom.eval.task import tasks_fingerprint
+
+    return tasks_fingerprint(list(config.benchmark_tasks))
+
+
+def _scored_on_these_benchmarks(record: dict[str, Any], benchmarks: str | None) -> bool:
+    """False when an eval (or the export whose card shows its results) read task or data files that have changed
+    since: the scores would be of the old files. Other stages, and records from before this check, have none."""
+    return "benchmarks" not in record or record["benchmarks"] == benchmarks
 
 
 def _print_outputs(run_dir: Path) -> None:

@@ -68,6 +68,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         input_format=INPUT_FORMATS[task["format"]],
         usage_example=_usage_example(task, model_config),
         block_size=train_config.get("block_size"),
+        pad_token=_pad_token(run_dir, model_config),
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
                  "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
         training={"steps": summary.get("steps"), "batch_size": train_config.get("batch_size"),
@@ -126,6 +127,14 @@ def task_dataset_facts(dataset: str) -> dict[str, Any]:
                 "local_file": path.name}
     return {"hub_id": None, "config": None, "split": None, "name": path.stem,
             "description": f"the local file `{path.name}`", "local_file": path.name}
+
+
+def _pad_token(run_dir: Path, model_config) -> str:
+    """The token config.pad_token_id names: the head skips it to find the extract token, so the saved and exported
+    tokenizers pad with it (eos, or the base tokenizer's own pad token)."""
+    from hf_gpt_custom.model_folder import load_folder_tokenizer
+
+    return load_folder_tokenizer(run_dir / "final").convert_ids_to_tokens(model_config.pad_token_id)
 
 
 def _with_stderr(value: float, stderr: float | None) -> str:

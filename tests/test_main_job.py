@@ -268,6 +268,39 @@ def test_eval_and_export_of_an_earlier_final_run_again(tmp_path, monkeypatch):
     assert ran == [*run_module.STAGES, "eval", "export"]
 
 
+def test_eval_and_export_run_again_when_a_benchmark_file_changes(tmp_path, monkeypatch):
+    """A task file of the user's, the base file it includes, or its data file edited since the eval stage: the scores
+    in results.json and the card were of the old files, and a rerun kept them (a fixed label set: acc 0.75 kept where
+    `eval` gives 0.25). Each edit runs eval and export again; an untouched rerun runs nothing."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "mine.jsonl").write_text('{"q": "1 + 1 =", "a": "2"}\n')
+    base = tmp_path / "base.yaml"
+    base.write_text("output_type: loglikelihood\ndoc_to_text: q\ndoc_to_target: a\ndata_files: {test: mine.jsonl}\n"
+                    "metric_list: [{metric: acc}]\n")
+    task = tmp_path / "mine.yaml"
+    task.write_text("include: base.yaml\ntask: mine\n")
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(data))
+    config = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"benchmark_tasks=[{task}]", "benchmark_shots=0"])
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(config)
+    assert ran == list(run_module.STAGES)
+    for edit in (lambda: (data / "mine.jsonl").write_text('{"q": "1 + 1 =", "a": "3"}\n'),  # a fixed answer
+                 lambda: task.write_text("include: base.yaml\ntask: mine\ntarget_delimiter: ''\n"),
+                 lambda: base.write_text(base.read_text().replace("doc_to_text: q", "doc_to_text: 'Q: {{q}}'"))):
+        ran.clear()
+        edit()
+        run_module._run_stages(config)
+        assert ran == ["eval", "export"]
+    ran.clear()
+    run_module._run_stages(config)
+    assert ran == []
+
+
 def test_a_copied_run_folder_counts_its_own_outputs(tmp_path, monkeypatch):
     """pipeline_state.json names outputs relative to its run folder: a copy without eval/ evaluates again instead
     of counting the original's eval/ as its own."""

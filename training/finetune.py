@@ -78,7 +78,14 @@ class FinetuneWorkload:
             f"data: {len(self.train_examples)} training / {len(self.heldout_examples)} held-out examples "
             f"({self.task.format}; {self.n_cut['train']} / {self.n_cut['heldout']} cut to block_size={config.block_size})"
         )
-        train_loader, val_loader = build_loaders(config, data, collate_fn=PadExamples(self.tokens.pad))
+        # GPT-1 reports accuracy on the whole dev set, and the summary and card put this accuracy beside the count and
+        # the majority class of the whole held-out part: eval_batches (a pre-training cut) would score a subset.
+        every_record = copy.copy(config)
+        every_record.eval_batches = None
+        if config.eval_batches is not None:
+            accelerator.print(f"eval_batches={config.eval_batches} is not applied: every evaluation of fine-tuning "
+                              f"scores all {len(self.heldout_examples)} held-out examples")
+        train_loader, val_loader = build_loaders(every_record, data, collate_fn=PadExamples(self.tokens.pad))
         return PreparedWork(self.tokenizer, self.model, train_loader, val_loader)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -128,6 +135,8 @@ class FinetuneWorkload:
 
     def summary_fields(self, last_eval: dict[str, float]) -> dict[str, Any]:
         labels = [example["label"] for example in self.heldout_examples]
+        # the count and the majority class below describe the records the accuracy was computed on
+        assert last_eval["val_examples"] == len(labels), (last_eval["val_examples"], len(labels))
         majority = max(labels.count(label) for label in set(labels)) / len(labels)
         return {
             "fine_tuned_from": str(Path(self.config.init_from).absolute()),
@@ -147,14 +156,16 @@ class FinetuneWorkload:
         }
 
     def save_beside_model(self, folder: Path, model_config) -> None:
-        """The tokenizer with the task tokens, model_max_length = n_positions and pad = eos, padding on the RIGHT.
+        """The tokenizer with the task tokens, model_max_length = n_positions, padding on the RIGHT with the token
+        config.pad_token_id names (eos, or the base tokenizer's own pad token).
 
-        Saved causal LMs pad on the left for batched generation; a task head does not generate, and its learned
+        The heads read the last token that is not config.pad_token_id: padding with any other token would be read as
+        text. Saved causal LMs pad on the left for batched generation; a task head does not generate, and its learned
         positions are counted from the first token, so only right padding gives a padded row the logits it gets alone
         (the heads, like GPT-2's, do not derive positions from the attention mask)."""
         tokenizer = copy.deepcopy(self.tokenizer)
         tokenizer.model_max_length = model_config.n_positions
-        tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(model_config.pad_token_id)
         tokenizer.padding_side = "right"
         tokenizer.save_pretrained(folder)
 

@@ -196,3 +196,23 @@ def test_every_task_and_k_is_checked_before_any_is_scored(tmp_path, monkeypatch)
         runner.evaluate(str(tmp_path / "m32"), tasks=["wikitext"], shots=[1], limit=2, show_progress=False)
     with pytest.raises(UserError, match=r"batch_size=0 must be a positive number"):
         runner.evaluate(str(tmp_path / "m32"), tasks=["copa"], limit=2, batch_size=0, show_progress=False)
+
+
+def test_a_fine_tuned_task_head_folder_is_refused_naming_the_model_to_evaluate(tmp_path, capsys):
+    """`eval --model <fine-tuned folder>` loaded the classifier as a bare LM (head dropped) and its tokenizer put the
+    task template around every context and continuation: COPA scored on those, without a word."""
+    import json
+
+    folder = tmp_path / "ft" / "final"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt_custom",
+                                                    "architectures": ["GPTCustomForSequenceClassification"]}))
+    (folder / "model.safetensors").write_bytes(b"")  # refused on its config, before any weight is read
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", str(folder), "--tasks", "copa", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert f"{folder} holds a fine-tuned GPTCustomForSequenceClassification" in err
+    assert "pass the folder it was fine-tuned from (its init_from)" in err
+    assert not (tmp_path / "out").exists()

@@ -73,3 +73,25 @@ def test_a_new_output_type_is_one_table_entry(tmp_path, monkeypatch, tiny_model_
     by_hand = [continuation_loglikelihood(model, tokenizer, e["prompt"], e["gold"]) for e in examples]
     assert [e["loglikelihoods"][0] for e in examples] == pytest.approx(by_hand, abs=1e-4)
     assert all(e["prompt"].count("\n\n") == 1 for e in examples)  # one few-shot example each
+
+
+@pytest.mark.parametrize("generation_kwargs", [{}, {"max_gen_toks": 5}, {"until": "\n\n"}, {"until": ["Q:", "\n"]}])
+def test_stop_sequences_default_as_lm_evals_do(generation_kwargs):
+    """A generate_until task without `until` stopped at "\n\n" here and at its fewshot_delimiter in lm-eval (30 of
+    40 triviaqa generations differed with `fewshot_delimiter: "\n"`); one string is one stop sequence, not its
+    characters. lm-eval's own TaskConfig is the reference, and the exported task file says `until` outright."""
+    from dataclasses import replace
+
+    from lm_eval.config.task import TaskConfig
+
+    from hf_gpt_custom.eval.lm_eval_export import lm_eval_task_config
+    from hf_gpt_custom.eval.output_types import stop_sequences
+
+    spec = replace(load_task("triviaqa"), fewshot_delimiter="\n", generation_kwargs=generation_kwargs)
+    theirs = TaskConfig(task="t", output_type="generate_until", fewshot_delimiter="\n",
+                        generation_kwargs=dict(generation_kwargs) or None).generation_kwargs["until"]
+    theirs = [theirs] if isinstance(theirs, str) else theirs
+    assert list(stop_sequences(spec)) == theirs
+    request, = OUTPUT_TYPES["generate_until"].build_requests(spec, spec.docs()[0], type("P", (), {"doc_id": 0, "contexts": ("x",)})())
+    assert list(request.until) == theirs
+    assert lm_eval_task_config(spec, "t")["generation_kwargs"]["until"] == theirs

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
-from hf_gpt_custom.eval.task import available_tasks, load_task
+from hf_gpt_custom.eval.task import TASKS_DIR, available_tasks, load_task
 
 # Published sizes of the shipped benchmarks' local splits (../shared/data/README.md); WikiText-2 test is 62
 # articles. A spot check of the data, not the list of tasks: that is the YAML folder.
@@ -146,3 +147,82 @@ def test_docs_are_read_again_when_the_data_file_changes(tmp_path, shared_data_di
     data.write_text("".join(json.dumps(record) + "\n" for record in records))
     after = load_docs(spec, "test", str(tmp_path))
     assert after[0]["gold"] == records[0]["label"] != before[0]["gold"]
+
+
+def test_docs_are_read_again_when_an_included_base_file_changes(tmp_path, shared_data_dir):
+    """The base file a task includes is fixed (HellaSwag's endings were read in the wrong order): reloading the task
+    that includes it gave the old docs, the cache being keyed by the task's own file. The spec from the fixed files
+    in a fresh cache is the reference."""
+    from hf_gpt_custom.eval import task_data
+
+    base, child = tmp_path / "base.yaml", tmp_path / "child.yaml"
+    base_text = (Path(TASKS_DIR) / "hellaswag.yaml").read_text()
+    fields = "[ctx, label, ending0, ending1, ending2, ending3]"
+    assert fields in base_text
+    base.write_text(base_text.replace(fields, "[ctx, label, ending1, ending0, ending2, ending3]"))
+    child.write_text("include: base.yaml\ntask: child\n")
+    before = load_task(str(child)).docs("test", shared_data_dir)[:3]
+    base.write_text(base_text)
+    after = load_task(str(child)).docs("test", shared_data_dir)[:3]
+    task_data._DOCS_CACHE.clear()
+    assert after == load_task(str(child)).docs("test", shared_data_dir)[:3]
+    assert [doc["choices"][:2] for doc in after] == [doc["choices"][1::-1] for doc in before]
+
+
+def test_two_specs_of_one_name_that_read_data_differently_get_their_own_docs(shared_data_dir):
+    from dataclasses import replace
+
+    spec = load_task("hellaswag")
+    swapped = replace(spec, record_fields=["ctx", "label", "ending1", "ending0", "ending2", "ending3"])
+    first, second = spec.docs("test", shared_data_dir)[0], swapped.docs("test", shared_data_dir)[0]
+    assert second["choices"][:2] == first["choices"][1::-1]
+
+
+def _count_task(tmp_path) -> Path:
+    """Sums whose answer field holds the answer's text, the choices being the texts "0".."3" shuffled."""
+    import random
+
+    rnd = random.Random(0)
+    with open(tmp_path / "count.jsonl", "w") as handle:
+        for _ in range(12):
+            a, b = rnd.randint(0, 1), rnd.randint(0, 2)
+            choices = [str(x) for x in rnd.sample(range(4), 4)]
+            handle.write(json.dumps({"question": f"{a} + {b} =", "choices": choices, "answer": str(a + b),
+                                     "id": f"q{a}{b}"}) + "\n")
+    task = tmp_path / "count.yaml"
+    task.write_text(f"task: count\ndata_files: {{test: {tmp_path / 'count.jsonl'}}}\noutput_type: multiple_choice\n"
+                    "doc_to_text: \"Question: {{question}}\\nAnswer:\"\ndoc_to_target: answer\ndoc_to_choice: choices\n"
+                    "description: \"Sum {{id}}:\\n\"\nmetric_list: [{metric: acc}]\n")
+    return task
+
+
+def test_a_digit_in_the_target_field_is_the_choice_with_that_text(tmp_path):
+    """"2" among the choices ["3", "2", "0", "1"] is choice 1 (lm-eval: choices.index of the field's text); it was
+    read as index 2, the choice "0". A rendered template's digits stay an index, as in lm-eval."""
+    from dataclasses import replace
+
+    spec = load_task(str(_count_task(tmp_path)))
+    docs = spec.docs()
+    assert any(doc["choices"].index(doc["answer"]) != int(doc["answer"]) for doc in docs)  # the cases that differ
+    for doc in docs:
+        assert spec.choices(doc)[spec.gold_index(doc)] == doc["answer"]
+    rendered = replace(spec, doc_to_target="{{choices.index(answer)}}")
+    assert [rendered.gold_index(doc) for doc in docs] == [doc["choices"].index(doc["answer"]) for doc in docs]
+
+
+def test_a_templated_description_is_rendered_for_each_doc(tmp_path):
+    """lm-eval renders `description` over the doc (MMLU's "... about {{subject}}"); it was pasted as written."""
+    from hf_gpt_custom.eval.fewshot import _render
+
+    spec = load_task(str(_count_task(tmp_path)))
+    doc = spec.docs()[0]
+    prompt = _render(spec, 0, doc, [], 0)
+    assert prompt.contexts == (f"Sum {doc['id']}:\nQuestion: {doc['question']}\nAnswer:",)
+
+
+def test_prompt_text_that_looks_like_a_list_stays_text():
+    from dataclasses import replace
+
+    spec = replace(load_task("copa"), doc_to_text="[{{premise}}]")
+    doc = {"premise": "1, 2", "choices": ["x", "y"], "gold": 0}
+    assert spec.text(doc) == "[1, 2]"  # not the list [1, 2]: lm-eval parses targets and choices that way, not prompts

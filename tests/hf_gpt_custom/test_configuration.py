@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -238,3 +240,28 @@ def test_the_block_is_described_from_the_fields(preset, expected):
     grouped = GPTCustomConfig(n_head=8, n_kv_head=2, n_embd=64, pad_vocab_size_to_multiple_of=64, vocab_size=100)
     assert "grouped-query attention (8 query heads, 2 key/value heads)" in grouped.describe_block()
     assert "vocabulary padded to 128 rows" in grouped.describe_block()
+
+
+@pytest.mark.parametrize("field, value, fix", [
+    ("sliding_window", 4, "every layer attends to the whole context"),
+    ("scale_attn_by_inverse_layer_idx", True, "not implemented (GPT-2's option)"),
+    ("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "only plain RoPE is implemented"),
+    ("attention_dropout", 0.0, "this config's name for it is attn_pdrop"),
+    ("hidden_act", "silu", "this config's name for it is activation_function"),
+])
+def test_fields_of_other_configs_this_model_does_not_implement_are_refused(field, value, fix):
+    """Stored and ignored, they changed nothing: sliding_window=4 even made DynamicCache(config=...) build sliding
+    layers, so cached generation differed from the uncached forward; GPT-2's scale_attn_by_inverse_layer_idx gave
+    GPT2LMHeadModel's config with other logits. Unset values (None, False) are what the model does: accepted."""
+    with pytest.raises(ValueError, match=rf"GPTCustomConfig got {field}=.*ignored; {re.escape(fix)}"):
+        GPTCustomConfig(**{field: value})
+    GPTCustomConfig(**{field: None})
+
+
+def test_rope_parameters_set_rope_theta_and_scaling_is_refused():
+    """transformers 5 writes RoPE's base as rope_parameters={"rope_type": "default", "rope_theta": ...}: it was
+    ignored (rope_theta stayed 10000)."""
+    config = GPTCustomConfig(position_embedding_type="rope", rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    assert config.rope_theta == 5e5
+    with pytest.raises(ValueError, match="only plain RoPE is implemented"):
+        GPTCustomConfig(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 4.0})

@@ -234,3 +234,31 @@ def test_resizing_a_padded_vocabulary_keeps_a_model_that_saves_and_loads(tmp_pat
     model.save_pretrained(tmp_path)
     with torch.no_grad():
         assert torch.equal(GPTCustomForCausalLM.from_pretrained(tmp_path)(input_ids).logits, logits)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_gradient_checkpointing_with_use_cache_trains_as_without_it(implementation):
+    """Checkpointed blocks recompute in backward: the cache they were handed was written twice (16 positions for 8
+    tokens, next-token logits off by 3.9 under sdpa; a size error under eager). As transformers does, use_cache is
+    turned off under checkpointed training; a cache that already holds keys (a prefix) is refused, not dropped."""
+    model = variant_model(VARIANTS[0]).train()
+    model.config._attn_implementation = implementation
+    input_ids = torch.randint(0, 99, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def loss_and_gradients(**kwargs):
+        model.zero_grad(set_to_none=True)
+        output = model(input_ids, labels=input_ids, **kwargs)
+        output.loss.backward()
+        return output, {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+    _, plain = loss_and_gradients()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    output, checkpointed = loss_and_gradients(use_cache=True)
+    assert output.past_key_values is None
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=0, atol=1e-7, msg=name)
+    with torch.no_grad():
+        prefix = model(input_ids, use_cache=True).past_key_values  # no gradients: nothing to recompute, cache kept
+    assert prefix.get_seq_length() == 8
+    with pytest.raises(ValueError, match="gradient checkpointing recomputes each block and would write into it twice"):
+        model(input_ids, past_key_values=prefix)

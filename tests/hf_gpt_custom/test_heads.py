@@ -495,6 +495,25 @@ def test_gradient_accumulation_as_trainer_does_it_gives_the_full_batch_loss(head
     torch.testing.assert_close(sum(parts), whole, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("problem_type, labels", [
+    ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),
+    ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]])),
+])
+def test_lm_loss_weight_keeps_its_weight_where_the_task_loss_ignores_num_items(problem_type, labels):
+    """Multi-label and regression losses are a mean over the micro-batch whatever num_items_in_batch says (transformers'
+    ForSequenceClassificationLoss); Trainer counts rows × labels there. λ·L1 was scaled by rows / num_items, so λ
+    acted as λ / num_labels. The loss is task + λ·L1 by hand, L1 from the model's own causal-LM loss."""
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3, problem_type=problem_type)
+    model = randomize_(GPTCustomForSequenceClassification(config)).eval()
+    input_ids = torch.randint(1, 99, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        task = model(input_ids, labels=labels).loss
+        lm = model.transformer(input_ids).last_hidden_state @ model.transformer.wte.weight.T
+        lm = torch.nn.functional.cross_entropy(lm[:, :-1].reshape(-1, 99), input_ids[:, 1:].reshape(-1))
+        got = model(input_ids, labels=labels, lm_loss_weight=0.5, num_items_in_batch=torch.tensor(6)).loss
+    torch.testing.assert_close(got, task + 0.5 * lm, rtol=0, atol=1e-5)
+
+
 def test_a_label_of_minus_100_skips_its_row_as_gpt2s_classifier_does():
     from transformers import GPT2ForSequenceClassification
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -475,12 +477,13 @@ def test_a_bit_flip_is_refused_where_the_package_is_not_installed(exported, tmp_
     ("/", False), ("</s>", False), ("/ not a path", False), ("a/b/c", False), ("Ġ /", False), ("runs/x", False),
 ])
 def test_the_export_scrub_and_the_push_check_apply_one_rule(value, is_local, tmp_path):
-    from hf_gpt_custom.hub import _find_local_json_values, _public_value
+    from hf_gpt_custom.hub import _public_value
+    from hf_gpt_custom.publish_checks import find_local_json_values
 
     scrubbed = _public_value({"dataset": value}, tmp_path, [])["dataset"]
     assert (scrubbed != value) is is_local
-    assert (_find_local_json_values({"dataset": value}) is not None) is is_local
-    assert _find_local_json_values({"dataset": scrubbed}) is None
+    assert (find_local_json_values({"dataset": value}) is not None) is is_local
+    assert find_local_json_values({"dataset": scrubbed}) is None
 
 
 def test_a_dataset_path_with_a_space_is_scrubbed_from_the_export_and_refused_by_push(tmp_path):
@@ -558,3 +561,90 @@ def test_a_second_push_leaves_no_file_of_the_first_on_the_hub(exported, monkeypa
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     push_folder(out_dir, "alice/tiny-shakespeare")
     assert commits == [sorted(stale)]
+
+
+# --- the staging folder and the pickle check ------------------------------------------------------------------------
+
+
+def test_export_refuses_a_tmp_folder_it_did_not_make_and_replaces_its_own_leftover(exported, tmp_path, monkeypatch):
+    """`<OUT_DIR>.tmp` was deleted whatever it held: a user's folder of that name lost its files."""
+    import hf_gpt_custom.hub as hub
+    from hf_gpt_custom.errors import UserError
+
+    run_dir, _ = exported
+    out_dir, staging = tmp_path / "mymodel", tmp_path / "mymodel.tmp"
+    staging.mkdir()
+    (staging / "notes.txt").write_text("my precious notes")
+    with pytest.raises(UserError, match=r"mymodel\.tmp exists and was not made by export; move or delete it"):
+        hub.export_folder(run_dir, out_dir)
+    assert (staging / "notes.txt").read_text() == "my precious notes" and not out_dir.exists()
+
+    shutil.rmtree(staging)
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(hub, "_run_local_paths", interrupted)  # stops the export after it began writing the folder
+    with pytest.raises(KeyboardInterrupt):
+        hub.export_folder(run_dir, out_dir)
+    assert (staging / "model.safetensors").is_file()  # the interrupted export's leftover
+    monkeypatch.undo()
+    assert hub.export_folder(run_dir, out_dir) == out_dir
+    assert not staging.exists()
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(p.name for p in exported[1].iterdir())
+
+
+PICKLE_NAMES = ("extra.pickle", "training_args.pkl.gz", "state.joblib", "notes.dat", "blob", "trainer_state", "args.gz",
+                "args.bz2")
+
+
+def _pickle_files() -> dict[str, bytes]:
+    """Files a user might add to an export, each a pickle whose name alone does not say so, or says it another way."""
+    import bz2
+    import gzip
+    import io
+    import pickle
+
+    import torch
+
+    data = pickle.dumps({"learning_rate": 1e-3}, protocol=4)
+    saved = io.BytesIO()
+    torch.save({"step": 1}, saved)
+    return {
+        "extra.pickle": data, "training_args.pkl.gz": gzip.compress(data), "state.joblib": data,
+        "notes.dat": pickle.dumps([1, 2], protocol=2), "blob": pickle.dumps("x", protocol=5),
+        "trainer_state": saved.getvalue(),  # torch.save: a zip archive holding archive/data.pkl
+        "args.gz": gzip.compress(data), "args.bz2": bz2.compress(data),
+    }
+
+
+@pytest.mark.parametrize("name", PICKLE_NAMES)
+def test_the_publish_check_finds_a_pickle_by_name_or_content(exported, tmp_path, name):
+    """Only .bin/.pt/.pth/.pkl/.ckpt names were refused: .pickle, .pkl.gz and renamed pickles passed as "no
+    pickles". Reference: the bytes written here with pickle and torch.save."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import check_export
+
+    folder = tmp_path / "pk"
+    shutil.copytree(exported[1], folder)
+    (folder / name).write_bytes(_pickle_files()[name])
+    with pytest.raises(UserError, match=rf"holds pickled files \({re.escape(name)}\); remove them"):
+        check_export(folder)
+
+
+def test_the_publish_check_passes_files_that_only_look_like_pickles_at_a_glance(exported, tmp_path):
+    """A safetensors header whose length starts with the bytes 0x80 0x02 (640 bytes), a zip of text files and a text
+    file are not pickles; the weights are judged without being read."""
+    import struct
+    import zipfile
+
+    from hf_gpt_custom.hub import check_export
+
+    folder = tmp_path / "ok"
+    shutil.copytree(exported[1], folder)
+    header = json.dumps({"__metadata__": {"note": "x"}}).encode().ljust(640)
+    (folder / "extra.safetensors").write_bytes(struct.pack("<Q", 640) + header)
+    assert (folder / "extra.safetensors").read_bytes()[:2] == b"\x80\x02"
+    with zipfile.ZipFile(folder / "notes.zip", "w") as archive:
+        archive.writestr("notes.txt", "plain text")
+    (folder / "notes.txt").write_text("plain text")
+    names = {name for name, _ in check_export(folder)}
+    assert {"extra.safetensors", "notes.zip", "notes.txt"} <= names

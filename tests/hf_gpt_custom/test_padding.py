@@ -142,3 +142,22 @@ def test_a_mask_or_positions_that_do_not_fit_the_input_are_named_even_with_posit
             model(prompt, position_ids=torch.arange(4)[None])
         with pytest.raises(ValueError, match=r"inputs_embeds must be \(batch, seq_len, n_embd=32\)"):
             model(inputs_embeds=torch.randn(2, 6, 31))
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_a_4d_bool_mask_masks_under_every_attention_implementation(implementation):
+    """A 4-D bool mask (True = attend) was added to the eager scores as 1.0/0.0: nothing masked, later tokens leaked
+    into earlier positions. The reference is the 2-D mask, which the model turns into its own 4-D mask."""
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(_config("learned")).eval()
+    model.config._attn_implementation = implementation
+    input_ids, attention_mask = _batch("left")
+    width = input_ids.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    bool_mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask, position_ids=positions).logits
+        got = model(input_ids, attention_mask=bool_mask, position_ids=positions).logits
+    real = attention_mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,218 @@
+"""The checks a folder passes before it is published (`check_export`: export runs it on its staging folder, `push`
+before uploading): the files it must hold (`remote_code_files`), no pickle, no local path — the one rule for what
+counts as one, which export's scrub of the JSON files shares — and a card that parses.
+
+The export and upload themselves live in hub.py; this module only reads files.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from .errors import MissingFileError, UserError
+from .manifest import check_manifest
+from .model_folder import saved_task_head_class
+
+# Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
+LOAD_TIME_KEYS = ("is_local", "local_files_only")
+# Names that say "pickle" (torch.save, pickle, joblib), also under a compression suffix: training_args.pkl.gz.
+PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib"}
+COMPRESSION_SUFFIXES = {".gz", ".bz2", ".xz", ".lzma", ".zst"}
+# safetensors loaders never unpickle, and the header's first bytes (its length) may look like a pickle's: the weights
+# are judged by name, never read whole, and not scanned for text.
+WEIGHT_SUFFIXES = {".safetensors"}
+_UPLOAD_IGNORED = (".git/", ".cache/")  # huggingface_hub's upload_folder leaves these out
+# Pickle protocols 2-5 open with the PROTO opcode and the protocol number (pickletools); torch.save writes a zip
+# archive holding archive/data.pkl.
+_PICKLE_OPENINGS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
+_ZIP_OPENING = b"PK\x03\x04"
+_COMPRESSED_OPENINGS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+
+
+def check_card_names(folder: str | Path, repo_id: str) -> None:
+    """A UserError when the card's loading snippets name another repository than `repo_id` (export's default
+    `your-username/<run_name>`, or an earlier --repo-id): published, they would load someone else's model or none."""
+    card = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    named = sorted(set(re.findall(r"from_pretrained\(\s*[\"']([^\"']+)[\"']", card)) - {repo_id})
+    if named:
+        raise UserError(
+            f"the card (README.md) loads {', '.join(named)}, not {repo_id}: export the run again with --repo-id "
+            f"{repo_id} (an edited card is kept aside), or edit README.md to name {repo_id}"
+        )
+
+
+def remote_code_files(with_tokenizer: bool = True) -> set[str]:
+    """The code a folder needs for trust_remote_code: our entry modules (configuration, modeling and, unless the
+    folder keeps another tokenizer class, tokenization) and every module they import (transformers copies those on
+    save_pretrained; this asks it which they are)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    package = Path(__file__).parent
+    kinds = ("configuration", "modeling", "tokenization") if with_tokenizer else ("configuration", "modeling")
+    entries = [package / f"{kind}_gpt_custom.py" for kind in kinds]
+    return {Path(path).name for entry in entries for path in (entry, *get_relative_import_files(str(entry)))}
+
+
+def uses_our_tokenizer(folder: str | Path) -> bool:
+    """True when the folder's tokenizer_config.json names our tokenizer class (export keeps any other as it is)."""
+    path = Path(folder) / "tokenizer_config.json"
+    try:
+        tokenizer_class = json.loads(path.read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, json.JSONDecodeError):
+        return True  # no readable tokenizer config: require everything, and let the check name what is missing
+    return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")  # transformers may drop "Fast"
+
+
+def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:
+    """Check that `folder` can be published; return its files as (relative path, size in bytes), sorted.
+
+    Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
+    that no longer matches the folder's manifest (the card and other documentation may be edited, see
+    manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
+    and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
+    directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
+    `local_files_only`)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
+        raise MissingFileError(
+            f"cannot publish {folder}: it has no config.json and README.md; write it first with "
+            "`hf-gpt-custom export RUN_DIR OUT_DIR`"
+        )
+    files = sorted(
+        (path.relative_to(folder).as_posix(), path.stat().st_size)
+        for path in folder.rglob("*")
+        if path.is_file() and not path.relative_to(folder).as_posix().startswith(_UPLOAD_IGNORED)
+    )
+    names = {name for name, _ in files}
+    required = {"model.safetensors", "config.json", "README.md", *remote_code_files(uses_our_tokenizer(folder))}
+    if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
+        required.add("generation_config.json")
+    missing = sorted(required - names)
+    if missing:
+        raise UserError(f"cannot publish {folder}: missing {', '.join(missing)}; export the run again")
+    check_manifest(folder)  # the weights, config, code and tokenizer as exported; the card may have been edited
+    pickled = [name for name in sorted(names) if is_pickle(folder / name)]
+    if pickled:
+        raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
+    for name in sorted(names):
+        if Path(name).suffix not in WEIGHT_SUFFIXES:
+            _check_no_local_paths(folder / name, name, forbidden)
+    _check_card(folder)
+    return files
+
+
+def is_pickle(path: Path) -> bool:
+    """True for a pickle by name (PICKLE_SUFFIXES, also compressed: x.pkl.gz) or by content: a pickle of protocol 2-5,
+    a zip archive holding a .pkl member (torch.save), or either inside gzip/bz2/xz. Reads a few bytes of each file
+    (a zip's member list); a .safetensors file is judged by its name."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    while suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
+        suffixes.pop()
+    if suffixes and suffixes[-1] in PICKLE_SUFFIXES:
+        return True
+    if path.suffix.lower() in WEIGHT_SUFFIXES:
+        return False
+    with open(path, "rb") as handle:
+        opening = handle.read(6)
+    opener = next((opener for magic, opener in _COMPRESSED_OPENINGS.items() if opening.startswith(magic)), None)
+    if opener is not None:
+        try:
+            with opener(path, "rb") as handle:
+                opening = handle.read(2)
+        except (OSError, EOFError, lzma.LZMAError):  # a broken archive: not readable as a pickle either
+            return False
+    if opening.startswith(_PICKLE_OPENINGS):
+        return True
+    return opening.startswith(_ZIP_OPENING) and _zip_holds_pickle(path)
+
+
+def _zip_holds_pickle(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:  # reads the member list at the end, not the members
+            return any(Path(name).suffix.lower() in (".pkl", ".pickle") for name in archive.namelist())
+    except zipfile.BadZipFile:
+        return False
+
+
+def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    for prefix in _local_prefixes(forbidden):
+        match = re.search(re.escape(prefix) + r"(?![\w.-])", text)
+        if match:
+            raise UserError(
+                f"cannot publish: {name} contains the local path {prefix!r} (…{text[max(0, match.start() - 40):match.end() + 40]!r}…); "
+                "remove it, or export again"
+            )
+    if path.suffix == ".json":
+        found = find_local_json_values(json.loads(text))
+        if found:
+            raise UserError(f"cannot publish: {name} contains local information {found}; export again")
+
+
+def _local_prefixes(forbidden) -> list[str]:
+    """The run's own absolute paths plus this machine's home and working directory (never "/" itself)."""
+    prefixes = {str(item) for item in forbidden}
+    for base in (Path.home(), Path.cwd()):
+        prefixes.update({str(base), str(base.resolve())})
+    return sorted((p for p in prefixes if p.strip("/\\") and os.path.isabs(p)), key=len, reverse=True)
+
+
+def find_local_json_values(value: Any, where: str = "") -> str | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in LOAD_TIME_KEYS:
+                return f"key {where + key!r}"
+            found = find_local_json_values(item, f"{where}{key}.")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            found = find_local_json_values(item, f"{where}{position}.")
+            if found:
+                return found
+    elif isinstance(value, str) and is_local_path(value):
+        return f"{where.rstrip('.')} = {value!r}"
+    return None
+
+
+def _check_card(folder: Path) -> None:
+    from huggingface_hub import metadata_load
+
+    readme = folder / "README.md"
+    try:
+        metadata = metadata_load(readme)
+    except Exception as err:  # yaml errors of several kinds: all mean the front matter is broken
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""  # +1 for 0-based, +1 for the opening ---
+        reason = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"cannot publish: the card's metadata in {readme} does not parse ({reason}{where})") from err
+    if not metadata or not metadata.get("license") or not metadata.get("library_name"):
+        raise UserError(f"cannot publish: {readme} has no card metadata (license, library_name); export again")
+    for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
+        if "://" not in image and not (folder / image).is_file():
+            raise UserError(f"cannot publish: {readme} shows {image}, which is not in {folder}")
+
+
+def is_local_path(value: str) -> bool:
+    """An absolute path of this machine: "/a/b/..." (or an existing "/a"), "~/...", "C:\\...", spaces inside names
+    included ("/data/my corpus/input.txt"). Not "/", "</s>" or a sentence or merge rule starting with "/" ("/ x").
+
+    The one rule for both sides: export replaces such values (`_public_value`) and check_export refuses them."""
+    if "\n" in value:
+        return False
+    if value.startswith("~/") or re.match(r"^[A-Za-z]:[\\/]", value):
+        return True
+    if not value.startswith("/"):
+        return False
+    names = Path(value).parts[1:]
+    if any(name != name.strip() for name in names):  # "/ x", "/a /b": text, not a path
+        return False
+    return len(names) >= 2 or (len(names) == 1 and Path(value).exists())

@@ -1,0 +1,136 @@
+"""What a fine-tuned run reports and ships about its held-out part and its padding: the summary's and card's accuracy,
+count and majority class are of the same records (all of the held-out part, whatever eval_batches says), and the
+saved and exported tokenizers pad with the token the head skips (config.pad_token_id), also when the base tokenizer
+has a pad token of its own. References: the records themselves, final/ scored one record at a time."""
+
+import json
+import random
+import re
+import shutil
+
+import pytest
+import torch
+
+from hf_gpt_custom.training.finetune import finetune
+from hf_gpt_custom.training.finetune_config import load_finetune_config
+from hf_gpt_custom.training.finetune_data import load_labelled_records, split_heldout
+from tests.helpers import save_tiny_base_model
+
+WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
+HELDOUT_FRACTION, SEED = 0.25, 7
+
+
+@pytest.fixture(scope="module")
+def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
+    return save_tiny_base_model(tmp_path_factory.mktemp("base") / "final", shakespeare_tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """120 pair records (30 held out): the label says whether the hypothesis word is in the premise."""
+    rng = random.Random(0)
+    rows = []
+    for _ in range(120):
+        premise = " ".join(rng.sample(WORDS, 4))
+        inside = rng.random() < 0.5
+        word = rng.choice(premise.split()) if inside else rng.choice([w for w in WORDS if w not in premise.split()])
+        rows.append({"premise": premise, "hypothesis": word, "label": "yes" if inside else "no"})
+    path = tmp_path_factory.mktemp("data") / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def _finetune(out_dir, base, dataset, *overrides):
+    return finetune(load_finetune_config(None, [
+        f"init_from={base}", f"dataset={dataset}", f"out_dir={out_dir}", "run_name=ft", "block_size=32",
+        "batch_size=8", "max_steps=6", "learning_rate=3e-3", "warmup_steps=1", "eval_interval=3",
+        "checkpoint_interval=0", f"val_fraction={HELDOUT_FRACTION}", "log_with=none", f"seed={SEED}",
+        "task.format=pair", "task.text_columns=premise,hypothesis", "task.labels=no,yes", *overrides,
+    ]))
+
+
+def _heldout_records(dataset):
+    records = load_labelled_records(str(dataset))
+    _, heldout = split_heldout(len(records), HELDOUT_FRACTION, SEED)
+    return [records[i] for i in heldout]
+
+
+def _load(folder):
+    import hf_gpt_custom  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder), AutoModelForSequenceClassification.from_pretrained(folder).eval()
+
+
+def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_path, base_model_dir, pairs):
+    """eval_batches=1 of batch_size 8 scored the first 8 of 30 held-out records, while the summary and card gave
+    that accuracy as the one on all 30 and put the majority class of all 30 beside it. Reference: final/ scoring
+    each held-out record alone from raw text, and the records' own labels."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = _finetune(tmp_path / "run", base_model_dir, pairs, "eval_batches=1")
+    heldout = _heldout_records(pairs)
+    tokenizer, model = _load(run_dir / "final")
+    with torch.no_grad():
+        predicted = [model.config.id2label[int(model(**tokenizer(r["premise"], r["hypothesis"],
+                                                                  return_tensors="pt")).logits.argmax())]
+                     for r in heldout]
+    accuracy = sum(p == r["label"] for p, r in zip(predicted, heldout)) / len(heldout)
+    labels = [r["label"] for r in heldout]
+    majority = max(labels.count(label) for label in set(labels)) / len(labels)
+
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert len(heldout) == 30
+    assert summary["heldout_examples"] == 30
+    assert summary["val_accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    assert summary["majority_class_accuracy"] == pytest.approx(majority, abs=1e-9)
+    evals = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "eval"]
+    assert [record["val_examples"] for record in evals] == [30, 30]
+    card = str(build_model_card(run_dir))
+    assert "On the 30 held-out records" in card
+    assert re.search(r"\| accuracy \| ([0-9.]+) ±", card).group(1) == f"{accuracy:.4f}"
+    assert f"| majority class (always the most frequent label) | {majority:.4f} |" in card
+
+
+@pytest.fixture(scope="module")
+def pad_token_run(tmp_path_factory, base_model_dir, pairs):
+    """A fine-tuned run whose base tokenizer has its own pad token, <|pad|> (as a user adds [PAD] to a GPT-2 folder)."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.manifest import write_manifest
+
+    base = tmp_path_factory.mktemp("padbase") / "final"
+    shutil.copytree(base_model_dir, base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+    tokenizer.save_pretrained(base)
+    write_manifest(base)
+    return _finetune(tmp_path_factory.mktemp("ftpad") / "run", base, pairs, "task.lm_loss_weight=0")
+
+
+def _assert_padded_rows_score_as_alone(folder, pairs):
+    tokenizer, model = _load(folder)
+    assert tokenizer.convert_tokens_to_ids("<|pad|>") == model.config.pad_token_id  # the base tokenizer's own pad
+    records = _heldout_records(pairs)[:6]
+    texts = ([r["premise"] for r in records], [r["hypothesis"] + " the" * i for i, r in enumerate(records)])
+    with torch.no_grad():
+        batch = tokenizer(*texts, padding=True, return_tensors="pt")
+        batched = model(**batch).logits
+        alone = torch.cat([model(**tokenizer(p, h, return_tensors="pt")).logits for p, h in zip(*texts)])
+    assert len(set(batch["attention_mask"].sum(-1).tolist())) > 1  # rows of different lengths: padding happened
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
+
+
+def test_a_base_pad_token_is_the_saved_tokenizers_pad_and_padded_rows_score_as_alone(pad_token_run, pairs):
+    """The saved tokenizer padded with <|endoftext|> while config.pad_token_id named <|pad|>: the head read the
+    last <|endoftext|> pad, not the extract token, of every padded row. Reference: each row alone."""
+    _assert_padded_rows_score_as_alone(pad_token_run / "final", pairs)
+
+
+def test_the_export_of_a_pad_token_base_pads_with_config_pad_token_id(pad_token_run, pairs, tmp_path):
+    from hf_gpt_custom.hub import export_folder
+
+    out_dir = export_folder(pad_token_run, tmp_path / "export")
+    _assert_padded_rows_score_as_alone(out_dir, pairs)
+    assert "Padding: `<|pad|>` on the **right**" in (out_dir / "README.md").read_text()
