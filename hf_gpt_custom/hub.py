@@ -24,7 +24,6 @@ from .errors import MissingFileError, UserError
 from .manifest import write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import LOAD_TIME_KEYS, check_card_names, check_export, is_local_path
-from .publish_checks import remote_code_files, uses_our_tokenizer  # noqa: F401  (imported from here by card.py)
 
 logger = logging.getLogger(__name__)
 
@@ -333,4 +332,4 @@ def _is_network_error(err: BaseException) -> bool:
     return any(cls.__name__ == "TransportError" and cls.__module__.startswith("httpx") for cls in type(err).__mro__)
 
 
-__all__ = ["HubUnreachableError", "check_card_names", "check_export", "check_repo_id", "export_folder", "push_folder", "remote_code_files"]
+__all__ = ["HubUnreachableError", "check_repo_id", "export_folder", "push_folder"]

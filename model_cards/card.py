@@ -41,7 +41,8 @@ def build_model_card(
     """
     from hf_gpt_custom.eval.report import format_results_table
     from hf_gpt_custom import GPTCustomConfig  # imported here: the card module must not load torch at import
-    from hf_gpt_custom.hub import read_json, remote_code_files, uses_our_tokenizer
+    from hf_gpt_custom.hub import read_json
+    from hf_gpt_custom.publish_checks import remote_code_files, uses_our_tokenizer
 
     run_dir = Path(run_dir)
     final_dir = run_dir / "final"
@@ -260,7 +261,7 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
     eos = tokenizer_config.get("eos_token", "<|endoftext|>")
     if isinstance(eos, dict):
         eos = eos.get("content", "<|endoftext|>")
-    from hf_gpt_custom.hub import uses_our_tokenizer
+    from hf_gpt_custom.publish_checks import uses_our_tokenizer
 
     return {
         "tokenizer_class": tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast",

@@ -58,7 +58,7 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     readme = (out_dir / "README.md").read_text()
     assert readme.startswith("---\n") and "model-index:" in readme and "# tiny-shakespeare" in readme
     # The remote-code files import nothing from the package (HF-V5-NOTES: that breaks loading elsewhere).
-    from hf_gpt_custom.hub import remote_code_files
+    from hf_gpt_custom.publish_checks import remote_code_files
 
     for name in remote_code_files():
         source = (out_dir / name).read_text()
@@ -358,7 +358,8 @@ def test_export_refuses_a_final_folder_with_a_missing_weight(tmp_path):
 def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
     import shutil
 
-    from hf_gpt_custom.hub import check_export, push_folder
+    from hf_gpt_custom.hub import push_folder
+    from hf_gpt_custom.publish_checks import check_export
 
     _, out_dir = exported
     files = check_export(out_dir)
@@ -424,7 +425,7 @@ def _loaders_of_a_folder():
     """Every way a folder is read: push's check, our commands' strict loader, transformers' from_pretrained."""
     from transformers import AutoModelForCausalLM
 
-    from hf_gpt_custom.hub import check_export
+    from hf_gpt_custom.publish_checks import check_export
     from hf_gpt_custom.model_folder import load_model_folder
 
     return {"push": check_export, "eval/finetune": load_model_folder, "from_pretrained": AutoModelForCausalLM.from_pretrained}
@@ -490,7 +491,8 @@ def test_a_dataset_path_with_a_space_is_scrubbed_from_the_export_and_refused_by_
     """Outside home and the working directory (so only the JSON rule can see it), as on a shared data disk."""
     import shutil
 
-    from hf_gpt_custom.hub import check_export, export_folder
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.publish_checks import check_export
 
     run_dir = make_tiny_run(tmp_path / "runs" / "spaced", with_eval=False)
     spaced = tmp_path / "shared data" / "tiny shakespeare" / "input.txt"
@@ -621,7 +623,7 @@ def test_the_publish_check_finds_a_pickle_by_name_or_content(exported, tmp_path,
     """Only .bin/.pt/.pth/.pkl/.ckpt names were refused: .pickle, .pkl.gz and renamed pickles passed as "no
     pickles". Reference: the bytes written here with pickle and torch.save."""
     from hf_gpt_custom.errors import UserError
-    from hf_gpt_custom.hub import check_export
+    from hf_gpt_custom.publish_checks import check_export
 
     folder = tmp_path / "pk"
     shutil.copytree(exported[1], folder)
@@ -636,7 +638,7 @@ def test_the_publish_check_passes_files_that_only_look_like_pickles_at_a_glance(
     import struct
     import zipfile
 
-    from hf_gpt_custom.hub import check_export
+    from hf_gpt_custom.publish_checks import check_export
 
     folder = tmp_path / "ok"
     shutil.copytree(exported[1], folder)

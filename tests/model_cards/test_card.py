@@ -202,7 +202,7 @@ def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
 
 
 def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
-    from hf_gpt_custom.hub import remote_code_files
+    from hf_gpt_custom.publish_checks import remote_code_files
     from hf_gpt_custom.model_cards.card import build_model_card
 
     text = build_model_card(tiny_run, package_source="git+https://example.org/me/hf-gpt-custom@v1").text
