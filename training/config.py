@@ -76,7 +76,7 @@ class TrainConfig:
     val_fraction: float = _setting(0.1, help="without val_dataset/val_split: the fraction of documents held out",
                                    changes_training=True)
     val_holdout: str = _setting("random", help="which documents val_fraction holds out: random (seeded) or tail (the "
-                                "last ones in file order, nanoGPT's split)", changes_training=True)
+                                "last ones in file order, whole documents)", changes_training=True)
     streaming: bool = _setting(False, help="tokenise and pack Hub corpora on the fly (no cache, no shuffle)",
                                changes_training=True)
     num_proc: int = _setting(1, help="processes for tokenisation (Dataset.map)", changes_training=False)

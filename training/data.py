@@ -230,7 +230,8 @@ def split_documents(config: TrainConfig, raw_cache: str | os.PathLike | None = N
 
     Validation comes from `val_dataset` (a separate local file/folder), else from the Hub dataset's `val_split`,
     else from holding out `val_fraction` of the documents: a seeded random sample (`val_holdout: random`) or the
-    last ones in file order (`val_holdout: tail`, nanoGPT's split). Either way ceil(n * val_fraction) documents.
+    last ones in file order (`val_holdout: tail`: like nanoGPT's split, but of whole documents, not of characters).
+    Either way ceil(n * val_fraction) documents.
     """
     def load(source: str, split: str):
         return load_text_dataset(source, config.text_field, config.dataset_config, split,
@@ -372,13 +373,15 @@ def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple
 
     `data` has `.train` and `.val` datasets (`datasets.Dataset`s; `.val` is cut to eval_batches with .select);
     `collate_fn` turns a list of rows into a batch (default: packed blocks; fine-tuning pads examples)."""
+    # Each loader owns a generator: without one, every new iterator (an epoch, the skip to a resumed position) draws its
+    # seed from the global RNG, and a resumed run's dropout masks would no longer be the uninterrupted run's.
     if config.streaming:
-        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_fn, drop_last=True)
+        train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_fn, drop_last=True,
+                                  generator=torch.Generator().manual_seed(config.seed))
     else:
         train_loader = DataLoader(
             data.train, batch_size=config.batch_size, sampler=EpochShuffleSampler(len(data.train), config.seed),
-            collate_fn=collate_fn, drop_last=True,
-            generator=torch.Generator().manual_seed(config.seed),  # the loader draws a seed per epoch: not from the global RNG
+            collate_fn=collate_fn, drop_last=True, generator=torch.Generator().manual_seed(config.seed),
         )
     val_data = data.val
     if config.eval_batches is not None:

@@ -84,6 +84,31 @@ def test_resume_with_gradient_accumulation_matches_uninterrupted_run(make_config
         assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"]
 
 
+def test_a_streamed_run_with_dropout_resumes_exactly(make_config, shakespeare_path, tmp_path, monkeypatch):
+    """The streamed loader had no generator of its own: the iterator made to skip to the resumed position drew its
+    seed from the global RNG right after the checkpoint restored it, so every later dropout mask moved (losses off
+    from the first resumed step, final bits per byte too). The uninterrupted run is the reference."""
+    from hf_gpt_custom.training import data
+
+    monkeypatch.setattr(data, "STREAMING_VAL_DOCUMENTS", 20)
+    corpus = tmp_path / "streamed.txt"
+    corpus.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:300]) + "\n")
+    common = [f"dataset={corpus}", "streaming=true", "max_steps=8", "checkpoint_interval=4", "keep_checkpoints=5",
+              "eval_interval=8", "eval_batches=1", "model.resid_pdrop=0.1", "model.embd_pdrop=0.1",
+              "model.attn_pdrop=0.1"]
+    full = train(make_config(*common, run_name="streamed_full"))
+    resumed_config = make_config(*common, "resume_from_checkpoint=latest", run_name="streamed_resumed")
+    (resumed_config.run_dir / "checkpoints").mkdir(parents=True)
+    shutil.copytree(full / "checkpoints" / "step_000004", resumed_config.run_dir / "checkpoints" / "step_000004")
+    resumed = train(resumed_config)
+    full_log, resumed_log = _train_log(full), _train_log(resumed)
+    assert [r["step"] for r in resumed_log] == list(range(5, 9))
+    for a, b in zip(full_log[4:], resumed_log):
+        assert a["data_digests"] == b["data_digests"]
+        assert a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"]
+    _assert_bitwise_equal(_weights(full), _weights(resumed))
+
+
 def test_a_new_run_over_an_old_one_checkpoints_its_own_weights(make_config):
     """Same step numbers and batch counts as the run before it in the folder (started over), other weights: each
     save replaces."""
