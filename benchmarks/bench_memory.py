@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks.common import RESULTS_DIR, SIZES, add_common_args, machine_info, result_name, write_json
+from benchmarks.common import RESULTS_DIR, add_common_args, machine_info, result_name, write_json
 
 REPO_ROOT = RESULTS_DIR.parents[1]
 

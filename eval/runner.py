@@ -86,6 +86,10 @@ def evaluate(
         repeated = sorted({str(v) for v in values if values.count(v) > 1})
         if repeated:
             raise UserError(f"{name} lists {', '.join(repeated)} more than once; give each once")
+    if out_dir is not None:
+        from hf_gpt_custom.eval.report import check_writable
+
+        check_writable(out_dir)
     if limit is not None and limit < 1:
         raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
     if not isinstance(batch_size, int) or batch_size < 1:
@@ -93,6 +97,12 @@ def evaluate(
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = [load_task(name, protocol=protocol) for name in tasks]  # unknown task names fail here, before the model loads
+    names = [spec.task for spec in specs]  # results are keyed by task name: two files of one name would be one row
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        files = [name for name, spec in zip(tasks, specs) if spec.task in repeated]
+        raise UserError(f"tasks {', '.join(files)} are all named {', '.join(repeated)} (their `task:` field), so "
+                        f"their results could not be told apart; give each task file its own `task:` name")
     data_dir = Path(data_dir) if data_dir else default_data_dir()
 
     model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)

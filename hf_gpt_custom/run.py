@@ -79,6 +79,8 @@ def _run_stages(config, start_over: bool = False) -> Path:
             "wall_time_s": round(time.perf_counter() - stage_started, 2),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+        if stage == "train":  # the model it wrote: a final/ replaced since (another `train` here) is not this run's
+            state["stages"][stage]["model"] = _model_identity(run_dir)
         if stage in _STAGES_OF_THE_MODEL:
             state["stages"][stage].update(model=_model_identity(run_dir), benchmarks=benchmarks)
         _save_state(run_dir, state)
@@ -124,8 +126,10 @@ def _model_identity(run_dir: Path) -> str | None:
 
 
 def _made_from_this_model(record: dict[str, Any], run_dir: Path) -> bool:
-    """False when an eval or export ran on another final/ than today's (`train` rewrote it in this folder): their
-    results would describe the old model. A record written before this check has no "model": trusted as before."""
+    """False when final/ is not the model a stage recorded: the train stage's own output replaced by another `train`
+    in this folder (trained with other settings: training runs again, by this config), or an eval or export made
+    from an earlier final/ (their results would describe the old model). A record without "model" (the tokenizer
+    stage, or one written before this check) is trusted."""
     made_from = record.get("model")
     return made_from is None or made_from == _model_identity(run_dir)
 

@@ -224,7 +224,8 @@ def _fake_stages(run_module, monkeypatch, ran: list[str]) -> None:
             output = run_dir / {"tokenizer": "tokenizer", "train": "final", "eval": "eval", "export": "export"}[stage]
             output.mkdir(parents=True, exist_ok=True)
             if stage == "train":
-                (output / "manifest.json").write_text('{"files": {"model.safetensors": "sha of the first model"}}')
+                trained = ran.count("train")  # each training writes another model, as a retrained one may be
+                (output / "manifest.json").write_text(f'{{"files": {{"model.safetensors": "model {trained}"}}}}')
             return output, "done"
         return run_stage
 
@@ -253,9 +254,10 @@ def test_new_contents_at_the_data_path_are_refused_naming_the_file(tmp_path, mon
     assert ran == list(run_module.STAGES)
 
 
-def test_eval_and_export_of_an_earlier_final_run_again(tmp_path, monkeypatch):
-    """`train` rewrote final/ in the run folder (another model): the results and the card of the old one must not
-    be kept as this run's. Eval and export run again; tokenizer and train do not."""
+def test_a_final_that_another_train_replaced_is_trained_again_then_scored(tmp_path, monkeypatch):
+    """`train --start_over learning_rate=1e-3` in the run folder replaced final/: `run` with the config's 3e-3 then
+    counted the train stage as done and evaluated and exported the 1e-3 model (its card said 0.001). The train stage
+    runs again (train() resumes what matches this config, or starts over), then eval and export of its model."""
     from hf_gpt_custom import run as run_module
     from hf_gpt_custom.training.config import load_train_config
 
@@ -265,7 +267,9 @@ def test_eval_and_export_of_an_earlier_final_run_again(tmp_path, monkeypatch):
     run_module._run_stages(config)
     (config.run_dir / "final" / "manifest.json").write_text('{"files": {"model.safetensors": "another model"}}')
     run_module._run_stages(config)
-    assert ran == [*run_module.STAGES, "eval", "export"]
+    assert ran == [*run_module.STAGES, "train", "eval", "export"]
+    run_module._run_stages(config)  # this run's final/ again: nothing to do
+    assert ran == [*run_module.STAGES, "train", "eval", "export"]
 
 
 def test_eval_and_export_run_again_when_a_benchmark_file_changes(tmp_path, monkeypatch):

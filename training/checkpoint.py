@@ -421,11 +421,17 @@ def check_random_states(folder: str | os.PathLike, rank: int, num_processes: int
     folder = Path(folder)
     path = folder / RANDOM_STATES_NAME.format(rank=rank)
     not_exact = "without it the run would not continue exactly (other dropout masks than an uninterrupted run)"
+    saved_by = len(list(folder.glob(RANDOM_STATES_NAME.format(rank="*"))))
     if not path.is_file():
-        saved_by = len(list(folder.glob(RANDOM_STATES_NAME.format(rank="*"))))
         raise UserError(
             f"checkpoint {folder} has no {path.name}: it was saved by {saved_by} process(es) and this run has "
             f"{num_processes}; {not_exact} — resume with {saved_by} process(es)"
+        )
+    if saved_by > num_processes:  # each rank's place in the data would be another's: batches trained twice
+        raise UserError(
+            f"checkpoint {folder} was saved by {saved_by} processes and this run has {num_processes}: the batches "
+            f"the other ranks read would be read again, with another global batch size — resume with {saved_by} "
+            f"processes (accelerate launch --num_processes {saved_by}), or start a new run"
         )
     needed = ["random_state", "numpy_random_seed", "torch_manual_seed"]
     needed += ["torch_cuda_manual_seed"] if torch.cuda.is_available() else []

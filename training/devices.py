@@ -149,6 +149,14 @@ def training_device_type(cpu: bool | None) -> str:
         reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
         raise UserError(f"cpu=false asks for a GPU, but {reason}; set cpu=true (or leave it null: the CPU when no "
                         f"GPU is visible)")
+    world_size = os.environ.get("WORLD_SIZE", "").strip()
+    if cpu is None and world_size.isdigit() and int(world_size) > 1 and launch_rank() == 0:
+        # A GPU launch config (multi_gpu_ddp.yaml, fsdp.yaml) on a machine where torch sees no GPU: it would train on
+        # the CPU without a word, each process a full copy of the model.
+        logger.warning("%s processes were launched and torch sees no GPU: training on the CPU (gloo). If you meant "
+                       "the GPUs, check that torch sees them (torch.cuda.is_available()); to train on the CPU on "
+                       "purpose, say so with use_cpu: true in the accelerate config (cpu_two_processes.yaml) or "
+                       "cpu=true", world_size)
     return "cpu"
 
 

@@ -156,15 +156,16 @@ class FinetuneWorkload:
         }
 
     def save_beside_model(self, folder: Path, model_config) -> None:
-        """The tokenizer with the task tokens, model_max_length = n_positions, padding on the RIGHT with the token
+        """The tokenizer with the task tokens, model_max_length = block_size, padding on the RIGHT with the token
         config.pad_token_id names (eos, or the base tokenizer's own pad token).
 
         The heads read the last token that is not config.pad_token_id: padding with any other token would be read as
-        text. Saved causal LMs pad on the left for batched generation; a task head does not generate, and its learned
-        positions are counted from the first token, so only right padding gives a padded row the logits it gets alone
-        (the heads, like GPT-2's, do not derive positions from the attention mask)."""
+        text. Saved causal LMs pad on the left for batched generation; a task head does not generate, and right
+        padding gives a padded row the logits it gets alone even when the caller passes input_ids without their
+        attention_mask (with the mask either side does: positions then come from it)."""
         tokenizer = copy.deepcopy(self.tokenizer)
-        tokenizer.model_max_length = model_config.n_positions
+        # what fine-tuning cut every example to (and scored held-out accuracy at): truncation=True cuts the same way
+        tokenizer.model_max_length = self.config.block_size
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(model_config.pad_token_id)
         tokenizer.padding_side = "right"
         tokenizer.save_pretrained(folder)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from hf_gpt_custom.eval.report import RESULT_KEYS
+from hf_gpt_custom.eval.task import TASKS_DIR
 from hf_gpt_custom.eval.runner import evaluate
 
 
@@ -89,6 +90,10 @@ def test_bad_arguments_fail_before_loading_the_model(tmp_path):
         evaluate(str(tmp_path / "no-model"), tasks=["copa"], shots=[0, 5, 0])
     with pytest.raises(ValueError, match="tasks lists copa more than once"):
         evaluate(str(tmp_path / "no-model"), tasks=["copa", "piqa", "copa"])
+    mine = tmp_path / "my_copa.yaml"  # another prompt, the same `task:` name: two rows "copa" nobody can tell apart
+    mine.write_text(f"include: {TASKS_DIR / 'copa.yaml'}\ndoc_to_text: 'Premise: {{{{premise}}}}'\n")
+    with pytest.raises(ValueError, match=rf"tasks copa, {mine} are all named copa \(their `task:` field\)"):
+        evaluate(str(tmp_path / "no-model"), tasks=["copa", str(mine)])
 
 
 def test_unfittable_k_is_an_error_unless_the_sweep_asks_to_skip_it(tmp_path, shared_data_dir):
@@ -150,3 +155,21 @@ def test_the_card_shows_the_table_md_rows(report_dir, tmp_path):
     card_rows = result_lines(build_model_card(run_dir).text)
     table_rows = result_lines((out_dir / "table.md").read_text())
     assert card_rows == table_rows and len(table_rows) > 5
+
+
+def test_an_out_folder_that_takes_no_file_is_refused_before_any_scoring(tmp_path, monkeypatch):
+    """A read-only --out failed with a PermissionError traceback after every task had been scored."""
+    import tempfile
+
+    from hf_gpt_custom.eval import runner
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    monkeypatch.setattr(runner, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "read_only" / "eval"
+    with pytest.raises(ValueError, match=rf"cannot write the results into {out}: {tmp_path} takes no new file "
+                                         r"\(Permission denied\); choose an --out folder you can write"):
+        evaluate(str(tmp_path / "no-model"), tasks=["copa"], out_dir=out)
+    assert not out.parent.exists()

@@ -405,6 +405,12 @@ def test_resume_with_more_processes_than_saved_random_states_is_refused(run_with
     with pytest.raises(UserError, match=r"has no random_states_1\.pkl: it was saved by 1 process\(es\) and this run "
                                         r"has 2; .* resume with 1 process"):
         check_random_states(latest, rank=1, num_processes=2)
+    # fewer: a 2-process checkpoint resumed by one process trained the batches rank 1 had read again
+    shutil.copy(latest / "random_states_0.pkl", latest / "random_states_1.pkl")
+    check_random_states(latest, rank=1, num_processes=2)
+    with pytest.raises(UserError, match=r"was saved by 2 processes and this run has 1: the batches the other ranks "
+                                        r"read would be read again.* resume with 2 processes"):
+        check_random_states(latest, rank=0, num_processes=1)
 
 
 def test_a_random_state_without_the_generators_accelerate_restores_is_refused(tmp_path):

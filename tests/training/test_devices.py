@@ -50,6 +50,31 @@ def test_bf16_on_a_gpu_without_bf16_units_names_the_gpu_and_the_fix(gpu):
         resolve_mixed_precision("bf16", "cuda")
 
 
+def test_a_gpu_launch_on_a_machine_without_a_gpu_says_it_trains_on_the_cpu(monkeypatch, caplog):
+    """accelerate launch --config_file multi_gpu_ddp.yaml where torch sees no GPU trained 8 CPU processes over gloo
+    without a word. A CPU launch that says so (use_cpu, or cpu=true) stays quiet, as does one process."""
+    import logging
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "0")
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
+        assert training_device_type(None) == "cpu"
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("8 processes were launched and torch sees no GPU: training on the CPU (gloo)")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
+        assert training_device_type(True) == "cpu"
+        monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+        assert training_device_type(None) == "cpu"
+        monkeypatch.delenv("ACCELERATE_USE_CPU")
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        assert training_device_type(None) == "cpu"
+    assert not caplog.records
+
+
 def test_fp16_on_a_cpu_is_refused_with_the_fix():
     with pytest.raises(UserError, match="mixed_precision=fp16 needs a GPU .*; use mixed_precision=no or bf16"):
         resolve_mixed_precision("fp16", "cpu")

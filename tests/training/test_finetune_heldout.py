@@ -134,3 +134,23 @@ def test_the_export_of_a_pad_token_base_pads_with_config_pad_token_id(pad_token_
     out_dir = export_folder(pad_token_run, tmp_path / "export")
     _assert_padded_rows_score_as_alone(out_dir, pairs)
     assert "Padding: `<|pad|>` on the **right**" in (out_dir / "README.md").read_text()
+
+
+def test_the_saved_tokenizer_cuts_a_long_input_where_fine_tuning_cut_it(pad_token_run, pairs):
+    """Fine-tuning cuts each example to block_size (32 here, the model has 64 positions); the saved tokenizer cut at
+    model_max_length = n_positions, so a long premise reached the head with more of its text than the held-out
+    accuracy was measured on. Reference: the ids fine-tuning itself built for the record (encode_examples)."""
+    import yaml
+
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+    from hf_gpt_custom.training.finetune_data import add_task_tokens, encode_examples, load_task_tokenizer
+
+    tokenizer, _ = _load(pad_token_run / "final")
+    record = {"premise": " ".join(WORDS * 4), "hypothesis": "sword", "label": "yes"}
+    task = parse_task_section({"format": "pair", "text_columns": ["premise", "hypothesis"], "labels": ["no", "yes"]})
+    init_from = yaml.safe_load((pad_token_run / "config.yaml").read_text())["init_from"]
+    base = load_task_tokenizer(init_from)  # as fine-tuning loaded it
+    (trained,) = encode_examples([record], task, base, add_task_tokens(base), 32, "test")
+    assert trained["cut"]
+    saved = tokenizer(record["premise"], record["hypothesis"], truncation=True)["input_ids"]
+    assert tokenizer.model_max_length == 32 and saved == trained["input_ids"]
