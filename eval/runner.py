@@ -253,7 +253,8 @@ def check_tokenizer_files(folder: Path) -> None:
     raise MissingFileError(
         f"{folder} has no tokenizer vocabulary: missing {', '.join(missing)} (tokenizer.json alone, or vocab.json "
         "with merges.txt, is enough); save the tokenizer the model was trained with into that folder "
-        "(tokenizer.save_pretrained), or from Python pass evaluate(..., tokenizer=<its folder>)"
+        "(tokenizer.save_pretrained), or pass the folder that holds it: eval --tokenizer <folder> (a run's "
+        "checkpoint: <run>/tokenizer), evaluate(..., tokenizer=<folder>) from Python"
     )
 
 

@@ -230,7 +230,12 @@ def _read_yaml_with_includes(path: Path) -> dict:
     if not isinstance(config, dict):
         raise UserError(f"{path}: a task file is a mapping of fields (task: ..., output_type: ...), got {type(config).__name__}")
     if "include" in config:
-        base = _read_yaml_with_includes(path.parent / str(config.pop("include")))
+        include = str(config.pop("include"))
+        base_path = path.parent / include  # relative to the including file, as lm-evaluation-harness reads it
+        if not base_path.is_file():
+            raise MissingFileError(f"{path}: include {include} not found (looked for {base_path}); give the path of "
+                                   f"an existing task file, relative to {path.name}'s folder")
+        base = _read_yaml_with_includes(base_path)
         config = {**base, **config}
     return config
 

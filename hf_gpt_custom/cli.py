@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
+import os
 import sys
 from pathlib import Path
 
@@ -226,6 +228,9 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--model", required=True, help="model folder (any causal LM) or Hub id")
     parser.add_argument("--tasks", required=True, type=_comma_list, help="comma-separated task names, e.g. lambada,hellaswag")
     parser.add_argument("--shots", type=_comma_ints, default=[0], help="comma-separated K values (default: 0)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="the tokenizer folder or Hub id, for a model folder without one, e.g. a checkpoint "
+                             "(default: the model's own)")
     parser.add_argument("--limit", type=int, default=None, help="score at most N documents per task (default: all)")
     parser.add_argument("--batch-size", type=int, default=16, help="requests per forward pass (default: 16)")
     parser.add_argument("--device", default=None,
@@ -242,6 +247,10 @@ def _add_eval(subparsers) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
+    if not args.tasks:  # else evaluate's own message, written for Python callers (tasks=[...]), reaches the shell
+        raise UserError("--tasks is empty; give comma-separated task names, e.g. --tasks lambada,hellaswag")
+    if not args.shots:
+        raise UserError("--shots is empty; give comma-separated K values, e.g. --shots 0,1,5")
     _check_output_folder(args.out, "--out")
     _check_model_argument(args.model)
     from hf_gpt_custom.eval.task import task_file
@@ -253,6 +262,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
     evaluate(
         args.model,
+        tokenizer=args.tokenizer,
         tasks=args.tasks,
         shots=args.shots,
         limit=args.limit,
@@ -324,8 +334,8 @@ def _cmd_push(args: argparse.Namespace) -> None:
           f"{args.repo_id}{'@' + args.revision if args.revision else ''}{' (private)' if args.private else ''}:")
     for name, size in files:
         print(f"  {_human_bytes(size):>10}  {name}")
-    print("checks passed: required files and remote code present, the manifest's files unchanged, no pickles, no local "
-          f"paths, the card's metadata parses and it loads {args.repo_id}. Nothing was uploaded.")
+    print("checks passed: required files and remote code present, the manifest's files unchanged and none added, no "
+          f"pickles, no local paths, the card's metadata parses and it loads {args.repo_id}. Nothing was uploaded.")
 
 
 def _human_bytes(size: int) -> str:
@@ -383,6 +393,26 @@ _AFTER_INTERRUPT = {
 }
 
 
+# OSErrors the user fixes by choosing another folder or making room. Only with a filename: an error without one, or
+# any other errno (a path our code got wrong, ENOENT), is a bug and keeps its traceback.
+_DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # EDQUOT: not on Windows
+_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS}
+
+
+def _file_system_error(err: OSError) -> str | None:
+    """One line for an output folder that cannot be written (permissions, read-only, disk full), or None."""
+    if err.errno not in _FILE_SYSTEM_ERRNOS or not err.filename:
+        return None
+    path = Path(os.fsdecode(err.filename))
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), path.parent)  # what was to hold the new file
+    if err.errno in _DISK_FULL_ERRNOS:
+        return f"cannot write {path}: {err.strerror}; free space there or choose an output folder on another disk"
+    is_read = path.exists() and not os.access(path, os.R_OK)
+    return (f"cannot {'read' if is_read else 'write'} {path}: {err.strerror}; "
+            + ("make it readable for your user" if is_read else
+               f"choose an output folder you can write to, or make {folder} writable for your user"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     # key=value overrides may also follow the options (`train CONFIG --init_from DIR max_steps=5`): argparse stops
@@ -398,6 +428,12 @@ def main(argv: list[str] | None = None) -> None:
         # Our own checks raise these with a message that names the problem and the fix: one line, exit 2.
         # Anything else (a bug here or in torch/transformers) is unexpected and keeps its traceback.
         print(f"hf-gpt-custom {args.command}: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:
+        message = _file_system_error(err)
+        if message is None:
+            raise
+        print(f"hf-gpt-custom {args.command}: error: {message}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         after = _AFTER_INTERRUPT.get(args.command)

@@ -42,8 +42,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
     generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
     (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
-    AutoTokenizer; model_max_length = n_positions; a causal LM pads with eos on the left, a task head with the
-    token its config.pad_token_id names on its own side), README.md (the model card),
+    AutoTokenizer; model_max_length = n_positions, a task head's fine-tuning block_size; a causal LM pads with eos
+    on the left, a task head with the token its config.pad_token_id names on its own side), README.md (the card),
     loss_curve.png, shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has
     them. The weights load through `load_model_folder` (strict: a missing tensor or a manifest mismatch is an error).
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
@@ -92,8 +92,10 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     pad_token_id = model.config.pad_token_id if head_class is not None else None
     pad_token = saved_tokenizer.convert_ids_to_tokens(pad_token_id) if pad_token_id is not None else \
         saved_tokenizer.eos_token
+    # A task head keeps the length fine-tuning cut its inputs to (its block_size); a causal LM takes n_positions.
+    max_length = model.config.n_positions if head_class is None else saved_tokenizer.model_max_length
     tokenizer = type(saved_tokenizer).from_pretrained(
-        final_dir, model_max_length=model.config.n_positions, pad_token=pad_token,
+        final_dir, model_max_length=max_length, pad_token=pad_token,
         padding_side="left" if head_class is None else saved_tokenizer.padding_side,
     )
     tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json (ours: auto_map, tokenization_*.py)
@@ -167,11 +169,18 @@ def _edited_since_export(old: Path, new: Path) -> list[str]:
 
 
 def check_repo_id(repo_id: str) -> None:
-    """A UserError unless `repo_id` is shaped like a Hub repository id (NAME or USER/NAME)."""
+    """A UserError unless `repo_id` is a Hub repository id with its namespace, USER/NAME: what export writes into the
+    card's snippets and push uploads to. A bare NAME loads a canonical model ("gpt2", is_hub_repo_id) but is refused
+    here: create_repo would put it under the pusher's user, and the card's from_pretrained("NAME") would miss it."""
     if not is_hub_repo_id(repo_id):
         raise UserError(
-            f"--repo-id {repo_id!r} is not a Hub repository id; use USER/NAME or NAME with letters, digits, '-', '_' "
-            "and '.' (no leading/trailing '-' or '.', no '--' or '..', at most 96 characters), e.g. alice/tiny-model"
+            f"--repo-id {repo_id!r} is not a Hub repository id; use USER/NAME with letters, digits, '-', '_' and '.' "
+            "(no leading/trailing '-' or '.', no '--' or '..', at most 96 characters), e.g. alice/tiny-model"
+        )
+    if "/" not in repo_id:
+        raise UserError(
+            f"--repo-id {repo_id!r} has no user or organisation; use USER/NAME, e.g. alice/{repo_id} (the card's "
+            f"from_pretrained snippets must name the repository as the Hub stores it, under its namespace)"
         )
 
 

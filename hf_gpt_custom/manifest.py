@@ -103,6 +103,19 @@ def verify_manifest(folder: str | os.PathLike, quick: bool = False) -> str | Non
     return None
 
 
+def unlisted_files(folder: str | os.PathLike, names: list[str]) -> list[str] | None:
+    """Those of `names` (paths relative to `folder`) that folder/manifest.json does not list, documentation and the
+    manifest aside: files added after the folder was written. None when the folder has no readable manifest.
+
+    Not part of verify_manifest: a checkpoint legitimately holds files written after its manifest (each rank's
+    random_states_<rank>.pkl); a folder about to be published must hold only what export wrote."""
+    try:
+        listed = json.loads((Path(folder) / MANIFEST_NAME).read_text())["files"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    return sorted(name for name in names if name != MANIFEST_NAME and name not in listed and not is_documentation(name))
+
+
 def check_manifest(folder: str | os.PathLike) -> None:
     """Raise a UserError naming the damaged file when `folder` has a manifest that it does not match."""
     if (Path(folder) / MANIFEST_NAME).is_file() and (problem := verify_manifest(folder)) is not None:
@@ -156,5 +169,5 @@ def _key(mismatched_item) -> str:
 
 __all__ = [
     "MANIFEST_NAME", "check_manifest", "from_pretrained_checked", "is_documentation", "raise_if_incomplete",
-    "sha256_file", "verify_manifest", "write_manifest",
+    "sha256_file", "unlisted_files", "verify_manifest", "write_manifest",
 ]

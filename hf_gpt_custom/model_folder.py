@@ -36,7 +36,8 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, ve
         raise UserError(f"{path} is a file, not a model folder; pass the folder that holds config.json")
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise MissingFileError(f"{folder} has no config.json; pass a folder written by save_pretrained")
+        hint = _model_inside(folder) or "pass a folder written by save_pretrained"
+        raise MissingFileError(f"{folder} has no config.json; {hint}")
     try:
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
     except (json.JSONDecodeError, AttributeError) as err:
@@ -54,6 +55,12 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, ve
     if verify_manifest:
         check_manifest(folder)
     return folder
+
+
+def _model_inside(folder: Path) -> str:
+    """"did you mean runs/x/final? ..." when `folder` is a run folder (its model is in final/ or export/), else ""."""
+    inside = next((folder / name for name in ("final", "export") if (folder / name / "config.json").is_file()), None)
+    return f"did you mean {inside}? (a run folder keeps its model in {inside.name}/)" if inside is not None else ""
 
 
 def load_model_folder(path: str | os.PathLike, model_class=None, any_causal_lm: bool = False, **kwargs):

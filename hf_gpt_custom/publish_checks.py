@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MissingFileError, UserError
-from .manifest import check_manifest
+from .manifest import MANIFEST_NAME, check_manifest, unlisted_files
 from .model_folder import saved_task_head_class
 
 # Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
@@ -75,8 +75,8 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     """Check that `folder` can be published; return its files as (relative path, size in bytes), sorted.
 
     Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
-    that no longer matches the folder's manifest (the card and other documentation may be edited, see
-    manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
+    that no longer matches the folder's manifest or that it does not list (the card and other documentation may
+    be edited or added, see manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
     and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
     directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
     `local_files_only`)."""
@@ -102,11 +102,28 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     pickled = [name for name in sorted(names) if is_pickle(folder / name)]
     if pickled:
         raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
+    _check_nothing_added(folder, sorted(names))
     for name in sorted(names):
         if Path(name).suffix not in WEIGHT_SUFFIXES:
             _check_no_local_paths(folder / name, name, forbidden)
     _check_card(folder)
     return files
+
+
+def _check_nothing_added(folder: Path, names: list[str]) -> None:
+    """Refuse files the manifest does not list (documentation aside): added after export, they would be uploaded
+    unchecked (`evil.py` beside the remote code, `model-extra.safetensors` beside the weights). export checks its
+    staging folder before the manifest is written: nothing to compare with there."""
+    if not (folder / MANIFEST_NAME).is_file():
+        return
+    added = unlisted_files(folder, names)
+    if added is None:
+        return  # an unreadable manifest: check_manifest has already named it
+    if added:
+        shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
+        one = len(added) == 1
+        raise UserError(f"cannot publish {folder}: {shown} {'is' if one else 'are'} not in its manifest (added after "
+                        f"export); remove {'it' if one else 'them'}, or export the run again")
 
 
 def is_pickle(path: Path) -> bool:

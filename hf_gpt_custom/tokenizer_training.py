@@ -1,8 +1,9 @@
 """train_tokenizer(): a corpus -> a folder that AutoTokenizer loads (tokenizer.json, vocab.json, merges.txt, code).
 
 The merges are learned by the `tokenizers` library's BpeTrainer on GPT-2 pre-tokenised text; this module only reads
-the corpus, lays out the vocabulary (bytes, merges, special tokens) and saves it. `datasets` is imported inside
-functions so `import hf_gpt_custom` stays fast.
+the corpus, lays out the vocabulary (bytes, merges, special tokens) and saves it. `datasets` and our tokenizer class
+(transformers, torch) are imported inside functions so `import hf_gpt_custom` stays fast and the training config
+can check tokenizer_vocab_size against `smallest_vocab_size` before torch loads.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 
 from .byte_level import bytes_to_unicode
-from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast
 from .errors import MissingFileError, UserError
 from .hub import is_hub_repo_id
 
@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 # (imported inside the functions that read files, so `import hf_gpt_custom` does not load the trainer's package).
 # Plain text is fed to the trainer in blocks of about this many characters (see _read_text_file).
 TEXT_BLOCK_CHARS = 1 << 20
+# A byte-level BPE vocabulary always holds one token per byte, whatever it learns on top.
+BYTE_TOKENS = 256
 
 
 def train_tokenizer(
@@ -62,11 +64,14 @@ def train_tokenizer(
 
     The same corpus and settings give byte-identical files.
     """
+    from .tokenization_gpt_custom import ENDOFTEXT, GPTCustomTokenizerFast
+
     special_tokens = _check_special_tokens(special_tokens)
-    if not isinstance(vocab_size, int) or vocab_size < 256 + len(special_tokens):
+    if not isinstance(vocab_size, int) or vocab_size < smallest_vocab_size(len(special_tokens)):
         raise UserError(
-            f"vocab_size={vocab_size!r} is too small: it must hold the 256 byte tokens and {len(special_tokens)} "
-            f"special token(s) {special_tokens}; use vocab_size >= {256 + len(special_tokens)} (8192 is typical)"
+            f"vocab_size={vocab_size!r} is too small: it must hold the {BYTE_TOKENS} byte tokens and "
+            f"{len(special_tokens)} special token(s) {special_tokens}; use vocab_size >= "
+            f"{smallest_vocab_size(len(special_tokens))} (8192 is typical)"
         )
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
@@ -106,7 +111,15 @@ def train_tokenizer(
     return out_dir
 
 
+def smallest_vocab_size(num_special_tokens: int = 1) -> int:
+    """The fewest entries train_tokenizer can lay out: the byte tokens and the special tokens (<|endoftext|>, the
+    one training uses, and any others): what the training config checks tokenizer_vocab_size against."""
+    return BYTE_TOKENS + num_special_tokens
+
+
 def _check_special_tokens(special_tokens: list[str] | None) -> list[str]:
+    from .tokenization_gpt_custom import ENDOFTEXT
+
     if special_tokens is None:
         return [ENDOFTEXT]
     if isinstance(special_tokens, str) or not all(isinstance(token, str) and token for token in special_tokens):

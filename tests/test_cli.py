@@ -317,3 +317,63 @@ def test_the_card_names_no_made_up_package_url_unless_given_one(tmp_path):
     assert "OWNER" not in plain and "pip install -e ." in plain and "git+" not in plain
     given = export_folder(run_dir, tmp_path / "given", package_source="git+https://example.org/me/hf-gpt-custom@v1")
     assert 'pip install "git+https://example.org/me/hf-gpt-custom@v1"' in (given / "README.md").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "--model", "m", "--tasks", "", "--out", "o"], "--tasks is empty; give comma-separated task names, e.g. "
+                                                             "--tasks lambada,hellaswag"),
+    (["eval", "--model", "m", "--tasks", " , ", "--out", "o"], "--tasks is empty"),
+    (["eval", "--model", "m", "--tasks", "copa", "--shots", "", "--out", "o"], "--shots is empty; give comma-separated "
+                                                                              "K values, e.g. --shots 0,1,5"),
+], ids=["tasks", "tasks_commas", "shots"])
+def test_an_empty_eval_list_is_refused_in_the_clis_own_words(argv, message, capsys):
+    """Was evaluate()'s message for Python callers: `pass e.g. tasks=['lambada', 'hellaswag']`."""
+    code, _, err = _run_main(argv, capsys)
+    _assert_one_line_error(code, err, "eval", message)
+    assert "[" not in err
+
+
+@pytest.mark.parametrize("command, patched", [
+    (["tokenizer", "train", "INPUT", "--out", "RO/tok"], "hf_gpt_custom.tokenizer_training.train_tokenizer"),
+    (["export", "RUN", "RO/exp"], "hf_gpt_custom.hub.export_folder"),
+], ids=["tokenizer train", "export"])
+def test_an_output_folder_that_cannot_be_written_is_one_line(command, patched, tmp_path, capsys, monkeypatch):
+    """Was a bare PermissionError traceback (a read-only parent folder, as a user without root meets it)."""
+    import errno
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    values = {"INPUT": str(tmp_path), "RUN": str(tmp_path), "RO/tok": str(read_only / "tok"),
+              "RO/exp": str(read_only / "exp")}
+    argv = [values.get(item, item) for item in command]
+    target = argv[-1]
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", target)
+
+    monkeypatch.setattr(patched, refuse)
+    code, _, err = _run_main(argv, capsys)
+    _assert_one_line_error(code, err, command[0], f"cannot write {target}: Permission denied",
+                           f"make {read_only} writable")
+
+    def fill(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(read_only / "tok" / "tokenizer.json"))
+
+    monkeypatch.setattr(patched, fill)
+    code, _, err = _run_main(argv, capsys)
+    _assert_one_line_error(code, err, command[0], "No space left on device", "free space there")
+
+
+@pytest.mark.parametrize("error", [
+    FileNotFoundError(2, "No such file or directory", "somewhere"), PermissionError(13, "Permission denied"),
+    OSError("no filename"),
+], ids=["enoent", "no_filename", "bare"])
+def test_an_os_error_that_may_be_a_bug_keeps_its_traceback(error, tmp_path, monkeypatch):
+    """Only a write the user can fix (permissions, read-only, disk full) naming its file becomes one line."""
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("hf_gpt_custom.hub.export_folder", fail)
+    with pytest.raises(OSError) as caught:
+        main(["export", str(tmp_path), str(tmp_path / "exp")])
+    assert caught.value is error

@@ -257,11 +257,14 @@ def _validate(config: TrainConfig) -> None:
     if config.block_size < 2:
         raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
                         f"in its block, so a block of one token has nothing to predict (256 is typical)")
-    for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "eval_interval",
+    _validate_run_name(config.run_name)
+    # eval_interval and log_interval are step moduli in the training loop: 0 would divide by zero mid-run
+    for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "eval_interval", "log_interval",
                  "keep_checkpoints", "num_proc", "tokenizer_vocab_size"):
         value = getattr(config, name)
         if value < 1:
-            raise UserError(f"{name}={value} must be >= 1")
+            raise UserError(f"{name}={value} must be >= 1, e.g. {name}={_default_of(name)}")
+    _validate_tokenizer_vocab_size(config)
     for name in ("warmup_steps", "checkpoint_interval", "weight_decay", "grad_clip", "adam_eps"):
         value = getattr(config, name)
         if value < 0:
@@ -320,6 +323,24 @@ def _validate(config: TrainConfig) -> None:
     if config.benchmark_limit is not None and config.benchmark_limit < 1:
         raise UserError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
     check_model_section(config)
+
+
+def _validate_run_name(run_name: str) -> None:
+    """run_name is one folder name under runs/: empty would be runs/ itself, a path would write outside it."""
+    if not run_name.strip() or run_name in (".", "..") or "/" in run_name or "\\" in run_name:
+        raise UserError(f"run_name={run_name!r} must be a folder name under runs/ (no '/', '\\' or '..', not empty), "
+                        f"e.g. run_name=shakespeare; to write the run elsewhere set out_dir=<folder>")
+
+
+def _validate_tokenizer_vocab_size(config: TrainConfig) -> None:
+    """Checked here, not when the tokenizer is trained: by then the run folder's earlier outputs were moved aside."""
+    from hf_gpt_custom.tokenizer_training import BYTE_TOKENS, smallest_vocab_size
+
+    smallest = smallest_vocab_size()
+    if config.tokenizer is None and config.tokenizer_vocab_size < smallest:
+        raise UserError(f"tokenizer_vocab_size={config.tokenizer_vocab_size} is too small for a byte-level BPE "
+                        f"tokenizer: it holds the {BYTE_TOKENS} byte tokens and <|endoftext|>; give "
+                        f"tokenizer_vocab_size >= {smallest} (8192 is typical)")
 
 
 def _default_of(name: str) -> Any:

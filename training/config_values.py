@@ -226,7 +226,9 @@ def convert_value(key: str, value: Any, declared: Any, from_string: bool = False
         if origin is list:
             if isinstance(value, str):
                 text = value.strip()
-                parsed = read_config_yaml(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
+                # "copa, piqa" is ["copa", "piqa"], as `eval --tasks "copa, piqa"` reads it
+                items = [item.strip() for item in text.split(",") if item.strip()]
+                parsed = read_config_yaml(text) if text.startswith("[") else items
                 value = parsed if parsed is not None else []
             if isinstance(value, (int, float, bool)):  # benchmark_shots=5 (or `: 5` in the YAML): the list [5]
                 value = [value]

@@ -12,7 +12,7 @@ import torch
 
 from hf_gpt_custom.cli import main
 from hf_gpt_custom.eval import runner
-from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.errors import MissingFileError, UserError
 
 
 def _fake_cuda(monkeypatch, device_count: int) -> None:
@@ -216,3 +216,26 @@ def test_a_fine_tuned_task_head_folder_is_refused_naming_the_model_to_evaluate(t
     assert f"{folder} holds a fine-tuned GPTCustomForSequenceClassification" in err
     assert "pass the folder it was fine-tuned from (its init_from)" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_is_evaluated_with_the_tokenizer_folder_given(tmp_path, monkeypatch, capsys):
+    """A checkpoint holds no tokenizer: the error named evaluate(..., tokenizer=) from Python, which the CLI could not
+    pass. --tokenizer reaches the loader, and the error names it."""
+    model = tmp_path / "run" / "checkpoints" / "step_000002"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "gpt_custom"}')
+    (model / "model.safetensors").write_text("")
+    base = ["eval", "--model", str(model), "--tasks", "copa", "--out", str(tmp_path / "out")]
+    with pytest.raises(MissingFileError, match=r"pass the folder that holds it: eval --tokenizer <folder> \(a run's "
+                                               r"checkpoint: <run>/tokenizer\)"):
+        runner.check_tokenizer_files(model)
+    seen = {}
+
+    def load(model, tokenizer, device, dtype):
+        seen["tokenizer"] = tokenizer
+        raise _Loaded("loaded")
+
+    monkeypatch.setattr(runner, "load_model_and_tokenizer", load)
+    with pytest.raises(_Loaded):
+        main([*base, "--tokenizer", str(tmp_path / "run" / "tokenizer")])
+    assert seen["tokenizer"] == str(tmp_path / "run" / "tokenizer")

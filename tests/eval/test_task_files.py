@@ -69,6 +69,19 @@ def test_arc_challenge_includes_arc_easy():
     assert challenge.data_files != easy.data_files
 
 
+def test_a_missing_include_names_the_including_file_and_the_path(tmp_path):
+    """Was a bare FileNotFoundError (a traceback from the CLI) naming only the missing path."""
+    from hf_gpt_custom.errors import MissingFileError
+
+    task = tmp_path / "x.yaml"
+    task.write_text("include: nothere.yaml\ntask: x\n")
+    with pytest.raises(MissingFileError) as caught:
+        load_task(str(task))
+    message = str(caught.value)
+    assert message.startswith(f"{task}: include nothere.yaml not found (looked for {tmp_path / 'nothere.yaml'})")
+    assert "give the path of an existing task file" in message and "\n" not in message
+
+
 def test_unknown_task_suggests_the_closest_name():
     with pytest.raises(ValueError, match=r"unknown task 'hellaswg'; did you mean 'hellaswag'\? known tasks: arc_challenge"):
         load_task("hellaswg")

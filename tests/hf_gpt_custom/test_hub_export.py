@@ -638,6 +638,7 @@ def test_the_publish_check_passes_files_that_only_look_like_pickles_at_a_glance(
     import struct
     import zipfile
 
+    from hf_gpt_custom.manifest import write_manifest
     from hf_gpt_custom.publish_checks import check_export
 
     folder = tmp_path / "ok"
@@ -648,5 +649,57 @@ def test_the_publish_check_passes_files_that_only_look_like_pickles_at_a_glance(
     with zipfile.ZipFile(folder / "notes.zip", "w") as archive:
         archive.writestr("notes.txt", "plain text")
     (folder / "notes.txt").write_text("plain text")
+    write_manifest(folder)  # listed, as if exported with them: a file the manifest does not list is refused anyway
     names = {name for name, _ in check_export(folder)}
     assert {"extra.safetensors", "notes.zip", "notes.txt"} <= names
+
+
+@pytest.mark.parametrize("repo_id", ["ftb", "gpt2"])
+def test_a_repo_id_without_a_user_is_refused_by_export_and_push(repo_id, exported, tmp_path, capsys):
+    """docs/hub.md says a --repo-id that is not USER/NAME is refused; a bare name was accepted, and the card then said
+    from_pretrained("ftb"), which does not load the repository create_repo makes under the user's namespace."""
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.hub import export_folder, push_folder
+
+    run_dir, out_dir = exported
+    expected = rf"--repo-id '{repo_id}' has no user or organisation; use USER/NAME, e.g. alice/{repo_id}"
+    with pytest.raises(ValueError, match=expected):
+        push_folder(out_dir, repo_id)
+    with pytest.raises(ValueError, match=expected):
+        export_folder(run_dir, tmp_path / "out", repo_id=repo_id)
+    assert not (tmp_path / "out").exists()
+    for argv in (["push", str(out_dir), "--repo-id", repo_id, "--dry-run"],
+                 ["export", str(run_dir), str(tmp_path / "out"), "--repo-id", repo_id]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1 and "has no user or organisation" in err, argv
+    assert is_hub_repo_id(repo_id)  # still a model id to load from ("gpt2"): only publishing needs the namespace
+
+
+@pytest.mark.parametrize("added", ["evil.py", "model-extra.safetensors", "tokenizer/extra.json"])
+def test_a_file_added_after_export_is_refused_before_publishing(added, exported, tmp_path, capsys):
+    """The manifest check saw only the files the manifest lists: a file added later passed `push --dry-run` and was
+    listed for upload. Documentation may still be added; loading is unchanged (a checkpoint holds files written after
+    its manifest, e.g. random_states_<rank>.pkl)."""
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.manifest import verify_manifest
+    from hf_gpt_custom.publish_checks import check_export
+
+    _, out_dir = exported
+    copy = tmp_path / "copy"
+    shutil.copytree(out_dir, copy)
+    (copy / "NOTES.md").write_text("# notes added by the author\n")
+    (copy / "eval" / "extra.json").write_text("{}\n")
+    check_export(copy)  # documentation added after export: fine
+    (copy / added).parent.mkdir(parents=True, exist_ok=True)
+    (copy / added).write_text("import os\n")
+    with pytest.raises(ValueError, match=rf"cannot publish {copy}: {re.escape(added)} is not in its manifest \(added "
+                                         r"after export\); remove it, or export the run again"):
+        check_export(copy)
+    with pytest.raises(SystemExit) as exited:
+        main(["push", str(copy), "--repo-id", "alice/tiny-shakespeare", "--dry-run"])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and captured.err.count("\n") == 1 and added in captured.err
+    assert "would upload" not in captured.out
+    assert verify_manifest(copy) is None

@@ -65,6 +65,21 @@ def test_missing_folder_file_and_config_are_named(tmp_path, saved):
         load_model_folder(folder)
 
 
+@pytest.mark.parametrize("inside", ["final", "export"])
+def test_a_run_folder_given_as_the_model_points_at_the_model_inside_it(tmp_path, inside):
+    """`eval --model runs/ref` said only "has no config.json"; the model is in runs/ref/final (or export/)."""
+    from hf_gpt_custom.model_folder import check_model_folder
+
+    run_dir = tmp_path / "runs" / "ref"
+    (run_dir / inside).mkdir(parents=True)
+    (run_dir / inside / "config.json").write_text('{"model_type": "gpt_custom"}')
+    with pytest.raises(MissingFileError, match=rf"ref has no config\.json; did you mean {run_dir / inside}\?"):
+        check_model_folder(run_dir)
+    (run_dir / inside / "config.json").unlink()  # an unfinished run: nothing inside to suggest
+    with pytest.raises(MissingFileError, match=r"has no config\.json; pass a folder written by save_pretrained$"):
+        check_model_folder(run_dir)
+
+
 @pytest.mark.parametrize("reference_class", ["OpenAIGPTLMHeadModel", "LlamaForCausalLM"])
 def test_openai_gpt_and_llama_folders_load_for_our_commands_converted(tmp_path, reference_class):
     """`train init_from=`, `eval` and `finetune` load through load_model_folder: a transformers GPT-1 or Llama folder

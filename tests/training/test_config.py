@@ -293,8 +293,12 @@ def test_the_model_fields_read_without_transformers_are_the_config_classs_fields
     (["finetune", "nonexistent.yaml"], "training config nonexistent.yaml not found"),
     (["run", "nonexistent.yaml"], "run config nonexistent.yaml not found"),
     (["run", str(SMOKE), "max_step=3"], "unknown training config key 'max_step'"),
+    (["train", str(SMOKE), "log_interval=0"], "log_interval=0 must be >= 1"),
+    (["train", str(SMOKE), "tokenizer_vocab_size=100"], "tokenizer_vocab_size=100 is too small"),
+    (["train", str(SMOKE), "run_name=../../escape"], "run_name='../../escape' must be a folder name under runs/"),
 ], ids=["missing", "bad_key", "bad_model_key", "model_value", "model_choice", "preset_and_value", "n_positions",
-        "run_model_value", "seed", "init_from", "init_from_flag", "init_from_not_a_model", "finetune", "run", "run_key"])
+        "run_model_value", "seed", "init_from", "init_from_flag", "init_from_not_a_model", "finetune", "run", "run_key",
+        "log_interval", "tokenizer_vocab_size", "run_name"])
 def test_a_config_error_is_reported_before_torch_is_imported(tmp_path, argv, message):
     """Was 9-10 s: the trainer's imports (torch, accelerate, transformers) loaded before the config was read."""
     import subprocess
@@ -364,3 +368,46 @@ def test_no_shots_for_the_benchmarks_is_refused_before_training_not_at_the_eval_
         load_train_config(SMOKE, ["benchmark_tasks=copa,copa", "benchmark_shots=0"])
     # one K alone is the list of it, as one task name is
     assert load_train_config(SMOKE, ["benchmark_tasks=copa", "benchmark_shots=5"]).benchmark_shots == [5]
+
+
+# --- found by a new user's trial: each stopped the run only after work had started, or not at all ---------------------
+
+
+@pytest.mark.parametrize("name", ["log_interval", "eval_interval", "keep_checkpoints"])
+def test_an_interval_or_count_of_zero_is_refused_at_load_naming_the_key(name):
+    """log_interval=0 passed and crashed with ZeroDivisionError (step % log_interval) after training had started."""
+    with pytest.raises(ValueError, match=rf"^{name}=0 must be >= 1, e.g. {name}=\d+$"):
+        load_train_config(SMOKE, [f"{name}=0"])
+
+
+def test_a_tokenizer_vocab_size_below_the_byte_level_minimum_is_refused_at_load():
+    """tokenizer_vocab_size=100 passed validation and failed at the tokenizer stage, after the run folder's earlier
+    outputs were moved aside. The minimum is the tokenizer trainer's own rule: 256 bytes + <|endoftext|>."""
+    from hf_gpt_custom.tokenizer_training import smallest_vocab_size
+
+    assert smallest_vocab_size() == 257
+    for size in (100, 256):
+        expected = rf"tokenizer_vocab_size={size} is too small .*; give tokenizer_vocab_size >= 257"
+        with pytest.raises(ValueError, match=expected):
+            load_train_config(SMOKE, ["tokenizer=null", f"tokenizer_vocab_size={size}"])
+    assert load_train_config(SMOKE, ["tokenizer=null", "tokenizer_vocab_size=257"]).tokenizer_vocab_size == 257
+
+
+@pytest.mark.parametrize("run_name", ["", " ", "../../escape", "a/b", "a\\b", "..", "."])
+def test_a_run_name_that_is_not_one_folder_under_runs_is_refused(run_name):
+    """run_name="" made runs/ itself the run folder, and ../../escape wrote outside runs/."""
+    with pytest.raises(ValueError, match=r"must be a folder name under runs/ .* set out_dir=<folder>"):
+        load_train_config(SMOKE, [f"run_name={run_name}"])
+
+
+def test_a_run_name_with_dots_inside_is_still_a_folder_under_runs():
+    assert load_train_config(SMOKE, ["run_name=gpt2.v1..b"]).run_dir == Path("runs/gpt2.v1..b")
+
+
+def test_list_items_given_as_comma_text_are_stripped_like_evals_tasks(tmp_path):
+    """benchmark_tasks="copa, piqa" was refused ("unknown value ' piqa'") while `eval --tasks "copa, piqa"` ran."""
+    config = load_train_config(SMOKE, ["benchmark_tasks=copa, piqa", "benchmark_shots= 0, 1"])
+    assert config.benchmark_tasks == ["copa", "piqa"] and config.benchmark_shots == [0, 1]
+    written = tmp_path / "run.yaml"
+    written.write_text(SMOKE.read_text() + "\nbenchmark_tasks: copa, piqa\n")
+    assert load_train_config(written).benchmark_tasks == ["copa", "piqa"]

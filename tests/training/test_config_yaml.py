@@ -80,15 +80,16 @@ TRICKY_TEXT = ["1e-3", "2e5", "007", "yes", "no", "null", "1:40", "0x1F", "", "t
 
 @pytest.mark.parametrize("text", TRICKY_TEXT)
 def test_saved_config_reads_back_equal_for_text_that_looks_like_another_type(tmp_path, text):
-    config = TrainConfig(dataset="someone/corpus", run_name=text, dataset_config=text, text_field=text,
+    run_name = text or "run"  # an empty run_name is refused: the run folder would be runs/ itself
+    config = TrainConfig(dataset="someone/corpus", run_name=run_name, dataset_config=text, text_field=text,
                          dataset_split=text)
     save_train_config(config, tmp_path / "config.yaml")
     assert load_train_config(tmp_path / "config.yaml", []) == config
     keys = ("run_name", "dataset_config", "text_field", "dataset_split")
     recorded = read_config_yaml((tmp_path / "config.yaml").read_text())  # as a resume reads the run's config.yaml
-    assert [recorded[key] for key in keys] == [text] * 4
+    assert [recorded[key] for key in keys] == [run_name] + [text] * 3
     written = yaml.safe_load((tmp_path / "config.yaml").read_text())  # a YAML 1.1 reader gets the text too
-    assert [written[key] for key in keys] == [text] * 4
+    assert [written[key] for key in keys] == [run_name] + [text] * 3
 
 
 def test_safe_dump_alone_loses_text_that_yaml_1_2_reads_as_a_number():

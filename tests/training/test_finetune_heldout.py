@@ -136,7 +136,7 @@ def test_the_export_of_a_pad_token_base_pads_with_config_pad_token_id(pad_token_
     assert "Padding: `<|pad|>` on the **right**" in (out_dir / "README.md").read_text()
 
 
-def test_the_saved_tokenizer_cuts_a_long_input_where_fine_tuning_cut_it(pad_token_run, pairs):
+def test_the_saved_and_exported_tokenizers_cut_a_long_input_where_fine_tuning_cut_it(pad_token_run, pairs, tmp_path):
     """Fine-tuning cuts each example to block_size (32 here, the model has 64 positions); the saved tokenizer cut at
     model_max_length = n_positions, so a long premise reached the head with more of its text than the held-out
     accuracy was measured on. Reference: the ids fine-tuning itself built for the record (encode_examples)."""
@@ -154,3 +154,7 @@ def test_the_saved_tokenizer_cuts_a_long_input_where_fine_tuning_cut_it(pad_toke
     assert trained["cut"]
     saved = tokenizer(record["premise"], record["hypothesis"], truncation=True)["input_ids"]
     assert tokenizer.model_max_length == 32 and saved == trained["input_ids"]
+    from hf_gpt_custom.hub import export_folder
+
+    exported, _ = _load(export_folder(pad_token_run, tmp_path / "export"))
+    assert exported(record["premise"], record["hypothesis"], truncation=True)["input_ids"] == trained["input_ids"]
