@@ -371,3 +371,23 @@ def sentencepiece_like(text_path: Path, normalizer=None, vocab_size: int = 700, 
     backend.train_from_iterator([text], trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                                             show_progress=False))
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+PAIR_WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
+
+
+def write_learnable_pairs(path: Path) -> Path:
+    """120 pair records a tiny model learns in a few steps: the label says whether the hypothesis word is in the
+    premise (4 of PAIR_WORDS), as JSON lines at `path`."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for _ in range(120):
+        premise = " ".join(rng.sample(PAIR_WORDS, 4))
+        inside = rng.random() < 0.5
+        word = rng.choice(premise.split()) if inside else rng.choice([w for w in PAIR_WORDS if w not in premise.split()])
+        rows.append({"premise": premise, "hypothesis": word, "label": "yes" if inside else "no"})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path

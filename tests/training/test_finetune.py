@@ -2,7 +2,6 @@
 saved folder, and every kind of bad input refused before the run folder is touched."""
 
 import json
-import random
 
 import pytest
 import torch
@@ -15,9 +14,8 @@ from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.finetune_data import (
     PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
 )
-from tests.helpers import save_tiny_base_model
+from tests.helpers import PAIR_WORDS as WORDS, save_tiny_base_model, write_learnable_pairs
 
-WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +32,7 @@ def _write_jsonl(path, rows):
 @pytest.fixture(scope="module")
 def learnable_pairs(tmp_path_factory):
     """A pair task a tiny model learns in a few steps: the label says whether the hypothesis word is in the premise."""
-    rng = random.Random(0)
-    rows = []
-    for _ in range(120):
-        premise = " ".join(rng.sample(WORDS, 4))
-        inside = rng.random() < 0.5
-        word = rng.choice(premise.split()) if inside else rng.choice([w for w in WORDS if w not in premise.split()])
-        rows.append({"premise": premise, "hypothesis": word, "label": "yes" if inside else "no"})
-    return _write_jsonl(tmp_path_factory.mktemp("data") / "pairs.jsonl", rows)
+    return write_learnable_pairs(tmp_path_factory.mktemp("data") / "pairs.jsonl")
 
 
 def test_a_labelled_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path):

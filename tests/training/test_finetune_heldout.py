@@ -4,7 +4,6 @@ saved and exported tokenizers pad with the token the head skips (config.pad_toke
 has a pad token of its own. References: the records themselves, final/ scored one record at a time."""
 
 import json
-import random
 import re
 import shutil
 
@@ -14,9 +13,8 @@ import torch
 from hf_gpt_custom.training.finetune import finetune
 from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.finetune_data import load_labelled_records, split_heldout
-from tests.helpers import save_tiny_base_model
+from tests.helpers import PAIR_WORDS as WORDS, save_tiny_base_model, write_learnable_pairs
 
-WORDS = "the king queen sword horse castle river night lord lady music bread fire stone".split()
 HELDOUT_FRACTION, SEED = 0.25, 7
 
 
@@ -28,16 +26,7 @@ def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """120 pair records (30 held out): the label says whether the hypothesis word is in the premise."""
-    rng = random.Random(0)
-    rows = []
-    for _ in range(120):
-        premise = " ".join(rng.sample(WORDS, 4))
-        inside = rng.random() < 0.5
-        word = rng.choice(premise.split()) if inside else rng.choice([w for w in WORDS if w not in premise.split()])
-        rows.append({"premise": premise, "hypothesis": word, "label": "yes" if inside else "no"})
-    path = tmp_path_factory.mktemp("data") / "pairs.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
+    return write_learnable_pairs(tmp_path_factory.mktemp("data") / "pairs.jsonl")
 
 
 def _finetune(out_dir, base, dataset, *overrides):
