@@ -85,7 +85,8 @@ def build_model_card(
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=sorted({row["metric"] for row in eval_rows}) or None,
         model_name=run_name,
-        eval_results=build_eval_results(eval_rows, model_name=run_name) if eval_rows else None,
+        eval_results=build_eval_results(eval_rows, model_name=run_name,
+                                        limit=results.get("config", {}).get("limit")) if eval_rows else None,
     )
     return ModelCard.from_template(
         card_data,
@@ -135,7 +136,7 @@ def transformers_requirement() -> str:
     raise AssertionError("the hf-gpt-custom package metadata declares no transformers requirement")
 
 
-def build_eval_results(rows: list[dict[str, Any]], model_name: str) -> list[EvalResult]:
+def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int | None = None) -> list[EvalResult]:
     """One EvalResult per results.json row with a finite value, in the order the Hub's model-index keeps.
 
     The model-index groups metrics by (task type, dataset, config, split), so K cannot live in the dataset's
@@ -143,7 +144,8 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str) -> list[Eval
     metric's display name. Rows are reordered so each dataset's metrics are contiguous, which makes
     `model_index_to_eval_results(eval_results_to_model_index(...))` return exactly this list. Non-finite values
     (a diverged perplexity; null in results.json) stay in the card's table but are left out here: the Hub wants a
-    number, and YAML's .nan would not round-trip.
+    number, and YAML's .nan would not round-trip. Scored on the first `limit` documents only (eval's --limit,
+    benchmark_limit), a metric says so in its name and args: a score on 4 documents must not read as the benchmark's.
     """
     eval_results = []
     for row in rows:
@@ -161,9 +163,9 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str) -> list[Eval
                 dataset_config=dataset["name"],
                 dataset_split=dataset["split"],
                 metric_type=metric,
-                metric_name=f"{metric} ({k}-shot)",
+                metric_name=f"{metric} ({k}-shot)" if limit is None else f"{metric} ({k}-shot, first {row['n']} documents)",
                 metric_value=round(value, 4),
-                metric_args={"num_fewshot": k},
+                metric_args={"num_fewshot": k} if limit is None else {"num_fewshot": k, "limit": limit},
             )
         )
     first_seen: dict[tuple, int] = {}

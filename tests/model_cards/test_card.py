@@ -57,7 +57,7 @@ def test_model_index_round_trip_equals_what_went_in(tiny_run, tmp_path):
 
     path = tmp_path / "README.md"
     build_model_card(tiny_run).save(path)
-    went_in = build_eval_results(RESULT_ROWS, model_name="tiny-shakespeare")
+    went_in = build_eval_results(RESULT_ROWS, model_name="tiny-shakespeare", limit=16)  # the tiny run's --limit
     assert len(went_in) == len(RESULT_ROWS)  # one EvalResult per row
 
     loaded = ModelCard.load(path)
@@ -76,6 +76,23 @@ def test_two_k_of_one_metric_stay_two_results():
     assert [(r.metric_args["num_fewshot"], r.metric_value, r.metric_name) for r in back] == [
         (0, 0.1, "acc (0-shot)"), (1, 0.2, "acc (1-shot)"), (5, 0.6, "acc (5-shot)"),
     ]
+
+
+def test_a_score_on_the_first_documents_only_says_so_in_the_model_index(tmp_path):
+    """benchmark_limit=4 published `acc: 1.0` on COPA's validation split as if scored on all of it."""
+    run_dir = make_tiny_run(tmp_path / "run")
+    payload = json.loads((run_dir / "eval" / "results.json").read_text())
+    assert payload["config"]["limit"] == 16  # make_tiny_run's eval scored the first 16 documents
+    path = tmp_path / "README.md"
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    build_model_card(run_dir).save(path)
+    _, results = model_index_to_eval_results(metadata_load(path)["model-index"])
+    assert results and all(r.metric_args == {"num_fewshot": r.metric_args["num_fewshot"], "limit": 16} for r in results)
+    rows = {(row["task"], row["num_fewshot"], row["metric"]): row["n"] for row in payload["results"]}
+    assert all(r.metric_name == f"{r.metric_type} ({r.metric_args['num_fewshot']}-shot, first "
+                                 f"{rows[(r.task_name, r.metric_args['num_fewshot'], r.metric_type)]} documents)"
+               for r in results)
 
 
 @pytest.mark.parametrize("bad_value", [None, float("inf")], ids=["null", "inf"])
