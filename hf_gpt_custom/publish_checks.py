@@ -110,6 +110,11 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     return files
 
 
+# Git's own files, which every Hub repository has (the Hub writes .gitattributes): copied into an export from a clone
+# of the repository, they describe how git stores the files, not what the model is.
+REPOSITORY_FILES = (".gitattributes", ".gitignore")
+
+
 def _check_nothing_added(folder: Path, names: list[str]) -> None:
     """Refuse files the manifest does not list (documentation aside): added after export, they would be uploaded
     unchecked (`evil.py` beside the remote code, `model-extra.safetensors` beside the weights). export checks its
@@ -119,6 +124,7 @@ def _check_nothing_added(folder: Path, names: list[str]) -> None:
     added = unlisted_files(folder, names)
     if added is None:
         return  # an unreadable manifest: check_manifest has already named it
+    added = [name for name in added if name not in REPOSITORY_FILES]
     if added:
         shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
         one = len(added) == 1

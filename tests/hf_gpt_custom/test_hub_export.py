@@ -691,7 +691,8 @@ def test_a_file_added_after_export_is_refused_before_publishing(added, exported,
     shutil.copytree(out_dir, copy)
     (copy / "NOTES.md").write_text("# notes added by the author\n")
     (copy / "eval" / "extra.json").write_text("{}\n")
-    check_export(copy)  # documentation added after export: fine
+    (copy / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")  # from a Hub clone
+    check_export(copy)  # documentation, and git's own files, added after export: fine
     (copy / added).parent.mkdir(parents=True, exist_ok=True)
     (copy / added).write_text("import os\n")
     with pytest.raises(ValueError, match=rf"cannot publish {copy}: {re.escape(added)} is not in its manifest \(added "
