@@ -20,7 +20,7 @@ from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_task
-from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once, repeated
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
 
 logger = logging.getLogger(__name__)
@@ -82,10 +82,8 @@ def evaluate(
         raise UserError("no tasks given; pass e.g. tasks=['lambada', 'hellaswag']")
     if not shots or any(not isinstance(k, int) or k < 0 for k in shots):
         raise UserError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
-    for name, values in (("tasks", tasks), ("shots", shots)):  # each would be scored (and reported) twice
-        repeated = sorted({str(v) for v in values if values.count(v) > 1})
-        if repeated:
-            raise UserError(f"{name} lists {', '.join(repeated)} more than once; give each once")
+    check_listed_once("tasks", tasks)
+    check_listed_once("shots", shots)
     if out_dir is not None:
         from hf_gpt_custom.eval.report import check_writable
 
@@ -97,11 +95,10 @@ def evaluate(
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = [load_task(name, protocol=protocol) for name in tasks]  # unknown task names fail here, before the model loads
-    names = [spec.task for spec in specs]  # results are keyed by task name: two files of one name would be one row
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        files = [name for name, spec in zip(tasks, specs) if spec.task in repeated]
-        raise UserError(f"tasks {', '.join(files)} are all named {', '.join(repeated)} (their `task:` field), so "
+    same_name = repeated([spec.task for spec in specs])  # results are keyed by task name: one row for two files
+    if same_name:
+        files = [name for name, spec in zip(tasks, specs) if spec.task in same_name]
+        raise UserError(f"tasks {', '.join(files)} are all named {', '.join(same_name)} (their `task:` field), so "
                         f"their results could not be told apart; give each task file its own `task:` name")
     data_dir = Path(data_dir) if data_dir else default_data_dir()
 

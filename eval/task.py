@@ -110,6 +110,11 @@ class TaskSpec:
 
     # --- data ----------------------------------------------------------------------------------------------------
 
+    def data_file_names(self, split: str | None = None) -> list[str]:
+        """The local data files of `split` (all splits when None), as data_files names them (under the data root)."""
+        values = self.data_files.values() if split is None else [self.data_files.get(split) or []]
+        return [name for value in values for name in ([value] if isinstance(value, str) else value)]
+
     def docs(self, split: str = "test", data_dir: str | Path | None = None) -> list[dict]:
         """The processed docs of `split` ("test" = the scored split), from local files or the Hub."""
         return list(load_docs(self, split, str(Path(data_dir) if data_dir else default_data_dir())))
@@ -268,8 +273,8 @@ def tasks_fingerprint(names: list[str], data_dir: str | Path | None = None, prot
     for name in names:
         spec = load_task(name, protocol=protocol)
         fields = {key: value for key, value in dataclasses.asdict(spec).items() if key != "source_file"}
-        files = [file for value in spec.data_files.values() for file in ([value] if isinstance(value, str) else value)]
-        contents = {file: cached_sha256(root / file) if (root / file).is_file() else None for file in sorted(set(files))}
+        contents = {file: cached_sha256(root / file) if (root / file).is_file() else None
+                    for file in sorted(set(spec.data_file_names()))}
         described.append({"task": name, "fields": fields, "data_files": contents})
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -102,8 +102,7 @@ def load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
     per process, keyed by the task's fields and the data files' identity: an edited task YAML (or a file it
     includes) or data file (a notebook that fixes a label, then evaluates again) is read anew, as lm-eval and
     datasets would."""
-    files = spec.data_files.get(split)
-    paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files or [])]
+    paths = [Path(data_dir) / name for name in spec.data_file_names(split)]
     # Every field of the spec, not its file: a base file an `include:` brings, or a TaskSpec built in Python, can
     # change how docs are read (record_fields, process_docs, ...) while the task's own file stays as it is.
     key = (repr(dataclasses.astuple(spec)), split, data_dir, *(file_identity(path) for path in paths))
@@ -113,10 +112,9 @@ def load_docs(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
 
 
 def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict, ...]:
-    files = spec.data_files.get(split)
     missing_message = None
-    if files is not None:
-        paths = [Path(data_dir) / name for name in ([files] if isinstance(files, str) else files)]
+    if spec.data_files.get(split) is not None:
+        paths = [Path(data_dir) / name for name in spec.data_file_names(split)]
         missing = [str(path) for path in paths if not path.is_file()]
         if not missing:
             records = _read_local(spec, paths)

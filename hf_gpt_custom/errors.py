@@ -17,6 +17,18 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user named (or that a folder must contain) does not exist."""
 
 
+def repeated(values: list) -> list[str]:
+    """The values that occur more than once in `values`, as sorted text ([] when each occurs once)."""
+    return sorted({str(value) for value in values if values.count(value) > 1})
+
+
+def check_listed_once(name: str, values: list) -> None:
+    """A UserError naming the repeats when a list setting (tasks, K values) holds one twice: each would be done, and
+    reported, twice."""
+    if repeated(values):
+        raise UserError(f"{name} lists {', '.join(repeated(values))} more than once; give each once")
+
+
 def did_you_mean(value: str, choices: Iterable[str], prefix: str = "") -> str:
     """"did you mean 'x'? " for the choice closest to `value` (shown as `prefix + choice`), or "" when none is close.
 
@@ -26,4 +38,4 @@ def did_you_mean(value: str, choices: Iterable[str], prefix: str = "") -> str:
     return f"did you mean {prefix + close[0]!r}? " if close else ""
 
 
-__all__ = ["MissingFileError", "UserError", "did_you_mean"]
+__all__ = ["MissingFileError", "UserError", "check_listed_once", "did_you_mean", "repeated"]

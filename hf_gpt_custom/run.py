@@ -79,10 +79,10 @@ def _run_stages(config, start_over: bool = False) -> Path:
             "wall_time_s": round(time.perf_counter() - stage_started, 2),
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        if stage == "train":  # the model it wrote: a final/ replaced since (another `train` here) is not this run's
+        if stage in _STAGES_OF_THE_MODEL:  # final/ as train wrote it, or as eval and export read it
             state["stages"][stage]["model"] = _model_identity(run_dir)
-        if stage in _STAGES_OF_THE_MODEL:
-            state["stages"][stage].update(model=_model_identity(run_dir), benchmarks=benchmarks)
+        if stage in _STAGES_OF_THE_BENCHMARKS:
+            state["stages"][stage]["benchmarks"] = benchmarks
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
@@ -113,8 +113,10 @@ def _output_still_there(record: dict[str, Any], run_dir: Path) -> bool:
     return record.get("output") is None or (run_dir / record["output"]).exists()  # (an absolute path stays one)
 
 
-# Stages computed from final/: their results describe the model that was there when they ran.
-_STAGES_OF_THE_MODEL = ("eval", "export")
+# Stages tied to final/: train wrote it (a final/ another `train` here replaced since is not this run's); eval and
+# export describe the model that was there when they ran. Eval scored the benchmark files, export's card shows that.
+_STAGES_OF_THE_MODEL = ("train", "eval", "export")
+_STAGES_OF_THE_BENCHMARKS = ("eval", "export")
 
 
 def _model_identity(run_dir: Path) -> str | None:

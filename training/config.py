@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
+from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once, did_you_mean
 from hf_gpt_custom.training.corpus import held_out_split_files, list_corpus_files, reader_for, shared_corpus_file
 from hf_gpt_custom.training.model_section import check_model_section
 from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
@@ -312,11 +312,8 @@ def _validate(config: TrainConfig) -> None:
     if config.benchmark_tasks and not config.benchmark_shots:  # else the eval stage fails after all the training
         raise UserError("benchmark_shots is empty; give the K values to evaluate, e.g. benchmark_shots=0,1,5, or "
                         "benchmark_tasks=[] to skip evaluation")
-    for name in ("benchmark_tasks", "benchmark_shots"):  # each would be scored (and reported) twice
-        values = getattr(config, name)
-        repeated = sorted({str(v) for v in values if values.count(v) > 1})
-        if repeated:
-            raise UserError(f"{name} lists {', '.join(repeated)} more than once; give each once")
+    check_listed_once("benchmark_tasks", config.benchmark_tasks)
+    check_listed_once("benchmark_shots", config.benchmark_shots)
     for shots in config.benchmark_shots:
         if shots < 0:
             raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")

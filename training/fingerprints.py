@@ -33,10 +33,10 @@ def run_tokenizer_folder(config: TrainConfig) -> Path:
         return Path(config.init_from)
     if not config.tokenizer and config.init_from:  # a checkpoint: the tokenizer its run trained with
         from hf_gpt_custom.errors import UserError
-        from hf_gpt_custom.training.workload import _init_from_run_tokenizer
+        from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
 
         try:
-            return _init_from_run_tokenizer(Path(config.init_from))
+            return checkpoint_run_tokenizer(Path(config.init_from))
         except (UserError, OSError):  # prepare_tokenizer refuses it by name; nothing to fingerprint
             return config.run_dir / "tokenizer"
     return config.run_dir / "tokenizer"

@@ -244,7 +244,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     if config.init_from and Path(config.init_from, "tokenizer.json").is_file():
         return Path(config.init_from)
     if config.init_from:  # a tokenizer trained now would give the loaded weights other token ids than they learnt
-        return _init_from_run_tokenizer(Path(config.init_from))
+        return checkpoint_run_tokenizer(Path(config.init_from))
     # Held-out validation documents stay unseen: merges fitted to them make the tokenizer compress the validation
     # text better than any unseen text, which flatters validation bits per byte, the more so the larger the
     # vocabulary (tiny Shakespeare's tail, 8192 entries: 3.53 vs 3.29 bytes per validation token, 2.33 vs 2.59
@@ -320,7 +320,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     return Path(folder)
 
 
-def _init_from_run_tokenizer(init_from: Path) -> Path:
+def checkpoint_run_tokenizer(init_from: Path) -> Path:
     """The tokenizer that the run of checkpoint `init_from` (<run>/checkpoints/step_NNNNNN, no tokenizer files of its
     own) trained with: the folder its recorded `tokenizer:` setting names, else <run>/tokenizer (trained there, or a
     Hub tokenizer saved there), else that of the run's own init_from. Refused when it is not found, is not the one
@@ -340,7 +340,7 @@ def _init_from_run_tokenizer(init_from: Path) -> Path:
         folder = Path(setting)
     elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
-        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else _init_from_run_tokenizer(Path(parent))
+        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else checkpoint_run_tokenizer(Path(parent))
     else:
         folder = run_dir / "tokenizer"
     tokenizer_files = tokenizer_file_sha256s(folder)

@@ -239,3 +239,18 @@ def test_prompt_text_that_looks_like_a_list_stays_text():
     spec = replace(load_task("copa"), doc_to_text="[{{premise}}]")
     doc = {"premise": "1, 2", "choices": ["x", "y"], "gold": 0}
     assert spec.text(doc) == "[1, 2]"  # not the list [1, 2]: lm-eval parses targets and choices that way, not prompts
+
+
+def test_a_split_reads_its_own_data_files(tmp_path):
+    """Each split's docs come from its own files (a fewshot_split "train" must not read the scored "test" file), and
+    the benchmark fingerprint `run` keeps covers every split's files."""
+    from dataclasses import replace
+
+    (tmp_path / "test.jsonl").write_text('{"premise": "scored", "choices": ["a", "b"], "gold": 0}\n')
+    (tmp_path / "train.jsonl").write_text('{"premise": "example", "choices": ["a", "b"], "gold": 1}\n')
+    spec = replace(load_task("copa"), data_files={"test": "test.jsonl", "train": ["train.jsonl"]},
+                   process_docs=None, doc_to_text="{{premise}}", fewshot_split="train")
+    assert spec.data_file_names("test") == ["test.jsonl"] and spec.data_file_names("train") == ["train.jsonl"]
+    assert spec.data_file_names() == ["test.jsonl", "train.jsonl"] and spec.data_file_names("validation") == []
+    assert [doc["premise"] for doc in spec.fewshot_docs(tmp_path)] == ["example"]
+    assert [doc["premise"] for doc in spec.docs("test", tmp_path)] == ["scored"]
