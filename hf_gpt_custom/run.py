@@ -39,9 +39,11 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
     if not config_path.is_file():
         raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
+    from hf_gpt_custom.training.hub_revision import pin_dataset_revision
     from hf_gpt_custom.training.train import check_machine_can_train
 
     check_machine_can_train(config)  # fp16 on a CPU, cpu=false without a GPU: refused before the tokenizer stage
+    config = pin_dataset_revision(config, start_over)  # every stage reads a Hub dataset at the same commit
     with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
         return _run_stages(config, start_over)
 

@@ -43,6 +43,7 @@ def train_tokenizer(
     split: str = "train",
     show_progress: bool = True,
     source: str | None = None,
+    revision: str | None = None,
 ) -> Path:
     """Train a byte-level BPE tokenizer and save it to `out_dir`; returns `out_dir` as a Path.
 
@@ -51,7 +52,7 @@ def train_tokenizer(
       explicitly) are plain text; .jsonl/.json/.parquet are records whose `text_field` column is the text. A
       folder contributes every file with one of those suffixes, recursively, in sorted order;
     - a Hub dataset name (`"user/corpus"`; `"Salesforce/wikitext"` with dataset_config="wikitext-2-raw-v1"),
-      read with `datasets.load_dataset(name, dataset_config, split=split, streaming=True)`;
+      read with `datasets.load_dataset(name, dataset_config, split=split, revision=revision, streaming=True)`;
     - an iterable of strings, one document each (a generator, a `datasets` column, a list of texts). A list whose
       items are all existing paths is read as files, a one-item list holding a Hub-style name as a Hub dataset.
       `source` names where such documents come from, for errors (e.g. "the training documents of data.jsonl").
@@ -75,7 +76,8 @@ def train_tokenizer(
         )
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
-    texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source)
+    texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source,
+                        revision=revision)
 
     counter = _CountingIterator(texts)
     tokenizer = Tokenizer(BPE())
@@ -164,6 +166,7 @@ def iter_corpus(
     dataset_config: str | None = None,
     split: str = "train",
     source: str | None = None,
+    revision: str | None = None,
 ) -> Iterator[str]:
     """The documents of `inputs` (see `train_tokenizer`) as strings. Paths are checked before anything is read."""
     if isinstance(inputs, (str, os.PathLike)):
@@ -173,7 +176,7 @@ def iter_corpus(
         if kind == "files":
             return _iter_files(_expand_paths(inputs), text_field)
         if kind == "hub":
-            return _iter_hub_dataset(str(inputs[0]), text_field, dataset_config, split)
+            return _iter_hub_dataset(str(inputs[0]), text_field, dataset_config, split, revision)
     if isinstance(inputs, (bytes, dict)) or not isinstance(inputs, Iterable):
         raise UserError(
             f"inputs is {type(inputs).__name__}; pass file/folder paths, a Hub dataset name or an iterable of strings"
@@ -270,11 +273,12 @@ def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]
     yield from _texts_from_records(records, text_field, source=str(path))
 
 
-def _iter_hub_dataset(name: str, text_field: str, dataset_config: str | None, split: str) -> Iterator[str]:
+def _iter_hub_dataset(name: str, text_field: str, dataset_config: str | None, split: str,
+                      revision: str | None = None) -> Iterator[str]:
     from datasets import load_dataset
 
     try:
-        records = load_dataset(name, dataset_config, split=split, streaming=True)
+        records = load_dataset(name, dataset_config, split=split, revision=revision, streaming=True)
     except (FileNotFoundError, ConnectionError) as err:  # offline mode raises ConnectionError
         raise MissingFileError(
             f"{name!r} is neither a local file nor a Hub dataset that could be loaded ({err}); check the name, "

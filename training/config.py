@@ -1,4 +1,5 @@
-"""TrainConfig: every knob of a training run, loaded from YAML plus `key=value` overrides and validated on entry.
+"""TrainConfig: every knob of a training run, loaded from YAML plus `key=value` overrides and validated on entry
+(config_checks.py).
 
 The `model:` section is passed through to `GPTCustomConfig` as keyword arguments (one source of truth for the
 architecture); model_section.py checks it and builds the GPTCustomConfig. Derived numbers such as `tokens_per_step`
@@ -8,7 +9,6 @@ are computed, never configured. How raw YAML and `key=value` text become typed v
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -16,20 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once, did_you_mean
-from hf_gpt_custom.training.corpus import held_out_split_files, list_corpus_files, reader_for, shared_corpus_file
-from hf_gpt_custom.training.model_section import check_model_section
+from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.training.config_checks import check_train_config
 from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
     REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, is_text_type, parse_override_value,
     read_config_file, read_config_yaml, resolve_local_path, write_config_yaml,
 )
-
-# auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (devices.resolve_mixed_precision)
-MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
-TEXT_SAMPLE_BY_CHOICES = ("paragraph", "line", "document")
-# Which val_fraction of the documents is held out: a seeded random sample, or the last ones in file order (nanoGPT's
-# split of tiny Shakespeare, the way results on it are usually quoted).
-VAL_HOLDOUT_CHOICES = ("random", "tail")
 
 # Peak dense FLOP/s used for the MFU estimate on a CPU when `peak_flops` is not set: a large matmul on the 2-core CPU
 # this project is developed on (GPUs use their datasheet peak, training/devices.py). Set `peak_flops` for your own.
@@ -65,6 +57,8 @@ class TrainConfig:
                                      "or a Hub dataset name", changes_training=True)
     dataset_config: str | None = _setting(None, help="Hub dataset configuration name", changes_training=True)
     dataset_split: str = _setting("train", help="Hub dataset split to train on", changes_training=True)
+    dataset_revision: str | None = _setting(None, help="Hub dataset commit, branch or tag; null = the commit the run "
+                                            "starts on, recorded and read again on resume", changes_training=True)
     text_field: str = _setting("text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data",
                                changes_training=True)
     text_sample_by: str = _setting("paragraph", help="how a text file becomes documents: paragraph (cut at lines "
@@ -143,7 +137,7 @@ class TrainConfig:
     benchmark_limit: int | None = _setting(None, help="documents per benchmark; null = all", changes_training=False)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        check_train_config(self)
 
     @property
     def run_dir(self) -> Path:
@@ -231,177 +225,3 @@ def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config)."""
     with open(path, "w", encoding="utf-8") as f:
         write_config_yaml(config.to_dict(), f)
-
-
-# --- validation ----------------------------------------------------------------------------------------------------
-
-
-def _validate(config: TrainConfig) -> None:
-    if not config.dataset:
-        raise UserError("dataset is not set; give a text file/folder or a Hub dataset name, e.g. dataset=../shared/data/tinyshakespeare/input.txt")
-    for name, declared in declared_types(TrainConfig).items():  # NaN and inf pass every `<` check below: refuse them first
-        value = getattr(config, name)
-        if declared in (float, float | None) and value is not None and not math.isfinite(value):
-            raise UserError(f"{name}={value} is not a finite number; give a real value (default: "
-                            f"{_default_of(name)})")
-    if not 0 <= config.seed < 2**32:
-        raise UserError(f"seed={config.seed} is outside 0..{2**32 - 1} (numpy's seed range, which set_seed seeds); "
-                        f"give a seed in that range, e.g. seed=1337")
-    if config.init_from and not Path(config.init_from).is_dir():
-        raise MissingFileError(f"init_from={config.init_from} is not a folder; give a model folder (e.g. "
-                               f"runs/<name>/final) that holds config.json and the weights")
-    if config.init_from:
-        from hf_gpt_custom.model_folder import check_model_folder
-
-        check_model_folder(config.init_from, verify_manifest=False)  # a loadable model type, weights: before any import
-    if config.block_size < 2:
-        raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
-                        f"in its block, so a block of one token has nothing to predict (256 is typical)")
-    _validate_run_name(config.run_name)
-    # eval_interval and log_interval are step moduli in the training loop: 0 would divide by zero mid-run
-    for name in ("batch_size", "gradient_accumulation_steps", "max_steps", "eval_interval", "log_interval",
-                 "keep_checkpoints", "num_proc", "tokenizer_vocab_size"):
-        value = getattr(config, name)
-        if value < 1:
-            raise UserError(f"{name}={value} must be >= 1, e.g. {name}={_default_of(name)}")
-    _validate_tokenizer_vocab_size(config)
-    for name in ("warmup_steps", "checkpoint_interval", "weight_decay", "grad_clip", "adam_eps"):
-        value = getattr(config, name)
-        if value < 0:
-            raise UserError(f"{name}={value} must be >= 0")
-    if config.warmup_steps > config.max_steps:
-        raise UserError(f"warmup_steps={config.warmup_steps} exceeds max_steps={config.max_steps}; lower warmup_steps")
-    if not config.learning_rate > 0:
-        raise UserError(f"learning_rate={config.learning_rate} must be > 0; GPT-2 small uses 6e-4")
-    if not 0 <= config.min_lr_ratio <= 1:
-        raise UserError(f"min_lr_ratio={config.min_lr_ratio} must be in [0, 1]")
-    for name in ("adam_beta1", "adam_beta2"):
-        if not 0 <= getattr(config, name) < 1:
-            raise UserError(f"{name}={getattr(config, name)} must be in [0, 1)")
-    if not 0 < config.val_fraction < 1:
-        raise UserError(f"val_fraction={config.val_fraction} must be between 0 and 1 (exclusive); 0.1 holds out 10%")
-    if config.compile_memory_budget is not None:
-        if not 0 < config.compile_memory_budget <= 1:
-            raise UserError(f"compile_memory_budget={config.compile_memory_budget} must be in (0, 1] or null (keep "
-                            f"every activation that is cheaper to keep than to recompute)")
-        if not config.compile:
-            raise UserError(f"compile_memory_budget={config.compile_memory_budget} applies to a compiled step only; "
-                            f"set compile=true, or drop compile_memory_budget")
-    if config.torch_threads is not None and config.torch_threads < 1:
-        raise UserError(f"torch_threads={config.torch_threads} must be >= 1 or null (torch's default)")
-    if config.eval_batches is not None and config.eval_batches < 1:
-        raise UserError(f"eval_batches={config.eval_batches} must be >= 1 or null (the whole validation set)")
-    if config.peak_flops is not None and not config.peak_flops > 0:
-        raise UserError(f"peak_flops={config.peak_flops} must be > 0 (FLOP/s), e.g. 312e12 for an A100 in bf16")
-    _check_choice("mixed_precision", config.mixed_precision, MIXED_PRECISION_CHOICES)
-    _check_choice("text_sample_by", config.text_sample_by, TEXT_SAMPLE_BY_CHOICES)
-    _check_choice("val_holdout", config.val_holdout, VAL_HOLDOUT_CHOICES)
-    _validate_validation_source(config)
-    _validate_local_dataset(config)
-    if config.log_with is not None and config.log_with not in ("tensorboard", "wandb", "all", "none"):
-        raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
-    if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
-        raise UserError("resume_from_checkpoint is empty; give 'latest' or a checkpoint folder")
-    from hf_gpt_custom.eval.task import available_tasks, task_file  # the task YAML folder is the one list of tasks
-
-    for task in config.benchmark_tasks:
-        if task.endswith((".yaml", ".yml")):
-            task_file(task)  # a task file of your own: it must exist
-        else:
-            _check_choice("benchmark_tasks", task, tuple(available_tasks()))
-    if config.benchmark_tasks and not config.benchmark_shots:  # else the eval stage fails after all the training
-        raise UserError("benchmark_shots is empty; give the K values to evaluate, e.g. benchmark_shots=0,1,5, or "
-                        "benchmark_tasks=[] to skip evaluation")
-    check_listed_once("benchmark_tasks", config.benchmark_tasks)
-    check_listed_once("benchmark_shots", config.benchmark_shots)
-    for shots in config.benchmark_shots:
-        if shots < 0:
-            raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")
-    if config.benchmark_limit is not None and config.benchmark_limit < 1:
-        raise UserError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
-    check_model_section(config)
-
-
-def _validate_run_name(run_name: str) -> None:
-    """run_name is one folder name under runs/: empty would be runs/ itself, a path would write outside it."""
-    if not run_name.strip() or run_name in (".", "..") or "/" in run_name or "\\" in run_name:
-        raise UserError(f"run_name={run_name!r} must be a folder name under runs/ (no '/', '\\' or '..', not empty), "
-                        f"e.g. run_name=shakespeare; to write the run elsewhere set out_dir=<folder>")
-
-
-def _validate_tokenizer_vocab_size(config: TrainConfig) -> None:
-    """Checked here, not when the tokenizer is trained: by then the run folder's earlier outputs were moved aside."""
-    from hf_gpt_custom.tokenizer_training import BYTE_TOKENS, smallest_vocab_size
-
-    smallest = smallest_vocab_size()
-    if config.tokenizer is None and config.tokenizer_vocab_size < smallest:
-        raise UserError(f"tokenizer_vocab_size={config.tokenizer_vocab_size} is too small for a byte-level BPE "
-                        f"tokenizer: it holds the {BYTE_TOKENS} byte tokens and <|endoftext|>; give "
-                        f"tokenizer_vocab_size >= {smallest} (8192 is typical)")
-
-
-def _default_of(name: str) -> Any:
-    declared = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
-    return declared.default
-
-
-def _validate_validation_source(config: TrainConfig) -> None:
-    """Validation documents come from exactly one place, and never from the training documents by accident."""
-    dataset_is_local = Path(config.dataset).exists()
-    if config.val_split is not None and dataset_is_local:
-        raise UserError(
-            f"val_split={config.val_split!r} names a split of a Hub dataset, but dataset={config.dataset} is a local "
-            f"path, which has one split; name a separate validation file with val_dataset=<path>, or drop val_split "
-            f"to hold out val_fraction of the documents"
-        )
-    if config.val_dataset is not None and config.val_split is not None:
-        raise UserError(f"val_dataset={config.val_dataset} and val_split={config.val_split!r} both name the validation "
-                        f"data; keep one")
-    if config.val_dataset is not None and not Path(config.val_dataset).exists():
-        raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
-    if config.val_dataset is not None and dataset_is_local:
-        shared = shared_corpus_file(config.dataset, config.val_dataset)
-        if shared is not None:
-            raise UserError(
-                f"val_dataset={config.val_dataset} {shared}, so validation would score text the model trains on; "
-                f"name a separate validation file, or drop val_dataset to hold out val_fraction of dataset"
-            )
-    has_own_validation = config.val_dataset is not None or config.val_split is not None
-    if config.val_holdout != "random" and has_own_validation:
-        raise UserError(f"val_holdout={config.val_holdout!r} splits the training documents, but validation comes from "
-                        f"{'val_dataset' if config.val_dataset else 'val_split'}; drop val_holdout")
-    if config.val_holdout == "tail" and config.streaming:
-        raise UserError("val_holdout='tail' needs the whole corpus; a streamed corpus has no end to hold out — set "
-                        "val_split, or streaming=false")
-
-
-def _validate_local_dataset(config: TrainConfig) -> None:
-    """A local dataset is one split, read whole: settings that pick a part of a Hub dataset would be ignored."""
-    if not Path(config.dataset).exists():
-        return
-    for name, default, what in (("dataset_split", "train", "picks a split"),
-                                ("dataset_config", None, "names a configuration")):
-        value = getattr(config, name)
-        if value != default:
-            raise UserError(f"{name}={value!r} {what} of a Hub dataset, but dataset={config.dataset} is a local path, "
-                            f"which is read whole; point dataset at the file(s) you mean, or drop {name}")
-    try:
-        files = list_corpus_files(config.dataset)
-    except UserError:
-        return  # a folder without corpus files: data loading names it
-    if config.text_field != "text" and all(reader_for(file) == "text" for file in files):
-        raise UserError(f"text_field={config.text_field!r} names a column of .jsonl/.json/.parquet/.csv data, but "
-                        f"dataset={config.dataset} is plain text (all of it is the text); drop text_field")
-    held_out = held_out_split_files(config.dataset)
-    if held_out:
-        names = ", ".join(file.relative_to(config.dataset).as_posix() for file in held_out[:3])
-        raise UserError(f"dataset folder {config.dataset} holds {names}{', ...' if len(held_out) > 3 else ''}, named "
-                        f"as a validation/test split, and a folder is trained on whole; point dataset at the training "
-                        f"file(s) and val_dataset at the validation file")
-
-
-def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value in choices:
-        return
-    hint = did_you_mean(value, choices)
-    raise UserError(f"{key}: unknown value {value!r}; {hint}choose from {', '.join(choices)}")

@@ -110,12 +110,13 @@ def load_text_dataset(
     streaming: bool = False,
     sample_by: str = "paragraph",
     cache_dir: str | os.PathLike | None = None,
+    revision: str | None = None,
 ) -> datasets.Dataset | datasets.IterableDataset:
     """A dataset with one column, "text", one row per document.
 
-    `source` is a local file/folder or a Hub dataset name (then `dataset_config` and `split` apply; a local source is
-    one split, read whole, and TrainConfig refuses those settings and split-named folders for it). A .txt file
-    becomes documents by `sample_by`: "paragraph" (the default: text between lines that are empty or hold only
+    `source` is a local file/folder or a Hub dataset name (then `dataset_config`, `split` and `revision` apply; a
+    local source is one split, read whole, and TrainConfig refuses those settings and split-named folders for it). A
+    .txt file becomes documents by `sample_by`: "paragraph" (the default: text between lines that are empty or hold only
     spaces — a Shakespeare speech, a Wikipedia paragraph), "line", or "document" (the whole file).
     .jsonl/.json/.parquet/.csv rows are documents and `text_field` names the column.
     """
@@ -146,7 +147,7 @@ def load_text_dataset(
     else:
         try:
             dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
-                                            cache_dir=None if cache_dir is None else str(cache_dir))
+                                            cache_dir=None if cache_dir is None else str(cache_dir), revision=revision)
         except FileNotFoundError as err:
             raise MissingFileError(
                 f"dataset {source!r} is neither a local path nor a reachable Hub dataset ({err}); check the name, "
@@ -158,7 +159,7 @@ def load_text_dataset(
                 "local file or folder, or download the dataset while online (offline mode: HF_HUB_OFFLINE/"
                 "HF_DATASETS_OFFLINE)"
             ) from err
-        description = f"{source} ({dataset_config or 'default'}/{split})"
+        description = f"{source} ({dataset_config or 'default'}/{split}{f' at {revision}' if revision else ''})"
     columns = dataset.column_names
     if columns is not None and text_field not in columns:
         raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")

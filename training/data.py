@@ -207,6 +207,8 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
             add(f"{role}:files", fingerprint_local_source(source))
         else:
             add(f"{role}:hub", (source, config.dataset_config, config.dataset_split))
+            if config.dataset_revision is not None:  # without one: the key of caches built before revisions
+                add(f"{role}:revision", config.dataset_revision)
     for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "val_holdout", "seed", "block_size"):
         add(name, getattr(config, name))
     return digest.hexdigest()
@@ -235,7 +237,8 @@ def split_documents(config: TrainConfig, raw_cache: str | os.PathLike | None = N
     """
     def load(source: str, split: str):
         return load_text_dataset(source, config.text_field, config.dataset_config, split,
-                                 sample_by=config.text_sample_by, cache_dir=raw_cache)
+                                 sample_by=config.text_sample_by, cache_dir=raw_cache,
+                                 revision=None if Path(source).exists() else config.dataset_revision)
 
     documents = load(config.dataset, config.dataset_split)
     if config.val_dataset is not None:
@@ -319,12 +322,13 @@ def _build_packed(config: TrainConfig, tokenizer, work: Path, cache_root: Path):
 
 def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:
     documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
-                                  streaming=True, sample_by=config.text_sample_by)
+                                  streaming=True, sample_by=config.text_sample_by, revision=config.dataset_revision)
     if config.val_dataset is not None or config.val_split is not None:
         val_source, val_split = (config.val_dataset, config.dataset_split) if config.val_dataset else \
             (config.dataset, config.val_split)
         val_documents = load_text_dataset(val_source, config.text_field, config.dataset_config, val_split,
-                                          streaming=True, sample_by=config.text_sample_by)
+                                          streaming=True, sample_by=config.text_sample_by,
+                                          revision=None if config.val_dataset else config.dataset_revision)
         train_documents = documents
     else:
         val_documents = documents.take(STREAMING_VAL_DOCUMENTS)

@@ -36,6 +36,9 @@ def finetune(config: FinetuneConfig, start_over: bool = False) -> Path:
     block_size — is checked before the run folder is touched, so a refused run leaves nothing on disk. A run folder
     holding a run is continued or refused as `train` does (`start_over` trains from step 0).
     """
+    from hf_gpt_custom.training.hub_revision import pin_dataset_revision
+
+    config = pin_dataset_revision(config, start_over)  # the records are read now, at the commit train() records
     return train(config, FinetuneWorkload(config), start_over=start_over)
 
 
@@ -55,7 +58,8 @@ class FinetuneWorkload:
             raise UserError(f"init_from={config.init_from} has no tokenizer files the model can be fine-tuned with "
                             f"({str(err).splitlines()[0][:160]}); save the tokenizer into the folder") from err
         self.tokens = add_task_tokens(self.tokenizer)
-        records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split)
+        records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split,
+                                        config.dataset_revision)
         examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where)
         train_ids, heldout_ids = split_heldout(len(examples), config.val_fraction, config.seed)
         self.train_examples = [examples[i] for i in train_ids]

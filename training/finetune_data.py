@@ -65,8 +65,9 @@ def add_task_tokens(tokenizer) -> TaskTokens:
 # --- records -------------------------------------------------------------------------------------------------------
 
 
-def load_labelled_records(dataset: str, dataset_config: str | None = None, split: str = "train") -> list[dict]:
-    """Every record of a local .jsonl/.json/.csv/.parquet file, or of split `split` of a Hub dataset."""
+def load_labelled_records(dataset: str, dataset_config: str | None = None, split: str = "train",
+                          revision: str | None = None) -> list[dict]:
+    """Every record of a local .jsonl/.json/.csv/.parquet file, or of split `split` of a Hub dataset (at `revision`)."""
     import datasets
 
     path = Path(dataset)
@@ -84,7 +85,7 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
         return rows.to_list()
     if path.suffix.lower() in RECORD_BUILDERS or dataset.startswith((".", "/", "~")):
         raise MissingFileError(f"dataset={dataset} not found; give a labelled file or a Hub dataset name")
-    return datasets.load_dataset(dataset, dataset_config, split=split).to_list()
+    return datasets.load_dataset(dataset, dataset_config, split=split, revision=revision).to_list()
 
 
 def check_columns(records: list[dict], task: TaskSection, where: str) -> None:

@@ -34,6 +34,7 @@ from hf_gpt_custom.training.devices import (
     peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
 )
 from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
+from hf_gpt_custom.training.hub_revision import pin_dataset_revision
 from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
 from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
 from hf_gpt_custom.training.run_log import (
@@ -50,6 +51,7 @@ def train(config: TrainConfig, workload: Workload | None = None, start_over: boo
     config's, and refused naming the differences when not (resume.find_resume_point); `start_over=True`
     trains from step 0 instead, moving the old checkpoints aside."""
     config, device_type = check_machine_can_train(config)  # before the run folder is created
+    config = pin_dataset_revision(config, start_over)  # a Hub dataset is read at one commit, resumes included
     previous_threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)

@@ -252,6 +252,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     holds_out_validation = config.val_dataset is None and config.val_split is None
     source = {"dataset": config.dataset, "dataset_config": config.dataset_config, "split": config.dataset_split,
               "text_field": config.text_field, "vocab_size": config.tokenizer_vocab_size}
+    if config.dataset_revision is not None:  # the Hub commit the run reads (hub_revision.py)
+        source["revision"] = config.dataset_revision
     if Path(config.dataset).exists():  # the same path with other contents is other documents (the data cache's key)
         from hf_gpt_custom.training.corpus import fingerprint_local_source
 
@@ -283,7 +285,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         from hf_gpt_custom.training.data import STREAMING_VAL_DOCUMENTS
 
         documents = load_text_dataset(config.dataset, config.text_field, config.dataset_config, config.dataset_split,
-                                      streaming=True, sample_by=config.text_sample_by)
+                                      streaming=True, sample_by=config.text_sample_by,
+                                      revision=config.dataset_revision)
         inputs = (record["text"] for record in documents.skip(STREAMING_VAL_DOCUMENTS))
     elif holds_out_validation:
         from hf_gpt_custom.training.data import split_documents
@@ -300,6 +303,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         text_field=config.text_field,
         dataset_config=config.dataset_config,
         split=config.dataset_split,
+        revision=config.dataset_revision,
     )
     if trained_with_old:
         from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s

@@ -126,6 +126,7 @@ def test_a_key_may_override_one_a_merge_brings():
 @pytest.mark.parametrize("override, message", [
     ("dataset_split=test", "dataset_split='test' picks a split of a Hub dataset, but dataset="),
     ("dataset_config=wikitext-2-raw-v1", "dataset_config='wikitext-2-raw-v1' names a configuration of a Hub dataset"),
+    ("dataset_revision=v1.0", "dataset_revision='v1.0' pins a version of a Hub dataset, but dataset="),
     ("text_field=story", "text_field='story' names a column of .jsonl/.json/.parquet/.csv data, but dataset="),
 ])
 def test_hub_only_settings_are_refused_for_a_local_text_file(override, message):

@@ -1,0 +1,70 @@
+"""A Hub dataset is read at one commit for the whole run: the one it started on.
+
+A Hub dataset name alone means "whatever the main branch holds now", so a run resumed after its dataset was updated
+upstream would go on training on other documents without a word (and a streamed run reads lazily, for hours). A run
+with `dataset_revision: null` therefore resolves the commit once, when it starts, and writes it into its config;
+checkpoints record it (it changes training), and a resume reads that same commit again. An explicit
+`dataset_revision` (a commit, branch or tag) is used as it is and compared on resume like any other setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from hf_gpt_custom.training.config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+
+def pin_dataset_revision(config: TrainConfig, start_over: bool = False) -> TrainConfig:
+    """`config` with `dataset_revision` set to the commit its Hub dataset is read at: the one its run folder recorded
+    (unless `start_over`), else the Hub's current one. Unchanged for local data, an explicit revision, or when the Hub
+    cannot be asked (offline: `datasets` reads its cache; a warning says the run is not pinned)."""
+    if config.dataset_revision is not None or not config.dataset or Path(config.dataset).exists():
+        return config
+    revision = None if start_over else recorded_dataset_revision(config)
+    if revision is None:
+        revision = current_hub_revision(config.dataset)
+    if revision is None:
+        return config
+    return dataclasses.replace(config, dataset_revision=revision)
+
+
+def recorded_dataset_revision(config: TrainConfig) -> str | None:
+    """The revision this config's run folder was trained on: its checkpoint to resume from (the named one, or the
+    latest), else final/ or the run's config.yaml; None when the folder records none."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.training.checkpoint import find_checkpoint, list_checkpoints
+    from hf_gpt_custom.training.resume import recorded_settings
+
+    run_dir = config.run_dir
+    candidates = []
+    which = config.resume_from_checkpoint or ("latest" if list_checkpoints(run_dir / "checkpoints") else None)
+    if which:
+        try:
+            candidates.append(find_checkpoint(run_dir / "checkpoints", which, verify=False))
+        except (UserError, OSError):
+            pass  # the resume itself names what is wrong with it
+    candidates.append(run_dir / "final")  # without final/ this reads the run's config.yaml
+    for folder in candidates:
+        settings = recorded_settings(folder) or {}
+        if settings.get("dataset") == config.dataset and settings.get("dataset_revision"):
+            return settings["dataset_revision"]
+    return None
+
+
+def current_hub_revision(name: str) -> str | None:
+    """The commit sha the Hub's main branch of dataset `name` is at now, or None (with a warning) when it cannot be
+    asked."""
+    from huggingface_hub import HfApi
+
+    try:
+        return HfApi().dataset_info(name).sha
+    except Exception as err:  # offline mode, no network, a gated or renamed dataset: datasets' own load names it
+        logger.warning(
+            "could not ask the Hub which commit dataset %s is at (%s: %s): the run is not pinned to one, so a resume "
+            "after an upstream change would read other documents; set dataset_revision=<commit> to pin it",
+            name, type(err).__name__, str(err).splitlines()[0][:120] if str(err) else "")
+        return None
