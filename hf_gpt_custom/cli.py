@@ -9,13 +9,11 @@ not import them), so `--help` and argument errors answer in a fraction of a seco
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import errno
-import os
 import sys
 from pathlib import Path
 
-from .errors import MissingFileError, UserError
+from .errors import MissingFileError, UserError, file_system_error_message
+from .training.config import training_keys_help
 
 
 def _comma_list(value: str) -> list[str]:
@@ -143,36 +141,6 @@ def _config_overrides(args: argparse.Namespace) -> list[str]:
             raise UserError(f"--{key} {flag} and the override {also[0]} both set {key}; give one of them")
         overrides.append(f"{key}={flag}")
     return overrides
-
-
-def training_keys_help() -> str:
-    """Every TrainConfig key with its default and the one-line help from the field's metadata."""
-    from hf_gpt_custom.training.config import TrainConfig
-
-    rows = []
-    for field in dataclasses.fields(TrainConfig):
-        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
-        rows.append((field.name, _yaml_value(default), field.metadata.get("help", "")))
-    rows.append(("model.<field>", "", "any GPTCustomConfig field (n_layer, n_head, n_embd, n_positions, ...) or model.preset"))
-    name_width = max(len(name) for name, _, _ in rows)
-    default_width = max(len(default) for _, default, _ in rows)
-    lines = [f"  {name:<{name_width}}  {default:<{default_width}}  {text}".rstrip() for name, default, text in rows]
-    return "training keys (in the YAML, or key=value after it; default shown):\n" + "\n".join(lines)
-
-
-def _yaml_value(value) -> str:
-    """How a default is written in a training YAML: null, true, [0], "" for an empty string."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value == "":
-        return '""'
-    if isinstance(value, list):
-        return "[" + ", ".join(str(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{}" if not value else str(value)
-    return str(value)
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -321,30 +289,13 @@ def _add_push(subparsers) -> None:
 
 def _cmd_push(args: argparse.Namespace) -> None:
     from hf_gpt_custom.hub import check_repo_id, push_folder
-    from hf_gpt_custom.publish_checks import check_card_names, check_export
+    from hf_gpt_custom.publish_checks import dry_run_report
 
     check_repo_id(args.repo_id)
     if not args.dry_run:
         print(push_folder(args.folder, repo_id=args.repo_id, private=args.private, revision=args.revision))
         return
-    files = check_export(args.folder)
-    check_card_names(args.folder, args.repo_id)
-    total = sum(size for _, size in files)
-    print(f"dry run: would upload {len(files)} files ({_human_bytes(total)}) from {args.folder} to "
-          f"{args.repo_id}{'@' + args.revision if args.revision else ''}{' (private)' if args.private else ''}:")
-    for name, size in files:
-        print(f"  {_human_bytes(size):>10}  {name}")
-    print("checks passed: required files and remote code present, the manifest's files unchanged and none added, no "
-          f"pickles, no local paths, the card's metadata parses and it loads {args.repo_id}. Nothing was uploaded.")
-
-
-def _human_bytes(size: int) -> str:
-    value, unit = float(size), "B"
-    for larger_unit in ("KB", "MB", "GB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, larger_unit
-    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+    print(dry_run_report(args.folder, args.repo_id, private=args.private, revision=args.revision))
 
 
 # --- run (the main job) ------------------------------------------------------------------------------------------
@@ -393,26 +344,6 @@ _AFTER_INTERRUPT = {
 }
 
 
-# OSErrors the user fixes by choosing another folder or making room. Only with a filename: an error without one, or
-# any other errno (a path our code got wrong, ENOENT), is a bug and keeps its traceback.
-_DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # EDQUOT: not on Windows
-_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS}
-
-
-def _file_system_error(err: OSError) -> str | None:
-    """One line for an output folder that cannot be written (permissions, read-only, disk full), or None."""
-    if err.errno not in _FILE_SYSTEM_ERRNOS or not err.filename:
-        return None
-    path = Path(os.fsdecode(err.filename))
-    folder = next((p for p in (path, *path.parents) if p.is_dir()), path.parent)  # what was to hold the new file
-    if err.errno in _DISK_FULL_ERRNOS:
-        return f"cannot write {path}: {err.strerror}; free space there or choose an output folder on another disk"
-    is_read = path.exists() and not os.access(path, os.R_OK)
-    return (f"cannot {'read' if is_read else 'write'} {path}: {err.strerror}; "
-            + ("make it readable for your user" if is_read else
-               f"choose an output folder you can write to, or make {folder} writable for your user"))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     # key=value overrides may also follow the options (`train CONFIG --init_from DIR max_steps=5`): argparse stops
@@ -430,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"hf-gpt-custom {args.command}: error: {err}", file=sys.stderr)
         sys.exit(2)
     except OSError as err:
-        message = _file_system_error(err)
+        message = file_system_error_message(err)
         if message is None:
             raise
         print(f"hf-gpt-custom {args.command}: error: {message}", file=sys.stderr)

@@ -6,7 +6,10 @@ Shipped as remote code with the modeling/configuration/tokenization files, so it
 """
 
 import difflib
+import errno
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class UserError(ValueError):
@@ -38,4 +41,26 @@ def did_you_mean(value: str, choices: Iterable[str], prefix: str = "") -> str:
     return f"did you mean {prefix + close[0]!r}? " if close else ""
 
 
-__all__ = ["MissingFileError", "UserError", "check_listed_once", "did_you_mean", "repeated"]
+# OSErrors the user fixes by choosing another folder or making room. Only with a filename: an error without one, or
+# any other errno (a path our code got wrong, ENOENT), is a bug and keeps its traceback.
+_DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # EDQUOT: not on Windows
+_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS}
+
+
+def file_system_error_message(err: OSError) -> str | None:
+    """One line for a file or folder that cannot be written or read (permissions, read-only, disk full), with the
+    fix; None for any other OSError (the CLI keeps its traceback)."""
+    if err.errno not in _FILE_SYSTEM_ERRNOS or not err.filename:
+        return None
+    path = Path(os.fsdecode(err.filename))
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), path.parent)  # what was to hold the new file
+    if err.errno in _DISK_FULL_ERRNOS:
+        return f"cannot write {path}: {err.strerror}; free space there or choose an output folder on another disk"
+    is_read = path.exists() and not os.access(path, os.R_OK)
+    return (f"cannot {'read' if is_read else 'write'} {path}: {err.strerror}; "
+            + ("make it readable for your user" if is_read else
+               f"choose an output folder you can write to, or make {folder} writable for your user"))
+
+
+__all__ = ["MissingFileError", "UserError", "check_listed_once", "did_you_mean", "file_system_error_message",
+           "repeated"]

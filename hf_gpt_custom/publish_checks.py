@@ -239,3 +239,27 @@ def is_local_path(value: str) -> bool:
     if any(name != name.strip() for name in names):  # "/ x", "/a /b": text, not a path
         return False
     return len(names) >= 2 or (len(names) == 1 and Path(value).exists())
+
+
+def dry_run_report(folder: str | os.PathLike, repo_id: str, private: bool = False, revision: str | None = None) -> str:
+    """What `push --dry-run` prints: the checks `push` makes (check_export, check_card_names; a failing one raises),
+    then each file that would be uploaded, with its size."""
+    files = check_export(folder)
+    check_card_names(folder, repo_id)
+    total = sum(size for _, size in files)
+    lines = [f"dry run: would upload {len(files)} files ({_human_bytes(total)}) from {folder} to "
+             f"{repo_id}{'@' + revision if revision else ''}{' (private)' if private else ''}:"]
+    lines += [f"  {_human_bytes(size):>10}  {name}" for name, size in files]
+    lines.append("checks passed: required files and remote code present, the manifest's files unchanged and none "
+                 f"added, no pickles, no local paths, the card's metadata parses and it loads {repo_id}. Nothing was "
+                 f"uploaded.")
+    return "\n".join(lines)
+
+
+def _human_bytes(size: int) -> str:
+    value, unit = float(size), "B"
+    for larger_unit in ("KB", "MB", "GB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger_unit
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"

@@ -165,6 +165,35 @@ def setting_help() -> dict[str, str]:
     return {f.name: f.metadata["help"] for f in dataclasses.fields(TrainConfig)}
 
 
+def training_keys_help() -> str:
+    """Every TrainConfig key with its default and its one-line help: the epilog of `train --help` and `run --help`."""
+    rows = []
+    for setting in dataclasses.fields(TrainConfig):
+        default = setting.default_factory() if setting.default is dataclasses.MISSING else setting.default
+        rows.append((setting.name, _yaml_value(default), setting.metadata.get("help", "")))
+    rows.append(("model.<field>", "", "any GPTCustomConfig field (n_layer, n_head, n_embd, n_positions, ...) or model.preset"))
+    name_width = max(len(name) for name, _, _ in rows)
+    default_width = max(len(default) for _, default, _ in rows)
+    lines = [f"  {name:<{name_width}}  {default:<{default_width}}  {text}".rstrip() for name, default, text in rows]
+    return "training keys (in the YAML, or key=value after it; default shown):\n" + "\n".join(lines)
+
+
+def _yaml_value(value) -> str:
+    """How a default is written in a training YAML: null, true, [0], "" for an empty string."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value == "":
+        return '""'
+    if isinstance(value, list):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    return str(value)
+
+
+
 # --- loading -------------------------------------------------------------------------------------------------------
 
 
