@@ -19,24 +19,6 @@ def _finite(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def check_writable(out_dir: str | Path) -> None:
-    """A UserError when out_dir (or, not yet made, the nearest folder above it that exists) takes no new file: said
-    before hours of scoring, not after them. Probed by creating a temporary file, so nothing is left behind."""
-    import tempfile
-
-    from hf_gpt_custom.errors import UserError
-
-    folder = Path(out_dir).absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as err:
-        raise UserError(f"cannot write the results into {out_dir}: {folder} takes no new file ({err.strerror}); "
-                        f"choose an --out folder you can write") from err
-
-
 def write_report(results, out_dir: str | Path) -> Path:
     """Write the four files into out_dir (created if needed) and return it."""
     out_dir = Path(out_dir)

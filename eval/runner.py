@@ -85,9 +85,9 @@ def evaluate(
     check_listed_once("tasks", tasks)
     check_listed_once("shots", shots)
     if out_dir is not None:
-        from hf_gpt_custom.eval.report import check_writable
+        from hf_gpt_custom.errors import check_writable
 
-        check_writable(out_dir)
+        check_writable(out_dir, "the --out folder", "choose an --out folder you can write")  # before any scoring
     if limit is not None and limit < 1:
         raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
     if not isinstance(batch_size, int) or batch_size < 1:

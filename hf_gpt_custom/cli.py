@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import MissingFileError, UserError, file_system_error_message
+from .errors import MissingFileError, UserError, check_writable, file_system_error_message
 from .training.config import training_keys_help
 
 
@@ -66,6 +66,7 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from .hub import is_hub_repo_id
 
     _check_output_folder(args.out, "--out")
+    check_writable(args.out, "--out", "choose a folder you can write (nothing was trained)")  # not after training
     held = [name for name in ("config.json", "manifest.json", "model.safetensors") if (Path(args.out) / name).exists()]
     if held:  # its tokenizer files would be replaced under its weights, and its manifest would no longer match
         raise UserError(f"--out {args.out} holds a model ({', '.join(held)}); a tokenizer written there would replace "

@@ -8,6 +8,7 @@ Shipped as remote code with the modeling/configuration/tokenization files, so it
 import difflib
 import errno
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -41,6 +42,25 @@ def did_you_mean(value: str, choices: Iterable[str], prefix: str = "") -> str:
     return f"did you mean {prefix + close[0]!r}? " if close else ""
 
 
+def check_writable(path: str | os.PathLike, what: str, fix: str) -> None:
+    """A UserError "cannot write to <what> <folder>: <reason>; <fix>" when no file can be created in `path` or, while
+    it does not exist, in the nearest folder above it that does (where it would be created): said before the work, not
+    after it. A real write, not os.access (which root's capabilities fool); the probe file leaves nothing behind."""
+    path = Path(path)
+    folder = path.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return  # a file where the folder should be: the caller names that
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        reason = err.strerror or str(err)
+        where = reason if folder == path.absolute() else f"{folder} takes no new file ({reason})"
+        raise UserError(f"cannot write to {what} {path}: {where}; {fix}") from err
+
+
 # OSErrors the user fixes by choosing another folder or making room. Only with a filename: an error without one, or
 # any other errno (a path our code got wrong, ENOENT), is a bug and keeps its traceback.
 _DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # EDQUOT: not on Windows
@@ -62,5 +82,5 @@ def file_system_error_message(err: OSError) -> str | None:
                f"choose an output folder you can write to, or make {folder} writable for your user"))
 
 
-__all__ = ["MissingFileError", "UserError", "check_listed_once", "did_you_mean", "file_system_error_message",
-           "repeated"]
+__all__ = ["MissingFileError", "UserError", "check_listed_once", "check_writable", "did_you_mean",
+           "file_system_error_message", "repeated"]

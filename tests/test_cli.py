@@ -364,6 +364,22 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(command, patched, t
     _assert_one_line_error(code, err, command[0], "No space left on device", "free space there")
 
 
+def test_tokenizer_train_refuses_an_out_folder_it_cannot_write_before_training(tmp_path, capsys, monkeypatch):
+    """Was found only after the whole corpus was read and the merges learnt (the save failed)."""
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    monkeypatch.setattr("hf_gpt_custom.tokenizer_training.train_tokenizer",
+                        lambda *a, **k: pytest.fail("the tokenizer was trained"))
+    out = tmp_path / "ro" / "tok"
+    code, _, err = _run_main(["tokenizer", "train", str(tmp_path), "--out", str(out)], capsys)
+    _assert_one_line_error(code, err, "tokenizer", f"cannot write to --out {out}: {tmp_path} takes no new file "
+                           f"(Permission denied); choose a folder you can write (nothing was trained)")
+
+
 @pytest.mark.parametrize("error", [
     FileNotFoundError(2, "No such file or directory", "somewhere"), PermissionError(13, "Permission denied"),
     OSError("no filename"),

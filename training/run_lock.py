@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.errors import UserError, check_writable
 from hf_gpt_custom.training.devices import launch_rank
 
 logger = logging.getLogger(__name__)
@@ -71,19 +71,10 @@ def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
 
 
 def check_folder_writable(folder: Path, what: str) -> None:
-    """Raise a UserError unless a file can be created in `folder` (when it exists): found before training, not when
-    the first checkpoint or final/ is written. A real write, not os.access, which root's capabilities fool."""
-    if not folder.is_dir():
-        return
-    probe = folder / f".write_test.{os.getpid()}"
-    try:
-        probe.touch()
-        probe.unlink()
-    except OSError as err:
-        raise UserError(
-            f"cannot write to {what} {folder}: {os.strerror(err.errno) if err.errno else err}; make it writable, or "
-            f"give this run another out_dir/run_name (nothing was trained or changed)"
-        ) from err
+    """Raise a UserError unless a file can be created in `folder` (or where it will be created): found before
+    training, not when the first checkpoint or final/ is written."""
+    check_writable(folder, what, "make it writable, or give this run another out_dir/run_name (nothing was trained or "
+                                 "changed)")
 
 
 def _acquire(run_dir: Path):

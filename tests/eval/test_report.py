@@ -169,7 +169,7 @@ def test_an_out_folder_that_takes_no_file_is_refused_before_any_scoring(tmp_path
     monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
     monkeypatch.setattr(runner, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("the model was loaded"))
     out = tmp_path / "read_only" / "eval"
-    with pytest.raises(ValueError, match=rf"cannot write the results into {out}: {tmp_path} takes no new file "
+    with pytest.raises(ValueError, match=rf"cannot write to the --out folder {out}: {tmp_path} takes no new file "
                                          r"\(Permission denied\); choose an --out folder you can write"):
         evaluate(str(tmp_path / "no-model"), tasks=["copa"], out_dir=out)
     assert not out.parent.exists()

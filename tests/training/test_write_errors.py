@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -164,14 +165,14 @@ def test_the_console_scripts_early_check_names_an_out_dir_that_cannot_be_created
         check_run_folder(make_config(f"out_dir={tmp_path / 'a_file' / 'run'}"))
     parent = tmp_path / "refuses_writes"
     parent.mkdir()
-    real_touch = Path.touch
+    real_temporary_file = tempfile.TemporaryFile
 
-    def touch(path, *args, **kwargs):
-        if path.parent == parent:
+    def temporary_file(*args, dir=None, **kwargs):  # the probe errors.check_writable makes
+        if Path(dir) == parent:
             raise PermissionError(errno.EACCES, "Permission denied")
-        return real_touch(path, *args, **kwargs)
+        return real_temporary_file(*args, dir=dir, **kwargs)
 
-    monkeypatch.setattr(Path, "touch", touch)
+    monkeypatch.setattr(tempfile, "TemporaryFile", temporary_file)
     with pytest.raises(UserError, match=f"cannot write to the run folder's parent folder {parent}: Permission denied"):
         check_run_folder(make_config(f"out_dir={parent / 'deeper' / 'run'}"))
     check_run_folder(make_config(f"out_dir={tmp_path / 'fine' / 'run'}"))  # creatable: passes, creating nothing
