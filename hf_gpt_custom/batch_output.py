@@ -8,6 +8,8 @@ from __future__ import annotations
 from transformers import BatchEncoding, PreTrainedTokenizerFast
 from transformers.utils import PaddingStrategy
 
+from .errors import UserError
+
 
 class BatchEncodingWithLazyEncodings(BatchEncoding):
     """A BatchEncoding whose `tokenizers` Encoding objects are made by `make_encodings` on first use: the ids came
@@ -33,9 +35,16 @@ class BatchEncodingWithLazyEncodings(BatchEncoding):
         return BatchEncoding, (self.data, self._encodings, None, False, self._n_sequences)
 
 
-def backend_encodings(tokenizer: PreTrainedTokenizerFast, text, text_pair, options: dict, truncation_side: str):
+def backend_encodings(tokenizer: PreTrainedTokenizerFast, text, text_pair, options: dict, truncation_side: str,
+                      pipeline_state: tuple | None = None):
     """The Encoding objects of transformers' own `_encode_plus` on the `tokenizers` backend, with the settings of the
-    call whose ids were made elsewhere (`options` and `truncation_side` as they were then)."""
+    call whose ids were made elsewhere (`options` and `truncation_side` as they were then). A tokenizer changed since
+    (`pipeline_state` as it was then: a token added, a template installed) would give Encodings of other ids than
+    the call returned: refused."""
+    if pipeline_state is not None and tokenizer._pipeline_state() != pipeline_state:
+        raise UserError("the tokenizer changed (an added token, a template, a normalizer) after this output was made, "
+                        "so its tokens, word_ids and offsets would describe other ids than its input_ids; call the "
+                        "tokenizer again and read them from the new output")
     current_side, tokenizer.truncation_side = tokenizer.truncation_side, truncation_side
     try:
         return PreTrainedTokenizerFast._encode_plus(tokenizer, text, text_pair, **options).encodings

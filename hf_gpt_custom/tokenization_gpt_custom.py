@@ -221,15 +221,19 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         is_truncated = truncation != TruncationStrategy.DO_NOT_TRUNCATE
         if max_length is None and (is_truncated or padding == PaddingStrategy.MAX_LENGTH):
             return None
+        for name in ("max_length", "pad_to_multiple_of"):  # a negative one would cut from the other end
+            if options.get(name) is not None and options[name] < 0:
+                raise UserError(f"{name}={options[name]} is negative; give a number of tokens >= 0 (or None)")
         split_special_tokens = options.get("split_special_tokens")
         if split_special_tokens is None:
             split_special_tokens = self.split_special_tokens
+        state = self._pipeline_state()
         if template is None:
             # the backend validates stride and cuts pairs across both parts; and without tiktoken it is as fast
             if seconds is not None or (is_truncated and (truncation == TruncationStrategy.ONLY_SECOND or options.get(
-                    "stride"))) or not self._tiktoken_engine().can_encode(split_special_tokens):
+                    "stride"))) or not self._tiktoken_engine(state).can_encode(split_special_tokens):
                 return None
-        ids = self._encode_ids(firsts + (seconds or []), split_special_tokens, resolve_num_threads(None, True))
+        ids = self._encode_ids(firsts + (seconds or []), split_special_tokens, resolve_num_threads(None, True), state)
         if template is not None:
             pairs = zip(ids[: len(firsts)], ids[len(firsts):] if seconds is not None else [None] * len(firsts))
             rows = [template.build(first, second, max_length if is_truncated else None)[0] for first, second in pairs]
@@ -249,11 +253,13 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         return_tensors = options.get("return_tensors")
         if not is_batched and return_tensors is None:
             data = {key: value[0] for key, value in data.items()}
-        # The backend's Encodings for the same call, made later with the settings of now; a task template's cut is
-        # not the backend's, so those calls have none (`.encodings` is None, as for a Python tokenizer).
+        # The backend's Encodings for the same call, made later with the settings of now (refused if the tokenizer
+        # changed since); a task template's cut is not the backend's, so those calls have none (`.encodings` is
+        # None, as for a Python tokenizer).
         settings = {**options, "split_special_tokens": split_special_tokens, "padding_side": padding_side}
         make_encodings = None if template is not None and is_truncated else functools.partial(
-            backend_encodings, self, copy_text_input(text), copy_text_input(text_pair), settings, self.truncation_side)
+            backend_encodings, self, copy_text_input(text), copy_text_input(text_pair), settings, self.truncation_side,
+            state)
         return BatchEncodingWithLazyEncodings(data, make_encodings, return_tensors, 1 if seconds is None else 2)
 
     def _refuse_special_token_text(self, text, text_pair) -> None:
@@ -296,9 +302,11 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             _raise_if_unencodable(texts, None, err)
             raise
 
-    def _encode_ids(self, texts: list[str], split_special_tokens: bool, num_threads: int) -> list[list[int]]:
-        """Ids of each text with no special tokens added: on tiktoken where it gives the backend's ids."""
-        engine = self._tiktoken_engine()
+    def _encode_ids(self, texts: list[str], split_special_tokens: bool, num_threads: int,
+                    state: tuple | None = None) -> list[list[int]]:
+        """Ids of each text with no special tokens added: on tiktoken where it gives the backend's ids. `state`:
+        `_pipeline_state()` when the caller has it already."""
+        engine = self._tiktoken_engine(state)
         if engine.can_encode(split_special_tokens):
             try:
                 return engine.encode_batch(
@@ -322,17 +330,22 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         """Which library `encode_ids_batch` runs on: "tiktoken" or "tokenizers" (see tiktoken_engine.py)."""
         return "tiktoken" if self._tiktoken_engine().can_encode(split_special_tokens) else "tokenizers"
 
-    def _tiktoken_engine(self) -> TiktokenEngine:
-        """Built on first use and kept per instance, outside `__dict__` so that pickles and `datasets` fingerprints of
-        the tokenizer do not change; rebuilt when an added token, the normalizer or the pre-tokenizer changes. Added
-        tokens are compared in full, flags included: re-adding an existing token or changing its lstrip/rstrip leaves
-        the vocabulary size as it was but changes the ids."""
+    def _pipeline_state(self) -> tuple:
+        """What turns text into ids besides the vocabulary and merges: the added tokens, the normalizer, the
+        pre-tokenizer and the post-processor (a task template). Added tokens are compared in full, flags included:
+        re-adding an existing token or changing its lstrip/rstrip leaves the vocabulary size as it was but changes
+        the ids."""
         backend = self._tokenizer
-        pipeline_key = (
-            repr(sorted(backend.get_added_tokens_decoder().items())),
-            backend.normalizer.__getstate__() if backend.normalizer is not None else None,
-            backend.pre_tokenizer.__getstate__() if backend.pre_tokenizer is not None else None,
-        )
+        return (repr(sorted(backend.get_added_tokens_decoder().items())),
+                *(part.__getstate__() if part is not None else None
+                  for part in (backend.normalizer, backend.pre_tokenizer, backend.post_processor)))
+
+    def _tiktoken_engine(self, state: tuple | None = None) -> TiktokenEngine:
+        """Built on first use and kept per instance, outside `__dict__` so that pickles and `datasets` fingerprints of
+        the tokenizer do not change; rebuilt when an added token, the normalizer or the pre-tokenizer changes
+        (`_pipeline_state()`, passed as `state` by a caller that has it)."""
+        backend = self._tokenizer
+        pipeline_key = (state or self._pipeline_state())[:3]  # the post-processor adds ids after the engine's
         engine = ENGINES.get(self)
         if engine is None or engine.pipeline_key != pipeline_key:
             engine = build_tiktoken_engine(json.loads(backend.to_str()), pipeline_key)

@@ -147,10 +147,11 @@ def _lay_out_vocabulary(trained_model: dict, special_tokens: list[str]) -> tuple
         assert trainer_id == len(vocab), "trainer ids after the alphabet must be contiguous"
         vocab[token] = trainer_id
     for token in special_tokens:
-        if token in vocab:
+        # the vocabulary spells tokens in GPT-2's byte alphabet (" the" is "Ġthe", "\n" is "Ċ"): compare that form
+        if token in vocab or "".join(byte_to_char[byte] for byte in token.encode("utf-8")) in vocab:
             raise UserError(
-                f"special token {token!r} is also a learned (or byte) token; pick a name that cannot occur as text "
-                f"in one GPT-2 chunk, like '<|{token.strip('<|>')}|>'"
+                f"special token {token!r} is also a learned (or byte) token, so it would take that text's place; pick "
+                f"a name that cannot occur as text in one GPT-2 chunk, like '<|{token.strip().strip('<|>') or 'pad'}|>'"
             )
         vocab[token] = len(vocab)
     merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in trained_model["merges"]]
@@ -185,30 +186,33 @@ def iter_corpus(
 
 
 def _classify_input_list(items: list) -> str:
-    """'files', 'hub' or 'texts' for a list of strings; raises FileNotFoundError for a path that is not there."""
+    """'files', 'hub' or 'texts' for a list of strings.
+
+    Files when every item exists. A list whose items all look like paths (a corpus suffix, or ./ ../ / ~/ in front)
+    but where one is missing is refused naming it: a mistyped path would otherwise be trained on as a document. Any
+    other list is documents (a line of code starting with "//" beside ordinary lines, a paragraph that is "."), or
+    one Hub dataset name.
+    """
     exists = [_path_exists(item) for item in items]
-    if any(exists):
-        missing = [str(item) for item, found in zip(items, exists) if not found]
-        if missing:
-            raise MissingFileError(
-                f"input file {missing[0]!r} not found (other inputs exist); fix the path or drop it"
-            )
+    if all(exists):
         return "files"
-    for item in items:
-        text = str(item)
-        looks_like_path = isinstance(item, os.PathLike) or (
-            "\n" not in text
-            and len(text) < 4096
-            and (Path(text).suffix.lower() in _corpus_suffixes() or text.startswith(("./", "/", "~")))
+    if all(found or _looks_like_path(item) for item, found in zip(items, exists)):
+        missing = next(str(item) for item, found in zip(items, exists) if not found)
+        raise MissingFileError(
+            f"input file {missing!r} not found (looked in {Path.cwd()}); check the path, or pass a Hub dataset name "
+            f"such as 'wikitext' (documents that only look like paths: pass them as an iterator, iter(texts))"
         )
-        if looks_like_path:
-            raise MissingFileError(
-                f"input file {str(item)!r} not found (looked in {Path.cwd()}); check the path, "
-                "or pass a Hub dataset name such as 'wikitext'"
-            )
     if len(items) == 1 and is_hub_repo_id(str(items[0])):
         return "hub"
     return "texts"
+
+
+def _looks_like_path(item) -> bool:
+    text = str(item)
+    return isinstance(item, os.PathLike) or (
+        "\n" not in text and len(text) < 4096
+        and (Path(text).suffix.lower() in _corpus_suffixes() or text.startswith(("./", "../", "/", "~/")))
+    )
 
 
 def _path_exists(item) -> bool:
@@ -244,25 +248,39 @@ def _iter_files(files: list[Path], text_field: str) -> Iterator[str]:
 
 
 def _read_text_file(path: Path) -> Iterator[str]:
-    """A plain text file in blocks of ~1 MB, cut only before a line that starts with a non-space character.
+    """A plain text file in blocks of ~1 MB (memory stays bounded), each cut between a non-space character and the
+    whitespace after it.
 
-    At such a cut GPT-2's split regex finds the same chunks as in the whole file (a chunk never spans a newline
-    followed by a letter), so the learned merges do not depend on the block size, and memory stays bounded.
+    GPT-2's split regex ends a chunk there in the whole file too (no chunk holds whitespace after a non-space
+    character), and a chunk that starts with whitespace does not depend on what came before it, so each block
+    gives exactly the whole file's chunks and the learned merges do not depend on the block size. (A cut after the
+    whitespace would not: "\n\n" at the end of a block is one chunk, while before "First" it is two.)
     """
     block: list[str] = []
     block_chars = 0
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             for line in handle:
-                if block_chars >= TEXT_BLOCK_CHARS and not line[:1].isspace():
-                    yield "".join(block)
+                cut = _safe_cut(line) if block_chars >= TEXT_BLOCK_CHARS else None
+                if cut is not None:
+                    yield "".join(block) + line[:cut]
                     block, block_chars = [], 0
+                    line = line[cut:]
                 block.append(line)
                 block_chars += len(line)
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8") from err
     if block:
         yield "".join(block)
+
+
+def _safe_cut(line: str) -> int | None:
+    """The last index i of `line` where whitespace follows a non-space character, or None: where a block may end
+    (see _read_text_file). Never 0: the line before ended with its newline."""
+    for i in range(len(line) - 1, 0, -1):
+        if line[i].isspace() and not line[i - 1].isspace():
+            return i
+    return None
 
 
 def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]:

@@ -314,6 +314,41 @@ def test_encodings_made_later_describe_the_calls_text_not_the_callers_list_now(t
     assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
 
 
+@pytest.mark.parametrize("change", ["add_tokens", "task_template", "add_bos_token"])
+def test_encodings_asked_for_after_the_tokenizer_changed_are_refused(tokenizer_folder, change):
+    """Made after `add_tokens` (or a task template installed) they described other ids than input_ids: tokens()
+    ['he', 'll', 'o', 'Ġ', 'world'] beside the 4 ids of 'hello world'. GPT2TokenizerFast made them at call time."""
+    from hf_gpt_custom.task_template import install_task_template
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder)
+    unchanged = tokenizer(["hello world"])
+    assert unchanged.tokens(0) == gpt2(["hello world"]).tokens(0)  # the same tokenizer after the call: made lazily
+    batch = tokenizer(["hello world"])
+    if change == "add_tokens":
+        tokenizer.add_tokens(["world"])
+    elif change == "task_template":
+        install_task_template(tokenizer)
+    else:  # the post-processor alone changes: a <|endoftext|> in front
+        tokenizer.add_bos_token = True
+    with pytest.raises(ValueError, match=r"the tokenizer changed \(an added token, a template, a normalizer\) after "
+                                         r"this output was made.*call the tokenizer again"):
+        batch.tokens(0)
+    again = tokenizer(["hello world"])  # a new call describes its own ids
+    assert tokenizer.convert_tokens_to_ids(again.tokens(0)) == again["input_ids"][0]
+
+
+@pytest.mark.parametrize("options", [{"truncation": True, "max_length": -1}, {"padding": True, "pad_to_multiple_of": -8}])
+def test_a_negative_length_is_refused_not_cut_from_the_other_end(tokenizer_folder, options):
+    """max_length=-1 returned all but the last token (the left side: none); GPT2TokenizerFast raises OverflowError."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    name = next(key for key in options if key in ("max_length", "pad_to_multiple_of"))
+    with pytest.raises(ValueError, match=rf"{name}={options[name]} is negative; give a number of tokens >= 0"):
+        tokenizer(["To be, or not to be", "a"], **options)
+    assert tokenizer("To be", truncation=True, max_length=0)["input_ids"] == \
+        GPT2TokenizerFast.from_pretrained(tokenizer_folder)("To be", truncation=True, max_length=0)["input_ids"]
+
+
 def test_pairs_without_a_task_template_take_the_backends_path(tokenizer_folder):
     ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
     gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)

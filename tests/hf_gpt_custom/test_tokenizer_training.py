@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -45,6 +46,26 @@ def test_same_corpus_and_settings_give_byte_identical_files_across_processes(sha
     assert read_files(first) == read_files(tmp_path / "b")
 
 
+@pytest.mark.parametrize("block_chars", [1, 64, 4096])
+def test_text_blocks_hold_exactly_the_whole_files_chunks(shakespeare_path, tmp_path, monkeypatch, block_chars):
+    """Blocks were cut after a line's newline: "\n\n" at a block's end was one chunk where the whole file has two
+    (and CRLF lines and lines with trailing spaces the same), so the merges depended on the block size. Reference:
+    GPT-2's split pattern over the whole text."""
+    import regex
+
+    from hf_gpt_custom.byte_level import GPT2_SPLIT_PATTERN
+
+    speeches = shakespeare_path.read_text(encoding="utf-8")[:60_000]
+    text = speeches + speeches.replace("\n", "  \r\n") + "\n\n\n  trailing  \n \n"
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(text.encode("utf-8"))
+    monkeypatch.setattr(tokenizer_training, "TEXT_BLOCK_CHARS", block_chars)
+    blocks = list(tokenizer_training.iter_corpus(path))
+    assert len(blocks) > 10 and "".join(blocks) == text
+    chunks = [chunk for block in blocks for chunk in regex.findall(GPT2_SPLIT_PATTERN, block)]
+    assert chunks == regex.findall(GPT2_SPLIT_PATTERN, text)
+
+
 def test_text_file_read_in_blocks_trains_like_the_whole_string(shakespeare_path, tmp_path, monkeypatch):
     # Cut the 1.1 MB file into ~20 KB blocks: cuts fall only before lines starting with a letter, where GPT-2's
     # split finds the same chunks as in the whole text, so the merges must be identical.
@@ -54,6 +75,28 @@ def test_text_file_read_in_blocks_trains_like_the_whole_string(shakespeare_path,
     whole = shakespeare_path.read_text(encoding="utf-8")
     from_string = train_tokenizer(iter([whole]), tmp_path / "string", vocab_size=1000, show_progress=False)
     assert read_files(from_file) == read_files(from_string)
+
+
+@pytest.mark.parametrize("documents", [
+    ["int main() {", "// comment: entry point", "  return 0;", "}"],  # a line of code that starts like a path
+    ["The end", ".", "Another paragraph"],  # "." exists (the working directory)
+    ["~ a tilde divider", "text text text"],
+], ids=["code", "dot", "tilde"])
+def test_a_list_of_documents_is_documents_even_where_one_looks_like_a_path(documents, tmp_path, monkeypatch):
+    """Were refused as missing input files, or (["The end", "."]) as "other inputs exist". Reference: the same
+    strings as an iterator, which is always documents."""
+    monkeypatch.chdir(tmp_path)
+    from_list = train_tokenizer(documents * 5, tmp_path / "list", vocab_size=280, show_progress=False)
+    from_iterator = train_tokenizer(iter(documents * 5), tmp_path / "iterator", vocab_size=280, show_progress=False)
+    assert read_files(from_list) == read_files(from_iterator)
+
+
+def test_a_list_of_paths_with_one_missing_is_refused_naming_it(shakespeare_path, tmp_path):
+    for paths in ([str(shakespeare_path), str(tmp_path / "typo.txt")], ["notes.txt"], [str(tmp_path / "corpus")]):
+        missing = next(path for path in paths if not os.path.exists(path))
+        with pytest.raises(FileNotFoundError, match=rf"input file {re.escape(repr(missing))} not found .*pass them as "
+                                                    r"an iterator, iter\(texts\)"):
+            train_tokenizer(paths, tmp_path / "tok", show_progress=False)
 
 
 def test_folder_input_reads_its_text_files_not_its_markdown(shared_data_dir, tmp_path):
@@ -157,9 +200,12 @@ def test_non_text_inputs_are_rejected(tmp_path, inputs, message):
         train_tokenizer(inputs, tmp_path / "tok", show_progress=False)
 
 
-def test_special_token_that_is_also_a_learned_token_is_rejected(tmp_path):
-    with pytest.raises(ValueError, match="special token 'the' is also a learned"):
-        train_tokenizer(["the the the the"], tmp_path / "tok", special_tokens=["the"], show_progress=False)
+@pytest.mark.parametrize("special", ["the", " the", "\n", " "])
+def test_special_token_that_is_also_a_learned_token_is_rejected(tmp_path, special):
+    """" the" and "\n" were accepted (the vocabulary spells them "Ġthe", "Ċ"): the special token then took that text's
+    place, and decode(skip_special_tokens=True) dropped every newline."""
+    with pytest.raises(ValueError, match=re.escape(f"special token {special!r} is also a learned (or byte) token")):
+        train_tokenizer(["the the the the\nthe the\n"], tmp_path / "tok", special_tokens=[special], show_progress=False)
 
 
 def test_min_frequency_below_one_is_rejected(tmp_path):
