@@ -19,8 +19,8 @@ from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
-from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_task
-from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once, repeated
+from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks
+from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
 
 logger = logging.getLogger(__name__)
@@ -94,12 +94,7 @@ def evaluate(
         raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-    specs = [load_task(name, protocol=protocol) for name in tasks]  # unknown task names fail here, before the model loads
-    same_name = repeated([spec.task for spec in specs])  # results are keyed by task name: one row for two files
-    if same_name:
-        files = [name for name, spec in zip(tasks, specs) if spec.task in same_name]
-        raise UserError(f"tasks {', '.join(files)} are all named {', '.join(same_name)} (their `task:` field), so "
-                        f"their results could not be told apart; give each task file its own `task:` name")
+    specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
     data_dir = Path(data_dir) if data_dir else default_data_dir()
 
     model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)

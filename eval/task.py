@@ -22,7 +22,7 @@ import yaml
 from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.task_data import default_data_dir, load_docs
-from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean
+from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean, repeated
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # How K examples that do not fit the context are handled (eval/fewshot.py): ours drops whole examples, farthest
@@ -243,6 +243,18 @@ def _read_yaml_with_includes(path: Path) -> dict:
         base = _read_yaml_with_includes(base_path)
         config = {**base, **config}
     return config
+
+
+def load_tasks(names: list[str], protocol: str = "ours") -> list[TaskSpec]:
+    """load_task for each name, refusing two that share a `task:` name: results are keyed by it, so one row would
+    stand for two files. What `evaluate` and a run's `benchmark_tasks` check before any work."""
+    specs = [load_task(name, protocol=protocol) for name in names]
+    same_name = repeated([spec.task for spec in specs])
+    if same_name:
+        files = [name for name, spec in zip(names, specs) if spec.task in same_name]
+        raise UserError(f"tasks {', '.join(files)} are all named {', '.join(same_name)} (their `task:` field), so "
+                        f"their results could not be told apart; give each task file its own `task:` name")
+    return specs
 
 
 def load_task(name: str, tasks_dir: str | Path | None = None, protocol: str = "ours") -> TaskSpec:

@@ -93,13 +93,15 @@ def check_train_config(config: TrainConfig) -> None:
         raise UserError(f"log_with={config.log_with!r} must be tensorboard, wandb, all, none or null")
     if config.resume_from_checkpoint is not None and not config.resume_from_checkpoint.strip():
         raise UserError("resume_from_checkpoint is empty; give 'latest' or a checkpoint folder")
-    from hf_gpt_custom.eval.task import available_tasks, task_file  # the task YAML folder is the one list of tasks
+    from hf_gpt_custom.eval.task import available_tasks, load_tasks, task_file  # eval/tasks: the one list of tasks
 
     for task in config.benchmark_tasks:
         if task.endswith((".yaml", ".yml")):
             task_file(task)  # a task file of your own: it must exist
         else:
             _check_choice("benchmark_tasks", task, tuple(available_tasks()))
+    if any(task.endswith((".yaml", ".yml")) for task in config.benchmark_tasks):
+        load_tasks(config.benchmark_tasks)  # one `task:` name in two files: refused now, not after the training
     if config.benchmark_tasks and not config.benchmark_shots:  # else the eval stage fails after all the training
         raise UserError("benchmark_shots is empty; give the K values to evaluate, e.g. benchmark_shots=0,1,5, or "
                         "benchmark_tasks=[] to skip evaluation")

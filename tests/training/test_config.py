@@ -62,6 +62,16 @@ def test_bad_keys_and_values_fail_at_start_up_naming_the_key(override, message):
     assert message in str(err.value)
 
 
+def test_two_benchmark_files_with_one_task_name_are_refused_at_config_load(tmp_path):
+    """Was refused only by the eval stage, after the whole training run."""
+    mine = tmp_path / "my_copa.yaml"  # another prompt, the same `task:` name as the built-in copa
+    mine.write_text(f"include: {REPO_ROOT / 'eval' / 'tasks' / 'copa.yaml'}\ndoc_to_text: 'Premise: {{{{premise}}}}'\n")
+    with pytest.raises(ValueError, match=rf"tasks copa, {mine} are all named copa \(their `task:` field\)"):
+        load_train_config(SMOKE, [f"benchmark_tasks=[copa, {mine}]"])
+    mine.write_text(mine.read_text() + "task: my_copa\n")
+    assert load_train_config(SMOKE, [f"benchmark_tasks=[copa, {mine}]"]).benchmark_tasks == ["copa", str(mine)]
+
+
 def test_unknown_yaml_key_is_rejected_with_a_suggestion(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(SMOKE.read_text() + "lerning_rate: 0.1\n")
