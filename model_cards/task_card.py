@@ -71,7 +71,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         pad_token=_pad_token(run_dir, model_config),
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
                  "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
-        training={"steps": summary.get("steps"), "batch_size": train_config.get("batch_size"),
+        training={"steps": summary.get("steps"), "examples_per_step": _examples_per_step(train_config, summary),
                   "learning_rate": f"{train_config.get('learning_rate', float('nan')):g}",
                   "warmup_steps": train_config.get("warmup_steps"), "duration": facts["duration"]},
         results={"accuracy": _with_stderr(summary["val_accuracy"], summary.get("val_accuracy_stderr")),
@@ -82,6 +82,19 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "loss_curve",
                                        "transformers_requirement")},
     )
+
+
+def _examples_per_step(train_config: dict, summary: dict) -> str:
+    """How many examples one optimizer step learns from: "8", or "48 (8 per micro-batch × 3 accumulated × 2
+    processes)" when gradient accumulation or several processes multiply the micro-batch."""
+    batch = int(train_config.get("batch_size") or 0)
+    accumulation = int(train_config.get("gradient_accumulation_steps") or 1)
+    processes = int(summary.get("num_processes") or 1)
+    if accumulation == 1 and processes == 1:
+        return f"{batch:,}"
+    parts = [f"{batch:,} per micro-batch", f"{accumulation} accumulated" if accumulation > 1 else "",
+             f"{processes} processes" if processes > 1 else ""]
+    return f"{batch * accumulation * processes:,} ({' × '.join(part for part in parts if part)})"
 
 
 def task_eval_result(summary: dict, dataset: dict, task_type: str) -> EvalResult:

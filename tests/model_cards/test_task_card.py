@@ -4,6 +4,7 @@ held-out accuracy in the model-index with the task type the Hub expects; never "
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,19 @@ def test_model_index_value_is_the_recorded_heldout_accuracy_not_another_figure(b
     _, [result] = model_index_to_eval_results(card.data.to_dict()["model-index"])
     assert result.metric_value == 0.6123
     assert "| accuracy | 0.6123 ± 0.0191 |" in card.text and "| 0.7000 |" in card.text
+
+
+def test_the_card_counts_the_examples_of_an_optimizer_step(boolq_export, tmp_path):
+    """Said "batches of 8 examples" for 8 per micro-batch × 2 accumulated × 3 processes = 48 per step."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run, _ = boolq_export
+    assert "batches of 8 examples, peak" in " ".join(build_model_card(run).text.split())
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    summary = json.loads((copy / "training_summary.json").read_text())
+    (copy / "training_summary.json").write_text(json.dumps({**summary, "num_processes": 3}))
+    config = (copy / "config.yaml").read_text().replace("gradient_accumulation_steps: 1", "gradient_accumulation_steps: 2")
+    (copy / "config.yaml").write_text(config)
+    text = " ".join(build_model_card(copy).text.split())
+    assert "batches of 48 (8 per micro-batch × 2 accumulated × 3 processes) examples" in text
