@@ -66,8 +66,18 @@ def held_out_split_files(path: str | os.PathLike) -> list[Path]:
         files = list_corpus_files(root)
     except UserError:
         return []
-    return [file for file in files
-            if HELD_OUT_SPLIT_WORDS & set(re.split(r"[^a-z]+", file.relative_to(root).as_posix().lower()))]
+    return [file for file in files if _names_a_split(file.relative_to(root))]
+
+
+def _names_a_split(relative: Path) -> bool:
+    """A folder named as a split (valid/), a dot-separated part of the name (wiki.test.raw), or a split word that
+    starts the name before a shard number or ends it (validation-00000-of-00001.parquet, corpus_test.txt); not a
+    word that merely begins the name (dev_notes.txt) or holds one inside it (latest.txt, contest/)."""
+    folders, name = [part.lower() for part in relative.parts[:-1]], relative.name.lower()
+    dotted = name.split(".")[:-1] or [name]
+    words = "|".join(sorted(HELD_OUT_SPLIT_WORDS))
+    return (bool(HELD_OUT_SPLIT_WORDS & {*folders, *dotted})
+            or any(re.fullmatch(rf"(?:{words})[-_]\d.*|.*[-_](?:{words})", part) for part in dotted))
 
 
 # --- reading: files -> documents -------------------------------------------------------------------------------------
