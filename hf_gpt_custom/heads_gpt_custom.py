@@ -300,6 +300,7 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         lm_loss_weight: float = 0.0,
+        token_type_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> GPTCustomMultipleChoiceOutput:
         """`labels`: (batch,) index of the right choice. `lm_loss_weight` λ >= 0 adds λ × the LM loss over every
@@ -312,10 +313,11 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
                 "example's choices (padded to one length) along dimension 1"
             )
         batch, n_choices = shaped.shape[:2]
-        if attention_mask is not None and tuple(attention_mask.shape) != tuple(shaped.shape[:3]):
-            raise UserError(f"multiple-choice attention_mask must have the input's shape {tuple(shaped.shape[:3])} "
-                            f"(batch, n_choices, seq), got {tuple(attention_mask.shape)}; pad each choice's mask "
-                            "with its input_ids")
+        for name, per_token in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if per_token is not None and tuple(per_token.shape) != tuple(shaped.shape[:3]):
+                raise UserError(f"multiple-choice {name} must have the input's shape {tuple(shaped.shape[:3])} "
+                                f"(batch, n_choices, seq), got {tuple(per_token.shape)}; pad each choice's {name} "
+                                "with its input_ids")
         if self.config.max_choices is not None and n_choices > self.config.max_choices:
             raise UserError(
                 f"the input has {n_choices} choices per example but the model was configured for at most "
@@ -328,7 +330,8 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         flat_ids, flat_mask = flatten(input_ids, 1), flatten(attention_mask, 1)
         outputs: BaseModelOutputWithPast = self.transformer(
             flat_ids, attention_mask=flat_mask, position_ids=flatten(position_ids, 1),
-            inputs_embeds=flatten(inputs_embeds, 2), use_cache=False, **kwargs,
+            inputs_embeds=flatten(inputs_embeds, 2), token_type_ids=flatten(token_type_ids, 1), use_cache=False,
+            **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
         rows = hidden_states.shape[0]

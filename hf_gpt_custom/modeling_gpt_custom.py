@@ -491,6 +491,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        token_type_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """Hidden states after ln_f; `output_hidden_states` (True, or indices such as [0, 2, -1]) and
@@ -509,6 +510,17 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             raise UserError(f"inputs_embeds must be (batch, seq_len, n_embd={self.config.n_embd}), got shape "
                             f"{tuple(inputs_embeds.shape)}; for one sequence add the batch dimension")
         batch, seq_len = inputs_embeds.shape[:2]
+        # One row of positions or types for every row, as GPT-2 takes them (it broadcasts a (seq_len,) tensor).
+        if position_ids is not None and position_ids.dim() == 1:
+            position_ids = position_ids.unsqueeze(0)
+        if token_type_ids is not None and token_type_ids.dim() == 1:
+            token_type_ids = token_type_ids.unsqueeze(0).expand(batch, -1)
+        if token_type_ids is not None:  # GPT-2's and GPT-1's segment embeddings: rows of the token table, added
+            if tuple(token_type_ids.shape) != (batch, seq_len):
+                raise UserError(f"token_type_ids has shape {tuple(token_type_ids.shape)} but the input has {batch} "
+                                f"row(s) of {seq_len} tokens; give one type id per input token")
+            check_token_ids("token_type_ids", token_type_ids, self.config.vocab_size)
+            inputs_embeds = inputs_embeds + self.wte(token_type_ids)
 
         # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.
         if use_cache is None:
@@ -595,6 +607,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        token_type_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids themselves (-100 to ignore a position); the model shifts them.
@@ -609,6 +622,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            token_type_ids=token_type_ids,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

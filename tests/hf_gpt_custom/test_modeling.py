@@ -91,6 +91,9 @@ def test_output_hidden_states_and_attentions(tiny_config):
 
 def test_output_attentions_with_sdpa_warns_and_goes_on_like_transformers(model, caplog):
     """transformers (GPT-2 too) warns and returns no weights under sdpa; libraries call models this way."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.warning_once.cache_clear()  # said once per process: an earlier test may have said it
     input_ids = torch.randint(0, 99, (1, 4))
     with torch.no_grad(), caplog.at_level("WARNING"):
         out = model(input_ids, output_attentions=True)
