@@ -165,3 +165,5 @@ def test_the_card_counts_the_examples_of_an_optimizer_step(boolq_export, tmp_pat
     (copy / "config.yaml").write_text(config)
     text = " ".join(build_model_card(copy).text.split())
     assert "batches of 48 (8 per micro-batch × 2 accumulated × 3 processes) examples" in text
+    (copy / "config.yaml").write_text(config.replace("gradient_accumulation_steps: 2", "gradient_accumulation_steps: 1"))
+    assert "batches of 24 (8 per micro-batch × 3 processes) examples" in " ".join(build_model_card(copy).text.split())
