@@ -7,6 +7,7 @@ Shipped as remote code next to the modeling file: imports only torch, transforme
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Callable
@@ -18,12 +19,22 @@ from .auto_classes import refuse_another_head
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import MissingFileError, UserError
 
-HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "proxies", "token", "revision", "subfolder")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 # The weights that are Conv1D (in x out) in transformers' GPT-2 and OpenAI GPT, and nn.Linear (out x in) here.
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-# from_pretrained arguments about how to load, not what the model is (the rest may override config attributes).
-LOADING_KWARGS = (*HUB_KEYS, "dtype", "torch_dtype", "attn_implementation", "device_map", "trust_remote_code")
+# from_pretrained arguments about how to load, not what the model is, that load_converted_checkpoint honours. Any other
+# argument naming a config attribute overrides it (num_labels=3 for a new head); the rest are refused by name.
+LOADING_KWARGS = (*HUB_KEYS, "config", "dtype", "torch_dtype", "attn_implementation", "device_map",
+                  "generation_config", "ignore_mismatched_sizes", "output_loading_info")
+# Arguments that change nothing here: we are the code trust_remote_code would allow, the Auto classes and pipelines
+# pass _from_auto / _from_pipeline about themselves, and transformers 5 ignores low_cpu_mem_usage too.
+HARMLESS_KWARGS = ("trust_remote_code", "_from_auto", "_from_pipeline", "low_cpu_mem_usage")
+# Arguments that ask for nothing at transformers' default value, which generic loading code may pass explicitly
+# (None asks for nothing for every argument). Any other value of them would be dropped silently, so it is refused.
+INERT_VALUES = {"weights_only": True, "offload_buffers": False, "use_kernels": False}
+# device_map values that spread the model over the devices there are (accelerate's planners).
+SPREADING_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 def hub_kwargs(kwargs: dict) -> dict:
@@ -104,6 +115,12 @@ def same_names(*keys: str) -> dict[str, str]:
 TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type", "classifier_dropout")
 
 
+def our_architectures(family: CheckpointFamily, config_dict: dict) -> list[str] | None:
+    """A transformers config dict's `architectures` in our class names (None for a class without a counterpart)."""
+    ours = family.classes.get((config_dict.get("architectures") or [None])[0])
+    return [ours[0]] if ours else None
+
+
 def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomConfig:
     """Our config for a transformers config dict: the family's fields, the task fields, and `architectures` in our
     class names (None for a transformers class without a counterpart here)."""
@@ -113,9 +130,84 @@ def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomCo
             setattr(config, name, config_dict[name])
     if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints
         config.id2label = {int(index): label for index, label in config_dict["id2label"].items()}
-    ours = family.classes.get((config_dict.get("architectures") or [None])[0])
-    config.architectures = [ours[0]] if ours else None
+    config.architectures = our_architectures(family, config_dict)
     return config
+
+
+def config_for_loading(family: CheckpointFamily, config_dict: dict, given, path: str | os.PathLike) -> GPTCustomConfig:
+    """The config a checkpoint loads with: its config.json converted, or `config=` when given, as transformers'
+    from_pretrained takes it: our GPTCustomConfig as it is, or a transformers config of the checkpoint's own
+    model_type converted like config.json (task fields such as num_labels, pad_token_id and problem_type kept).
+    `architectures` is always the checkpoint's: it says which head the weights hold."""
+    if given is None:
+        return converted_config(family, config_dict)
+    if isinstance(given, GPTCustomConfig):
+        config = copy.deepcopy(given)  # the caller's object stays as it was, as in transformers
+    elif getattr(given, "model_type", None) == config_dict.get("model_type") and hasattr(given, "to_dict"):
+        config = converted_config(family, given.to_dict())
+    else:
+        model_type = config_dict.get("model_type")
+        raise UserError(f"config= is a {type(given).__name__}, but {path} is a {family.source} checkpoint; pass a "
+                        f"GPTCustomConfig or a {model_type} config object (AutoConfig.from_pretrained of that folder, "
+                        "with your changes)")
+    config.architectures = our_architectures(family, config_dict)
+    return config
+
+
+def apply_config_overrides(config: GPTCustomConfig, kwargs: dict, source: str) -> None:
+    """Set each config attribute a keyword argument names (num_labels=3 for a new task head). Refuse by name every
+    other argument that is neither honoured (LOADING_KWARGS) nor harmless: dropping it would load something else
+    than was asked for, silently (device placement, quantization, another weights file...)."""
+    ignored = []
+    for name, value in kwargs.items():
+        if name in LOADING_KWARGS or name in HARMLESS_KWARGS:
+            continue
+        if hasattr(config, name):
+            setattr(config, name, value)
+        elif value is not None and INERT_VALUES.get(name, object()) != value:
+            ignored.append(f"{name}={value!r}")
+    if ignored:
+        raise UserError(f"from_pretrained got {', '.join(ignored)}, which converting the {source} does not "
+                        "support; leave it out, or convert once with save_pretrained and load that folder with it")
+
+
+def _as_device(value) -> torch.device | None:
+    """torch.device(value) (0 is the first accelerator), or None for a value that names no device here ("disk")."""
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _the_only_device() -> torch.device | None:
+    """Where "auto" puts a model that fits: the one accelerator there is, or the CPU without any (None: several)."""
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; remote code may meet an older torch
+    count = accelerator.device_count() if accelerator is not None else torch.cuda.device_count()
+    if count > 1:
+        return None
+    if not count:
+        return torch.device("cpu")
+    return torch.device(accelerator.current_accelerator().type if accelerator is not None else "cuda", 0)
+
+
+def single_device(device_map, source: str) -> torch.device | None:
+    """The one device a from_pretrained `device_map` puts the whole model on ("cpu", "cuda:0", 0, a torch.device,
+    {"": device}, a map naming one device, or "auto" where there is at most one accelerator); None for no map.
+
+    A map over several devices is refused by name: converted weights are built in memory and moved as a whole."""
+    if device_map is None:
+        return None
+    if isinstance(device_map, dict):
+        devices = {_as_device(value) for value in device_map.values()}
+    elif isinstance(device_map, str) and device_map in SPREADING_DEVICE_MAPS:
+        devices = {_the_only_device()}
+    else:
+        devices = {_as_device(device_map)}
+    if len(devices) != 1 or None in devices:
+        raise UserError(f"device_map={device_map!r} places the {source} on several devices (or on none this machine "
+                        "has), which loading it converted cannot do; pass one device (device_map='cuda:0' or 'cpu'), "
+                        "or convert once with save_pretrained and load that folder with this device_map")
+    return devices.pop()
 
 
 def converted_state_dict(family: CheckpointFamily, state: dict[str, torch.Tensor], architecture: str | None) -> dict:
@@ -126,10 +218,12 @@ def converted_state_dict(family: CheckpointFamily, state: dict[str, torch.Tensor
     return converted
 
 
-def model_with_converted_weights(config: GPTCustomConfig, state: dict[str, torch.Tensor], model_class, source: str,
-                                 dtype: torch.dtype | None = None, ignore_mismatched_sizes: bool = False):
-    """`model_class(config)` built in `dtype`, loaded with `state` (in our names, with GPTCustomForCausalLM's
-    "transformer." prefix).
+def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tensor], model_class, source: str,
+                           dtype: torch.dtype | None = None, ignore_mismatched_sizes: bool = False):
+    """(`model_class(config)` built in `dtype` and loaded with `state`, its loading info): `state` is in our names,
+    with GPTCustomForCausalLM's "transformer." prefix; the info is from_pretrained's output_loading_info dict, in our
+    key names: missing_keys (a new head's weights), unexpected_keys (weights this class has no place for, e.g. the
+    LM head under a classifier), mismatched_keys ((key, saved shape, new shape) of a head started anew), error_msgs.
 
     Built as from_pretrained builds it (default dtype set during __init__), so buffers that transformers keeps in
     float32, such as RoPE's inv_freq, stay float32. Every body weight must be there, and an untied LM head. The task
@@ -139,73 +233,119 @@ def model_with_converted_weights(config: GPTCustomConfig, state: dict[str, torch
     """
     refuse_another_head(model_class.__name__, source, config.architectures)
     model = model_class._from_config(config, dtype=dtype)
-    own_keys = set(model.state_dict())
+    own_state = model.state_dict()
     prefix = model_class.base_model_prefix + "."
+    unused = set()
     if not hasattr(model, model_class.base_model_prefix):  # the bare body: its keys have no prefix
+        unused = {key for key in state if not key.startswith(prefix)}
         state = {key.removeprefix(prefix): tensor for key, tensor in state.items() if key.startswith(prefix)}
         prefix = ""
-    keeps_lm_head = "lm_head.weight" in own_keys and not config.tie_word_embeddings  # a tied one is wte
+    keeps_lm_head = "lm_head.weight" in own_state and not config.tie_word_embeddings  # a tied one is wte
     loads_saved_head = (config.architectures or [None])[0] == model_class.__name__
-    head_keys = {key for key in own_keys if not key.startswith(prefix) and key != "lm_head.weight"}
+    head_keys = {key for key in own_state if not key.startswith(prefix) and key != "lm_head.weight"}
 
     def belongs_here(key: str) -> bool:
         return keeps_lm_head if key == "lm_head.weight" else key.startswith(prefix) or loads_saved_head
 
-    own_state = model.state_dict()
     resized = sorted(key for key in head_keys if loads_saved_head and key in state
                      and tuple(state[key].shape) != tuple(own_state[key].shape))
     if resized and not ignore_mismatched_sizes:
         raise UserError(f"{source} has a {', '.join(resized)} of another shape than this config's (e.g. another "
                         "num_labels); pass ignore_mismatched_sizes=True to start a new head, as in transformers")
     new_head = set(resized)
-    missing, unexpected = model.load_state_dict(
-        {k: v for k, v in state.items() if belongs_here(k) and k not in new_head}, strict=False)
+    loaded = {key: tensor for key, tensor in state.items() if belongs_here(key) and key not in new_head}
+    missing, unexpected = model.load_state_dict(loaded, strict=False)
     new_keys = (set() if keeps_lm_head else {"lm_head.weight"}) | (new_head if loads_saved_head else head_keys)
-    missing = [key for key in missing if key not in new_keys]
-    if missing or unexpected:
-        raise UserError(f"{source} does not match its config: missing {missing}, unexpected {unexpected}")
+    missing_from_file = [key for key in missing if key not in new_keys]
+    if missing_from_file or unexpected:
+        raise UserError(f"{source} does not match its config: missing {missing_from_file}, unexpected {unexpected}")
     model.tie_weights()
-    return model
+    unused |= set(state) - set(loaded) - new_head
+    if config.tie_word_embeddings:
+        unused.discard("lm_head.weight")  # a tied head saved anyway is the embedding matrix again
+    loading_info = {
+        "missing_keys": set(missing) - new_head - {"lm_head.weight"},  # a tied lm_head is wte, not a new weight
+        "unexpected_keys": unused,
+        "mismatched_keys": {(key, state[key].shape, own_state[key].shape) for key in resized},
+        "error_msgs": [],
+    }
+    return model, loading_info
 
 
 def load_converted_checkpoint(path: str | os.PathLike, model_class, family: CheckpointFamily, **kwargs):
-    """`model_class`, in eval mode, from the transformers checkpoint at `path` (a folder or Hub repo) of `family`.
-    `dtype=` (default "auto": the weights' own dtype) and `attn_implementation=` are honoured as in `from_pretrained`,
-    and other keyword arguments naming a config attribute override it (num_labels for a new task head)."""
+    """`model_class`, in eval mode, from the transformers checkpoint at `path` (a folder or Hub repo) of `family`,
+    taking from_pretrained's arguments: `config=` (ours, or one of the family's), `dtype=` (default "auto": the
+    weights' own dtype), `attn_implementation=`, `ignore_mismatched_sizes=`, a one-device `device_map=`,
+    `generation_config=` (else the checkpoint's generation_config.json, as transformers loads it) and
+    `output_loading_info=True` (then returns (model, loading_info)). Other keyword arguments naming a config attribute
+    override it (num_labels for a new task head); any other argument is refused by name (apply_config_overrides)."""
+    source = f"{family.source} checkpoint {path}"
     config_dict = read_config_dict(path, **kwargs)
-    config = converted_config(family, config_dict)
-    for name, value in kwargs.items():
-        if name not in LOADING_KWARGS and hasattr(config, name):
-            setattr(config, name, value)
+    config = config_for_loading(family, config_dict, kwargs.get("config"), path)
+    apply_config_overrides(config, kwargs, source)
+    device = single_device(kwargs.get("device_map"), source)
     if kwargs.get("attn_implementation"):
         config._attn_implementation = kwargs["attn_implementation"]
     architecture = (config_dict.get("architectures") or [None])[0]
     state = converted_state_dict(family, load_weights(path, family.source, **kwargs), architecture)
-    dtype = kwargs.get("dtype", kwargs.get("torch_dtype", "auto"))
-    if dtype == "auto":  # transformers 5's default: the checkpoint's own dtype (Llama files are usually bf16)
+    dtype = loading_dtype(kwargs.get("dtype", kwargs.get("torch_dtype", "auto")), state)
+    model, loading_info = model_and_loading_info(config, state, model_class, source, dtype=dtype,
+                                                 ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes")))
+    if device is not None:
+        model.to(device)
+    if model.can_generate():
+        attach_generation_config(model, path, **kwargs)
+    model.eval()
+    return (model, loading_info) if kwargs.get("output_loading_info") else model
+
+
+def loading_dtype(dtype, state: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """The torch dtype a from_pretrained `dtype` argument asks for ("bfloat16", torch.bfloat16, or "auto": transformers
+    5's default, the checkpoint's own dtype; None, the default dtype, when its floating tensors have several)."""
+    if dtype == "auto":  # Llama files are usually bf16
         floating = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
-        dtype = floating.pop() if len(floating) == 1 else None
-    elif isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    source = f"{family.source} checkpoint {path}"
-    return model_with_converted_weights(config, state, model_class, source, dtype=dtype,
-                                        ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes"))).eval()
+        return floating.pop() if len(floating) == 1 else None
+    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+
+def attach_generation_config(model, path: str | os.PathLike, **kwargs) -> None:
+    """Give `model` the `generation_config=` argument, else the checkpoint's generation_config.json, as transformers'
+    from_pretrained does; without either it keeps the one its config implies. generate() reads its defaults from
+    there, not from config.json: Llama 3's list of eos ids, sampling settings, penalties, max_new_tokens."""
+    generation_config = kwargs.get("generation_config")
+    if generation_config is None:
+        generation_config = saved_generation_config(path, **kwargs)
+    if generation_config is not None:
+        model.generation_config = copy.deepcopy(generation_config)
+
+
+def saved_generation_config(path: str | os.PathLike, **kwargs):
+    """The GenerationConfig in generation_config.json of a folder or Hub repo, or None when it has none."""
+    from transformers import GenerationConfig
+    from transformers.utils import GENERATION_CONFIG_NAME, cached_file
+
+    found = cached_file(str(path), GENERATION_CONFIG_NAME, _raise_exceptions_for_missing_entries=False,
+                        _raise_exceptions_for_connection_errors=False, **hub_kwargs(kwargs))
+    return GenerationConfig.from_pretrained(path, **hub_kwargs(kwargs)) if found is not None else None
 
 
 def convert_model(reference, model_class, family: CheckpointFamily):
     """`model_class`, in eval mode, holding the weights of the in-memory transformers model `reference` (any class in
-    `family.classes`), with its config, dtype and attention implementation."""
+    `family.classes`), with its config, generation config, dtype and attention implementation."""
     architecture = type(reference).__name__
     config = converted_config(family, {**reference.config.to_dict(), "architectures": [architecture]})
     config._attn_implementation = reference.config._attn_implementation
     state = converted_state_dict(family, reference.state_dict(), architecture)
-    return model_with_converted_weights(config, state, model_class, f"{family.source} model ({architecture})",
-                                        dtype=reference.dtype).eval()
+    model, _ = model_and_loading_info(config, state, model_class, f"{family.source} model ({architecture})",
+                                      dtype=reference.dtype)
+    if model.can_generate() and getattr(reference, "generation_config", None) is not None:
+        model.generation_config = copy.deepcopy(reference.generation_config)
+    return model.eval()
 
 
 def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor]):
     """`reference_class(reference_config)` (a transformers model), in eval mode, holding `state`: every weight it
-    has, nothing else (the other direction of `model_with_converted_weights`)."""
+    has, nothing else (the other direction of `model_and_loading_info`)."""
     reference = reference_class(reference_config)
     reference.load_state_dict(state, strict=True)
     return reference.eval()
@@ -233,6 +373,15 @@ def refuse_options(source: str, enabled: dict[str, object], alternative: str) ->
         raise UserError(f"this {source} checkpoint sets {listed}, which GPTCustom does not implement; {alternative}")
 
 
+def refuse_inexpressible(target_class: str, enabled: dict[str, object], fix: str) -> None:
+    """The other direction of `refuse_options`: a UserError naming every setting of our config in `enabled` (name ->
+    value) that the transformers class `target_class` cannot express; nothing when it is empty. Exporting anyway
+    would give a model with other logits, or a shape error while loading its weights."""
+    if enabled:
+        listed = ", ".join(f"{name}={value!r}" for name, value in enabled.items())
+        raise UserError(f"this GPTCustom model sets {listed}, which {target_class} cannot express; {fix}")
+
+
 __all__ = [
     "CheckpointFamily",
     "convert_model",
@@ -241,8 +390,9 @@ __all__ = [
     "hub_kwargs",
     "load_converted_checkpoint",
     "load_weights",
-    "model_with_converted_weights",
+    "model_and_loading_info",
     "read_config_dict",
+    "refuse_inexpressible",
     "refuse_options",
     "refuse_unsupported_summary",
     "same_names",

@@ -81,7 +81,8 @@ GPT2 = CheckpointFamily("GPT-2", config_from_gpt2, convert_gpt2_state_dict, GPT2
 def load_gpt2_checkpoint(path: str | os.PathLike, model_class, **kwargs):
     """`model_class` (ours) with the weights of a transformers GPT-2 folder or Hub repo of any class in GPT2_CLASSES.
 
-    `dtype=` and `attn_implementation=` are honoured as in `from_pretrained`.
+    from_pretrained's loading arguments (`config=`, `dtype=`, `device_map=`, `output_loading_info=`...) are taken as
+    `load_converted_checkpoint` describes; the folder's generation_config.json comes along.
     """
     return load_converted_checkpoint(path, model_class, GPT2, **kwargs)
 

@@ -4,9 +4,10 @@ Llama's block is ours with position_embedding_type="rope", norm_type="rmsnorm", 
 The map is key for key except attention: Llama's separate q_proj/k_proj/v_proj become our one fused c_attn, rows
 stacked q then k then v (n_head + 2·n_kv_head heads of head_dim). Both sides rotate with transformers' convention
 (rotate_half: the first and second halves of each head pair up), so no row permutation is needed — unlike Meta's
-original files, whose interleaved pairs transformers' own conversion script permutes. Llama options we cannot
-reproduce exactly (RoPE scaling, partial rotary, another head_dim or activation) are refused by name. Training-only
-difference: LlamaModel's embedding gives the pad_token_id row no gradient; ours trains every row.
+original files, whose interleaved pairs transformers' own conversion script permutes. head_dim carries over both
+ways (heads wider or narrower than hidden_size / num_attention_heads). Llama options we cannot reproduce exactly
+(RoPE scaling, partial rotary, another activation) are refused by name. Training-only difference: LlamaModel's
+embedding gives the pad_token_id row no gradient; ours trains every row.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .convert_common import (
     CheckpointFamily,
     convert_model,
     load_converted_checkpoint,
+    refuse_inexpressible,
     refuse_options,
     same_names,
     transformers_model_with_weights,
@@ -45,7 +47,8 @@ LLAMA_BLOCK = {"position_embedding_type": "rope", "norm_position": "pre", "norm_
 LLAMA_FIELDS = {  # LlamaConfig name -> ours
     "vocab_size": "vocab_size", "max_position_embeddings": "n_positions", "hidden_size": "n_embd",
     "num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "num_key_value_heads": "n_kv_head",
-    "intermediate_size": "n_inner", "rms_norm_eps": "layer_norm_epsilon", "attention_dropout": "attn_pdrop",
+    "intermediate_size": "n_inner", "head_dim": "head_dim", "rms_norm_eps": "layer_norm_epsilon",
+    "attention_dropout": "attn_pdrop",
     "attention_bias": "attention_bias", "mlp_bias": "mlp_bias", "initializer_range": "initializer_range",
     "tie_word_embeddings": "tie_word_embeddings", "use_cache": "use_cache", "bos_token_id": "bos_token_id",
     "eos_token_id": "eos_token_id", "pad_token_id": "pad_token_id",
@@ -68,15 +71,13 @@ def config_from_llama(llama_config: dict) -> GPTCustomConfig:
     """Our config for the same architecture as a LlamaConfig dict (UserError for what we cannot reproduce)."""
     config = _llama_config(llama_config)
     rope = dict(config.rope_parameters or {})
-    natural_head_dim = config.hidden_size // config.num_attention_heads
     actual = {
         "rope_parameters.rope_type": rope.get("rope_type", "default"),  # linear, dynamic, yarn, llama3 scaling
         "rope_parameters.partial_rotary_factor": rope.get("partial_rotary_factor", 1.0),
-        "head_dim": config.head_dim,
         "hidden_act": config.hidden_act,
     }
     supported = {"rope_parameters.rope_type": "default", "rope_parameters.partial_rotary_factor": 1.0,
-                 "head_dim": natural_head_dim, "hidden_act": "silu"}
+                 "hidden_act": "silu"}
     refuse_options("Llama", {name: value for name, value in actual.items() if value != supported[name]}, ALTERNATIVE)
     fields = {ours: getattr(config, theirs) for theirs, ours in LLAMA_FIELDS.items()}
     return GPTCustomConfig(**fields, **LLAMA_BLOCK, rope_theta=rope.get("rope_theta", 10000.0))
@@ -149,7 +150,8 @@ def llama_config_from(config: GPTCustomConfig):
     wrong = {name: value for name, value in required.items() if value != LLAMA_BLOCK[name]}
     if not config.scale_attn_weights:
         wrong["scale_attn_weights"] = False
-    refuse_options("GPTCustom", wrong, "LlamaForCausalLM is a pre-norm RoPE/RMSNorm/SwiGLU block")
+    refuse_inexpressible("LlamaForCausalLM", wrong, "it is a pre-norm RoPE/RMSNorm/SwiGLU block with scaled attention;"
+                         " export a model of that block (e.g. the llama-small preset), or keep this one as GPTCustom")
     fields = {theirs: getattr(config, ours) for theirs, ours in LLAMA_FIELDS.items()}
     fields.update(num_key_value_heads=config.n_kv_head, intermediate_size=config.inner_dim)
     return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})

@@ -17,6 +17,7 @@ from .convert_common import (
     CheckpointFamily,
     convert_model,
     load_converted_checkpoint,
+    refuse_inexpressible,
     refuse_options,
     refuse_unsupported_summary,
     same_names,
@@ -119,8 +120,12 @@ def openai_gpt_config_from(config: GPTCustomConfig):
     wrong = {name: getattr(config, name) for name, value in required.items() if getattr(config, name) != value}
     if config.activation_function not in AFN_FROM_ACTIVATION:
         wrong["activation_function"] = config.activation_function
-    refuse_options("GPTCustom", wrong, "OpenAIGPTLMHeadModel is a post-LayerNorm block with learned positions, a "
-                   f"{', '.join(AFN_FROM_ACTIVATION)} MLP of 4·n_embd with biases and a tied head")
+    if config.head_dim * config.n_head != config.n_embd:  # OpenAIGPTConfig has no head_dim: heads split n_embd
+        wrong["head_dim"] = config.head_dim
+    refuse_inexpressible("OpenAIGPTLMHeadModel", wrong, "it is a post-LayerNorm block with learned positions, heads "
+                         f"of n_embd / n_head, a {', '.join(AFN_FROM_ACTIVATION)} MLP of 4·n_embd with biases and a "
+                         "tied head; export a model of that block (e.g. the gpt1 preset), or keep this one as "
+                         "GPTCustom")
     fields = {key: getattr(config, key) for key in FIELDS_CARRIED_OVER}
     return OpenAIGPTConfig(**fields, afn=AFN_FROM_ACTIVATION[config.activation_function])
 

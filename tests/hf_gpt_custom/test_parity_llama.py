@@ -147,7 +147,6 @@ def test_an_untied_llama_folder_without_its_head_is_refused(tmp_path):
     (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope_type='dynamic'"),
     (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
      "partial_rotary_factor=0.5"),
-    (dict(head_dim=16), "head_dim=16"),
     (dict(hidden_act="gelu"), "hidden_act='gelu'"),
 ])
 def test_llama_options_we_cannot_reproduce_are_refused_by_name(tmp_path, option, named):
@@ -172,8 +171,30 @@ def test_an_old_style_config_with_top_level_rope_theta_converts():
 ])
 def test_exporting_a_block_llama_cannot_express_names_the_field(option):
     config = GPTCustomConfig.from_preset("llama-small", **option)
-    with pytest.raises(UserError, match=next(iter(option))):
+    with pytest.raises(UserError, match=f"{next(iter(option))}=.*, which LlamaForCausalLM cannot express"):
         llama_config_from(config)
+
+
+# head_dim=16 on n_embd=32 with 4 heads: the heads together are 64 wide, twice hidden_size (as in Gemma).
+WIDE_HEADS = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+
+
+def test_a_llama_with_heads_wider_than_hidden_over_heads_converts_to_ours_with_the_same_logits(tmp_path):
+    ours, reference = make_llama_pair(**WIDE_HEADS)
+    assert ours.config.head_dim == 16 and ours.transformer.h[0].attn.c_attn.weight.shape == ((4 + 2 * 2) * 16, 32)
+    input_ids = torch.randint(0, 99, (2, 13))
+    assert_same_logits(ours, reference, input_ids)
+    reference.save_pretrained(tmp_path)
+    assert_same_logits(GPTCustomForCausalLM.from_pretrained(tmp_path), reference, input_ids)
+
+
+def test_our_model_with_heads_wider_than_hidden_over_heads_exports_to_llama_with_the_same_logits():
+    config = GPTCustomConfig.from_preset("llama-small", n_layer=2, n_embd=32, n_head=4, n_kv_head=2, head_dim=16,
+                                         vocab_size=99, n_positions=64)
+    ours = randomize_(GPTCustomForCausalLM(config)).eval()
+    reference = to_llama_model(ours)
+    assert reference.config.head_dim == 16 and reference.model.layers[0].self_attn.q_proj.weight.shape == (64, 32)
+    assert_same_logits(reference, ours, torch.randint(0, 99, (2, 13)))
 
 
 def test_a_bf16_llama_folder_converts_as_llama_for_causal_lm_loads_it(tmp_path):

@@ -136,5 +136,13 @@ def test_openai_gpt_options_we_cannot_reproduce_are_refused_by_name():
 def test_exporting_a_block_openai_gpt_cannot_express_names_the_field(option):
     config = GPTCustomConfig(**{**TINY_GPT1, "norm_position": "post", **option})
     named = {"n_inner": "inner_dim"}.get(next(iter(option)), next(iter(option)))
-    with pytest.raises(UserError, match=named):
+    with pytest.raises(UserError, match=f"{named}=.*, which OpenAIGPTLMHeadModel cannot express"):
         openai_gpt_config_from(config)
+
+
+def test_exporting_heads_of_another_width_than_n_embd_over_n_head_is_refused_by_name():
+    """OpenAIGPTConfig has no head_dim: its heads split n_embd. head_dim=16 on 32 wide with 4 heads used to reach
+    load_state_dict and fail there with a size-mismatch traceback."""
+    ours = GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT1, norm_position="post", head_dim=16)).eval()
+    with pytest.raises(UserError, match="head_dim=16, which OpenAIGPTLMHeadModel cannot express"):
+        to_openai_gpt_model(ours)

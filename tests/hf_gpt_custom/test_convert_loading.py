@@ -1,0 +1,215 @@
+"""from_pretrained on a transformers GPT-2 or Llama folder takes transformers' loading arguments as transformers' own
+classes do: the folder's generation_config.json, `config=`, `output_loading_info`, a one-device `device_map`; any
+argument it cannot honour is refused by name instead of being dropped."""
+
+import pytest
+import torch
+import transformers
+from transformers import AutoConfig, GenerationConfig, GPT2ForSequenceClassification, GPT2LMHeadModel, LlamaConfig
+
+from hf_gpt_custom import (
+    GPTCustomConfig,
+    GPTCustomForCausalLM,
+    GPTCustomForSequenceClassification,
+    GPTCustomModel,
+)
+from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+from hf_gpt_custom.convert_llama import from_llama_model
+from hf_gpt_custom.errors import UserError
+
+from tests.helpers import TINY_GPT2, randomize_
+
+TINY_LLAMA = dict(vocab_size=99, hidden_size=32, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+CONFIGS = {"GPT2": lambda **fields: transformers.GPT2Config(**TINY_GPT2, **fields),
+           "Llama": lambda **fields: LlamaConfig(**TINY_LLAMA, **fields)}
+# What Llama 3 folders ship in generation_config.json (several eos ids), plus settings that change every token.
+GENERATION = dict(eos_token_id=[2, 7, 9], repetition_penalty=2.0, max_new_tokens=10, no_repeat_ngram_size=2)
+PAD = 0
+
+
+def reference_model(class_name: str, **config_fields):
+    """transformers' `class_name` (GPT2... or Llama...) on a tiny config, every weight random, in eval mode."""
+    torch.manual_seed(0)
+    config = CONFIGS["GPT2" if class_name.startswith("GPT2") else "Llama"](**config_fields)
+    return randomize_(getattr(transformers, class_name)(config)).eval()
+
+
+def saved_folder(folder, class_name: str, **config_fields):
+    """`folder` holding a random transformers `class_name`, as save_pretrained writes it."""
+    reference_model(class_name, **config_fields).save_pretrained(folder)
+    return folder
+
+
+def with_generation_settings(model):
+    for name, value in GENERATION.items():
+        setattr(model.generation_config, name, value)
+    return model
+
+
+# --- generation_config.json ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "LlamaForCausalLM"])
+def test_a_converted_folder_generates_with_its_generation_config(tmp_path, class_name):
+    """The folder's generation_config.json used to be dropped: generate() then ran past max_new_tokens, without the
+    repetition penalty, and stopped at config.json's one eos id instead of the list."""
+    with_generation_settings(reference_model(class_name)).save_pretrained(tmp_path)
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    for name, value in GENERATION.items():
+        assert getattr(ours.generation_config, name) == getattr(theirs.generation_config, name) == value, name
+    prompt = torch.randint(3, 99, (1, 5), generator=torch.Generator().manual_seed(4))
+    assert ours.generate(prompt, pad_token_id=PAD).tolist() == theirs.generate(prompt, pad_token_id=PAD).tolist()
+
+
+def test_a_folder_without_generation_config_gets_the_one_its_config_implies(tmp_path):
+    saved_folder(tmp_path, "LlamaForCausalLM")
+    (tmp_path / "generation_config.json").unlink()
+    theirs = transformers.LlamaForCausalLM.from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "max_new_tokens", "repetition_penalty"):
+        assert getattr(ours.generation_config, name) == getattr(theirs.generation_config, name), name
+
+
+def test_a_generation_config_argument_wins_over_the_folders_as_in_transformers(tmp_path):
+    with_generation_settings(reference_model("GPT2LMHeadModel")).save_pretrained(tmp_path)
+    given = GenerationConfig(max_new_tokens=3, eos_token_id=5)
+    theirs = GPT2LMHeadModel.from_pretrained(tmp_path, generation_config=given)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, generation_config=given)
+    assert (ours.generation_config.max_new_tokens, ours.generation_config.eos_token_id) == (3, 5)
+    assert ours.generation_config.to_dict() == theirs.generation_config.to_dict()
+
+
+@pytest.mark.parametrize("class_name, convert", [("GPT2LMHeadModel", from_gpt2_model),
+                                                 ("LlamaForCausalLM", from_llama_model)])
+def test_converting_a_model_in_memory_keeps_its_generation_config(class_name, convert):
+    reference = with_generation_settings(reference_model(class_name))
+    ours = convert(reference, GPTCustomForCausalLM)
+    assert ours.generation_config.to_dict() == reference.generation_config.to_dict()
+    assert ours.generation_config is not reference.generation_config  # a copy: editing one leaves the other
+    prompt = torch.randint(3, 99, (1, 5), generator=torch.Generator().manual_seed(4))
+    assert ours.generate(prompt, pad_token_id=PAD).tolist() == reference.generate(prompt, pad_token_id=PAD).tolist()
+
+
+# --- config= ---------------------------------------------------------------------------------------------------------
+
+
+def assert_same_classifier_logits(ours, theirs):
+    """Both heads give the same logits on rows right-padded with PAD (pooled at each row's last real token)."""
+    input_ids = torch.randint(1, 99, (3, 9))
+    input_ids[0, 6:] = PAD
+    input_ids[1, 3:] = PAD
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids).logits, theirs(input_ids).logits, rtol=0, atol=1e-5)
+
+
+def test_a_transformers_config_argument_gives_the_head_transformers_gives(tmp_path):
+    """The usual recipe: AutoConfig of the folder with num_labels and pad_token_id, passed as config=. It used to be
+    ignored: a 2-label head that pooled the last column, padding or not."""
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    config = AutoConfig.from_pretrained(tmp_path, num_labels=5, pad_token_id=PAD,
+                                        problem_type="multi_label_classification")
+    theirs = GPT2ForSequenceClassification.from_pretrained(tmp_path, config=config).eval()
+    ours = GPTCustomForSequenceClassification.from_pretrained(tmp_path, config=config)
+    fields = ("num_labels", "pad_token_id", "problem_type", "id2label")
+    assert {name: getattr(ours.config, name) for name in fields} == {name: getattr(theirs.config, name)
+                                                                      for name in fields}
+    with torch.no_grad():
+        ours.score.weight.copy_(theirs.score.weight)  # a new head is random on both sides
+    assert_same_classifier_logits(ours, theirs)
+
+
+def test_our_config_argument_is_used_as_given(tmp_path):
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    theirs = GPT2ForSequenceClassification.from_pretrained(tmp_path, num_labels=5, pad_token_id=PAD).eval()
+    config = GPTCustomConfig(**TINY_GPT2, num_labels=5, pad_token_id=PAD)  # GPT2Config and ours share these fields
+    ours = GPTCustomForSequenceClassification.from_pretrained(tmp_path, config=config)
+    assert (ours.config.num_labels, ours.config.pad_token_id) == (5, PAD)
+    assert config.architectures is None  # the caller's object is left as it was
+    with torch.no_grad():
+        ours.score.weight.copy_(theirs.score.weight)
+    assert_same_classifier_logits(ours, theirs)
+
+
+def test_a_config_argument_still_loads_the_head_the_folder_holds(tmp_path):
+    """Which head the weights hold is the folder's fact, not the config's: transformers loads the saved score."""
+    saved_folder(tmp_path, "GPT2ForSequenceClassification", num_labels=3, pad_token_id=PAD)
+    config = AutoConfig.from_pretrained(tmp_path)
+    config.architectures = None
+    theirs = GPT2ForSequenceClassification.from_pretrained(tmp_path, config=config).eval()
+    ours = GPTCustomForSequenceClassification.from_pretrained(tmp_path, config=config)
+    assert_same_classifier_logits(ours, theirs)
+
+
+@pytest.mark.parametrize("config, named", [(LlamaConfig(**TINY_LLAMA), "LlamaConfig"), ("gpt2", "str")])
+def test_a_config_of_another_family_or_a_name_is_refused_by_name(tmp_path, config, named):
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    with pytest.raises(UserError, match=f"config= is a {named}, but .* is a GPT-2 checkpoint"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, config=config)
+
+
+# --- output_loading_info ---------------------------------------------------------------------------------------------
+
+LOADING_CASES = {  # name: (the folder's class and config, transformers' class loading it, ours, from_pretrained args)
+    "same-class": ("GPT2LMHeadModel", {}, "GPT2LMHeadModel", GPTCustomForCausalLM, {}),
+    "new-head": ("GPT2LMHeadModel", {}, "GPT2ForSequenceClassification", GPTCustomForSequenceClassification, {}),
+    "dropped-head": ("GPT2ForSequenceClassification", {"pad_token_id": PAD}, "GPT2LMHeadModel",
+                     GPTCustomForCausalLM, {}),
+    "resized-head": ("GPT2ForSequenceClassification", {"num_labels": 3, "pad_token_id": PAD},
+                     "GPT2ForSequenceClassification", GPTCustomForSequenceClassification,
+                     {"num_labels": 5, "ignore_mismatched_sizes": True}),
+    "body-of-untied-lm": ("LlamaForCausalLM", {}, "LlamaModel", GPTCustomModel, {}),
+    "classifier-of-untied-lm": ("LlamaForCausalLM", {}, "LlamaForSequenceClassification",
+                                GPTCustomForSequenceClassification, {}),
+}
+
+
+@pytest.mark.parametrize("case", LOADING_CASES)
+def test_output_loading_info_reports_what_transformers_reports(tmp_path, case):
+    saved_class, saved_config, their_class, our_class, arguments = LOADING_CASES[case]
+    saved_folder(tmp_path, saved_class, **saved_config)
+    _, theirs = getattr(transformers, their_class).from_pretrained(tmp_path, output_loading_info=True, **arguments)
+    model, ours = our_class.from_pretrained(tmp_path, output_loading_info=True, **arguments)
+    assert type(model) is our_class
+    assert {key: type(value) for key, value in ours.items()} == {key: type(value) for key, value in theirs.items()}
+    for key in ("missing_keys", "unexpected_keys", "error_msgs"):
+        assert ours[key] == theirs[key], key
+    shapes = lambda info: {(key, tuple(saved), tuple(new)) for key, saved, new in info["mismatched_keys"]}  # noqa: E731
+    assert shapes(ours) == shapes(theirs)
+
+
+# --- device_map and other arguments ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device_map", ["cpu", {"": "cpu"}, torch.device("cpu"), "auto", {"": "meta"}],
+                         ids=["str", "dict", "torch-device", "auto", "meta"])
+def test_a_one_device_map_puts_the_model_where_transformers_puts_it(tmp_path, device_map):
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    theirs = GPT2LMHeadModel.from_pretrained(tmp_path, device_map=device_map)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, device_map=device_map)
+    assert {parameter.device for parameter in ours.parameters()} == {theirs.device}
+
+
+@pytest.mark.parametrize("device_map", [{"transformer": "cpu", "lm_head": "meta"}, {"": "disk"}])
+def test_a_device_map_over_several_devices_is_refused_by_name(tmp_path, device_map):
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    with pytest.raises(UserError, match=r"device_map=\{.*save_pretrained"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, device_map=device_map)
+
+
+@pytest.mark.parametrize("argument", [{"use_safetensors": False}, {"variant": "fp16"},
+                                      {"quantization_config": {"load_in_8bit": True}}, {"num_lables": 3},
+                                      {"weights_only": False}])
+def test_an_argument_the_conversion_cannot_honour_is_refused_by_name(tmp_path, argument):
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    with pytest.raises(UserError, match=f"from_pretrained got {next(iter(argument))}="):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, **argument)
+
+
+def test_arguments_at_their_defaults_and_harmless_ones_are_accepted(tmp_path):
+    """Generic loading code passes transformers' defaults explicitly; they ask for nothing."""
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    GPTCustomForCausalLM.from_pretrained(tmp_path, use_safetensors=None, variant=None, quantization_config=None,
+                                         weights_only=True, trust_remote_code=True, low_cpu_mem_usage=True,
+                                         device_map=None, output_loading_info=False)
