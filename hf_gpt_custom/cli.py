@@ -146,9 +146,11 @@ def _config_overrides(args: argparse.Namespace) -> list[str]:
 
 def _cmd_train(args: argparse.Namespace) -> None:
     from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.hub_revision import pin_dataset_revision
     from hf_gpt_custom.training.resume import check_run_folder
 
     config = load_train_config(args.config, _config_overrides(args))  # before torch loads: errors come in a second
+    config = pin_dataset_revision(config, args.start_over)  # a Hub dataset: the commit its run folder was trained on
     check_run_folder(config, args.start_over)  # a run folder trained with other settings, too
     from hf_gpt_custom.training.train import train
 
@@ -180,9 +182,11 @@ def _task_keys_help() -> str:
 
 def _cmd_finetune(args: argparse.Namespace) -> None:
     from hf_gpt_custom.training.finetune_config import load_finetune_config
+    from hf_gpt_custom.training.hub_revision import pin_dataset_revision
     from hf_gpt_custom.training.resume import check_run_folder
 
     config = load_finetune_config(args.config, _config_overrides(args))  # before torch loads
+    config = pin_dataset_revision(config, args.start_over)
     check_run_folder(config, args.start_over)
     from hf_gpt_custom.training.finetune import finetune
 

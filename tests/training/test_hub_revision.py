@@ -87,6 +87,22 @@ def test_a_resume_after_an_upstream_update_reads_the_commit_the_run_started_on(h
             if json.loads(line)["kind"] == "train"] == [1, 2, 3, 4]
 
 
+def test_the_console_script_resumes_a_hub_run_after_an_upstream_update(hub, hub_run, tmp_path):
+    """`hf-gpt-custom train` compares the run folder before train() runs: there an unpinned config refused the run's
+    own checkpoints (dataset_revision: 'aaa' -> None)."""
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.training.config import save_train_config
+
+    config = hub_run()
+    run_dir = train(config)
+    shutil.rmtree(run_dir / "checkpoints" / "step_000004")
+    shutil.rmtree(run_dir / "final")
+    save_train_config(config, tmp_path / "run.yaml")  # the user's config, without a revision
+    hub.main, hub.revisions_read = "bbb", []
+    main(["train", str(tmp_path / "run.yaml"), f"data_cache_dir={tmp_path / 'other_cache'}"])
+    assert set(hub.revisions_read) == {"aaa"} and _recorded(run_dir / "checkpoints" / "step_000004") == "aaa"
+
+
 def test_another_explicit_revision_is_refused_and_start_over_takes_the_new_commit(hub, hub_run):
     run_dir = train(hub_run())
     shutil.rmtree(run_dir / "checkpoints" / "step_000004")
