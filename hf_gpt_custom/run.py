@@ -21,6 +21,10 @@ STAGES = ("tokenizer", "train", "eval", "export")
 STATE_FILE = "pipeline_state.json"
 # Changing only these settings re-runs evaluation and export on the trained model instead of refusing to resume.
 _EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
+# These change no weight but figures of the summary and the card (final_val_loss over eval_batches, mfu over
+# peak_flops): changing them re-runs train's finishing step (a complete run only evaluates and writes its summary
+# again) and export.
+_REPORT_KEYS = {"eval_batches", "peak_flops"}
 
 
 def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, start_over: bool = False) -> Path:
@@ -28,9 +32,10 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
 
     The run folder is the config's out_dir (default runs/<run_name>); the Hub-ready result is <run_folder>/export
     and evaluation results are in <run_folder>/eval. Rerunning with the same config skips finished stages; a
-    different config for the same folder raises ValueError naming the changed keys (only benchmark_* changes are
-    accepted: they re-run eval and export). `start_over` runs every stage again, training from step 0 (the old
-    checkpoints are moved aside, as `train --start_over` does).
+    different config for the same folder raises ValueError naming the changed keys (benchmark_* changes re-run eval
+    and export; eval_batches and peak_flops train's finishing step and export; a data, tokenizer or init_from path
+    whose files hold what the run read is the same input, moved). `start_over` runs every stage again, training
+    from step 0 (the old checkpoints are moved aside, as `train --start_over` does).
     """
     from hf_gpt_custom.training.config import load_train_config
     from hf_gpt_custom.training.run_lock import lock_run_folder
@@ -42,7 +47,9 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
     from hf_gpt_custom.training.hub_revision import pin_dataset_revision
     from hf_gpt_custom.training.train import check_machine_can_train
 
-    check_machine_can_train(config)  # fp16 on a CPU, cpu=false without a GPU: refused before the tokenizer stage
+    # fp16 on a CPU, cpu=false without a GPU: refused before the tokenizer stage. The config it returns has
+    # mixed_precision=auto resolved, as train() records it in config.yaml: that file given back to `run` is this run.
+    config, _ = check_machine_can_train(config)
     config = pin_dataset_revision(config, start_over)  # every stage reads a Hub dataset at the same commit
     with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
         return _run_stages(config, start_over)
@@ -61,9 +68,9 @@ def _run_stages(config, start_over: bool = False) -> Path:
         record = state["stages"].get(stage, {})
         if record.get("status") in ("done", "skipped"):
             if _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir) \
-                    and _scored_on_these_benchmarks(record, benchmarks):
+                    and _scored_on_these_benchmarks(record, benchmarks) and _read_these_reports(record, run_dir):
                 continue
-            # what it wrote was moved aside, or made from another final/ or other benchmark files: it runs again
+            # what it wrote was moved aside, or made from another final/, other benchmark files or other reports
             state["stages"].pop(stage)
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
@@ -85,6 +92,8 @@ def _run_stages(config, start_over: bool = False) -> Path:
             state["stages"][stage]["model"] = _model_identity(run_dir)
         if stage in _STAGES_OF_THE_BENCHMARKS:
             state["stages"][stage]["benchmarks"] = benchmarks
+        if stage in _REPORTS_READ:
+            state["stages"][stage]["reports"] = _report_identities(run_dir, _REPORTS_READ[stage])
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
@@ -151,6 +160,25 @@ def _scored_on_these_benchmarks(record: dict[str, Any], benchmarks: str | None) 
     """False when an eval (or the export whose card shows its results) read task or data files that have changed
     since: the scores would be of the old files. Other stages, and records from before this check, have none."""
     return "benchmarks" not in record or record["benchmarks"] == benchmarks
+
+
+# The run folder's files a stage copies or quotes beside final/: the card shows the summary's figures, the results and
+# the config. A `train` in this folder (another eval_batches, say) or an `eval` rewrites them, and the export made
+# before would disagree with the run folder.
+_REPORTS_READ = {"export": ("config.yaml", "training_summary.json", "eval/results.json")}
+
+
+def _report_identities(run_dir: Path, names: tuple[str, ...]) -> dict[str, str | None]:
+    """name -> sha256 of each of `names` in the run folder (None where absent)."""
+    from .manifest import sha256_file
+
+    return {name: sha256_file(run_dir / name) if (run_dir / name).is_file() else None for name in names}
+
+
+def _read_these_reports(record: dict[str, Any], run_dir: Path) -> bool:
+    """False when a report file the stage read has changed since (see _REPORTS_READ); records without them, trusted."""
+    reports = record.get("reports")
+    return reports is None or reports == _report_identities(run_dir, tuple(reports))
 
 
 def _print_outputs(run_dir: Path) -> None:
@@ -235,7 +263,7 @@ def _fingerprint(config) -> dict[str, Any]:
     from hf_gpt_custom.training.config import settings_that_do_not_change_training
     from hf_gpt_custom.training.fingerprints import input_fingerprints
 
-    ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS
+    ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS - _REPORT_KEYS
     fingerprint = {key: value for key, value in config.to_dict().items() if key not in ignored}
     fingerprint.update({f"{_CONTENTS}{role}": sha256 for role, sha256 in input_fingerprints(config).items()})
     return fingerprint
@@ -260,20 +288,46 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
         state = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
-    saved = state.get("config", {})
+    saved = _with_auto_precision_resolved(state.get("config", {}), config)
     # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
-    if changed and not set(changed) <= _EVAL_ONLY_KEYS:
-        shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in changed[:4])
+    moved = _moved_inputs(saved, fingerprint)
+    refused = [key for key in changed if key not in _EVAL_ONLY_KEYS | _REPORT_KEYS | set(moved)]
+    if refused:
+        shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in refused[:4])
         raise UserError(
             f"{run_dir} was started with a different config ({shown}); rerun with the original settings to resume, "
             f"start a new run with run_name=<new name> (or out_dir=...), or pass --start_over to run it again here"
         )
-    if changed:  # only benchmark settings changed: keep the trained model, evaluate and export again
-        for stage in ("eval", "export"):
-            state["stages"].pop(stage, None)
-        state["config"] = fingerprint
+    # What is left changes no weight: keep the trained model, redo what shows the changed settings.
+    redo = {"eval", "export"} if set(changed) & _EVAL_ONLY_KEYS else set()
+    redo |= {"train", "export"} if set(changed) & _REPORT_KEYS else set()
+    for stage in redo:
+        state["stages"].pop(stage, None)
+    state["config"] = fingerprint  # a moved path, a resolved auto, a key added since: compared as they are now
     return state
+
+
+def _moved_inputs(saved: dict[str, Any], fingerprint: dict[str, Any]) -> list[str]:
+    """The data, tokenizer and init_from settings that name another path whose files hold what the run read (a moved
+    folder), each noted once; training's resume check (resume.moved_inputs) accepts them the same way."""
+    from hf_gpt_custom.training.resume import moved_inputs, note_moved_input
+
+    roles = moved_inputs(saved, fingerprint)
+    for role in roles:
+        note_moved_input(role, saved[role], fingerprint[role])
+    return roles
+
+
+def _with_auto_precision_resolved(saved: dict[str, Any], config) -> dict[str, Any]:
+    """`saved` with a recorded mixed_precision=auto replaced by what it resolves to on this machine: states written
+    before `run` resolved it (as train() and config.yaml do) continue with the same command."""
+    if saved.get("mixed_precision") != "auto":
+        return saved
+    from hf_gpt_custom.training.devices import resolve_mixed_precision, training_device_type
+
+    device_type = training_device_type(config.cpu if config is not None else None)
+    return {**saved, "mixed_precision": resolve_mixed_precision("auto", device_type)}
 
 
 def _save_state(run_dir: Path, state: dict[str, Any]) -> None:

@@ -254,6 +254,31 @@ def test_new_contents_at_the_data_path_are_refused_naming_the_file(tmp_path, mon
     assert ran == list(run_module.STAGES)
 
 
+def test_the_same_data_file_at_another_path_is_the_same_run(tmp_path, monkeypatch, caplog):
+    """Paths are stored absolute: a data folder (or the checkout holding it) moved elsewhere was refused as
+    'dataset: ... -> ...' although its contents are compared on their own. Moved, it continues; edited, refused."""
+    import shutil
+
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    text = tmp_path / "data" / "input.txt"
+    text.parent.mkdir()
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n")
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"dataset={text}"]))
+    moved = tmp_path / "elsewhere" / "input.txt"
+    shutil.move(text.parent, moved.parent)
+    config = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"dataset={moved}"])
+    run_module._run_stages(config)
+    assert ran == list(run_module.STAGES)  # nothing ran again
+    assert f"dataset moved from {text} to {moved}: the files hold the same contents" in caplog.text
+    moved.write_text(moved.read_text().replace("Citizen", "Senator"))
+    with pytest.raises(ValueError, match=rf"the contents of dataset={moved} changed since then"):
+        run_module._run_stages(config)
+
+
 def test_a_final_that_another_train_replaced_is_trained_again_then_scored(tmp_path, monkeypatch):
     """`train --start_over learning_rate=1e-3` in the run folder replaced final/: `run` with the config's 3e-3 then
     counted the train stage as done and evaluated and exported the 1e-3 model (its card said 0.001). The train stage

@@ -1,9 +1,10 @@
 """Checkpoints: atomic save, keep the last K, find and verify a checkpoint to resume from.
 
 A checkpoint folder is `accelerator.save_state` output (model, optimizer, scheduler, per-rank RNG states) plus
-training_state.json (optimizer step, epoch, batches consumed in the epoch, tokens seen) and manifest.json, written
-last, listing every file with its size and sha256. It is written as step_NNNNNN.tmp and renamed when complete, so a
-folder named step_NNNNNN without a verifying manifest was damaged afterwards: it is refused, never deleted here.
+training_state.json (optimizer step, epoch, batches consumed in the epoch, tokens seen, the divergence guard's
+memory) and manifest.json, written last, listing every file with its size and sha256. It is written as
+step_NNNNNN.tmp and renamed when complete, so a folder named step_NNNNNN without a verifying manifest was damaged
+afterwards: it is refused, never deleted here.
 The folder holds one linear history: a run that starts over or resumes from an older step first moves the other
 history's checkpoints into an abandoned_* folder, so rotation and "latest" only ever see the branch being trained.
 The manifest helpers live in hf_gpt_custom.manifest (one format for checkpoints and model folders).
@@ -48,6 +49,10 @@ class TrainingState:
     # seconds of the run's train() calls up to this checkpoint, set-up included (a session's time after its last
     # checkpoint is lost with it: those steps are redone and counted again)
     wall_time_s: float = 0.0
+    # The divergence guard's memory (loop.DivergenceGuard), so a resumed run judges its losses against the whole
+    # run's best, as the uninterrupted run would. None in checkpoints written before it was recorded.
+    best_loss: float | None = None  # the lowest loss of a healthy training step so far
+    last_good_checkpoint: str | None = None  # the newest checkpoint (its folder name) whose weights gave a healthy loss
 
 
 def checkpoint_name(step: int) -> str:

@@ -8,13 +8,16 @@ every later update back. train.py builds what the loop works with (the Session) 
 Divergence and safe checkpoints: a step's loss is computed with the weights the previous update left, so
 checkpoint k (saved after update k) is known to be good only once the loss of step k+1 — the loss of exactly those
 weights — came out finite and not blown up. A huge learning rate shows why: the update that ruins the weights leaves
-a finite loss behind it, so "the checkpoint before the first NaN" can hold weights of 1e6.
+a finite loss behind it, so "the checkpoint before the first NaN" can hold weights of 1e6. The guard's memory (the
+best loss, the last good checkpoint) travels in each checkpoint, so a resumed run stops where the uninterrupted one
+would have.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -25,11 +28,13 @@ import torch
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.progress import progress_bar
-from hf_gpt_custom.training.checkpoint import TrainingState, save_checkpoint
+from hf_gpt_custom.training.checkpoint import TrainingState, checkpoint_step, list_checkpoints, save_checkpoint
+from hf_gpt_custom.training.run_log import RUN_LOG_NAME, read_run_log
 
 if TYPE_CHECKING:
     from hf_gpt_custom.training.train import Session
 
+logger = logging.getLogger(__name__)
 
 # --- the loop -------------------------------------------------------------------------------------------------------
 
@@ -83,8 +88,9 @@ def run_loop(s: Session) -> LoopResult:
     progress = progress_bar(show=accelerator.is_local_main_process, total=config.max_steps, initial=state.step,
                             desc="training", dynamic_ncols=True)
     result = LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
-    guard = DivergenceGuard(resumed_from=s.resume_folder)
-    gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None)
+    guard = _guard_as_the_run_left_it(s)
+    gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None,
+                      best_loss=guard.best_loss)
     window = None
     s.model.train()
     while state.step < config.max_steps:
@@ -103,12 +109,42 @@ def run_loop(s: Session) -> LoopResult:
             result.last_eval = _evaluate_and_log(s, progress)
         if is_checkpoint:
             check_weights_finite(s, guard.advice(s.checkpoints_dir), progress)
+            guard.remember_in(state)
             result.last_checkpoint = save_checkpoint(accelerator, s.checkpoints_dir, s.stamp_wall_time(),
                                                      config.keep_checkpoints)
             guard.checkpoint_saved(result.last_checkpoint)
     progress.close()
+    guard.remember_in(state)  # for the checkpoint train.py saves at the end
     result.advice_if_diverged = guard.advice(s.checkpoints_dir)
     return result
+
+
+def _guard_as_the_run_left_it(s: Session) -> DivergenceGuard:
+    """The divergence guard with the memory the resumed checkpoint recorded (a fresh one for a new run). Without it,
+    a resumed run measured "twice the best loss" against its own first steps and trained through the blow-up the
+    uninterrupted run stopped at. A checkpoint written before that memory was recorded gets it from the run log."""
+    folder, state = s.resume_folder, s.state
+    if folder is None:
+        return DivergenceGuard()
+    best_loss, last_good = state.best_loss, state.last_good_checkpoint
+    if best_loss is None and state.step < s.config.max_steps:  # (a complete run has no step left to judge)
+        best_loss, last_good = _guard_memory_from_run_log(folder, state.step)
+        if s.accelerator.is_main_process:
+            logger.warning("%s records no best loss (written by an older version): the divergence guard takes %s",
+                           folder, f"the best loss {best_loss:.6g} of the run log's steps up to {state.step}"
+                           if best_loss is not None else "no best loss either: the run log has no steps up to it")
+    return DivergenceGuard(resumed_from=folder, best_loss=math.inf if best_loss is None else best_loss,
+                           last_good=folder.parent / last_good if last_good else None)
+
+
+def _guard_memory_from_run_log(folder: Path, step: int) -> tuple[float | None, str | None]:
+    """(best loss, last good checkpoint) for the checkpoint `folder` at `step`, from its run's log and folder: every
+    logged training step was healthy (a diverged one gets an error record), so each older checkpoint is good."""
+    log = folder.parent.parent / RUN_LOG_NAME
+    losses = [r["loss"] for r in read_run_log(log) if r.get("kind") == "train" and r["step"] <= step] \
+        if log.is_file() else []
+    older = [f.name for f in list_checkpoints(folder.parent) if checkpoint_step(f) < step]
+    return (min(losses) if losses else None), (older[-1] if older else None)
 
 
 def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuard, progress) -> _StepOnDevice:
@@ -252,7 +288,8 @@ def stop_diverged(s: Session, step: int, problem: str, loss: float, grad_norm: f
     if s.run_log is not None:
         s.run_log.write({"kind": "error", "step": step, "problem": problem,
                          "loss": loss if math.isfinite(loss) else str(loss),
-                         "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm)})
+                         "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm),
+                         "advice": advice})  # repeated by a rerun, which refuses to train into it again (resume.py)
         s.run_log.close()
     s.accelerator.end_training()
     raise TrainingDivergedError(f"training stopped at step {step}: {problem}; {advice}")
@@ -273,9 +310,9 @@ MIN_BLOWUP_NATS = 1.0
 class DivergenceGuard:
     """Checks each step's loss and tracks the newest checkpoint whose weights gave a healthy loss."""
 
-    def __init__(self, resumed_from: Path | None = None):
-        self.best_loss = math.inf
-        self.last_good: Path | None = None
+    def __init__(self, resumed_from: Path | None = None, best_loss: float = math.inf, last_good: Path | None = None):
+        self.best_loss = best_loss
+        self.last_good = last_good
         self._unconfirmed = resumed_from  # the weights we resumed from are judged by the first step's loss too
 
     def problem(self, loss: float, grad_norm: float, overflow_is_normal: bool = False) -> str | None:
@@ -304,6 +341,11 @@ class DivergenceGuard:
 
     def checkpoint_saved(self, folder: Path) -> None:
         self._unconfirmed = folder
+
+    def remember_in(self, state: TrainingState) -> None:
+        """Write what a resumed run needs to judge its losses as this one would into the state a checkpoint saves."""
+        state.best_loss = self.best_loss if math.isfinite(self.best_loss) else None
+        state.last_good_checkpoint = self.last_good.name if self.last_good is not None else None
 
     def advice(self, checkpoints_dir: Path) -> str:
         """What the error says to do: the really safe checkpoint (if it still exists) and the ones not to use."""
@@ -338,11 +380,11 @@ class UpdateGate:
     each step instead (`skips_on_device` is False).
     """
 
-    def __init__(self, optimizer, device, overflow_is_normal: bool = False):
+    def __init__(self, optimizer, device, overflow_is_normal: bool = False, best_loss: float = math.inf):
         inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps torch's
         self.overflow_is_normal = overflow_is_normal
         self.skips_on_device = bool(inner.defaults.get("fused")) and not overflow_is_normal
-        self._best_loss = torch.full((), math.inf, dtype=torch.float64, device=device)
+        self._best_loss = torch.full((), best_loss, dtype=torch.float64, device=device)  # the guard's, on resume
         self._halted = torch.zeros((), dtype=torch.float32, device=device)
         if self.skips_on_device:
             inner.found_inf = self._halted

@@ -6,14 +6,18 @@ resume compares them with the new config before anything is loaded: a changed le
 the restored scheduler, a changed batch_size would skip batches counted in the old size, a changed architecture
 would fail deep inside the weight loading. Speed, logging, saving and evaluation settings may change freely. The
 files a run reads are compared by contents (`contents.<role>`, fingerprints.py): the same data path with other text
-would go on training on other token ids, a retrained tokenizer would give old weights new ids.
+would go on training on other token ids, a retrained tokenizer would give old weights new ids; and the same files at
+another path (a moved data folder, repository or run folder) are the same input, not a change. A run that stopped
+because it diverged is not continued into the same blow-up by rerunning its command.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 SETTINGS_NAME = "training_settings.json"
 CONTENTS = "contents"  # the section of SETTINGS_NAME holding input_fingerprints: role -> sha256
+INPUT_ROLES = ("dataset", "val_dataset", "tokenizer", "init_from")  # the settings whose files contents.<role> hashes
 _RUN_CONFIG_NAME = "config.yaml"  # the run folder's resolved config: what checkpoints without SETTINGS_NAME recorded
 
 
@@ -83,8 +88,30 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     changed = {key: (recorded[key], current.get(key)) for key in sorted(current.keys() | recorded.keys())
                if key in recorded and current.get(key) != recorded[key]
                and (key in current or not key.startswith(f"{CONTENTS}."))}
+    for role in moved_inputs(recorded, current):
+        note_moved_input(role, recorded[role], current[role])
+        del changed[role]
     changed.update(_architecture_changes(config, checkpoint))
     return dict(sorted(changed.items()))
+
+
+def moved_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The roles (dataset, tokenizer, ...) whose setting names another local path now, where the files hold what
+    `contents.<role>` recorded: the same input moved (load_train_config stores paths absolute, so a moved data folder,
+    repository or run folder changes them). Both dicts are flat, with `contents.<role>` keys. A Hub name has no
+    contents fingerprint, so a changed one still counts."""
+    def same_files(role: str) -> bool:
+        contents = f"{CONTENTS}.{role}"
+        return recorded.get(contents) is not None and recorded.get(contents) == current.get(contents)
+
+    return [role for role in INPUT_ROLES if role in recorded and recorded[role] != current.get(role)
+            and isinstance(current.get(role), str) and Path(current[role]).exists() and same_files(role)]
+
+
+@functools.lru_cache(maxsize=None)  # said once per process: `train` compares before its work and again inside it
+def note_moved_input(role: str, before: str, now: str) -> None:
+    logger.warning("%s moved from %s to %s: the files hold the same contents, so the run continues with them",
+                   role, before, now)
 
 
 def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
@@ -203,7 +230,45 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
             f"folder (out_dir=... or run_name=...), or pass --start_over to train from step 0 here (the old "
             f"checkpoints are moved aside, not deleted)"
         )
+    if folder is not None:
+        _refuse_to_continue_into_a_divergence(run_dir, folder)
     return folder
+
+
+def _refuse_to_continue_into_a_divergence(run_dir: Path, folder: Path) -> None:
+    """Raise a UserError when the run stopped because it diverged after `folder`: the same settings from the same
+    checkpoint train the same steps into the same blow-up (a resume is exact), so a rerun of the command would only
+    repeat it. The error repeats the diagnosis and its advice; resume_from_checkpoint retries on purpose."""
+    from hf_gpt_custom.training.checkpoint import checkpoint_step
+
+    record = _last_run_log_record(run_dir)
+    if record is None or record.get("kind") != "error" or record.get("step", 0) <= checkpoint_step(folder):
+        return
+    advice = record.get("advice") or "lower learning_rate or raise warmup_steps and start again"
+    raise UserError(
+        f"the run in {run_dir} stopped at step {record['step']}: {record.get('problem', 'it diverged')}; continuing "
+        f"it from {folder.name} with the same settings trains into the same blow-up: {advice}; or pass --start_over "
+        f"to train from step 0 here (the old checkpoints are moved aside, not deleted), or resume_from_checkpoint="
+        f"latest to retry it anyway"
+    )
+
+
+def _last_run_log_record(run_dir: Path) -> dict[str, Any] | None:
+    """The run log's last complete record, read from the end of the file (a long run's log is large)."""
+    from hf_gpt_custom.training.run_log import RUN_LOG_NAME
+
+    path = run_dir / RUN_LOG_NAME
+    if not path.is_file():
+        return None
+    with open(path, "rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
+        lines = log.read().splitlines()
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:  # a line torn by a kill, or the first one, cut by the seek
+            continue
+    return None
 
 
 def _flatten(settings: dict[str, Any]) -> dict[str, Any]:

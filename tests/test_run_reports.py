@@ -1,0 +1,109 @@
+"""The main job's figures follow its settings: mixed_precision=auto is compared as train() records it, and a change of
+eval_batches or peak_flops (which change no weight) rewrites the summary and the export instead of being skipped; an
+export is made again whenever the run folder's summary, results or config changed since.
+
+Real tiny runs of training/configs/smoke.yaml (4 steps, no benchmarks: the eval stage is skipped), seconds each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_gpt_custom.run import run_pipeline
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SMOKE_CONFIG = REPO_ROOT / "training" / "configs" / "smoke.yaml"
+
+
+@pytest.fixture
+def overrides(tmp_path, monkeypatch) -> list[str]:
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    return [f"out_dir={tmp_path / 'run'}", f"data_cache_dir={tmp_path / 'cache'}", "max_steps=4", "eval_interval=4",
+            "checkpoint_interval=0", "eval_batches=2", "log_with=none", "torch_threads=1", "benchmark_tasks=[]"]
+
+
+def _stages_run(capsys) -> list[str]:
+    """The stages the last run_pipeline call ran, from its printed stage list."""
+    out = capsys.readouterr().out
+    return [line.split()[-1] for line in out.splitlines() if "[running ]" in line]
+
+
+def _summary(folder: Path) -> dict:
+    return json.loads((folder / "training_summary.json").read_text())
+
+
+def test_run_accepts_the_config_yaml_its_train_stage_wrote_from_auto_precision(overrides, tmp_path, capsys):
+    """`train` records mixed_precision=auto resolved (fp32 on a CPU): the folder's own config.yaml was refused as
+    'mixed_precision: auto -> no', and so was the same setting spelled out."""
+    run_dir = run_pipeline(SMOKE_CONFIG, [*overrides, "mixed_precision=auto"])
+    recorded = (run_dir / "config.yaml").read_text()
+    resolved = "no" if not torch.cuda.is_available() else "bf16"  # the documented meaning of auto
+    assert f"mixed_precision: '{resolved}'" in recorded or f"mixed_precision: {resolved}" in recorded
+    capsys.readouterr()
+    run_pipeline(run_dir / "config.yaml")
+    assert _stages_run(capsys) == []
+    run_pipeline(SMOKE_CONFIG, [*overrides, f"mixed_precision={resolved}"])
+    assert _stages_run(capsys) == []
+    # a state written before `run` resolved auto still continues with the same command
+    state_file = run_dir / "pipeline_state.json"
+    state = json.loads(state_file.read_text())
+    state["config"]["mixed_precision"] = "auto"
+    state_file.write_text(json.dumps(state))
+    run_pipeline(SMOKE_CONFIG, [*overrides, "mixed_precision=auto"])
+    assert _stages_run(capsys) == []
+
+
+def _validation_loss_by_hand(run_dir: Path, n_batches: int) -> float:
+    """The mean loss of final/ on the first n_batches * batch_size validation blocks, computed here."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import hf_gpt_custom  # noqa: F401
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.data import prepare_datasets
+
+    config = load_train_config(run_dir / "config.yaml")
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final").eval()
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    blocks = torch.tensor(prepare_datasets(config, tokenizer, run_dir / "tokenizer").val["input_ids"]
+                          [: n_batches * config.batch_size])
+    with torch.no_grad():
+        return model(input_ids=blocks, labels=blocks).loss.item()
+
+
+def test_changing_eval_batches_or_peak_flops_rewrites_the_summary_and_the_export(overrides, capsys):
+    """Both are settings that change no weight, so `run` skipped every stage: summary and card kept the old figures."""
+    from hf_gpt_custom.model_cards.card import _format_number
+    from hf_gpt_custom.training.train import train
+    from hf_gpt_custom.training.config import load_train_config
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    before = _summary(run_dir)
+    capsys.readouterr()
+    changed = [*overrides, "eval_batches=5", "peak_flops=1e9"]
+    run_pipeline(SMOKE_CONFIG, changed)
+    assert _stages_run(capsys) == ["train", "export"]  # train only evaluates again: the run is complete
+    after = _summary(run_dir)
+    assert after["steps"] == 4 and after["config"]["eval_batches"] == 5 and after["peak_flops"] == 1e9
+    assert after["final_val_loss"] == pytest.approx(_validation_loss_by_hand(run_dir, 5), rel=1e-5)
+    assert after["final_val_loss"] != pytest.approx(_validation_loss_by_hand(run_dir, 2), rel=1e-5)
+    assert math.isclose(after["mfu"] * 1e9, before["mfu"] * before["peak_flops"], rel_tol=1e-9)  # same tokens/s
+    card = (run_dir / "export" / "README.md").read_text()
+    for label, key in (("final validation loss (nats/token)", "final_val_loss"), ("model FLOPs utilization", "mfu")):
+        assert f"| {label} | {_format_number(after[key])} |" in card
+    exported = _summary(run_dir / "export")
+    assert (exported["final_val_loss"], exported["mfu"]) == (after["final_val_loss"], after["mfu"])
+
+    # `train` in the folder rewrites the summary (its wall time at least): the next `run` exports it again
+    train(load_train_config(SMOKE_CONFIG, changed))
+    assert _summary(run_dir)["wall_time_s"] != exported["wall_time_s"]
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, changed)
+    assert _stages_run(capsys) == ["export"]
+    assert _summary(run_dir / "export")["wall_time_s"] == _summary(run_dir)["wall_time_s"]
+    run_pipeline(SMOKE_CONFIG, changed)
+    assert _stages_run(capsys) == []
