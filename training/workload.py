@@ -268,7 +268,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
                                 "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,
                                 "seed": config.seed}
     marker = target / _TOKENIZER_SOURCE_NAME
-    if marker.is_file() and json.loads(marker.read_text()) == source:
+    if marker.is_file() and _same_source(json.loads(marker.read_text()), source):
         return target
     from hf_gpt_custom.tokenizer_training import train_tokenizer
 
@@ -322,6 +322,15 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         folder = target
     Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))
     return Path(folder)
+
+
+def _same_source(recorded: dict, source: dict) -> bool:
+    """Whether the run's tokenizer was trained on `source`: the same settings and documents. Local data is known by
+    its contents (dataset_sha256), so the same files moved to another path are the same source (resume.py accepts
+    the move too)."""
+    if recorded.get("dataset_sha256") is not None and recorded.get("dataset_sha256") == source.get("dataset_sha256"):
+        recorded, source = {**recorded, "dataset": None}, {**source, "dataset": None}
+    return recorded == source
 
 
 def checkpoint_run_tokenizer(init_from: Path) -> Path:

@@ -64,6 +64,34 @@ def test_new_contents_at_the_same_path_train_a_new_tokenizer(make_config, tmp_pa
     assert any("qq" in token for token in retrained)
 
 
+def test_the_same_corpus_at_another_path_keeps_the_runs_tokenizer(make_config, tmp_path, monkeypatch):
+    """A moved data folder retrained the run's tokenizer (into tokenizer.retrained, then compared): its marker kept the
+    path. The contents are the documents: the same bytes elsewhere reuse it without training."""
+    from hf_gpt_custom import tokenizer_training
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    corpus = _corpus(tmp_path)
+    settings = ("tokenizer=null", "tokenizer_vocab_size=280", "val_fraction=0.1", "val_holdout=tail")
+    folder = prepare_tokenizer(make_config(f"dataset={corpus}", *settings, run_name="moved"))
+    moved = tmp_path / "elsewhere" / "corpus.txt"
+    moved.parent.mkdir()
+    shutil.move(corpus, moved)
+    monkeypatch.setattr(tokenizer_training, "train_tokenizer", lambda *a, **k: pytest.fail("trained again"))
+    assert prepare_tokenizer(make_config(f"dataset={moved}", *settings, run_name="moved")) == folder
+
+
+@pytest.mark.parametrize("recorded, now, same", [
+    ({"dataset": "/a/c.txt", "dataset_sha256": "x"}, {"dataset": "/b/c.txt", "dataset_sha256": "x"}, True),
+    ({"dataset": "/a/c.txt", "dataset_sha256": "x"}, {"dataset": "/a/c.txt", "dataset_sha256": "y"}, False),
+    ({"dataset": "user/corpus"}, {"dataset": "user/other"}, False),  # Hub names: no contents, the name counts
+    ({"dataset": "user/corpus", "vocab_size": 280}, {"dataset": "user/corpus", "vocab_size": 300}, False),
+])
+def test_a_tokenizer_source_is_its_documents_and_settings_not_its_path(recorded, now, same):
+    from hf_gpt_custom.training.workload import _same_source
+
+    assert _same_source(recorded, now) is same
+
+
 def test_a_streamed_corpus_keeps_its_first_documents_the_validation_set_from_the_tokenizer(make_config, tmp_path,
                                                                                           monkeypatch):
     """streaming=true validates on the stream's first STREAMING_VAL_DOCUMENTS documents; the tokenizer was trained on
