@@ -54,7 +54,7 @@ def build_prompts(
     seed: int,
     tokenizer,
     max_length: int,
-    exclude_scored_doc: bool = True,
+    exclude_scored_doc: bool | None = None,
 ) -> list[Prompt]:
     """The prompt of every doc with k solved examples joined by the task's fewshot_delimiter.
 
@@ -66,6 +66,8 @@ def build_prompts(
     - "lm-eval": all K examples stay, as in lm-eval; the scorer then keeps the last tokens of the prompt
       (lm-eval's left truncation) and marks the doc truncated.
     """
+    if exclude_scored_doc is None:  # the task's rule (TaskSpec.excludes_scored_doc)
+        exclude_scored_doc = spec.excludes_scored_doc
     rnd = random.Random(seed)
     drafts = []
     for doc_id, doc in enumerate(docs):

@@ -60,7 +60,9 @@ def lm_eval_task_config(spec: TaskSpec, task_name: str) -> dict[str, Any]:
     config: dict[str, Any] = {
         "task": task_name,
         "test_split": "test",
-        "fewshot_split": "test",  # the only split on disk; lm-eval then leaves out the scored doc, as ours does
+        # the only split on disk; lm-eval then leaves out the scored doc, as ours does. Without fewshot_split lm-eval
+        # draws from the test docs keeping it (fewshot_excludes_scored_doc: false, lambada_openai's way).
+        **({"fewshot_split": "test"} if spec.excludes_scored_doc else {}),
         "output_type": spec.output_type,
         "doc_to_text": spec.doc_to_text,
         "doc_to_target": spec.doc_to_target,

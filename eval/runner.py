@@ -284,10 +284,7 @@ def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, 
             "longer context"
         )
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
-    prompts = build_prompts(
-        spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length,
-        exclude_scored_doc=spec.fewshot_split == "test",
-    )
+    prompts = build_prompts(spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length)
     requests = [request for doc, prompt in zip(docs, prompts) for request in build_requests(spec, doc, prompt)]
     return TaskPlan(spec, docs, k, prompts, requests)
 

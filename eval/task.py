@@ -60,6 +60,9 @@ class TaskSpec:
     test_split: str = "test"
     hub_process_docs: str | None = None
     fewshot_split: str = "test"
+    # With the examples drawn from the scored split, the doc being scored is never its own example (lm-eval's rule);
+    # false draws K from the whole split, as lm-eval's lambada_openai does (no fewshot_split: its test docs).
+    fewshot_excludes_scored_doc: bool = True
     target_delimiter: str = " "
     fewshot_delimiter: str = "\n\n"
     description: str = ""
@@ -121,6 +124,12 @@ class TaskSpec:
 
     def fewshot_docs(self, data_dir: str | Path | None = None) -> list[dict]:
         return self.docs(self.fewshot_split, data_dir)
+
+    @property
+    def excludes_scored_doc(self) -> bool:
+        """Whether the doc being scored is left out of its few-shot pool: when the pool is the scored split ("test"),
+        unless fewshot_excludes_scored_doc is false."""
+        return self.fewshot_split == "test" and self.fewshot_excludes_scored_doc
 
     # --- doc -> prompt pieces ------------------------------------------------------------------------------------
 

@@ -110,6 +110,29 @@ def test_generation_ends_at_the_eos_token_and_leaves_it_out(tiny_model_and_token
     assert (result.generation, result.n_tokens) == ("", 1)
 
 
+def _with_special_token(tokenizer, token: str):
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.add_special_tokens({"additional_special_tokens": [token]})
+    return tokenizer, tokenizer.convert_tokens_to_ids(token)
+
+
+def test_generation_ends_at_any_eos_id_the_models_generation_config_lists(tiny_model_and_tokenizer):
+    """Llama 3 / Qwen2.5 instruct checkpoints list several eos ids: lm-eval's generate stops at each of them, ours
+    stopped only at the tokenizer's, so a TriviaQA answer ran on past the model's end-of-turn token (exact match 0)."""
+    tokenizer, end_of_turn = _with_special_token(tiny_model_and_tokenizer[1], "<|eot|>")
+    model = constant_model(tokenizer, end_of_turn)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, end_of_turn]
+    (result,) = generate(model, tokenizer, ["Answer:"], until=("\n",), max_gen_toks=5)
+    assert (result.generation, result.n_tokens) == ("", 1)
+
+
+def test_special_tokens_are_no_text_of_the_answer_as_lm_eval_decodes_it(tiny_model_and_tokenizer):
+    tokenizer, marker = _with_special_token(tiny_model_and_tokenizer[1], "<|marker|>")
+    (result,) = generate(constant_model(tokenizer, marker), tokenizer, ["Answer:"], until=("\n",), max_gen_toks=3)
+    assert (result.generation, result.n_tokens) == ("", 3)
+    assert result.generation == tokenizer.decode([marker] * 3, skip_special_tokens=True)  # lm-eval's tok_decode
+
+
 def test_the_models_sampling_settings_do_not_change_greedy_generation(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     sampling = copy.deepcopy(model)

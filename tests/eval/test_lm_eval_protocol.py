@@ -25,10 +25,9 @@ def lm_eval_lambada_instances(shared_data_dir, tmp_path_factory):
     from lm_eval.api.task import ConfigurableTask
 
     config = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks" / "lambada" / "lambada_openai.yaml").read_text())
+    assert "fewshot_split" not in config  # so lm-eval draws examples from the test docs, the scored one included
     config.update(
         dataset_path="json", dataset_name=None, num_fewshot=K,
-        # The local copy is the only split on disk: examples come from it, the scored doc excluded (as ours).
-        fewshot_split="test",
         dataset_kwargs={
             "data_files": {"test": str(shared_data_dir / "lambada" / "lambada_test.jsonl")},
             "cache_dir": str(tmp_path_factory.mktemp("hf_datasets_cache")),
