@@ -35,10 +35,11 @@ def write_report(results, out_dir: str | Path) -> Path:
 
 
 def format_table(payload: dict) -> str:
-    """table.md: which model, limit and seed, then `format_results_table`."""
+    """table.md: which model, limit, seed and protocol, then `format_results_table`."""
     config = payload["config"]
     return (
-        f"Model: `{payload['model']}` · limit: {config['limit']} · seed: {config['seed']}\n\n"
+        f"Model: `{payload['model']}` · limit: {config['limit']} · seed: {config['seed']} · protocol: "
+        f"{config.get('protocol', 'ours')}\n\n"
         + format_results_table(payload["results"], payload.get("skipped", []))
     )
 

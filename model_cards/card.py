@@ -354,6 +354,7 @@ def _eval_facts(results: dict, format_results_table) -> dict[str, Any]:
         "shots": ", ".join(str(k) for k in config.get("shots", [])),
         "seed": config.get("seed", "?"),
         "limit": config.get("limit"),
+        "protocol": config.get("protocol", "ours"),
         "table": format_results_table(results.get("results", []), results.get("skipped", [])),
     }
 

@@ -95,6 +95,24 @@ def test_a_score_on_the_first_documents_only_says_so_in_the_model_index(tmp_path
                for r in results)
 
 
+@pytest.mark.parametrize("protocol, said", [
+    ("lm-eval", "scored as lm-evaluation-harness scores its own tasks (`--protocol lm-eval`)"),
+    ("ours", "the project's protocol, whose K > 0 prompts differ from lm-evaluation-harness's"),
+])
+def test_the_card_and_the_table_say_which_protocol_scored_the_run(tmp_path, protocol, said):
+    """Only results.json recorded it: a run card's LAMBADA K > 0 rows read as lm-eval-comparable."""
+    from hf_gpt_custom.eval.report import format_table
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run")
+    results = run_dir / "eval" / "results.json"
+    payload = json.loads(results.read_text())
+    payload["config"]["protocol"] = protocol
+    results.write_text(json.dumps(payload))
+    assert said in " ".join(build_model_card(run_dir).text.split())
+    assert f"· protocol: {protocol}\n" in format_table(payload)
+
+
 @pytest.mark.parametrize("bad_value", [None, float("inf")], ids=["null", "inf"])
 def test_non_finite_value_is_in_the_table_but_not_the_model_index(tmp_path, bad_value):
     from hf_gpt_custom.model_cards.card import build_eval_results, build_model_card
