@@ -27,12 +27,14 @@ CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight"
 # argument naming a config attribute overrides it (num_labels=3 for a new head); the rest are refused by name.
 LOADING_KWARGS = (*HUB_KEYS, "config", "dtype", "torch_dtype", "attn_implementation", "device_map",
                   "generation_config", "ignore_mismatched_sizes", "output_loading_info")
-# Arguments that change nothing here: we are the code trust_remote_code would allow, the Auto classes and pipelines
-# pass _from_auto / _from_pipeline about themselves, and transformers 5 ignores low_cpu_mem_usage too.
-HARMLESS_KWARGS = ("trust_remote_code", "_from_auto", "_from_pipeline", "low_cpu_mem_usage")
+# Arguments that change nothing here: we are the code trust_remote_code would allow (code_revision, _commit_hash with
+# it), the Auto classes and pipelines pass _from_auto / _from_pipeline / adapter_kwargs (PEFT's, always, when peft is
+# installed) about themselves, and transformers 5 ignores low_cpu_mem_usage too.
+HARMLESS_KWARGS = ("trust_remote_code", "code_revision", "_commit_hash", "_from_auto", "_from_pipeline",
+                   "adapter_kwargs", "low_cpu_mem_usage")
 # Arguments that ask for nothing at transformers' default value, which generic loading code may pass explicitly
 # (None asks for nothing for every argument). Any other value of them would be dropped silently, so it is refused.
-INERT_VALUES = {"weights_only": True, "offload_buffers": False, "use_kernels": False}
+INERT_VALUES = {"weights_only": True, "offload_buffers": False, "use_kernels": False, "use_safetensors": True}
 # device_map values that spread the model over the devices there are (accelerate's planners).
 SPREADING_DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 

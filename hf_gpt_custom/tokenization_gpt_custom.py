@@ -171,6 +171,9 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     # -- encoding ---------------------------------------------------------------------------------------------------
 
     def _encode_plus(self, text, text_pair=None, **options):
+        for name in ("max_length", "pad_to_multiple_of"):  # negative: cut from the other end, or a Rust OverflowError
+            if options.get(name) is not None and options[name] < 0:
+                raise UserError(f"{name}={options[name]} is negative; give a number of tokens >= 0 (or None)")
         _check_text_input(text, "text")
         if text_pair is not None:
             _check_text_input(text_pair, "text_pair")
@@ -221,9 +224,6 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         is_truncated = truncation != TruncationStrategy.DO_NOT_TRUNCATE
         if max_length is None and (is_truncated or padding == PaddingStrategy.MAX_LENGTH):
             return None
-        for name in ("max_length", "pad_to_multiple_of"):  # a negative one would cut from the other end
-            if options.get(name) is not None and options[name] < 0:
-                raise UserError(f"{name}={options[name]} is negative; give a number of tokens >= 0 (or None)")
         split_special_tokens = options.get("split_special_tokens")
         if split_special_tokens is None:
             split_special_tokens = self.split_special_tokens

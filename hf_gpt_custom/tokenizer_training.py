@@ -188,15 +188,17 @@ def iter_corpus(
 def _classify_input_list(items: list) -> str:
     """'files', 'hub' or 'texts' for a list of strings.
 
-    Files when every item exists. A list whose items all look like paths (a corpus suffix, or ./ ../ / ~/ in front)
-    but where one is missing is refused naming it: a mistyped path would otherwise be trained on as a document. Any
-    other list is documents (a line of code starting with "//" beside ordinary lines, a paragraph that is "."), or
-    one Hub dataset name.
+    Files when every item exists. Refused, naming the missing one, when the items all look like paths (a corpus
+    suffix, or ./ ../ / ~/ in front), or when some exist and every missing one is a single word (shards/part2 beside
+    shards/part0): a mistyped path would otherwise be trained on as a document. Any other list is documents (a line
+    of code starting with "//" beside ordinary lines, "." beside paragraphs), or one Hub dataset name.
     """
     exists = [_path_exists(item) for item in items]
     if all(exists):
         return "files"
-    if all(found or _looks_like_path(item) for item, found in zip(items, exists)):
+    missing_are_words = all(not str(item).split() or len(str(item).split()) == 1
+                            for item, found in zip(items, exists) if not found)
+    if (any(exists) and missing_are_words) or all(found or _looks_like_path(item) for item, found in zip(items, exists)):
         missing = next(str(item) for item, found in zip(items, exists) if not found)
         raise MissingFileError(
             f"input file {missing!r} not found (looked in {Path.cwd()}); check the path, or pass a Hub dataset name "
@@ -278,9 +280,15 @@ def _safe_cut(line: str) -> int | None:
     """The last index i of `line` where whitespace follows a non-space character, or None: where a block may end
     (see _read_text_file). Never 0: the line before ended with its newline."""
     for i in range(len(line) - 1, 0, -1):
-        if line[i].isspace() and not line[i - 1].isspace():
+        if _is_split_space(line[i]) and not _is_split_space(line[i - 1]):
             return i
     return None
+
+
+def _is_split_space(character: str) -> bool:
+    """Whitespace as GPT-2's split pattern's \\s sees it (Unicode White_Space): str.isspace() also counts the
+    information separators U+001C-U+001F, which the pattern treats as punctuation."""
+    return character.isspace() and character not in "\x1c\x1d\x1e\x1f"
 
 
 def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]:

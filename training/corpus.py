@@ -70,14 +70,15 @@ def held_out_split_files(path: str | os.PathLike) -> list[Path]:
 
 
 def _names_a_split(relative: Path) -> bool:
-    """A folder named as a split (valid/), a dot-separated part of the name (wiki.test.raw), or a split word that
-    starts the name before a shard number or ends it (validation-00000-of-00001.parquet, corpus_test.txt); not a
-    word that merely begins the name (dev_notes.txt) or holds one inside it (latest.txt, contest/)."""
+    """A folder named as a split (valid/), or a dot-separated part of the file name where a split word stands as a
+    word of its own: alone or after - or _, and then at the end or before a shard number (wiki.test.raw,
+    corpus_test.txt, data-test-00000-of-00001.parquet, books_val_part1.txt, test1.txt). Not a word that begins a
+    longer name (dev_notes.txt, test_driven_design.txt) or sits inside one (latest.txt, contest/)."""
     folders, name = [part.lower() for part in relative.parts[:-1]], relative.name.lower()
     dotted = name.split(".")[:-1] or [name]
     words = "|".join(sorted(HELD_OUT_SPLIT_WORDS))
-    return (bool(HELD_OUT_SPLIT_WORDS & {*folders, *dotted})
-            or any(re.fullmatch(rf"(?:{words})[-_]\d.*|.*[-_](?:{words})", part) for part in dotted))
+    split_name = rf"(?:.*[-_])?(?:{words})(?:[-_]?(?:part|shard)?[-_]?\d.*)?"
+    return bool(HELD_OUT_SPLIT_WORDS & set(folders)) or any(re.fullmatch(split_name, part) for part in dotted)
 
 
 # --- reading: files -> documents -------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ def pin_dataset_revision(config: TrainConfig, start_over: bool = False) -> Train
 
 def recorded_dataset_revision(config: TrainConfig) -> str | None:
     """The revision this config's run folder was trained on: its checkpoint to resume from (the named one, or the
-    latest), else final/ or the run's config.yaml; None when the folder records none."""
+    latest), else final/ or the run's config.yaml, else the main job's pipeline_state.json (a `run` stopped in its
+    tokenizer stage); None when the folder records none."""
     from hf_gpt_custom.errors import UserError
     from hf_gpt_custom.training.checkpoint import find_checkpoint, list_checkpoints
     from hf_gpt_custom.training.resume import recorded_settings
@@ -48,11 +49,22 @@ def recorded_dataset_revision(config: TrainConfig) -> str | None:
         except (UserError, OSError):
             pass  # the resume itself names what is wrong with it
     candidates.append(run_dir / "final")  # without final/ this reads the run's config.yaml
-    for folder in candidates:
-        settings = recorded_settings(folder) or {}
+    recorded = [recorded_settings(folder) or {} for folder in candidates] + [_pipeline_config(run_dir)]
+    for settings in recorded:
         if settings.get("dataset") == config.dataset and settings.get("dataset_revision"):
             return settings["dataset_revision"]
     return None
+
+
+def _pipeline_config(run_dir: Path) -> dict:
+    """The settings `hf-gpt-custom run` recorded in the run folder before its first stage ({} when none)."""
+    import json
+
+    path = run_dir / "pipeline_state.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("config", {}) if path.is_file() else {}
+    except (OSError, ValueError):  # unreadable: `run` names it itself
+        return {}
 
 
 def current_hub_revision(name: str) -> str | None:

@@ -213,3 +213,23 @@ def test_arguments_at_their_defaults_and_harmless_ones_are_accepted(tmp_path):
     GPTCustomForCausalLM.from_pretrained(tmp_path, use_safetensors=None, variant=None, quantization_config=None,
                                          weights_only=True, trust_remote_code=True, low_cpu_mem_usage=True,
                                          device_map=None, output_loading_info=False)
+    GPTCustomForCausalLM.from_pretrained(tmp_path, use_safetensors=True, variant=None, quantization_config=None,
+                                         weights_only=True, trust_remote_code=True, low_cpu_mem_usage=True,
+                                         device_map=None, output_loading_info=False, code_revision="main",
+                                         _commit_hash=None, adapter_kwargs={"revision": None})
+
+
+@pytest.mark.parametrize("auto_class", [transformers.AutoModelForCausalLM, transformers.AutoModel])
+def test_the_auto_classes_load_a_gpt2_folder_with_our_config(tmp_path, auto_class):
+    """transformers' Auto classes pass adapter_kwargs={'revision': None} whenever peft is installed: the load was
+    refused as an argument the user never gave. Reference: GPT2LMHeadModel on the same folder."""
+    import hf_gpt_custom  # noqa: F401  (registers our config with the Auto classes)
+
+    reference = reference_model("GPT2LMHeadModel")
+    reference.save_pretrained(tmp_path)
+    ours = auto_class.from_pretrained(tmp_path, config=GPTCustomConfig(**TINY_GPT2))
+    input_ids = torch.randint(0, TINY_GPT2["vocab_size"], (2, 7))
+    with torch.no_grad():
+        expected = reference.transformer(input_ids).last_hidden_state
+        got = getattr(ours, "transformer", ours)(input_ids).last_hidden_state
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)

@@ -338,7 +338,11 @@ def test_encodings_asked_for_after_the_tokenizer_changed_are_refused(tokenizer_f
     assert tokenizer.convert_tokens_to_ids(again.tokens(0)) == again["input_ids"][0]
 
 
-@pytest.mark.parametrize("options", [{"truncation": True, "max_length": -1}, {"padding": True, "pad_to_multiple_of": -8}])
+@pytest.mark.parametrize("options", [
+    {"truncation": True, "max_length": -1}, {"padding": True, "pad_to_multiple_of": -8},
+    {"truncation": True, "max_length": -1, "return_offsets_mapping": True},  # the backend's path: an OverflowError
+    {"truncation": True, "max_length": -1, "return_overflowing_tokens": True},
+], ids=["cut", "pad", "offsets", "overflowing"])
 def test_a_negative_length_is_refused_not_cut_from_the_other_end(tokenizer_folder, options):
     """max_length=-1 returned all but the last token (the left side: none); GPT2TokenizerFast raises OverflowError."""
     tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)

@@ -56,7 +56,8 @@ def test_text_blocks_hold_exactly_the_whole_files_chunks(shakespeare_path, tmp_p
     from hf_gpt_custom.byte_level import GPT2_SPLIT_PATTERN
 
     speeches = shakespeare_path.read_text(encoding="utf-8")[:60_000]
-    text = speeches + speeches.replace("\n", "  \r\n") + "\n\n\n  trailing  \n \n"
+    # CRLF lines, trailing spaces, and U+001C-U+001F, which str.isspace() counts and the split pattern does not
+    text = speeches + speeches.replace("\n", "  \r\n") + "\n\n\n  trailing  \n \n" + "ab!\x1c\nend\x1f\n" * 50
     path = tmp_path / "corpus.txt"
     path.write_bytes(text.encode("utf-8"))
     monkeypatch.setattr(tokenizer_training, "TEXT_BLOCK_CHARS", block_chars)
@@ -92,7 +93,12 @@ def test_a_list_of_documents_is_documents_even_where_one_looks_like_a_path(docum
 
 
 def test_a_list_of_paths_with_one_missing_is_refused_naming_it(shakespeare_path, tmp_path):
-    for paths in ([str(shakespeare_path), str(tmp_path / "typo.txt")], ["notes.txt"], [str(tmp_path / "corpus")]):
+    (tmp_path / "shards").mkdir()
+    for name in ("part0", "part1"):
+        (tmp_path / "shards" / name).write_text("text\n")
+    shards = [str(tmp_path / "shards" / name) for name in ("part0", "part1", "part2")]  # part2 missing, no suffix
+    for paths in ([str(shakespeare_path), str(tmp_path / "typo.txt")], ["notes.txt"], [str(tmp_path / "corpus")],
+                  shards, [str(tmp_path / "shards"), "corpus_b"]):
         missing = next(path for path in paths if not os.path.exists(path))
         with pytest.raises(FileNotFoundError, match=rf"input file {re.escape(repr(missing))} not found .*pass them as "
                                                     r"an iterator, iter\(texts\)"):

@@ -109,7 +109,10 @@ def test_the_card_and_the_table_say_which_protocol_scored_the_run(tmp_path, prot
     payload = json.loads(results.read_text())
     payload["config"]["protocol"] = protocol
     results.write_text(json.dumps(payload))
-    assert said in " ".join(build_model_card(run_dir).text.split())
+    text = " ".join(build_model_card(run_dir).text.split())
+    assert said in text
+    assert ("all K are kept and the prompt is cut from the left" in text) is (protocol == "lm-eval")
+    assert ("examples are dropped (then the prompt cut)" in text) is (protocol == "ours")
     assert f"· protocol: {protocol}\n" in format_table(payload)
 
 

@@ -143,7 +143,9 @@ def test_a_records_file_keeps_its_text_field(tmp_path):
 
 
 @pytest.mark.parametrize("held_out", ["test.txt", "wiki.valid.raw", "validation/part-0.txt", "dev.txt",
-                                      "validation-00000-of-00001.parquet", "corpus_test.txt", "valid/a.txt"])
+                                      "validation-00000-of-00001.parquet", "corpus_test.txt", "valid/a.txt",
+                                      "data-test-00000-of-00001.parquet", "wikitext_test_00000.txt",
+                                      "books_val_part1.txt", "test1.txt", "valid0.txt"])
 def test_a_dataset_folder_holding_split_files_is_refused_not_trained_on_whole(tmp_path, held_out):
     folder = tmp_path / "corpus"
     (folder / held_out).parent.mkdir(parents=True, exist_ok=True)

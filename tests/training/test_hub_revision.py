@@ -184,3 +184,24 @@ def test_a_run_folder_without_checkpoints_pins_by_its_config_yaml(hub, hub_run):
     # a folder that trained another dataset records no commit of this one
     save_train_config(hub_run("dataset=someone/older", "dataset_revision=zzz"), config.run_dir / "config.yaml")
     assert pin_dataset_revision(config).dataset_revision == "bbb"
+
+
+def test_a_main_job_stopped_in_its_tokenizer_stage_reruns_on_its_commit(hub, hub_run, tmp_path, monkeypatch):
+    """`run` records its config (the pinned commit) before any stage; stopped before train wrote config.yaml, its
+    rerun after an upstream update was refused as a changed config (dataset_revision: 'aaa' -> 'bbb')."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import save_train_config
+
+    save_train_config(hub_run(), tmp_path / "run.yaml")
+    stages = []
+
+    def stopped(config, *args, **kwargs):
+        stages.append(config.dataset_revision)
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(run_module._STAGE_FUNCTIONS, "tokenizer", stopped)
+    for main in ("aaa", "bbb"):
+        hub.main = main
+        with pytest.raises(KeyboardInterrupt):
+            run_module.run_pipeline(tmp_path / "run.yaml")
+    assert stages == ["aaa", "aaa"]  # the rerun resumed, on the commit the run started on
