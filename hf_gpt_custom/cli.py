@@ -262,6 +262,9 @@ def _add_export(subparsers) -> None:
     parser.add_argument("--repo-id", default=None,
                         help="user/name shown in the card's loading snippets (default: your-username/<run_name>; "
                              "push refuses a card that names another repository)")
+    parser.add_argument("--license", default=None,
+                        help="the card's license, a Hub license id (default: apache-2.0, this project's; a model "
+                             "trained from another's weights usually carries that model's license)")
     parser.add_argument("--package-source", default=None,
                         help="the pip requirement the card gives for installing hf-gpt-custom, e.g. "
                              "git+https://github.com/you/hf-gpt-custom (default: none given)")
@@ -274,7 +277,8 @@ def _cmd_export(args: argparse.Namespace) -> None:
     if args.repo_id is not None:
         check_repo_id(args.repo_id)
     _check_output_folder(args.out_dir, "OUT_DIR")
-    out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id, package_source=args.package_source)
+    out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id, package_source=args.package_source,
+                            license=args.license)
     repo_id = args.repo_id or "USER/NAME"
     print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id {repo_id} --dry-run`"
           + ("; its card names the placeholder your-username/<run_name>: export again with --repo-id USER/NAME first)"

@@ -23,7 +23,8 @@ from typing import Any
 from .errors import MissingFileError, UserError
 from .manifest import write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
-from .publish_checks import LOAD_TIME_KEYS, check_card_names, check_export, is_local_path
+from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, is_local_path,
+                             without_vocabulary)
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class HubUnreachableError(ConnectionError, UserError):
 
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None,
-                  package_source: str | None = None) -> Path:
+                  package_source: str | None = None, license: str | None = None) -> Path:
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
@@ -69,12 +70,16 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     if staging.exists() and not (staging / _STAGING_MARKER).is_file():
         raise UserError(f"cannot export to {out_dir}: {staging} exists and was not made by export; move or delete it, "
                         "or choose another OUT_DIR")
-    from hf_gpt_custom.model_cards.card import build_model_card
+    from hf_gpt_custom.model_cards.card import DEFAULT_LICENSE, build_model_card
 
     from .model_folder import load_folder_tokenizer, load_model_folder
 
     # fails early, before any writing, if the run is incomplete
-    card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source)
+    card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source,
+                            license=license or DEFAULT_LICENSE)
+    if license is None and card.data.base_model:  # the base model's license usually binds its fine-tunes
+        logger.warning("the card's license is %s (the default); this model was trained from %s, whose license may "
+                       "differ: export with --license <that license> if so", DEFAULT_LICENSE, card.data.base_model)
     head_class = saved_task_head_class(final_dir)
     model = load_model_folder(final_dir, model_class=head_class)
 
@@ -118,25 +123,39 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     for source in (run_dir / "loss_curve.png", run_dir / "eval" / "shots_curve.png"):
         if source.is_file():
             shutil.copyfile(source, staging / source.name)
-    check_export(staging, forbidden=local_paths)
-    (staging / _STAGING_MARKER).unlink()  # not part of the export: the manifest below must not list it
+    check_export(staging, forbidden=local_paths, require_manifest=False)  # the manifest is written next
     # Size and sha256 of every file but the card and other documentation: from_pretrained, eval, finetune and push
     # then refuse a copy whose weights, config, code or tokenizer changed on disk. The documentation's hashes are
-    # recorded too, unchecked, so that the next export can tell a card edited since from the one it wrote.
+    # recorded too, unchecked, so that the next export can tell a card edited since from the one it wrote. The
+    # staging marker is left out of the manifest but stays until the folder is in place: a failure before then
+    # leaves a staging folder the next export may remove.
+    marker = (staging / _STAGING_MARKER).read_text()
+    (staging / _STAGING_MARKER).unlink()
     write_manifest(staging, documentation=_documentation_hashes(staging))
+    (staging / _STAGING_MARKER).write_text(marker)
     _make_world_readable(staging)
 
     if out_dir.exists():
         edited = _edited_since_export(out_dir, staging)
         if edited:  # the user's work (a card edited before a push, a file added): kept, not deleted
-            kept = out_dir.with_name(f"{out_dir.name}.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+            kept = _unused_name(out_dir.with_name(f"{out_dir.name}.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
             os.replace(out_dir, kept)
             logger.warning("%s held files changed or added since it was exported (%s): the folder was moved to %s, "
                            "not deleted; carry your edits over to the new export", out_dir, ", ".join(edited[:5]), kept)
         else:
             shutil.rmtree(out_dir)
     os.replace(staging, out_dir)
+    (out_dir / _STAGING_MARKER).unlink()
     return out_dir
+
+
+def _unused_name(path: Path) -> Path:
+    """`path`, or `path` with _2, _3, ... appended when it exists (two exports of an edited folder in one second)."""
+    candidate, number = path, 1
+    while candidate.exists():
+        number += 1
+        candidate = path.with_name(f"{path.name}_{number}")
+    return candidate
 
 
 def _documentation_hashes(folder: Path) -> dict[str, str]:
@@ -310,8 +329,8 @@ def _run_local_paths(run_dir: Path) -> list[str]:
             found.add(value)
 
     for path in (run_dir / "training_summary.json", run_dir / "eval" / "results.json", *sorted((run_dir / "final").glob("*.json"))):
-        if path.is_file():
-            collect(read_json(path))
+        if path.is_file() and path.name not in VOCABULARY_FILES:
+            collect(without_vocabulary(read_json(path)) if path.name == "tokenizer.json" else read_json(path))
     if (run_dir / "config.yaml").is_file():
         collect(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
     return sorted(found, key=len, reverse=True)

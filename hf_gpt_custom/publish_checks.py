@@ -29,7 +29,10 @@ COMPRESSION_SUFFIXES = {".gz", ".bz2", ".xz", ".lzma", ".zst"}
 # safetensors loaders never unpickle, and the header's first bytes (its length) may look like a pickle's: the weights
 # are judged by name, never read whole, and not scanned for text.
 WEIGHT_SUFFIXES = {".safetensors"}
-_UPLOAD_IGNORED = (".git/", ".cache/")  # huggingface_hub's upload_folder leaves these out
+# Vocabulary data, not settings: a byte-level vocabulary may hold "/home" or "/usr" as tokens (Llama 3's and Qwen's
+# splits make "#!/usr/bin" into "#!" + "/usr"), which are no local path of the run. These files are vocabulary
+# only; tokenizer.json is checked without its model's vocab and merges (without_vocabulary).
+VOCABULARY_FILES = ("vocab.json", "merges.txt")
 # Pickle protocols 2-5 open with the PROTO opcode and the protocol number (pickletools); torch.save writes a zip
 # archive holding archive/data.pkl.
 _PICKLE_OPENINGS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
@@ -71,27 +74,37 @@ def uses_our_tokenizer(folder: str | Path) -> bool:
     return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")  # transformers may drop "Fast"
 
 
-def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, int]]:
-    """Check that `folder` can be published; return its files as (relative path, size in bytes), sorted.
+def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = (),
+                 require_manifest: bool = True) -> list[tuple[str, int]]:
+    """Check that `folder` can be published; return the files an upload sends, as (relative path, size in bytes),
+    sorted (huggingface_hub leaves .git and .cache/huggingface out and refuses any other .cache file).
 
     Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
     that no longer matches the folder's manifest or that it does not list (the card and other documentation may
     be edited or added, see manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
     and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
     directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
-    `local_files_only`)."""
+    `local_files_only`). An export always has its manifest (`require_manifest`: export checks its staging folder
+    before writing it): without one, nothing tells an edited or added file apart."""
     folder = Path(folder)
     if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
         raise MissingFileError(
             f"cannot publish {folder}: it has no config.json and README.md; write it first with "
             "`hf-gpt-custom export RUN_DIR OUT_DIR`"
         )
+    if require_manifest and not (folder / MANIFEST_NAME).is_file():
+        raise UserError(f"cannot publish {folder}: it has no {MANIFEST_NAME}, so its files cannot be checked against "
+                        f"what export wrote (not an export, or the manifest was removed); export the run again")
     files = sorted(
         (path.relative_to(folder).as_posix(), path.stat().st_size)
         for path in folder.rglob("*")
-        if path.is_file() and not path.relative_to(folder).as_posix().startswith(_UPLOAD_IGNORED)
+        if path.is_file() and _is_uploaded(path.relative_to(folder).as_posix())
     )
     names = {name for name, _ in files}
+    cached = [name for name in sorted(names) if ".cache" in name.split("/")]
+    if cached:
+        raise UserError(f"cannot publish {folder}: {cached[0]} is under a .cache folder, which the Hub does not store; "
+                        "remove it")
     required = {"model.safetensors", "config.json", "README.md", *remote_code_files(uses_our_tokenizer(folder))}
     if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
         required.add("generation_config.json")
@@ -104,7 +117,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
         raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
     _check_nothing_added(folder, sorted(names))
     for name in sorted(names):
-        if Path(name).suffix not in WEIGHT_SUFFIXES:
+        if Path(name).suffix not in WEIGHT_SUFFIXES and name not in VOCABULARY_FILES:
             _check_no_local_paths(folder / name, name, forbidden)
     _check_card(folder)
     return files
@@ -165,8 +178,18 @@ def _zip_holds_pickle(path: Path) -> bool:
         return False
 
 
+def _is_uploaded(name: str) -> bool:
+    """Whether huggingface_hub's upload_folder sends the file `name` (its DEFAULT_IGNORE_PATTERNS leave out .git and
+    .cache/huggingface, at any depth)."""
+    parts = name.split("/")
+    in_hf_cache = any(parts[i:i + 2] == [".cache", "huggingface"] for i in range(len(parts) - 1))
+    return ".git" not in parts and not in_hf_cache
+
+
 def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
     text = path.read_bytes().decode("utf-8", errors="replace")
+    if name == "tokenizer.json":  # its settings, not its vocabulary (VOCABULARY_FILES)
+        text = json.dumps(without_vocabulary(json.loads(text)))
     for prefix in _local_prefixes(forbidden):
         match = re.search(re.escape(prefix) + r"(?![\w.-])", text)
         if match:
@@ -178,6 +201,12 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
         found = find_local_json_values(json.loads(text))
         if found:
             raise UserError(f"cannot publish: {name} contains local information {found}; export again")
+
+
+def without_vocabulary(tokenizer_json: dict) -> dict:
+    """tokenizer.json without its model's vocab and merges (see VOCABULARY_FILES): the part that may hold settings."""
+    model = {key: value for key, value in (tokenizer_json.get("model") or {}).items() if key not in ("vocab", "merges")}
+    return {**tokenizer_json, "model": model}
 
 
 def _local_prefixes(forbidden) -> list[str]:

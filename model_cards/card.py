@@ -29,8 +29,21 @@ KNOWN_TRAINING_DATASETS: dict[str, tuple[str, str, str]] = {
 }
 
 
+DEFAULT_LICENSE = "apache-2.0"  # the project's: a model trained from scratch here; `export --license` sets another
+
+
+def hub_base_model(summary: dict, train_config: dict) -> str | None:
+    """The Hub model the run started from (its init_from, when that is a Hub id): the card's `base_model`, whose
+    license a fine-tuned model usually carries. None for a local folder or a run from scratch."""
+    from hf_gpt_custom.model_folder import is_hub_repo_id
+
+    source = str(summary.get("fine_tuned_from") or train_config.get("init_from") or "")
+    is_local = source.startswith((".", "/", "~")) or Path(source).exists()
+    return source if source and not is_local and is_hub_repo_id(source) else None
+
+
 def build_model_card(
-    run_dir: str | Path, repo_id: str | None = None, license: str = "apache-2.0", package_source: str | None = None
+    run_dir: str | Path, repo_id: str | None = None, license: str = DEFAULT_LICENSE, package_source: str | None = None
 ) -> ModelCard:
     """The model card for the run in `run_dir` (needs final/ and training_summary.json; eval/ is optional).
 
@@ -79,6 +92,7 @@ def build_model_card(
     card_data = ModelCardData(
         language="en",
         license=license,
+        base_model=hub_base_model(summary, train_config),
         library_name="transformers",
         pipeline_tag="text-generation",
         tags=["hf-gpt-custom", "gpt_custom", "gpt2", "causal-lm", "custom_code", "text-generation"],

@@ -45,9 +45,12 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
     task = summary["task"]
     dataset = task_dataset_facts(str(summary.get("dataset") or ""))
     run_name = facts["model_name"]
+    from hf_gpt_custom.model_cards.card import hub_base_model
+
     card_data = ModelCardData(
         language="en",
         license=license,
+        base_model=hub_base_model(summary, train_config),
         library_name="transformers",
         pipeline_tag=pipeline_tag,
         tags=["hf-gpt-custom", "gpt_custom", "gpt2", "custom_code", "gpt1-fine-tuning", task_type],

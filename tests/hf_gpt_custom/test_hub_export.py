@@ -121,6 +121,52 @@ def test_exporting_again_keeps_a_card_edited_since_instead_of_deleting_it(export
     assert "README.md, extra_notes.txt" in caplog.text and str(kept) in caplog.text
 
 
+def test_the_license_is_the_exporters_and_a_hub_base_model_is_named(exported, tmp_path, caplog):
+    """Every card said apache-2.0, with no base_model, also for a run fine-tuned from meta-llama/Llama-3.2-1B."""
+    import yaml
+
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir, _ = exported
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    (copy / "config.yaml").write_text(yaml.safe_dump({**config, "init_from": "meta-llama/Llama-3.2-1B"}))
+
+    def front_matter(folder):
+        return yaml.safe_load((folder / "README.md").read_text().split("---")[1])
+
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.hub"):
+        default = front_matter(export_folder(copy, tmp_path / "default"))
+    assert (default["license"], default["base_model"]) == ("apache-2.0", "meta-llama/Llama-3.2-1B")
+    assert "trained from meta-llama/Llama-3.2-1B, whose license may differ: export with --license" in caplog.text
+    main(["export", str(copy), str(tmp_path / "llama"), "--license", "llama3.2"])
+    assert front_matter(tmp_path / "llama")["license"] == "llama3.2"
+    assert "base_model" not in front_matter(export_folder(run_dir, tmp_path / "scratch"))  # trained from scratch
+
+
+def test_two_edited_exports_in_one_second_keep_both_edits(exported, tmp_path, monkeypatch):
+    """The kept folder's name had one-second resolution: the second move failed with a bare OSError (Directory not
+    empty), and the staging folder it left blocked every later export."""
+    import time
+
+    from hf_gpt_custom.hub import export_folder
+
+    monkeypatch.setattr(time, "strftime", lambda *args: "20261126T000000Z")  # every export in the same second
+    run_dir, _ = exported
+    out_dir = export_folder(run_dir, tmp_path / "export")
+    for edit in ("first", "second"):
+        (out_dir / "README.md").write_text((out_dir / "README.md").read_text() + f"\n{edit} edit\n")
+        export_folder(run_dir, out_dir)
+    kept = sorted(tmp_path.glob("export.edited_*"))
+    assert [p.name for p in kept] == ["export.edited_20261126T000000Z", "export.edited_20261126T000000Z_2"]
+    assert [p.joinpath("README.md").read_text().endswith(f"{edit} edit\n") for p, edit in
+            zip(kept, ("first", "second"))] == [True, True]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("export.edited_")) == ["export"]
+    assert not (out_dir / ".hf-gpt-custom-export-staging").exists()
+
+
 def test_an_export_keeps_a_sentencepiece_tokenizer_as_it_was_trained(tmp_path, shared_data_dir, python_without_project):
     """A run trained with a LLaMA-style tokenizer (`tokenizer=<folder>`): export rebuilt it as our byte-level class from
     its vocabulary and merges — other ids, spaces lost in decoding — and the card called it byte-level BPE. The
@@ -677,7 +723,80 @@ def test_a_repo_id_without_a_user_is_refused_by_export_and_push(repo_id, exporte
     assert is_hub_repo_id(repo_id)  # still a model id to load from ("gpt2"): only publishing needs the namespace
 
 
-@pytest.mark.parametrize("added", ["evil.py", "model-extra.safetensors", "tokenizer/extra.json"])
+def _with_vocabulary_entries(folder: Path, tokens: list[str]) -> None:
+    """`folder`'s tokenizer with `tokens` appended to its vocabulary (tokenizer.json and vocab.json), manifest rewritten."""
+    from hf_gpt_custom.manifest import write_manifest
+
+    tokenizer_json = json.loads((folder / "tokenizer.json").read_text())
+    vocab_json = json.loads((folder / "vocab.json").read_text())
+    for token in tokens:
+        tokenizer_json["model"]["vocab"][token] = vocab_json[token] = len(vocab_json)
+        merge = [token, "ices"]  # a later merge builds on it ("/dev" + "ices"): the token is a JSON value there
+        merges = tokenizer_json["model"]["merges"]
+        merges.append(merge if not merges or isinstance(merges[0], list) else " ".join(merge))
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json))
+    (folder / "vocab.json").write_text(json.dumps(vocab_json))
+    write_manifest(folder)
+
+
+def test_vocabulary_entries_that_look_like_paths_are_no_local_path(exported, tmp_path):
+    """Llama 3's and Qwen's splits make "#!/usr/bin" into "#!" + "/usr": a vocabulary holding "/home" or "/dev"
+    (which exist here) could not be exported or pushed ("contains the local path '/home'"). A path in the tokenizer's
+    settings is still refused."""
+    from hf_gpt_custom.hub import _run_local_paths
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.publish_checks import check_export
+
+    run_dir, out_dir = exported
+    folder = tmp_path / "copy"
+    shutil.copytree(out_dir, folder)
+    _with_vocabulary_entries(folder, ["/home", "/dev", str(Path.home())])
+    check_export(folder)
+    run_copy = tmp_path / "run"
+    shutil.copytree(run_dir, run_copy)
+    _with_vocabulary_entries(run_copy / "final", ["/home", "/dev"])
+    assert not {"/home", "/dev"} & set(_run_local_paths(run_copy))
+    tokenizer_json = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer_json["normalizer"] = {"type": "Replace", "pattern": {"String": "x"}, "content": "/data/corpus/raw.txt"}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json))
+    write_manifest(folder)
+    with pytest.raises(ValueError, match=r"tokenizer.json contains local information normalizer.content"):
+        check_export(folder)
+
+
+def test_a_folder_without_its_manifest_is_not_published(exported, tmp_path):
+    """Deleting manifest.json turned every check off: edited remote code and an added evil.py passed the dry run, which
+    said "the manifest's files unchanged and none added"."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "copy"
+    shutil.copytree(exported[1], folder)
+    (folder / "manifest.json").unlink()
+    with pytest.raises(ValueError, match=rf"cannot publish {folder}: it has no manifest.json, so its files cannot be "
+                                         r"checked against what export wrote"):
+        check_export(folder)
+
+
+def test_the_checked_files_are_the_ones_an_upload_sends(exported, tmp_path):
+    """huggingface_hub leaves .git and .cache/huggingface out and refuses any other .cache file: that one passed the dry
+    run and failed the real push, after the repository was created."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "copy"
+    shutil.copytree(exported[1], folder)
+    for ignored in (".git/config", ".cache/huggingface/upload/x.lock", "sub/.git"):
+        (folder / ignored).parent.mkdir(parents=True, exist_ok=True)
+        (folder / ignored).write_text("[core]\n")
+    names = {name for name, _ in check_export(folder)}
+    assert not any(".git" in name or ".cache" in name for name in names)
+    (folder / ".cache" / "notes").mkdir(parents=True)
+    (folder / ".cache" / "notes" / "state.txt").write_text("x\n")
+    with pytest.raises(ValueError, match=r"\.cache/notes/state.txt is under a .cache folder, which the Hub does not"):
+        check_export(folder)
+
+
+@pytest.mark.parametrize("added", ["evil.py", "model-extra.safetensors", "tokenizer/extra.json", "eval/evil.py",
+                                   "eval/model.safetensors"])
 def test_a_file_added_after_export_is_refused_before_publishing(added, exported, tmp_path, capsys):
     """The manifest check saw only the files the manifest lists: a file added later passed `push --dry-run` and was
     listed for upload. Documentation may still be added; loading is unchanged (a checkpoint holds files written after
