@@ -232,6 +232,10 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        if private and not api.repo_info(repo_id, repo_type="model").private:  # exist_ok kept it as it was
+            raise UserError(f"cannot push with --private: {repo_id} already exists and is public, and pushing does not "
+                            "change a repository's visibility; make it private in its settings on the Hub first, or "
+                            "push without --private. Nothing was uploaded.")
         if revision is not None:
             api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
         commit = api.upload_folder(

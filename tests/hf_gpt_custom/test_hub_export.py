@@ -611,6 +611,33 @@ def test_a_second_push_leaves_no_file_of_the_first_on_the_hub(exported, monkeypa
     assert commits == [sorted(stale)]
 
 
+def test_private_push_to_an_existing_public_repository_is_refused_before_uploading(exported, monkeypatch):
+    """create_repo(exist_ok=True) keeps an existing repository as it is: `--private` then uploaded publicly."""
+    import types
+
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+
+    from hf_gpt_custom.hub import push_folder
+
+    uploads = []
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploads.append(kwargs) or "commit")
+    for is_private in (False, True):
+        monkeypatch.setattr(HfApi, "repo_info", lambda self, *args, **kwargs: types.SimpleNamespace(private=is_private))
+        if is_private:
+            push_folder(exported[1], "alice/tiny-shakespeare", private=True)
+        else:
+            with pytest.raises(ValueError, match=r"cannot push with --private: alice/tiny-shakespeare already exists "
+                                                 r"and is public"):
+                push_folder(exported[1], "alice/tiny-shakespeare", private=True)
+            assert not uploads
+    assert len(uploads) == 1
+
+
 # --- the staging folder and the pickle check ------------------------------------------------------------------------
 
 
