@@ -60,7 +60,9 @@ def _pipeline_config(run_dir: Path) -> dict:
     """The settings `hf-gpt-custom run` recorded in the run folder before its first stage ({} when none)."""
     import json
 
-    path = run_dir / "pipeline_state.json"
+    from hf_gpt_custom.run import STATE_FILE
+
+    path = run_dir / STATE_FILE
     try:
         return json.loads(path.read_text(encoding="utf-8")).get("config", {}) if path.is_file() else {}
     except (OSError, ValueError):  # unreadable: `run` names it itself

@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -241,7 +240,9 @@ def _refuse_to_continue_into_a_divergence(run_dir: Path, folder: Path) -> None:
     repeat it. The error repeats the diagnosis and its advice; resume_from_checkpoint retries on purpose."""
     from hf_gpt_custom.training.checkpoint import checkpoint_step
 
-    record = _last_run_log_record(run_dir)
+    from hf_gpt_custom.training.run_log import RUN_LOG_NAME, last_run_log_record
+
+    record = last_run_log_record(run_dir / RUN_LOG_NAME)
     if record is None or record.get("kind") != "error" or record.get("step", 0) <= checkpoint_step(folder):
         return
     advice = record.get("advice") or "lower learning_rate or raise warmup_steps and start again"
@@ -251,24 +252,6 @@ def _refuse_to_continue_into_a_divergence(run_dir: Path, folder: Path) -> None:
         f"to train from step 0 here (the old checkpoints are moved aside, not deleted), or resume_from_checkpoint="
         f"latest to retry it anyway"
     )
-
-
-def _last_run_log_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run log's last complete record, read from the end of the file (a long run's log is large)."""
-    from hf_gpt_custom.training.run_log import RUN_LOG_NAME
-
-    path = run_dir / RUN_LOG_NAME
-    if not path.is_file():
-        return None
-    with open(path, "rb") as log:
-        log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
-        lines = log.read().splitlines()
-    for line in reversed(lines):
-        try:
-            return json.loads(line)
-        except ValueError:  # a line torn by a kill, or the first one, cut by the seek
-            continue
-    return None
 
 
 def _flatten(settings: dict[str, Any]) -> dict[str, Any]:

@@ -78,17 +78,14 @@ def check_folder_writable(folder: Path, what: str) -> None:
 
 
 def _acquire(run_dir: Path):
+    fix = "choose a writable out_dir (or run_name), or make the folder writable"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write_test.{os.getpid()}"  # the lock file may be writable in a read-only folder
-        probe.touch()
-        probe.unlink()
+        check_writable(run_dir, "the run folder", fix)  # the lock file may be writable in a read-only folder
         handle = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
     except OSError as err:
-        raise UserError(
-            f"cannot write to the run folder {run_dir}: {os.strerror(err.errno) if err.errno else err}; choose a "
-            f"writable out_dir (or run_name), or make the folder writable"
-        ) from err
+        raise UserError(f"cannot write to the run folder {run_dir}: {os.strerror(err.errno) if err.errno else err}; "
+                        f"{fix}") from err
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as err:

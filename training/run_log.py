@@ -53,6 +53,21 @@ def read_run_log(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
+def last_run_log_record(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The last complete record (None for no log), read from the end of the file: a long run's log is large."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 65536))
+        lines = log.read().splitlines()
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:  # a line torn by a kill, or the first one, cut by the seek
+            continue
+    return None
+
+
 def write_training_summary(path: str | os.PathLike, summary: dict[str, Any]) -> None:
     clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
              for key, value in summary.items()}
