@@ -252,12 +252,7 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
     except OfflineModeIsEnabled as err:
         raise HubUnreachableError(f"cannot push: offline mode is on ({err}). Nothing was changed.") from err
     except HfHubHTTPError as err:
-        status = err.response.status_code if err.response is not None else "?"
-        reason = (getattr(err, "server_message", None) or str(err)).strip().splitlines()[0]
-        raise UserError(
-            f"cannot push to {repo_id}: the Hub answered HTTP {status} ({reason}); check that your token is valid and "
-            "has write access to that namespace (`hf auth whoami`)"
-        ) from err
+        raise UserError(_push_refused_message(repo_id, err)) from err
     except Exception as err:
         if _is_network_error(err):
             raise HubUnreachableError(
@@ -266,6 +261,23 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
             ) from err
         raise
     return getattr(commit, "commit_url", None) or str(commit)
+
+
+def _push_refused_message(repo_id: str, err) -> str:
+    """What the Hub's HTTP error means for this push, and its fix: a token problem (401/403) is not a file the Hub
+    refused (400/422: invalid README.md metadata, a file too large for git without LFS), and neither is the Hub's own
+    trouble. A commit is atomic: nothing of the folder was uploaded, whatever the repository's creation did."""
+    status = err.response.status_code if err.response is not None else None
+    reason = (getattr(err, "server_message", None) or str(err)).strip().splitlines()[0]
+    said = f"cannot push to {repo_id}: the Hub answered HTTP {status or '?'} ({reason})"
+    if status in (401, 403):
+        return f"{said}; check that your token is valid and has write access to that namespace (`hf auth whoami`)"
+    if status in (400, 413, 422):
+        return (f"{said}: it refused the folder's contents, and nothing of it was uploaded; mend what it names (a "
+                "model card's metadata: edit the front matter of README.md, or export again) and push again")
+    if status is not None and status >= 500:
+        return f"{said}: the Hub's own error, and nothing was uploaded; push again later"
+    return f"{said}; nothing was uploaded; check the repository id and your access to it (`hf auth whoami`)"
 
 
 def _is_previous_export(folder: Path) -> bool:

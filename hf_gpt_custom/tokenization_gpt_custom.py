@@ -171,9 +171,7 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     # -- encoding ---------------------------------------------------------------------------------------------------
 
     def _encode_plus(self, text, text_pair=None, **options):
-        for name in ("max_length", "pad_to_multiple_of"):  # negative: cut from the other end, or a Rust OverflowError
-            if options.get(name) is not None and options[name] < 0:
-                raise UserError(f"{name}={options[name]} is negative; give a number of tokens >= 0 (or None)")
+        _refuse_negative_lengths(options)  # negative: cut from the other end, or a Rust OverflowError
         _check_text_input(text, "text")
         if text_pair is not None:
             _check_text_input(text_pair, "text_pair")
@@ -187,6 +185,11 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         except (TypeError, UnicodeEncodeError) as err:
             _raise_if_unencodable(text, text_pair, err)
             raise
+
+    def pad(self, encoded_inputs, padding=True, max_length=None, pad_to_multiple_of=None, **options):
+        # negative: no padding at all, silently (GPT2TokenizerFast's behaviour)
+        _refuse_negative_lengths({"max_length": max_length, "pad_to_multiple_of": pad_to_multiple_of})
+        return super().pad(encoded_inputs, padding, max_length, pad_to_multiple_of, **options)
 
     def _encode_with_template(self, template: TaskTemplate, text, text_pair, options: dict) -> BatchEncoding:
         """A task tokenizer's call: GPT-1's template around the text, cut as fine-tuning cut it."""
@@ -387,6 +390,12 @@ def _strings_in(*items):
             pending.extend(reversed(item))
         elif isinstance(item, str):
             yield item
+
+
+def _refuse_negative_lengths(options: dict) -> None:
+    for name in ("max_length", "pad_to_multiple_of"):
+        if options.get(name) is not None and options[name] < 0:
+            raise UserError(f"{name}={options[name]} is negative; give a number of tokens >= 0 (or None)")
 
 
 def _check_text_input(text, name: str) -> None:

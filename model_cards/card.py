@@ -226,6 +226,15 @@ def _human_count(count: Any) -> str:
     return str(int(count))
 
 
+def _duration(seconds) -> str:
+    """A wall time as people say it: "40 seconds", "8.3 minutes", "2.5 hours" (a short run was "0.0 minutes")."""
+    if not isinstance(seconds, (int, float)) or seconds < 0:
+        return "an unrecorded time"
+    if seconds < 60:
+        return f"{seconds:.0f} seconds"
+    return f"{seconds / 60:.1f} minutes" if seconds < 3600 else f"{seconds / 3600:.1f} hours"
+
+
 def _format_number(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return str(value)
@@ -311,7 +320,7 @@ def _training_facts(summary: dict, train_config: dict) -> dict[str, Any]:
     return {
         "fine_tuned_from": _public_name(str(init_from)) if init_from else None,
         "processes": processes,
-        "duration": f"{wall_time_s / 60:.1f} minutes" if isinstance(wall_time_s, (int, float)) else "an unrecorded time",
+        "duration": _duration(wall_time_s),
         "tokens_per_step": tokens_per_step,
         "block_size": train_config.get("block_size", "block_size"),
         "tokens_seen": _format_number(summary.get("tokens_seen")),

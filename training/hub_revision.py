@@ -32,6 +32,23 @@ def pin_dataset_revision(config: TrainConfig, start_over: bool = False) -> Train
     return dataclasses.replace(config, dataset_revision=revision)
 
 
+def check_every_process_reads_one_revision(accelerator, config: TrainConfig) -> None:
+    """Under `accelerate launch` every process pins its Hub dataset on its own: one that could not ask the Hub (a
+    timeout) or asked it across an upstream push would read other documents than its peers, silently. Raised on every
+    process alike (they all see the gathered list)."""
+    if accelerator.num_processes == 1 or not config.dataset or Path(config.dataset).exists():
+        return
+    from accelerate.utils import gather_object
+
+    from hf_gpt_custom.errors import UserError
+
+    revisions = gather_object([config.dataset_revision])
+    if len(set(revisions)) > 1:
+        shown = ", ".join(f"process {rank}: {revision or 'not pinned'}" for rank, revision in enumerate(revisions))
+        raise UserError(f"the processes would read dataset {config.dataset} at different commits ({shown}); set "
+                        f"dataset_revision=<commit> so that every process reads the same documents")
+
+
 def recorded_dataset_revision(config: TrainConfig) -> str | None:
     """The revision this config's run folder was trained on: its checkpoint to resume from (the named one, or the
     latest), else final/ or the run's config.yaml, else the main job's pipeline_state.json (a `run` stopped in its

@@ -79,6 +79,8 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     recorded = recorded_settings(checkpoint)
     if recorded is None:
         return None
+    if CONTENTS not in recorded:  # written before contents were recorded ({} when the run reads no local files)
+        note_unchecked_contents(str(checkpoint))
     current = _flatten(json.loads(json.dumps(settings_to_record(config))))  # tuples -> lists, as recorded
     recorded = _flatten(recorded)
     # A key the checkpoint lacks was not recorded by the code that wrote it (contents.* came late): unknown, not a
@@ -108,6 +110,13 @@ def moved_inputs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]
 
 
 @functools.lru_cache(maxsize=None)  # said once per process: `train` compares before its work and again inside it
+def note_unchecked_contents(checkpoint: str) -> None:
+    logger.warning("%s records the paths of its data and tokenizer but not their contents (an older checkpoint, or "
+                   "final/ read through config.yaml): whether those files changed since cannot be checked; if they "
+                   "did, start over (--start_over)", checkpoint)
+
+
+@functools.lru_cache(maxsize=None)
 def note_moved_input(role: str, before: str, now: str) -> None:
     logger.warning("%s moved from %s to %s: the files hold the same contents, so the run continues with them",
                    role, before, now)

@@ -34,7 +34,7 @@ from hf_gpt_custom.training.devices import (
     peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
 )
 from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
-from hf_gpt_custom.training.hub_revision import pin_dataset_revision
+from hf_gpt_custom.training.hub_revision import check_every_process_reads_one_revision, pin_dataset_revision
 from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
 from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
 from hf_gpt_custom.training.run_log import (
@@ -164,6 +164,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     # before config.yaml is rewritten: it may be the record of what the folder's checkpoints were trained with
     resume_folder = find_resume_point(config, run_dir, start_over)
     accelerator = _make_accelerator(config, device_type, run_dir, log_with)
+    check_every_process_reads_one_revision(accelerator, config)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)

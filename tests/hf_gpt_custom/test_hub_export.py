@@ -6,6 +6,7 @@ The "package not importable" process is the `python_without_project` fixture (te
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -636,6 +637,39 @@ def test_private_push_to_an_existing_public_repository_is_refused_before_uploadi
                 push_folder(exported[1], "alice/tiny-shakespeare", private=True)
             assert not uploads
     assert len(uploads) == 1
+
+
+@pytest.mark.parametrize("status, server_message, expected", [
+    (400, "Invalid metadata in README.md.\n- \"license\" must be one of [...]",
+     r"HTTP 400 \(Invalid metadata in README.md.\): it refused the folder's contents, and nothing of it was uploaded; "
+     r"mend what it names \(a model card's metadata: edit the front matter of README.md, or export again\)"),
+    (403, "You don't have the rights to create a model under the namespace \"bob\"",
+     r"HTTP 403 .*check that your token is valid and has write access"),
+    (503, "Service Unavailable", r"HTTP 503 \(Service Unavailable\): the Hub's own error, and nothing was uploaded"),
+], ids=["metadata", "rights", "outage"])
+def test_a_refused_push_says_what_the_hubs_answer_means(exported, monkeypatch, status, server_message, expected):
+    """Every HTTP error said "check that your token is valid", also when the Hub refused the card's metadata (400)
+    after create_repo had succeeded."""
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import Response
+
+    http_client = importlib.import_module(Response.__module__.split(".")[0])  # whichever client huggingface_hub uses
+
+    from hf_gpt_custom.hub import push_folder
+
+    def upload_folder(self, **kwargs):
+        response = Response(status, request=http_client.Request("POST", "https://huggingface.co/api/models/x/commit"))
+        raise HfHubHTTPError(f"{status} error", response=response, server_message=server_message)
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    with pytest.raises(ValueError, match=rf"^cannot push to alice/tiny-shakespeare: the Hub answered {expected}"):
+        push_folder(exported[1], "alice/tiny-shakespeare")
 
 
 # --- the staging folder and the pickle check ------------------------------------------------------------------------

@@ -353,6 +353,21 @@ def test_a_negative_length_is_refused_not_cut_from_the_other_end(tokenizer_folde
         GPT2TokenizerFast.from_pretrained(tokenizer_folder)("To be", truncation=True, max_length=0)["input_ids"]
 
 
+@pytest.mark.parametrize("options", [{"padding": "max_length", "max_length": -1}, {"pad_to_multiple_of": -2}],
+                         ids=["max_length", "multiple"])
+def test_pad_refuses_a_negative_length_instead_of_not_padding(tokenizer_folder, options):
+    """GPT2TokenizerFast.pad leaves the rows ragged (max_length=-1) or pads nothing (-2): no error, no padding."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    rows = {"input_ids": [[1, 2, 3], [4]]}
+    name = next(iter(key for key in options if key != "padding"))
+    with pytest.raises(ValueError, match=rf"{name}={options[name]} is negative"):
+        tokenizer.pad(rows, **options)
+    padded = tokenizer.pad(rows, padding="max_length", max_length=4)  # positive lengths pad as transformers pads
+    reference = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT,
+                                                  padding_side=tokenizer.padding_side)
+    assert padded["input_ids"] == reference.pad(rows, padding="max_length", max_length=4)["input_ids"]
+
+
 def test_pairs_without_a_task_template_take_the_backends_path(tokenizer_folder):
     ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
     gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)

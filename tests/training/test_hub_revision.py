@@ -205,3 +205,47 @@ def test_a_main_job_stopped_in_its_tokenizer_stage_reruns_on_its_commit(hub, hub
         with pytest.raises(KeyboardInterrupt):
             run_module.run_pipeline(tmp_path / "run.yaml")
     assert stages == ["aaa", "aaa"]  # the rerun resumed, on the commit the run started on
+
+
+_TWO_PROCESS_SCRIPT = """
+import sys
+from accelerate import Accelerator
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.hub_revision import check_every_process_reads_one_revision
+
+accelerator = Accelerator(cpu=True)
+same = sys.argv[1] == "same"
+revision = "abc" if same or accelerator.process_index == 0 else None  # rank 1 could not ask the Hub
+try:
+    check_every_process_reads_one_revision(accelerator, TrainConfig(dataset="someone/corpus", dataset_revision=revision))
+    print(f"rank {accelerator.process_index}: agreed", flush=True)
+except UserError as err:
+    print(f"rank {accelerator.process_index}: {err}", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_pinned_to_different_commits_are_refused_on_both(tmp_path):
+    """Each process of `accelerate launch` pins on its own; one that could not reach the Hub must not read the main
+    branch while its peer reads the pinned commit."""
+    import os
+    import subprocess
+
+    from tests.training.test_multiprocess import _free_port
+
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    script = tmp_path / "check.py"
+    script.write_text(_TWO_PROCESS_SCRIPT)
+    outputs = {}
+    for case in ("same", "different"):
+        command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+                   str(script), case]
+        result = subprocess.run(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[case] = result.stdout
+    assert outputs["same"].count("agreed") == 2
+    assert outputs["different"].count("at different commits (process 0: abc, process 1: not pinned)") == 2

@@ -4,6 +4,7 @@ tokenizer is never retrained over the checkpoints made with it, and checkpoints 
 
 import hashlib
 import json
+import logging
 import shutil
 
 import pytest
@@ -119,9 +120,12 @@ def own_tokenizer_run(pretraining):
     return lambda *overrides: config(*own, *overrides), data, run_dir
 
 
-def test_an_old_checkpoint_without_contents_resumes(own_tokenizer_run):
+def test_an_old_checkpoint_without_contents_resumes_and_says_its_data_is_unchecked(own_tokenizer_run, caplog):
     config, _, run_dir = own_tokenizer_run
-    train(config())
+    with caplog.at_level(logging.WARNING):
+        train(config())
+    assert f"{run_dir / 'checkpoints' / 'step_000002'} records the paths of its data and tokenizer but not their " \
+           "contents" in caplog.text  # a resume on changed files would not be noticed: the user is told so
     assert not list((run_dir / "checkpoints").glob("abandoned_*"))  # continued, not started over
     assert json.loads((run_dir / "checkpoints" / "step_000004" / "training_settings.json").read_text())["contents"]
 
