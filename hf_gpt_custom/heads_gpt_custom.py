@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.loss.loss_utils import ForCausalLMLoss, fixed_cross_entropy
+from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     MultipleChoiceModelOutput,
@@ -119,8 +119,8 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         (task_loss, None)).
 
         L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
-        seq)) through the LM head tied to the token embedding, padding (attention_mask 0) ignored; it equals
-        GPTCustomForCausalLM's loss with labels = input_ids, -100 at padding. Refused for an untied body.
+        seq)) through the LM head tied to the token embedding, over the real tokens only (`lm_nats`): the same
+        rows give the same L1 padded on either side or not at all. Refused for an untied body.
 
         Under gradient accumulation transformers' Trainer passes `num_items_in_batch` (the examples of all the
         micro-batches): the task loss is then a sum over this micro-batch's `examples` divided by it, so λ·L1 is
@@ -133,16 +133,43 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
             return task_loss, None
         if input_ids is None:
             raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
+        nats, targets = self.lm_nats(hidden_states, input_ids, attention_mask)
+        lm_loss = nats.sum() / targets.sum().clamp_min(1)  # per token; 0 when no row has two real tokens
+        share = 1.0 if num_items_in_batch is None or examples is None else examples / num_items_in_batch
+        return task_loss + lm_loss_weight * share * lm_loss, lm_loss
+
+
+    def lm_nats(self, hidden_states: torch.Tensor, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(nats, targets), each (rows,): the LM loss summed over each row's scored tokens, and their number. Scored:
+        every real token predicted from a real token, so neither a pad's own prediction nor a left-padded row's last
+        pad predicting its first token counts (lm_targets). Through the LM head tied to the token embedding (its
+        padded vocabulary rows left out); refused for an untied body."""
         if not self.config.tie_word_embeddings:
             # An untied body (LLaMA) predicts through an lm_head of its own, which a task head does not keep: the
             # token embedding in its place would be a matrix never trained as an output layer, a wrong loss.
             raise UserError(untied_lm_loss_message(self.config))
-        labels = input_ids if attention_mask is None else input_ids.masked_fill(attention_mask == 0, -100)
-        # (rows, seq, vocab): the LM head tied to the token embedding, its padded rows left out
-        lm_logits = F.linear(hidden_states, self.transformer.wte.weight[: self.config.vocab_size])
-        lm_loss = ForCausalLMLoss(lm_logits, labels, vocab_size=self.config.vocab_size)
-        share = 1.0 if num_items_in_batch is None or examples is None else examples / num_items_in_batch
-        return task_loss + lm_loss_weight * share * lm_loss, lm_loss
+        targets = lm_targets(input_ids, attention_mask, self.config.pad_token_id)
+        weight = self.transformer.wte.weight[: self.config.vocab_size]
+        lm_logits = F.linear(hidden_states.to(weight.dtype), weight)  # called outside autocast too (evaluation)
+        nats = F.cross_entropy(lm_logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100,
+                               reduction="none").view(targets.shape).sum(-1)
+        return nats, (targets != -100).sum(-1)
+
+
+def lm_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int | None) -> torch.Tensor:
+    """(rows, seq): the id each position's output is scored on by the LM loss (the next token), -100 where that token
+    or the position predicting it is padding. Without attention_mask a row is real up to its last non-pad token, as
+    the heads read it (last_non_padding_index): masking every pad id would also drop a real eos when pad = eos."""
+    if attention_mask is not None:
+        real = attention_mask.bool()
+    elif pad_token_id is not None:
+        last = last_non_padding_index(input_ids, pad_token_id, input_ids.shape[0])
+        real = torch.arange(input_ids.shape[-1], device=input_ids.device) <= last.unsqueeze(-1)
+    else:
+        real = torch.ones_like(input_ids, dtype=torch.bool)
+    targets = input_ids[..., 1:].masked_fill(~(real[..., 1:] & real[..., :-1]), -100)
+    return F.pad(targets, (0, 1), value=-100)
 
 
 class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):

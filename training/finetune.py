@@ -105,22 +105,31 @@ class FinetuneWorkload:
         from hf_gpt_custom.eval.metrics import mean_stderr
 
         model.eval()
-        task_losses, correct = [], []
-        lm_nats = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # (nats, predicted tokens)
+        head = accelerator.unwrap_model(model)
+        with_lm = self.task.lm_loss_weight > 0
+        task_losses, correct, lm_nats, lm_targets = [], [], 0.0, 0
         for batch in val_loader:
-            output = model(**batch, lm_loss_weight=self.task.lm_loss_weight)
+            output = model(**batch, output_hidden_states=with_lm)
             losses = F.cross_entropy(output.logits.float(), batch["labels"], reduction="none")
             hits = (output.logits.argmax(-1) == batch["labels"]).float()
-            losses, hits = accelerator.gather_for_metrics((losses, hits))
-            task_losses += losses.tolist()
-            correct += hits.tolist()
-            if output.lm_loss is not None:  # a mean over the predicted (non-padding) tokens of every sequence
-                n_targets = batch["attention_mask"][..., 1:].sum()
-                lm_nats += torch.stack([output.lm_loss.double() * n_targets, n_targets.double()])
+            per_example = (losses, hits)
+            if with_lm:  # per example (a multiple-choice example: all its choices), so that the gather below can
+                # drop the examples Accelerate repeats to even out the last batch across processes, as it does for
+                # the task loss (a sum over each process's batch could not)
+                ids = batch["input_ids"]
+                mask = batch.get("attention_mask")
+                nats, targets = head.lm_nats(output.hidden_states[-1], ids.flatten(0, -2),
+                                             None if mask is None else mask.flatten(0, -2))
+                per_example += (nats.view(ids.shape[0], -1).sum(-1), targets.view(ids.shape[0], -1).sum(-1))
+            gathered = accelerator.gather_for_metrics(per_example)
+            task_losses += gathered[0].tolist()
+            correct += gathered[1].tolist()
+            if with_lm:
+                lm_nats += float(gathered[2].double().sum())
+                lm_targets += int(gathered[3].sum())
         model.train()
-        lm_nats = accelerator.reduce(lm_nats, reduction="sum")
         task_loss = sum(task_losses) / len(task_losses)
-        lm_loss = float(lm_nats[0] / lm_nats[1]) if lm_nats[1] > 0 else None
+        lm_loss = lm_nats / lm_targets if lm_targets > 0 else None
         result = {
             "val_loss": task_loss + self.task.lm_loss_weight * (lm_loss or 0.0),
             "val_task_loss": task_loss,

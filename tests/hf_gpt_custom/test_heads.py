@@ -275,10 +275,35 @@ def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
     causal_lm = GPTCustomForCausalLM(model.config).eval()
     causal_lm.transformer = model.transformer  # the same modules, so the gradient is w.r.t. the same tensor
     causal_lm.tie_weights()
-    lm_labels = input_ids.masked_fill(attention_mask == 0, -100)
+    # the rows' own tokens, each predicted from a real token: a left-padded row's first token (predicted by the last
+    # pad) is no target, or its score would depend on the padding
+    predicted_from_a_pad = torch.nn.functional.pad(attention_mask[:, :-1] == 0, (1, 0), value=True)
+    lm_labels = input_ids.masked_fill((attention_mask == 0) | predicted_from_a_pad, -100)
     lm_only = gradient(causal_lm(input_ids, attention_mask=attention_mask, labels=lm_labels).loss)
     assert lm_only.abs().sum() > 0
     torch.testing.assert_close(combined, task_only + 0.5 * lm_only, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["left", "right", "right, no attention_mask"])
+def test_the_lm_loss_of_padded_rows_is_the_rows_own(how):
+    """GPT-1's L1 over a padded batch = the causal LM's loss on each row alone, pooled per token (hand-pooled from
+    GPTCustomForCausalLM with labels = the row). Left padding scored each row's first token as predicted by the last
+    pad; without attention_mask every pad was a target."""
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)
+    model = randomize_(GPTCustomForSequenceClassification(config)).eval()
+    causal_lm = GPTCustomForCausalLM(model.config).eval()
+    causal_lm.transformer = model.transformer
+    causal_lm.tie_weights()
+    input_ids, attention_mask = padded_batch(how.split(",")[0])
+    with torch.no_grad():
+        nats, targets = 0.0, 0
+        for row, mask in zip(input_ids, attention_mask):
+            alone = row[mask.bool()][None]
+            nats += float(causal_lm(alone, labels=alone).loss) * (alone.shape[1] - 1)
+            targets += alone.shape[1] - 1
+        mask = None if "no attention_mask" in how else attention_mask
+        output = model(input_ids, attention_mask=mask, labels=torch.tensor([2, 0, 1]), lm_loss_weight=0.5)
+    assert float(output.lm_loss) == pytest.approx(nats / targets, rel=1e-5)
 
 
 def test_multiple_choice_adds_weighted_lm_loss_over_every_choice():

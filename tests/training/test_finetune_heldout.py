@@ -82,6 +82,65 @@ def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_
     assert f"| majority class (always the most frequent label) | {majority:.4f} |" in card
 
 
+def _heldout_lm_loss_alone(folder, dataset) -> float:
+    """GPT-1's auxiliary LM loss on the held-out records, each scored alone from raw text (no padding): nats per
+    predicted token through the LM head tied to the token embedding."""
+    tokenizer, model = _load(folder)
+    nats, targets = 0.0, 0
+    with torch.no_grad():
+        for record in _heldout_records(dataset):
+            ids = tokenizer(record["premise"], record["hypothesis"], return_tensors="pt")["input_ids"]
+            hidden = model.transformer(ids).last_hidden_state[0, :-1]
+            logits = torch.nn.functional.linear(hidden, model.transformer.wte.weight[: model.config.vocab_size])
+            nats += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+            targets += ids.shape[1] - 1
+    return nats / targets
+
+
+_TWO_PROCESS_FINETUNE = """
+import sys
+from hf_gpt_custom.training.finetune import finetune
+from hf_gpt_custom.training.finetune_config import load_finetune_config
+
+finetune(load_finetune_config(None, sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_the_heldout_lm_loss_is_the_records_own_on_one_and_on_two_processes(tmp_path, base_model_dir, pairs):
+    """val_lm_loss summed each process's batch means, so on two processes the examples Accelerate repeats to even out
+    the last batch (30 held-out records, 2 × 8 per step: 2 repeated) counted twice. Reference: final/ scoring each
+    held-out record alone."""
+    import os
+    import subprocess
+
+    from tests.training.test_multiprocess import _free_port
+
+    one = _finetune(tmp_path / "one", base_model_dir, pairs, "max_steps=3", "eval_interval=3")
+    summary = json.loads((one / "training_summary.json").read_text())
+    assert summary["heldout_examples"] == 30
+    assert summary["val_lm_loss"] == pytest.approx(_heldout_lm_loss_alone(one / "final", pairs), rel=1e-5)
+
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    script = tmp_path / "finetune_two.py"
+    script.write_text(_TWO_PROCESS_FINETUNE)
+    two = tmp_path / "two"
+    overrides = [f"init_from={base_model_dir}", f"dataset={pairs}", f"out_dir={two}", "run_name=ft", "block_size=32",
+                 "batch_size=8", "max_steps=3", "learning_rate=3e-3", "warmup_steps=1", "eval_interval=3",
+                 "checkpoint_interval=0", f"val_fraction={HELDOUT_FRACTION}", "log_with=none", f"seed={SEED}",
+                 "task.format=pair", "task.text_columns=premise,hypothesis", "task.labels=no,yes"]
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               str(script), *overrides]
+    result = subprocess.run(command, env={**os.environ, "TQDM_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((two / "training_summary.json").read_text())
+    assert summary["num_processes"] == 2 and summary["heldout_examples"] == 30
+    assert summary["val_lm_loss"] == pytest.approx(_heldout_lm_loss_alone(two / "final", pairs), rel=1e-5)
+
+
 @pytest.fixture(scope="module")
 def pad_token_run(tmp_path_factory, base_model_dir, pairs):
     """A fine-tuned run whose base tokenizer has its own pad token, <|pad|> (as a user adds [PAD] to a GPT-2 folder)."""
