@@ -172,11 +172,11 @@ def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuar
                     problem = guard.problem(loss_value, norm_value, overflow_is_normal=gate.overflow_is_normal)
                     stop_diverged(s, s.state.step + 1, f"{problem or 'the loss diverged'} (this update was not "
                                   f"applied)", loss_value, norm_value, guard.advice(s.checkpoints_dir), progress)
+                applied_lr = s.scheduler.get_last_lr()[0]  # the rate this update uses (after it: the next one's)
                 s.optimizer.step()
                 s.scheduler.step()
                 s.optimizer.zero_grad(set_to_none=True)
-    return _StepOnDevice(step_loss, grad_norm, is_diverged, n_tokens, digests, s.scheduler.get_last_lr()[0],
-                         s.state.epoch)
+    return _StepOnDevice(step_loss, grad_norm, is_diverged, n_tokens, digests, applied_lr, s.state.epoch)
 
 
 def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> float:
@@ -246,6 +246,10 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
     from accelerate.utils import send_to_device
 
     while True:
+        # The epoch is set on the prepared loader, which reaches the sampler through Accelerate's per-process shard;
+        # the skipping loader of a resume nests one level deeper, where Accelerate's set_epoch no longer reaches it,
+        # and a resume of several processes inside epoch >= 1 went on in epoch 0's order.
+        train_loader.set_epoch(state.epoch)
         loader = train_loader
         if state.batches_in_epoch:
             loader = accelerator.skip_first_batches(train_loader, state.batches_in_epoch)

@@ -135,3 +135,57 @@ def test_the_training_yaml_precision_is_the_one_used(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     assert mixed_precision_for_run("no") == "no"
     assert mixed_precision_for_run("fp16") == "fp16"
+
+
+@pytest.mark.slow
+def test_two_ranks_resumed_inside_the_second_epoch_train_on_that_epochs_blocks(make_config, tmp_path,
+                                                                                shakespeare_path,
+                                                                                shakespeare_tokenizer_dir):
+    """The resumed loader skips into the epoch one wrapper deeper than Accelerate's set_epoch reaches: two ranks
+    resumed inside epoch 1 went on in epoch 0's order (some blocks twice, others never). Reference: the epoch's
+    permutation from EpochShuffleSampler itself, batch j of the epoch on rank j % 2, as Accelerate shards it."""
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    import hf_gpt_custom  # noqa: F401
+    from transformers import AutoTokenizer
+
+    small = tmp_path / "small.txt"  # ~60 training blocks of 32 tokens: an epoch is a few steps of 2 ranks × 4 blocks
+    small.write_text(shakespeare_path.read_text(encoding="utf-8")[:5_000], encoding="utf-8")
+    tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
+    blocks = prepare_datasets(make_config(f"dataset={small}", "val_holdout=tail"), tokenizer,
+                              shakespeare_tokenizer_dir).train
+    steps_per_epoch = len(blocks) // 8
+    checkpoint_step, max_steps = steps_per_epoch + 2, steps_per_epoch + 5  # a checkpoint inside epoch 1
+    settings = [f"max_steps={max_steps}", "warmup_steps=1", "eval_interval=100",
+                f"checkpoint_interval={checkpoint_step}", "keep_checkpoints=5", f"dataset={small}", "val_holdout=tail"]
+    whole = make_config(*settings, run_name="whole")
+    save_train_config(whole, tmp_path / "whole.yaml")
+
+    def launch(config_file):
+        command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+                   "-m", "hf_gpt_custom.cli", "train", str(config_file)]
+        result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1",
+                                                              "CUDA_VISIBLE_DEVICES": ""},
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    launch(tmp_path / "whole.yaml")
+    resumed = make_config(*settings, run_name="resumed")
+    shutil.copytree(whole.run_dir, resumed.run_dir)  # as a crash right after the checkpoint inside epoch 1 leaves it
+    shutil.rmtree(resumed.run_dir / "final")
+    shutil.rmtree(resumed.run_dir / "checkpoints" / f"step_{max_steps:06d}")
+    save_train_config(resumed, tmp_path / "resumed.yaml")
+    launch(tmp_path / "resumed.yaml")
+
+    assert steps_per_epoch >= 3
+    sampler = EpochShuffleSampler(len(blocks), whole.seed)
+    for run_dir in (whole.run_dir, resumed.run_dir):
+        for record in _records(run_dir, "train"):
+            epoch, step_in_epoch = divmod(record["step"] - 1, steps_per_epoch)
+            sampler.set_epoch(epoch)
+            order = list(sampler)
+            expected = [[_batch_digest(torch.tensor(blocks.select(order[(2 * step_in_epoch + rank) * 4:
+                                                                         (2 * step_in_epoch + rank + 1) * 4])
+                                                    ["input_ids"]))] for rank in (0, 1)]
+            assert record["epoch"] == epoch and record["data_digests"] == expected, (run_dir.name, record["step"])

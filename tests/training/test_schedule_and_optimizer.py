@@ -46,13 +46,14 @@ def test_logged_lr_follows_linear_warmup_then_cosine_down_to_min_lr_ratio(small_
     config = small_run(f"learning_rate={peak}", f"warmup_steps={warmup}", f"max_steps={steps}",
                        f"min_lr_ratio={floor}", "eval_interval=100")
     records = train_records(train(config))
-    # The lr logged with step k is the schedule after k optimizer steps (transformers' get_last_lr after
-    # scheduler.step()): the rate the next update uses. Warmup ends at step 3; the last step sits on the floor.
-    expected = [cosine_with_warmup_lr(peak, k, warmup, steps, floor) for k in range(1, steps + 1)]
+    # The lr logged with step k is the rate update k applied: the schedule after k - 1 optimizer steps (it was the
+    # rate of update k + 1, so the log showed the peak a step early and a floor no update used). Update 1 warms up
+    # from 0; the peak is reached at update 4; the floor is where the schedule ends, after the last update.
+    expected = [cosine_with_warmup_lr(peak, k - 1, warmup, steps, floor) for k in range(1, steps + 1)]
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     assert [r["lr"] for r in records] == pytest.approx(expected, rel=1e-9, abs=0)
-    assert records[warmup - 1]["lr"] == pytest.approx(peak)
-    assert records[-1]["lr"] == pytest.approx(peak * floor)
+    assert records[0]["lr"] == 0.0 and records[warmup]["lr"] == pytest.approx(peak)
+    assert records[-1]["lr"] > peak * floor
 
 
 def test_first_update_is_adamw_on_the_gradient_clipped_to_grad_clip(small_run, tmp_path):
