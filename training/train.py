@@ -175,6 +175,11 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     set_seed(config.seed)
 
     prepared = workload.prepare(config, accelerator)
+    if accelerator.num_processes > 1:
+        # Initialisation and the data order are shared (the sampler owns its seed); dropout is not: with one seed
+        # every rank drew the same masks for different blocks, where one process with their global batch draws a
+        # mask per row. Each rank's stream is then its own (nanoGPT's seed + rank), and checkpoints keep each one.
+        set_seed(config.seed + accelerator.process_index)
     model, tokenizer, train_loader, val_loader = prepared.model, prepared.tokenizer, prepared.train_loader, \
         prepared.val_loader
     # the class and config before any wrapper (DDP, FSDP2's in-place class swap, torch.compile) touches the model:

@@ -189,3 +189,48 @@ def test_two_ranks_resumed_inside_the_second_epoch_train_on_that_epochs_blocks(m
                                                                          (2 * step_in_epoch + rank + 1) * 4])
                                                     ["input_ids"]))] for rank in (0, 1)]
             assert record["epoch"] == epoch and record["data_digests"] == expected, (run_dir.name, record["step"])
+
+
+_FIRST_MASK_SCRIPT = """
+import hashlib, os, pathlib, sys
+import torch
+from hf_gpt_custom.training.config import load_train_config
+from hf_gpt_custom.training.train import train
+from hf_gpt_custom.training.workload import LanguageModelling
+
+plain_loss, seen = LanguageModelling.loss, []
+
+def loss(self, model, batch):  # the dropout mask this rank's first micro-batch draws: the next draw of its RNG
+    if not seen:
+        state = torch.get_rng_state()
+        mask = torch.nn.functional.dropout(torch.ones(64), 0.5)
+        torch.set_rng_state(state)
+        seen.append(hashlib.sha1(mask.numpy().tobytes()).hexdigest()[:12])
+        pathlib.Path(sys.argv[2], f"rank{os.environ['RANK']}").write_text(seen[0])  # not stdout: lines interleave
+    return plain_loss(self, model, batch)
+
+LanguageModelling.loss = loss
+train(load_train_config(sys.argv[1], []))
+"""
+
+
+@pytest.mark.slow
+def test_each_rank_draws_its_own_dropout_masks(make_config, tmp_path):
+    """One seed on every rank drew the same dropout masks for different blocks, where one process with the same
+    global batch draws one per row (nanoGPT seeds rank r with seed + r). Initialisation stays shared: both ranks'
+    checkpoints hold one model."""
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    config = make_config("max_steps=1", "warmup_steps=1", "eval_interval=100", "model.resid_pdrop=0.1",
+                         run_name="dropout")
+    save_train_config(config, tmp_path / "dropout.yaml")
+    script = tmp_path / "first_mask.py"
+    script.write_text(_FIRST_MASK_SCRIPT)
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               str(script), str(tmp_path / "dropout.yaml"), str(tmp_path)]
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    masks = [(tmp_path / f"rank{rank}").read_text() for rank in (0, 1)]
+    assert masks[0] != masks[1]
