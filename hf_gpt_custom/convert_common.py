@@ -347,8 +347,12 @@ def convert_model(reference, model_class, family: CheckpointFamily):
 
 def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor]):
     """`reference_class(reference_config)` (a transformers model), in eval mode, holding `state`: every weight it
-    has, nothing else (the other direction of `model_and_loading_info`)."""
-    reference = reference_class(reference_config)
+    has, nothing else, in the weights' dtype (the other direction of `model_and_loading_info`; a bf16 model became
+    a float32 one, twice the memory, saved as float32)."""
+    dtypes = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
+    # built in that dtype as from_pretrained(dtype=...) builds it: .to(bfloat16) would also round Llama's RoPE
+    # frequencies, which transformers keeps in float32
+    reference = reference_class._from_config(reference_config, dtype=dtypes.pop() if len(dtypes) == 1 else None)
     reference.load_state_dict(state, strict=True)
     return reference.eval()
 

@@ -78,6 +78,19 @@ def test_our_llama_block_converts_to_llama_with_the_same_logits(shape):
     assert_same_logits(to_llama_model(ours), ours, torch.randint(0, 99, (2, 17)))
 
 
+def test_a_bf16_model_converts_to_a_bf16_llama_with_float32_rope_frequencies():
+    """to_llama_model built a float32 LlamaForCausalLM from bf16 weights (twice the memory, saved as float32, other
+    logits than the model it came from). It is bf16 now, built as from_pretrained(dtype=bfloat16) builds it: RoPE's
+    inverse frequencies stay float32."""
+    config = config_from_llama(LlamaConfig(**TINY_LLAMA, **SHAPES["gqa-theta500"]).to_dict())
+    ours = randomize_(GPTCustomForCausalLM(config)).eval().to(torch.bfloat16)
+    reference = to_llama_model(ours)
+    assert reference.dtype == torch.bfloat16 and reference.model.rotary_emb.inv_freq.dtype == torch.float32
+    input_ids = torch.randint(0, 99, (2, 17))
+    with torch.no_grad():
+        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=2e-2, atol=2e-2)
+
+
 def test_llama_small_preset_with_padded_vocabulary_exports_with_the_same_logits():
     config = GPTCustomConfig.from_preset("llama-small", n_layer=2, n_embd=32, n_head=4, n_kv_head=2, vocab_size=99,
                                          pad_vocab_size_to_multiple_of=64, n_positions=64)

@@ -60,6 +60,16 @@ def test_our_gpt1_block_converts_to_openai_gpt_with_the_same_logits(afn):
     assert_same_logits(reference, ours, torch.randint(0, 99, (2, 17)))
 
 
+def test_a_bf16_model_converts_to_a_bf16_openai_gpt():
+    config = GPTCustomConfig(**TINY_GPT1, norm_position="post")
+    ours = randomize_(GPTCustomForCausalLM(config)).eval().to(torch.bfloat16)
+    reference = to_openai_gpt_model(ours)
+    assert reference.dtype == torch.bfloat16  # was float32
+    input_ids = torch.randint(0, 99, (2, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=2e-2, atol=2e-2)
+
+
 def test_padded_vocabulary_is_cut_back_on_export_without_changing_logits():
     config = GPTCustomConfig(**TINY_GPT1, norm_position="post", pad_vocab_size_to_multiple_of=64)
     ours = randomize_(GPTCustomForCausalLM(config)).eval()
