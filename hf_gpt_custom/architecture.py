@@ -161,7 +161,20 @@ def check_architecture(fields: Mapping[str, Any]) -> dict[str, int]:
     return {"head_dim": head_dim, "n_kv_head": n_kv_head}
 
 
+def fields_without_effect(fields: Mapping[str, Any]) -> dict[str, str]:
+    """The fields this architecture never reads (field -> why), so that a value given for one of them can be named
+    as having no effect, and a change of it does not count as another architecture."""
+    unused = {}
+    if fields["position_embedding_type"] != "rope":
+        unused["rope_theta"] = "it is read only with position_embedding_type=rope"
+    if fields["mlp_type"] != "swiglu" or fields["n_inner"] is not None:
+        unused["multiple_of"] = "it rounds SwiGLU's default inner width (mlp_type=swiglu without n_inner)"
+    if fields["mlp_type"] == "swiglu":
+        unused["activation_function"] = "SwiGLU's gate is SiLU whatever it says"
+    return unused
+
+
 __all__ = [
     "ACTIVATIONS", "MLP_TYPES", "NORM_POSITIONS", "NORM_TYPES", "POSITION_EMBEDDING_TYPES", "PRESETS",
-    "check_architecture", "swiglu_inner_dim",
+    "check_architecture", "fields_without_effect", "swiglu_inner_dim",
 ]

@@ -6,6 +6,8 @@ and its run folder's history (resume.py); those are checked when the run starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +19,8 @@ from hf_gpt_custom.training.model_section import check_model_section
 
 if TYPE_CHECKING:
     from hf_gpt_custom.training.config import TrainConfig
+
+logger = logging.getLogger(__name__)
 
 # auto: bf16 on a GPU that supports it, fp32 ("no") on a CPU or an older GPU (devices.resolve_mixed_precision)
 MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
@@ -113,6 +117,48 @@ def check_train_config(config: TrainConfig) -> None:
     if config.benchmark_limit is not None and config.benchmark_limit < 1:
         raise UserError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
     check_model_section(config)
+    for name, why in settings_without_effect(config).items():
+        value = getattr(config, name)
+        if value != _default_of(config, name):
+            note_without_effect(name, value if not isinstance(value, list) else tuple(value), why)
+
+
+def settings_without_effect(config: TrainConfig) -> dict[str, str]:
+    """The settings this config's run never reads (name -> why): a value given for one is named when the config is
+    made (note_without_effect), and a change of one is no change of the run (resume.changed_settings). Those whose
+    other value is refused outright (a Hub dataset's split for local data) are here too, for the resume."""
+    unused = {}
+    is_local = Path(config.dataset).exists()
+    if config.val_dataset is not None or config.val_split is not None:
+        unused["val_fraction"] = f"validation comes from {'val_dataset' if config.val_dataset else 'val_split'}"
+        unused["val_holdout"] = unused["val_fraction"]
+    if config.tokenizer is not None or config.init_from:
+        unused["tokenizer_vocab_size"] = "it sizes the tokenizer a run trains when tokenizer and init_from are null"
+    if is_local:
+        for name in ("dataset_config", "dataset_split", "dataset_revision"):
+            unused[name] = "it picks a part of a Hub dataset, and a local dataset is read whole"
+    readers = [_readers(source) for source in (config.dataset, config.val_dataset) if source is not None]
+    if not any("text" in kinds for kinds in readers):
+        unused["text_sample_by"] = "it cuts plain text files into documents, and this data has none"
+    elif all(kinds == {"text"} for kinds in readers):
+        unused["text_field"] = "it names a column, and plain text has none"
+    return unused
+
+
+def _readers(source: str) -> set[str]:
+    """How the files of a local `source` are read ("text", "json", ...); none for a Hub dataset or a folder without
+    corpus files (data loading names that)."""
+    if not Path(source).exists():
+        return set()
+    try:
+        return {reader_for(file) for file in list_corpus_files(source)}
+    except UserError:
+        return set()
+
+
+@functools.lru_cache(maxsize=None)  # a config is made again by every dataclasses.replace: said once per process
+def note_without_effect(name: str, value: Any, why: str) -> None:
+    logger.warning("%s=%r has no effect: %s; drop it", name, value, why)
 
 
 def _validate_run_name(run_name: str) -> None:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 def check_model_section(config: TrainConfig) -> None:
     """Check the `model:` keys and values by the rules GPTCustomConfig applies (architecture.py), without importing
     transformers: a mistake is named in a fraction of a second, not after ~5 s of imports."""
-    from hf_gpt_custom.architecture import PRESETS, check_architecture
+    from hf_gpt_custom.architecture import PRESETS, check_architecture, fields_without_effect
+    from hf_gpt_custom.training.config_checks import note_without_effect
 
     preset, model = split_preset(config.model)
     defaults = architecture_defaults()
@@ -32,6 +33,9 @@ def check_model_section(config: TrainConfig) -> None:
     vocab_size = model.get("vocab_size") or config.tokenizer_vocab_size
     fields = {**defaults, **model_config_kwargs(config, vocab_size=vocab_size, eos_token_id=0)}
     check_architecture(fields)
+    for key, why in fields_without_effect(fields).items():
+        if key in model and model[key] != defaults[key]:
+            note_without_effect(f"model.{key}", model[key], why)
     if fields["n_positions"] < config.block_size:
         raise UserError(
             f"block_size={config.block_size} exceeds model.n_positions={fields['n_positions']}; lower block_size or "

@@ -22,6 +22,7 @@ from typing import Any
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import TrainConfig, read_config_yaml, training_settings
+from hf_gpt_custom.training.config_checks import settings_without_effect
 from hf_gpt_custom.training.model_section import architecture_defaults, model_config_kwargs
 
 logger = logging.getLogger(__name__)
@@ -86,8 +87,11 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     # A key the checkpoint lacks was not recorded by the code that wrote it (contents.* came late): unknown, not a
     # change, or every run folder trained before would be refused. A contents.* key missing now is a file not there
     # yet (the run's own tokenizer, trained again from the data and settings compared here).
+    # A setting the run never reads (val_fraction beside a val_dataset) may change: the settings that decide whether
+    # it is read are compared themselves.
+    without_effect = settings_without_effect(config)
     changed = {key: (recorded[key], current.get(key)) for key in sorted(current.keys() | recorded.keys())
-               if key in recorded and current.get(key) != recorded[key]
+               if key in recorded and current.get(key) != recorded[key] and key not in without_effect
                and (key in current or not key.startswith(f"{CONTENTS}."))}
     for role in moved_inputs(recorded, current):
         note_moved_input(role, recorded[role], current[role])
@@ -125,7 +129,7 @@ def note_moved_input(role: str, before: str, now: str) -> None:
 def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
     """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs.
     Compared as plain dicts by the config's own rules (architecture.py), so the check runs before transformers loads."""
-    from hf_gpt_custom.architecture import check_architecture
+    from hf_gpt_custom.architecture import check_architecture, fields_without_effect
 
     config_file = checkpoint / "config.json"
     if config.init_from or not config_file.is_file():  # with init_from the architecture is init_from's (compared)
@@ -142,7 +146,9 @@ def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tu
             fields.update(check_architecture(fields))  # head_dim and n_kv_head resolved, as construction does
     except ValueError as err:  # the config validated already; a stand-in value should not fail
         raise UserError(f"cannot compare the model section with {checkpoint}: {err}") from err
-    return {f"model.{key}": (saved[key], current[key]) for key in defaults if saved[key] != current[key]}
+    unread = fields_without_effect(saved).keys() & fields_without_effect(current).keys()  # by either architecture
+    return {f"model.{key}": (saved[key], current[key]) for key in defaults
+            if saved[key] != current[key] and key not in unread}
 
 
 def check_run_folder(config: TrainConfig, start_over: bool = False) -> None:

@@ -421,3 +421,22 @@ def test_list_items_given_as_comma_text_are_stripped_like_evals_tasks(tmp_path):
     written = tmp_path / "run.yaml"
     written.write_text(SMOKE.read_text() + "\nbenchmark_tasks: copa, piqa\n")
     assert load_train_config(written).benchmark_tasks == ["copa", "piqa"]
+
+
+def test_settings_without_effect_are_the_ones_the_data_and_tokenizer_leave_unread(tmp_path):
+    """Which settings a run never reads, by its data and tokenizer; the data loader's own rules are the reference:
+    text_sample_by cuts .txt files only (corpus.load_text_dataset), text_field names a column of tabular files."""
+    from hf_gpt_custom.training.config_checks import settings_without_effect
+
+    text, rows = tmp_path / "train.txt", tmp_path / "rows.jsonl"
+    text.write_text("To be, or not to be\n", encoding="utf-8")
+    rows.write_text('{"text": "a"}\n', encoding="utf-8")
+    plain = settings_without_effect(load_train_config(None, [f"dataset={text}"]))
+    assert "text_field" in plain and "text_sample_by" not in plain and "tokenizer_vocab_size" not in plain
+    assert {"dataset_config", "dataset_split", "dataset_revision"} <= plain.keys()
+    tabular = settings_without_effect(load_train_config(None, [f"dataset={rows}", f"val_dataset={text}"]))
+    assert "text_sample_by" not in tabular and "text_field" not in tabular  # the validation file is plain text
+    assert tabular["val_fraction"] == "validation comes from val_dataset"
+    assert "text_sample_by" in settings_without_effect(load_train_config(None, [f"dataset={rows}"]))
+    hub = settings_without_effect(load_train_config(None, ["dataset=someone/corpus", "val_split=validation"]))
+    assert {"text_sample_by", "val_fraction", "val_holdout"} <= hub.keys() and "dataset_split" not in hub

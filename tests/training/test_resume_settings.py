@@ -70,6 +70,30 @@ def test_speed_and_logging_settings_may_change_on_resume(resumable):
     assert evals == [3, 4]  # the new eval_interval applies from the resumed step on
 
 
+def test_settings_the_run_never_reads_are_named_and_may_change_on_resume(resumable, caplog):
+    """The tiny run names its tokenizer folder and has learned positions and GPT-2's MLP: tokenizer_vocab_size,
+    model.rope_theta and model.multiple_of are never read. Given, each was accepted without a word, and a later
+    change refused the resume as another run."""
+    import logging
+
+    from hf_gpt_custom.training.config_checks import note_without_effect
+
+    run_dir, _, config_with = resumable
+    note_without_effect.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        config = config_with("tokenizer_vocab_size=1024", "model.rope_theta=500.0", "model.multiple_of=32")
+    said = caplog.text
+    assert "tokenizer_vocab_size=1024 has no effect: it sizes the tokenizer a run trains when tokenizer and " \
+           "init_from are null; drop it" in said
+    assert "model.rope_theta=500.0 has no effect: it is read only with position_embedding_type=rope" in said
+    assert "model.multiple_of=32 has no effect: it rounds SwiGLU's default inner width" in said
+    train(config)  # resumed, not refused
+    assert json.loads((run_dir / "training_summary.json").read_text())["steps"] == 4
+    with pytest.raises(ValueError, match=r"these settings differ from the ones it was trained with \(model.head_dim: "
+                                         r"16 -> 8, model.n_head: 2 -> 4, model.n_kv_head: 2 -> 4\)"):
+        train(config_with("model.rope_theta=500.0", "model.n_head=4"))  # a setting that is read still counts
+
+
 def test_checkpoint_records_its_settings_and_loads_as_a_model_folder(finished_run):
     from hf_gpt_custom.model_folder import load_model_folder
 
