@@ -225,6 +225,17 @@ def _raise_first_unreadable_text_file(files: list[Path], err: Exception | None =
             ) from err
 
 
+def check_local_source_readable(source: str | None) -> None:
+    """Raise the error loading a local `source` would raise for a missing, empty, binary or non-UTF-8 text file or a
+    folder of mixed kinds, without loading it: checked before a run sets aside the outputs of the run it replaces,
+    so that a mistake in the new data never costs the old run. A Hub name, or None, passes."""
+    if source is None or not Path(source).exists():
+        return
+    files = list_local_files(source)
+    if reader_for(files[0]) == "text":
+        _raise_first_unreadable_text_file(files)
+
+
 def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
     """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
     for file in files:

@@ -25,10 +25,11 @@ from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
+    TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
     set_aside_other_histories, set_aside_replaced_outputs, unwrapped_state_dict, write_errors_named,
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
+from hf_gpt_custom.training.corpus import check_local_source_readable
 from hf_gpt_custom.training.devices import (
     accumulation_steps_for_run, check_compiler_available, drop_float32_output_copies, mixed_precision_for_run,
     peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
@@ -163,6 +164,10 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     check_folder_writable(run_dir / "checkpoints", "the checkpoints folder")
     # before config.yaml is rewritten: it may be the record of what the folder's checkpoints were trained with
     resume_folder = find_resume_point(config, run_dir, start_over)
+    if resume_folder is None and (list_checkpoints(run_dir / "checkpoints") or (run_dir / "final").exists()):
+        # this run replaces the one in its folder, whose outputs are set aside below: bad data must stop it first
+        for source in (config.dataset, config.val_dataset):
+            check_local_source_readable(source)
     accelerator = _make_accelerator(config, device_type, run_dir, log_with)
     check_every_process_reads_one_revision(accelerator, config)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)

@@ -94,6 +94,22 @@ def test_settings_the_run_never_reads_are_named_and_may_change_on_resume(resumab
         train(config_with("model.rope_theta=500.0", "model.n_head=4"))  # a setting that is read still counts
 
 
+@pytest.mark.parametrize("content", [b"", b"\x00\x01binary", "caf\u00e9".encode("latin-1")], ids=["empty", "binary", "latin1"])
+def test_start_over_on_unreadable_data_stops_before_it_sets_the_finished_run_aside(finished_run, make_config,
+                                                                                   tmp_path, content):
+    """--start_over moved the finished run's final/, checkpoints and log aside and rewrote config.yaml, then failed
+    on the new data: the same command as before then trained from step 0 instead of finding its run."""
+    run_dir = make_config(*STEPS).run_dir
+    shutil.copytree(finished_run, run_dir)
+    before = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*"))
+    bad = tmp_path / "new.txt"
+    bad.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"^{bad} is "):
+        train(make_config(*STEPS, f"dataset={bad}"), start_over=True)
+    assert sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*")) == before
+    train(make_config(*STEPS))  # the original command still finds its complete run
+
+
 def test_checkpoint_records_its_settings_and_loads_as_a_model_folder(finished_run):
     from hf_gpt_custom.model_folder import load_model_folder
 
