@@ -104,6 +104,9 @@ def evaluate(
     plans, skipped = [], []
     for spec in specs:
         docs = spec.docs("test", data_dir)[: limit or None]
+        if not docs:  # every metric would be the mean of nothing: nan, in a table that looks like a result
+            raise UserError(f"task {spec.task} has no documents in {data_dir} (its data file is empty); restore it "
+                            f"(eval/tasks/README.md names each source), or leave the task out")
         for k in shots:
             if k > 0 and not OUTPUT_TYPES[spec.output_type].supports_fewshot:
                 reason = f"task {spec.task} ({spec.output_type}) is scored without examples: K=0 only"
@@ -194,6 +197,9 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
                     f"model {name!r} is not a local folder and could not be loaded as a Hub id "
                     f"({str(err).splitlines()[0]}); pass a folder written by save_pretrained or a reachable Hub id"
                 ) from err
+        if isinstance(tokenizer, (str, Path)) and folder is not None and has_tokenizer_files(folder):
+            tokenizer = load_tokenizer(str(tokenizer))
+            refuse_another_tokenizer(folder, tokenizer)
         tokenizer = name if tokenizer is None else tokenizer
     else:
         name = getattr(model, "name_or_path", None) or type(model).__name__
@@ -220,6 +226,21 @@ def local_model_path(name: str) -> Path | None:
     if not is_hub_repo_id(name):
         return check_model_folder(path)  # a path that does not exist: raises MissingFileError naming it
     return None
+
+
+def has_tokenizer_files(folder: Path) -> bool:
+    return (folder / "tokenizer.json").is_file() or (folder / "vocab.json").is_file()
+
+
+def refuse_another_tokenizer(folder: Path, tokenizer) -> None:
+    """A model folder that ships its tokenizer was trained with it: --tokenizer naming one with another vocabulary
+    scored other ids than the model knows (a smaller one silently; a larger one only where an id passed its
+    vocabulary), and nothing in the results said which tokenizer was used."""
+    own = load_tokenizer(str(folder))
+    if own.get_vocab() != tokenizer.get_vocab():
+        raise UserError(f"--tokenizer {tokenizer.name_or_path} has another vocabulary ({len(tokenizer)} tokens) than "
+                        f"the tokenizer {folder} was saved with ({len(own)} tokens), so the model would score ids "
+                        f"it was not trained on; drop --tokenizer (the folder's own is used)")
 
 
 def load_tokenizer(source: str):

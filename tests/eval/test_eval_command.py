@@ -239,3 +239,41 @@ def test_a_checkpoint_is_evaluated_with_the_tokenizer_folder_given(tmp_path, mon
     with pytest.raises(_Loaded):
         main([*base, "--tokenizer", str(tmp_path / "run" / "tokenizer")])
     assert seen["tokenizer"] == str(tmp_path / "run" / "tokenizer")
+
+
+def test_a_tokenizer_other_than_the_model_folders_own_is_refused(tiny_model_folder, tmp_path, capsys):
+    """`eval --tokenizer` with a vocabulary the model was not trained with scored other ids without a word (a smaller
+    vocabulary always; a larger one only until an id passed the embedding). The folder's own, given again, is fine."""
+    import shutil
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+
+    other = tmp_path / "bytes"
+    GPTCustomTokenizerFast.bytes_only().save_pretrained(other)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", str(tiny_model_folder), "--tokenizer", str(other), "--tasks", "copa", "--limit", "2",
+              "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--tokenizer {other} has another vocabulary (257 tokens)" in err
+    assert "drop --tokenizer (the folder's own is used)" in err and not (tmp_path / "out").exists()
+    same = tmp_path / "same"
+    shutil.copytree(tiny_model_folder, same)
+    _, given, _ = runner.load_model_and_tokenizer(str(tiny_model_folder), str(same), None, "float32")
+    assert given.name_or_path == str(same)
+
+
+def test_a_benchmark_whose_data_file_is_empty_is_an_error_not_a_nan_table(tiny_model_folder, shared_data_dir,
+                                                                         tmp_path, capsys):
+    """An emptied data file gave a table row `| copa | 0 | acc | nan |` and exit 0."""
+    data = tmp_path / "data" / "copa"
+    data.mkdir(parents=True)
+    for file in (shared_data_dir / "copa").glob("*.jsonl"):
+        (data / file.name).write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--data-dir", str(data.parent), "--out",
+              str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"task copa has no documents in {data.parent} (its data file is empty)" in err
+    assert not (tmp_path / "out").exists()
