@@ -49,6 +49,8 @@ def check_train_config(config: TrainConfig) -> None:
         from hf_gpt_custom.model_folder import check_model_folder
 
         check_model_folder(config.init_from, verify_manifest=False)  # a loadable model type, weights: before any import
+        if not hasattr(config, "task"):  # language modelling (fine-tuning loads a head folder as its head)
+            _refuse_a_task_head_to_train_as_a_language_model(config.init_from)
     if config.block_size < 2:
         raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
                         f"in its block, so a block of one token has nothing to predict (256 is typical)")
@@ -121,6 +123,23 @@ def check_train_config(config: TrainConfig) -> None:
         value = getattr(config, name)
         if value != _default_of(config, name):
             note_without_effect(name, value if not isinstance(value, list) else tuple(value), why)
+
+
+def _refuse_a_task_head_to_train_as_a_language_model(folder: str) -> None:
+    """A fine-tuned head's folder loads as a causal LM (its head dropped), but its tokenizer wraps every text in the
+    task's template: the run trained on, and saved beside final/, a tokenizer that adds <|extract|> to a prompt."""
+    import json
+
+    try:
+        saved = json.loads(Path(folder, "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return  # check_model_folder named what is wrong with it
+    head = next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
+    if head is not None:
+        raise UserError(f"init_from={folder} holds a fine-tuned {head}, whose tokenizer wraps every text in its "
+                        f"task's template, so language-model training from it would learn and ship that template; "
+                        f"start from the folder it was fine-tuned from (its init_from), or fine-tune it further with "
+                        f"`hf-gpt-custom finetune`")
 
 
 def settings_without_effect(config: TrainConfig) -> dict[str, str]:

@@ -2,6 +2,7 @@
 saved folder, and every kind of bad input refused before the run folder is touched."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -574,6 +575,22 @@ def test_a_head_folder_into_the_wrong_class_is_refused(finetuned_run, tmp_path, 
     other_labels = _config(tmp_path, base_model_dir, learnable_pairs, f"init_from={finetuned_run / 'final'}",
                            task={"format": "pair", "text_columns": "premise,hypothesis", "labels": "yes,no"})
     _refused(other_labels, r"classifies into \['no', 'yes'\], the task into \['yes', 'no'\]")
+
+
+def test_a_fine_tuned_head_folder_is_refused_as_a_language_models_init_from(finetuned_run, tmp_path, capsys):
+    """`train --init_from <fine-tuned folder>` trained a causal LM and saved the head's tokenizer beside it: every
+    prompt then ended in <|extract|> (generate continued after it). Refused when the config loads."""
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.training.config import load_train_config
+
+    message = f"init_from={finetuned_run / 'final'} holds a fine-tuned GPTCustomForSequenceClassification, whose " \
+              "tokenizer wraps every text in its task's template"
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_train_config(None, ["dataset=-", f"init_from={finetuned_run / 'final'}"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "training/configs/smoke.yaml", f"init_from={finetuned_run / 'final'}",
+              f"out_dir={tmp_path / 'lm'}"])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err and not (tmp_path / "lm").exists()
 
 
 @pytest.mark.parametrize("override, match", [
