@@ -76,6 +76,13 @@ def train_tokenizer(
         )
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
+    local = [Path(item) for item in ([inputs] if isinstance(inputs, (str, os.PathLike)) else
+                                     inputs if isinstance(inputs, (list, tuple)) else [])
+             if isinstance(item, (str, os.PathLike)) and Path(item).exists()]
+    for folder in (path for path in local if path.is_dir()):
+        if Path(out_dir).resolve().is_relative_to(folder.resolve()):  # its files would be read as corpus next time
+            raise UserError(f"the output folder {out_dir} is inside the corpus folder {folder}, which is read whole: "
+                            f"the saved tokenizer files would become training text; save it outside {folder}")
     texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source,
                         revision=revision)
 

@@ -244,6 +244,11 @@ def _validate_local_dataset(config: TrainConfig) -> None:
         if value != default:
             raise UserError(f"{name}={value!r} {what} of a Hub dataset, but dataset={config.dataset} is a local path, "
                             f"which is read whole; point dataset at the file(s) you mean, or drop {name}")
+    run_dir = config.run_dir.absolute().resolve()
+    for source in (config.dataset, config.val_dataset):
+        if source is not None and Path(source).is_dir() and run_dir.is_relative_to(Path(source).resolve()):
+            raise UserError(f"the run folder {config.run_dir} is inside the data folder {source}, which is read "
+                            f"whole: the run's tokenizer and logs would become training text; put out_dir outside it")
     try:
         files = list_corpus_files(config.dataset)
     except UserError:

@@ -440,3 +440,26 @@ def test_settings_without_effect_are_the_ones_the_data_and_tokenizer_leave_unrea
     assert "text_sample_by" in settings_without_effect(load_train_config(None, [f"dataset={rows}"]))
     hub = settings_without_effect(load_train_config(None, ["dataset=someone/corpus", "val_split=validation"]))
     assert {"text_sample_by", "val_fraction", "val_holdout"} <= hub.keys() and "dataset_split" not in hub
+
+
+def test_a_run_folder_inside_its_data_folder_is_refused(tmp_path):
+    """The run wrote its tokenizer into out_dir and then read it back as data: `mixes file kinds (json, text)` on the
+    very first run, naming neither the cause nor the fix."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("To be, or not to be\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"the run folder {corpus / 'run'} is inside the data folder {corpus}, which "
+                                        r"is read whole"):
+        load_train_config(None, [f"dataset={corpus}", f"out_dir={corpus / 'run'}"])
+    load_train_config(None, [f"dataset={corpus}", f"out_dir={tmp_path / 'run'}"])  # beside it: fine
+
+
+def test_a_tokenizer_saved_inside_its_corpus_folder_is_refused(tmp_path):
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("To be, or not to be\n" * 20, encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"the output folder {corpus / 'tok'} is inside the corpus folder {corpus}"):
+        train_tokenizer(str(corpus), corpus / "tok", vocab_size=300, show_progress=False)
+    assert not (corpus / "tok").exists()
