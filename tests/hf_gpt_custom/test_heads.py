@@ -284,17 +284,22 @@ def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
     torch.testing.assert_close(combined, task_only + 0.5 * lm_only, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("how", ["left", "right", "right, no attention_mask"])
+@pytest.mark.parametrize("how", ["left", "right", "right, no attention_mask", "right, no attention_mask, a pad id inside",
+                                 "left, padded vocabulary"])
 def test_the_lm_loss_of_padded_rows_is_the_rows_own(how):
     """GPT-1's L1 over a padded batch = the causal LM's loss on each row alone, pooled per token (hand-pooled from
     GPTCustomForCausalLM with labels = the row). Left padding scored each row's first token as predicted by the last
-    pad; without attention_mask every pad was a target."""
-    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)
+    pad; without attention_mask every pad was a target. A real token with the pad's id (pad = eos) is a target, as
+    the head reads it; a padded vocabulary's extra rows are no prediction."""
+    extra = {"pad_vocab_size_to_multiple_of": 64} if "padded vocabulary" in how else {}
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3, **extra)
     model = randomize_(GPTCustomForSequenceClassification(config)).eval()
     causal_lm = GPTCustomForCausalLM(model.config).eval()
     causal_lm.transformer = model.transformer
     causal_lm.tie_weights()
     input_ids, attention_mask = padded_batch(how.split(",")[0])
+    if "a pad id inside" in how:
+        input_ids[0, 2] = PAD  # row 0 is 7 real tokens: its third one is the pad/eos id
     with torch.no_grad():
         nats, targets = 0.0, 0
         for row, mask in zip(input_ids, attention_mask):

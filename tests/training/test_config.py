@@ -463,3 +463,32 @@ def test_a_tokenizer_saved_inside_its_corpus_folder_is_refused(tmp_path):
     with pytest.raises(ValueError, match=rf"the output folder {corpus / 'tok'} is inside the corpus folder {corpus}"):
         train_tokenizer(str(corpus), corpus / "tok", vocab_size=300, show_progress=False)
     assert not (corpus / "tok").exists()
+
+
+def test_the_architecture_fields_without_effect_are_the_ones_the_model_never_reads():
+    """Reference: the model itself. A field is without effect when changing it leaves every weight shape and the
+    logits of the same weights unchanged."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.architecture import fields_without_effect
+    from hf_gpt_custom.training.model_section import architecture_defaults
+
+    cases = [{}, {"position_embedding_type": "sinusoidal"}, {"position_embedding_type": "rope"},
+             {"mlp_type": "swiglu"}, {"mlp_type": "swiglu", "n_inner": 48}]
+    changes = {"rope_theta": 500.0, "multiple_of": 8, "activation_function": "relu"}
+    for case in cases:
+        base = {"n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 50, "n_positions": 16, **case}
+        unused = fields_without_effect({**architecture_defaults(), **base})
+        input_ids = torch.randint(0, 50, (1, 9))
+        for field, value in changes.items():
+            torch.manual_seed(0)
+            plain = GPTCustomForCausalLM(GPTCustomConfig(**base)).eval()
+            changed = GPTCustomForCausalLM(GPTCustomConfig(**base, **{field: value})).eval()
+            same_shapes = all(a.shape == b.shape for a, b in zip(plain.state_dict().values(),
+                                                                 changed.state_dict().values()))
+            if same_shapes:
+                changed.load_state_dict(plain.state_dict())
+                with torch.no_grad():
+                    same_shapes = torch.equal(plain(input_ids).logits, changed(input_ids).logits)
+            assert (field in unused) == same_shapes, (case, field)

@@ -206,3 +206,40 @@ def test_the_saved_and_exported_tokenizers_cut_a_long_input_where_fine_tuning_cu
 
     exported, _ = _load(export_folder(pad_token_run, tmp_path / "export"))
     assert exported(record["premise"], record["hypothesis"], truncation=True)["input_ids"] == trained["input_ids"]
+
+
+def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, base_model_dir, shared_data_dir):
+    """Multiple choice: GPT-1's L1 over every choice's sequence of every held-out example, each scored alone from raw
+    text with the saved tokenizer (no padding), pooled per token, is the summary's val_lm_loss."""
+    import torch.nn.functional as F
+
+    from hf_gpt_custom import GPTCustomForMultipleChoice
+
+    goals = [json.loads(line) for line in (shared_data_dir / "piqa" / "valid.jsonl").read_text().splitlines()[:40]]
+    labels = (shared_data_dir / "piqa" / "valid-labels.lst").read_text().split()[:40]
+    data = tmp_path / "piqa.jsonl"
+    data.write_text("".join(json.dumps({"goal": r["goal"], "sol1": r["sol1"], "sol2": r["sol2"], "label": int(label)})
+                            + "\n" for r, label in zip(goals, labels)))
+    run_dir = finetune(load_finetune_config(None, [
+        f"init_from={base_model_dir}", f"dataset={data}", f"out_dir={tmp_path / 'run'}", "run_name=mc",
+        "block_size=64", "batch_size=4", "max_steps=2", "warmup_steps=1", "eval_interval=2", "checkpoint_interval=0",
+        f"val_fraction={HELDOUT_FRACTION}", "log_with=none", f"seed={SEED}", "task.format=multiple_choice",
+        "task.text_columns=goal", "task.choice_columns=sol1,sol2"]))
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    _, heldout = split_heldout(len(records), HELDOUT_FRACTION, SEED)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    model = GPTCustomForMultipleChoice.from_pretrained(run_dir / "final").eval()
+    nats, targets = 0.0, 0
+    with torch.no_grad():
+        for record in (records[i] for i in heldout):
+            for choice in ("sol1", "sol2"):
+                ids = torch.tensor([tokenizer(record["goal"], record[choice], truncation=True)["input_ids"]])
+                hidden = model.transformer(ids).last_hidden_state[0, :-1]
+                logits = F.linear(hidden, model.transformer.wte.weight[: model.config.vocab_size])
+                nats += float(F.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+                targets += ids.shape[1] - 1
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["heldout_examples"] == len(heldout) == 10
+    assert summary["val_lm_loss"] == pytest.approx(nats / targets, rel=1e-5)

@@ -92,6 +92,10 @@ def test_settings_the_run_never_reads_are_named_and_may_change_on_resume(resumab
     with pytest.raises(ValueError, match=r"these settings differ from the ones it was trained with \(model.head_dim: "
                                          r"16 -> 8, model.n_head: 2 -> 4, model.n_kv_head: 2 -> 4\)"):
         train(config_with("model.rope_theta=500.0", "model.n_head=4"))  # a setting that is read still counts
+    with pytest.raises(ValueError, match=r"\(model.activation_function: 'gelu_new' -> 'silu', model.mlp_type: "
+                                         r"'standard' -> 'swiglu', model.multiple_of: 256 -> 32\)"):
+        # read by the new architecture, not by the old: a change
+        train(config_with("model.mlp_type=swiglu", "model.multiple_of=32", "model.activation_function=silu"))
 
 
 @pytest.mark.parametrize("content", [b"", b"\x00\x01binary", "caf\u00e9".encode("latin-1")], ids=["empty", "binary", "latin1"])
