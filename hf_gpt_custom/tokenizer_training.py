@@ -76,13 +76,7 @@ def train_tokenizer(
         )
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
-    local = [Path(item) for item in ([inputs] if isinstance(inputs, (str, os.PathLike)) else
-                                     inputs if isinstance(inputs, (list, tuple)) else [])
-             if isinstance(item, (str, os.PathLike)) and Path(item).exists()]
-    for folder in (path for path in local if path.is_dir()):
-        if Path(out_dir).resolve().is_relative_to(folder.resolve()):  # its files would be read as corpus next time
-            raise UserError(f"the output folder {out_dir} is inside the corpus folder {folder}, which is read whole: "
-                            f"the saved tokenizer files would become training text; save it outside {folder}")
+    _refuse_output_inside_an_input_folder(inputs, Path(out_dir))
     texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source,
                         revision=revision)
 
@@ -214,6 +208,17 @@ def _classify_input_list(items: list) -> str:
     if len(items) == 1 and is_hub_repo_id(str(items[0])):
         return "hub"
     return "texts"
+
+
+def _refuse_output_inside_an_input_folder(inputs, out_dir: Path) -> None:
+    """A folder input is read whole: a tokenizer saved inside it would be read as corpus text by the next run."""
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs if isinstance(inputs, (list, tuple)) else []
+    if not items or not all(isinstance(item, (str, os.PathLike)) and _path_exists(item) for item in items):
+        return  # documents, a Hub name, or a missing path (iter_corpus names it)
+    for folder in (Path(item) for item in items if Path(item).is_dir()):
+        if out_dir.resolve().is_relative_to(folder.resolve()):
+            raise UserError(f"the output folder {out_dir} is inside the corpus folder {folder}, which is read whole: "
+                            f"the saved tokenizer files would become training text; save it outside {folder}")
 
 
 def _looks_like_path(item) -> bool:
