@@ -222,6 +222,7 @@ try:
     print(f"rank {accelerator.process_index}: agreed", flush=True)
 except UserError as err:
     print(f"rank {accelerator.process_index}: {err}", flush=True)
+accelerator.end_training()  # the process group torn down before exit (else gloo may abort the interpreter's exit)
 """
 
 
