@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -217,9 +216,22 @@ def _stage_train(config, run_dir: Path, state: dict, start_over: bool = False) -
     return Path(train(config, start_over=start_over)) / "final", "done"
 
 
+def _set_aside_earlier_results(eval_dir: Path) -> None:
+    """Move an earlier run's evaluation out of the card's way, not into the bin: hours of scoring were deleted when a
+    rerun asked for no benchmarks."""
+    if not eval_dir.exists():
+        return
+    aside = eval_dir.with_name(f"eval_set_aside_{time.strftime('%Y%m%d-%H%M%S')}")
+    while aside.exists():
+        aside = aside.with_name(aside.name + "_")
+    eval_dir.rename(aside)
+    print(f"benchmark_tasks is empty: the earlier evaluation in {eval_dir} was moved to {aside} (the card leaves it "
+          f"out)", flush=True)
+
+
 def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path | None, str]:
     if not config.benchmark_tasks:
-        shutil.rmtree(run_dir / "eval", ignore_errors=True)  # results of earlier settings must not reach the card
+        _set_aside_earlier_results(run_dir / "eval")  # results of earlier settings must not reach the card
         return None, "skipped"
     from hf_gpt_custom.eval.runner import evaluate
     from hf_gpt_custom.training.devices import launcher_asks_for_cpu

@@ -107,3 +107,19 @@ def test_changing_eval_batches_or_peak_flops_rewrites_the_summary_and_the_export
     assert _summary(run_dir / "export")["wall_time_s"] == _summary(run_dir)["wall_time_s"]
     run_pipeline(SMOKE_CONFIG, changed)
     assert _stages_run(capsys) == []
+
+
+def test_a_rerun_without_benchmarks_sets_the_earlier_evaluation_aside_and_says_where(tmp_path, capsys):
+    """`run ... benchmark_tasks=[]` after a run that evaluated deleted eval/ (results, table, examples, plot)."""
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.run import _stage_eval
+
+    run_dir = tmp_path / "run"
+    (run_dir / "eval").mkdir(parents=True)
+    (run_dir / "eval" / "results.json").write_text('{"results": []}')
+    assert _stage_eval(SimpleNamespace(benchmark_tasks=[]), run_dir, {}) == (None, "skipped")
+    assert not (run_dir / "eval").exists()  # out of the card's way
+    (aside,) = run_dir.glob("eval_set_aside_*")
+    assert (aside / "results.json").read_text() == '{"results": []}'
+    assert f"the earlier evaluation in {run_dir / 'eval'} was moved to {aside}" in capsys.readouterr().out
