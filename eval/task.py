@@ -239,6 +239,9 @@ def _read_yaml_with_includes(path: Path) -> dict:
             config = yaml.safe_load(handle)
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({err})") from err
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path} is not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset {err.start}), "
+                        f"so not a task YAML; convert it to UTF-8 or pass another task file") from err
     if config is None:
         config = {}
     if not isinstance(config, dict):

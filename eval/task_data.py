@@ -34,6 +34,13 @@ def default_data_dir() -> Path:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:  # a traceback from deep inside the reader otherwise
+        line = data[: err.start].count(b"\n") + 1
+        raise UserError(f"{path} is not UTF-8 text: byte 0x{data[err.start]:02x} at offset {err.start} (line {line}) "
+                        f"cannot be decoded; restore the file (eval/tasks/README.md names its source)") from err
     records = []
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):

@@ -393,3 +393,31 @@ def test_an_os_error_that_may_be_a_bug_keeps_its_traceback(error, tmp_path, monk
     with pytest.raises(OSError) as caught:
         main(["export", str(tmp_path), str(tmp_path / "exp")])
     assert caught.value is error
+
+
+@pytest.mark.parametrize("command", ["train", "run", "finetune"])
+def test_a_config_that_is_not_utf8_text_is_one_line(command, tmp_path, capsys):
+    """A binary or Latin-1 file given as the config ended in a UnicodeDecodeError traceback."""
+    config = tmp_path / "notes.yaml"
+    config.write_bytes("run_name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, str(config)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and err.count("\n") == 0, err
+    assert f"{config} is not a UTF-8 text file (byte 0xe9 at offset 13), so not a training config" in err
+
+
+def test_benchmark_data_and_task_files_that_are_not_utf8_are_one_line(tmp_path, capsys):
+    from hf_gpt_custom.eval.task import load_tasks
+
+    task = tmp_path / "mine.yaml"
+    task.write_bytes("task: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"^{task} is not a UTF-8 text file \(byte 0xe9 at offset 9\), so not a "
+                                         r"task YAML"):
+        load_tasks([str(task)])
+    data = tmp_path / "data" / "copa"
+    data.mkdir(parents=True)
+    (data / "val.jsonl").write_bytes(b'{"premise": "ok"}\n\x81\x82\n')
+    (copa,) = load_tasks(["copa"])
+    with pytest.raises(ValueError, match=rf"{data / 'val.jsonl'} is not UTF-8 text: byte 0x81 at offset 18 \(line 2\)"):
+        copa.docs("test", tmp_path / "data")

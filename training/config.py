@@ -222,6 +222,10 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
                 loaded = {} if loaded is None else loaded
             except yaml.YAMLError as err:
                 raise UserError(f"{path}: not valid YAML ({err})") from err
+            except UnicodeDecodeError as err:  # a binary or Latin-1 file given where the YAML belongs
+                raise UserError(f"{path} is not a UTF-8 text file (byte 0x{err.object[err.start]:02x} at offset "
+                                f"{err.start}), so not a training config; pass a training YAML, e.g. "
+                                f"{config_class.example_config}") from err
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
