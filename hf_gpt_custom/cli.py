@@ -9,6 +9,7 @@ not import them), so `--help` and argument errors answer in a fraction of a seco
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -280,7 +281,8 @@ def _cmd_export(args: argparse.Namespace) -> None:
     out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id, package_source=args.package_source,
                             license=args.license)
     repo_id = args.repo_id or "USER/NAME"
-    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {out_dir} --repo-id {repo_id} --dry-run`"
+    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {shlex.quote(str(out_dir))} --repo-id "
+          f"{repo_id} --dry-run`"
           + ("; its card names the placeholder your-username/<run_name>: export again with --repo-id USER/NAME first)"
              if args.repo_id is None else ")"))
 

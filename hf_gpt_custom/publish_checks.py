@@ -87,10 +87,14 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     `local_files_only`). An export always has its manifest (`require_manifest`: export checks its staging folder
     before writing it): without one, nothing tells an edited or added file apart."""
     folder = Path(folder)
-    if not (folder / "config.json").is_file() or not (folder / "README.md").is_file():
+    if not folder.is_dir():
+        raise MissingFileError(f"cannot publish {folder}: there is no such folder; write it first with "
+                               "`hf-gpt-custom export RUN_DIR OUT_DIR`")
+    missing = [name for name in ("config.json", "README.md") if not (folder / name).is_file()]
+    if missing:
         raise MissingFileError(
-            f"cannot publish {folder}: it has no config.json and README.md; write it first with "
-            "`hf-gpt-custom export RUN_DIR OUT_DIR`"
+            f"cannot publish {folder}: it has no {' and no '.join(missing)} (not an export: a run's final/ has no "
+            "model card); write the export first with `hf-gpt-custom export RUN_DIR OUT_DIR`"
         )
     if require_manifest and not (folder / MANIFEST_NAME).is_file():
         raise UserError(f"cannot publish {folder}: it has no {MANIFEST_NAME}, so its files cannot be checked against "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,10 +97,11 @@ def _run_stages(config, start_over: bool = False) -> Path:
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
+    run, export = shlex.quote(str(run_dir)), shlex.quote(str(run_dir / "export"))  # commands to paste: quoted
     print(
         f"done in {time.perf_counter() - started:.1f} s this session; Hub-ready folder: {run_dir / 'export'} "
-        f"(to publish it: `hf-gpt-custom export {run_dir} {run_dir / 'export'} --repo-id USER/NAME` names your "
-        f"repository in the card, then `hf-gpt-custom push {run_dir / 'export'} --repo-id USER/NAME --dry-run`, "
+        f"(to publish it: `hf-gpt-custom export {run} {export} --repo-id USER/NAME` names your "
+        f"repository in the card, then `hf-gpt-custom push {export} --repo-id USER/NAME --dry-run`, "
         "then without --dry-run)",
         flush=True,
     )

@@ -267,11 +267,28 @@ def test_push_to_an_unreachable_endpoint_fails_with_one_message(exported, monkey
     assert hash_folder(out_dir) == before
 
 
-def test_push_of_a_folder_that_is_not_an_export_is_refused(tmp_path):
+def test_push_of_a_folder_that_is_not_an_export_is_refused_naming_what_it_lacks(tmp_path):
+    """A run's final/ (config.json, no card) was told it had "no config.json and README.md"; a path that does not
+    exist got the same sentence."""
     from hf_gpt_custom.hub import push_folder
 
-    with pytest.raises(FileNotFoundError, match=r"hf-gpt-custom export RUN_DIR OUT_DIR"):
+    with pytest.raises(FileNotFoundError, match=rf"cannot publish {tmp_path}: it has no config.json and no README.md "
+                                                r".*hf-gpt-custom export RUN_DIR OUT_DIR"):
         push_folder(tmp_path, "alice/x")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=rf"cannot publish {tmp_path}: it has no README.md \(not an export"):
+        push_folder(tmp_path, "alice/x")
+    with pytest.raises(FileNotFoundError, match=rf"cannot publish {tmp_path / 'gone'}: there is no such folder"):
+        push_folder(tmp_path / "gone", "alice/x")
+
+
+def test_the_commands_it_suggests_paste_into_a_shell_with_spaces_in_paths(exported, tmp_path, capsys):
+    from hf_gpt_custom.cli import main
+
+    run_dir, _ = exported
+    out_dir = tmp_path / "my export"
+    main(["export", str(run_dir), str(out_dir), "--repo-id", "alice/x"])
+    assert f"hf-gpt-custom push '{out_dir}' --repo-id alice/x --dry-run" in capsys.readouterr().out
 
 
 @pytest.fixture
