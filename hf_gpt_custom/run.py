@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from .errors import MissingFileError, UserError
+from .errors import UserError
 
 STAGES = ("tokenizer", "train", "eval", "export")
 STATE_FILE = "pipeline_state.json"
@@ -37,12 +37,10 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
     whose files hold what the run read is the same input, moved). `start_over` runs every stage again, training
     from step 0 (the old checkpoints are moved aside, as `train --start_over` does).
     """
-    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.config import find_config_file, load_train_config
     from hf_gpt_custom.training.run_lock import lock_run_folder
 
-    config_path = Path(config_path)
-    if not config_path.is_file():
-        raise MissingFileError(f"run config {config_path} not found; try training/configs/shakespeare.yaml")
+    config_path = find_config_file(config_path, "run config", "training/configs/shakespeare.yaml")
     config = load_train_config(config_path, list(overrides or []))
     from hf_gpt_custom.training.hub_revision import pin_dataset_revision
     from hf_gpt_custom.training.train import check_machine_can_train

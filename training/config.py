@@ -197,6 +197,22 @@ def _yaml_value(value) -> str:
 # --- loading -------------------------------------------------------------------------------------------------------
 
 
+def find_config_file(path: str | os.PathLike, what: str, example: str) -> Path:
+    """The YAML `path` names: from the working directory, else (relative) from the repository root, as data paths
+    are found, so `training/configs/smoke.yaml` works from anywhere. A folder, or a file in neither place, is one
+    line naming where it looked and a file that exists."""
+    path = Path(path)
+    if not path.exists() and not path.is_absolute() and (REPO_ROOT / path).exists():
+        path = REPO_ROOT / path
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder; pass a YAML file, e.g. {REPO_ROOT / example}")
+    if not path.is_file():
+        searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        raise MissingFileError(f"{what} {path} not found (looked in {searched}); pass a YAML file, e.g. "
+                               f"{REPO_ROOT / example}")
+    return path
+
+
 def load_train_config(path: str | os.PathLike | None, overrides: list[str] | None = None,
                       config_class: type[TrainConfig] = TrainConfig) -> TrainConfig:
     """Read a training YAML, apply `key=value` overrides (`model.n_layer=4` for the model section), validate.
@@ -210,12 +226,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     values: dict[str, Any] = {}
     written: dict[str, str] = {}  # top-level plain scalars as written: what a text field takes
     if path is not None:
-        path = Path(path)
-        if path.is_dir():
-            raise UserError(f"training config {path} is a folder; pass a YAML file in it, e.g. "
-                            f"{config_class.example_config}")
-        if not path.is_file():
-            raise MissingFileError(f"training config {path} not found; try {config_class.example_config}")
+        path = find_config_file(path, "training config", config_class.example_config)
         with open(path, encoding="utf-8") as f:
             try:
                 loaded, written = read_config_file(f)

@@ -79,13 +79,22 @@ def test_unknown_yaml_key_is_rejected_with_a_suggestion(tmp_path):
         load_train_config(path, [])
 
 
-def test_missing_config_file_and_dataset_are_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.yaml not found; try training/configs/smoke.yaml"):
+def test_missing_config_file_and_dataset_are_named(tmp_path, monkeypatch):
+    from hf_gpt_custom.training.config import REPO_ROOT
+
+    with pytest.raises(FileNotFoundError, match=rf"nope.yaml not found \(looked in .*\); pass a YAML file, e.g. "
+                                                rf"{REPO_ROOT / 'training/configs/smoke.yaml'}"):
         load_train_config(tmp_path / "nope.yaml", [])
     from hf_gpt_custom.training.finetune_config import load_finetune_config
 
-    with pytest.raises(FileNotFoundError, match="nope.yaml not found; try training/configs/finetune_boolq.yaml"):
+    with pytest.raises(FileNotFoundError, match=rf"e.g. {REPO_ROOT / 'training/configs/finetune_boolq.yaml'}"):
         load_finetune_config(tmp_path / "nope.yaml", [])
+    with pytest.raises(ValueError, match=rf"training config {tmp_path} is a folder; pass a YAML file"):
+        load_train_config(tmp_path, [])
+    # from another folder, the repository's own configs are found as its data paths are (it suggested the very path
+    # it had just not found)
+    monkeypatch.chdir(tmp_path)
+    assert load_train_config("training/configs/smoke.yaml", []).run_name == load_train_config(SMOKE, []).run_name
     with pytest.raises(FileNotFoundError, match="dataset='../missing/corpus.txt' not found"):
         load_train_config(SMOKE, ["dataset=../missing/corpus.txt"])
 
