@@ -229,7 +229,8 @@ def local_model_path(name: str) -> Path | None:
 
 
 def has_tokenizer_files(folder: Path) -> bool:
-    return (folder / "tokenizer.json").is_file() or (folder / "vocab.json").is_file()
+    """Whether `folder` holds a BPE vocabulary: tokenizer.json, or vocab.json + merges.txt."""
+    return any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILE_SETS)
 
 
 def refuse_another_tokenizer(folder: Path, tokenizer) -> None:
@@ -260,7 +261,7 @@ def check_tokenizer_files(folder: Path) -> None:
     Without them transformers still builds a tokenizer, with no merges: GPTCustomTokenizerFast falls back to the 256
     bytes + <|endoftext|>, a GPT-2 tokenizer to an empty vocabulary, and every score is silently wrong.
     """
-    if any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILE_SETS):
+    if has_tokenizer_files(folder):
         return
     missing = [name for names in TOKENIZER_FILE_SETS for name in names if not (folder / name).is_file()]
     raise MissingFileError(

@@ -34,13 +34,21 @@ def default_data_dir() -> Path:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    data = path.read_bytes()
     try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as err:  # a traceback from deep inside the reader otherwise
-        line = data[: err.start].count(b"\n") + 1
-        raise UserError(f"{path} is not UTF-8 text: byte 0x{data[err.start]:02x} at offset {err.start} (line {line}) "
-                        f"cannot be decoded; restore the file (eval/tasks/README.md names its source)") from err
+        return _read_utf8_jsonl(path)
+    except UnicodeDecodeError:  # a traceback from deep inside the reader otherwise: name the byte and its line
+        data = path.read_bytes()  # (the reader's error counts from its buffer, not from the start of the file)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            raise UserError(f"{path} is not UTF-8 text: byte 0x{data[err.start]:02x} at offset {err.start} (line "
+                            f"{line}) cannot be decoded; restore the file (eval/tasks/README.md names its source)"
+                            ) from err
+        raise
+
+
+def _read_utf8_jsonl(path: Path) -> list[dict]:
     records = []
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):

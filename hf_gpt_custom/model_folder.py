@@ -90,13 +90,19 @@ def load_model_folder(path: str | os.PathLike, model_class=None, any_causal_lm: 
     return model
 
 
+def saved_task_head_name(folder: str | os.PathLike) -> str | None:
+    """The name of the task-head class a model folder was saved from ("GPTCustomForSequenceClassification"), or None
+    for a causal LM; read from its config.json alone (no torch)."""
+    saved = _read_config(Path(folder) / "config.json").get("architectures") or []
+    return next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
+
+
 def saved_task_head_class(folder: str | os.PathLike):
     """The task-head class (GPTCustomFor<Task>, not ...ForCausalLM) a model folder was saved from, or None.
 
     A head folder loaded as a causal LM loads without complaint and loses its head, so export and fine-tuning's
     init_from must load it as the class that saved it."""
-    saved = _read_config(Path(folder) / "config.json").get("architectures") or []
-    head = next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
+    head = saved_task_head_name(folder)
     if head is None:
         return None
     from . import heads_gpt_custom  # torch and the model: imported only when a head folder is loaded

@@ -128,13 +128,9 @@ def check_train_config(config: TrainConfig) -> None:
 def _refuse_a_task_head_to_train_as_a_language_model(folder: str) -> None:
     """A fine-tuned head's folder loads as a causal LM (its head dropped), but its tokenizer wraps every text in the
     task's template: the run trained on, and saved beside final/, a tokenizer that adds <|extract|> to a prompt."""
-    import json
+    from hf_gpt_custom.model_folder import saved_task_head_name
 
-    try:
-        saved = json.loads(Path(folder, "config.json").read_text(encoding="utf-8")).get("architectures") or []
-    except (OSError, ValueError, AttributeError):
-        return  # check_model_folder named what is wrong with it
-    head = next((name for name in saved if name.startswith("GPTCustomFor") and name != "GPTCustomForCausalLM"), None)
+    head = saved_task_head_name(folder)
     if head is not None:
         raise UserError(f"init_from={folder} holds a fine-tuned {head}, whose tokenizer wraps every text in its "
                         f"task's template, so language-model training from it would learn and ship that template; "

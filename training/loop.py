@@ -253,7 +253,7 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
         loader = train_loader
         if state.batches_in_epoch:
             loader = accelerator.skip_first_batches(train_loader, state.batches_in_epoch)
-        loader.set_epoch(state.epoch)
+            loader.set_epoch(state.epoch)  # a new loader counts its epochs from 0, and sets that on one process
         produced = False
         for batch in loader:
             produced = True

@@ -25,8 +25,8 @@ from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers, save_model_folder,
-    set_aside_other_histories, set_aside_replaced_outputs, unwrapped_state_dict, write_errors_named,
+    TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers,
+    save_model_folder, set_aside_other_histories, set_aside_replaced_outputs, unwrapped_state_dict, write_errors_named,
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
 from hf_gpt_custom.training.corpus import check_local_source_readable
