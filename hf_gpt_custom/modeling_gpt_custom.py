@@ -140,9 +140,13 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
 
 
 def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int | None = None,
-                       seq_len: int | None = None) -> None:
+                       seq_len: int | None = None, columns: int = 0) -> None:
     """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
-    the model was trained for). The shape and dtype always; the values where `checks_values`."""
+    the model was trained for). The shape and dtype always; the values where `checks_values`, and on every device
+    once the input's `columns` (cached + new tokens) pass n_positions. Positions derived from a mask, by us or by
+    generate(), never exceed the column index, so below that no read is needed; past it a GPU would otherwise index
+    past the position table (an opaque device-side assert) or, with RoPE, silently run past the trained context. A
+    training step never gets there, so it still reads nothing."""
     if position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
         raise UserError(f"position_ids must hold integer positions, got dtype {position_ids.dtype}; convert with "
                         ".long() or pass position_ids=None to derive them")
@@ -150,7 +154,8 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
                                 or position_ids.shape[0] not in (1, batch)):
         raise UserError(f"position_ids has shape {tuple(position_ids.shape)} but the input has {batch} row(s) of "
                         f"{seq_len} new tokens; pass ({batch}, {seq_len}) positions, or None to derive them")
-    if not checks_values(position_ids):
+    may_pass_the_context = columns > n_positions and not torch.compiler.is_compiling()
+    if not (checks_values(position_ids) or may_pass_the_context):
         return
     lowest, highest = (int(value) for value in torch.aminmax(position_ids))
     if lowest < 0:
@@ -545,7 +550,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if position_ids is None:
             position_ids = position_ids_for(attention_mask, past_length, seq_len, self.config.n_positions,
                                             inputs_embeds.device)
-        check_position_ids(position_ids, self.config.n_positions, batch, seq_len)
+        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=past_length + seq_len)
 
         kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
         output_attentions = kwargs.pop("output_attentions", None)

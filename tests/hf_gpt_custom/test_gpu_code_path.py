@@ -86,6 +86,28 @@ def test_off_the_value_check_devices_only_shapes_and_dtypes_are_checked(monkeypa
         model(torch.zeros(1, 40, dtype=torch.long))  # known from the shape alone
 
 
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_generation_past_the_context_is_refused_on_the_gpu_code_path_too(block, cache_implementation,
+                                                                          monkeypatch):
+    """generate() passes positions it derived from the mask, which skip the value check off the CPU. Left unchecked,
+    RoPE went on past n_positions without a word and a position table was indexed past its end (on a GPU, a
+    device-side assert). Once cached + new tokens pass n_positions the positions are read on every device."""
+    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    model = _model(block).eval()
+    prompt = torch.randint(0, 99, (1, 28), generator=torch.Generator().manual_seed(2))
+    with pytest.raises(ValueError, match=r"reach 33 tokens \(position 32\) but n_positions is 32"):
+        model.generate(prompt, max_new_tokens=6, do_sample=False, cache_implementation=cache_implementation)
+    # A left-padded batch whose buffer is longer than n_positions but whose rows each fit is not refused, and a
+    # fitting generation reads nothing more than before.
+    batch = torch.randint(0, 99, (2, 30), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 30, dtype=torch.long)
+    mask[0, :12] = mask[1, :10] = 0
+    out = model.generate(batch, attention_mask=mask, max_new_tokens=4, do_sample=False,
+                         cache_implementation=cache_implementation)
+    assert out.shape == (2, 34)
+
+
 def _compiled_training_step(block: str):
     eager, compiled = _model(block, dropout=0.0), _model(block, dropout=0.0)
     input_ids = torch.randint(0, 99, (2, 16), generator=torch.Generator().manual_seed(1))
