@@ -94,7 +94,7 @@ def train_tokenizer(
     if counter.n_chars == 0:
         raise UserError(
             f"the corpus {_describe(inputs)} is empty ({counter.n_texts} documents, 0 characters of text); "
-            f"check the path, the text_field={text_field!r} and the split={split!r}"
+            + _where_the_text_was_looked_for(inputs, text_field, split)
         )
 
     vocab, merges = _lay_out_vocabulary(json.loads(tokenizer.to_str())["model"], special_tokens)
@@ -370,6 +370,24 @@ class _CountingIterator:
         self.n_texts += 1
         self.n_chars += len(text)
         return text
+
+
+def _where_the_text_was_looked_for(inputs, text_field: str, split: str) -> str:
+    """What to check when a corpus held no text: only the settings that were read for this kind of input."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    kind = "texts"
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(item, (str, os.PathLike)) for item in inputs):
+        kind = _classify_input_list(inputs)
+    if kind == "texts":
+        return "pass documents with text in them"
+    if kind == "hub":
+        return f"check the split={split!r} and the text_field={text_field!r}"
+    from hf_gpt_custom.training.corpus import reader_for
+
+    if all(reader_for(path) == "text" for path in _expand_paths(inputs)):
+        return "check the path: its text files hold no text"
+    return f"check the path and the text_field={text_field!r} of its records"
 
 
 def _describe(inputs) -> str:

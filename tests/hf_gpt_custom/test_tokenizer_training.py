@@ -169,7 +169,7 @@ def test_vocab_size_too_small_names_the_minimum(tmp_path, vocab_size, special_to
 
 @pytest.mark.parametrize("corpus", [[""], iter([]), ["", "", ""]], ids=["one_empty_string", "no_documents", "empty_strings"])
 def test_empty_corpus_is_an_error(tmp_path, corpus):
-    with pytest.raises(ValueError, match="is empty"):
+    with pytest.raises(ValueError, match="is empty.*pass documents with text in them"):
         train_tokenizer(corpus, tmp_path / "tok", show_progress=False)
     assert not (tmp_path / "tok").exists()
 
@@ -177,8 +177,15 @@ def test_empty_corpus_is_an_error(tmp_path, corpus):
 def test_empty_file_is_an_error(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    with pytest.raises(ValueError, match="empty.txt.*is empty"):
-        train_tokenizer(empty, tmp_path / "tok", show_progress=False)
+    with pytest.raises(ValueError, match="empty.txt.*is empty.*check the path: its text files hold no text$"):
+        train_tokenizer(empty, tmp_path / "tok", show_progress=False)  # no text_field or split: plain text reads neither
+
+
+def test_records_without_text_name_the_text_field(tmp_path):
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"body": "", "title": "x"}\n')
+    with pytest.raises(ValueError, match=r"is empty.*check the path and the text_field='body' of its records"):
+        train_tokenizer(records, tmp_path / "tok", text_field="body", show_progress=False)
 
 
 def test_missing_file_names_the_path(shakespeare_path, tmp_path):
