@@ -132,7 +132,10 @@ def _add_start_over_argument(parser) -> None:
 
 def _config_overrides(args: argparse.Namespace) -> list[str]:
     """The key=value overrides with --resume_from_checkpoint / --init_from appended as overrides of their own."""
+    from hf_gpt_custom.training.config import refuse_a_key_given_twice
+
     overrides = list(args.overrides)
+    refuse_a_key_given_twice(overrides)
     for key in ("resume_from_checkpoint", "init_from"):
         flag = getattr(args, key)
         if flag is None:
@@ -330,7 +333,9 @@ def _add_run(subparsers) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> None:
     from hf_gpt_custom.run import run_pipeline
+    from hf_gpt_custom.training.config import refuse_a_key_given_twice
 
+    refuse_a_key_given_twice(args.overrides)
     run_pipeline(args.config, args.overrides, start_over=args.start_over)
 
 

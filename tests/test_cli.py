@@ -121,6 +121,26 @@ def test_run_with_an_unknown_override_is_one_line(tmp_path, capsys):
     _assert_one_line_error(code, err, "run", "'learnig_rate'", "did you mean 'learning_rate'?")
 
 
+@pytest.mark.parametrize("command", ["run", "train", "finetune"])
+def test_a_key_given_twice_with_different_values_is_one_line_not_the_last_taken(command, tmp_path, capsys):
+    """A command line edited twice (`max_steps=200 ... max_steps=20`) would otherwise run with whichever came last."""
+    config = tmp_path / "ok.yaml"
+    config.write_text("run_name: ok\n", encoding="utf-8")
+    code, _, err = _run_main([command, str(config), "max_steps=200", "learning_rate=1e-3", "max_steps=20",
+                              f"out_dir={tmp_path / 'run'}"], capsys)
+    _assert_one_line_error(code, err, command, "max_steps is given twice, as 'max_steps=200' and 'max_steps=20'",
+                           "give it once")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_key_given_twice_with_one_value_is_harmless():
+    from hf_gpt_custom.training.config import refuse_a_key_given_twice
+
+    refuse_a_key_given_twice(["max_steps=20", "model.n_layer=2", "max_steps= 20"])
+    with pytest.raises(ValueError, match="model.n_layer is given twice"):
+        refuse_a_key_given_twice(["model.n_layer=2", "model.n_layer=4"])
+
+
 def test_export_of_a_missing_run_folder_is_one_line(tmp_path, capsys):
     code, _, err = _run_main(["export", str(tmp_path / "runs" / "nope"), str(tmp_path / "out")], capsys)
     _assert_one_line_error(code, err, "export", "nope/final/config.json not found")

@@ -248,16 +248,11 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
     for name in sections:
         values[name] = dict(values.get(name) or {})
-    given: dict[str, str] = {}  # key -> the override that set it
     for override in overrides or []:
         key, sep, raw = override.partition("=")
         key = key.strip().lstrip("-")
         if not sep or not key:
             raise UserError(f"override {override!r} is not key=value; e.g. max_steps=200 or model.n_layer=4")
-        if key in given and given[key].partition("=")[2].strip() != raw.strip():
-            # argparse would let the later one win; a command line edited twice is a mistake to name, not guess.
-            raise UserError(f"{key} is given twice, as {given[key]!r} and {override!r}; give it once")
-        given[key] = override
         section, dot, sub_key = key.partition(".")
         if dot and section in sections:
             values[section][sub_key] = parse_override_value(key, raw)
@@ -268,6 +263,19 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         if values.get(key):
             values[key] = resolve_local_path(key, str(values[key]))
     return config_class(**values)
+
+
+def refuse_a_key_given_twice(overrides: list[str]) -> None:
+    """A command line that sets one key twice to different values (`max_steps=200 ... max_steps=20`): argparse would
+    let the later one win, but a command edited twice is a mistake to name, not to guess. (Code that layers
+    overrides, later ones on purpose over earlier ones, calls load_train_config directly.)"""
+    given: dict[str, str] = {}  # key -> the override that set it
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        key = key.strip().lstrip("-")
+        if sep and key in given and given[key].partition("=")[2].strip() != raw.strip():
+            raise UserError(f"{key} is given twice, as {given[key]!r} and {override!r}; give it once")
+        given.setdefault(key, override)
 
 
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:

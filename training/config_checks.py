@@ -160,15 +160,16 @@ def settings_without_effect(config: TrainConfig) -> dict[str, str]:
     return unused
 
 
-def _readers(source: str) -> set[str]:
+@functools.lru_cache(maxsize=16)  # every dataclasses.replace makes the config again: list a big folder once
+def _readers(source: str) -> frozenset[str]:
     """How the files of a local `source` are read ("text", "json", ...); none for a Hub dataset or a folder without
     corpus files (data loading names that)."""
     if not Path(source).exists():
-        return set()
+        return frozenset()
     try:
-        return {reader_for(file) for file in list_corpus_files(source)}
+        return frozenset(reader_for(file) for file in list_corpus_files(source))
     except UserError:
-        return set()
+        return frozenset()
 
 
 @functools.lru_cache(maxsize=None)  # a config is made again by every dataclasses.replace: said once per process

@@ -27,15 +27,6 @@ def test_overrides_are_converted_by_declared_type():
     assert config.run_name == "other" and config.run_dir == Path("runs/other")
 
 
-def test_a_key_given_twice_with_different_values_is_refused_not_the_last_taken():
-    """A command line edited twice (`max_steps=200 ... max_steps=20`) would otherwise run with whichever came last."""
-    with pytest.raises(ValueError, match=r"max_steps is given twice, as 'max_steps=200' and 'max_steps=20'; give it"):
-        load_train_config(SMOKE, ["max_steps=200", "learning_rate=1e-3", "max_steps=20"])
-    with pytest.raises(ValueError, match="model.n_layer is given twice"):
-        load_train_config(SMOKE, ["model.n_layer=2", "model.n_layer=4"])
-    assert load_train_config(SMOKE, ["max_steps=20", "max_steps= 20"]).max_steps == 20  # the same value: harmless
-
-
 @pytest.mark.parametrize("override, message", [
     ("max_step=3", "unknown training config key 'max_step'; did you mean 'max_steps'?"),
     ("task.format=pair", "unknown training config key 'task.format'; a `task:` section is a fine-tuning config: run it "
