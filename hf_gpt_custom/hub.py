@@ -230,8 +230,11 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
         )
 
     api = HfApi(token=token)
+    created = False  # by this push: then a failed upload deletes it again rather than leave an empty repository
     try:
+        existed = api.repo_exists(repo_id, repo_type="model")
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        created = not existed
         if private and not api.repo_info(repo_id, repo_type="model").private:  # exist_ok kept it as it was
             raise UserError(f"cannot push with --private: {repo_id} already exists and is public, and pushing does not "
                             "change a repository's visibility; make it private in its settings on the Hub first, or "
@@ -252,15 +255,31 @@ def push_folder(folder: str | Path, repo_id: str, private: bool = False, revisio
     except OfflineModeIsEnabled as err:
         raise HubUnreachableError(f"cannot push: offline mode is on ({err}). Nothing was changed.") from err
     except HfHubHTTPError as err:
-        raise UserError(_push_refused_message(repo_id, err)) from err
+        raise UserError(_push_refused_message(repo_id, err) + _delete_if_created(api, repo_id, created)) from err
     except Exception as err:
+        undone = _delete_if_created(api, repo_id, created)
         if _is_network_error(err):
             raise HubUnreachableError(
                 f"cannot push: the Hub at {api.endpoint} is unreachable ({type(err).__name__}: {err}); check the "
-                "network or HF_ENDPOINT. Nothing was changed."
+                f"network or HF_ENDPOINT. {'Nothing was uploaded.' if created else 'Nothing was changed.'}" + undone
             ) from err
+        if undone:
+            err.add_note(undone.strip())
         raise
     return getattr(commit, "commit_url", None) or str(commit)
+
+
+def _delete_if_created(api, repo_id: str, created: bool) -> str:
+    """Delete the repository this push created when its upload failed (a commit is atomic, so it is empty): a retry
+    with other settings (--private) would otherwise find it and keep it as it is. Returns the sentence to add."""
+    if not created:
+        return ""
+    try:
+        api.delete_repo(repo_id, repo_type="model")
+    except Exception as err:  # noqa: BLE001 - the push's own error is the one to raise; this one is named in it
+        return (f" The empty repository this push created could not be deleted ({type(err).__name__}); delete it at "
+                f"{api.endpoint}/{repo_id}/settings if you do not push again.")
+    return " The empty repository this push had created was deleted again."
 
 
 def _push_refused_message(repo_id: str, err) -> str:

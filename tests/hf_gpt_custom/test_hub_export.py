@@ -622,6 +622,7 @@ def test_a_second_push_leaves_no_file_of_the_first_on_the_hub(exported, monkeypa
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
     monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
     monkeypatch.setattr(HfApi, "list_repo_files", lambda self, *args, **kwargs: list(remote))
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
@@ -642,6 +643,7 @@ def test_private_push_to_an_existing_public_repository_is_refused_before_uploadi
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
     monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
     monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploads.append(kwargs) or "commit")
     for is_private in (False, True):
@@ -683,10 +685,46 @@ def test_a_refused_push_says_what_the_hubs_answer_means(exported, monkeypatch, s
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
     monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     with pytest.raises(ValueError, match=rf"^cannot push to alice/tiny-shakespeare: the Hub answered {expected}"):
         push_folder(exported[1], "alice/tiny-shakespeare")
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["created_by_the_push", "existed_before"])
+def test_a_repository_the_failed_push_created_is_deleted_again_and_one_it_found_is_kept(exported, monkeypatch,
+                                                                                      existed):
+    """create_repo succeeded, then the Hub refused the commit: the new repository stayed, empty, and a retry with
+    --private found it public and kept it so."""
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import Response
+
+    http_client = importlib.import_module(Response.__module__.split(".")[0])
+
+    from hf_gpt_custom.hub import push_folder
+
+    def upload_folder(self, **kwargs):
+        response = Response(400, request=http_client.Request("POST", "https://huggingface.co/api/models/x/commit"))
+        raise HfHubHTTPError("400 error", response=response, server_message="Invalid metadata in README.md.")
+
+    calls = []
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: existed)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kwargs: calls.append(("create", repo_id)))
+    monkeypatch.setattr(HfApi, "delete_repo", lambda self, repo_id, **kwargs: calls.append(("delete", repo_id)))
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    with pytest.raises(ValueError, match="HTTP 400") as caught:
+        push_folder(exported[1], "alice/tiny-shakespeare")
+    if existed:
+        assert calls == [("create", "alice/tiny-shakespeare")] and "deleted" not in str(caught.value)
+    else:
+        assert calls == [("create", "alice/tiny-shakespeare"), ("delete", "alice/tiny-shakespeare")]
+        assert str(caught.value).endswith("The empty repository this push had created was deleted again.")
 
 
 # --- the staging folder and the pickle check ------------------------------------------------------------------------
