@@ -143,7 +143,7 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
                        seq_len: int | None = None, columns: int = 0) -> None:
     """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
     the model was trained for). The shape and dtype always; the values where `checks_values`, and on every device
-    once the input's `columns` (cached + new tokens) pass n_positions. Positions derived from a mask, by us or by
+    once the input's `columns` (cached + new tokens, or a static cache's length: a host int) pass n_positions. Positions derived from a mask, by us or by
     generate(), never exceed the column index, so below that no read is needed; past it a GPU would otherwise index
     past the position table (an opaque device-side assert) or, with RoPE, silently run past the trained context. A
     training step never gets there, so it still reads nothing."""
@@ -154,7 +154,7 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
                                 or position_ids.shape[0] not in (1, batch)):
         raise UserError(f"position_ids has shape {tuple(position_ids.shape)} but the input has {batch} row(s) of "
                         f"{seq_len} new tokens; pass ({batch}, {seq_len}) positions, or None to derive them")
-    may_pass_the_context = columns > n_positions and not torch.compiler.is_compiling()
+    may_pass_the_context = not torch.compiler.is_compiling() and columns > n_positions
     if not (checks_values(position_ids) or may_pass_the_context):
         return
     lowest, highest = (int(value) for value in torch.aminmax(position_ids))
@@ -550,7 +550,10 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if position_ids is None:
             position_ids = position_ids_for(attention_mask, past_length, seq_len, self.config.n_positions,
                                             inputs_embeds.device)
-        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=past_length + seq_len)
+        columns = past_length + seq_len  # no position derived from a mask passes the last column
+        if not isinstance(columns, int):  # a static cache counts on the device; the host knows its length
+            columns = past_key_values.layers[0].get_max_length()
+        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=columns)
 
         kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
         output_attentions = kwargs.pop("output_attentions", None)
