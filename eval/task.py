@@ -127,9 +127,21 @@ class TaskSpec:
 
     @property
     def excludes_scored_doc(self) -> bool:
-        """Whether the doc being scored is left out of its few-shot pool: when the pool is the scored split ("test"),
-        unless fewshot_excludes_scored_doc is false."""
-        return self.fewshot_split == "test" and self.fewshot_excludes_scored_doc
+        """Whether the doc being scored is left out of its few-shot pool: when the pool is the scored split, unless
+        fewshot_excludes_scored_doc is false."""
+        return self.fewshot_excludes_scored_doc and self.fewshot_pool_is_the_scored_split
+
+    @property
+    def fewshot_pool_is_the_scored_split(self) -> bool:
+        """fewshot_split "test", or a name that reads the same docs: the same local files, or with the docs from the
+        Hub the scored split's own name (test_split: validation, fewshot_split: validation), as lm-eval compares
+        its fewshot split with test_split."""
+        if self.fewshot_split == "test":
+            return True
+        local_pool, local_scored = self.data_files.get(self.fewshot_split), self.data_files.get("test")
+        if local_pool is not None or local_scored is not None:
+            return local_pool is not None and local_pool == local_scored
+        return self.fewshot_split == self.test_split
 
     # --- doc -> prompt pieces ------------------------------------------------------------------------------------
 

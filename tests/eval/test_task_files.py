@@ -254,3 +254,36 @@ def test_a_split_reads_its_own_data_files(tmp_path):
     assert spec.data_file_names() == ["test.jsonl", "train.jsonl"] and spec.data_file_names("validation") == []
     assert [doc["premise"] for doc in spec.fewshot_docs(tmp_path)] == ["example"]
     assert [doc["premise"] for doc in spec.docs("test", tmp_path)] == ["scored"]
+
+
+@pytest.mark.parametrize("fewshot_split, excludes", [("validation", True), ("train", False)])
+def test_a_hub_task_whose_fewshot_split_is_its_test_split_never_shows_the_scored_doc(
+    fewshot_split, excludes, tmp_path, monkeypatch, tiny_model_and_tokenizer, shared_data_dir
+):
+    """test_split: validation with fewshot_split: validation draws the examples from the scored docs, so the doc
+    being scored must be left out, as lm-eval leaves it out whenever its fewshot split equals test_split; only
+    fewshot_split "test" was recognised, and 8 of 100 COPA prompts at K=5 held their own answer. The reference is
+    lm-eval's own ContextSampler with the same seed."""
+    import datasets
+    from lm_eval.api.samplers import ContextSampler
+
+    from hf_gpt_custom.eval.fewshot import build_prompts
+
+    rows = [json.loads(line) for line in (shared_data_dir / "copa" / "val.jsonl").read_text().splitlines()]
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, name=None, split=None, **kwargs: rows)  # the "Hub"
+    (tmp_path / "copa_hub.yaml").write_text(
+        "task: copa_hub\ndataset_path: super_glue\ndataset_name: copa\ntest_split: validation\n"
+        f"fewshot_split: {fewshot_split}\nhub_process_docs: copa_to_choices\noutput_type: multiple_choice\n"
+        "doc_to_text: premise\ndoc_to_target: gold\ndoc_to_choice: choices\nmetric_list: [{metric: acc}]\n")
+    spec = load_task(str(tmp_path / "copa_hub.yaml"))
+    assert spec.excludes_scored_doc is excludes
+    docs, pool = spec.docs("test", tmp_path / "no_local_data"), spec.fewshot_docs(tmp_path / "no_local_data")
+    _, tokenizer = tiny_model_and_tokenizer
+    prompts = build_prompts(spec, docs, pool, 5, 1234, tokenizer, 10**6)
+    sampler = ContextSampler(pool, rnd=1234)
+    for doc, prompt in zip(docs, prompts):
+        examples = sampler.sample(5, eval_doc=doc if fewshot_split == spec.test_split else None)
+        expected = "".join(spec.fewshot_example(e) + spec.fewshot_delimiter for e in examples) + spec.text(doc)
+        assert prompt.contexts[0] == expected
+        if excludes:
+            assert spec.fewshot_example(doc) + spec.fewshot_delimiter not in prompt.contexts[0]
