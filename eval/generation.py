@@ -23,6 +23,8 @@ from hf_gpt_custom.eval.tokens import encode_texts
 # override its values, while settings it leaves unset keep transformers' own (greedy) defaults.
 GREEDY_SETTINGS = {"do_sample": False, "num_beams": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
                    "min_new_tokens": 0, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
+# What lm-eval's HFLM sets (protocol="lm-eval"): no sampling; the rest of the model's generation_config applies.
+LM_EVAL_GENERATION_SETTINGS = {"do_sample": False}
 MAX_BYTES_PER_CHARACTER = 4  # UTF-8; a byte-level token holds at least one byte
 
 
@@ -67,10 +69,11 @@ class StopInGeneratedText(StoppingCriteria):
 
 @torch.no_grad()
 def generate_greedy(
-    model, tokenizer, requests: Sequence[Request], max_length: int, padding_token_id: int
+    model, tokenizer, requests: Sequence[Request], max_length: int, padding_token_id: int,
+    settings: dict = GREEDY_SETTINGS,
 ) -> list[tuple[str, int, bool]]:
     """(text cut before its first stop sequence, tokens generated, was the context cut) for requests that share
-    their `until` and `max_gen_toks`, generated as one left-padded batch.
+    their `until` and `max_gen_toks`, generated as one left-padded batch with the generation `settings`.
 
     The context keeps its last max_length - max_gen_toks tokens, so the answer fits the model's window.
     """
@@ -86,7 +89,7 @@ def generate_greedy(
         input_ids=input_ids.to(device),
         attention_mask=mask.to(device),
         generation_config=GenerationConfig(
-            **GREEDY_SETTINGS, max_new_tokens=max_new, eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id
+            **settings, max_new_tokens=max_new, eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id
         ),
         stopping_criteria=StoppingCriteriaList([stopping]),
     )

@@ -67,12 +67,23 @@ def token_f1(prediction: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def exact_match(prediction: str, reference: str, ignore_case: bool = False, ignore_punctuation: bool = False) -> float:
-    """1.0 if equal after the optional case folding / punctuation removal (lm-eval's exact_match rules)."""
+# A task's `exact_match` entry in metric_list may set these, as lm-eval's exact_match (hf evaluate's) reads them.
+EXACT_MATCH_OPTIONS = ("regexes_to_ignore", "ignore_case", "ignore_punctuation", "ignore_numbers")
+
+
+def exact_match(prediction: str, reference: str, regexes_to_ignore: Sequence[str] | None = None,
+                ignore_case: bool = False, ignore_punctuation: bool = False, ignore_numbers: bool = False) -> float:
+    """1.0 if equal after lm-eval's optional steps, in its order: each regex removed ("," in "1,000"), case folded,
+    ASCII punctuation removed, digits removed."""
+    for pattern in regexes_to_ignore or ():
+        prediction, reference = re.sub(pattern, "", prediction), re.sub(pattern, "", reference)
     if ignore_case:
         prediction, reference = prediction.lower(), reference.lower()
     if ignore_punctuation:
         table = str.maketrans("", "", string.punctuation)
+        prediction, reference = prediction.translate(table), reference.translate(table)
+    if ignore_numbers:
+        table = str.maketrans("", "", string.digits)
         prediction, reference = prediction.translate(table), reference.translate(table)
     return float(prediction == reference)
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hf_gpt_custom.eval.metrics import count_words, generation_values, multiple_choice_values, rolling_values
+from hf_gpt_custom.eval.metrics import (
+    EXACT_MATCH_OPTIONS,
+    count_words,
+    generation_values,
+    multiple_choice_values,
+    rolling_values,
+)
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.tokens import encode_texts
 
@@ -19,6 +25,10 @@ if TYPE_CHECKING:
     from hf_gpt_custom.eval.task import TaskSpec
 
 DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default
+# How many tokens an answer may take, under the names lm-eval reads, first found wins (HF's, vLLM's, OpenAI's).
+MAX_GEN_TOKS_ALIASES = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
+# generation_kwargs a task may set: evaluation decodes greedily, so sampling settings would be ignored, not obeyed.
+GENERATION_KWARGS = ("until", *MAX_GEN_TOKS_ALIASES, "do_sample", "temperature")
 
 
 class OutputType:
@@ -27,6 +37,7 @@ class OutputType:
 
     request_type = "loglikelihood"  # the CausalLMScorer method that scores this type's requests
     supports_fewshot = True
+    metrics: tuple[str, ...] = ()  # what doc_metric_values gives: a task's metric_list may name only these
 
     def continuations(self, spec: TaskSpec, doc: dict) -> list[str]:
         """The texts scored after the context (the space before a word included)."""
@@ -50,6 +61,8 @@ class OutputType:
 class MultipleChoice(OutputType):
     """One request per choice (per context for multiple_input tasks such as Winogrande), plus GPT-3's
     unconditional requests when the task asks for acc_uncond."""
+
+    metrics = ("acc", "acc_norm", "acc_norm_tokens", "acc_uncond")
 
     def continuations(self, spec: TaskSpec, doc: dict) -> list[str]:
         if spec.multiple_input:
@@ -89,6 +102,8 @@ class MultipleChoice(OutputType):
 class Loglikelihood(OutputType):
     """The target after the context (LAMBADA's last word): its log-likelihood and whether it is the greedy one."""
 
+    metrics = ("perplexity", "acc")
+
     def continuations(self, spec: TaskSpec, doc: dict) -> list[str]:
         return [str(spec.target(doc))]
 
@@ -104,6 +119,7 @@ class LoglikelihoodRolling(Loglikelihood):
 
     request_type = "loglikelihood_rolling"
     supports_fewshot = False
+    metrics = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 
     def build_requests(self, spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:
         return [Request(prompt.doc_id, "", text, request_type=self.request_type) for text in self.continuations(spec, doc)]
@@ -126,6 +142,7 @@ class GenerateUntil(OutputType):
     """Greedy generation until a stop sequence, compared with the answers (exact match, F1)."""
 
     request_type = "generate_until"
+    metrics = ("exact_match", "f1")
 
     def build_requests(self, spec: TaskSpec, doc: dict, prompt: Prompt) -> list[Request]:
         until = stop_sequences(spec)
@@ -137,14 +154,16 @@ class GenerateUntil(OutputType):
 
     @staticmethod
     def max_gen_toks(spec: TaskSpec) -> int:
-        return int(spec.generation_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+        """max_gen_toks or the first of its aliases, in lm-eval's order (normalize_gen_kwargs)."""
+        given = (spec.generation_kwargs.get(key) for key in MAX_GEN_TOKS_ALIASES)
+        return int(next((value for value in given if value is not None), DEFAULT_MAX_GEN_TOKS))
 
     def doc_metric_values(self, spec, doc, scored):
         (one,) = scored
         answers = spec.target(doc)
         answers = answers if isinstance(answers, list) else [answers]
         exact_match_kwargs = next((
-            {key: entry[key] for key in ("ignore_case", "ignore_punctuation") if key in entry}
+            {key: entry[key] for key in EXACT_MATCH_OPTIONS if key in entry}
             for entry in spec.metric_list if entry["metric"] == "exact_match"), {})
         values = generation_values(one.generation or "", answers, **exact_match_kwargs)
         return values, {"choices": [], "loglikelihoods": [], "prediction": one.generation, "gold": answers}

@@ -73,7 +73,8 @@ def evaluate(
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
     "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
-    delimiters, all K examples kept and the prompt cut from the left; eval/tasks/README.md)."""
+    delimiters, all K examples kept and the prompt cut from the left, generation as the model's generation_config
+    says apart from sampling; eval/tasks/README.md)."""
     # None: a loaded model stays where it is; a folder or Hub id goes to CUDA when there is one
     device = resolve_device(device) if device is not None or isinstance(model, (str, Path)) else None
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
@@ -98,7 +99,8 @@ def evaluate(
     data_dir = Path(data_dir) if data_dir else default_data_dir()
 
     model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
-    scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context)
+    scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
+                            obeys_generation_config=protocol == "lm-eval")
     # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,
     # not after them.
     plans, skipped = [], []

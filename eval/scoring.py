@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_gpt_custom.eval.batching import batches, pad_rows, padded_batches
-from hf_gpt_custom.eval.generation import generate_greedy
+from hf_gpt_custom.eval.generation import GREEDY_SETTINGS, LM_EVAL_GENERATION_SETTINGS, generate_greedy
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.shared_prefix import score_shared_prefixes
 from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
@@ -40,8 +40,12 @@ class CausalLMScorer:
     back to the full forward (models with logit scaling or soft-capping).
     """
 
-    def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int | None = None, share_context: bool = True):
+    def __init__(self, model, tokenizer, batch_size: int = 16, max_length: int | None = None, share_context: bool = True,
+                 obeys_generation_config: bool = False):
+        """obeys_generation_config: generate_until decodes as the model's generation_config says apart from
+        sampling (lm-eval's HFLM: a repetition_penalty there applies); by default it is plain argmax decoding."""
         self.model = model
+        self.generation_settings = LM_EVAL_GENERATION_SETTINGS if obeys_generation_config else GREEDY_SETTINGS
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.max_length = max_length or resolve_max_length(model.config, tokenizer)
@@ -207,7 +211,8 @@ class CausalLMScorer:
         progress = progress_bar(show=show_progress, total=len(requests), desc=desc)
         for batch in (batch for group in by_settings.values() for batch in batches(group, self.batch_size, size=lambda _: 1)):
             generated = generate_greedy(
-                self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.prefix_token_id
+                self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.prefix_token_id,
+                self.generation_settings,
             )
             for index, (text, n_tokens, is_truncated) in zip(batch, generated):
                 outputs[index] = ScoredRequest(requests[index], 0.0, True, n_tokens, generation=text, is_truncated=is_truncated)

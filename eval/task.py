@@ -20,7 +20,7 @@ import jinja2.sandbox
 import yaml
 
 from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
-from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+from hf_gpt_custom.eval.output_types import GENERATION_KWARGS, OUTPUT_TYPES
 from hf_gpt_custom.eval.task_data import default_data_dir, load_docs
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean, repeated
 
@@ -90,11 +90,10 @@ class TaskSpec:
                     f"{self.source_file}: process_docs {name!r} is not a function in eval/doc_transforms.py; "
                     f"known: {', '.join(sorted(DOC_TRANSFORMS))}"
                 )
-        from hf_gpt_custom.eval.metrics import METRICS
-
-        for name in self.metric_names:
-            if name not in METRICS:
-                raise UserError(f"{self.source_file}: unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+        for entry in self.metric_list:
+            _check_metric_entry(entry, self.output_type, self.source_file)
+        if self.output_type == "generate_until":
+            _check_generation_kwargs(self.generation_kwargs, self.source_file)
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:
             raise UserError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
 
@@ -332,6 +331,45 @@ def _check_fields(config: dict, path: Path) -> None:
         bad = sorted(set(config.get(name, {})) - known)
         if bad:
             raise UserError(f"{path}: {name} has unknown key(s) {', '.join(bad)}; allowed: {', '.join(sorted(known))}")
+
+
+def _check_metric_entry(entry: dict[str, Any], output_type: str, source_file: str) -> None:
+    """A metric_list entry this harness computes as written: a metric the output type gives (a multiple_choice
+    exact_match failed only after every request was scored), lm-eval's aggregation and direction if stated, and
+    exact_match's options; any other key would be ignored, so it is refused."""
+    from hf_gpt_custom.eval.metrics import EXACT_MATCH_OPTIONS, METRICS
+
+    name = entry.get("metric")
+    if name not in METRICS:
+        raise UserError(f"{source_file}: unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+    produced = OUTPUT_TYPES[output_type].metrics
+    if name not in produced:
+        raise UserError(f"{source_file}: metric {name!r} is not one an output_type {output_type} task gives; "
+                        f"choose from {', '.join(produced)}")
+    ours = {"aggregation": METRICS[name].aggregate.__name__, "higher_is_better": METRICS[name].higher_is_better}
+    for key, value in ours.items():
+        if key in entry and entry[key] != value:
+            raise UserError(f"{source_file}: metric {name!r} has {key}: {entry[key]!r}, but it is computed with "
+                            f"{key}: {value!r}; drop the line")
+    options = EXACT_MATCH_OPTIONS if name == "exact_match" else ()
+    unknown = sorted(set(entry) - {"metric", *ours, *options})
+    if unknown:
+        allowed = f"; exact_match takes {', '.join(EXACT_MATCH_OPTIONS)}" if name == "exact_match" else ""
+        raise UserError(f"{source_file}: metric {name!r} has option(s) {', '.join(unknown)} that would be "
+                        f"ignored{allowed}")
+
+
+def _check_generation_kwargs(kwargs: dict[str, Any], source_file: str) -> None:
+    """Settings generation obeys: a stop list, a token budget, greedy decoding. Sampling (or a beam, a penalty)
+    would silently not happen, so it is refused rather than ignored."""
+    unknown = sorted(set(kwargs) - set(GENERATION_KWARGS))
+    if unknown:
+        raise UserError(f"{source_file}: generation_kwargs {', '.join(unknown)} would be ignored: evaluation decodes "
+                        f"greedily and reads only {', '.join(GENERATION_KWARGS)}")
+    if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0.0) > 0.0:
+        raise UserError(f"{source_file}: generation_kwargs ask for sampling (do_sample: {kwargs.get('do_sample')}, "
+                        f"temperature: {kwargs.get('temperature')}), but evaluation decodes greedily; set "
+                        "do_sample: false (and temperature: 0) or drop them")
 
 
 def _matches_type(value: Any, hint: Any) -> bool:

@@ -151,3 +151,33 @@ def test_every_task_runs_on_a_short_context_model_or_is_refused_where_lm_eval_wo
     for task_name, doc_id in refused.items():  # no `pretrained` in the metadata: our check does not run
         with pytest.raises(AssertionError):
             _lm_eval(short_context_model, [task_name], shared_data_dir, {}, samples={task_name: [doc_id]})
+
+
+def test_protocol_lm_eval_generates_what_lm_eval_generates_under_the_models_generation_config(
+    tiny_model_folder, shared_data_dir, tmp_path
+):
+    """lm-eval's HFLM turns sampling off and leaves the rest of generation_config.json to transformers: a
+    repetition_penalty there changes its answers. protocol="lm-eval" overrode it (7 of 8 TriviaQA answers
+    differed); the default protocol still decodes by plain argmax, and here that gives other answers."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.eval.runner import evaluate
+
+    folder = tmp_path / "penalised"
+    shutil.copytree(tiny_model_folder, folder)
+    config = json.loads((folder / "generation_config.json").read_text()) if (folder / "generation_config.json").exists() else {}
+    config.update(repetition_penalty=1.5, no_repeat_ngram_size=2)
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    limit = 8
+    reference = _lm_eval(folder, ["gptc_triviaqa"], shared_data_dir, {"pretrained": str(folder)}, limit=limit,
+                         log_samples=True)
+    theirs = [sample["filtered_resps"][0] for sample in
+              sorted(reference["samples"]["gptc_triviaqa"], key=lambda sample: sample["doc_id"])]
+    answers = {}
+    for protocol in ("lm-eval", "ours"):
+        results = evaluate(str(folder), tasks=["triviaqa"], shots=[0], limit=limit, batch_size=4, device="cpu",
+                           show_progress=False, protocol=protocol, data_dir=shared_data_dir)
+        answers[protocol] = [(example["prediction"] or "").strip() for example in results.examples]
+    assert answers["lm-eval"] == theirs
+    assert answers["ours"] != theirs  # the penalty matters for this model: the comparison above can fail

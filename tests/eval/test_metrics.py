@@ -63,6 +63,23 @@ def test_exact_match_matches_lm_eval_rules():
     assert exact_match("Paris", "paris") == 0.0
 
 
+@pytest.mark.parametrize("options", [
+    {"regexes_to_ignore": [",", "\\$", "(?s).*#### ", "\\.$"]},
+    {"ignore_numbers": True},
+    {"regexes_to_ignore": ["the "], "ignore_case": True, "ignore_punctuation": True, "ignore_numbers": True},
+], ids=["regexes", "numbers", "all"])
+def test_every_exact_match_option_of_lm_eval_is_applied_as_lm_eval_applies_it(options):
+    """regexes_to_ignore (gsm8k's "," and "$") and ignore_numbers were accepted in a task file and ignored."""
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+
+    cases = [("$1,000", "1000"), ("72.", "72"), ("1,234,567", "1234567"), ("The 3 Beatles", "the beatles"),
+             ("so #### 42", "42"), ("Paris", "paris."), ("onions 7", "onions ")]
+    for prediction, reference in cases:
+        theirs = exact_match_hf_evaluate([prediction], [reference], **options)["exact_match"]
+        assert exact_match(prediction, reference, **options) == theirs, (prediction, reference)
+    assert any(exact_match(p, r, **options) and not exact_match(p, r) for p, r in cases)  # each option does something
+
+
 def test_f1_and_best_alias_by_hand():
     # "the eiffel tower" vs "eiffel tower in paris": articles dropped -> 2 common of 2 predicted, 4 reference
     # tokens: precision 1, recall 1/2, F1 = 2/3.

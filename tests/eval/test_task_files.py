@@ -287,3 +287,59 @@ def test_a_hub_task_whose_fewshot_split_is_its_test_split_never_shows_the_scored
         assert prompt.contexts[0] == expected
         if excludes:
             assert spec.fewshot_example(doc) + spec.fewshot_delimiter not in prompt.contexts[0]
+
+
+def _triviaqa_variant(tmp_path, **changes) -> Path:
+    """triviaqa.yaml with top-level fields replaced (YAML flow style values)."""
+    import yaml
+
+    config = yaml.safe_load((TASKS_DIR / "triviaqa.yaml").read_text())
+    config.update(changes)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"output_type": "multiple_choice", "doc_to_choice": "aliases"},
+     r"metric 'exact_match' is not one an output_type multiple_choice task gives; choose from acc, acc_norm"),
+    ({"metric_list": [{"metric": "exact_match", "ignore_whitespace": True}]},
+     r"metric 'exact_match' has option\(s\) ignore_whitespace that would be ignored; exact_match takes "
+     r"regexes_to_ignore, ignore_case, ignore_punctuation, ignore_numbers"),
+    ({"metric_list": [{"metric": "f1", "ignore_case": True}]}, r"metric 'f1' has option\(s\) ignore_case"),
+    ({"metric_list": [{"metric": "exact_match", "aggregation": "median"}]},
+     r"metric 'exact_match' has aggregation: 'median', but it is computed with aggregation: 'mean'"),
+    ({"metric_list": [{"aggregation": "mean"}]}, r"unknown metric None"),
+    ({"generation_kwargs": {"until": ["\n"], "top_p": 0.9}}, r"generation_kwargs top_p would be ignored"),
+    ({"generation_kwargs": {"until": ["\n"], "do_sample": True, "temperature": 0.7}},
+     r"ask for sampling \(do_sample: True, temperature: 0.7\), but evaluation decodes greedily"),
+], ids=["mc_exact_match", "unknown_option", "f1_option", "aggregation", "no_metric", "top_p", "sampling"])
+def test_a_task_setting_that_would_be_ignored_or_fail_late_is_refused_when_it_loads(tmp_path, changes, message):
+    """Each of these was accepted: exact_match on a multiple_choice task failed with a KeyError after every
+    request was scored; an unknown option, an aggregation or sampling settings were silently not applied."""
+    with pytest.raises(ValueError, match=message):
+        load_task(str(_triviaqa_variant(tmp_path, **changes)))
+
+
+def test_lm_eval_options_that_are_applied_load():
+    """lm-eval's own spellings load: its aggregation and direction stated, gsm8k's regexes, HF's max_new_tokens."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        spec = load_task(str(_triviaqa_variant(
+            Path(folder),
+            metric_list=[{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
+                          "regexes_to_ignore": [","], "ignore_numbers": True}],
+            generation_kwargs={"until": ["\n"], "max_new_tokens": 3, "do_sample": False, "temperature": 0.0})))
+    from hf_gpt_custom.eval.output_types import GenerateUntil
+
+    assert GenerateUntil.max_gen_toks(spec) == 3  # was 256: lm-eval reads max_new_tokens as max_gen_toks
+    doc = {"question": "q", "aliases": ["1,000 ships"]}
+    values, _ = GenerateUntil().doc_metric_values(spec, doc, [_generated("1000 ships")])
+    assert values["exact_match"] == 1.0
+
+
+def _generated(text: str):
+    from hf_gpt_custom.eval.requests import Request, ScoredRequest
+
+    return ScoredRequest(Request(0, "q", "", request_type="generate_until"), 0.0, True, 3, generation=text)
