@@ -152,6 +152,8 @@ def load_text_dataset(
             raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
         if builder == "text" and sample_by == "paragraph":
             dataset = _split_paragraphs_at_whitespace_lines(dataset)
+        if builder == "text" and sample_by == "line":
+            dataset = _drop_blank_lines(dataset)
         if builder == "text" and not streaming and len(dataset) == 0:
             _raise_first_unreadable_text_file(files)
         description = str(source)
@@ -194,6 +196,19 @@ def _split_paragraphs_at_whitespace_lines(dataset):
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(split, batched=True)
     return dataset.map(split, batched=True, desc="paragraphs")
+
+
+def _drop_blank_lines(dataset):
+    """A line empty or of spaces alone is no document (transformers' run_clm --line_by_line drops it too): kept,
+    each became a lone <|endoftext|> in the packed blocks and counted toward val_fraction."""
+    import datasets
+
+    def is_text(batch: dict[str, list]) -> list[bool]:
+        return [bool(text.strip()) for text in batch["text"]]
+
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.filter(is_text, batched=True)
+    return dataset.filter(is_text, batched=True, desc="blank lines")
 
 
 def _cause(err: Exception) -> str:

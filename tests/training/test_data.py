@@ -278,6 +278,29 @@ def test_tokenizer_trainer_and_training_read_the_same_files(shared_data_dir, tmp
     assert load_text_dataset(str(folder), sample_by="line", cache_dir=tmp_path)["text"] == ["second file", "first file"]
 
 
+def test_a_crlf_file_gives_the_tokenizer_trainer_the_text_training_reads(tmp_path):
+    """The trainer kept "\r" (and learned merges on it) where datasets' text builder reads "\r\n" and "\r" as
+    "\n": the vocabulary was fitted to text training never sees."""
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    crlf = tmp_path / "windows.txt"
+    crlf.write_bytes(b"First Citizen:\r\nBefore we proceed\r\n\r\nAll:\rSpeak, speak.\r\n")
+    (training_text,) = load_text_dataset(str(crlf), sample_by="document", cache_dir=tmp_path)["text"]
+    assert "".join(iter_corpus(crlf)) == training_text and "\r" not in training_text
+
+
+def test_line_mode_drops_blank_lines_as_run_clm_line_by_line_does(tmp_path):
+    """Each empty line was a document of no text: a lone <|endoftext|> in the blocks, counted in val_fraction.
+    Reference: transformers' run_clm --line_by_line keeps `len(line) > 0 and not line.isspace()`."""
+    text = "First Citizen:\nBefore we proceed.\n\n  \nAll:\n\t\nSpeak.\n"
+    path = tmp_path / "lines.txt"
+    path.write_text(text, encoding="utf-8")
+    expected = [line for line in text.splitlines() if len(line) > 0 and not line.isspace()]
+    assert load_text_dataset(str(path), sample_by="line", cache_dir=tmp_path)["text"] == expected
+    streamed = load_text_dataset(str(path), sample_by="line", streaming=True)
+    assert [row["text"] for row in streamed] == expected
+
+
 def test_the_holdout_mode_is_part_of_the_cache_key(numbered_corpus, make_config, tokenizer, shakespeare_tokenizer_dir,
                                                    tmp_path):
     train_file, _, train_speeches, _ = numbered_corpus
