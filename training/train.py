@@ -5,7 +5,8 @@ owns devices, precision, DDP/FSDP wrapping and gradient accumulation. This file 
 precision, which checkpoint it continues from, config.yaml, the workload's model and loaders, the optimisation
 recipe) and finishes it (the last evaluation and checkpoint, final/, the summary and loss curve). The loop itself is
 loop.py's; what is trained comes from a workload (workload.py: language modelling by default, finetune.py for
-fine-tuning); data in data.py and corpus.py, checkpoints in checkpoint.py and resume.py, the log in run_log.py.
+fine-tuning); data in data.py and corpus.py, checkpoints in checkpoint.py and resume.py (the weights' names, whatever
+wraps the model, in unwrapped.py), the log in run_log.py.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, save_checkpoints_without_wrappers,
-    save_model_folder, set_aside_other_histories, set_aside_replaced_outputs, unwrapped_state_dict, write_errors_named,
+    TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, set_aside_other_histories,
+    set_aside_replaced_outputs, write_errors_named,
 )
 from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
 from hf_gpt_custom.training.corpus import check_local_source_readable
@@ -42,7 +43,9 @@ from hf_gpt_custom.training.run_log import (
     LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
     write_training_summary,
 )
+from hf_gpt_custom.training.unwrapped import save_checkpoints_without_wrappers, save_model_folder, unwrapped_state_dict
 from hf_gpt_custom.training.workload import LanguageModelling, Workload
+
 
 def train(config: TrainConfig, workload: Workload | None = None, start_over: bool = False) -> Path:
     """Train as `config` says; return the run folder (config.yaml, run_log.jsonl, checkpoints/, final/, summary, PNG).
@@ -188,7 +191,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     model, tokenizer, train_loader, val_loader = prepared.model, prepared.tokenizer, prepared.train_loader, \
         prepared.val_loader
     # the class and config before any wrapper (DDP, FSDP2's in-place class swap, torch.compile) touches the model:
-    # what every saved folder is written as (checkpoint.save_model_folder)
+    # what every saved folder is written as (unwrapped.save_model_folder)
     model_class, model_config, n_params = type(model), model.config, model.num_parameters()
     if config.compile:
         model = torch.compile(model)
