@@ -120,21 +120,24 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
 
         L1 is the next-token loss on the head's own inputs (hidden_states: (rows, seq, n_embd), input_ids: (rows,
         seq)) through the LM head tied to the token embedding, over the real tokens only (`lm_nats`): the same
-        rows give the same L1 padded on either side or not at all. Refused for an untied body.
+        rows give the same L1 padded on either side or not at all. It is the mean over rows of each row's loss per
+        token (a row with nothing to predict adds 0), so it splits by example exactly as the task loss does: k
+        micro-batches accumulated give the whole batch's L1, in this project's loop and in Trainer's. (Pooled over
+        the batch's tokens, as GPT2DoubleHeadsModel pools them, a micro-batch of short rows weighed as much as one
+        of long rows, and accumulation changed the gradient by a quarter.) Refused for an untied body.
 
         Under gradient accumulation transformers' Trainer passes `num_items_in_batch` (the examples of all the
         micro-batches): the task loss is then a sum over this micro-batch's `examples` divided by it, so λ·L1 is
         weighted as this micro-batch's share too (examples / num_items_in_batch). Without that, λ acted as k·λ over
         k micro-batches. A task loss that is a mean over the micro-batch whatever num_items_in_batch says (regression,
-        multi-label) passes examples=None: λ·L1 is then a mean too. The returned lm_loss stays the plain per-token
-        mean, for logging.
+        multi-label) passes examples=None: λ·L1 is then a mean too. The returned lm_loss is the micro-batch's L1.
         """
         if task_loss is None or lm_loss_weight == 0:
             return task_loss, None
         if input_ids is None:
             raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
         nats, targets = self.lm_nats(hidden_states, input_ids, attention_mask)
-        lm_loss = nats.sum() / targets.sum().clamp_min(1)  # per token; 0 when no row has two real tokens
+        lm_loss = (nats / targets.clamp_min(1)).mean()  # each row's loss per token, averaged over the rows
         share = 1.0 if num_items_in_batch is None or examples is None else examples / num_items_in_batch
         return task_loss + lm_loss_weight * share * lm_loss, lm_loss
 

@@ -194,13 +194,18 @@ def test_without_pad_token_id_padding_is_read_from_attention_mask(head_class):
 
 
 def lm_loss_by_causal_lm(head, input_ids, attention_mask) -> torch.Tensor:
-    """GPTCustomForCausalLM's loss on the same inputs with the head's body: labels = input_ids, -100 at padding."""
+    """GPT-1's L1 by hand: GPTCustomForCausalLM's loss (with the head's body) on each row alone, its real tokens
+    unpadded, averaged over the rows."""
     causal_lm = GPTCustomForCausalLM(head.config).eval()
     causal_lm.transformer.load_state_dict(head.transformer.state_dict())
     causal_lm.tie_weights()
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
     with torch.no_grad():
-        return causal_lm(input_ids, attention_mask=attention_mask, labels=labels).loss
+        return rows_alone_lm_loss(causal_lm, input_ids, attention_mask)
+
+
+def rows_alone_lm_loss(causal_lm, input_ids, attention_mask) -> torch.Tensor:
+    rows = [row[mask.bool()][None] for row, mask in zip(input_ids, attention_mask)]
+    return torch.stack([causal_lm(row, labels=row).loss for row in rows]).mean()
 
 
 def test_sequence_classification_adds_weighted_lm_loss_when_asked():
@@ -275,11 +280,9 @@ def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
     causal_lm = GPTCustomForCausalLM(model.config).eval()
     causal_lm.transformer = model.transformer  # the same modules, so the gradient is w.r.t. the same tensor
     causal_lm.tie_weights()
-    # the rows' own tokens, each predicted from a real token: a left-padded row's first token (predicted by the last
-    # pad) is no target, or its score would depend on the padding
-    predicted_from_a_pad = torch.nn.functional.pad(attention_mask[:, :-1] == 0, (1, 0), value=True)
-    lm_labels = input_ids.masked_fill((attention_mask == 0) | predicted_from_a_pad, -100)
-    lm_only = gradient(causal_lm(input_ids, attention_mask=attention_mask, labels=lm_labels).loss)
+    # each row alone, unpadded: a left-padded row's first token (predicted by the last pad) is no target, or its
+    # score would depend on the padding
+    lm_only = gradient(rows_alone_lm_loss(causal_lm, input_ids, attention_mask))
     assert lm_only.abs().sum() > 0
     torch.testing.assert_close(combined, task_only + 0.5 * lm_only, rtol=1e-4, atol=1e-6)
 
@@ -287,7 +290,7 @@ def test_lm_loss_gradient_reaches_the_body_as_in_the_causal_lm():
 @pytest.mark.parametrize("how", ["left", "right", "right, no attention_mask", "right, no attention_mask, a pad id inside",
                                  "left, padded vocabulary"])
 def test_the_lm_loss_of_padded_rows_is_the_rows_own(how):
-    """GPT-1's L1 over a padded batch = the causal LM's loss on each row alone, pooled per token (hand-pooled from
+    """GPT-1's L1 over a padded batch = the causal LM's loss on each row alone, averaged over the rows (by hand from
     GPTCustomForCausalLM with labels = the row). Left padding scored each row's first token as predicted by the last
     pad; without attention_mask every pad was a target. A real token with the pad's id (pad = eos) is a target, as
     the head reads it; a padded vocabulary's extra rows are no prediction."""
@@ -301,14 +304,10 @@ def test_the_lm_loss_of_padded_rows_is_the_rows_own(how):
     if "a pad id inside" in how:
         input_ids[0, 2] = PAD  # row 0 is 7 real tokens: its third one is the pad/eos id
     with torch.no_grad():
-        nats, targets = 0.0, 0
-        for row, mask in zip(input_ids, attention_mask):
-            alone = row[mask.bool()][None]
-            nats += float(causal_lm(alone, labels=alone).loss) * (alone.shape[1] - 1)
-            targets += alone.shape[1] - 1
+        expected = float(rows_alone_lm_loss(causal_lm, input_ids, attention_mask))
         mask = None if "no attention_mask" in how else attention_mask
         output = model(input_ids, attention_mask=mask, labels=torch.tensor([2, 0, 1]), lm_loss_weight=0.5)
-    assert float(output.lm_loss) == pytest.approx(nats / targets, rel=1e-5)
+    assert float(output.lm_loss) == pytest.approx(expected, rel=1e-5)
 
 
 def test_multiple_choice_adds_weighted_lm_loss_over_every_choice():
@@ -512,17 +511,33 @@ def test_a_transformers_gpt2_folder_loads_into_a_head_with_its_body_converted(tm
 def test_gradient_accumulation_as_trainer_does_it_gives_the_full_batch_loss(head_class):
     """transformers' Trainer passes num_items_in_batch (the examples of all micro-batches) under gradient
     accumulation, and the task loss becomes this micro-batch's sum over it. λ·L1 stayed a per-micro-batch mean,
-    so over 2 micro-batches λ = 0.5 acted as 1.0 (Trainer logged 6.88 against 3.77). Rows of equal length: the
-    micro-batches' losses must add up to the whole batch's."""
+    so over 2 micro-batches λ = 0.5 acted as 1.0 (Trainer logged 6.88 against 3.77). Then, with rows of different
+    lengths, L1 pooled over each micro-batch's tokens still moved the gradient by 24%. The micro-batches' losses and
+    gradients must add up to the whole batch's, and the project's own loop (the mean of equal micro-batches'
+    losses, no num_items_in_batch) must give it too; the whole batch's L1 is checked by hand elsewhere."""
     model = randomize_(head_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3))).eval()
-    input_ids = torch.randint(1, 99, (4, 2, 6) if head_class is GPTCustomForMultipleChoice else (4, 6),
-                              generator=torch.Generator().manual_seed(0))
+    shape = (4, 2, 8) if head_class is GPTCustomForMultipleChoice else (4, 8)
+    input_ids = torch.randint(1, 98, shape, generator=torch.Generator().manual_seed(0))
+    lengths = torch.tensor([2, 3, 8, 7, 8, 2, 5, 6][: shape[0] * (len(shape) - 1)]).view(shape[:-1])
+    attention_mask = (torch.arange(8) < lengths[..., None]).long()  # short rows in one micro-batch, long in the other
+    input_ids = input_ids.masked_fill(attention_mask == 0, PAD)
     labels = torch.tensor([1, 0, 1, 1]) if head_class is GPTCustomForMultipleChoice else torch.tensor([2, 0, 1, 2])
-    with torch.no_grad():
-        whole = model(input_ids, labels=labels, lm_loss_weight=0.5).loss
-        parts = [model(input_ids[i:i + 2], labels=labels[i:i + 2], lm_loss_weight=0.5,
-                       num_items_in_batch=torch.tensor(4)).loss for i in (0, 2)]
-    torch.testing.assert_close(sum(parts), whole, rtol=0, atol=1e-5)
+
+    def loss_and_grads(*parts_and_kwargs):
+        model.zero_grad()
+        total = sum(model(input_ids[part], attention_mask=attention_mask[part], labels=labels[part], lm_loss_weight=0.5,
+                          **kwargs).loss * scale for part, scale, kwargs in parts_and_kwargs)
+        total.backward()
+        return total.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    whole, whole_grads = loss_and_grads((slice(0, 4), 1.0, {}))
+    for parts in ([(slice(0, 2), 1.0, {"num_items_in_batch": torch.tensor(4)}),   # Trainer
+                   (slice(2, 4), 1.0, {"num_items_in_batch": torch.tensor(4)})],
+                  [(slice(0, 2), 0.5, {}), (slice(2, 4), 0.5, {})]):               # this project's loop
+        accumulated, grads = loss_and_grads(*parts)
+        torch.testing.assert_close(accumulated, whole, rtol=0, atol=1e-5)
+        for got, want in zip(grads, whole_grads):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("problem_type, labels", [

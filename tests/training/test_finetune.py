@@ -123,7 +123,7 @@ def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(fi
 def test_training_loss_is_task_loss_plus_lambda_times_the_lm_loss_of_the_same_inputs(tmp_path, base_model_dir,
                                                                                      learnable_pairs):
     """GPT-1's L3 = L2 + λ·L1, against an independent L1: GPTCustomForCausalLM with the same body (its tied head)
-    on the same padded inputs, padding ignored."""
+    on each row alone, without its padding, averaged over the rows (the heads' L1, which splits by example)."""
     import torch.nn.functional as F
 
     from hf_gpt_custom import GPTCustomForCausalLM
@@ -140,9 +140,8 @@ def test_training_loss_is_task_loss_plus_lambda_times_the_lm_loss_of_the_same_in
     with torch.no_grad():
         loss = work.loss(model, batch)
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        lm_labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        lm_loss = language_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 labels=lm_labels).loss
+        rows = [ids[mask.bool()][None] for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+        lm_loss = torch.stack([language_model(input_ids=row, labels=row).loss for row in rows]).mean()
     torch.testing.assert_close(loss, F.cross_entropy(logits, batch["labels"]) + 0.3 * lm_loss)
     assert work.count_tokens(batch) == int(batch["attention_mask"].sum()) < batch["input_ids"].numel()
     # the held-out examples are the records split_heldout(val_fraction, seed) names: the experiment scores those
