@@ -72,14 +72,22 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
     if held:  # its tokenizer files would be replaced under its weights, and its manifest would no longer match
         raise UserError(f"--out {args.out} holds a model ({', '.join(held)}); a tokenizer written there would replace "
                         "the model's own and damage the folder; choose a new folder")
-    # On the command line every input is a path or one Hub name, never literal text
-    missing = [item for item in args.inputs if not Path(item).exists()]
+    # On the command line every input is a path or one Hub name, never literal text. A relative path is looked up
+    # in the working directory, then in the repository root, as `train` looks up its dataset.
+    from hf_gpt_custom.training.config_values import REPO_ROOT
+
+    found = [next((str(base / item) for base in (Path.cwd(), REPO_ROOT) if (base / item).exists()), None)
+             for item in args.inputs]
+    missing = [item for item, path in zip(args.inputs, found) if path is None]
     if missing and not (len(args.inputs) == 1 and is_hub_repo_id(args.inputs[0])):
-        raise MissingFileError(f"input {missing[0]!r} not found; pass existing files/folders or one Hub dataset name")
+        searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        raise MissingFileError(f"input {missing[0]!r} not found in {searched}; pass existing files/folders or one Hub "
+                               "dataset name")
+    inputs = [path or item for item, path in zip(args.inputs, found)]
     from hf_gpt_custom.tokenizer_training import train_tokenizer
 
     folder = train_tokenizer(
-        args.inputs,
+        inputs,
         out_dir=args.out,
         vocab_size=args.vocab_size,
         min_frequency=args.min_frequency,

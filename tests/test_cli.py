@@ -441,3 +441,23 @@ def test_benchmark_data_and_task_files_that_are_not_utf8_are_one_line(tmp_path, 
     (copa,) = load_tasks(["copa"])
     with pytest.raises(ValueError, match=rf"{data / 'val.jsonl'} is not UTF-8 text: byte 0x81 at offset 18 \(line 2\)"):
         copa.docs("test", tmp_path / "data")
+
+
+def test_tokenizer_train_finds_a_relative_input_from_any_folder_as_train_finds_its_dataset(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """`train` found ../shared/data/... from any working directory, `tokenizer train` only from the checkout: the
+    docs' "read by the same rules as training data" was false. The input the trainer gets is the repository's file."""
+    from hf_gpt_custom.training.config_values import REPO_ROOT
+
+    relative = "../shared/data/tinyshakespeare/input.txt"
+    if not (REPO_ROOT / relative).is_file():
+        pytest.skip("../shared/data is not beside this checkout")
+    seen = []
+    monkeypatch.setattr("hf_gpt_custom.tokenizer_training.train_tokenizer",
+                        lambda inputs, **kwargs: seen.append(inputs) or Path(kwargs["out_dir"]))
+    monkeypatch.chdir(tmp_path)
+    main(["tokenizer", "train", relative, "--out", str(tmp_path / "tok")])
+    assert Path(seen[0][0]).resolve() == (REPO_ROOT / relative).resolve()
+    code, _, err = _run_main(["tokenizer", "train", "no_such_dir/sub/corpus.txt", "--out", str(tmp_path / "t2")], capsys)
+    _assert_one_line_error(code, err, "tokenizer", f"input 'no_such_dir/sub/corpus.txt' not found in {tmp_path} or "
+                           f"{REPO_ROOT}")
