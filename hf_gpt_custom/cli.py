@@ -111,7 +111,8 @@ RESUME_HELP = ("A run folder that already holds checkpoints is continued from it
 
 def _add_train(subparsers) -> None:
     parser = subparsers.add_parser(
-        "train", help="pre-train or fine-tune with Accelerate", description=RESUME_HELP,
+        "train", help="pre-train a causal LM with Accelerate (or continue from a model folder)",
+        description=RESUME_HELP,
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_config_arguments(parser, "training YAML, e.g. training/configs/shakespeare.yaml",
@@ -351,7 +352,9 @@ def _cmd_run(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-gpt-custom", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="hf-gpt-custom", description="Train, fine-tune, evaluate and publish GPT-family models in the Hugging "
+        "Face ecosystem. The main job: hf-gpt-custom run training/configs/shakespeare.yaml")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for add_subcommand in (_add_tokenizer, _add_train, _add_finetune, _add_eval, _add_export, _add_push, _add_run):
         add_subcommand(subparsers)

@@ -133,6 +133,18 @@ def check_known_key(key: Any, fields: dict) -> None:
     raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")
 
 
+# Paths the shipped configs name that a command of the project makes: a missing one says which.
+MADE_BY = {
+    "runs/finetune_experiment/pretrain/": "python -m benchmarks.finetune_experiment",
+    "runs/finetune_experiment/data/": "python -m benchmarks.finetune_experiment --data-only",
+}
+
+
+def _made_by(value: str) -> str:
+    command = next((command for prefix, command in MADE_BY.items() if value.startswith(prefix)), None)
+    return f" (`{command}` makes it)" if command else ""
+
+
 def resolve_local_path(key: str, value: str) -> str:
     """Absolute path if `value` names an existing file/folder (cwd first, then repo root); else a Hub name."""
     candidate = Path(value).expanduser()
@@ -145,11 +157,12 @@ def resolve_local_path(key: str, value: str) -> str:
     searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
     if key == "init_from":
         raise MissingFileError(
-            f"init_from={value!r} not found in {searched}; give a model folder (e.g. "
+            f"init_from={value!r} not found in {searched}{_made_by(value)}; give a model folder (e.g. "
             f"runs/<name>/final, a checkpoint folder, or a transformers GPT-2 folder saved with save_pretrained)"
         )
     if looks_local:
-        raise MissingFileError(f"{key}={value!r} not found in {searched}; give an existing path or a Hub name")
+        raise MissingFileError(f"{key}={value!r} not found in {searched}{_made_by(value)}; give an existing path or "
+                               "a Hub name")
     return value  # a Hub dataset/model name such as "HuggingFaceFW/fineweb-edu"
 
 

@@ -172,7 +172,9 @@ def _encoder(tokenizer):
     """Texts -> token ids with no special tokens added, and special-token text inside the data kept as text (a
     passage mentioning <|endoftext|> must not end the sequence early)."""
     def encode(texts: list[str]) -> list[list[int]]:
-        return tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        # verbose=False: the model_max_length warning would say "indexing errors", but encode_examples cuts each
+        # sequence to max_length itself
+        return tokenizer(texts, add_special_tokens=False, split_special_tokens=True, verbose=False)["input_ids"]
     return encode
 
 

@@ -1,6 +1,7 @@
 """TrainConfig loading: YAML + key=value overrides by declared type, errors that name the key, shipped configs."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -501,3 +502,25 @@ def test_the_architecture_fields_without_effect_are_the_ones_the_model_never_rea
                 with torch.no_grad():
                     same_shapes = torch.equal(plain(input_ids).logits, changed(input_ids).logits)
             assert (field in unused) == same_shapes, (case, field)
+
+
+@pytest.mark.parametrize("config_name, missing, command", [
+    ("finetune_boolq.yaml", "init_from='runs/finetune_experiment/pretrain/final'",
+     "`python -m benchmarks.finetune_experiment` makes it"),
+    ("finetune_piqa.yaml", "runs/finetune_experiment/data/piqa_valid_labelled.jsonl",
+     "`python -m benchmarks.finetune_experiment --data-only` makes it"),
+])
+def test_a_shipped_configs_missing_input_names_the_command_that_makes_it(config_name, missing, command, tmp_path,
+                                                                         monkeypatch):
+    """The fine-tuning YAMLs start from the experiment's folders; "not found; give an existing path" did not say
+    where they come from."""
+    from hf_gpt_custom.training.finetune_config import load_finetune_config
+    from hf_gpt_custom.training.config_values import REPO_ROOT as root
+
+    if (root / "runs" / "finetune_experiment").exists():
+        pytest.skip("this checkout has run the experiment")
+    monkeypatch.chdir(tmp_path)
+    overrides = [] if "init_from" in missing else [f"init_from={tmp_path}"]
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=re.escape(missing) + r".*" + re.escape(command)):
+        load_finetune_config(CONFIGS / config_name, overrides)

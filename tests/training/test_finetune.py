@@ -644,3 +644,18 @@ def test_a_tokenizer_our_class_reads_otherwise_keeps_its_class_and_cuts_text_fro
     cut = tokenizer(text, truncation=True, max_length=5)["input_ids"]
     assert cut == [tokens.template.start, *ids[-3:], tokens.template.extract]
     assert cut == tokens.template.build(ids, max_length=5)[0]  # fine-tuning's own cut
+
+
+def test_encoding_long_records_does_not_warn_of_indexing_errors_it_prevents(caplog):
+    """transformers warned "Token indices sequence length is longer ... will result in indexing errors" for every
+    fine-tuning run on long passages, while encode_examples cuts each sequence to block_size itself."""
+    import logging
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.training.finetune_data import _encoder
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    tokenizer.model_max_length = 16
+    with caplog.at_level(logging.WARNING):
+        (ids,) = _encoder(tokenizer)(["a passage much longer than sixteen bytes"])
+    assert len(ids) > 16 and "indexing errors" not in caplog.text
