@@ -163,7 +163,7 @@ def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_p
     assert _load_state(run_dir, fingerprint)["stages"] == stages
 
 
-def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_path):
+def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_path, capsys):
     from hf_gpt_custom.run import _stage_eval
     from hf_gpt_custom.training.config import load_train_config
 
@@ -174,6 +174,7 @@ def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_
     old_results.write_text("{}")
     assert _stage_eval(config, tmp_path / "runs" / "tiny", {}) == (None, "skipped")
     assert not old_results.parent.exists()
+    assert "eval skipped: benchmark_tasks is empty" in capsys.readouterr().out  # a [skipped] stage says why
 
 
 def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
