@@ -254,6 +254,10 @@ def test_a_split_reads_its_own_data_files(tmp_path):
     assert spec.data_file_names() == ["test.jsonl", "train.jsonl"] and spec.data_file_names("validation") == []
     assert [doc["premise"] for doc in spec.fewshot_docs(tmp_path)] == ["example"]
     assert [doc["premise"] for doc in spec.docs("test", tmp_path)] == ["scored"]
+    # examples from other files never hold the scored doc: none is left out; a split naming the scored file is
+    assert not spec.excludes_scored_doc
+    same_file = replace(spec, data_files={"test": "test.jsonl", "validation": "test.jsonl"}, fewshot_split="validation")
+    assert same_file.excludes_scored_doc
 
 
 @pytest.mark.parametrize("fewshot_split, excludes", [("validation", True), ("train", False)])
