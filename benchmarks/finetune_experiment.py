@@ -1,7 +1,7 @@
 """GPT-1's experiment at our scale: fine-tuning (λ = 0 and λ = 0.5) against zero- and few-shot prompting of the same
 pre-trained model, on the same held-out documents of BoolQ and PIQA.
 
-    python -m benchmarks.finetune_experiment            # ~25 min on a shared 2-core CPU, one thread
+    python -m benchmarks.finetune_experiment            # ~8 min on a shared 2-core CPU, one thread
 
 1. The pre-trained model: training/configs/finetune_pretrain_wikitext2.yaml (4 layers x 128, WikiText-2 raw), trained
    into runs/finetune_experiment/pretrain unless it is already there.
