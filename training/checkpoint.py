@@ -48,7 +48,7 @@ class TrainingState:
     # seconds of the run's train() calls up to this checkpoint, set-up included (a session's time after its last
     # checkpoint is lost with it: those steps are redone and counted again)
     wall_time_s: float = 0.0
-    # The divergence guard's memory (loop.DivergenceGuard), so a resumed run judges its losses against the whole
+    # The divergence guard's memory (divergence.DivergenceGuard), so a resumed run judges its losses against the whole
     # run's best, as the uninterrupted run would. None in checkpoints written before it was recorded.
     best_loss: float | None = None  # the lowest loss of a healthy training step so far
     last_good_checkpoint: str | None = None  # the newest checkpoint (its folder name) whose weights gave a healthy loss

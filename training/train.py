@@ -289,7 +289,7 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
     ]
     # The fused kernel updates every tensor in one pass (benchmarks/results/NOTES.md), and its found_inf input lets
-    # the loop skip a diverged update without reading the loss back (loop.UpdateGate). CPU and CUDA have it.
+    # the loop skip a diverged update without reading the loss back (divergence.UpdateGate). CPU and CUDA have it.
     fused = all(p.device.type in ("cpu", "cuda") for p in parameters)
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
                              eps=config.adam_eps, fused=fused)

@@ -16,7 +16,7 @@ import pytest
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import sha256_file, write_manifest
-from hf_gpt_custom.training.loop import TrainingDivergedError
+from hf_gpt_custom.training.divergence import TrainingDivergedError
 from hf_gpt_custom.training.train import train
 
 RECIPES = {
@@ -109,7 +109,7 @@ def test_the_device_gate_resumes_with_the_runs_best_loss():
     resumed guard's best loss: 11 after a best of 5 blows up and is not applied; a fresh gate would apply it."""
     import torch
 
-    from hf_gpt_custom.training.loop import UpdateGate
+    from hf_gpt_custom.training.divergence import UpdateGate
 
     for best_loss, is_blown_up in ((5.0, True), (float("inf"), False)):
         parameter = torch.nn.Parameter(torch.ones(3))

@@ -10,7 +10,7 @@ import torch
 
 from hf_gpt_custom.training.config import load_train_config
 from hf_gpt_custom.training.data import prepare_datasets
-from hf_gpt_custom.training.loop import TrainingDivergedError
+from hf_gpt_custom.training.divergence import TrainingDivergedError
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.train import train
 
@@ -333,7 +333,7 @@ def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(
     """A GPU's kernels turn an overflowing gradient norm into nan where a CPU's give inf or a huge finite number:
     every symptom is named, the loss first, so the message starts the same on every device. The device-side check
     (UpdateGate, what the loop runs without reading values back) agrees with the host's on each case."""
-    from hf_gpt_custom.training.loop import DivergenceGuard, UpdateGate
+    from hf_gpt_custom.training.divergence import DivergenceGuard, UpdateGate
 
     guard = DivergenceGuard()
     guard.record_healthy_step(5.0)

@@ -73,7 +73,8 @@ def test_the_update_gate_and_the_finite_weights_check_take_fsdp2s_dtensors(tiny_
     from torch.distributed.tensor import DTensor
 
     from hf_gpt_custom import GPTCustomForCausalLM
-    from hf_gpt_custom.training.loop import TrainingDivergedError, UpdateGate, check_weights_finite
+    from hf_gpt_custom.training.divergence import TrainingDivergedError, UpdateGate
+    from hf_gpt_custom.training.loop import check_weights_finite
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
