@@ -118,6 +118,9 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         from hf_gpt_custom.eval.report import format_table
 
         results = _public_value(read_json(run_dir / "eval" / "results.json"), run_dir, local_paths)
+        if isinstance(results.get("model"), str) and not is_hub_repo_id(results["model"]):
+            # a relative path as `run` or `eval` was given it ("runs/shakespeare/final") is local too
+            results["model"] = _public_path(results["model"], run_dir)
         _write_public_json(staging / "eval" / "results.json", results, run_dir, local_paths)
         (staging / "eval" / "table.md").write_text(format_table(results), encoding="utf-8")
     for source in (run_dir / "loss_curve.png", run_dir / "eval" / "shots_curve.png"):

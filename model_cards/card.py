@@ -124,7 +124,7 @@ def build_model_card(
             "vocab_size": model_config.vocab_size,
             "block": model_config.describe_block(),
         },
-        parameters=[(name, f"{count:,}") for name, count in breakdown.items()],
+        parameters=[(PARAMETER_ROWS.get(name, name), f"{count:,}") for name, count in breakdown.items()],
         tokenizer=_tokenizer_facts(final_dir, summary, run_dir, model_config.n_positions),
         training=_training_facts(summary, train_config),
         hyperparameters=_hyperparameter_rows(train_config),
@@ -352,19 +352,28 @@ def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:
     return rows
 
 
+# parameter_breakdown()'s keys as the card names them: "textbook" is a formula, not a count of this model's tensors
+PARAMETER_ROWS = {
+    "textbook": "for comparison: GPT-2's textbook 12·d²·L + V·d + T·d (learned positions, whatever this block has)",
+}
+
+
 def _format_setting(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
+    scored, blocks = summary.get("val_blocks_scored"), summary.get("val_blocks")
+    # eval_batches scores the first blocks only: the rows say so rather than pass a subset off as the split
+    part = f" (first {scored:,} of {blocks:,} blocks: eval_batches)" if scored and blocks and scored < blocks else ""
     labels = {
         "steps": "optimizer steps",
         "tokens_seen": "training tokens seen",
         "wall_time_s": "wall time (s)",
-        "final_train_loss": "final training loss (nats/token)",
-        "final_val_loss": "final validation loss (nats/token)",
-        "val_perplexity": "validation perplexity",
-        "val_bits_per_byte": "validation bits per byte",
+        "final_train_loss": "training loss, mean of the last 10 steps (nats/token)",
+        "final_val_loss": f"final validation loss{part} (nats/token)",
+        "val_perplexity": f"validation perplexity{part}",
+        "val_bits_per_byte": f"validation bits per byte{part}",
         "tokens_per_s": "throughput (tokens/s)",
         "mfu": "model FLOPs utilization",
     }

@@ -113,12 +113,21 @@ class LanguageModelling:
             "dataset": self.config.dataset,
             "train_blocks": self.data.stats.get("train_blocks"),
             "val_blocks": self.data.stats.get("val_blocks"),
+            # what the validation figures were computed on: eval_batches cuts the split to its first blocks
+            "val_blocks_scored": _blocks_scored(self.data.stats.get("val_blocks"), self.config),
             "tokenizer": str(self.tokenizer_dir.absolute()),
             "data_cache": str(self.data.cache_dir) if self.data.cache_dir else None,
         }
 
     def save_beside_model(self, folder: Path, model_config) -> None:
         tokenizer_for_model(self.tokenizer_dir, self.eos_token, model_config.n_positions).save_pretrained(folder)
+
+
+def _blocks_scored(val_blocks: int | None, config: TrainConfig) -> int | None:
+    """The validation blocks an evaluation scores: all of them, or the first eval_batches × batch_size (data.py)."""
+    if val_blocks is None or config.eval_batches is None:
+        return val_blocks
+    return min(val_blocks, config.eval_batches * config.batch_size)
 
 
 def _load_model(config: TrainConfig, tokenizer):

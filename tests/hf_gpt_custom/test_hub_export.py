@@ -939,3 +939,19 @@ def test_a_file_added_after_export_is_refused_before_publishing(added, exported,
     assert exited.value.code == 2 and captured.err.count("\n") == 1 and added in captured.err
     assert "would upload" not in captured.out
     assert verify_manifest(copy) is None
+
+
+def test_an_evaluation_given_a_relative_path_publishes_no_local_path(tmp_path, monkeypatch):
+    """`run` evaluates runs/<name>/final by its relative path, which results.json and table.md kept in the export
+    ("Model: `runs/shakespeare/final`"): only absolute paths were made public."""
+    from hf_gpt_custom.hub import export_folder
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny-shakespeare")
+    results_path = run_dir / "eval" / "results.json"
+    results = json.loads(results_path.read_text())
+    results["model"] = "runs/tiny-shakespeare/final"
+    results_path.write_text(json.dumps(results))
+    out_dir = export_folder(run_dir, tmp_path / "out", repo_id="alice/tiny-shakespeare")
+    assert json.loads((out_dir / "eval" / "results.json").read_text())["model"] == "final"
+    assert "runs/" not in (out_dir / "eval" / "table.md").read_text()

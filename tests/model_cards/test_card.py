@@ -154,6 +154,8 @@ def test_card_body_has_every_section_filled_from_the_run(tiny_run):
         assert heading in text
     total = GPTCustomForCausalLM.from_pretrained(tiny_run / "final").num_parameters()
     assert f"| total | {total:,} |" in text  # parameter_breakdown()["total"] == num_parameters()
+    # the textbook formula is named as a formula: it counts a learned position table this model may not have
+    assert "| for comparison: GPT-2's textbook 12·d²·L + V·d + T·d" in text
     assert "with 257 tokens" in text  # the saved tokenizer's vocabulary
     assert "| `learning_rate` | 0.0006 |" in text and "| `block_size` | 64 |" in text and "| `seed` | 1337 |" in text
     assert "with 256 tokens per optimizer step" in text  # batch_size 4 × block_size 64

@@ -41,6 +41,23 @@ def test_loss_goes_down_on_real_text(trained_run):
     assert val_losses[1] < val_losses[0] < math.log(512) - 0.5
 
 
+def test_the_summary_says_how_many_validation_blocks_its_figures_scored(trained_run):
+    """eval_batches=4 × batch_size=4 scores the first 16 validation blocks; the card passed those figures off as the
+    whole split's. The count is checked against the evaluator's own token count (31 predicted tokens a block)."""
+    from hf_gpt_custom.model_cards.card import _training_result_rows
+
+    config, run_dir = trained_run
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    last_eval = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()
+                 if json.loads(line)["kind"] == "eval"][-1]
+    assert summary["val_blocks"] > 16 and summary["val_blocks_scored"] == 16
+    assert last_eval["val_tokens"] == summary["val_blocks_scored"] * (config.block_size - 1)
+    rows = dict(_training_result_rows(summary))
+    assert f"validation bits per byte (first 16 of {summary['val_blocks']:,} blocks: eval_batches)" in rows
+    whole = dict(_training_result_rows({**summary, "val_blocks_scored": summary["val_blocks"]}))
+    assert "validation bits per byte" in whole
+
+
 def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
     config, run_dir = trained_run
     assert load_train_config(run_dir / "config.yaml", []) == config
