@@ -179,7 +179,8 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
                 metric_type=metric,
                 metric_name=f"{metric} ({k}-shot)" if limit is None else f"{metric} ({k}-shot, first {row['n']} documents)",
                 metric_value=round(value, 4),
-                metric_args={"num_fewshot": k} if limit is None else {"num_fewshot": k, "limit": limit},
+                # the documents scored: a limit above the benchmark's size (300 of COPA's 100) scores them all
+                metric_args={"num_fewshot": k} if limit is None else {"num_fewshot": k, "limit": min(limit, row["n"])},
             )
         )
     first_seen: dict[tuple, int] = {}

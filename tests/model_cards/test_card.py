@@ -95,6 +95,15 @@ def test_a_score_on_the_first_documents_only_says_so_in_the_model_index(tmp_path
                for r in results)
 
 
+def test_a_limit_above_the_benchmarks_size_states_the_documents_scored():
+    """benchmark_limit=300 on COPA's 100 documents published `limit: 300` beside the name "first 100 documents"."""
+    from hf_gpt_custom.model_cards.card import build_eval_results
+
+    rows = [{**RESULT_ROWS[0], "task": "copa", "metric": "acc", "n": 100}]
+    (result,) = build_eval_results(rows, model_name="tiny", limit=300)
+    assert result.metric_args == {"num_fewshot": 0, "limit": 100} and "first 100 documents" in result.metric_name
+
+
 @pytest.mark.parametrize("protocol, said", [
     ("lm-eval", "scored as lm-evaluation-harness scores its own tasks (`--protocol lm-eval`)"),
     ("ours", "the project's protocol, whose K > 0 prompts differ from lm-evaluation-harness's"),
