@@ -93,7 +93,10 @@ def test_changing_eval_batches_or_peak_flops_rewrites_the_summary_and_the_export
     assert after["final_val_loss"] != pytest.approx(_validation_loss_by_hand(run_dir, 2), rel=1e-5)
     assert math.isclose(after["mfu"] * 1e9, before["mfu"] * before["peak_flops"], rel_tol=1e-9)  # same tokens/s
     card = (run_dir / "export" / "README.md").read_text()
-    for label, key in (("final validation loss (nats/token)", "final_val_loss"), ("model FLOPs utilization", "mfu")):
+    blocks = f"first {after['val_blocks_scored']} of {after['val_blocks']:,} blocks: eval_batches"  # 5 batches of 8
+    assert after["val_blocks_scored"] == 40 < after["val_blocks"]
+    for label, key in ((f"final validation loss ({blocks}) (nats/token)", "final_val_loss"),
+                       ("model FLOPs utilization", "mfu")):
         assert f"| {label} | {_format_number(after[key])} |" in card
     exported = _summary(run_dir / "export")
     assert (exported["final_val_loss"], exported["mfu"]) == (after["final_val_loss"], after["mfu"])
