@@ -164,6 +164,12 @@ def _usage_example(task: dict, model_config) -> str:
                 'inputs = tokenizer([context] * len(answers), answers, padding=True, return_tensors="pt")\n'
                 'scores = model(**{k: v.unsqueeze(0) for k, v in inputs.items()}).logits  # (1, n_answers)\n'
                 'print(int(scores.argmax()))  # the index of the chosen answer')
-    text = "premise, hypothesis" if task["format"] == "pair" else "text"
-    return (f"inputs = tokenizer({text}, return_tensors=\"pt\")\n"
+    # the task's own column names where they are Python names (BoolQ: passage, question); truncation=True cuts a
+    # long input as fine-tuning cut it, or the model refuses it past its context
+    columns = [str(name) for name in task.get("text_columns") or []]
+    default = ["premise", "hypothesis"] if task["format"] == "pair" else ["text"]
+    names = columns if len(columns) == len(default) and all(name.isidentifier() for name in columns) else default
+    values = ", ".join('"..."' for _ in names)
+    return (f"{', '.join(names)} = {values}\n"
+            f"inputs = tokenizer({', '.join(names)}, truncation=True, return_tensors=\"pt\")\n"
             "print(model.config.id2label[int(model(**inputs).logits.argmax())])")

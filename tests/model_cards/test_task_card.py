@@ -167,3 +167,22 @@ def test_the_card_counts_the_examples_of_an_optimizer_step(boolq_export, tmp_pat
     assert "batches of 48 (8 per micro-batch × 2 accumulated × 3 processes) examples" in text
     (copy / "config.yaml").write_text(config.replace("gradient_accumulation_steps: 2", "gradient_accumulation_steps: 1"))
     assert "batches of 24 (8 per micro-batch × 3 processes) examples" in " ".join(build_model_card(copy).text.split())
+
+
+def test_the_cards_snippet_runs_as_written_on_a_passage_longer_than_the_context(boolq_export):
+    """The pair snippet used undefined `premise, hypothesis` and no truncation: a real BoolQ passage (783 tokens)
+    was refused past the 256-token context. The snippet is run as the card writes it, with the export's path for
+    the repository id and a long passage for each "..."."""
+    import re
+
+    import hf_gpt_custom  # noqa: F401  (the registered classes: trust_remote_code then uses the package's code)
+
+    _, export = boolq_export
+    card = (export / "README.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", card, re.S).group(1)
+    assert "passage, question = " in snippet and "truncation=True" in snippet
+    repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
+    code = snippet.replace(f'"{repo_id}"', repr(str(export))).replace('"..."', repr("a long passage " * 300))
+    printed = []
+    exec(code, {"print": printed.append})  # noqa: S102 - the card's own example
+    assert printed[0] in ("false", "true")
