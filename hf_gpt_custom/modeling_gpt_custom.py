@@ -143,10 +143,10 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
                        seq_len: int | None = None, columns: int = 0) -> None:
     """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
     the model was trained for). The shape and dtype always; the values where `checks_values`, and on every device
-    once the input's `columns` (cached + new tokens, or a static cache's length: a host int) pass n_positions. Positions derived from a mask, by us or by
-    generate(), never exceed the column index, so below that no read is needed; past it a GPU would otherwise index
-    past the position table (an opaque device-side assert) or, with RoPE, silently run past the trained context. A
-    training step never gets there, so it still reads nothing."""
+    once the input's `columns` (cached + new tokens, or a static cache's length: a host int) pass n_positions.
+    Positions derived from a mask, by us or by generate(), never exceed the column index, so below that no read is
+    needed; past it a GPU would otherwise index past the position table (an opaque device-side assert) or, with
+    RoPE, silently run past the trained context. A training step never gets there, so it still reads nothing."""
     if position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
         raise UserError(f"position_ids must hold integer positions, got dtype {position_ids.dtype}; convert with "
                         ".long() or pass position_ids=None to derive them")

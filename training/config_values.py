@@ -145,13 +145,23 @@ def _made_by(value: str) -> str:
     return f" (`{command}` makes it)" if command else ""
 
 
-def resolve_local_path(key: str, value: str) -> str:
-    """Absolute path if `value` names an existing file/folder (cwd first, then repo root); else a Hub name."""
+def find_local_path(value: str) -> Path | None:
+    """The existing file or folder `value` names, looked up in the working directory, then in the repository root
+    (so ../shared/data/... works from anywhere); None when neither has it. train's data paths and tokenizer train's
+    inputs both use this rule."""
     candidate = Path(value).expanduser()
     for base in (Path.cwd(), REPO_ROOT):
         full = candidate if candidate.is_absolute() else base / candidate
         if full.exists():
-            return str(full.resolve())
+            return full.resolve()
+    return None
+
+
+def resolve_local_path(key: str, value: str) -> str:
+    """Absolute path if `value` names an existing file/folder (find_local_path); else a Hub name."""
+    found = find_local_path(value)
+    if found is not None:
+        return str(found)
     # init_from is read from a local folder only (a Hub model: download it first); a dataset may be a Hub name
     looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
     searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
