@@ -25,6 +25,7 @@
 #        bash benchmarks/gpu_session.sh complete       # the suite beside 8 recipes, compiled sweep, memory, generation
 #        bash benchmarks/gpu_session.sh rest           # the slow tests, the tests fixed since, generation (~4 min)
 #        bash benchmarks/gpu_session.sh next           # launch fixes, decoding loop on a GPU, generation (~7.5 min)
+#        bash benchmarks/gpu_session.sh h100           # the first H100 call: CUDA tests + 8 recipes, train, loop (~9 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -263,8 +264,42 @@ next_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The ninth (the first on an H100, one call of at most ~9.5 minutes): issue 23's targets are H100 figures, and none
+# existed. The CUDA tests (those written since the H200 calls included) beside eight GPU recipes (the best H200 recipe
+# as it stands, then combinations of the sweep's winners), then alone on the GPU: the compiled table with the
+# best-batch sweep, the eager table and the train() loop. Generation goes to a second call if time is left (`generate`).
+h100() {
+  begin_call "${SESSION_SECONDS:-540}"
+  local c; c=$(cap 170); header "the CUDA tests, and eight GPU recipes side by side" "$c"; pids=()
+  suite_run "$c" cuda -n 6 tests/gpu tests/hf_gpt_custom/test_causal_lm_loss.py \
+    tests/hf_gpt_custom/test_gpu_code_path.py tests/hf_gpt_custom/test_static_decoding.py \
+    tests/training/test_multiprocess.py tests/training/test_devices.py tests/eval/test_eval_command.py \
+    tests/transformers_common \
+    "tests/training/test_wrappers.py::test_the_shipped_fsdp_and_ddp_configs_train_and_write_plain_folders" \
+    "tests/training/test_train.py::test_huge_learning_rate_names_the_checkpoint_that_is_really_safe" \
+    "tests/hf_gpt_custom/test_modeling.py::test_from_pretrained_with_device_map_auto"
+  # shellcheck disable=SC2086  # the override lists split on purpose
+  {
+    recipe_run recipe "$c"
+    recipe_run wd1 "$c" weight_decay=1.0
+    recipe_run b1024 "$c" block_size=1024 batch_size=16
+    recipe_run d04_s800 "$c" $DROP4 max_steps=800
+    recipe_run l8_d04 "$c" $DROP4 model.n_layer=8
+    recipe_run lr6_s900 "$c" learning_rate=6e-4 max_steps=900
+    recipe_run v1536 "$c" tokenizer_vocab_size=1536
+    recipe_run e512_d04_wd1 "$c" $DROP4 model.n_embd=512 model.n_head=8 weight_decay=1.0
+  }
+  end_side_by_side
+  bench_stage "train, compiled" 190 --parts train --modes compile --sweep 16,32,64 --sweep-models nanoGPT,ours \
+    --rounds 3
+  bench_stage "train, eager" 50 --parts train --modes eager --sweep 16 --rounds 3
+  bench_stage "the train() loop vs the bare model" 80 --parts loop --modes eager,compile --text-file "$TEXT" --rounds 3
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
   next) next_call ;;
+  h100) h100 ;;
   rest) rest ;;
   complete) complete ;;
   confirm) confirm ;;
@@ -304,7 +339,7 @@ case "$stage" in
     bench --parts generate "$@"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|next|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|next|h100|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
     exit 2
     ;;
 esac

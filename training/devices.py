@@ -110,11 +110,20 @@ def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:
 
 
 def launcher_asks_for_cpu() -> bool:
-    """`accelerate launch` with `use_cpu: true` in its config (or `--cpu`) sets ACCELERATE_USE_CPU, and Accelerator()
-    then runs on the CPU whatever it is given: the run's device choices (training, run's evaluation) follow it."""
+    """A one-process `accelerate launch --cpu` (or `use_cpu: true` in its config) sets ACCELERATE_USE_CPU, and
+    Accelerator() then runs on the CPU whatever it is given: the run's device choices (training, run's evaluation)
+    follow it. The processes a multi-process launch starts (through torchrun) are not told about use_cpu: a CPU
+    config for several processes hides the GPUs instead (gpus_hidden_on_purpose)."""
     from accelerate.utils import parse_flag_from_env
 
     return parse_flag_from_env("ACCELERATE_USE_CPU")
+
+
+def gpus_hidden_on_purpose() -> bool:
+    """CUDA_VISIBLE_DEVICES hides every GPU the way CUDA documents: empty, or its first index -1 (an invalid index
+    hides itself and every one after it). cpu_two_processes.yaml does this through gpu_ids: "-1,-1"."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible is not None and visible.split(",")[0].strip() in ("", "-1")
 
 
 def training_device_type(cpu: bool | None) -> str:
@@ -122,8 +131,9 @@ def training_device_type(cpu: bool | None) -> str:
     when the request cannot be met (cpu=false without a GPU, CUDA_VISIBLE_DEVICES naming a GPU that is not there,
     a launch with more processes on this machine than it has GPUs).
 
-    A launch that asks for the CPU (launcher_asks_for_cpu) gets the CPU, so that the precision and the checks are
-    the CPU's too (on a GPU machine a two-process CPU launch would otherwise look for a GPU per process)."""
+    A one-process launch that asks for the CPU (launcher_asks_for_cpu) gets the CPU, so that the precision and the
+    checks are the CPU's too; a multi-process CPU launch hides the GPUs, so torch sees none (gpus_hidden_on_purpose),
+    and no warning says it trains on the CPU."""
     import torch
 
     if launcher_asks_for_cpu():
@@ -138,25 +148,30 @@ def training_device_type(cpu: bool | None) -> str:
         if local_rank.isdigit() and int(local_rank) >= count:
             raise UserError(f"process with LOCAL_RANK={local_rank} has no GPU of its own: this machine shows {count} "
                             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch at most "
-                            f"{count} process(es) per machine (accelerate launch --num_processes {count})")
+                            f"{count} process(es) per machine (accelerate launch --num_processes {count}), or, for "
+                            f"processes on the CPU, hide the GPUs (CUDA_VISIBLE_DEVICES=-1, as "
+                            f"training/configs/accelerate/cpu_two_processes.yaml does)")
         return "cuda"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if torch.version.cuda is not None and visible not in (None, "", "-1"):
+    if torch.version.cuda is not None and visible is not None and not gpus_hidden_on_purpose():
         raise UserError(f"CUDA_VISIBLE_DEVICES={visible} names no GPU this machine has (torch sees none); use the "
                         f"index of a GPU that exists (nvidia-smi lists them), or unset it — or set cpu=true to train "
                         f"on the CPU")
     if cpu is False:
-        reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+        reason = ("torch was built without CUDA" if torch.version.cuda is None
+                  else f"CUDA_VISIBLE_DEVICES={visible} hides every GPU" if gpus_hidden_on_purpose()
+                  else "no CUDA device is visible")
         raise UserError(f"cpu=false asks for a GPU, but {reason}; set cpu=true (or leave it null: the CPU when no "
                         f"GPU is visible)")
     world_size = os.environ.get("WORLD_SIZE", "").strip()
-    if cpu is None and world_size.isdigit() and int(world_size) > 1 and launch_rank() == 0:
+    if cpu is None and world_size.isdigit() and int(world_size) > 1 and launch_rank() == 0 \
+            and not gpus_hidden_on_purpose():
         # A GPU launch config (multi_gpu_ddp.yaml, fsdp.yaml) on a machine where torch sees no GPU: it would train on
         # the CPU without a word, each process a full copy of the model.
         logger.warning("%s processes were launched and torch sees no GPU: training on the CPU (gloo). If you meant "
                        "the GPUs, check that torch sees them (torch.cuda.is_available()); to train on the CPU on "
-                       "purpose, say so with use_cpu: true in the accelerate config (cpu_two_processes.yaml) or "
-                       "cpu=true", world_size)
+                       "purpose, say so with cpu=true or CUDA_VISIBLE_DEVICES=-1 (cpu_two_processes.yaml's "
+                       "gpu_ids)", world_size)
     return "cpu"
 
 

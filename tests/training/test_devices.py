@@ -52,7 +52,8 @@ def test_bf16_on_a_gpu_without_bf16_units_names_the_gpu_and_the_fix(gpu):
 
 def test_a_gpu_launch_on_a_machine_without_a_gpu_says_it_trains_on_the_cpu(monkeypatch, caplog):
     """accelerate launch --config_file multi_gpu_ddp.yaml where torch sees no GPU trained 8 CPU processes over gloo
-    without a word. A CPU launch that says so (use_cpu, or cpu=true) stays quiet, as does one process."""
+    without a word. A CPU launch that says so (cpu=true, a one-process --cpu, or GPUs hidden as
+    cpu_two_processes.yaml hides them) stays quiet, as does one process."""
     import logging
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -70,6 +71,10 @@ def test_a_gpu_launch_on_a_machine_without_a_gpu_says_it_trains_on_the_cpu(monke
         monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
         assert training_device_type(None) == "cpu"
         monkeypatch.delenv("ACCELERATE_USE_CPU")
+        for hidden in ("-1,-1", "-1", ""):
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+            assert training_device_type(None) == "cpu"
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
         monkeypatch.setenv("WORLD_SIZE", "1")
         assert training_device_type(None) == "cpu"
     assert not caplog.records
@@ -91,20 +96,27 @@ def test_a_gpu_that_is_not_there_is_named(gpu, monkeypatch):
     assert training_device_type(None) == "cpu"
     with pytest.raises(UserError, match="cpu=false asks for a GPU, but no CUDA device is visible; set cpu=true"):
         training_device_type(False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1,-1")  # hidden on purpose: the CPU, no complaint about the index
+    assert training_device_type(None) == "cpu"
+    with pytest.raises(UserError, match="cpu=false asks for a GPU, but CUDA_VISIBLE_DEVICES=-1,-1 hides every GPU"):
+        training_device_type(False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     gpu(count=1)
     monkeypatch.setenv("LOCAL_RANK", "3")  # a launch with 4 processes on a one-GPU machine
-    with pytest.raises(UserError, match="LOCAL_RANK=3 has no GPU of its own: this machine shows 1 .*--num_processes 1"):
+    with pytest.raises(UserError, match="LOCAL_RANK=3 has no GPU of its own: this machine shows 1 .*--num_processes 1"
+                                        r".*for processes on the CPU, hide the GPUs \(CUDA_VISIBLE_DEVICES=-1"):
         training_device_type(None)
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert training_device_type(None) == "cuda"
 
 
 def test_a_cpu_launch_trains_on_the_cpu_of_a_gpu_machine(gpu, monkeypatch):
-    """accelerate launch with use_cpu: true (the shipped cpu_two_processes.yaml) or --cpu sets ACCELERATE_USE_CPU,
-    which Accelerator() obeys whatever it is given: the run must choose the CPU too, not look for a GPU per rank."""
+    """A one-process accelerate launch with --cpu (or use_cpu: true) sets ACCELERATE_USE_CPU, which Accelerator()
+    obeys whatever it is given: the run must choose the CPU too, not a GPU. (A multi-process launch does not pass it
+    on: test_multiprocess.py holds the shipped CPU config to hiding the GPUs instead.)"""
     gpu(count=1)
     monkeypatch.setenv("LOCAL_RANK", "1")  # the second of two CPU ranks on a one-GPU machine
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # what accelerate's launcher writes
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")  # what accelerate's simple launcher writes
     assert training_device_type(None) == "cpu" and training_device_type(True) == "cpu"
     with pytest.raises(UserError, match="cpu=false asks for a GPU, but the launcher asks for the CPU .*drop one"):
         training_device_type(False)

@@ -1,7 +1,7 @@
 """The same training script as two CPU processes (gloo) through `accelerate launch`: two ranks really start, each
 trains on different blocks, the loss trajectory equals one process with the same global batch, and the folders it
 writes are those of one process (DDP's "module." never reaches them). The shipped CPU
-accelerate config starts two ranks; a launcher precision that differs from the training YAML's is named in a warning."""
+accelerate config starts two ranks and hides the GPUs from both; a launcher precision that differs from the training YAML's is named in a warning."""
 
 import json
 import logging
@@ -79,6 +79,27 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def test_the_shipped_cpu_config_hides_the_gpus_from_every_rank(tmp_path):
+    """accelerate tells the processes a multi-process launch starts nothing of use_cpu (ACCELERATE_USE_CPU reaches
+    one-process launches only): on a GPU machine the second rank of cpu_two_processes.yaml looked for a GPU of its
+    own and the run stopped. Its gpu_ids must hide every GPU from each rank by torch's own reading of
+    CUDA_VISIBLE_DEVICES, and the trainer must take that as a request for the CPU (no 'sees no GPU' warning)."""
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json, os, torch\n"
+                     "from hf_gpt_custom.training.devices import gpus_hidden_on_purpose\n"
+                     "print(json.dumps([os.environ['LOCAL_RANK'], torch.cuda._parse_visible_devices(),\n"
+                     "                  gpus_hidden_on_purpose()]))\n")
+    command = ["accelerate", "launch", "--config_file", "training/configs/accelerate/cpu_two_processes.yaml",
+               "--main_process_port", str(_free_port()), str(probe)]
+    environment = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    result = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = sorted(json.loads(line) for line in result.stdout.splitlines() if line.startswith("["))
+    assert ranks == [["0", [], True], ["1", [], True]]
+
+
 @pytest.mark.slow  # three Python processes start torch: ~60 s on the shared 2-core machine
 def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shakespeare_tokenizer_dir,
                                                                   shared_data_cache):
@@ -103,6 +124,7 @@ def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shake
     assert sorted(p.name for p in (run_dir / "checkpoints" / "step_000001").glob("random_states_*.pkl")) == \
         ["random_states_0.pkl", "random_states_1.pkl"]
     assert "mixed_precision" not in result.stderr  # the shipped config agrees with smoke.yaml: no warning
+    assert "sees no GPU" not in result.stderr  # the config asks for the CPU: no warning that it trains there
 
 
 def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_config, monkeypatch, caplog):
