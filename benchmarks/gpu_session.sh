@@ -25,7 +25,7 @@
 #        bash benchmarks/gpu_session.sh complete       # the suite beside 8 recipes, compiled sweep, memory, generation
 #        bash benchmarks/gpu_session.sh rest           # the slow tests, the tests fixed since, generation (~4 min)
 #        bash benchmarks/gpu_session.sh next           # launch fixes, decoding loop on a GPU, generation (~7.5 min)
-#        bash benchmarks/gpu_session.sh h100           # the first H100 call: CUDA tests + 8 recipes, train, loop (~9 min)
+#        bash benchmarks/gpu_session.sh h100           # first H100 call: CUDA tests, 8 recipes, train, loop (~9 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).

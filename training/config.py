@@ -109,7 +109,8 @@ class TrainConfig:
         "rest is recomputed there (torch's activation_memory_budget). null = 1, keep what is cheapest. 0.5 on GPT-2 "
         "124M, one H200: 0.71x nanoGPT's peak memory at 0.88x its speed", changes_training=False)
     cpu: bool | None = _setting(None, help="force the CPU; null = CPU when no CUDA device is visible or the launcher "
-                                "asks for it (a one-process --cpu; CUDA_VISIBLE_DEVICES=-1); false with such a launch is refused",
+                                "asks for it (a one-process --cpu; CUDA_VISIBLE_DEVICES=-1); false with such a "
+                                "launch is refused",
                                 changes_training=False)
     torch_threads: int | None = _setting(None, help="intra-op CPU threads during training; null = torch's default",
                                          changes_training=False)

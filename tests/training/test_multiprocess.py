@@ -1,7 +1,8 @@
 """The same training script as two CPU processes (gloo) through `accelerate launch`: two ranks really start, each
 trains on different blocks, the loss trajectory equals one process with the same global batch, and the folders it
-writes are those of one process (DDP's "module." never reaches them). The shipped CPU
-accelerate config starts two ranks and hides the GPUs from both; a launcher precision that differs from the training YAML's is named in a warning."""
+writes are those of one process (DDP's "module." never reaches them). The shipped CPU accelerate config starts two
+ranks and hides the GPUs from both; a launcher precision that differs from the training YAML's is named in a
+warning."""
 
 import json
 import logging
