@@ -73,19 +73,21 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--base", default="training/configs/shakespeare-gpu.yaml as it is now")
     parser.add_argument("results_dirs", nargs="+", type=Path)
     args = parser.parse_args(argv)
-    results = []
+    results, bases = [], []
     if args.keep_earlier and (OUT / "gpu_recipe_sweep.json").exists():
-        results = json.loads((OUT / "gpu_recipe_sweep.json").read_text())["runs"]
+        earlier = json.loads((OUT / "gpu_recipe_sweep.json").read_text())
+        results, bases = earlier["runs"], earlier.get("recipes", [FIRST_BASE])
         for r in results:
             r.setdefault("base", FIRST_BASE)
     for results_dir in args.results_dirs:
         device = device_of(results_dir)
         results += [{**collect(run_dir, device), "base": args.base}
                     for run_dir in sorted(results_dir.glob("recipe_*")) if run_dir.is_dir()]
-    bases = list(dict.fromkeys(r["base"] for r in results))  # numbered in the order they were swept
+    # numbered in the order they were swept: the earlier file's order first (its runs are sorted by result)
+    bases = list(dict.fromkeys([*bases, *(r["base"] for r in results)]))
     results.sort(key=lambda r: r["final_bits_per_byte"])
     (OUT / "gpu_recipe_sweep.json").write_text(json.dumps({"target_bits_per_byte": TARGET_BITS_PER_BYTE,
-                                                           "runs": results}, indent=2) + "\n")
+                                                           "recipes": bases, "runs": results}, indent=2) + "\n")
     lines = [
         "# The GPU recipe on tiny Shakespeare: runs and sweep", "",
         "Each run is a recipe below (column *recipe*) with the overrides shown; validation bits per byte on the "

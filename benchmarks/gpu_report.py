@@ -136,11 +136,15 @@ def _train_lines(payload: dict) -> list[str]:
         checks += [("compiled ours / nanoGPT, best batch", ratios["best"]),
                    ("compile warm-up of ours, s", ours16.get("ours", {}).get("warmup_s")),
                    ("compiled peak memory ours / nanoGPT's, batch 16", memory_ratio)]
+    # the batch-16 targets judge a run whose common batch (--batch) is 16; another batch's figures are shown as such
+    common = ours16.get("ours", {}).get("batch", 16)
     lines += ["| issue 23 target | measured | target | |", "|---|---:|---:|---|"]
     for name, value in checks:
         target, at_most = TARGETS[name]
-        lines.append(f"| {mode}: {name} | {_fmt(value, '.2f')} | {'≤' if at_most else '≥'} {target} | "
-                     f"{_met(value, name, judged)} |")
+        at_16 = name.endswith("batch 16")
+        shown = name.replace("batch 16", f"batch {common}") if at_16 else name
+        verdict = "not judged (the target is at batch 16)" if at_16 and common != 16 else _met(value, name, judged)
+        lines.append(f"| {mode}: {shown} | {_fmt(value, '.2f')} | {'≤' if at_most else '≥'} {target} | {verdict} |")
     sweep = payload.get("sweep")
     if sweep:
         lines += ["", "Batch-size sweep (each model alone, tokens/s): " + "; ".join(

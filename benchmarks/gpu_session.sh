@@ -24,8 +24,8 @@
 #        bash benchmarks/gpu_session.sh finish         # what confirm left: compiled sweep, generation, tests (~7 min)
 #        bash benchmarks/gpu_session.sh complete       # the suite beside 8 recipes, compiled sweep, memory, generation
 #        bash benchmarks/gpu_session.sh rest           # the slow tests, the tests fixed since, generation (~4 min)
-#        bash benchmarks/gpu_session.sh next           # launch fixes, decoding loop on a GPU, generation (~7.5 min)
 #        bash benchmarks/gpu_session.sh h100           # first H100 call: CUDA tests, 8 recipes, train, loop (~9 min)
+#        bash benchmarks/gpu_session.sh next           # what h100 left: cut tests, ours' compiled sweep, loop (~8 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -250,24 +250,11 @@ rest() {
   echo "=== done $(date -u +%T) ==="
 }
 
-# The eighth (the next session's, ~7.5 minutes): what the seventh left, and what came after it. The launch fixes, on a
-# GPU machine (the two-rank CPU launches and the device tests), and the static-cache decoding loop
-# (static_decoding.py: its CUDA test and its CPU tests); then generation alone — ours, ours in transformers' loop,
-# GPT-2 — with time for the batch-16 static-cache compilation that a 70-75 s cap cut twice.
-next_call() {
-  begin_call "${SESSION_SECONDS:-440}"
-  local c; c=$(cap 120); header "the CPU-launch and static-decoding tests on a GPU machine" "$c"
-  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 3 \
-    tests/training/test_multiprocess.py tests/training/test_devices.py tests/eval/test_eval_command.py \
-    tests/gpu/test_generation_cuda.py tests/hf_gpt_custom/test_static_decoding.py 2>&1 | tail -n 15
-  bench_stage "generation" 300 --parts generate --gen-rounds 3  # bench_gpu saves after every row
-  echo "=== done $(date -u +%T) ==="
-}
-
-# The ninth (the first on an H100, one call of at most ~9.5 minutes): issue 23's targets are H100 figures, and none
-# existed. The CUDA tests (those written since the H200 calls included) beside eight GPU recipes (the best H200 recipe
-# as it stands, then combinations of the sweep's winners), then alone on the GPU: the compiled table with the
-# best-batch sweep, the eager table and the train() loop. Generation goes to a second call if time is left (`generate`).
+# The eighth (2026-11-27, the first on an H100, one call of at most ~9.5 minutes): issue 23's targets are H100
+# figures, and none existed. The CUDA tests (the static decoding loop's and the launch fixes' included) beside eight
+# GPU recipes (the recipe as it stood, weight decay 0.5, then combinations of the sweep's winners; wd1 won and is
+# the recipe now), then alone on the GPU: the compiled table with the best-batch sweep, the eager table and the
+# train() loop. Generation went to a second call (`generate`), the compiled batch 64 to a third.
 h100() {
   begin_call "${SESSION_SECONDS:-540}"
   local c; c=$(cap 170); header "the CUDA tests, and eight GPU recipes side by side" "$c"; pids=()
@@ -294,6 +281,24 @@ h100() {
     --rounds 3
   bench_stage "train, eager" 50 --parts train --modes eager --sweep 16 --rounds 3
   bench_stage "the train() loop vs the bare model" 80 --parts loop --modes eager,compile --text-file "$TEXT" --rounds 3
+  echo "=== done $(date -u +%T) ==="
+}
+
+# The ninth (the next session's, ~8 minutes): what the first H100 call (`h100`) left. The tests its 170 s cap cut
+# (the FSDP/DDP configs, the huge learning rate) and the shipped CPU config's two-rank launch fixed after it; then
+# alone on the GPU ours' compiled batch sweep (the cap cut it after batch 16) and the compiled train() loop (cut
+# while writing its checkpoint).
+next_call() {
+  begin_call "${SESSION_SECONDS:-480}"
+  local c; c=$(cap 150); header "the tests the first H100 call left" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 4 \
+    tests/training/test_multiprocess.py tests/training/test_devices.py \
+    "tests/training/test_wrappers.py::test_the_shipped_fsdp_and_ddp_configs_train_and_write_plain_folders" \
+    "tests/training/test_train.py::test_huge_learning_rate_names_the_checkpoint_that_is_really_safe" 2>&1 \
+    | tail -n 15
+  bench_stage "train, compiled" 200 --parts train --modes compile --sweep 16,32,64 --sweep-models ours --rounds 3
+  bench_stage "the train() loop vs the bare model, compiled" 110 --parts loop --modes compile --text-file "$TEXT" \
+    --rounds 3
   echo "=== done $(date -u +%T) ==="
 }
 
@@ -339,7 +344,7 @@ case "$stage" in
     bench --parts generate "$@"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|next|h100|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|h100|next|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
     exit 2
     ;;
 esac

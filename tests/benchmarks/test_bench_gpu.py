@@ -178,6 +178,19 @@ def test_a_sweep_of_one_batch_size_reports_no_best_batch():
     assert "| compile: compiled ours / nanoGPT, best batch | — | ≥ 1.2 |" in report
 
 
+def test_batch_16_targets_are_not_judged_on_another_common_batch():
+    """The first H100 session's `--batch 64` run read "ours / nanoGPT, batch 16 | 1.01 | met" from batch-64 figures."""
+    payload = _train_payload(H100_META, ours_over_nanogpt=1.1)
+    for row in payload["batch16"]["models"].values():
+        row["batch"] = 64
+    report = gpu_report.render_markdown([payload])
+    assert "### batch 64 × 1024 tokens" in report
+    assert "| compile: ours / nanoGPT, batch 64 | 1.10 | ≥ 1.0 | not judged (the target is at batch 16) |" in report
+    assert "| compile: compiled peak memory ours / nanoGPT's, batch 64 | 0.75 | ≤ 0.8 | not judged (the target is " \
+           "at batch 16) |" in report
+    assert "batch 16 |" not in report
+
+
 def test_run_all_runs_the_gpu_benchmark_only_where_cuda_is_visible(tmp_path, monkeypatch):
     commands = []
     monkeypatch.setattr(run_all.subprocess, "run", lambda command, cwd: commands.append(command) or
