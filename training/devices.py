@@ -3,8 +3,9 @@ torchrun say through the environment (rank, precision), which device the config 
 has it, what `mixed_precision: auto` means here, and whether torch.compile can compile here.
 
 Precision has one source of truth: the training YAML's `mixed_precision`, which config.yaml records and MFU uses.
-An accelerate config (or `--mixed_precision`) that says otherwise is overridden with a warning naming both values;
-so is a launcher's `--gradient_accumulation_steps`, the YAML's `gradient_accumulation_steps` being the one used.
+An accelerate config (or `--mixed_precision`) that says otherwise is overridden with a warning naming both values.
+A launcher's `--gradient_accumulation_steps` reaches a run only in a DeepSpeed launch, whose engine then uses it
+whatever the Accelerator is told: one that differs from the YAML's is refused.
 One helper runs after the Accelerator exists: `drop_float32_output_copies`, which keeps its autocast but not its
 float32 copy of the model's outputs.
 """
@@ -41,26 +42,28 @@ def mixed_precision_for_run(configured: str) -> str:
     launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")
     if launcher is not None and launcher.lower() != configured.lower() and launch_rank() == 0:
         logger.warning(
-            "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision) but the training "
-            "config says mixed_precision=%s; training in %s, the training config's value. To train in %s set "
-            "mixed_precision=%s in the training YAML (or on the command line); make the two agree to silence this.",
+            "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision; `no` when neither "
+            "sets it) but the training config says mixed_precision=%s (after resolving `auto` for this device); training "
+            "in %s, the training config's value. To train in %s set mixed_precision=%s in the training YAML (or on "
+            "the command line); make the two agree to silence this.",
             launcher, configured, configured, launcher, launcher,
         )
     return configured
 
 
 def accumulation_steps_for_run(configured: int) -> int:
-    """The micro-batches per optimizer step: `configured` (the training YAML's), with a warning when the launcher said
-    otherwise. `accelerate launch --gradient_accumulation_steps N` (a DeepSpeed launch) passes N as
-    ACCELERATE_GRADIENT_ACCUMULATION_STEPS, which the Accelerator ignores once it is given a plugin, as ours is."""
+    """The micro-batches per optimizer step: `configured` (the training YAML's), or a UserError when the launcher
+    says otherwise. `accelerate launch --gradient_accumulation_steps N` passes N as
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS only in a DeepSpeed launch (other launches drop the flag), and there
+    DeepSpeed's plugin reads it and the Accelerator takes DeepSpeed's value over ours: the engine would accumulate N
+    micro-batches while this loop runs `configured`, so the two must agree."""
     launcher = os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "").strip()
-    if launcher and launcher != str(configured) and launch_rank() == 0:
-        logger.warning(
-            "accelerate launch says gradient_accumulation_steps=%s but the training config says "
-            "gradient_accumulation_steps=%s; training with %s, the training config's value. To train with %s set "
-            "gradient_accumulation_steps=%s in the training YAML (or on the command line); make the two agree to "
-            "silence this.", launcher, configured, configured, launcher, launcher,
-        )
+    if launcher and launcher != str(configured):
+        raise UserError(
+            f"accelerate launch says gradient_accumulation_steps={launcher} but the training config says "
+            f"gradient_accumulation_steps={configured}; a DeepSpeed engine would take the launcher's while the "
+            f"training loop runs the config's. Set gradient_accumulation_steps={launcher} in the training YAML (or "
+            f"on the command line), or drop the launcher's --gradient_accumulation_steps")
     return configured
 
 
@@ -164,14 +167,22 @@ def training_device_type(cpu: bool | None) -> str:
         raise UserError(f"cpu=false asks for a GPU, but {reason}; set cpu=true (or leave it null: the CPU when no "
                         f"GPU is visible)")
     world_size = os.environ.get("WORLD_SIZE", "").strip()
-    if cpu is None and world_size.isdigit() and int(world_size) > 1 and launch_rank() == 0 \
-            and not gpus_hidden_on_purpose():
-        # A GPU launch config (multi_gpu_ddp.yaml, fsdp.yaml) on a machine where torch sees no GPU: it would train on
-        # the CPU without a word, each process a full copy of the model.
-        logger.warning("%s processes were launched and torch sees no GPU: training on the CPU (gloo). If you meant "
-                       "the GPUs, check that torch sees them (torch.cuda.is_available()); to train on the CPU on "
-                       "purpose, say so with cpu=true or CUDA_VISIBLE_DEVICES=-1 (cpu_two_processes.yaml's "
-                       "gpu_ids)", world_size)
+    if cpu is None and launch_rank() == 0 and not gpus_hidden_on_purpose():
+        if world_size.isdigit() and int(world_size) > 1:
+            # A GPU launch config (multi_gpu_ddp.yaml, fsdp.yaml) on a machine where torch sees no GPU: it would
+            # train on the CPU without a word, each process a full copy of the model (accelerate shards with FSDP
+            # on GPUs only).
+            fsdp = (" FSDP is off there (accelerate shards on GPUs only): each process holds the whole model."
+                    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") else "")
+            logger.warning("%s processes were launched and torch sees no GPU: training on the CPU (gloo).%s If you "
+                           "meant the GPUs, check that torch sees them (torch.cuda.is_available()); to train on the "
+                           "CPU on purpose, say so with cpu=true or CUDA_VISIBLE_DEVICES=-1 (cpu_two_processes.yaml's "
+                           "gpu_ids)", world_size, fsdp)
+        elif visible is not None and torch.version.cuda is None:
+            # one_gpu_bf16.yaml (CUDA_VISIBLE_DEVICES=0) with a CPU-only torch: a GPU was asked for
+            logger.warning("CUDA_VISIBLE_DEVICES=%s names a GPU, but this torch was built without CUDA: training on "
+                           "the CPU. Install a CUDA build of torch to train on the GPU, or set cpu=true to say the "
+                           "CPU is meant", visible)
     return "cpu"
 
 

@@ -80,6 +80,36 @@ def test_a_gpu_launch_on_a_machine_without_a_gpu_says_it_trains_on_the_cpu(monke
     assert not caplog.records
 
 
+def test_a_gpu_launch_that_cannot_use_a_gpu_says_so(monkeypatch, caplog):
+    """fsdp.yaml where torch sees no GPU trains plain DDP on gloo (accelerate shards on GPUs only); one_gpu_bf16.yaml
+    (CUDA_VISIBLE_DEVICES=0) with a CPU-only torch trained on the CPU without a word."""
+    import logging
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    for name in ("ACCELERATE_USE_CPU", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what the launcher exports for fsdp.yaml
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
+        assert training_device_type(None) == "cpu"
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "training on the CPU (gloo). FSDP is off there (accelerate shards on GPUs only)" in warning
+    caplog.clear()
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one_gpu_bf16.yaml's gpu_ids
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
+        assert training_device_type(None) == "cpu"
+        assert training_device_type(True) == "cpu"  # the CPU asked for: quiet
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")  # hidden on purpose: quiet
+        assert training_device_type(None) == "cpu"
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("CUDA_VISIBLE_DEVICES=0 names a GPU, but this torch was built without CUDA: training "
+                              "on the CPU. Install a CUDA build of torch")
+
+
 def test_fp16_on_a_cpu_is_refused_with_the_fix():
     with pytest.raises(UserError, match="mixed_precision=fp16 needs a GPU .*; use mixed_precision=no or bf16"):
         resolve_mixed_precision("fp16", "cpu")

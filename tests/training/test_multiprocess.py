@@ -14,6 +14,7 @@ import subprocess
 import pytest
 import torch
 
+from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import REPO_ROOT, save_train_config
 from hf_gpt_custom.training.devices import accumulation_steps_for_run, mixed_precision_for_run
 from hf_gpt_custom.training.data import prepare_datasets
@@ -134,24 +135,29 @@ def test_a_launcher_precision_that_differs_from_the_training_yaml_is_named(make_
         run_dir = train(make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1"))
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.devices"]
     assert "accelerate launch says mixed_precision=bf16" in warning
-    assert "training config says mixed_precision=no; training in no" in warning
+    assert "training config says mixed_precision=no (after resolving `auto` for this device); training in no" in warning
     assert json.loads((run_dir / "training_summary.json").read_text())["config"]["mixed_precision"] == "no"
 
 
-def test_a_launcher_accumulation_that_differs_from_the_training_yaml_is_named(make_config, monkeypatch, caplog):
-    # `accelerate launch --gradient_accumulation_steps 4` sets this; the Accelerator ignores it once given a plugin
+def test_a_launcher_accumulation_that_differs_from_the_training_yaml_is_refused(make_config, monkeypatch, caplog):
+    """`accelerate launch --gradient_accumulation_steps 4` sets this in a DeepSpeed launch only, and there accelerate
+    takes DeepSpeed's value over the Accelerator's ("Using DeepSpeed's value"): the engine would accumulate 4 while
+    the loop runs the YAML's 1. A warning said the YAML's value was used; the run is refused before any work."""
+    import accelerate.accelerator
+    import inspect
+
+    # the accelerate behaviour this rests on, read from the installed source
+    assert "Using DeepSpeed's value" in inspect.getsource(accelerate.accelerator.Accelerator._prepare_deepspeed)
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4")
-    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
-        run_dir = train(make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1"))
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "hf_gpt_custom.training.devices"]
-    assert "accelerate launch says gradient_accumulation_steps=4" in warning
-    assert "training config says gradient_accumulation_steps=1; training with 1" in warning
-    config = json.loads((run_dir / "training_summary.json").read_text())["config"]
-    (record,) = _records(run_dir, "train")  # one micro-batch made the step, as the YAML says
-    assert record["tokens_seen"] == config["batch_size"] * config["block_size"]
+    config = make_config("max_steps=1", "warmup_steps=1", "eval_interval=1", "eval_batches=1")
+    with pytest.raises(UserError, match=r"accelerate launch says gradient_accumulation_steps=4 but the training "
+                                        r"config says gradient_accumulation_steps=1; .*Set "
+                                        r"gradient_accumulation_steps=4 in the training YAML"):
+        train(config)
+    assert not (config.run_dir / "checkpoints").exists()
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2")
-    caplog.clear()
-    assert accumulation_steps_for_run(2) == 2 and not caplog.records  # agreeing: silent
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.devices"):
+        assert accumulation_steps_for_run(2) == 2 and not caplog.records  # agreeing: silent
 
 
 def test_the_training_yaml_precision_is_the_one_used(monkeypatch):
