@@ -43,9 +43,9 @@ def mixed_precision_for_run(configured: str) -> str:
     if launcher is not None and launcher.lower() != configured.lower() and launch_rank() == 0:
         logger.warning(
             "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision; `no` when neither "
-            "sets it) but the training config says mixed_precision=%s (after resolving `auto` for this device); training "
-            "in %s, the training config's value. To train in %s set mixed_precision=%s in the training YAML (or on "
-            "the command line); make the two agree to silence this.",
+            "sets it) but the training config says mixed_precision=%s (after resolving `auto` for this device); "
+            "training in %s, the training config's value. To train in %s set mixed_precision=%s in the training YAML "
+            "(or on the command line); make the two agree to silence this.",
             launcher, configured, configured, launcher, launcher,
         )
     return configured
