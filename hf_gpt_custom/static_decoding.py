@@ -16,11 +16,11 @@ the token is the argmax or one `torch.multinomial` draw; a finished row gets `pa
 
 What changes: ids, positions and the key mask live in buffers allocated once. The mask over a static cache's slots is
 the prompt's padding mask plus each slot as it is written — decoding one token at a time, that is exactly the causal
-and padding mask transformers builds. For greedy decoding in eval mode with transformers' pure processors and
-criteria (no random draw, no state, no user code) the stop flag is copied without waiting and read one step late,
-and the extra step's token is dropped: the host queues the next step while the device runs this one. Everything
-else (sampling, train mode, a user's processor or criterion, or one that calls user code) reads the flag every step,
-as `_sample` does.
+and padding mask transformers builds. For greedy decoding with every module in eval mode and transformers' pure
+processors and criteria (no random draw, no state, no user code) the stop flag is copied without waiting and read
+one step late, and the extra step's token is dropped: the host queues the next step while the device runs this one.
+Everything else (sampling, a dropout layer in train mode, a user's processor or criterion, or one that calls user
+code) reads the flag every step, as `_sample` does; so does a step whose position would pass n_positions.
 
 Anything this loop does not cover — another cache, another attention implementation than sdpa, a streamer, scores or
 hidden states returned, inputs_embeds, a cache passed in by the caller — runs transformers' `_sample` unchanged
@@ -84,8 +84,9 @@ PURE_PROCESSORS_AND_CRITERIA = frozenset({
 
 def _may_run_one_step_more(model, processors: LogitsProcessorList, criteria: StoppingCriteriaList) -> bool:
     """True when one more step after the last token changes nothing the caller sees: no random draw (greedy, and
-    eval mode: dropout draws), and only transformers' pure processors and criteria."""
-    return not model.training and all(
+    every module in eval mode: a dropout layer left in train mode, as Monte-Carlo dropout does, draws), and only
+    transformers' pure processors and criteria."""
+    return not any(module.training for module in model.modules()) and all(
         type(item).__module__.startswith("transformers.generation.")
         and type(item).__name__ in PURE_PROCESSORS_AND_CRITERIA
         for item in [*processors, *criteria]
@@ -134,8 +135,11 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
     attended[:, :prompt_length] = True if prompt_mask is None else prompt_mask.bool()
     attention_mask = attended[:, None, None, :]  # (batch, 1, query 1, slots): a view, updated in place each step
     positions = model_kwargs.get("position_ids")
-    positions = (positions[:, -1:] if positions is not None
+    positions = (positions[..., -1:] if positions is not None  # 1-D or 2-D, as the caller gave them (and `_sample`)
                  else torch.full((batch, 1), prompt_length - 1, dtype=torch.long, device=device))
+    # The model's last position: a step past it is refused (or, compiled, indexes past the position table), so the
+    # late read must not queue one that `_sample` would not run.
+    n_positions = getattr(model.config, "n_positions", None) or max_length
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
     stop_late = (device.type in STOP_LATE_DEVICES and not do_sample
                  and _may_run_one_step_more(model, logits_processor, stopping_criteria))
@@ -173,6 +177,10 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
             if length == max_length:  # the MaxLengthCriteria: known on the host, nothing to wait for
                 copied[step].synchronize()
                 break
+            if length > n_positions:  # the next step's position is past the context: run it only if `_sample` would
+                copied[step].synchronize()
+                if stop_flags[step]:
+                    break
         elif length == max_length or bool(unfinished.max() == 0):
             break
 

@@ -297,12 +297,20 @@ def test_an_int32_prompt_gives_int64_sequences_as_transformers_loop_does(pair, l
     assert tokens.dtype == expected.dtype == torch.int64 and tokens.tolist() == expected.tolist()
 
 
-def test_in_train_mode_the_random_state_after_greedy_decoding_is_transformers(monkeypatch, loops):
+@pytest.mark.parametrize("dropout_on", ["train mode", "Monte-Carlo dropout"])
+def test_in_train_mode_the_random_state_after_greedy_decoding_is_transformers(monkeypatch, loops, dropout_on):
     """Dropout draws random numbers in every forward: the late read's extra forward would leave the global random
-    state elsewhere than transformers' loop does, so train mode reads the flag every step."""
+    state elsewhere than transformers' loop does, so train mode reads the flag every step. So does a model in eval
+    mode whose dropout layers were set back to train (Monte-Carlo dropout): model.training alone said no draw."""
     monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
     ours, _ = make_gpt2_pair("sdpa", seed=8, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
-    ours.train()
+    if dropout_on == "train mode":
+        ours.train()
+    else:
+        for module in ours.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.train()
+        assert not ours.training
     prompt = torch.randint(0, 98, (1, 6))
     torch.manual_seed(1)
     free = with_transformers_loop(monkeypatch, ours, prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12,
@@ -317,3 +325,45 @@ def test_in_train_mode_the_random_state_after_greedy_decoding_is_transformers(mo
     tokens = ours.generate(prompt, **kwargs)
     assert loops["ours"] == 1
     assert tokens.tolist() == expected.tolist() and torch.equal(torch.rand(3), after_theirs)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_stop_at_the_last_position_the_context_allows_ends_there_with_the_late_read(pair, loops, monkeypatch,
+                                                                                      compiled):
+    """Every row stops on the token whose step would be the first past n_positions: transformers' loop ends there.
+    The late read queued that step anyway (its flag is read a step later), which the model refused — or, compiled
+    (no value checks on a GPU), indexed the position table past its end."""
+    monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    monkeypatch.setattr("hf_gpt_custom.modeling_gpt_custom.VALUE_CHECK_DEVICES", ())  # the GPU's checks
+    ours, reference = pair
+    n_positions, prompt_length = ours.config.n_positions, 10
+    assert n_positions == reference.config.n_positions == 64
+    prompt = torch.randint(0, 98, (1, prompt_length), generator=torch.Generator().manual_seed(0))
+    free = reference.generate(prompt, do_sample=False, max_new_tokens=n_positions - prompt_length,
+                              min_new_tokens=n_positions - prompt_length, pad_token_id=0)[0].tolist()
+    eos = min(set(range(1, 98)) - set(free))  # a token greedy decoding never reaches on its own
+    # one of transformers' pure processors: from there on eos's score is huge, so the token at index n_positions
+    # (whose step would read position n_positions) is eos
+    kwargs = dict(do_sample=False, max_new_tokens=60, eos_token_id=eos,
+                  exponential_decay_length_penalty=(n_positions - prompt_length - 1, 1e9), **STATIC)
+    if compiled:
+        from transformers import CompileConfig
+        monkeypatch.setattr(GPTCustomForCausalLM, "_compile_all_devices", True, raising=False)
+        kwargs["compile_config"] = CompileConfig(backend="aot_eager")
+    expected = reference.generate(prompt, **{k: v for k, v in kwargs.items() if k != "compile_config"})
+    assert expected.shape == (1, n_positions + 1) and expected[0, -1] == eos  # GPT-2 stops there too
+    assert with_transformers_loop(monkeypatch, ours, prompt, **kwargs).tolist() == expected.tolist()
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == expected.tolist()
+
+
+def test_one_dimensional_position_ids_are_carried_as_transformers_carries_them(pair, loops, monkeypatch):
+    ours, reference = pair
+    prompt = torch.randint(0, 98, (1, 10), generator=torch.Generator().manual_seed(0))
+    kwargs = dict(position_ids=torch.arange(10), do_sample=False, max_new_tokens=6, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    assert expected.tolist() == reference.generate(prompt, do_sample=False, max_new_tokens=6, pad_token_id=0).tolist()
+    tokens = ours.generate(prompt, **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == expected.tolist()
