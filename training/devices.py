@@ -166,24 +166,31 @@ def training_device_type(cpu: bool | None) -> str:
                   else "no CUDA device is visible")
         raise UserError(f"cpu=false asks for a GPU, but {reason}; set cpu=true (or leave it null: the CPU when no "
                         f"GPU is visible)")
-    world_size = os.environ.get("WORLD_SIZE", "").strip()
     if cpu is None and launch_rank() == 0 and not gpus_hidden_on_purpose():
-        if world_size.isdigit() and int(world_size) > 1:
-            # A GPU launch config (multi_gpu_ddp.yaml, fsdp.yaml) on a machine where torch sees no GPU: it would
-            # train on the CPU without a word, each process a full copy of the model (accelerate shards with FSDP
-            # on GPUs only).
-            fsdp = (" FSDP is off there (accelerate shards on GPUs only): each process holds the whole model."
-                    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") else "")
-            logger.warning("%s processes were launched and torch sees no GPU: training on the CPU (gloo).%s If you "
-                           "meant the GPUs, check that torch sees them (torch.cuda.is_available()); to train on the "
-                           "CPU on purpose, say so with cpu=true or CUDA_VISIBLE_DEVICES=-1 (cpu_two_processes.yaml's "
-                           "gpu_ids)", world_size, fsdp)
-        elif visible is not None and torch.version.cuda is None:
-            # one_gpu_bf16.yaml (CUDA_VISIBLE_DEVICES=0) with a CPU-only torch: a GPU was asked for
-            logger.warning("CUDA_VISIBLE_DEVICES=%s names a GPU, but this torch was built without CUDA: training on "
-                           "the CPU. Install a CUDA build of torch to train on the GPU, or set cpu=true to say the "
-                           "CPU is meant", visible)
+        _warn_that_a_gpu_launch_trains_on_the_cpu(visible)
     return "cpu"
+
+
+def _warn_that_a_gpu_launch_trains_on_the_cpu(visible: str | None) -> None:
+    """A launch that asked for GPUs, where torch has none, trains on the CPU: say so (rank 0, cpu: null, GPUs not
+    hidden on purpose)."""
+    import torch
+
+    world_size = os.environ.get("WORLD_SIZE", "").strip()
+    if world_size.isdigit() and int(world_size) > 1:
+        # A GPU launch config (multi_gpu_ddp.yaml, fsdp.yaml) on a machine where torch sees no GPU: it would train
+        # on the CPU without a word, each process a full copy of the model (accelerate shards with FSDP on GPUs only).
+        fsdp = (" FSDP is off there (accelerate shards on GPUs only): each process holds the whole model."
+                if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true") else "")
+        logger.warning("%s processes were launched and torch sees no GPU: training on the CPU (gloo).%s If you meant "
+                       "the GPUs, check that torch sees them (torch.cuda.is_available()); to train on the CPU on "
+                       "purpose, say so with cpu=true or CUDA_VISIBLE_DEVICES=-1 (cpu_two_processes.yaml's gpu_ids)",
+                       world_size, fsdp)
+    elif visible is not None and torch.version.cuda is None:
+        # one_gpu_bf16.yaml (CUDA_VISIBLE_DEVICES=0) with a CPU-only torch: a GPU was asked for
+        logger.warning("CUDA_VISIBLE_DEVICES=%s names a GPU, but this torch was built without CUDA: training on the "
+                       "CPU. Install a CUDA build of torch to train on the GPU, or set cpu=true to say the CPU is "
+                       "meant", visible)
 
 
 def resolve_mixed_precision(configured: str, device_type: str) -> str:
