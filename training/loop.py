@@ -56,6 +56,7 @@ class _StepOnDevice:
     loss: torch.Tensor  # mean over the accumulation window and the processes
     grad_norm: torch.Tensor
     is_diverged: torch.Tensor  # the device's verdict (UpdateGate); the update was skipped when true
+    update_skipped: bool  # fp16's gradient scaler found inf/nan gradients and skipped the update (the run goes on)
     tokens: torch.Tensor | int  # this process's trained tokens
     digests: list[int]  # this process's micro-batches
     lr: float
@@ -174,10 +175,27 @@ def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuar
                     stop_diverged(s, s.state.step + 1, f"{problem or 'the loss diverged'} (this update was not "
                                   f"applied)", loss_value, norm_value, guard.advice(s.checkpoints_dir), progress)
                 applied_lr = s.scheduler.get_last_lr()[0]  # the rate this update uses (after it: the next one's)
-                s.optimizer.step()
-                s.scheduler.step()
+                update_skipped = _step_unless_the_scaler_skips(s)
                 s.optimizer.zero_grad(set_to_none=True)
-    return _StepOnDevice(step_loss, grad_norm, is_diverged, n_tokens, digests, applied_lr, s.state.epoch)
+    return _StepOnDevice(step_loss, grad_norm, is_diverged, update_skipped, n_tokens, digests, applied_lr,
+                         s.state.epoch)
+
+
+def _step_unless_the_scaler_skips(s: Session) -> bool:
+    """The update and the schedule's step; True when fp16's gradient scaler skipped the update instead.
+
+    The scaler skips an update whose gradients overflowed and halves its scale: the schedule then holds, as it does
+    under Accelerate's scheduler and transformers' Trainer, and the step is logged as skipped. A falling scale is
+    the one sign of it that holds for every optimizer (a fused AdamW takes the scaler's verdict inside its kernel,
+    so accelerate's `step_was_skipped` reads False there). Reading the scale waits for the device; an fp16 step is
+    read back at once anyway (UpdateGate.skips_on_device is False under a scaler). bf16 and fp32 read nothing."""
+    scaler = s.accelerator.scaler
+    scale_before = scaler.get_scale() if scaler is not None else None
+    s.optimizer.step()
+    if scaler is not None and scaler.get_scale() < scale_before:
+        return True
+    s.scheduler.step()
+    return False
 
 
 def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> float:
@@ -209,6 +227,7 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> flo
             "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
             "tokens_seen": state.tokens_seen, "step_time_s": elapsed_s / len(steps),
             "data_digests": [rank[offset] for rank in digests],
+            **({"update_skipped": True} if step.update_skipped else {}),  # fp16's scaler: no update, schedule held
         }
         if s.run_log is not None:
             s.run_log.write(record)

@@ -100,8 +100,8 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
 
 def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | None]:
     """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, after the first
-    step, which includes warm-up: compilation, allocator, caches) and train_time_s (all steps) from a run's log
-    records.
+    step, which includes warm-up: compilation, allocator, caches), train_time_s (all steps) and skipped_updates
+    (steps whose update fp16's gradient scaler skipped; the schedule held there) from a run's log records.
 
     Each record carries its logging window's rate and its share of the window's time (step_time_s), so the rate is
     their time-weighted mean: total tokens / total time. A plain mean of window rates weighs a fast window as much as
@@ -120,4 +120,5 @@ def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | No
         # every step of the run, over all its sessions (a resumed log keeps the steps up to its checkpoint)
         "train_time_s": sum(r["step_time_s"] for r in train)
         if train and all(r.get("step_time_s") is not None for r in train) else None,
+        "skipped_updates": sum(1 for r in train if r.get("update_skipped")),
     }

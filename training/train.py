@@ -348,6 +348,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "n_params": s.n_params,
         "tokens_seen": state.tokens_seen,
         "steps": state.step,
+        "skipped_updates": steps["skipped_updates"],
         "wall_time_s": s.stamp_wall_time().wall_time_s,  # every session of the run, not only this one
         "train_time_s": steps["train_time_s"] if steps["train_time_s"] is not None else loop.train_time_s,
         "final_train_loss": steps["final_train_loss"],

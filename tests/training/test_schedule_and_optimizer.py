@@ -144,3 +144,52 @@ def test_flops_per_token_counts_only_matmul_weights(variant, lookups):
     n_params = vocab * d + table + layers * per_block + 2 * d + head
     n_matmul = n_params - {"positions": positions * d, "tokens": vocab * d, "none": 0}[lookups]
     assert flops_per_token(config, n_params, seq) == 6 * n_matmul + 12 * layers * seq * d
+
+
+def test_an_update_fp16s_gradient_scaler_skips_holds_the_schedule_and_is_logged(small_run, monkeypatch):
+    """Under fp16 on a GPU, Accelerate's GradScaler skips an update whose gradients overflowed and the run goes on.
+    The schedule then holds, as under Accelerate's scheduler and transformers' Trainer (it advanced, so every later
+    update used the next step's rate), and the step is logged as skipped (nothing said so). The scaler is torch's,
+    here on the CPU in fp32; an inf gradient at update 5 makes it overflow."""
+    import hf_gpt_custom.training.train as train_module
+    import hf_gpt_custom.training.workload as workload
+
+    make_accelerator, optimizers = train_module._make_accelerator, []
+
+    def with_a_gradient_scaler(*args):
+        accelerator = make_accelerator(*args)
+        accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)  # as fp16 builds one on CUDA
+        # accelerate unscales only under fp16 autocast: here its scaler is added after the fact
+        accelerator.unscale_gradients = lambda optimizer=None: [
+            accelerator.scaler.unscale_(getattr(o, "optimizer", o)) for o in optimizers]
+        return accelerator
+
+    build_optimizer_ = train_module.build_optimizer
+    monkeypatch.setattr(train_module, "_make_accelerator", with_a_gradient_scaler)
+    monkeypatch.setattr(train_module, "build_optimizer",
+                        lambda *args: optimizers.append(build_optimizer_(*args)) or optimizers[-1])
+    loss, calls, overflow_at = workload.LanguageModelling.loss, [], 5
+
+    def overflowing_once(self, model, batch):
+        value = loss(self, model, batch)
+        calls.append(1)
+        if len(calls) == overflow_at:
+            value.register_hook(lambda gradient: gradient * float("inf"))
+        return value
+
+    monkeypatch.setattr(workload.LanguageModelling, "loss", overflowing_once)
+    peak, warmup, steps, floor = 3e-3, 3, 10, 0.25
+    config = small_run(f"learning_rate={peak}", f"warmup_steps={warmup}", f"max_steps={steps}",
+                       f"min_lr_ratio={floor}", "eval_interval=100", "log_interval=4")
+    run_dir = train(config)
+    records = train_records(run_dir)
+    assert [r["step"] for r in records] == list(range(1, steps + 1))  # the run went on
+    assert [r["step"] for r in records if r.get("update_skipped")] == [overflow_at]
+    # update k applies the schedule after the updates before it that were applied: one fewer from update 6 on
+    applied_before = [k - 1 if k <= overflow_at else k - 2 for k in range(1, steps + 1)]
+    expected = [cosine_with_warmup_lr(peak, n, warmup, steps, floor) for n in applied_before]
+    assert [r["lr"] for r in records] == pytest.approx(expected, rel=1e-9, abs=0)
+    (optimizer,) = optimizers
+    assert {float(state["step"]) for state in optimizer.state.values()} == {steps - 1.0}  # the scaler's skip
+    import json
+    assert json.loads((run_dir / "training_summary.json").read_text())["skipped_updates"] == 1
