@@ -188,4 +188,4 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
         positions = positions + 1
         outputs = forward(input_ids=next_tokens[:, None], attention_mask=attention_mask, position_ids=positions,
                           cache=cache, use_cache=True, logits_to_keep=1, return_dict=True)
-    return tokens[:, :length].contiguous()
+    return tokens[:, :length].clone()  # its own memory: a view of one row is "contiguous" and keeps the whole buffer

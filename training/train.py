@@ -224,8 +224,9 @@ def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_
 
     # Accelerate keeps one device and mixed precision per process: a second run in the same process (a notebook, the
     # test suite) asking for others failed with "AcceleratorState has already been initialized ... restart your
-    # runtime". A plain process starts each run from a fresh state; under a launcher (a process group exists) the
-    # state is the launcher's and stays.
+    # runtime". Each run starts from a fresh state until a process group exists: a launcher only sets the
+    # environment, and the group is made by the first Accelerator of a launched process; after that the state is
+    # the group's and stays.
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         AcceleratorState._reset_state(reset_partial_state=True)
     return Accelerator(

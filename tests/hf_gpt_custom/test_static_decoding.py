@@ -367,3 +367,16 @@ def test_one_dimensional_position_ids_are_carried_as_transformers_carries_them(p
     tokens = ours.generate(prompt, **kwargs)
     assert loops["ours"] == 1
     assert tokens.tolist() == expected.tolist()
+
+
+def test_the_sequences_hold_only_their_own_tokens(pair, loops):
+    """A one-row result was a view of the (1, max_length) buffer (contiguous, so .contiguous() kept it): torch.save
+    wrote the whole buffer, and the buffer lived as long as the result."""
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (1, 6), generator=torch.Generator().manual_seed(0))
+    free = ours.generate(prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12, **STATIC)[0, 6:].tolist()
+    stops_after = next(n for n in range(2, 12) if free[n - 1] not in free[:n - 1])  # eos ends it before the buffer
+    loops["ours"] = 0
+    tokens = ours.generate(prompt, do_sample=False, max_new_tokens=12, eos_token_id=free[stops_after - 1], **STATIC)
+    assert loops["ours"] == 1 and tokens.shape == (1, 6 + stops_after)
+    assert tokens.untyped_storage().nbytes() == tokens.numel() * tokens.element_size()
