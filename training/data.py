@@ -372,6 +372,11 @@ def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
     return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
 
 
+def val_blocks_scored(val_blocks: int, config: TrainConfig) -> int:
+    """The validation blocks an evaluation scores: all of them, or the first eval_batches × batch_size."""
+    return val_blocks if config.eval_batches is None else min(val_blocks, config.eval_batches * config.batch_size)
+
+
 def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple[DataLoader, DataLoader]:
     """Training batches (reshuffled each epoch, or in stream order) and the fixed validation batches.
 
@@ -390,7 +395,7 @@ def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple
     val_data = data.val
     if config.eval_batches is not None:
         # the same blocks whatever the number of processes, so validation numbers stay comparable
-        val_data = val_data.select(range(min(len(val_data), config.eval_batches * config.batch_size)))
+        val_data = val_data.select(range(val_blocks_scored(len(val_data), config)))
     val_loader = DataLoader(val_data, batch_size=config.batch_size, collate_fn=collate_fn,
                             generator=torch.Generator().manual_seed(config.seed))
     return train_loader, val_loader

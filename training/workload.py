@@ -25,7 +25,7 @@ from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import load_model_folder
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
-from hf_gpt_custom.training.data import build_loaders, document_encoder, prepare_datasets
+from hf_gpt_custom.training.data import build_loaders, document_encoder, prepare_datasets, val_blocks_scored
 from hf_gpt_custom.training.token_bytes import TokenBytes
 
 logger = logging.getLogger(__name__)
@@ -114,20 +114,14 @@ class LanguageModelling:
             "train_blocks": self.data.stats.get("train_blocks"),
             "val_blocks": self.data.stats.get("val_blocks"),
             # what the validation figures were computed on: eval_batches cuts the split to its first blocks
-            "val_blocks_scored": _blocks_scored(self.data.stats.get("val_blocks"), self.config),
+            "val_blocks_scored": (None if self.data.stats.get("val_blocks") is None
+                                  else val_blocks_scored(self.data.stats["val_blocks"], self.config)),
             "tokenizer": str(self.tokenizer_dir.absolute()),
             "data_cache": str(self.data.cache_dir) if self.data.cache_dir else None,
         }
 
     def save_beside_model(self, folder: Path, model_config) -> None:
         tokenizer_for_model(self.tokenizer_dir, self.eos_token, model_config.n_positions).save_pretrained(folder)
-
-
-def _blocks_scored(val_blocks: int | None, config: TrainConfig) -> int | None:
-    """The validation blocks an evaluation scores: all of them, or the first eval_batches × batch_size (data.py)."""
-    if val_blocks is None or config.eval_batches is None:
-        return val_blocks
-    return min(val_blocks, config.eval_batches * config.batch_size)
 
 
 def _load_model(config: TrainConfig, tokenizer):
