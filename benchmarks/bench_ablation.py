@@ -170,11 +170,11 @@ def run_trainings(commands: dict[str, list[str]], work_dir: Path, jobs: int) -> 
 
 def read_run(run_dir: Path) -> dict:
     """Final figures of one finished run and its validation curve, from the files the training code wrote."""
-    from hf_gpt_custom.training.run_log import read_run_log
+    from hf_gpt_custom.training.run_log import latest_evaluations, read_run_log
 
     summary = json.loads((run_dir / "training_summary.json").read_text())
-    curve = [(record["step"], record["val_bits_per_byte"]) for record in read_run_log(run_dir / "run_log.jsonl")
-             if record.get("kind") == "eval"]
+    curve = [(record["step"], record["val_bits_per_byte"])
+             for record in latest_evaluations(read_run_log(run_dir / "run_log.jsonl"))]
     return {
         "val_bits_per_byte": summary["val_bits_per_byte"], "val_loss": summary["final_val_loss"],
         "n_params": summary["n_params"], "tokens_seen": summary["tokens_seen"], "steps": summary["steps"],

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from hf_gpt_custom.training.run_log import RUN_LOG_NAME, latest_evaluations, read_run_log
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPE = REPO_ROOT / "training" / "configs" / "shakespeare-gpu.yaml"
 OUT = REPO_ROOT / "benchmarks" / "results"
@@ -41,8 +43,8 @@ def collect(run_dir: Path, device: str) -> dict:
     overrides = {key: config[key] for key in recipe if key in config and config[key] != recipe[key]
                  and recipe[key] != "auto"  # config.yaml records what `auto` resolved to
                  and key not in ("dataset", "out_dir", "benchmark_tasks", "benchmark_shots", "benchmark_limit")}
-    rows = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines() if line.strip()]
-    evals = [(row["step"], row["val_bits_per_byte"]) for row in rows if row.get("kind") == "eval"]
+    rows = read_run_log(run_dir / RUN_LOG_NAME)
+    evals = [(row["step"], row["val_bits_per_byte"]) for row in latest_evaluations(rows)]
     steps = [row for row in rows if row.get("kind") == "train"]
     log = run_dir.with_suffix(".log")
     wall = re.search(r"exit (\d+) after (\d+) s", log.read_text()) if log.exists() else None

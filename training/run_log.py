@@ -82,7 +82,7 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
     import matplotlib.pyplot as plt
 
     train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train"]
-    val = [(r["step"], r["val_loss"]) for r in records if r.get("kind") == "eval"]
+    val = [(r["step"], r["val_loss"]) for r in latest_evaluations(records)]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     if train:
         ax.plot(*zip(*train), label="train", linewidth=1.0, alpha=0.8)
@@ -96,6 +96,13 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def latest_evaluations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The eval records in step order, the last one of each step: rerunning a finished run evaluates its last step
+    again (on another eval_batches, say) and appends that record, which supersedes the earlier one."""
+    by_step = {r["step"]: r for r in records if r.get("kind") == "eval"}
+    return [by_step[step] for step in sorted(by_step)]
 
 
 def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | None]:

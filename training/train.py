@@ -327,6 +327,8 @@ def _finish(s: Session, loop: LoopResult) -> None:
     last_eval = loop.last_eval
     if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
         last_eval = {**s.workload.evaluate(s.model, s.val_loader, accelerator), "step": state.step}
+        if s.run_log is not None:  # the log and its curve show the figure the summary gives (another eval_batches)
+            s.run_log.write({"kind": "eval", **last_eval})
     if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
         check_weights_finite(s, loop.advice_if_diverged, None)
         save_checkpoint(accelerator, s.checkpoints_dir, s.stamp_wall_time(), config.keep_checkpoints)

@@ -120,6 +120,32 @@ def test_bits_per_byte_matches_a_hand_count(trained_run, shakespeare_tokenizer_d
     assert summary["val_bits_per_byte"] == pytest.approx(mean_loss * n_tokens / (math.log(2) * n_bytes), rel=1e-5)
 
 
+def test_a_rerun_on_another_eval_batches_logs_and_plots_the_figure_the_summary_gives(make_config,
+                                                                                      shakespeare_tokenizer_dir):
+    """Rerunning a finished run with another eval_batches evaluates its last step again. The summary took the new
+    figure while run_log.jsonl (and the loss curve drawn from it) kept the old one: two values for one step. The
+    new figure is checked against a hand computation from final/ over the new cut."""
+    from hf_gpt_custom.training.run_log import latest_evaluations, read_run_log
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import hf_gpt_custom  # noqa: F401
+
+    run_dir = train(make_config("max_steps=4", "eval_interval=4", "eval_batches=1"))
+    config = make_config("max_steps=4", "eval_interval=4", "eval_batches=3")
+    train(config)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    evaluations = latest_evaluations(read_run_log(run_dir / "run_log.jsonl"))
+    assert [record["step"] for record in evaluations] == [4]
+    assert evaluations[-1]["val_loss"] == summary["final_val_loss"]
+    assert evaluations[-1]["val_tokens"] == 3 * 4 * (config.block_size - 1)
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final").eval()
+    val = prepare_datasets(config, AutoTokenizer.from_pretrained(run_dir / "final"), shakespeare_tokenizer_dir).val
+    blocks = torch.tensor(val["input_ids"][:12])
+    with torch.no_grad():
+        assert summary["final_val_loss"] == pytest.approx(model(input_ids=blocks, labels=blocks).loss.item(), rel=1e-5)
+
+
 def _max_abs_weight(folder) -> float:
     from safetensors.torch import load_file
 
