@@ -99,8 +99,8 @@ def build_model_card(
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=sorted({row["metric"] for row in eval_rows}) or None,
         model_name=run_name,
-        eval_results=build_eval_results(eval_rows, model_name=run_name,
-                                        limit=results.get("config", {}).get("limit")) if eval_rows else None,
+        eval_results=(build_eval_results(eval_rows, model_name=run_name, limit=results.get("config", {}).get("limit"))
+                      or None) if eval_rows else None,  # rows on local files only give no model-index
     )
     return ModelCard.from_template(
         card_data,
@@ -167,7 +167,9 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
         if not math.isfinite(value):
             continue
         task, k, metric = str(row["task"]), int(row["num_fewshot"]), str(row["metric"])
-        dataset = _benchmark_dataset(task, row.get("dataset"))
+        dataset = _benchmark_dataset(row.get("dataset"))
+        if dataset is None:  # local data only: the Hub would link its name to an unrelated dataset
+            continue
         eval_results.append(
             EvalResult(
                 task_type="text-generation",
@@ -205,14 +207,16 @@ def _read_train_config(run_dir: Path, summary: dict) -> dict:
     return dict(summary.get("config") or {})
 
 
-def _benchmark_dataset(task: str, dataset: Any) -> dict[str, str | None]:
-    """The row's dataset as {"path", "name", "split"} (results.json carries it from the task's YAML). Older
-    results have a plain string: a Hub id is kept as the path, a local file gives way to the task name."""
+def _benchmark_dataset(dataset: Any) -> dict[str, str | None] | None:
+    """The row's Hub dataset as {"path", "name", "split"} (results.json carries it from the task's YAML; older
+    results have a plain string, kept when it is a Hub id). None for a task on local files only: a model-index entry's
+    dataset type is a Hub dataset id, so such a row stays in the card's table and out of the metadata, as
+    transformers' Trainer leaves out results without a dataset."""
     if isinstance(dataset, dict) and dataset.get("path"):
         return {"path": str(dataset["path"]), "name": dataset.get("name"), "split": dataset.get("split")}
     if isinstance(dataset, str) and "/" in dataset and not dataset.startswith((".", "/", "~")) and not Path(dataset).suffix:
         return {"path": dataset, "name": None, "split": None}
-    return {"path": task, "name": None, "split": None}
+    return None
 
 
 # --- facts for the template ----------------------------------------------------------------------------------------

@@ -57,7 +57,9 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=["accuracy"],
         model_name=run_name,
-        eval_results=[task_eval_result(summary, dataset, task_type)],
+        # a model-index entry's dataset type is a Hub dataset id: a local file of no known Hub copy gets none (the
+        # card's text gives its accuracy), as transformers' Trainer leaves out results without a dataset
+        eval_results=[task_eval_result(summary, dataset, task_type)] if dataset["hub_id"] else None,
     )
     fraction = float(summary["heldout_fraction"])
     return ModelCard.from_template(
@@ -104,7 +106,7 @@ def task_eval_result(summary: dict, dataset: dict, task_type: str) -> EvalResult
     """The held-out accuracy as one model-index entry; the held-out part is named in the dataset's args."""
     return EvalResult(
         task_type=task_type,
-        dataset_type=dataset["hub_id"] or dataset["name"],
+        dataset_type=dataset["hub_id"],
         dataset_name=dataset["name"],
         dataset_config=dataset["config"],
         dataset_split=dataset["split"],

@@ -233,8 +233,9 @@ def test_the_schedule_sentence_is_the_configured_schedule(tmp_path, settings, se
 
 
 def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
-    """The dataset of a model-index entry comes from the results row (the task YAML's path/name/split); an older
-    results.json with a plain string falls back to the task name instead of inventing a Hub id."""
+    """The dataset of a model-index entry comes from the results row (the task YAML's path/name/split). A row on
+    local files only (an older results.json's plain path, a task YAML without a Hub path) has no Hub dataset id to
+    name: it stays in the card's table and out of the model-index, instead of naming the task as a dataset."""
     from hf_gpt_custom.model_cards.card import build_model_card
 
     run_dir = make_tiny_run(tmp_path / "run")
@@ -242,12 +243,19 @@ def test_each_task_names_the_dataset_its_results_row_carries(tmp_path):
     payload["results"] = [
         dict(RESULT_ROWS[0], task="piqa", metric="acc", dataset={"path": "baber/piqa", "name": None, "split": "validation"}),
         dict(RESULT_ROWS[0], task="copa", metric="acc", dataset="copa/val.jsonl"),
+        dict(RESULT_ROWS[0], task="mine", metric="acc", dataset={"path": None, "name": None, "split": "test"}),
     ]
     (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
-    parsed = ModelCard(build_model_card(run_dir).content).data.eval_results  # parsed back from the front matter
+    card = build_model_card(run_dir)
+    parsed = ModelCard(card.content).data.eval_results  # parsed back from the front matter
     assert [(r.task_name, r.dataset_type, r.dataset_config, r.dataset_split) for r in parsed] == [
-        ("piqa", "baber/piqa", None, "validation"), ("copa", "copa", None, None),
+        ("piqa", "baber/piqa", None, "validation"),
     ]
+    assert "| copa |" in card.text and "| mine |" in card.text
+
+    payload["results"] = payload["results"][1:]  # local rows only: no model-index at all
+    (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
+    assert "model-index" not in build_model_card(run_dir).data.to_dict()
 
 
 def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):

@@ -84,6 +84,21 @@ def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):
     assert result.dataset_args == {"heldout_fraction": 0.25, "heldout_seed": 5, "heldout_examples": 10}
 
 
+def test_a_task_on_a_local_file_of_no_known_hub_copy_has_no_model_index_entry(boolq_export, tmp_path):
+    """A model-index entry's dataset type is a Hub dataset id; the file's stem (`train`) named an unrelated dataset.
+    As transformers' Trainer does without a dataset, the entry is left out; the card's text keeps the accuracy."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run, _ = boolq_export
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    summary = json.loads((copy / "training_summary.json").read_text())
+    (copy / "training_summary.json").write_text(json.dumps({**summary, "dataset": str(tmp_path / "mine" / "train.jsonl")}))
+    card = build_model_card(copy)
+    assert "model-index" not in card.data.to_dict() and card.data.datasets is None
+    assert f"{summary['val_accuracy']:.4f}" in card.text and "`train.jsonl`" in card.text
+
+
 def test_fine_tuned_export_loads_as_its_head_with_the_task_tokens(boolq_export):
     import hf_gpt_custom  # noqa: F401
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
