@@ -23,8 +23,8 @@ from typing import Any
 from .errors import MissingFileError, UserError
 from .manifest import write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
-from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, is_local_path,
-                             without_vocabulary)
+from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, hub_license,
+                             is_local_path, without_vocabulary)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     """
     if repo_id is not None:
         check_repo_id(repo_id)
+    if license is not None:
+        license = hub_license(license)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     final_dir = run_dir / "final"
     if not (final_dir / "config.json").is_file():

@@ -239,6 +239,42 @@ def find_local_json_values(value: Any, where: str = "") -> str | None:
     return None
 
 
+# The Hub's license ids (https://huggingface.co/docs/hub/repositories-licenses, read 2026-11; llama3.x, llama4,
+# eupl-1.2 and apple-* added since that page's list was first written). The Hub refuses a card whose `license` is
+# none of them when it is pushed: export says so first, instead of after the whole upload was prepared.
+HUB_LICENSES = frozenset("""
+    apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
+    afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0
+    cc-by-2.5 cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0
+    cc-by-nc-nd-3.0 cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0
+    cdla-permissive-1.0 cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0 gfdl
+    gpl gpl-2.0 gpl-3.0 lgpl lgpl-2.1 lgpl-3.0 isc lppl-1.3c ms-pl mpl-2.0 odc-by odbl openrail++ osl-3.0 postgresql
+    ofl-1.1 ncsa unlicense zlib pddl lgpl-lr deepfloyd-if-license llama2 llama3 llama3.1 llama3.2 llama3.3 llama4
+    gemma apple-ascl apple-amlr unknown other
+""".split())
+HUB_LICENSES_URL = "https://huggingface.co/docs/hub/repositories-licenses"
+
+
+def hub_license(license: str) -> str:
+    """`license` as the Hub's id (its case aside: "Apache-2.0" is apache-2.0). A near miss of a known id ("apache2",
+    "cc-by-4") raises a UserError naming the id meant; an id this list does not know is kept with a warning, since
+    the Hub adds licenses over time."""
+    import difflib
+    import logging
+
+    wanted = license.strip().lower()
+    if wanted in HUB_LICENSES:
+        return wanted
+    close = difflib.get_close_matches(wanted, sorted(HUB_LICENSES), n=3, cutoff=0.75)
+    if close:
+        raise UserError(f"--license {license!r} is not a Hub license id; did you mean {' or '.join(close)}? "
+                        f"(the list: {HUB_LICENSES_URL})")
+    logging.getLogger(__name__).warning(
+        "--license %r is not among the Hub's license ids known here (%s): the Hub refuses a card whose license it does "
+        "not list; use one of its ids, or `other` with the license's text in a LICENSE file", license, HUB_LICENSES_URL)
+    return license.strip()
+
+
 def _check_card(folder: Path) -> None:
     from huggingface_hub import metadata_load
 

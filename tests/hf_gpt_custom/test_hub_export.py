@@ -147,6 +147,27 @@ def test_the_license_is_the_exporters_and_a_hub_base_model_is_named(exported, tm
     assert "base_model" not in front_matter(export_folder(run_dir, tmp_path / "scratch"))  # trained from scratch
 
 
+def test_a_license_the_hub_would_refuse_is_named_at_export(exported, tmp_path, capsys, caplog):
+    """The Hub refuses a push whose card's license is not one of its ids ("license" must be one of [...]): a typo
+    surfaced only after the export, at upload. Ids as the Hub's license page writes them."""
+    import yaml
+
+    from hf_gpt_custom.cli import main
+
+    run_dir, _ = exported
+    for typo, meant in (("apache2", "apache-2.0"), ("cc-by-4", "cc-by-4.0"), ("llama-3.2", "llama3.2")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["export", str(run_dir), str(tmp_path / typo), "--license", typo])
+        assert exit_info.value.code == 2 and not (tmp_path / typo).exists()
+        assert f"not a Hub license id; did you mean {meant}" in capsys.readouterr().err
+    main(["export", str(run_dir), str(tmp_path / "upper"), "--license", "MIT"])
+    assert yaml.safe_load((tmp_path / "upper" / "README.md").read_text().split("---")[1])["license"] == "mit"
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.publish_checks"):
+        main(["export", str(run_dir), str(tmp_path / "new"), "--license", "someorg-research-license-7"])
+    assert "not among the Hub's license ids known here" in caplog.text
+    assert "someorg-research-license-7" in (tmp_path / "new" / "README.md").read_text()
+
+
 def test_two_edited_exports_in_one_second_keep_both_edits(exported, tmp_path, monkeypatch):
     """The kept folder's name had one-second resolution: the second move failed with a bare OSError (Directory not
     empty), and the staging folder it left blocked every later export."""
