@@ -29,3 +29,22 @@ def test_the_summary_rate_is_all_tokens_over_all_time_not_a_mean_of_window_rates
     records += [{"kind": "train", "step": 5, "loss": 3.0, "tokens_per_s": 4000.0, "step_time_s": 0.25}]
     assert summarize_train_steps(records)["tokens_per_s"] == pytest.approx(4000.0 / 3.25)
     assert summarize_train_steps(records)["train_time_s"] == pytest.approx(9.0 + 3.0 + 0.25)  # every step's time
+
+
+def test_the_loss_curve_draws_the_last_evaluation_of_a_step(tmp_path, monkeypatch):
+    """A finished run rerun on another eval_batches appends a second evaluation of its last step: the curve shows
+    that one (the summary's), one point per step, in step order."""
+    import matplotlib.axes
+
+    from hf_gpt_custom.training.run_log import plot_loss_curve
+
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, *args, **kwargs: drawn.append((kwargs.get("label"), args)) or real_plot(
+                            self, *args, **kwargs))
+    records = [{"kind": "train", "step": step, "loss": 5.0 - step / 10} for step in (1, 2, 3, 4)]
+    records += [{"kind": "eval", "step": 2, "val_loss": 4.5}, {"kind": "eval", "step": 4, "val_loss": 4.2},
+                {"kind": "eval", "step": 4, "val_loss": 4.3}]
+    plot_loss_curve(records, tmp_path / "curve.png")
+    assert dict(drawn)["validation"] == ((2, 4), (4.5, 4.3))
