@@ -163,9 +163,9 @@ def test_a_license_the_hub_would_refuse_is_named_at_export(exported, tmp_path, c
     main(["export", str(run_dir), str(tmp_path / "upper"), "--license", "MIT"])
     assert yaml.safe_load((tmp_path / "upper" / "README.md").read_text().split("---")[1])["license"] == "mit"
     with caplog.at_level("WARNING", logger="hf_gpt_custom.publish_checks"):
-        main(["export", str(run_dir), str(tmp_path / "new"), "--license", "someorg-research-license-7"])
+        main(["export", str(run_dir), str(tmp_path / "new"), "--license", "SomeOrg-Research-7"])
     assert "not among the Hub's license ids known here" in caplog.text
-    assert "someorg-research-license-7" in (tmp_path / "new" / "README.md").read_text()
+    assert "license: SomeOrg-Research-7" in (tmp_path / "new" / "README.md").read_text()  # kept as given
 
 
 def test_two_edited_exports_in_one_second_keep_both_edits(exported, tmp_path, monkeypatch):
