@@ -140,6 +140,17 @@ def load_folder_tokenizer(folder: str | os.PathLike):
     return ours if same else theirs
 
 
+def set_tokenizer_sides(tokenizer, padding_side: str | None = None, truncation_side: str | None = None) -> None:
+    """Set the side a tokenizer pads and cuts on so that its folder keeps it. transformers' save_pretrained writes
+    only the attributes that were init kwargs: a side set on a loaded tokenizer of a class that does not declare it
+    (a Llama or word-level folder's own) came back as "right" on reload, and the folder cut text other than
+    fine-tuning had."""
+    for key, value in (("padding_side", padding_side), ("truncation_side", truncation_side)):
+        if value is not None:
+            setattr(tokenizer, key, value)
+            tokenizer.init_kwargs[key] = value
+
+
 def is_hub_repo_id(value) -> bool:
     """True for strings shaped like a Hub repository id ("gpt2", "alice/tiny"); says nothing about existence.
 

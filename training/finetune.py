@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.heads_gpt_custom import untied_lm_loss_message
-from hf_gpt_custom.model_folder import check_model_folder, load_model_folder
+from hf_gpt_custom.model_folder import check_model_folder, load_model_folder, set_tokenizer_sides
 from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
 from hf_gpt_custom.training.finetune_data import (
@@ -180,7 +180,7 @@ class FinetuneWorkload:
         # what fine-tuning cut every example to (and scored held-out accuracy at): truncation=True cuts the same way
         tokenizer.model_max_length = self.config.block_size
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(model_config.pad_token_id)
-        tokenizer.padding_side = "right"
+        set_tokenizer_sides(tokenizer, padding_side="right")
         tokenizer.save_pretrained(folder)
 
 

@@ -44,11 +44,11 @@ def load_task_tokenizer(folder: str | Path):
     A folder whose tokenizer our byte-level class encodes differently (a Llama SentencePiece one) keeps its own class,
     cutting single texts from the left as fine-tuning does."""
     from hf_gpt_custom import GPTCustomTokenizerFast
-    from hf_gpt_custom.model_folder import load_folder_tokenizer
+    from hf_gpt_custom.model_folder import load_folder_tokenizer, set_tokenizer_sides
 
     tokenizer = load_folder_tokenizer(folder)
     if not isinstance(tokenizer, GPTCustomTokenizerFast):
-        tokenizer.truncation_side = "left"
+        set_tokenizer_sides(tokenizer, truncation_side="left")  # saved with it: final/ cuts as fine-tuning cut
     return tokenizer
 
 

@@ -646,6 +646,44 @@ def test_a_tokenizer_our_class_reads_otherwise_keeps_its_class_and_cuts_text_fro
     assert cut == tokens.template.build(ids, max_length=5)[0]  # fine-tuning's own cut
 
 
+def test_final_and_export_of_a_tokenizer_of_another_class_cut_as_fine_tuning_cut(tmp_path, learnable_pairs):
+    """load_task_tokenizer set truncation_side="left" (and save_beside_model padding_side="right") on a class that
+    does not declare them; save_pretrained writes only init kwargs, so final/ and export/ came back cutting the
+    passage's end and padding on the left. Reference: the ids fine-tuning trained on, re-encoded from the records."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+    from hf_gpt_custom.training.finetune_data import load_task_tokenizer
+
+    base = tmp_path / "base"
+    words = ["<|endoftext|>", "[UNK]", *WORDS]
+    backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", unk_token="[UNK]").save_pretrained(base)
+    torch.manual_seed(0)
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(words), n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                         bos_token_id=0, eos_token_id=0)).save_pretrained(base)
+    config = _config(tmp_path, base, learnable_pairs, "block_size=6", "max_steps=2", "eval_interval=2",
+                     "checkpoint_interval=0")
+    run = finetune(config)
+    export = export_folder(run, tmp_path / "export")
+
+    records = load_labelled_records(str(learnable_pairs))
+    fine_tuning = load_task_tokenizer(base)
+    trained = encode_examples(records, parse_task_section(config.task), fine_tuning, add_task_tokens(fine_tuning), 6,
+                              "pairs")
+    assert sum(example["cut"] for example in trained) > 10  # the premises are longer than the 6-token blocks allow
+    for folder in (run / "final", export):
+        saved = AutoTokenizer.from_pretrained(folder)
+        assert (saved.truncation_side, saved.padding_side) == ("left", "right")
+        for record, example in zip(records, trained):
+            assert saved(record["premise"], record["hypothesis"], truncation=True)["input_ids"] == \
+                example["input_ids"]
+
+
 def test_encoding_long_records_does_not_warn_of_indexing_errors_it_prevents(caplog):
     """transformers warned "Token indices sequence length is longer ... will result in indexing errors" for every
     fine-tuning run on long passages, while encode_examples cuts each sequence to block_size itself."""
