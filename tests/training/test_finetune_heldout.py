@@ -83,18 +83,18 @@ def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_
 
 
 def _heldout_lm_loss_alone(folder, dataset) -> float:
-    """GPT-1's auxiliary LM loss on the held-out records, each scored alone from raw text (no padding): nats per
-    predicted token through the LM head tied to the token embedding."""
+    """GPT-1's auxiliary LM loss on the held-out records, each scored alone from raw text (no padding), as training
+    computes it: each record's nats per predicted token through the LM head tied to the token embedding, averaged
+    over the records (not pooled over their tokens: the objective training logs)."""
     tokenizer, model = _load(folder)
-    nats, targets = 0.0, 0
+    row_losses = []
     with torch.no_grad():
         for record in _heldout_records(dataset):
             ids = tokenizer(record["premise"], record["hypothesis"], return_tensors="pt")["input_ids"]
             hidden = model.transformer(ids).last_hidden_state[0, :-1]
             logits = torch.nn.functional.linear(hidden, model.transformer.wte.weight[: model.config.vocab_size])
-            nats += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
-            targets += ids.shape[1] - 1
-    return nats / targets
+            row_losses.append(float(torch.nn.functional.cross_entropy(logits, ids[0, 1:])))
+    return sum(row_losses) / len(row_losses)
 
 
 _TWO_PROCESS_FINETUNE = """
@@ -210,7 +210,8 @@ def test_the_saved_and_exported_tokenizers_cut_a_long_input_where_fine_tuning_cu
 
 def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, base_model_dir, shared_data_dir):
     """Multiple choice: GPT-1's L1 over every choice's sequence of every held-out example, each scored alone from raw
-    text with the saved tokenizer (no padding), pooled per token, is the summary's val_lm_loss."""
+    text with the saved tokenizer (no padding), each sequence's loss per token averaged over the sequences (as
+    training's L1), is the summary's val_lm_loss."""
     import torch.nn.functional as F
 
     from hf_gpt_custom import GPTCustomForMultipleChoice
@@ -231,15 +232,14 @@ def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, b
 
     tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
     model = GPTCustomForMultipleChoice.from_pretrained(run_dir / "final").eval()
-    nats, targets = 0.0, 0
+    row_losses = []
     with torch.no_grad():
         for record in (records[i] for i in heldout):
             for choice in ("sol1", "sol2"):
                 ids = torch.tensor([tokenizer(record["goal"], record[choice], truncation=True)["input_ids"]])
                 hidden = model.transformer(ids).last_hidden_state[0, :-1]
                 logits = F.linear(hidden, model.transformer.wte.weight[: model.config.vocab_size])
-                nats += float(F.cross_entropy(logits, ids[0, 1:], reduction="sum"))
-                targets += ids.shape[1] - 1
+                row_losses.append(float(F.cross_entropy(logits, ids[0, 1:])))
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["heldout_examples"] == len(heldout) == 10
-    assert summary["val_lm_loss"] == pytest.approx(nats / targets, rel=1e-5)
+    assert summary["val_lm_loss"] == pytest.approx(sum(row_losses) / len(row_losses), rel=1e-5)
