@@ -112,8 +112,9 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         input_ids: torch.Tensor | None,
         attention_mask: torch.Tensor | None,
         lm_loss_weight: float,
-        examples: int | None = None,
+        examples: int | torch.Tensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        scored_rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(task_loss + λ·lm_loss, lm_loss), GPT-1's L3 = L2 + λ·L1 with λ = lm_loss_weight (0, or no task loss:
         (task_loss, None)).
@@ -131,13 +132,19 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         weighted as this micro-batch's share too (examples / num_items_in_batch). Without that, λ acted as k·λ over
         k micro-batches. A task loss that is a mean over the micro-batch whatever num_items_in_batch says (regression,
         multi-label) passes examples=None: λ·L1 is then a mean too. The returned lm_loss is the micro-batch's L1.
+
+        `scored_rows` (rows,), bool: the rows whose example counts. A row labelled -100 is skipped by the task loss
+        (as GPT-2 skips it) and so by L1 too, and `examples` counts only the others, as Trainer's num_items_in_batch
+        does; else λ·L1 over all rows, divided by the labelled count, weighed λ as λ·rows/labelled.
         """
         if task_loss is None or lm_loss_weight == 0:
             return task_loss, None
         if input_ids is None:
             raise UserError("lm_loss_weight > 0 needs input_ids (the LM loss predicts them); pass input_ids, not inputs_embeds")
         nats, targets = self.lm_nats(hidden_states, input_ids, attention_mask)
-        lm_loss = (nats / targets.clamp_min(1)).mean()  # each row's loss per token, averaged over the rows
+        row_losses = nats / targets.clamp_min(1)  # each row's loss per token, averaged over the (scored) rows
+        lm_loss = row_losses.mean() if scored_rows is None else \
+            (row_losses * scored_rows).sum() / scored_rows.sum().clamp_min(1)
         share = 1.0 if num_items_in_batch is None or examples is None else examples / num_items_in_batch
         return task_loss + lm_loss_weight * share * lm_loss, lm_loss
 
@@ -220,9 +227,10 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         # transformers' loss divides by num_items_in_batch for single-label classification only; regression and
         # multi-label stay a mean over this micro-batch (Trainer's count is then rows × labels), and so does λ·L1.
         per_item = self.config.problem_type == "single_label_classification"
+        labelled = labels.view(-1) != -100 if per_item and labels is not None else None  # -100: the row is skipped
         loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight,
-                                         examples=rows if per_item else None,
-                                         num_items_in_batch=kwargs.get("num_items_in_batch"))
+                                         examples=labelled.sum() if labelled is not None else None,
+                                         num_items_in_batch=kwargs.get("num_items_in_batch"), scored_rows=labelled)
         return GPTCustomSequenceClassifierOutput(
             loss=loss,
             logits=pooled_logits,

@@ -540,6 +540,28 @@ def test_gradient_accumulation_as_trainer_does_it_gives_the_full_batch_loss(head
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
+def test_a_row_labelled_minus_100_is_skipped_by_both_parts_of_the_objective():
+    """A -100 label skips its row in the task loss (as GPT-2's); L1 still averaged every row, and under Trainer's
+    num_items_in_batch (which counts labelled rows only) λ·L1 was weighed rows/labelled: λ = 0.5 acted as 0.67 with
+    2 of 8 rows unlabelled. Reference: the labelled rows alone, as one batch."""
+    model = randomize_(GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=3)))
+    model.eval()
+    input_ids = torch.randint(1, 98, (8, 8), generator=torch.Generator().manual_seed(0))
+    attention_mask = (torch.arange(8) < torch.tensor([8, 3, 5, 8, 2, 7, 6, 4])[:, None]).long()
+    input_ids = input_ids.masked_fill(attention_mask == 0, PAD)
+    labels = torch.tensor([0, -100, 2, 1, -100, 2, 1, 0])
+    kept = labels != -100
+    with torch.no_grad():
+        alone = model(input_ids[kept], attention_mask=attention_mask[kept], labels=labels[kept], lm_loss_weight=0.5)
+        whole = model(input_ids, attention_mask=attention_mask, labels=labels, lm_loss_weight=0.5)
+        trainer = sum(model(input_ids[part], attention_mask=attention_mask[part], labels=labels[part],
+                            lm_loss_weight=0.5, num_items_in_batch=kept.sum()).loss
+                      for part in (slice(0, 4), slice(4, 8)))
+    torch.testing.assert_close(whole.lm_loss, alone.lm_loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(whole.loss, alone.loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(trainer, alone.loss, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("problem_type, labels", [
     ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])),
     ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]])),
