@@ -37,10 +37,13 @@ def last_non_padding_index(
     """Position of each row's last token that is not `pad_token_id`, exactly as GPT2ForSequenceClassification finds it.
 
     The rightmost non-pad position, so left and right padding both work: with pad 0, row [0, 0, 5, 7] gives 3 and
-    row [5, 7, 0, 0] gives 1. Without a pad_token_id, GPT-2 refuses a batch of several rows; we read the padding
-    from `attention_mask` instead when there is one. A single row without either is read at position -1.
+    row [5, 7, 0, 0] gives 1. Without a pad_token_id, GPT-2 refuses a batch of several rows, and with inputs_embeds
+    it reads every row at its last position; we read the padding from `attention_mask` instead when there is one. A
+    single row without either is read at position -1.
     """
-    if pad_token_id is None and attention_mask is not None:
+    if input_ids is not None and pad_token_id is not None:
+        is_real_token = (input_ids != pad_token_id).to(torch.int32)
+    elif attention_mask is not None:  # no pad id to look for, or no ids to look in: the mask says where padding is
         is_real_token = attention_mask.to(torch.int32)
     elif pad_token_id is None:
         if rows != 1:
@@ -50,11 +53,10 @@ def last_non_padding_index(
                 "at a time"
             )
         return -1
-    elif input_ids is None:
-        logger.warning_once("padding cannot be detected in inputs_embeds; every row is read at its last position")
-        return -1
     else:
-        is_real_token = (input_ids != pad_token_id).to(torch.int32)
+        logger.warning_once("padding cannot be detected in inputs_embeds without attention_mask; every row is read at "
+                            "its last position")
+        return -1
     positions = torch.arange(is_real_token.shape[-1], device=is_real_token.device, dtype=torch.int32)
     return (positions * is_real_token).argmax(-1)  # (rows,)
 

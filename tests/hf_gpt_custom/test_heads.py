@@ -581,6 +581,22 @@ def test_lm_loss_weight_keeps_its_weight_where_the_task_loss_ignores_num_items(p
     torch.testing.assert_close(got, task + 0.5 * lm, rtol=0, atol=1e-5)
 
 
+def test_inputs_embeds_with_an_attention_mask_read_each_row_at_its_last_real_token():
+    """With a pad_token_id set (every fine-tuned folder sets one) and inputs_embeds, the mask was ignored and a
+    right-padded row read at a pad. Reference: the row alone, from its ids."""
+    model = randomize_(GPTCustomForSequenceClassification(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=2)))
+    model.eval()
+    input_ids = torch.randint(1, 98, (2, 7), generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, 4:] = 0
+    input_ids = input_ids.masked_fill(attention_mask == 0, PAD)
+    with torch.no_grad():
+        embeds = model.transformer.wte(input_ids)
+        batched = model(inputs_embeds=embeds, attention_mask=attention_mask).logits
+        alone = model(input_ids[:1, :4]).logits
+    torch.testing.assert_close(batched[:1], alone, rtol=0, atol=1e-5)
+
+
 def test_a_label_of_minus_100_skips_its_row_as_gpt2s_classifier_does():
     from transformers import GPT2ForSequenceClassification
 
