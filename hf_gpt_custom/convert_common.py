@@ -21,6 +21,7 @@ from .errors import MissingFileError, UserError
 
 HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "proxies", "token", "revision", "subfolder")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+BIN_INDEX = "pytorch_model.bin.index.json"  # older checkpoints' shards
 # The weights that are Conv1D (in x out) in transformers' GPT-2 and OpenAI GPT, and nn.Linear (out x in) here.
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # from_pretrained arguments about how to load, not what the model is, that load_converted_checkpoint honours. Any other
@@ -60,7 +61,11 @@ def read_config_dict(path: str | os.PathLike, **kwargs) -> dict | None:
     if config_file is None:
         return None
     with open(config_file, encoding="utf-8") as handle:
-        return json.load(handle)
+        try:
+            return json.load(handle)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{config_file} is not valid JSON ({err}); restore it, or save the model there again "
+                            "with save_pretrained") from err
 
 
 def load_weights(path: str | os.PathLike, source: str, **kwargs) -> dict[str, torch.Tensor]:
@@ -78,22 +83,29 @@ def load_weights(path: str | os.PathLike, source: str, **kwargs) -> dict[str, to
         except Exception as err:  # safetensors / pickle errors don't name the file
             raise UserError(f"cannot read {source} weights from {weights_file}: {err}") from err
 
-    if (weights_file := find("model.safetensors")) is not None:
-        return read(weights_file, load_file)
-    if (index_file := find(SAFETENSORS_INDEX)) is not None:
-        with open(index_file, encoding="utf-8") as handle:
-            shard_names = sorted(set(json.load(handle)["weight_map"].values()))
-        state = {}
-        for shard_name in shard_names:
-            if (shard_file := find(shard_name)) is None:
-                raise MissingFileError(f"{path}: {SAFETENSORS_INDEX} lists the shard {shard_name}, which is missing")
-            state.update(read(shard_file, load_file))
-        return state
-    if (weights_file := find("pytorch_model.bin")) is not None:
-        return read(weights_file, lambda file: torch.load(file, map_location="cpu", weights_only=True))
+    def read_bin(file: str) -> dict[str, torch.Tensor]:
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+    def read_safetensors(file: str) -> dict[str, torch.Tensor]:  # in name order, as transformers reads the file
+        return dict(sorted(load_file(file).items()))
+
+    # transformers' order: safetensors first, one file or its shards, then the pickled format, one file or shards
+    for single, index, loader in (("model.safetensors", SAFETENSORS_INDEX, read_safetensors),
+                                  ("pytorch_model.bin", BIN_INDEX, read_bin)):
+        if (weights_file := find(single)) is not None:
+            return read(weights_file, loader)
+        if (index_file := find(index)) is not None:
+            with open(index_file, encoding="utf-8") as handle:
+                shard_names = sorted(set(json.load(handle)["weight_map"].values()))
+            state = {}
+            for shard_name in shard_names:
+                if (shard_file := find(shard_name)) is None:
+                    raise MissingFileError(f"{path}: {index} lists the shard {shard_name}, which is missing")
+                state.update(read(shard_file, loader))
+            return state
     raise MissingFileError(
         f"{path} has a {source} config.json but no model.safetensors or pytorch_model.bin (nor the shards of a "
-        f"{SAFETENSORS_INDEX}); save the model there with save_pretrained"
+        f"{SAFETENSORS_INDEX} or {BIN_INDEX}); save the model there with save_pretrained"
     )
 
 
@@ -256,7 +268,12 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
                         "num_labels); pass ignore_mismatched_sizes=True to start a new head, as in transformers")
     new_head = set(resized)
     loaded = {key: tensor for key, tensor in state.items() if belongs_here(key) and key not in new_head}
-    missing, unexpected = model.load_state_dict(loaded, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(loaded, strict=False)
+    except RuntimeError as err:  # a size mismatch: a config override (n_positions, vocab_size) that the weights lack
+        mismatch = next((line.strip() for line in str(err).splitlines() if "size mismatch" in line), str(err))
+        raise UserError(f"{source}'s weights do not fit this config ({mismatch}); leave out the override that "
+                        "changes a weight's shape (n_positions, vocab_size, n_embd...)") from err
     new_keys = (set() if keeps_lm_head else {"lm_head.weight"}) | (new_head if loads_saved_head else head_keys)
     missing_from_file = [key for key in missing if key not in new_keys]
     if missing_from_file or unexpected:
@@ -276,10 +293,10 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
 
 def load_converted_checkpoint(path: str | os.PathLike, model_class, family: CheckpointFamily, **kwargs):
     """`model_class`, in eval mode, from the transformers checkpoint at `path` (a folder or Hub repo) of `family`,
-    taking from_pretrained's arguments: `config=` (ours, or one of the family's), `dtype=` (default "auto": the
-    weights' own dtype), `attn_implementation=`, `ignore_mismatched_sizes=`, a one-device `device_map=`,
-    `generation_config=` (else the checkpoint's generation_config.json, as transformers loads it) and
-    `output_loading_info=True` (then returns (model, loading_info)). Other keyword arguments naming a config attribute
+    taking from_pretrained's arguments: `config=` (ours, or one of the family's), `dtype=` (default "auto":
+    config.json's dtype, else the weights' own, as transformers 5 reads them: loading_dtype), `attn_implementation=`,
+    `ignore_mismatched_sizes=`, a one-device `device_map=`, `generation_config=` (else the checkpoint's
+    generation_config.json, as transformers loads it) and `output_loading_info=True` (then returns (model, loading_info)). Other keyword arguments naming a config attribute
     override it (num_labels for a new task head); any other argument is refused by name (apply_config_overrides)."""
     source = f"{family.source} checkpoint {path}"
     config_dict = read_config_dict(path, **kwargs)
@@ -289,36 +306,52 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
     if kwargs.get("attn_implementation"):
         config._attn_implementation = kwargs["attn_implementation"]
     architecture = (config_dict.get("architectures") or [None])[0]
-    state = converted_state_dict(family, load_weights(path, family.source, **kwargs), architecture)
-    dtype = loading_dtype(kwargs.get("dtype", kwargs.get("torch_dtype", "auto")), state)
+    weights = load_weights(path, family.source, **kwargs)
+    dtype = loading_dtype(kwargs.get("dtype", kwargs.get("torch_dtype", "auto")), weights, config_dict)
+    state = converted_state_dict(family, weights, architecture)
     model, loading_info = model_and_loading_info(config, state, model_class, source, dtype=dtype,
                                                  ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes")))
     if device is not None:
         model.to(device)
     if model.can_generate():
-        attach_generation_config(model, path, **kwargs)
+        attach_generation_config(model, path, config_dict, **kwargs)
     model.eval()
     return (model, loading_info) if kwargs.get("output_loading_info") else model
 
 
-def loading_dtype(dtype, state: dict[str, torch.Tensor]) -> torch.dtype | None:
-    """The torch dtype a from_pretrained `dtype` argument asks for ("bfloat16", torch.bfloat16, or "auto": transformers
-    5's default, the checkpoint's own dtype; None, the default dtype, when its floating tensors have several)."""
-    if dtype == "auto":  # Llama files are usually bf16
-        floating = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
-        return floating.pop() if len(floating) == 1 else None
-    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+def loading_dtype(dtype, weights: dict[str, torch.Tensor], config_dict: dict) -> torch.dtype | None:
+    """The torch dtype a from_pretrained `dtype` argument asks for, by transformers 5's rule: "bfloat16",
+    torch.bfloat16, {"": torch.bfloat16}, None (the default dtype), or "auto" (the default): config.json's `dtype`
+    (`torch_dtype` in older files), else the first floating-point tensor's dtype in the checkpoint's own order (a bf16
+    file with fp32 norms loads in bf16, as LlamaForCausalLM loads it)."""
+    if isinstance(dtype, dict) and set(dtype) == {""}:
+        dtype = dtype[""]
+    if dtype == "auto":
+        saved = config_dict.get("dtype") or config_dict.get("torch_dtype")
+        if saved is None:
+            return next((tensor.dtype for tensor in weights.values() if tensor.is_floating_point()), None)
+        dtype = saved
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return getattr(torch, dtype)
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    raise UserError(f"dtype={dtype!r} is not a torch dtype; pass 'auto', a torch dtype (torch.bfloat16) or its name "
+                    "('bfloat16', 'float16', 'float32')")
 
 
-def attach_generation_config(model, path: str | os.PathLike, **kwargs) -> None:
-    """Give `model` the `generation_config=` argument, else the checkpoint's generation_config.json, as transformers'
-    from_pretrained does; without either it keeps the one its config implies. generate() reads its defaults from
-    there, not from config.json: Llama 3's list of eos ids, sampling settings, penalties, max_new_tokens."""
+def attach_generation_config(model, path: str | os.PathLike, config_dict: dict, **kwargs) -> None:
+    """Give `model` the `generation_config=` argument, else the checkpoint's generation_config.json, else the one its
+    config.json implies (an older checkpoint keeps repetition_penalty, max_length... there), as transformers'
+    from_pretrained does. generate() reads its defaults from there: Llama 3's list of eos ids, sampling settings,
+    penalties, max_new_tokens."""
+    from transformers import GenerationConfig
+
     generation_config = kwargs.get("generation_config")
     if generation_config is None:
         generation_config = saved_generation_config(path, **kwargs)
-    if generation_config is not None:
-        model.generation_config = copy.deepcopy(generation_config)
+    if generation_config is None:
+        generation_config = GenerationConfig.from_model_config(dict(config_dict))
+    model.generation_config = copy.deepcopy(generation_config)
 
 
 def saved_generation_config(path: str | os.PathLike, **kwargs):
@@ -345,15 +378,19 @@ def convert_model(reference, model_class, family: CheckpointFamily):
     return model.eval()
 
 
-def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor]):
+def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor],
+                                    generation_config=None):
     """`reference_class(reference_config)` (a transformers model), in eval mode, holding `state`: every weight it
     has, nothing else, in the weights' dtype (the other direction of `model_and_loading_info`; a bf16 model became
-    a float32 one, twice the memory, saved as float32)."""
+    a float32 one, twice the memory, saved as float32), with `generation_config` (ours: its eos ids, penalties and
+    lengths; the one its config implies dropped them)."""
     dtypes = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
     # built in that dtype as from_pretrained(dtype=...) builds it: .to(bfloat16) would also round Llama's RoPE
     # frequencies, which transformers keeps in float32
     reference = reference_class._from_config(reference_config, dtype=dtypes.pop() if len(dtypes) == 1 else None)
     reference.load_state_dict(state, strict=True)
+    if generation_config is not None and reference.can_generate():
+        reference.generation_config = copy.deepcopy(generation_config)
     return reference.eval()
 
 

@@ -154,7 +154,12 @@ def llama_config_from(config: GPTCustomConfig):
                          " export a model of that block (e.g. the llama-small preset), or keep this one as GPTCustom")
     fields = {theirs: getattr(config, ours) for theirs, ours in LLAMA_FIELDS.items()}
     fields.update(num_key_value_heads=config.n_kv_head, intermediate_size=config.inner_dim)
-    return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
+    try:
+        return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
+    except Exception as err:  # noqa: BLE001  LlamaConfig's own validators (huggingface_hub's strict dataclass)
+        reason = str(err.__cause__ or err).strip().splitlines()[-1].strip().rstrip(".")  # e.g. "The hidden size (30) is not..."
+        raise UserError(f"LlamaForCausalLM cannot express this GPTCustom config: {reason}; keep this model as "
+                        "GPTCustom") from err
 
 
 def to_llama_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:
@@ -195,7 +200,7 @@ def to_llama_model(model):
     reference_config = llama_config_from(model.config)
     reference_config._attn_implementation = model.config._attn_implementation
     state = to_llama_state_dict(model.state_dict(), model.config)
-    return transformers_model_with_weights(LlamaForCausalLM, reference_config, state)
+    return transformers_model_with_weights(LlamaForCausalLM, reference_config, state, model.generation_config)
 
 
 __all__ = [

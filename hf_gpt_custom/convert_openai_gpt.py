@@ -53,7 +53,10 @@ def config_from_openai_gpt(openai_config: dict) -> GPTCustomConfig:
                    f"afn must be one of {', '.join(ACTIVATIONS_FROM_AFN)}")
     if "OpenAIGPTDoubleHeadsModel" in (openai_config.get("architectures") or ()):
         refuse_unsupported_summary("OpenAIGPTDoubleHeadsModel", openai_config)
-    fields = {key: openai_config[key] for key in FIELDS_CARRIED_OVER if key in openai_config}
+    from transformers import OpenAIGPTConfig
+
+    defaults = OpenAIGPTConfig()  # a field config.json leaves out is transformers' default: no bos/eos, not GPT-2's
+    fields = {key: openai_config.get(key, getattr(defaults, key)) for key in FIELDS_CARRIED_OVER}
     return GPTCustomConfig(**fields, **GPT1_BLOCK, activation_function=ACTIVATIONS_FROM_AFN[afn])
 
 
@@ -153,7 +156,8 @@ def to_openai_gpt_model(model):
     from transformers import OpenAIGPTLMHeadModel
 
     state = to_openai_gpt_state_dict(model.state_dict(), model.config)
-    return transformers_model_with_weights(OpenAIGPTLMHeadModel, openai_gpt_config_from(model.config), state)
+    return transformers_model_with_weights(OpenAIGPTLMHeadModel, openai_gpt_config_from(model.config), state,
+                                           model.generation_config)
 
 
 __all__ = [

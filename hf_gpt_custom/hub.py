@@ -55,7 +55,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         check_repo_id(repo_id)
     if license is not None:
         license = hub_license(license)
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run_dir, out_dir = Path(run_dir), Path(out_dir).absolute()  # "." names no folder to stage beside
     final_dir = run_dir / "final"
     if not (final_dir / "config.json").is_file():
         raise MissingFileError(

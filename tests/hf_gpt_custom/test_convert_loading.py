@@ -233,3 +233,134 @@ def test_the_auto_classes_load_a_gpt2_folder_with_our_config(tmp_path, auto_clas
         expected = reference.transformer(input_ids).last_hidden_state
         got = getattr(ours, "transformer", ours)(input_ids).last_hidden_state
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+# --- what the conversion hunt found: each against transformers' own class on the same folder ----------------------
+
+
+def test_older_generation_settings_in_config_json_are_kept_as_transformers_keeps_them(tmp_path):
+    """An older checkpoint has no generation_config.json and keeps repetition_penalty, no_repeat_ngram_size and
+    max_length in config.json; transformers applies them, the conversion dropped them (10 more tokens, repeated)."""
+    import json
+
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    (tmp_path / "generation_config.json").unlink()
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "repetition_penalty": 3.0, "no_repeat_ngram_size": 2,
+                                                      "max_length": 14}))
+    theirs = GPT2LMHeadModel.from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    for name in ("repetition_penalty", "no_repeat_ngram_size", "max_length"):
+        assert getattr(ours.generation_config, name) == getattr(theirs.generation_config, name) is not None, name
+    prompt = torch.randint(3, 99, (1, 4), generator=torch.Generator().manual_seed(4))
+    assert ours.generate(prompt, pad_token_id=PAD).tolist() == theirs.generate(prompt, pad_token_id=PAD).tolist()
+
+
+@pytest.mark.parametrize("case", ["config says bf16, weights fp32", "no dtype, bf16 weights with fp32 norms"])
+def test_dtype_auto_is_the_dtype_transformers_loads(tmp_path, case):
+    """transformers 5 reads config.json's dtype first, then the first floating tensor (by name); the conversion
+    read only the weights and fell back to fp32 when they mixed dtypes (logits off by 0.14)."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    saved_folder(tmp_path, "LlamaForCausalLM")
+    config = json.loads((tmp_path / "config.json").read_text())
+    weights = load_file(tmp_path / "model.safetensors")
+    if case.startswith("config"):
+        config["dtype"] = "bfloat16"
+    else:
+        config.pop("dtype", None)
+        weights = {key: value if "norm" in key else value.to(torch.bfloat16) for key, value in weights.items()}
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    theirs = transformers.LlamaForCausalLM.from_pretrained(tmp_path).eval()
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert ours.dtype == theirs.dtype == torch.bfloat16
+    prompt = torch.randint(3, 99, (1, 7), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=1e-6)
+
+
+def test_sharded_pytorch_model_bin_checkpoints_load(tmp_path):
+    """pytorch_model.bin.index.json with its shards, as older repositories ship: transformers loads it, the
+    conversion said the folder had no weights."""
+    import json
+
+    reference = reference_model("GPT2LMHeadModel")
+    reference.config.save_pretrained(tmp_path)
+    state = reference.state_dict()
+    names = sorted(state)
+    shards = {"pytorch_model-00001-of-00002.bin": names[::2], "pytorch_model-00002-of-00002.bin": names[1::2]}
+    for shard, keys in shards.items():
+        torch.save({key: state[key].clone() for key in keys}, tmp_path / shard)
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {key: shard for shard, keys in shards.items() for key in keys}}))
+    theirs = GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    prompt = torch.randint(3, 99, (1, 7), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=1e-5)
+
+
+def test_an_openai_gpt_config_without_token_ids_has_none_as_transformers_reads_it(tmp_path):
+    """OpenAIGPTConfig has no bos/eos ids; the conversion filled in GPT-2's 50256 (past a 99-token vocabulary)."""
+    import json
+
+    torch.manual_seed(0)
+    openai = transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(
+        vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4)).eval()
+    openai.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({key: value for key, value in config.items()
+                                                      if key not in ("bos_token_id", "eos_token_id")}))
+    theirs = transformers.OpenAIGPTLMHeadModel.from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert (ours.config.bos_token_id, ours.config.eos_token_id) == (theirs.config.bos_token_id,
+                                                                    theirs.config.eos_token_id) == (None, None)
+    assert ours.generation_config.eos_token_id == theirs.generation_config.eos_token_id is None
+
+
+@pytest.mark.parametrize("to_reference", ["llama", "openai"])
+def test_converting_back_to_transformers_keeps_the_generation_config(to_reference):
+    """to_llama_model / to_openai_gpt_model gave the generation config their config implies: eos [2, 7, 9] became 2,
+    the penalty and max_new_tokens were gone."""
+    from hf_gpt_custom.convert_llama import to_llama_model
+    from hf_gpt_custom.convert_openai_gpt import from_openai_gpt_model, to_openai_gpt_model
+
+    if to_reference == "llama":
+        original = with_generation_settings(reference_model("LlamaForCausalLM"))
+        back = to_llama_model(from_llama_model(original, GPTCustomForCausalLM))
+    else:
+        torch.manual_seed(0)
+        original = with_generation_settings(randomize_(transformers.OpenAIGPTLMHeadModel(
+            transformers.OpenAIGPTConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4))).eval())
+        back = to_openai_gpt_model(from_openai_gpt_model(original, GPTCustomForCausalLM))
+    for name, value in GENERATION.items():
+        assert getattr(back.generation_config, name) == value, name
+    prompt = torch.randint(3, 99, (1, 5), generator=torch.Generator().manual_seed(4))
+    assert back.generate(prompt, pad_token_id=PAD).tolist() == original.generate(prompt, pad_token_id=PAD).tolist()
+
+
+@pytest.mark.parametrize("problem", ["bogus dtype", "config.json not JSON", "an override of a weight's shape"])
+def test_a_bad_folder_or_argument_is_one_line_naming_the_fix(tmp_path, problem):
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    kwargs, match = {}, None
+    if problem == "bogus dtype":
+        kwargs, match = {"dtype": "bogus"}, "dtype='bogus' is not a torch dtype; pass 'auto'"
+    elif problem == "config.json not JSON":
+        (tmp_path / "config.json").write_text("{'n_layer': 2,")
+        match = "config.json is not valid JSON"
+    else:
+        kwargs, match = {"n_positions": 48}, "weights do not fit this config .*size mismatch.*leave out the override"
+    with pytest.raises(UserError, match=match):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, **kwargs)
+
+
+def test_a_config_llama_cannot_express_is_refused_by_name_when_converting_back():
+    """n_embd=30 with 4 heads of head_dim 8: LlamaConfig's own validation error came from deep inside transformers."""
+    from hf_gpt_custom.convert_llama import LLAMA_BLOCK, to_llama_model
+
+    config = GPTCustomConfig(vocab_size=50, n_positions=32, n_embd=30, n_layer=1, n_head=4, head_dim=8, **LLAMA_BLOCK)
+    with pytest.raises(UserError, match="LlamaForCausalLM cannot express this GPTCustom config: .*keep this model"):
+        to_llama_model(GPTCustomForCausalLM(config))

@@ -168,6 +168,18 @@ def test_a_license_the_hub_would_refuse_is_named_at_export(exported, tmp_path, c
     assert "license: SomeOrg-Research-7" in (tmp_path / "new" / "README.md").read_text()  # kept as given
 
 
+def test_export_into_the_working_directory_as_dot(exported, tmp_path, monkeypatch):
+    """`hf-gpt-custom export RUN .` from an empty folder stopped with ValueError: PosixPath('.') has an empty name."""
+    from hf_gpt_custom.cli import main
+
+    run_dir, _ = exported
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    main(["export", str(run_dir), "."])
+    assert (here / "README.md").is_file() and (here / "model.safetensors").is_file()
+
+
 def test_two_edited_exports_in_one_second_keep_both_edits(exported, tmp_path, monkeypatch):
     """The kept folder's name had one-second resolution: the second move failed with a bare OSError (Directory not
     empty), and the staging folder it left blocked every later export."""
