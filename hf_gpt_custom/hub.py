@@ -104,7 +104,6 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     tokenizer = type(saved_tokenizer).from_pretrained(
         final_dir, model_max_length=max_length, pad_token=pad_token,
         padding_side="left" if head_class is None else saved_tokenizer.padding_side,
-        truncation_side=saved_tokenizer.truncation_side,  # a task head's: the side fine-tuning cut its inputs on
     )
     tokenizer.save_pretrained(staging)  # tokenizer files + tokenizer_config.json (ours: auto_map, tokenization_*.py)
     card.save(staging / "README.md")
