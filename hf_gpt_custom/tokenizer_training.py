@@ -274,8 +274,9 @@ def _read_text_file(path: Path) -> Iterator[str]:
     block_chars = 0
     try:
         # Universal newlines ("\r\n" and "\r" read as "\n"), as datasets' text builder reads the file for training:
-        # a vocabulary learned on "\r" that training never sees would spend merges on it.
-        with open(path, encoding="utf-8") as handle:
+        # a vocabulary learned on "\r" that training never sees would spend merges on it. utf-8-sig: a byte-order
+        # mark is no text, as training reads it (corpus.py).
+        with open(path, encoding="utf-8-sig") as handle:
             for line in handle:
                 cut = _safe_cut(line) if block_chars >= TEXT_BLOCK_CHARS else None
                 if cut is not None:

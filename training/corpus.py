@@ -50,7 +50,10 @@ def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Pat
     if not path.is_dir():
         raise MissingFileError(f"{what} {str(path)!r} not found; give a file or a folder of "
                                f"{', '.join(CORPUS_SUFFIXES)} files")
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES)
+    # hidden files and folders are skipped, as datasets skips them: Jupyter's .ipynb_checkpoints/ holds copies of the
+    # data, which trained on the validation text of the tail holdout
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES
+                   and not any(part.startswith((".", "__")) for part in p.relative_to(path).parts))
     if not files:
         raise MissingFileError(f"{what} folder {path} has no {', '.join(CORPUS_SUFFIXES)} files; point at the files "
                                f"themselves")
@@ -139,6 +142,7 @@ def load_text_dataset(
         kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
         if builder == "text":
             kwargs["sample_by"] = sample_by
+            kwargs["encoding"] = "utf-8-sig"  # a byte-order mark is no text (it trained as the tokens ï » ¿)
             text_field = "text"
         if not streaming:
             kwargs["cache_dir"] = content_cache_dir(source, cache_dir)
@@ -158,6 +162,7 @@ def load_text_dataset(
             _raise_first_unreadable_text_file(files)
         description = str(source)
     else:
+        builder = None  # a Hub dataset: records
         try:
             dataset = datasets.load_dataset(source, dataset_config, split=split, streaming=streaming,
                                             cache_dir=None if cache_dir is None else str(cache_dir), revision=revision)
@@ -180,6 +185,8 @@ def load_text_dataset(
         dataset = dataset.select_columns([text_field])
     if text_field != "text":
         dataset = dataset.rename_column(text_field, "text")
+    if builder != "text":  # records, local or Hub: a blank row (WikiText's) is no document either
+        dataset = _drop_blank_lines(dataset)
     return dataset
 
 
@@ -199,12 +206,13 @@ def _split_paragraphs_at_whitespace_lines(dataset):
 
 
 def _drop_blank_lines(dataset):
-    """A line empty or of spaces alone is no document (transformers' run_clm --line_by_line drops it too): kept,
-    each became a lone <|endoftext|> in the packed blocks and counted toward val_fraction."""
+    """A line or record empty or of spaces alone is no document (transformers' run_clm --line_by_line drops it too):
+    kept, each became a lone <|endoftext|> in the packed blocks and counted toward val_fraction. A row whose text is
+    not a string (null) is kept, for the tokenizing step to name it."""
     import datasets
 
     def is_text(batch: dict[str, list]) -> list[bool]:
-        return [bool(text.strip()) for text in batch["text"]]
+        return [not isinstance(text, str) or bool(text.strip()) for text in batch["text"]]
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.filter(is_text, batched=True)

@@ -34,8 +34,9 @@ from hf_gpt_custom.training.run_lock import claim_build_folder
 logger = logging.getLogger(__name__)
 
 # Bump when the packing or caching logic changes so old caches are not reused. 4: version 3 could store the text of
-# a replaced file's old contents under its new contents' key (the raw-text cache knew files by path and mtime).
-CACHE_FORMAT_VERSION = 4
+# a replaced file's old contents under its new contents' key (the raw-text cache knew files by path and mtime). 5: a
+# byte-order mark, blank records and hidden files in a folder are no longer documents.
+CACHE_FORMAT_VERSION = 5
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 

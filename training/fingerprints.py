@@ -16,7 +16,8 @@ from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source
 
 # The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash).
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "tokenizer.model")  # AutoTokenizer reads the last two too: they change ids
 
 
 def tokenizer_file_sha256s(folder: str | os.PathLike) -> dict[str, str]:

@@ -427,3 +427,61 @@ def test_one_document_says_how_to_split_it(make_config, tokenizer, shakespeare_t
     with pytest.raises(ValueError, match=r"has 1 document\(s\), too few to hold out validation; split it into more "
                                          r"documents with text_sample_by=line \(now paragraph\)"):
         prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+
+
+# --- what the data-pipeline hunt found ------------------------------------------------------------------------------
+
+
+def test_hidden_copies_in_a_data_folder_are_not_read(tmp_path):
+    """Jupyter's .ipynb_checkpoints/ holds a copy of the data: with the tail holdout every validation document was
+    also trained on. datasets' own folder resolution skips hidden files and folders; so does ours now."""
+    from datasets.data_files import DataFilesDict
+
+    from hf_gpt_custom.training.corpus import list_local_files
+
+    folder = tmp_path / "corpus"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    (folder / "speeches.txt").write_text("ROMEO:\nBut soft!\n", encoding="utf-8")
+    (folder / ".ipynb_checkpoints" / "speeches-checkpoint.txt").write_text("ROMEO:\nBut soft!\n", encoding="utf-8")
+    (folder / ".hidden.txt").write_text("a hidden file\n", encoding="utf-8")
+    datasets_reads = [str(path) for path in DataFilesDict.from_patterns({"train": ["**"]}, str(folder))["train"]]
+    assert [str(path) for path in list_local_files(folder)] == datasets_reads == [str(folder / "speeches.txt")]
+
+
+def test_a_byte_order_mark_is_no_text(tmp_path):
+    """A UTF-8 file saved with a BOM (Notepad) trained on the tokens of U+FEFF. Reference: Python's utf-8-sig."""
+    path = tmp_path / "bom.txt"
+    path.write_bytes("\ufeffROMEO:\nBut soft!\n\nJULIET:\nAy me!\n".encode("utf-8"))
+    expected = path.read_text(encoding="utf-8-sig").split("\n\n")
+    documents = load_text_dataset(str(path), cache_dir=tmp_path)["text"]
+    assert [text.strip("\n") for text in documents] == [text.strip("\n") for text in expected]
+    assert not any("\ufeff" in text for text in documents)
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    assert "".join(iter_corpus(path)) == path.read_text(encoding="utf-8-sig")  # the tokenizer trainer reads it so too
+
+
+def test_blank_records_are_no_documents_as_blank_lines_are_not(tmp_path):
+    """WikiText laid out one row per line (as on the Hub) is a third blank rows; each became a lone <|endoftext|>
+    and counted toward val_fraction, where the same lines in a .txt are dropped. Reference: run_clm's rule."""
+    rows = ["", " = Robert Boulter = ", " ", "Robert Boulter is an English actor .", "\n", "He had a role ."]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": row}) + "\n" for row in rows), encoding="utf-8")
+    expected = [row for row in rows if len(row) > 0 and not row.isspace()]
+    assert load_text_dataset(str(path), cache_dir=tmp_path)["text"] == expected
+    assert [row["text"] for row in load_text_dataset(str(path), streaming=True)] == expected
+
+
+def test_added_tokens_json_is_part_of_the_cache_key(make_config, shakespeare_tokenizer_dir, tmp_path):
+    """AutoTokenizer reads added_tokens.json (it changes the ids), but the packed-data cache key hashed five other
+    files only: adding tokens reused blocks encoded without them."""
+    import shutil
+
+    from hf_gpt_custom.training.data import compute_cache_key
+
+    folder = tmp_path / "tokenizer"
+    shutil.copytree(shakespeare_tokenizer_dir, folder)
+    config = make_config()
+    before = compute_cache_key(config, folder)
+    (folder / "added_tokens.json").write_text(json.dumps({"ROMEO:": 512}), encoding="utf-8")
+    assert compute_cache_key(config, folder) != before
