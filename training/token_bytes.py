@@ -48,10 +48,15 @@ class TokenBytes:
         """The tables for `tokenizer`, padded with 0 up to `vocab_size` (ids past the tokenizer never occur)."""
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special_ids = set(tokenizer.all_special_ids)
+        # tokenizer.add_tokens(["señor"]): an added token is its plain text, not byte-level characters ("ñ" is one of
+        # those too, so it counted 5 bytes of 6)
+        added = {token_id: token.content for token_id, token in tokenizer.added_tokens_decoder.items()
+                 if not token.special and token_id not in special_ids}
         byte_alphabet = set(bytes_to_unicode().values())
-        is_byte_level = all(token is None or token_id in special_ids or set(token) <= byte_alphabet
-                            for token_id, token in enumerate(tokens))
+        is_byte_level = all(token is None or token_id in special_ids or token_id in added
+                            or set(token) <= byte_alphabet for token_id, token in enumerate(tokens))
         within = [0 if token is None or token_id in special_ids
+                  else len(added[token_id].encode("utf-8")) if token_id in added
                   else len(token) if is_byte_level else _piece_bytes(token)
                   for token_id, token in enumerate(tokens)]
         at_start = list(within)
@@ -62,7 +67,9 @@ class TokenBytes:
         padding = [0] * max(0, (vocab_size or 0) - len(within))
         # a special token's text in a document must count its bytes, not 0 as the special token would
         special_probes = tuple(f"it says {token} in the text" for token in dict.fromkeys(tokenizer.all_special_tokens))
-        return cls(torch.tensor(within + padding), torch.tensor(at_start + padding), PROBES + special_probes)
+        added_probes = tuple(f"it says {text} in the text" for text in added.values())
+        return cls(torch.tensor(within + padding), torch.tensor(at_start + padding),
+                   PROBES + special_probes + added_probes)
 
     def to(self, device) -> TokenBytes:
         return TokenBytes(self.within.to(device), self.at_start.to(device), self.probes)

@@ -57,6 +57,18 @@ def test_special_token_text_in_a_document_counts_its_bytes(byte_level, shakespea
         "'it says <|endoftext|> in the text': 20 bytes counted, 33 in the text"]
 
 
+def test_added_tokens_count_the_bytes_of_their_text(shakespeare_tokenizer_dir):
+    """tokenizer.add_tokens(["señor"]): an added token is plain text, but the table counted its characters as
+    byte-level ones ("ñ" is one of those), 5 bytes of 6, and no probe noticed (4.71 bits per byte against 4.63)."""
+    import hf_gpt_custom  # noqa: F401
+
+    tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
+    tokenizer.add_tokens(["señor", "Zürich", "plain"])
+    texts = ["Buenos días, señor, from Zürich.", "señor", "a plain word"]
+    assert counted_bytes_of_documents(tokenizer, texts) == sum(len(t.encode("utf-8")) for t in texts)
+    assert TokenBytes.of(tokenizer).check(document_encoder(tokenizer)) == []
+
+
 def test_sentencepiece_pieces_count_their_spaces_and_fallback_bytes(shakespeare_path):
     """Decoding a piece alone drops its leading space and turns a lone byte into U+FFFD's three bytes: that count
     was 42,730 bytes for 50,000 of held-out Shakespeare, a bits-per-byte figure 1.17x too high."""
