@@ -66,7 +66,10 @@ def test_added_tokens_count_the_bytes_of_their_text(shakespeare_tokenizer_dir):
     tokenizer.add_tokens(["señor", "Zürich", "plain"])
     texts = ["Buenos días, señor, from Zürich.", "señor", "a plain word"]
     assert counted_bytes_of_documents(tokenizer, texts) == sum(len(t.encode("utf-8")) for t in texts)
-    assert TokenBytes.of(tokenizer).check(document_encoder(tokenizer)) == []
+    table = TokenBytes.of(tokenizer)
+    assert table.check(document_encoder(tokenizer)) == []
+    table.within[tokenizer.convert_tokens_to_ids("señor")] = 5  # the old count: check() probes every added token
+    assert table.check(document_encoder(tokenizer)) == ["'it says señor in the text': 23 bytes counted, 24 in the text"]
 
 
 def test_sentencepiece_pieces_count_their_spaces_and_fallback_bytes(shakespeare_path):
