@@ -157,7 +157,7 @@ def llama_config_from(config: GPTCustomConfig):
     try:
         return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
     except Exception as err:  # noqa: BLE001  LlamaConfig's own validators (huggingface_hub's strict dataclass)
-        reason = str(err.__cause__ or err).strip().splitlines()[-1].strip().rstrip(".")  # e.g. "The hidden size (30) is not..."
+        reason = str(err.__cause__ or err).strip().splitlines()[-1].strip().rstrip(".")  # "The hidden size (30)..."
         raise UserError(f"LlamaForCausalLM cannot express this GPTCustom config: {reason}; keep this model as "
                         "GPTCustom") from err
 

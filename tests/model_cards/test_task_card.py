@@ -93,7 +93,8 @@ def test_a_task_on_a_local_file_of_no_known_hub_copy_has_no_model_index_entry(bo
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     summary = json.loads((copy / "training_summary.json").read_text())
-    (copy / "training_summary.json").write_text(json.dumps({**summary, "dataset": str(tmp_path / "mine" / "train.jsonl")}))
+    local_file = str(tmp_path / "mine" / "train.jsonl")
+    (copy / "training_summary.json").write_text(json.dumps({**summary, "dataset": local_file}))
     card = build_model_card(copy)
     assert "model-index" not in card.data.to_dict() and card.data.datasets is None
     assert f"{summary['val_accuracy']:.4f}" in card.text and "`train.jsonl`" in card.text

@@ -662,7 +662,8 @@ def test_final_and_export_of_a_tokenizer_of_another_class_cut_as_fine_tuning_cut
     words = ["<|endoftext|>", "[UNK]", *WORDS]
     backend = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", unk_token="[UNK]").save_pretrained(base)
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>",
+                            unk_token="[UNK]").save_pretrained(base)
     torch.manual_seed(0)
     GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(words), n_positions=32, n_embd=32, n_layer=2, n_head=2,
                                          bos_token_id=0, eos_token_id=0)).save_pretrained(base)

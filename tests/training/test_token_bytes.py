@@ -69,7 +69,8 @@ def test_added_tokens_count_the_bytes_of_their_text(shakespeare_tokenizer_dir):
     table = TokenBytes.of(tokenizer)
     assert table.check(document_encoder(tokenizer)) == []
     table.within[tokenizer.convert_tokens_to_ids("señor")] = 5  # the old count: check() probes every added token
-    assert table.check(document_encoder(tokenizer)) == ["'it says señor in the text': 25 bytes counted, 26 in the text"]
+    assert table.check(document_encoder(tokenizer)) == [
+        "'it says señor in the text': 25 bytes counted, 26 in the text"]
 
 
 def test_sentencepiece_pieces_count_their_spaces_and_fallback_bytes(shakespeare_path):
