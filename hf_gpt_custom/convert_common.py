@@ -297,7 +297,8 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
     config.json's dtype, else the weights' own, as transformers 5 reads them: loading_dtype), `attn_implementation=`,
     `ignore_mismatched_sizes=`, a one-device `device_map=`, `generation_config=` (else the checkpoint's
     generation_config.json, as transformers loads it) and `output_loading_info=True` (then returns (model,
-    loading_info)). Other keyword arguments naming a config attribute override it (num_labels for a new task head); any other argument is refused by name (apply_config_overrides)."""
+    loading_info)). Other keyword arguments naming a config attribute override it (num_labels for a new task head);
+    any other argument is refused by name (apply_config_overrides)."""
     source = f"{family.source} checkpoint {path}"
     config_dict = read_config_dict(path, **kwargs)
     config = config_for_loading(family, config_dict, kwargs.get("config"), path)
