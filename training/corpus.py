@@ -160,6 +160,9 @@ def load_text_dataset(
             dataset = _drop_blank_lines(dataset)
         if builder == "text" and not streaming and len(dataset) == 0:
             _raise_first_unreadable_text_file(files)
+        if builder == "json" and not streaming and text_field in dataset.column_names \
+                and dataset.data.column(text_field).null_count:  # arrow's count: no pass over the rows
+            _raise_first_bad_json_line(files, text_field, ValueError(f"a null {text_field!r}"))  # names file and line
         description = str(source)
     else:
         builder = None  # a Hub dataset: records

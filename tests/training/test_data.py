@@ -156,6 +156,16 @@ def test_malformed_jsonl_line_is_named(shared_data_dir, tmp_path):
         load_text_dataset(str(path), cache_dir=tmp_path / "raw")
 
 
+def test_a_null_text_row_is_named_by_file_and_line(tmp_path):
+    """A row {"text": null} parses; the error came later as "texts[1] is NoneType" or "document 2 in training's
+    order", naming neither the file nor the line."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"text": "a row"}\n\n{"text": null}\n{"text": "another"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"rows.jsonl line 3: expected a JSON object with a string 'text' field, "
+                                         r"got '\{\"text\": null\}'"):
+        load_text_dataset(str(path), cache_dir=tmp_path / "raw")
+
+
 def test_missing_local_dataset_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="empty has no .txt, .text, .raw, .jsonl"):
         (tmp_path / "empty").mkdir()
