@@ -49,7 +49,9 @@ class CausalLMScorer:
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.max_length = max_length or resolve_max_length(model.config, tokenizer)
-        self.share_context = share_context
+        # The shared-prefix pass pads each prefix's KV cache to the longest of its batch; a sliding or local window
+        # counted in cache columns then covers other tokens (GPT-Neo, Mistral, Gemma-3, Phi-3: up to 22 nats off).
+        self.share_context = share_context and not attends_through_a_window(model.config)
         # Context tokens whose KV caches are kept at once while their choices are sorted by length: ~50 zero-shot
         # HellaSwag questions, a few 5-shot ones. Bounds memory: GPT-2 small keeps 2048 x 12 layers x 2 x 768
         # floats = 150 MB.
@@ -219,6 +221,17 @@ class CausalLMScorer:
             progress.update(len(batch))
         progress.close()
         return outputs  # type: ignore[return-value]
+
+
+def attends_through_a_window(config) -> bool:
+    """Whether some layer attends through a sliding, local or chunked window (Mistral's and Phi-3's sliding_window,
+    Gemma-3's layer_types, GPT-Neo's local attention_layers, Llama 4's attention chunks), not the whole context."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True) is not False:
+        return True  # Qwen2 carries a sliding_window it does not use (use_sliding_window=False)
+    kinds = [*(getattr(text, "layer_types", None) or ()), *(getattr(text, "attention_layers", None) or ())]
+    return bool(getattr(text, "attention_chunk_size", None)) or any(
+        word in str(kind) for kind in kinds for word in ("sliding", "local", "chunked"))
 
 
 def _vocab_size(model) -> int:
