@@ -163,10 +163,11 @@ def openbookqa_to_choices(docs: list[dict]) -> list[dict]:
 
 
 def triviaqa_to_aliases(docs: list[dict]) -> list[dict]:
-    """llm-foundry TriviaQA (built from lm-eval's docs): question / aliases in lm-eval's order. A few-shot example
-    shows the first alias, as lm-eval's does ("Onion skins", not the canonical "Onion"); gold is every alias, which
-    always includes the canonical answer in this file."""
-    return [{"question": doc["context"].removeprefix("Question: ").removesuffix("\nAnswer:"),
+    """llm-foundry TriviaQA (built from lm-eval's docs): question (with the "?" lm-eval's template adds to the raw
+    question, as on the Hub: 377 of the 3,000 do not end in one, and the others get a second) / aliases in
+    lm-eval's order. A few-shot example shows the first alias, as lm-eval's does ("Onion skins", not the canonical
+    "Onion"); gold is every alias, which always includes the canonical answer in this file."""
+    return [{"question": doc["context"].removeprefix("Question: ").removesuffix("\nAnswer:") + "?",
              "aliases": list(doc["aliases"])} for doc in docs]
 
 

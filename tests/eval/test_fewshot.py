@@ -4,6 +4,7 @@ not fit drop examples (never the target) and say so; impossible requests are cle
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -106,12 +107,40 @@ def test_triviaqa_examples_show_the_answer_lm_eval_shows(shared_data_dir):
     ours = spec.docs("test", shared_data_dir)[:200]
     differs = 0
     for row, doc in zip(rows, ours):
-        # the question as the file has it (its wording is checked elsewhere); the answer as lm-eval picks it
-        turn = ConfigurableTask.build_qa_turn(None, q=row["context"], a=row["aliases"])
+        # the prompt as lm-eval's template renders the file's raw question (checked below); the answer as lm-eval
+        # picks it
+        turn = ConfigurableTask.build_qa_turn(None, q=row["context"].removesuffix("\nAnswer:") + "?\nAnswer:",
+                                              a=row["aliases"])
         assert spec.fewshot_example(doc) + "\n\n" == messages_to_text(turn)  # lm-eval's few-shot delimiter after it
         assert set(spec.target(doc)) == set(row["aliases"])
         differs += row["aliases"][0] != row["answer"]
     assert differs > 100  # the canonical answer is often not lm-eval's first alias: the test can tell them apart
+
+
+@pytest.mark.parametrize("protocol", ["ours", "lm-eval"])
+def test_triviaqa_prompts_are_lm_evals_template_on_the_raw_question(shared_data_dir, protocol):
+    """lm-eval renders `Question: {{question}}?\nAnswer:` over the raw question; the llm-foundry file holds that raw
+    question (377 of 3,000 end without "?"), and the transform used it as it was: every prompt lacked lm-eval's "?".
+    Reference: lm-eval's own triviaqa YAML, rendered with jinja2; and its generation budget, HFLM's default."""
+    import json
+
+    import jinja2
+    import yaml
+    from lm_eval.models.huggingface import HFLM
+
+    import lm_eval
+
+    reference = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks" / "triviaqa" / "default.yaml").read_text())
+    template = jinja2.Template(reference["doc_to_text"], keep_trailing_newline=True)
+    spec = load_task("triviaqa", protocol=protocol)
+    rows = [json.loads(line) for line in (shared_data_dir / "triviaqa" / "triviaqa_sm_sub_llmfoundry.jsonl")
+            .read_text(encoding="utf-8").splitlines()[:300]]
+    for row, doc in zip(rows, spec.docs("test", shared_data_dir)[:300]):
+        raw = row["context"].removeprefix("Question: ").removesuffix("\nAnswer:")
+        assert spec.text(doc) == template.render(question=raw)
+    if protocol == "lm-eval":
+        assert "max_gen_toks" not in reference["generation_kwargs"]  # so HFLM's default applies
+        assert spec.generation_kwargs["max_gen_toks"] == HFLM.max_gen_toks.fget(None) == 256
 
 
 def test_triviaqa_from_the_hub_keeps_lm_evals_aliases_and_order():
