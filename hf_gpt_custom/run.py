@@ -66,7 +66,8 @@ def _run_stages(config, start_over: bool = False) -> Path:
         record = state["stages"].get(stage, {})
         if record.get("status") in ("done", "skipped"):
             if _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir) \
-                    and _scored_on_these_benchmarks(record, benchmarks) and _read_these_reports(record, run_dir):
+                    and _scored_on_these_benchmarks(record, benchmarks) and _read_these_reports(record, run_dir) \
+                    and _wrote_what_is_there(record, run_dir):
                 continue
             # what it wrote was moved aside, or made from another final/, other benchmark files or other reports
             state["stages"].pop(stage)
@@ -92,6 +93,8 @@ def _run_stages(config, start_over: bool = False) -> Path:
             state["stages"][stage]["benchmarks"] = benchmarks
         if stage in _REPORTS_READ:
             state["stages"][stage]["reports"] = _report_identities(run_dir, _REPORTS_READ[stage])
+        if stage in _REPORTS_WRITTEN and status == "done":
+            state["stages"][stage]["wrote"] = _report_identities(run_dir, _REPORTS_WRITTEN[stage])
         _save_state(run_dir, state)
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
@@ -167,6 +170,12 @@ def _scored_on_these_benchmarks(record: dict[str, Any], benchmarks: str | None) 
 _REPORTS_READ = {"export": ("config.yaml", "training_summary.json", "eval/results.json")}
 
 
+# The reports a stage writes that another command can rewrite or delete: a hand `eval --out <run>/eval` (another
+# model, tasks or limit), or a hand `train` (another eval_batches), replaced what `run` made, and the card published
+# it as this run's; a deleted results.json left the card without results. Such a stage runs again.
+_REPORTS_WRITTEN = {"train": ("training_summary.json",), "eval": ("eval/results.json",)}
+
+
 def _report_identities(run_dir: Path, names: tuple[str, ...]) -> dict[str, str | None]:
     """name -> sha256 of each of `names` in the run folder (None where absent)."""
     from .manifest import sha256_file
@@ -178,6 +187,12 @@ def _read_these_reports(record: dict[str, Any], run_dir: Path) -> bool:
     """False when a report file the stage read has changed since (see _REPORTS_READ); records without them, trusted."""
     reports = record.get("reports")
     return reports is None or reports == _report_identities(run_dir, tuple(reports))
+
+
+def _wrote_what_is_there(record: dict[str, Any], run_dir: Path) -> bool:
+    """False when a report the stage wrote (_REPORTS_WRITTEN) was changed or deleted since; records without, trusted."""
+    wrote = record.get("wrote")
+    return wrote is None or wrote == _report_identities(run_dir, tuple(wrote))
 
 
 def _print_outputs(run_dir: Path) -> None:

@@ -101,15 +101,45 @@ def test_changing_eval_batches_or_peak_flops_rewrites_the_summary_and_the_export
     exported = _summary(run_dir / "export")
     assert (exported["final_val_loss"], exported["mfu"]) == (after["final_val_loss"], after["mfu"])
 
-    # `train` in the folder rewrites the summary (its wall time at least): the next `run` exports it again
-    train(load_train_config(SMOKE_CONFIG, changed))
-    assert _summary(run_dir)["wall_time_s"] != exported["wall_time_s"]
+    # `train` by hand in the folder, with another eval_batches, rewrites the summary: the next `run` finishes its
+    # train stage again (the summary it wrote is gone) and exports the figures of its own settings
+    train(load_train_config(SMOKE_CONFIG, [*changed, "eval_batches=3"]))
+    assert _summary(run_dir)["val_blocks_scored"] == 24
     capsys.readouterr()
     run_pipeline(SMOKE_CONFIG, changed)
-    assert _stages_run(capsys) == ["export"]
-    assert _summary(run_dir / "export")["wall_time_s"] == _summary(run_dir)["wall_time_s"]
+    assert _stages_run(capsys) == ["train", "export"]
+    assert _summary(run_dir)["val_blocks_scored"] == _summary(run_dir / "export")["val_blocks_scored"] == 40
+    assert _summary(run_dir)["final_val_loss"] == pytest.approx(_validation_loss_by_hand(run_dir, 5), rel=1e-5)
     run_pipeline(SMOKE_CONFIG, changed)
     assert _stages_run(capsys) == []
+
+
+def test_results_rewritten_or_deleted_by_hand_are_made_again_by_the_next_run(overrides, tmp_path, capsys):
+    """A hand `eval --out <run>/eval` (another model, tasks or limit) replaced run's results and the card published
+    them as this run's; a deleted results.json left eval "done" and the card without results. Reference: run's own
+    settings, and final/ evaluated apart with them."""
+    from hf_gpt_custom.eval.runner import evaluate
+
+    settings = [*overrides[:-1], "benchmark_tasks=[copa]", "benchmark_shots=[0]", "benchmark_limit=6"]
+    run_dir = run_pipeline(SMOKE_CONFIG, settings)
+    truth = evaluate(str(run_dir / "final"), tasks=["copa"], shots=[0], limit=6, device="cpu", show_progress=False)
+
+    def card_results() -> dict:
+        results = json.loads((run_dir / "export" / "eval" / "results.json").read_text())
+        return {"limit": results["config"]["limit"], "values": [row["value"] for row in results["results"]]}
+
+    expected = {"limit": 6, "values": [row["value"] for row in truth.results]}
+    assert card_results() == expected
+    evaluate(str(run_dir / "final"), tasks=["copa"], shots=[0], limit=2, device="cpu", show_progress=False,
+             out_dir=run_dir / "eval")  # by hand, into the run folder
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, settings)
+    # eval runs again; its results.json is then byte for byte the one export read, so export has nothing to redo
+    assert _stages_run(capsys) == ["eval"] and card_results() == expected
+    (run_dir / "eval" / "results.json").unlink()
+    run_pipeline(SMOKE_CONFIG, settings)
+    assert _stages_run(capsys) == ["eval"] and card_results() == expected
+    assert "model-index" in (run_dir / "export" / "README.md").read_text()
 
 
 def test_a_rerun_without_benchmarks_sets_the_earlier_evaluation_aside_and_says_where(tmp_path, capsys):
