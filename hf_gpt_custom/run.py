@@ -294,10 +294,31 @@ def _fingerprint(config) -> dict[str, Any]:
     ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS - _REPORT_KEYS
     fingerprint = {key: value for key, value in config.to_dict().items() if key not in ignored}
     fingerprint.update({f"{_CONTENTS}{role}": sha256 for role, sha256 in input_fingerprints(config).items()})
-    return fingerprint
+    return _with_model_keys(fingerprint)
 
 
 _CONTENTS = "contents."
+# Set from the tokenizer and block_size when the section leaves them out: an explicit value is never "the default".
+_MODEL_KEYS_SET_ELSEWHERE = {"vocab_size", "n_positions", "bos_token_id", "eos_token_id"}
+
+
+def _with_model_keys(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """`fingerprint` with its `model` section as model.<field> entries, a preset expanded and a field at its default
+    left out, as train's resume check compares it: `model.activation_function=gelu_new` (GPT-2's default) was
+    refused by `run` alone, naming the whole section. (A state saved with the section as one dict reads the same.)"""
+    from hf_gpt_custom.architecture import PRESETS
+    from hf_gpt_custom.training.model_section import architecture_defaults, split_preset
+
+    if not isinstance(fingerprint.get("model"), dict):
+        return fingerprint
+    preset, fields = split_preset(fingerprint["model"])
+    fields = {**PRESETS.get(preset, {}), **fields}
+    # every field, at its default where the section leaves it out (None: set from the tokenizer or block_size), so
+    # both sides hold the same keys and a field set back to its default is a change too
+    defaults = {key: None if key in _MODEL_KEYS_SET_ELSEWHERE else value
+                for key, value in architecture_defaults().items()}
+    entries = {f"model.{key}": value for key, value in {**defaults, **fields}.items()}
+    return {**{key: value for key, value in fingerprint.items() if key != "model"}, **entries}
 
 
 def _describe_change(key: str, saved: Any, now: Any, config) -> str:
@@ -316,7 +337,7 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
         state = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
-    saved = _with_auto_precision_resolved(state.get("config", {}), config)
+    saved = _with_model_keys(_with_auto_precision_resolved(state.get("config", {}), config))
     # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     moved = _moved_inputs(saved, fingerprint)

@@ -156,3 +156,28 @@ def test_a_rerun_without_benchmarks_sets_the_earlier_evaluation_aside_and_says_w
     (aside,) = run_dir.glob("eval_set_aside_*")
     assert (aside / "results.json").read_text() == '{"results": []}'
     assert f"the earlier evaluation in {run_dir / 'eval'} was moved to {aside}" in capsys.readouterr().out
+
+
+def test_the_model_section_is_compared_field_by_field_as_train_compares_it(overrides, capsys):
+    """`run` compared the section as written: `model.activation_function=gelu_new` (GPT-2's default, which `train`
+    accepts) was refused, naming the whole dict. A field changed, or set back to its default, is a change."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.training.model_section import architecture_defaults
+
+    assert architecture_defaults()["activation_function"] == "gelu_new"
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, [*overrides, "model.activation_function=gelu_new"])
+    assert _stages_run(capsys) == []
+    with pytest.raises(UserError, match=r"model.n_layer: 2 -> 3\b"):
+        run_pipeline(SMOKE_CONFIG, [*overrides, "model.n_layer=3"])
+    with pytest.raises(UserError, match=r"model.n_layer: 2 -> 12\b"):  # smoke.yaml's 2 left out: GPTCustom's 12
+        run_pipeline(SMOKE_CONFIG, [*overrides, "model={n_head: 2, n_embd: 32}"])
+    # a state saved with the section as one dict (before this rule) continues with the same command
+    state_file = run_dir / "pipeline_state.json"
+    state = json.loads(state_file.read_text())
+    state["config"] = {key: value for key, value in state["config"].items() if not key.startswith("model.")}
+    state["config"]["model"] = {"n_layer": 2, "n_head": 2, "n_embd": 32}
+    state_file.write_text(json.dumps(state))
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == []
