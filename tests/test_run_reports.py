@@ -181,3 +181,17 @@ def test_the_model_section_is_compared_field_by_field_as_train_compares_it(overr
     state_file.write_text(json.dumps(state))
     run_pipeline(SMOKE_CONFIG, overrides)
     assert _stages_run(capsys) == []
+    state["config"]["model"] = {"n_layer": 3, "n_head": 2, "n_embd": 32}  # ... and its change is still named
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(UserError, match=r"model.n_layer: 3 -> 2\b"):
+        run_pipeline(SMOKE_CONFIG, overrides)
+
+
+def test_a_preset_is_compared_as_the_fields_it_stands_for():
+    from hf_gpt_custom.architecture import PRESETS
+    from hf_gpt_custom.run import _with_model_keys
+
+    assert PRESETS["gpt2-medium"] == {"n_layer": 24, "n_head": 16, "n_embd": 1024}
+    as_preset = _with_model_keys({"model": {"preset": "gpt2-medium"}})
+    assert as_preset == _with_model_keys({"model": {"n_layer": 24, "n_head": 16, "n_embd": 1024}})
+    assert as_preset != _with_model_keys({"model": {"preset": "gpt2"}})
