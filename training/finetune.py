@@ -103,7 +103,8 @@ class FinetuneWorkload:
         """Over the held-out examples: the objective (val_loss, L2 + λ·L1 as the training loss), the task loss (nats
         per example), the LM loss and accuracy with its standard error. The LM loss is the training's L1 (add_lm_loss):
         each row's loss per token, averaged over the rows (a multiple-choice example has one row per answer). Pooled
-        over all tokens instead, long rows weighed more and val_loss read ~0.02 below the objective training logs."""
+        over all tokens instead, long rows weighed more: another figure than the loss training logs (BoolQ's held-out
+        L1: 5.34694 pooled, 5.34609 per row)."""
         from hf_gpt_custom.eval.metrics import mean_stderr
 
         model.eval()
