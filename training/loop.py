@@ -237,11 +237,17 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> flo
     return elapsed_s
 
 
-def _evaluate_and_log(s: Session, progress) -> dict:
+def evaluate_and_log(s: Session) -> dict:
+    """The workload's validation figures at this step, written to run_log.jsonl and the trackers."""
     result = {**s.workload.evaluate(s.model, s.val_loader, s.accelerator), "step": s.state.step}
     if s.run_log is not None:
         s.run_log.write({"kind": "eval", **result})
     s.accelerator.log({f"val/{k[4:]}": v for k, v in result.items() if k.startswith("val_")}, step=s.state.step)
+    return result
+
+
+def _evaluate_and_log(s: Session, progress) -> dict:
+    result = evaluate_and_log(s)
     if s.accelerator.is_main_process:
         progress.write(f"step {s.state.step}: {s.workload.describe(result)}")
     return result

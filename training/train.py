@@ -35,7 +35,7 @@ from hf_gpt_custom.training.devices import (
     accumulation_steps_for_run, check_compiler_available, drop_float32_output_copies, mixed_precision_for_run,
     peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
 )
-from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, run_loop
+from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, evaluate_and_log, run_loop
 from hf_gpt_custom.training.hub_revision import check_every_process_reads_one_revision, pin_dataset_revision
 from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
 from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
@@ -326,9 +326,8 @@ def _finish(s: Session, loop: LoopResult) -> None:
     accelerator, state, config = s.accelerator, s.state, s.config
     last_eval = loop.last_eval
     if last_eval is None or last_eval["step"] != state.step:  # e.g. resuming a run that had already finished
-        last_eval = {**s.workload.evaluate(s.model, s.val_loader, accelerator), "step": state.step}
-        if s.run_log is not None:  # the log and its curve show the figure the summary gives (another eval_batches)
-            s.run_log.write({"kind": "eval", **last_eval})
+        # logged as the loop logs it: the log, its curve and the trackers show the figure the summary gives
+        last_eval = evaluate_and_log(s)
     if loop.last_checkpoint is None or state.step != loop.resumed_step:  # a resumed run with no step left keeps its own
         check_weights_finite(s, loop.advice_if_diverged, None)
         save_checkpoint(accelerator, s.checkpoints_dir, s.stamp_wall_time(), config.keep_checkpoints)
