@@ -303,9 +303,10 @@ _MODEL_KEYS_SET_ELSEWHERE = {"vocab_size", "n_positions", "bos_token_id", "eos_t
 
 
 def _with_model_keys(fingerprint: dict[str, Any]) -> dict[str, Any]:
-    """`fingerprint` with its `model` section as model.<field> entries, a preset expanded and a field at its default
-    left out, as train's resume check compares it: `model.activation_function=gelu_new` (GPT-2's default) was
-    refused by `run` alone, naming the whole section. (A state saved with the section as one dict reads the same.)"""
+    """`fingerprint` with its `model` section as one model.<field> entry per GPTCustomConfig field, a preset expanded
+    and the defaults filled in, as train's resume check compares it: `model.activation_function=gelu_new` (GPT-2's
+    default) was refused by `run` alone, naming the whole section. (A state saved with the section as one dict
+    reads the same.)"""
     from hf_gpt_custom.architecture import PRESETS
     from hf_gpt_custom.training.model_section import architecture_defaults, split_preset
 
