@@ -19,12 +19,17 @@ from .errors import UserError
 
 STAGES = ("tokenizer", "train", "eval", "export")
 STATE_FILE = "pipeline_state.json"
-# Changing only these settings re-runs evaluation and export on the trained model instead of refusing to resume.
+# Settings that change no weight: changing them keeps the trained model and redoes only what shows them.
+# - benchmarks: evaluation and export run again;
 _EVAL_ONLY_KEYS = {"benchmark_tasks", "benchmark_shots", "benchmark_limit"}
-# These change no weight but figures of the summary and the card (final_val_loss over eval_batches, mfu over
-# peak_flops): changing them re-runs train's finishing step (a complete run only evaluates and writes its summary
-# again) and export.
+# - figures of the summary and the card (final_val_loss over eval_batches, mfu over peak_flops): train's finishing
+#   step runs again (a complete run only evaluates and writes its summary again), then export;
 _REPORT_KEYS = {"eval_batches", "peak_flops"}
+# - the run's name, shown by the card and the loss curve's title: written down, then export.
+_NAME_KEYS = {"run_name"}
+# The benchmark settings and the name are also written into config.yaml and the summary in place (no training step
+# needed): config.yaml given back to `run` would otherwise evaluate the old benchmarks again.
+_WRITTEN_DOWN_KEYS = _EVAL_ONLY_KEYS | _NAME_KEYS
 
 
 def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, start_over: bool = False) -> Path:
@@ -33,9 +38,10 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
     The run folder is the config's out_dir (default runs/<run_name>); the Hub-ready result is <run_folder>/export
     and evaluation results are in <run_folder>/eval. Rerunning with the same config skips finished stages; a
     different config for the same folder raises ValueError naming the changed keys (benchmark_* changes re-run eval
-    and export; eval_batches and peak_flops train's finishing step and export; a data, tokenizer or init_from path
-    whose files hold what the run read is the same input, moved). `start_over` runs every stage again, training
-    from step 0 (the old checkpoints are moved aside, as `train --start_over` does).
+    and export; eval_batches and peak_flops train's finishing step and export; run_name only export; a data,
+    tokenizer or init_from path whose files hold what the run read is the same input, moved). `start_over` runs
+    every stage again, training from step 0 (the old checkpoints are moved aside, as `train --start_over` does);
+    interrupted, it resumes by the same call without it.
     """
     from hf_gpt_custom.training.config import find_config_file, load_train_config
     from hf_gpt_custom.training.run_lock import lock_run_folder
@@ -57,7 +63,10 @@ def _run_stages(config, start_over: bool = False) -> Path:
     """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock."""
     run_dir = config.run_dir
     fingerprint = _fingerprint(config)
-    state = {"config": fingerprint, "stages": {}} if start_over else _load_state(run_dir, fingerprint, config)
+    # A --start_over stays one until its training has written a checkpoint: an interrupted one resumes without the
+    # flag (with it, a second --start_over would set the new run's progress aside too).
+    state = {"config": fingerprint, "stages": {}, "starting_over_since": time.time()} if start_over \
+        else _load_state(run_dir, fingerprint, config)
     _save_state(run_dir, state)
 
     benchmarks = _benchmarks_identity(config)
@@ -74,13 +83,16 @@ def _run_stages(config, start_over: bool = False) -> Path:
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
-            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state, start_over)
+            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state, _still_starting_over(state, run_dir))
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
             _print_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             then = "fix what the error below names, then rerun" if isinstance(err, UserError) else "rerun"
-            print(f"stage '{stage}' {what}; finished stages are kept: {then} the same command to resume", flush=True)
+            command = "the same command without --start_over" if start_over else "the same command"
+            print(f"stage '{stage}' {what}; finished stages are kept: {then} {command} to resume", flush=True)
             raise
+        if stage == "train":
+            state.pop("starting_over_since", None)
         state["stages"][stage] = {
             "status": status,
             "output": _stored_path(output, run_dir),
@@ -107,6 +119,18 @@ def _run_stages(config, start_over: bool = False) -> Path:
         flush=True,
     )
     return run_dir
+
+
+def _still_starting_over(state: dict[str, Any], run_dir: Path) -> bool:
+    """True while a --start_over (this call's, or an interrupted one's) has not trained past its first checkpoint:
+    the tokenizer may be replaced and train() sets the old checkpoints aside. A checkpoint written since it began is
+    the new run's own, which train() continues from."""
+    since = state.get("starting_over_since")
+    if since is None:
+        return False
+    from hf_gpt_custom.training.checkpoint import list_checkpoints
+
+    return not any(folder.stat().st_mtime >= since for folder in list_checkpoints(run_dir / "checkpoints"))
 
 
 def _stored_path(output: Path | None, run_dir: Path) -> str | None:
@@ -291,7 +315,7 @@ def _fingerprint(config) -> dict[str, Any]:
     from hf_gpt_custom.training.config import settings_that_do_not_change_training
     from hf_gpt_custom.training.fingerprints import input_fingerprints
 
-    ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS - _REPORT_KEYS
+    ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS - _REPORT_KEYS - _NAME_KEYS
     fingerprint = {key: value for key, value in config.to_dict().items() if key not in ignored}
     fingerprint.update({f"{_CONTENTS}{role}": sha256 for role, sha256 in input_fingerprints(config).items()})
     return _with_model_keys(fingerprint)
@@ -342,7 +366,7 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
     # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     moved = _moved_inputs(saved, fingerprint)
-    refused = [key for key in changed if key not in _EVAL_ONLY_KEYS | _REPORT_KEYS | set(moved)]
+    refused = [key for key in changed if key not in _EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS | set(moved)]
     if refused:
         shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in refused[:4])
         raise UserError(
@@ -350,12 +374,63 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
             f"start a new run with run_name=<new name> (or out_dir=...), or pass --start_over to run it again here"
         )
     # What is left changes no weight: keep the trained model, redo what shows the changed settings.
-    redo = {"eval", "export"} if set(changed) & _EVAL_ONLY_KEYS else set()
-    redo |= {"train", "export"} if set(changed) & _REPORT_KEYS else set()
+    redo = {"eval"} if set(changed) & _EVAL_ONLY_KEYS else set()
+    if set(changed) & _REPORT_KEYS:
+        _check_train_can_finish_again(run_dir, state, [key for key in changed if key in _REPORT_KEYS], saved)
+        redo.add("train")
+    _write_down_new_settings(run_dir, state, {key: fingerprint[key] for key in changed if key in _WRITTEN_DOWN_KEYS})
+    if set(changed) & (_EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS):
+        redo.add("export")
     for stage in redo:
         state["stages"].pop(stage, None)
     state["config"] = fingerprint  # a moved path, a resolved auto, a key added since: compared as they are now
     return state
+
+
+def _check_train_can_finish_again(run_dir: Path, state: dict[str, Any], keys: list[str], saved: dict) -> None:
+    """Refuse a report-only change (eval_batches, peak_flops) of a trained run whose checkpoints were deleted: train()
+    would find nothing to continue from and train the model again from step 0, where the user asked for a figure."""
+    from hf_gpt_custom.training.checkpoint import list_checkpoints
+
+    if state["stages"].get("train", {}).get("status") != "done" or list_checkpoints(run_dir / "checkpoints"):
+        return
+    was = ", ".join(f"{key}={saved[key]}" for key in keys)
+    raise UserError(f"{', '.join(keys)} changed, which evaluates the trained model again from its last checkpoint, but "
+                    f"{run_dir / 'checkpoints'} holds none (deleted?); rerun with {was} to keep this run as it is, or "
+                    f"pass --start_over to train it again")
+
+
+def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str, Any]) -> None:
+    """Write changed benchmark settings and run_name into config.yaml and the training summary (the loss curve's
+    title too) of a finished train stage, and record the summary as the stage's own again. A train stage that is not
+    done, or whose summary another command rewrote, runs again and writes them itself."""
+    record = state["stages"].get("train", {})
+    if not new or record.get("status") != "done" or not _wrote_what_is_there(record, run_dir):
+        return
+    from hf_gpt_custom.training.config import read_config_yaml, write_config_yaml
+    from hf_gpt_custom.training.run_log import (
+        LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, loss_curve_title, plot_loss_curve, read_run_log,
+        write_training_summary,
+    )
+
+    config_path, summary_path = run_dir / "config.yaml", run_dir / SUMMARY_NAME
+    if config_path.is_file():
+        recorded = read_config_yaml(config_path.read_text(encoding="utf-8"))
+        staging = config_path.with_name(config_path.name + ".tmp")
+        with open(staging, "w", encoding="utf-8") as stream:
+            write_config_yaml({**recorded, **new}, stream)
+        os.replace(staging, config_path)  # the record of the run: the old one or the new one, never half of one
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        summary["config"] = {**summary.get("config", {}), **new}
+        if "run_name" in new:
+            summary["run_name"] = new["run_name"]
+            if (run_dir / RUN_LOG_NAME).is_file() and summary.get("n_params"):
+                plot_loss_curve(read_run_log(run_dir / RUN_LOG_NAME), run_dir / LOSS_CURVE_NAME,
+                                title=loss_curve_title(new["run_name"], summary["n_params"]))
+        write_training_summary(summary_path, summary)
+    if "wrote" in record:
+        record["wrote"] = _report_identities(run_dir, tuple(record["wrote"]))
 
 
 def _moved_inputs(saved: dict[str, Any], fingerprint: dict[str, Any]) -> list[str]:

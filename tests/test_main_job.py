@@ -362,3 +362,42 @@ def test_run_start_over_lets_the_tokenizer_stage_replace_the_runs_tokenizer(tmp_
     for start_over in (True, False):
         run_module._stage_tokenizer(None, tmp_path, {}, start_over=start_over)
     assert calls == [True, False]
+
+
+def test_an_interrupted_start_over_resumes_without_the_flag(tmp_path, monkeypatch, capsys):
+    """`run --start_over` interrupted: the same command without --start_over was refused or resumed the old run's
+    checkpoints; with it, the new run's own progress was set aside again. Until the new training has written a
+    checkpoint, the run keeps starting over; after, train continues from that checkpoint."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    checkpoints = config.run_dir / "checkpoints"
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(config)
+    (checkpoints / "step_000040").mkdir(parents=True)  # the finished run's last checkpoint
+    time.sleep(0.05)
+    given = []
+    fake_train = run_module._STAGE_FUNCTIONS["train"]
+
+    def interrupted_train(config, run_dir, state, start_over=False):
+        given.append(start_over)
+        if len(given) == 2:  # the second try gets as far as the new run's first checkpoint
+            (checkpoints / "step_000040").rename(tmp_path / "set_aside")
+            (checkpoints / "step_000004").mkdir()
+        if len(given) <= 2:
+            raise KeyboardInterrupt
+        return fake_train(config, run_dir, state, start_over)
+
+    monkeypatch.setitem(run_module._STAGE_FUNCTIONS, "train", interrupted_train)
+    with pytest.raises(KeyboardInterrupt):
+        run_module._run_stages(config, start_over=True)
+    assert "rerun the same command without --start_over to resume" in capsys.readouterr().out
+    with pytest.raises(KeyboardInterrupt):
+        run_module._run_stages(config)  # nothing of the new run trained yet: still starting over
+    run_module._run_stages(config)  # the new run's step_000004 is there: continue it
+    assert given == [True, True, False]
+    assert "starting_over_since" not in json.loads((config.run_dir / "pipeline_state.json").read_text())
+    run_module._run_stages(config)
+    assert given == [True, True, False]

@@ -195,3 +195,52 @@ def test_a_preset_is_compared_as_the_fields_it_stands_for():
     as_preset = _with_model_keys({"model": {"preset": "gpt2-medium"}})
     assert as_preset == _with_model_keys({"model": {"n_layer": 24, "n_head": 16, "n_embd": 1024}})
     assert as_preset != _with_model_keys({"model": {"preset": "gpt2"}})
+
+
+def test_benchmark_settings_and_run_name_are_written_where_the_run_records_them(overrides, tmp_path, capsys):
+    """A benchmark_* change re-ran eval and export but left config.yaml and the summary with the old settings, so
+    config.yaml given back to `run` evaluated the old benchmarks again; a new run_name alone ran nothing and the card
+    kept the old name. Reference: the settings given, read back from the files, and the card's text."""
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.run_log import read_run_log
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    weights = (run_dir / "final" / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    renamed = [*overrides, "benchmark_limit=7", "benchmark_shots=[0, 2]", "run_name=renamed"]
+    run_pipeline(SMOKE_CONFIG, renamed)
+    assert _stages_run(capsys) == ["eval", "export"]  # eval: skipped again (no tasks); no training step
+    recorded = load_train_config(run_dir / "config.yaml")
+    assert (recorded.benchmark_limit, recorded.benchmark_shots, recorded.run_name) == (7, [0, 2], "renamed")
+    summary = _summary(run_dir)
+    assert summary["run_name"] == "renamed" and summary["config"]["benchmark_limit"] == 7
+    assert _summary(run_dir / "export")["run_name"] == "renamed"
+    card = (run_dir / "export" / "README.md").read_text()
+    assert "renamed" in card and "your-username/renamed" in card
+    assert (run_dir / "final" / "model.safetensors").read_bytes() == weights
+    assert len([r for r in read_run_log(run_dir / "run_log.jsonl") if r.get("kind") == "train"]) == 4  # not retrained
+    run_pipeline(run_dir / "config.yaml")  # the folder's own record is this run now
+    assert _stages_run(capsys) == []
+    run_pipeline(SMOKE_CONFIG, renamed)
+    assert _stages_run(capsys) == []
+    run_pipeline(SMOKE_CONFIG, [*renamed[:-1], "run_name=again"])
+    assert _stages_run(capsys) == ["export"]
+
+
+def test_a_report_only_change_without_checkpoints_is_refused_not_trained_again(overrides, capsys):
+    """eval_batches changed after the checkpoints were deleted by hand: train() found nothing to continue from and
+    trained the model again from step 0, where docs/training.md says the run only evaluates."""
+    import shutil
+
+    from hf_gpt_custom.errors import UserError
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    weights = (run_dir / "final" / "model.safetensors").read_bytes()
+    shutil.rmtree(run_dir / "checkpoints")
+    with pytest.raises(UserError, match=r"eval_batches changed, .* holds none \(deleted\?\); rerun with "
+                                        r"eval_batches=2 .* --start_over"):
+        run_pipeline(SMOKE_CONFIG, [*overrides, "eval_batches=3"])
+    assert (run_dir / "final" / "model.safetensors").read_bytes() == weights
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, [*overrides, "benchmark_limit=3"])  # needs no checkpoint: still accepted
+    assert _stages_run(capsys) == ["eval", "export"]

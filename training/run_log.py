@@ -74,6 +74,10 @@ def write_training_summary(path: str | os.PathLike, summary: dict[str, Any]) -> 
     Path(path).write_text(json.dumps(clean, indent=2) + "\n")
 
 
+def loss_curve_title(run_name: str, n_params: int) -> str:
+    return f"{run_name}: {n_params / 1e6:.2f}M parameters"
+
+
 def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, title: str = "") -> None:
     """Train loss per step and validation loss at each evaluation, on one axis (nats per token)."""
     import matplotlib

@@ -40,8 +40,8 @@ from hf_gpt_custom.training.hub_revision import check_every_process_reads_one_re
 from hf_gpt_custom.training.resume import find_resume_point, record_settings_in_checkpoints
 from hf_gpt_custom.training.run_lock import check_folder_writable, lock_run_folder
 from hf_gpt_custom.training.run_log import (
-    LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, plot_loss_curve, read_run_log, summarize_train_steps,
-    write_training_summary,
+    LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, RunLog, loss_curve_title, plot_loss_curve, read_run_log,
+    summarize_train_steps, write_training_summary,
 )
 from hf_gpt_custom.training.unwrapped import save_checkpoints_without_wrappers, save_model_folder, unwrapped_state_dict
 from hf_gpt_custom.training.workload import LanguageModelling, Workload
@@ -363,7 +363,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "loss_curve": LOSS_CURVE_NAME,
     })
     plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
-                    title=f"{config.run_name}: {s.n_params / 1e6:.2f}M parameters")
+                    title=loss_curve_title(config.run_name, s.n_params))
 
 
 def _save_final_folder(s: Session) -> None:
