@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from hf_gpt_custom.eval.metrics import (
@@ -51,6 +52,34 @@ def test_bootstrap_stderr_of_perplexity_is_deterministic_and_positive():
     value, stderr = aggregate_metric("perplexity", [-1.0, -2.0, -0.5, -3.0, -1.5])
     assert value == pytest.approx(math.exp(1.6))
     assert stderr == aggregate_metric("perplexity", [-1.0, -2.0, -0.5, -3.0, -1.5])[1] and stderr > 0
+
+
+def test_perplexity_stderr_is_lm_evals_bootstrap(monkeypatch):
+    """lm-eval bootstraps LAMBADA's perplexity with 100,000 draws; ours drew 1,000, ~2% off by chance alone.
+    Reference: lm-eval's own bootstrap_stderr on the same items (single-process, its 100,000 draws)."""
+    from lm_eval.api.metrics import bootstrap_stderr, perplexity as lm_eval_perplexity
+
+    monkeypatch.setenv("DISABLE_MULTIPROC", "1")
+    items = [float(x) for x in -np.random.default_rng(0).gamma(2.0, 1.5, size=40)]
+    theirs = bootstrap_stderr(lm_eval_perplexity, items, iters=100_000)
+    value, ours = aggregate_metric("perplexity", items)
+    assert value == pytest.approx(lm_eval_perplexity(items))
+    assert ours == pytest.approx(theirs, rel=0.015)  # each within ~0.5% of the exact bootstrap value; 1,000 draws: 4%
+
+
+def test_a_metric_has_a_stderr_exactly_where_lm_eval_gives_one():
+    """WikiText's word/byte perplexity and bits per byte carried a bootstrap stderr where lm-eval reports "N/A"."""
+    from lm_eval.api import metrics as lm
+
+    lm_eval_aggregation = {"acc": lm.mean, "acc_norm": lm.mean, "exact_match": lm.mean, "perplexity": lm.perplexity,
+                           "word_perplexity": lm.weighted_perplexity, "byte_perplexity": lm.weighted_perplexity,
+                           "bits_per_byte": lm.bits_per_byte}
+    items = {"acc": [1.0, 0.0, 1.0], "acc_norm": [1.0, 0.0, 1.0], "exact_match": [0.0, 1.0, 1.0],
+             "perplexity": [-1.0, -2.0, -0.5]}
+    for name, aggregation in lm_eval_aggregation.items():
+        theirs = lm.stderr_for_metric(aggregation, bootstrap_iters=100_000)
+        _, ours = aggregate_metric(name, items.get(name, [(-4.0, 3), (-6.0, 5), (-1.0, 2)]))
+        assert (ours is None) == (theirs is None), name
 
 
 def test_exact_match_matches_lm_eval_rules():

@@ -1,7 +1,7 @@
 """Bits per byte from log-likelihoods (nats) and the UTF-8 bytes they cover, lm-eval's rule.
 
 bits_per_byte = -(sum of log-likelihoods) / (sum of bytes) / ln 2, pooled over docs, so it does not depend on the
-tokenizer. The standard error is bootstrapped over docs (seeded).
+tokenizer. No standard error, as lm-eval gives none for this pooled ratio.
 
     >>> metric = evaluate.load("eval/metric_modules/bits_per_byte")
     >>> metric.compute(loglikelihoods=[-4.0, -6.0], n_bytes=[8, 12])["bits_per_byte"]   # 0.5 / ln 2

@@ -2,7 +2,8 @@
 
 Without `weights`: exp(-mean log-likelihood), one item per doc (LAMBADA's perplexity of the target word). With
 `weights` (words or UTF-8 bytes per doc): exp(-sum of log-likelihoods / sum of weights), lm-eval's
-word_perplexity / byte_perplexity. The standard error is bootstrapped over docs (seeded).
+word_perplexity / byte_perplexity. The standard error, as lm-eval's: bootstrapped over docs without
+`weights`, none with them.
 
     >>> metric = evaluate.load("eval/metric_modules/perplexity")
     >>> metric.compute(loglikelihoods=[-4.0, -6.0], weights=[4, 6])["perplexity"]   # e
