@@ -41,7 +41,10 @@ def mixed_precision_for_run(configured: str) -> str:
     """
     launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")
     if launcher is not None and launcher.lower() != configured.lower() and launch_rank() == 0:
-        logger.warning(
+        # `no` is also what a plain `accelerate launch` passes when neither its config nor a flag sets a precision:
+        # a bf16 YAML launched that way is no disagreement worth a warning, only a note.
+        log = logger.info if launcher.lower() == "no" else logger.warning
+        log(
             "accelerate launch says mixed_precision=%s (its --config_file or --mixed_precision; `no` when neither "
             "sets it) but the training config says mixed_precision=%s (after resolving `auto` for this device); "
             "training in %s, the training config's value. To train in %s set mixed_precision=%s in the training YAML "

@@ -166,6 +166,24 @@ def test_the_training_yaml_precision_is_the_one_used(monkeypatch):
     assert mixed_precision_for_run("fp16") == "fp16"
 
 
+def test_a_plain_launch_of_a_bf16_yaml_is_noted_not_warned(monkeypatch, caplog):
+    """A plain `accelerate launch` (no config, no flag) passes mixed_precision=no, its default: a bf16 YAML then drew
+    a warning on every launch. It is an info line; a launcher that asks for a precision still gets the warning."""
+    from accelerate.commands.launch import launch_command_parser
+
+    launch_args = launch_command_parser().parse_args(["train.py"])
+    assert launch_args.mixed_precision is None  # no choice made: accelerate fills in "no" (commands/launch.py)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    with caplog.at_level(logging.INFO, logger="hf_gpt_custom.training.devices"):
+        assert mixed_precision_for_run("bf16") == "bf16"
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    caplog.clear()
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+    with caplog.at_level(logging.INFO, logger="hf_gpt_custom.training.devices"):
+        assert mixed_precision_for_run("bf16") == "bf16"
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
 @pytest.mark.slow
 def test_two_ranks_resumed_inside_the_second_epoch_train_on_that_epochs_blocks(make_config, tmp_path,
                                                                                 shakespeare_path,
