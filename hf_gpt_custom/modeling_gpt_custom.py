@@ -37,8 +37,8 @@ from .block_variants import (
     repeat_kv,
 )
 from .causal_lm_loss import causal_lm_loss
+from .checkpoint_files import read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
-from .convert_common import read_config_dict
 from .errors import UserError
 from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
 from .static_decoding import decode_with_static_cache, uses_static_decoding
