@@ -83,7 +83,8 @@ def _run_stages(config, start_over: bool = False) -> Path:
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
-            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state, _still_starting_over(state, run_dir))
+            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state,
+                                                     start_over or _still_starting_over(state, run_dir))
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
             _print_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
