@@ -23,11 +23,6 @@ from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, re
     read_config_file, read_config_yaml, resolve_local_path, write_config_yaml,
 )
 
-# Peak dense FLOP/s used for the MFU estimate on a CPU when `peak_flops` is not set: a large matmul on the 2-core CPU
-# this project is developed on (GPUs use their datasheet peak, training/devices.py). Set `peak_flops` for your own.
-DEFAULT_PEAK_FLOPS = {"no": 420e9, "bf16": 860e9, "fp16": 860e9}
-
-
 def _setting(default: Any = dataclasses.MISSING, *, help: str, changes_training: bool, factory: Any = None):
     """A TrainConfig field with its one-line help and whether changing it changes what is trained.
 
@@ -123,7 +118,8 @@ class TrainConfig:
     eval_batches: int | None = _setting(None, help="validate on the first eval_batches * batch_size blocks; null = all",
                                         changes_training=False)
     log_with: str | None = _setting("tensorboard", help="tracker: tensorboard, wandb, all, none", changes_training=False)
-    peak_flops: float | None = _setting(None, help="peak FLOP/s for the MFU figure; null = a measured CPU default",
+    peak_flops: float | None = _setting(None, help="peak FLOP/s for the MFU figure; null = the GPU's datasheet "
+                                        "peak, or a CPU's matmul FLOP/s measured at the run's threads",
                                         changes_training=False)
     checkpoint_interval: int = _setting(0, help="steps between checkpoints; 0 = only at the end",
                                         changes_training=False)

@@ -12,6 +12,7 @@ float32 copy of the model's outputs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -94,6 +95,33 @@ def peak_bf16_flops(device_name: str) -> float | None:
         if any(words[i:i + len(piece_words)] == piece_words for i in range(len(words))):
             return flops
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def measured_cpu_peak_flops(mixed_precision: str, threads: int, size: int = 2048) -> float:
+    """This CPU's dense matmul FLOP/s at `threads` torch threads in the run's compute dtype (bf16 under mixed
+    precision, fp32 without): the best of three size³ products, measured once per process (under 1 s at 1 thread).
+    A CPU has no datasheet peak a program can read (clock, vector width and core count vary by part and by load), so
+    its MFU is taken against what a large matmul reaches on it, as the GPU figures' 8192³ product shows the GPU's;
+    the fixed figure used before was 4.4x the 1-thread roof of the CPU the project is developed on."""
+    import time
+
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision, torch.float32)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        torch.mm(a, b)  # warm-up: oneDNN picks and packs its kernel
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(previous)
+    return 2 * size ** 3 / best
 
 
 def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:

@@ -29,11 +29,11 @@ from hf_gpt_custom.training.checkpoint import (
     TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, set_aside_other_histories,
     set_aside_replaced_outputs, write_errors_named,
 )
-from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS, TrainConfig, save_train_config
+from hf_gpt_custom.training.config import TrainConfig, save_train_config
 from hf_gpt_custom.training.corpus import check_local_source_readable
 from hf_gpt_custom.training.devices import (
-    accumulation_steps_for_run, check_compiler_available, drop_float32_output_copies, mixed_precision_for_run,
-    peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
+    accumulation_steps_for_run, check_compiler_available, drop_float32_output_copies, measured_cpu_peak_flops,
+    mixed_precision_for_run, peak_bf16_flops, resolve_mixed_precision, training_device_type, warn_if_bf16_is_emulated,
 )
 from hf_gpt_custom.training.loop import LoopResult, check_weights_finite, evaluate_and_log, run_loop
 from hf_gpt_custom.training.hub_revision import check_every_process_reads_one_revision, pin_dataset_revision
@@ -136,7 +136,8 @@ class Session:
     @property
     def peak_flops(self) -> float | None:
         """The MFU denominator: `peak_flops` if set; on a GPU its datasheet bf16/fp16 peak (None for an unlisted GPU or
-        fp32, so no MFU is shown rather than a wrong one); on a CPU the project's measured default."""
+        fp32, so no MFU is shown rather than a wrong one); on a CPU a large matmul's FLOP/s measured at the run's
+        thread count and precision (measured_cpu_peak_flops; _set_up measures it before the first step)."""
         if self.config.peak_flops:
             return self.config.peak_flops
         device = self.accelerator.device
@@ -144,7 +145,9 @@ class Session:
             if self.config.mixed_precision not in ("bf16", "fp16"):
                 return None
             return peak_bf16_flops(torch.cuda.get_device_name(device))
-        return DEFAULT_PEAK_FLOPS[self.config.mixed_precision]
+        if device.type == "cpu" and self.config.mixed_precision in ("no", "bf16"):  # (fp16 is refused on a CPU)
+            return measured_cpu_peak_flops(self.config.mixed_precision, torch.get_num_threads())
+        return None
 
     def mfu(self, tokens_per_s: float) -> float | None:
         if self.peak_flops is None:
@@ -213,8 +216,10 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
         if accelerator.is_main_process else None
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
-    return Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,
-                   scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log)
+    session = Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,
+                      scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log)
+    _ = session.peak_flops  # a CPU's is measured now, not inside the first logged interval's time
+    return session
 
 
 def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_with: str | None):

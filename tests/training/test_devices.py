@@ -219,17 +219,46 @@ def test_the_mfu_denominator_on_a_gpu_is_its_datasheet_peak_or_none(gpu, name, m
         assert Session.mfu(SimpleNamespace(peak_flops=None), 1e6) is None
 
 
-def test_the_mfu_denominator_on_a_cpu_is_the_default_and_a_set_peak_wins():
+def test_the_mfu_denominator_on_a_cpu_is_a_matmul_measured_at_the_runs_threads_and_a_set_peak_wins():
+    """A fixed 420 GFLOP/s was 4.4x what this project's CPU reaches on one thread, so every CPU MFU was that much too
+    low. Reference: a 2048³ float32 product timed here, at the thread count the run uses."""
+    import time
     from types import SimpleNamespace
 
-    from hf_gpt_custom.training.config import DEFAULT_PEAK_FLOPS
     from hf_gpt_custom.training.train import Session
 
     cpu = SimpleNamespace(device=torch.device("cpu"), num_processes=1)
     default = SimpleNamespace(config=SimpleNamespace(peak_flops=None, mixed_precision="no"), accelerator=cpu)
-    assert Session.peak_flops.fget(default) == DEFAULT_PEAK_FLOPS["no"]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+        torch.mm(a, b)
+        timed_here = []
+        for _ in range(3):
+            started = time.perf_counter()
+            torch.mm(a, b)
+            timed_here.append(2 * 2048 ** 3 / (time.perf_counter() - started))
+        peak = Session.peak_flops.fget(default)
+    finally:
+        torch.set_num_threads(previous)
+    assert 0.5 < peak / max(timed_here) < 2  # the same kind of measurement, within the noise of a shared machine
     given = SimpleNamespace(config=SimpleNamespace(peak_flops=5e12, mixed_precision="no"), accelerator=cpu)
     assert Session.peak_flops.fget(given) == 5e12
+
+
+def test_the_cpu_peak_is_measured_in_the_runs_precision_and_thread_count(monkeypatch):
+    from hf_gpt_custom.training import devices
+
+    calls = []
+    monkeypatch.setattr(torch, "mm", lambda a, b: calls.append((a.dtype, torch.get_num_threads())) or a)
+    devices.measured_cpu_peak_flops.cache_clear()
+    try:
+        devices.measured_cpu_peak_flops("bf16", 2, size=8)
+        devices.measured_cpu_peak_flops("no", 1, size=8)
+    finally:
+        devices.measured_cpu_peak_flops.cache_clear()
+    assert calls == [(torch.bfloat16, 2)] * 4 + [(torch.float32, 1)] * 4
 
 
 def test_accelerates_float32_output_copy_is_dropped_also_from_a_compiled_model():
