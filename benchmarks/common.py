@@ -26,6 +26,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
+from hf_gpt_custom.training.devices import matmul_flops as measure_matmul_peak  # noqa: E402,F401  (MFU's roof)
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 # The two sizes every model benchmark runs, with the dropout of the training config that uses them: SMALL is
@@ -150,19 +152,6 @@ def time_rotating(contenders: dict[str, Callable[[], object]], rounds: int, warm
         for name in names[shift:] + names[:shift]:
             times[name].append(time_call(contenders[name]))
     return times
-
-
-def measure_matmul_peak(dtype: torch.dtype = torch.float32, size: int = 2048, rounds: int = 5) -> float:
-    """Best observed FLOP/s of a square `torch.mm` at this thread count: the roof that MFU is measured against.
-
-    The best of a few rounds rather than the median: the peak is what the hardware can do when nobody else is using
-    it, which is what an MFU denominator should be. `torch.mm` is what training's `F.linear` calls (MKL for fp32).
-    """
-    a = torch.randn(size, size, dtype=dtype)
-    b = torch.randn(size, size, dtype=dtype)
-    torch.mm(a, b)
-    best = min(time_call(lambda: torch.mm(a, b)) for _ in range(rounds))
-    return 2 * size**3 / best
 
 
 def peak_rss_mb() -> float:

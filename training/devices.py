@@ -97,31 +97,41 @@ def peak_bf16_flops(device_name: str) -> float | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def measured_cpu_peak_flops(mixed_precision: str, threads: int, size: int = 2048) -> float:
-    """This CPU's dense matmul FLOP/s at `threads` torch threads in the run's compute dtype (bf16 under mixed
-    precision, fp32 without): the best of three size³ products, measured once per process (under 1 s at 1 thread).
-    A CPU has no datasheet peak a program can read (clock, vector width and core count vary by part and by load), so
-    its MFU is taken against what a large matmul reaches on it, as the GPU figures' 8192³ product shows the GPU's;
-    the fixed figure used before was 4.4x the 1-thread roof of the CPU the project is developed on."""
+def matmul_flops(dtype=None, size: int = 2048, rounds: int = 3) -> float:
+    """The best FLOP/s of a square size³ `torch.mm` over `rounds` (after one untimed product, in which oneDNN picks and
+    packs its kernel) at this process's thread count: the roof a CPU's MFU is measured against. The best, not the
+    median: the roof is what the hardware does when nothing else is using it."""
     import time
 
+    import torch
+
+    a = torch.randn(size, size, dtype=dtype or torch.float32)
+    b = torch.randn(size, size, dtype=dtype or torch.float32)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size ** 3 / best
+
+
+@functools.lru_cache(maxsize=None)
+def measured_cpu_peak_flops(mixed_precision: str, threads: int) -> float:
+    """This CPU's matmul_flops at `threads` torch threads in the run's compute dtype (bf16 under mixed precision, fp32
+    without), measured once per process (under 1 s at 1 thread). A CPU has no datasheet peak a program can read
+    (clock, vector width and core count vary by part and by load), so its MFU is taken against what a large matmul
+    reaches on it, as the GPU figures' 8192³ product shows the GPU's; the fixed figure used before was 4.4x the
+    1-thread roof of the CPU the project is developed on."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision, torch.float32)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        torch.mm(a, b)  # warm-up: oneDNN picks and packs its kernel
-        best = float("inf")
-        for _ in range(3):
-            started = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - started)
+        return matmul_flops(dtype)
     finally:
         torch.set_num_threads(previous)
-    return 2 * size ** 3 / best
 
 
 def warn_if_bf16_is_emulated(device_type: str, mixed_precision: str) -> bool:

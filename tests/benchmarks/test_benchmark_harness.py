@@ -115,7 +115,10 @@ def test_report_judges_each_thread_count_and_skips_files_without_a_machine(tmp_p
     markdown = run_all.render_markdown({1: ([], []), 2: (rows, skipped)}, meta, tmp_path)
     assert "Measured on Test CPU (family 25, model 1; avx2), 2 of 2 threads." in markdown
     assert "| load 1.5 → 2.5 |" in markdown
-    assert "| > 1.0x | **no** |" in markdown
+    # a range holding the target decides nothing: 0.97x (0.87–1.07) against > 1.0x, 1.35x (1.25–1.45) against 1.3x
+    assert "| 0.97x | 0.87–1.07 | > 1.0x | within noise |" in markdown
+    assert "| 1.35x | 1.25–1.45 | ≥ 1.3x | within noise |" in markdown
+    assert "| 2.05x | 2.00–2.10 | ≥ 2.0x | yes |" in markdown
 
 
 def test_thread_counts_parse_or_fail_with_the_value():

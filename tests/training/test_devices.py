@@ -251,14 +251,15 @@ def test_the_cpu_peak_is_measured_in_the_runs_precision_and_thread_count(monkeyp
     from hf_gpt_custom.training import devices
 
     calls = []
-    monkeypatch.setattr(torch, "mm", lambda a, b: calls.append((a.dtype, torch.get_num_threads())) or a)
+    monkeypatch.setattr(torch, "mm", lambda a, b: calls.append((a.dtype, a.shape, torch.get_num_threads())) or a)
     devices.measured_cpu_peak_flops.cache_clear()
     try:
-        devices.measured_cpu_peak_flops("bf16", 2, size=8)
-        devices.measured_cpu_peak_flops("no", 1, size=8)
+        devices.measured_cpu_peak_flops("bf16", 2)
+        devices.measured_cpu_peak_flops("no", 1)
     finally:
         devices.measured_cpu_peak_flops.cache_clear()
-    assert calls == [(torch.bfloat16, 2)] * 4 + [(torch.float32, 1)] * 4
+    size = (2048, 2048)
+    assert calls == [(torch.bfloat16, size, 2)] * 4 + [(torch.float32, size, 1)] * 4
 
 
 def test_accelerates_float32_output_copy_is_dropped_also_from_a_compiled_model():
