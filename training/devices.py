@@ -105,8 +105,10 @@ def matmul_flops(dtype=None, size: int = 2048, rounds: int = 3) -> float:
 
     import torch
 
-    a = torch.randn(size, size, dtype=dtype or torch.float32)
-    b = torch.randn(size, size, dtype=dtype or torch.float32)
+    # A generator of its own: drawing from the global one moved a resumed run's dropout stream off the checkpoint's.
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator).to(dtype or torch.float32)
+    b = torch.randn(size, size, generator=generator).to(dtype or torch.float32)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(rounds):
