@@ -313,3 +313,21 @@ def test_the_compile_memory_budget_holds_while_the_step_compiles_and_only_for_th
     seen.clear()
     train(make_config("compile=true", "max_steps=2", "warmup_steps=1", run_name="no_budget"))
     assert seen and set(seen) == {before}
+
+
+def test_measuring_the_cpu_roof_leaves_the_training_random_stream_alone(make_config):
+    """The roof's random matrices came from the global generator after set_seed and after a resume's restore: a
+    resumed run's dropout masks moved off the checkpoint's, and `peak_flops` (a report setting) changed the weights.
+    Reference: the same run with the roof not measured at all (peak_flops given)."""
+    from safetensors.torch import load_file
+
+    from hf_gpt_custom.training import devices
+    from hf_gpt_custom.training.train import train
+
+    dropout = ["model.resid_pdrop=0.1", "model.attn_pdrop=0.1", "model.embd_pdrop=0.1", "max_steps=3"]
+    devices.measured_cpu_peak_flops.cache_clear()  # measured inside this run, as in a fresh process
+    measured = train(make_config(*dropout, run_name="measured"))
+    given = train(make_config(*dropout, "peak_flops=1e12", run_name="given"))
+    weights = [load_file(folder / "final" / "model.safetensors") for folder in (measured, given)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
