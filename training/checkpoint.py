@@ -201,7 +201,11 @@ def _delete_old_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
     Safe because the folder holds only the branch being trained (set_aside_other_histories ran at the start)."""
     complete = [folder for folder in list_checkpoints(checkpoints_dir) if verify_checkpoint(folder, quick=True) is None]
     for folder in complete[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(folder)
+        # renamed first: a kill in the middle of the deletion leaves a *.deleting folder, never a half-deleted
+        # step_* that counts as a checkpoint; the next rotation finishes it
+        folder.rename(folder.with_name(folder.name + ".deleting"))
+    for leftover in checkpoints_dir.glob("step_*.deleting"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,

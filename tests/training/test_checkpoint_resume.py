@@ -180,6 +180,27 @@ def test_only_the_last_k_checkpoints_are_kept(run_with_checkpoints):
     assert read_training_state(folders[-1]).step == 8
 
 
+def test_a_kill_in_the_middle_of_a_rotation_leaves_no_half_deleted_checkpoint(run_with_checkpoints, monkeypatch):
+    """A SIGKILL while rotation deleted step_000006 left a step_* folder missing files, listed as a checkpoint."""
+    from hf_gpt_custom.training import checkpoint
+
+    _, run_dir = run_with_checkpoints
+    checkpoints = run_dir / "checkpoints"
+    real_rmtree = shutil.rmtree
+
+    def killed_halfway(folder, *args, **kwargs):
+        next(p for p in folder.iterdir() if p.is_file()).unlink()  # one file gone, then the process dies
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint._delete_old_checkpoints(checkpoints, keep_last=1)
+    assert [p.name for p in list_checkpoints(checkpoints)] == ["step_000008"]
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", real_rmtree)
+    checkpoint._delete_old_checkpoints(checkpoints, keep_last=1)  # the next rotation finishes the deletion
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000008"]
+
+
 @pytest.mark.parametrize("damage, problem", [
     ("flip_byte", "model.safetensors does not match its sha256 in the manifest"),
     ("truncate", "model.safetensors has"),
