@@ -28,7 +28,8 @@ _REPORT_KEYS = {"eval_batches", "peak_flops"}
 # - the run's name, shown by the card and the loss curve's title: written down, then export.
 _NAME_KEYS = {"run_name"}
 # The benchmark settings and the name are also written into config.yaml and the summary in place (no training step
-# needed): config.yaml given back to `run` would otherwise evaluate the old benchmarks again.
+# needed): config.yaml given back to `run` would otherwise evaluate the old benchmarks again. So is the new path of a
+# moved input, and out_dir with them (a copied folder's config.yaml named the original folder).
 _WRITTEN_DOWN_KEYS = _EVAL_ONLY_KEYS | _NAME_KEYS
 
 
@@ -65,26 +66,34 @@ def _run_stages(config, start_over: bool = False) -> Path:
     fingerprint = _fingerprint(config)
     # A --start_over stays one until its training has written a checkpoint: an interrupted one resumes without the
     # flag (with it, a second --start_over would set the new run's progress aside too).
-    state = {"config": fingerprint, "stages": {}, "starting_over_since": time.time()} if start_over \
-        else _load_state(run_dir, fingerprint, config)
+    state = {"config": fingerprint, "stages": {}, "starting_over_from": _checkpoint_identities(run_dir)} \
+        if start_over else _load_state(run_dir, fingerprint, config)
     _save_state(run_dir, state)
 
     benchmarks = _benchmarks_identity(config)
     started = time.perf_counter()
     for stage in STAGES:
         record = state["stages"].get(stage, {})
+        starting_over = start_over or _still_starting_over(state, run_dir)
         if record.get("status") in ("done", "skipped"):
-            if _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir) \
-                    and _scored_on_these_benchmarks(record, benchmarks) and _read_these_reports(record, run_dir) \
-                    and _wrote_what_is_there(record, run_dir):
+            model_kept = _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir)
+            if model_kept and _scored_on_these_benchmarks(record, benchmarks) \
+                    and _read_these_reports(record, run_dir) and _wrote_what_is_there(record, run_dir):
                 continue
+            if stage == "train" and model_kept and not starting_over:  # only its summary changed
+                _refuse_to_train_again_without_checkpoints(
+                    run_dir, "training_summary.json was changed or deleted since the train stage wrote it",
+                    "put the file back")
             # what it wrote was moved aside, or made from another final/, other benchmark files or other reports
             state["stages"].pop(stage)
+        if stage == "train" and starting_over and not start_over and config.resume_from_checkpoint:
+            raise UserError(f"{run_dir} holds an interrupted --start_over whose training has written no checkpoint yet: "
+                            f"resume_from_checkpoint={config.resume_from_checkpoint} would continue the run it "
+                            f"replaces; drop resume_from_checkpoint to start over as asked")
         _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
-            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state,
-                                                     start_over or _still_starting_over(state, run_dir))
+            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state, starting_over)
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
             _print_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
@@ -93,7 +102,7 @@ def _run_stages(config, start_over: bool = False) -> Path:
             print(f"stage '{stage}' {what}; finished stages are kept: {then} {command} to resume", flush=True)
             raise
         if stage == "train":
-            state.pop("starting_over_since", None)
+            state.pop("starting_over_from", None)
         state["stages"][stage] = {
             "status": status,
             "output": _stored_path(output, run_dir),
@@ -122,16 +131,22 @@ def _run_stages(config, start_over: bool = False) -> Path:
     return run_dir
 
 
-def _still_starting_over(state: dict[str, Any], run_dir: Path) -> bool:
-    """True while a --start_over (this call's, or an interrupted one's) has not trained past its first checkpoint:
-    the tokenizer may be replaced and train() sets the old checkpoints aside. A checkpoint written since it began is
-    the new run's own, which train() continues from."""
-    since = state.get("starting_over_since")
-    if since is None:
-        return False
+def _checkpoint_identities(run_dir: Path) -> list[str]:
+    """sha256 of the manifest of each complete checkpoint in the run folder (a manifest names every file's sha256)."""
+    from .manifest import MANIFEST_NAME, sha256_file
     from hf_gpt_custom.training.checkpoint import list_checkpoints
 
-    return not any(folder.stat().st_mtime >= since for folder in list_checkpoints(run_dir / "checkpoints"))
+    manifests = (folder / MANIFEST_NAME for folder in list_checkpoints(run_dir / "checkpoints"))
+    return sorted(sha256_file(manifest) for manifest in manifests if manifest.is_file())
+
+
+def _still_starting_over(state: dict[str, Any], run_dir: Path) -> bool:
+    """True while a --start_over (this call's, or an interrupted one's) has not trained to its first checkpoint: the
+    tokenizer may be replaced and train() sets the old checkpoints aside. A checkpoint that was not there when it
+    began is the new run's own, which train() continues from. (By content, not time: a copied folder's old
+    checkpoints have new times.)"""
+    replaced = state.get("starting_over_from")
+    return replaced is not None and set(_checkpoint_identities(run_dir)) <= set(replaced)
 
 
 def _stored_path(output: Path | None, run_dir: Path) -> str | None:
@@ -370,16 +385,21 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
     refused = [key for key in changed if key not in _EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS | set(moved)]
     if refused:
         shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in refused[:4])
+        elsewhere = "give it another out_dir=..." if config is not None and config.out_dir \
+            else "start a new run with run_name=<new name> (or out_dir=...)"
         raise UserError(
             f"{run_dir} was started with a different config ({shown}); rerun with the original settings to resume, "
-            f"start a new run with run_name=<new name> (or out_dir=...), or pass --start_over to run it again here"
+            f"{elsewhere}, or pass --start_over to run it again here"
         )
     # What is left changes no weight: keep the trained model, redo what shows the changed settings.
     redo = {"eval"} if set(changed) & _EVAL_ONLY_KEYS else set()
     if set(changed) & _REPORT_KEYS:
         _check_train_can_finish_again(run_dir, state, [key for key in changed if key in _REPORT_KEYS], saved)
         redo.add("train")
-    _write_down_new_settings(run_dir, state, {key: fingerprint[key] for key in changed if key in _WRITTEN_DOWN_KEYS})
+    new = {key: fingerprint[key] for key in changed if key in _WRITTEN_DOWN_KEYS or key in moved}  # moved: new path
+    if new and config is not None and config.out_dir:
+        new["out_dir"] = config.out_dir  # a copied folder's config.yaml names the original's: it would edit that one
+    _write_down_new_settings(run_dir, state, new)
     if set(changed) & (_EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS):
         redo.add("export")
     for stage in redo:
@@ -390,21 +410,29 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
 
 def _check_train_can_finish_again(run_dir: Path, state: dict[str, Any], keys: list[str], saved: dict) -> None:
     """Refuse a report-only change (eval_batches, peak_flops) of a trained run whose checkpoints were deleted: train()
-    would find nothing to continue from and train the model again from step 0, where the user asked for a figure."""
+    would find nothing to continue from and train the model again from step 0, where the user asked for a figure.
+    (Checked before the new settings are saved: the original ones then still resume.)"""
+    if state["stages"].get("train", {}).get("status") == "done":
+        _refuse_to_train_again_without_checkpoints(run_dir, f"{', '.join(keys)} changed",
+                                                   "rerun with " + ", ".join(f"{key}={saved[key]}" for key in keys))
+
+
+def _refuse_to_train_again_without_checkpoints(run_dir: Path, why: str, keep: str) -> None:
+    """A finished train stage whose final/ is kept runs again only to write its summary, from its last checkpoint:
+    without one, train() would train the model again from step 0 (the old one set aside), which nobody asked for."""
     from hf_gpt_custom.training.checkpoint import list_checkpoints
 
-    if state["stages"].get("train", {}).get("status") != "done" or list_checkpoints(run_dir / "checkpoints"):
+    if list_checkpoints(run_dir / "checkpoints"):
         return
-    was = ", ".join(f"{key}={saved[key]}" for key in keys)
-    raise UserError(f"{', '.join(keys)} changed, which evaluates the trained model again from its last checkpoint, but "
-                    f"{run_dir / 'checkpoints'} holds none (deleted?); rerun with {was} to keep this run as it is, or "
-                    f"pass --start_over to train it again")
+    raise UserError(f"{why}: writing the training summary again evaluates the trained model from its last checkpoint, "
+                    f"but {run_dir / 'checkpoints'} holds none (deleted?); {keep} to keep this run as it is, or pass "
+                    f"--start_over to train it again")
 
 
 def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str, Any]) -> None:
-    """Write changed benchmark settings and run_name into config.yaml and the training summary (the loss curve's
-    title too) of a finished train stage, and record the summary as the stage's own again. A train stage that is not
-    done, or whose summary another command rewrote, runs again and writes them itself."""
+    """Write `new` settings (benchmark_*, run_name, a moved input's path, out_dir) into config.yaml and the training
+    summary (the loss curve's title too) of a finished train stage, and record the summary as the stage's own again.
+    A train stage that is not done, or whose summary another command rewrote, runs again and writes them itself."""
     record = state["stages"].get("train", {})
     if not new or record.get("status") != "done" or not _wrote_what_is_there(record, run_dir):
         return

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_gpt_custom.errors import UserError
 from tests.helpers import assert_export_matches_in_process, hash_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -367,26 +368,34 @@ def test_run_start_over_lets_the_tokenizer_stage_replace_the_runs_tokenizer(tmp_
 def test_an_interrupted_start_over_resumes_without_the_flag(tmp_path, monkeypatch, capsys):
     """`run --start_over` interrupted: the same command without --start_over was refused or resumed the old run's
     checkpoints; with it, the new run's own progress was set aside again. Until the new training has written a
-    checkpoint, the run keeps starting over; after, train continues from that checkpoint."""
+    checkpoint, the run keeps starting over; after, train continues from that checkpoint. Old checkpoints are known by
+    their contents: in a copy (new file times) they still are the run being replaced."""
+    import shutil
+
     from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.manifest import MANIFEST_NAME
     from hf_gpt_custom.training.config import load_train_config
 
+    def checkpoint(run_dir, step, contents):
+        folder = run_dir / "checkpoints" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / MANIFEST_NAME).write_text(contents)
+        return folder
+
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
-    checkpoints = config.run_dir / "checkpoints"
     ran = []
     _fake_stages(run_module, monkeypatch, ran)
     run_module._run_stages(config)
-    (checkpoints / "step_000040").mkdir(parents=True)  # the finished run's last checkpoint
-    time.sleep(0.05)
+    old = checkpoint(config.run_dir, 40, '{"the run": "being replaced"}')
     given = []
     fake_train = run_module._STAGE_FUNCTIONS["train"]
 
     def interrupted_train(config, run_dir, state, start_over=False):
         given.append(start_over)
-        if len(given) == 2:  # the second try gets as far as the new run's first checkpoint
-            (checkpoints / "step_000040").rename(tmp_path / "set_aside")
-            (checkpoints / "step_000004").mkdir()
-        if len(given) <= 2:
+        if len(given) == 3:  # the third try gets as far as the new run's first checkpoint
+            old.rename(tmp_path / "set_aside")
+            checkpoint(run_dir, 4, '{"the new run": "step 4"}')
+        if len(given) <= 3:
             raise KeyboardInterrupt
         return fake_train(config, run_dir, state, start_over)
 
@@ -394,10 +403,19 @@ def test_an_interrupted_start_over_resumes_without_the_flag(tmp_path, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         run_module._run_stages(config, start_over=True)
     assert "rerun the same command without --start_over to resume" in capsys.readouterr().out
+    copy = tmp_path / "runs" / "copy"  # copied with new file times: its step_000040 is still the old run's
+    shutil.copytree(config.run_dir, copy, copy_function=shutil.copy)
+    copied = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"out_dir={copy}"])
+    with pytest.raises(KeyboardInterrupt):
+        run_module._run_stages(copied)
     with pytest.raises(KeyboardInterrupt):
         run_module._run_stages(config)  # nothing of the new run trained yet: still starting over
     run_module._run_stages(config)  # the new run's step_000004 is there: continue it
-    assert given == [True, True, False]
-    assert "starting_over_since" not in json.loads((config.run_dir / "pipeline_state.json").read_text())
+    assert given == [True, True, True, False]
+    assert "starting_over_from" not in json.loads((config.run_dir / "pipeline_state.json").read_text())
     run_module._run_stages(config)
-    assert given == [True, True, False]
+    assert given == [True, True, True, False]
+    with pytest.raises(UserError, match=r"interrupted --start_over whose training has written no checkpoint yet: "
+                                        r"resume_from_checkpoint=latest would continue the run it replaces"):
+        run_module._run_stages(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"out_dir={copy}",
+                                                               "resume_from_checkpoint=latest"]))

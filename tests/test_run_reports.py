@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from hf_gpt_custom.run import run_pipeline
 
@@ -237,10 +238,58 @@ def test_a_report_only_change_without_checkpoints_is_refused_not_trained_again(o
     run_dir = run_pipeline(SMOKE_CONFIG, overrides)
     weights = (run_dir / "final" / "model.safetensors").read_bytes()
     shutil.rmtree(run_dir / "checkpoints")
-    with pytest.raises(UserError, match=r"eval_batches changed, .* holds none \(deleted\?\); rerun with "
+    with pytest.raises(UserError, match=r"eval_batches changed: .* holds none \(deleted\?\); rerun with "
                                         r"eval_batches=2 .* --start_over"):
         run_pipeline(SMOKE_CONFIG, [*overrides, "eval_batches=3"])
     assert (run_dir / "final" / "model.safetensors").read_bytes() == weights
     capsys.readouterr()
     run_pipeline(SMOKE_CONFIG, [*overrides, "benchmark_limit=3"])  # needs no checkpoint: still accepted
     assert _stages_run(capsys) == ["eval", "export"]
+
+
+def test_a_deleted_summary_without_checkpoints_is_refused_not_trained_again(overrides, capsys):
+    """training_summary.json deleted (or edited) after the checkpoints were: the train stage ran again and, with
+    nothing to continue from, trained the model again from step 0."""
+    import shutil
+
+    from hf_gpt_custom.errors import UserError
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    weights = (run_dir / "final" / "model.safetensors").read_bytes()
+    summary = (run_dir / "training_summary.json").read_text()
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "training_summary.json").unlink()
+    with pytest.raises(UserError, match=r"training_summary.json was changed or deleted since the train stage wrote it: "
+                                        r".* holds none \(deleted\?\); put the file back to keep this run"):
+        run_pipeline(SMOKE_CONFIG, overrides)
+    assert (run_dir / "final" / "model.safetensors").read_bytes() == weights
+    (run_dir / "training_summary.json").write_text(summary)
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == []
+
+
+def test_a_copied_or_moved_run_writes_its_own_folder_and_paths_into_config_yaml(overrides, tmp_path, capsys):
+    """A copy's config.yaml named the original's out_dir, so after a rename in the copy `run copy/config.yaml` renamed
+    the original; a moved dataset was accepted but config.yaml kept the old path, and `run config.yaml` failed."""
+    import shutil
+
+    from hf_gpt_custom.training.config import load_train_config
+
+    data = tmp_path / "data_a" / "input.txt"
+    data.parent.mkdir()
+    shutil.copy(load_train_config(SMOKE_CONFIG).dataset, data)
+    original = run_pipeline(SMOKE_CONFIG, [*overrides, f"dataset={data}"])
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    data.parent.rename(tmp_path / "data_b")
+    moved = tmp_path / "data_b" / "input.txt"
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, [*overrides, f"out_dir={copy}", f"dataset={moved}", "run_name=the_copy"])
+    assert _stages_run(capsys) == ["export"]
+    recorded = load_train_config(copy / "config.yaml")
+    assert (recorded.out_dir, recorded.dataset, recorded.run_name) == (str(copy), str(moved), "the_copy")
+    untouched = yaml.safe_load((original / "config.yaml").read_text())  # (its dataset path is gone: not loadable)
+    assert (untouched["run_name"], untouched["out_dir"]) == ("smoke", str(original))
+    run_pipeline(copy / "config.yaml")
+    assert _stages_run(capsys) == []
