@@ -191,3 +191,16 @@ def test_decode_loop_times_three_contenders_on_identical_tokens_and_reports_them
     (row,) = [row for row in rows if row["figure"].startswith("decode loop tiny eager batch 2")]
     assert row["ratio"] == result["ours_speedup"]["transformers GPT-2"]
     assert row["ours"] == result["ms_per_step"]["ours"] and "tokens identical" in row["note"]
+
+
+def test_bench_train_mfu_is_nanogpts_estimate():
+    """bench_train's MFU was 6N with the position table and no attention term: 70.4% where nanoGPT's estimate_mfu
+    gives 80.7% for GPT-2 124M. Reference: nanoGPT's formula written out (N without wpe, + 12·L·H·Q·T)."""
+    from benchmarks.bench_train import add_mfu
+
+    n_params = 124_439_808  # GPT-2 small with its 50,257-token tied embedding
+    result = {"size": "gpt2", "n_params": n_params, "ours": 90.0, "anchor": 60.0}
+    add_mfu(result, peak_flops=1e11)
+    per_token = 6 * (n_params - 1024 * 768) + 12 * 12 * 12 * 64 * 1024  # L, H, Q, T as nanoGPT names them
+    assert result["mfu_ours"] == pytest.approx(per_token * 90.0 / 1e11)
+    assert result["mfu_anchor"] == pytest.approx(per_token * 60.0 / 1e11)

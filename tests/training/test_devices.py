@@ -242,9 +242,29 @@ def test_the_mfu_denominator_on_a_cpu_is_a_matmul_measured_at_the_runs_threads_a
         peak = Session.peak_flops.fget(default)
     finally:
         torch.set_num_threads(previous)
-    assert 0.5 < peak / max(timed_here) < 2  # the same kind of measurement, within the noise of a shared machine
+    assert 0.7 < peak / max(timed_here) < 1.4  # the same kind of measurement, within the noise of a shared machine
     given = SimpleNamespace(config=SimpleNamespace(peak_flops=5e12, mixed_precision="no"), accelerator=cpu)
     assert Session.peak_flops.fget(given) == 5e12
+
+
+def test_the_session_asks_for_the_roof_at_the_runs_thread_count_and_precision(monkeypatch):
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.training import train as train_module
+
+    asked = []
+    monkeypatch.setattr(train_module, "measured_cpu_peak_flops", lambda precision, threads: asked.append(
+        (precision, threads)) or 1e9)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for precision in ("bf16", "no"):
+            session = SimpleNamespace(config=SimpleNamespace(peak_flops=None, mixed_precision=precision),
+                                      accelerator=SimpleNamespace(device=torch.device("cpu"), num_processes=1))
+            assert train_module.Session.peak_flops.fget(session) == 1e9
+    finally:
+        torch.set_num_threads(previous)
+    assert asked == [("bf16", 2), ("no", 2)]
 
 
 def test_the_cpu_peak_is_measured_in_the_runs_precision_and_thread_count(monkeypatch):
