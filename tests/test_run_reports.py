@@ -198,13 +198,18 @@ def test_a_preset_is_compared_as_the_fields_it_stands_for():
     assert as_preset != _with_model_keys({"model": {"preset": "gpt2"}})
 
 
-def test_benchmark_settings_and_run_name_are_written_where_the_run_records_them(overrides, tmp_path, capsys):
+def test_benchmark_settings_and_run_name_are_written_where_the_run_records_them(overrides, tmp_path, capsys,
+                                                                                  monkeypatch):
     """A benchmark_* change re-ran eval and export but left config.yaml and the summary with the old settings, so
     config.yaml given back to `run` evaluated the old benchmarks again; a new run_name alone ran nothing and the card
     kept the old name. Reference: the settings given, read back from the files, and the card's text."""
+    from hf_gpt_custom.training import run_log
     from hf_gpt_custom.training.config import load_train_config
     from hf_gpt_custom.training.run_log import read_run_log
 
+    titles, plot = [], run_log.plot_loss_curve
+    monkeypatch.setattr(run_log, "plot_loss_curve", lambda records, path, title="": titles.append(title) or plot(
+        records, path, title=title))
     run_dir = run_pipeline(SMOKE_CONFIG, overrides)
     weights = (run_dir / "final" / "model.safetensors").read_bytes()
     capsys.readouterr()
@@ -216,6 +221,7 @@ def test_benchmark_settings_and_run_name_are_written_where_the_run_records_them(
     summary = _summary(run_dir)
     assert summary["run_name"] == "renamed" and summary["config"]["benchmark_limit"] == 7
     assert _summary(run_dir / "export")["run_name"] == "renamed"
+    assert titles[-1].startswith("renamed: ")  # the loss curve's title names the run too
     card = (run_dir / "export" / "README.md").read_text()
     assert "renamed" in card and "your-username/renamed" in card
     assert (run_dir / "final" / "model.safetensors").read_bytes() == weights
