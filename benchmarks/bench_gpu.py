@@ -346,6 +346,7 @@ def bench_generate(args, meta: dict, save: Callable[[dict], None] = lambda paylo
             if cache == "static":
                 row["ours_static_equal_dynamic_fraction"] = _equal_fraction(
                     tokens_by_cache["static"], tokens_by_cache["dynamic"], args.prompt_len)
+            row["tokens_equal_fraction_fp32"] = _fp32_tokens_equal(shape, device, prompt, kwargs, args)
             results.append(row)
             save(_generate_payload(args, meta, results, unfinished=f"stopped after the batch-{batch} {cache} row"))
             print(f"generate batch {batch} {cache}: GPT-2 {row['gpt2_ms_per_step']:.2f} ms/step, ours "
@@ -368,6 +369,28 @@ def _generate_payload(args, meta: dict, results: list[dict], unfinished: str | N
 def _in_transformers_loop(call: Callable[[], torch.Tensor]) -> torch.Tensor:
     with transformers_loop():
         return call()
+
+
+def _fp32_tokens_equal(shape: dict, device: torch.device, prompt: torch.Tensor, kwargs: dict, args) -> float:
+    """The correctness check of a generation row: the share of ours' greedy new tokens (float32, TF32 off, the row's
+    cache) equal to GPT-2's (float32, dynamic cache). In bf16 the random-weight models' near-tied logits flip with the
+    kernel, so the bf16 tokens check nothing; float32 leaves gaps far above its rounding. 32 tokens: cheap."""
+    short = {**kwargs, "max_new_tokens": min(32, args.new_tokens), "min_new_tokens": min(32, args.new_tokens),
+             "disable_compile": True}  # the same tokens compiled or not; not compiling keeps the check seconds long
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.inference_mode():
+            gpt2 = build_model("transformers GPT-2", shape, device).eval()
+            reference = gpt2.generate(prompt, **{**short, "cache_implementation": None})
+            del gpt2
+            ours = build_model("ours", shape, device).eval()
+            tokens = ours.generate(prompt, **short)
+            del ours
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    release(device)
+    return _equal_fraction(tokens, reference, prompt.shape[1])
 
 
 def _equal_fraction(a: torch.Tensor, b: torch.Tensor, prompt_len: int) -> float:

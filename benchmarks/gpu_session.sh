@@ -287,7 +287,7 @@ h100() {
 # The ninth (the next session's, ~8 minutes): what the first H100 call (`h100`) left. The tests its 170 s cap cut
 # (the FSDP/DDP configs, the huge learning rate) and the shipped CPU config's two-rank launch fixed after it; then
 # alone on the GPU ours' compiled batch sweep (the cap cut it after batch 16) and the compiled train() loop (cut
-# while writing its checkpoint).
+# while writing its checkpoint); then generation with five rounds, if time is left.
 next_call() {
   begin_call "${SESSION_SECONDS:-480}"
   local c; c=$(cap 150); header "the tests the first H100 call left" "$c"
@@ -299,6 +299,8 @@ next_call() {
   bench_stage "train, compiled" 200 --parts train --modes compile --sweep 16,32,64 --sweep-models ours --rounds 3
   bench_stage "the train() loop vs the bare model, compiled" 110 --parts loop --modes compile --text-file "$TEXT" \
     --rounds 3
+  # generation again with five rounds where time is left: the batch-1 static 1.51x stood on two (1.49-1.53)
+  bench_stage "generation, five rounds" 90 --parts generate --gen-rounds 5
   echo "=== done $(date -u +%T) ==="
 }
 

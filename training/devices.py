@@ -78,7 +78,8 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
     ("H100", 989e12),  # SXM: "NVIDIA H100 80GB HBM3"
-    ("H200", 989e12),
+    ("H200 NVL", 835e12),
+    ("H200", 989e12),  # SXM
     ("GH200", 989e12),
     ("A100", 312e12),
     ("L40S", 362e12),

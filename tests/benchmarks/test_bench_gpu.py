@@ -33,9 +33,17 @@ def test_flops_per_token_of_gpt2_124m_by_hand():
     ("NVIDIA H200", 989e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA L40S", 362e12), ("NVIDIA L4", 121e12),
     ("Tesla T4", None), ("NVIDIA GeForce RTX 4090", None), ("NVIDIA GH200 480GB", 989e12),
     ("NVIDIA L40", None),  # not the L4's 121e12 (a substring match gave it): its peak is not in the table
+    ("NVIDIA H200 NVL", 835e12),  # NVIDIA's datasheet: 1,671 TFLOP/s bf16 with sparsity, half of it dense
 ])
 def test_peak_flops_by_gpu_name_and_unknown_otherwise(name, peak):
     assert gpu_report.peak_bf16_flops(name) == peak
+
+
+@pytest.mark.parametrize("name, judged", [("NVIDIA H100 80GB HBM3", True), ("NVIDIA H100 PCIe", False),
+                                          ("NVIDIA H100 NVL", False), ("NVIDIA H200", False)])
+def test_the_targets_are_judged_on_an_h100_sxm_only(name, judged):
+    """The PCIe and NVL H100s are slower parts (756 and 835 TFLOP/s): the H100 SXM's targets do not apply."""
+    assert gpu_report.is_judged({"device_type": "cuda", "device_name": name}) is judged
 
 
 def test_device_info_names_versions_and_an_honest_unknown_peak():
@@ -258,6 +266,7 @@ def test_smoke_run_writes_every_result_file_with_device_versions_and_date(tmp_pa
     assert not any(row["ours_compiled"] for row in generate["results"])  # generate compiles on CUDA only
     for row in generate["results"]:  # one round: the speed-up is GPT-2's time over ours
         assert row["speedup"] == pytest.approx(row["gpt2_ms_per_step"] / row["ours_ms_per_step"])
+        assert row["tokens_equal_fraction_fp32"] == 1.0  # the correctness check: float32 tokens equal GPT-2's
         # static rows also time our model in transformers' own loop: the share of static_decoding.py
         assert (row["ours_transformers_loop_ms_per_step"] is not None) == (row["cache"] == "static")
     assert "ours in transformers' loop" in markdown
