@@ -380,7 +380,9 @@ def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
         "val_perplexity": f"validation perplexity{part}",
         "val_bits_per_byte": f"validation bits per byte{part}",
         "tokens_per_s": "throughput (tokens/s)",
-        "mfu": "model FLOPs utilization",
+        # the denominator named: a GPU's datasheet peak, or on a CPU a matmul measured at the run's threads
+        "mfu": "model FLOPs utilization" + (f" (of {summary['peak_flops'] / 1e12:.3g} TFLOP/s peak)"
+                                             if summary.get("peak_flops") else ""),
     }
     return [(label, _format_number(summary[key])) for key, label in labels.items() if summary.get(key) is not None]
 

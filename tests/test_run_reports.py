@@ -97,7 +97,7 @@ def test_changing_eval_batches_or_peak_flops_rewrites_the_summary_and_the_export
     blocks = f"first {after['val_blocks_scored']} of {after['val_blocks']:,} blocks: eval_batches"  # 5 batches of 8
     assert after["val_blocks_scored"] == 40 < after["val_blocks"]
     for label, key in ((f"final validation loss ({blocks}) (nats/token)", "final_val_loss"),
-                       ("model FLOPs utilization", "mfu")):
+                       ("model FLOPs utilization (of 0.001 TFLOP/s peak)", "mfu")):  # peak_flops=1e9 named
         assert f"| {label} | {_format_number(after[key])} |" in card
     exported = _summary(run_dir / "export")
     assert (exported["final_val_loss"], exported["mfu"]) == (after["final_val_loss"], after["mfu"])
