@@ -337,3 +337,25 @@ def test_the_generation_part_leaves_a_result_file_after_every_row():
     assert [len(payload["results"]) for payload in saved] == list(range(1, len(final["results"]) + 1))
     assert all("unfinished" in payload for payload in saved) and "unfinished" not in final
     assert saved[-1]["results"] == final["results"]
+
+
+def test_the_fp32_token_check_compares_ours_with_gpt2_and_sees_a_difference(monkeypatch):
+    """The generation rows' correctness check: 1.0 for the same weights, less when ours computes something else."""
+    from types import SimpleNamespace
+
+    shape, device = bench_gpu.SMOKE_SHAPE, torch.device("cpu")
+    prompt = torch.randint(1, shape["vocab_size"], (2, 8), generator=torch.Generator().manual_seed(0))
+    kwargs = {"max_new_tokens": 12, "min_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
+    args = SimpleNamespace(new_tokens=12)
+    assert bench_gpu._fp32_tokens_equal(shape, device, prompt, kwargs, args) == 1.0
+    build = bench_gpu.build_model
+
+    def ours_off_by_a_scale(name, shape, device):
+        model = build(name, shape, device)
+        if name == "ours":
+            with torch.no_grad():
+                model.get_output_embeddings().weight.mul_(-1.0)  # another model: other greedy tokens
+        return model
+
+    monkeypatch.setattr(bench_gpu, "build_model", ours_off_by_a_scale)
+    assert bench_gpu._fp32_tokens_equal(shape, device, prompt, kwargs, args) < 1.0
