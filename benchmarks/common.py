@@ -154,6 +154,12 @@ def time_rotating(contenders: dict[str, Callable[[], object]], rounds: int, warm
     return times
 
 
+def within_noise(spread: tuple | list | None, target: float | None) -> bool:
+    """True when the per-round range of a ratio holds the target: the rounds lie on both sides of it, so the median
+    alone neither meets nor misses it (a 1.51x median of rounds 1.49x-1.53x does not show 1.5x)."""
+    return bool(spread) and target is not None and None not in spread and min(spread) < target < max(spread)
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set size so far, in MB (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

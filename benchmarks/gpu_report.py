@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import cpu_info
+from benchmarks.common import cpu_info, within_noise
 from hf_gpt_custom.training.devices import PEAK_BF16_FLOPS, peak_bf16_flops  # noqa: F401  (one table for both)
 
 # Issue 23's targets, judged on an H100 only (they were set against figures measured there): (value, at_most).
@@ -87,12 +87,11 @@ def _fmt(value, spec: str = ",.0f", suffix: str = "") -> str:
 
 
 def _met(value: float | None, target_name: str, judged: bool, spread: tuple | None = None) -> str:
-    """The verdict on a target. With the per-round range of a ratio (`spread`: min, max), a range that holds the
-    target is "within noise", not met: a 1.51x median of rounds from 1.49x to 1.53x does not show 1.5x."""
+    """The verdict on a target; "within noise" where the per-round range of a ratio (`spread`: min, max) holds it."""
     target, at_most = TARGETS[target_name]
     if not judged or value is None:
         return "not judged"
-    if spread is not None and None not in spread and min(spread) < target < max(spread):
+    if within_noise(spread, target):
         return f"within noise (rounds {min(spread):.2f}–{max(spread):.2f})"
     return "met" if (value <= target if at_most else value >= target) else "**not met**"
 

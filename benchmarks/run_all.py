@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_decode_loop import OURS_IN_TRANSFORMERS_LOOP
-from benchmarks.common import RESULTS_DIR, describe_machine, load_average, machine_info, result_name
+from benchmarks.common import (
+    RESULTS_DIR, describe_machine, load_average, machine_info, result_name, within_noise,
+)
 
 REPO_ROOT = RESULTS_DIR.parents[1]
 BENCH_DIR = REPO_ROOT / "benchmarks"
@@ -291,9 +293,9 @@ def render_markdown(sections: dict[int, tuple[list[dict], list[str]]], meta: dic
             spread = f"{row['spread'][0]:.2f}–{row['spread'][1]:.2f}" if row["spread"] else "—"
             ratio = f"{row['ratio']:.2e}" if row["unit"] == "max abs diff" else f"{row['ratio']:.2f}x"
             met = {True: "yes", False: "**no**", None: "—"}[row["met"]]
-            if row["met"] is not None and row["spread"] and isinstance(row["target"], (int, float)) \
-                    and row["spread"][0] < row["target"] < row["spread"][1]:
-                met = "within noise"  # rounds on both sides of the target: the median alone does not decide it
+            if row["met"] is not None and isinstance(row["target"], (int, float)) \
+                    and within_noise(row["spread"], row["target"]):
+                met = "within noise"
             target = row["target"] if isinstance(row["target"], str) else (
                 f"≥ {row['target']}x" if row["target"] else "—")
             if row["figure"].endswith("vs nanoGPT") and row["target"]:

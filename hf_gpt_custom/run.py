@@ -31,6 +31,7 @@ _NAME_KEYS = {"run_name"}
 # needed): config.yaml given back to `run` would otherwise evaluate the old benchmarks again. So is the new path of a
 # moved input, and out_dir with them (a copied folder's config.yaml named the original folder).
 _WRITTEN_DOWN_KEYS = _EVAL_ONLY_KEYS | _NAME_KEYS
+_NO_WEIGHT_KEYS = _EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS  # every setting above: accepted, then export again
 
 
 def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, start_over: bool = False) -> Path:
@@ -331,7 +332,7 @@ def _fingerprint(config) -> dict[str, Any]:
     from hf_gpt_custom.training.config import settings_that_do_not_change_training
     from hf_gpt_custom.training.fingerprints import input_fingerprints
 
-    ignored = settings_that_do_not_change_training(type(config)) - _EVAL_ONLY_KEYS - _REPORT_KEYS - _NAME_KEYS
+    ignored = settings_that_do_not_change_training(type(config)) - _NO_WEIGHT_KEYS
     fingerprint = {key: value for key, value in config.to_dict().items() if key not in ignored}
     fingerprint.update({f"{_CONTENTS}{role}": sha256 for role, sha256 in input_fingerprints(config).items()})
     return _with_model_keys(fingerprint)
@@ -382,7 +383,7 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
     # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     moved = _moved_inputs(saved, fingerprint)
-    refused = [key for key in changed if key not in _EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS | set(moved)]
+    refused = [key for key in changed if key not in _NO_WEIGHT_KEYS | set(moved)]
     if refused:
         shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in refused[:4])
         elsewhere = "give it another out_dir=..." if config is not None and config.out_dir \
@@ -400,7 +401,7 @@ def _load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict
     if new and config is not None and config.out_dir:
         new["out_dir"] = config.out_dir  # a copied folder's config.yaml names the original's: it would edit that one
     _write_down_new_settings(run_dir, state, new)
-    if set(changed) & (_EVAL_ONLY_KEYS | _REPORT_KEYS | _NAME_KEYS):
+    if set(changed) & _NO_WEIGHT_KEYS:
         redo.add("export")
     for stage in redo:
         state["stages"].pop(stage, None)
