@@ -25,7 +25,8 @@ from transformers.utils import can_return_tuple, logging
 
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
-from .modeling_gpt_custom import GPTCustomModel, GPTCustomPreTrainedModel, checks_values
+from .model_inputs import checks_values
+from .modeling_gpt_custom import GPTCustomModel, GPTCustomPreTrainedModel
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
@@ -64,7 +65,7 @@ def last_non_padding_index(
 def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore_index: int | None = None) -> None:
     """Raise a UserError naming a label outside 0..num_classes-1 (or `ignore_index`) before it reaches the loss,
     where it would be a CUDA assert or a silently wrong loss. The dtype always; the values only where reading them
-    costs no device sync (modeling_gpt_custom.checks_values: the CPU, not while compiling)."""
+    costs no device sync (model_inputs.checks_values: the CPU, not while compiling)."""
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise UserError(f"{name} must hold integer class indices, got dtype {labels.dtype}; convert with .long()")
     if labels.numel() == 0 or not checks_values(labels):

@@ -2,7 +2,8 @@
 
 Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-norm, RMSNorm,
 SwiGLU, sinusoidal or rotary positions, no biases, grouped-query attention, untied or padded head) choose their modules
-once in `__init__` (norms and positions live in block_variants.py). Everything transformers users expect plugs in
+once in `__init__` (norms and positions live in block_variants.py; the checks of ids, masks and positions, and
+the positions a padding mask implies, in model_inputs.py). Everything transformers users expect plugs in
 here: the attention interface (eager = the textbook formula, sdpa, flash, flex), transformers' masks and Cache
 classes, GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings, and
 transformers' own causal-LM loss. Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one
@@ -41,132 +42,11 @@ from .checkpoint_files import read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
 from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
+from .model_inputs import check_attention_mask, check_position_ids, check_token_ids, position_ids_for
 from .static_decoding import decode_with_static_cache, uses_static_decoding
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
 
 logger = logging.get_logger(__name__)
-
-# Input checks that read tensor values (an id out of range, a position past the context) run only on these devices.
-# On the CPU the values are already in host memory; on a GPU each read would stall the host every step and break a
-# torch.compile graph, so there only checks on shapes and dtypes run. A test empties the tuple to hold the code path
-# a GPU takes to zero host reads while running on a CPU.
-VALUE_CHECK_DEVICES = ("cpu",)
-
-
-def checks_values(tensor: torch.Tensor) -> bool:
-    """True when input checks may read `tensor`'s values (see VALUE_CHECK_DEVICES); never while compiling or tracing,
-    which would record the check as constants."""
-    return (
-        tensor.device.type in VALUE_CHECK_DEVICES
-        and not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()
-    )
-
-
-def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
-    """Raise a UserError naming what is wrong with `token_ids` (input_ids or labels) before it becomes a cryptic
-    IndexError deep in an embedding or the loss. Dtype and shape always; the id range where `checks_values`."""
-    if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
-        raise UserError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}; convert with .long()")
-    if token_ids.dim() != 2:
-        raise UserError(
-            f"{name} must be 2-D (batch, seq_len), got shape {tuple(token_ids.shape)}; for one sequence add the "
-            f"batch dimension ({name}[None] or .unsqueeze(0))"
-        )
-    if token_ids.numel() == 0:
-        raise UserError(f"{name} is empty (shape {tuple(token_ids.shape)}); pass at least one token per row")
-    if not checks_values(token_ids):
-        return
-    lowest, highest = (int(value) for value in torch.aminmax(token_ids))
-    if highest >= vocab_size:
-        raise UserError(
-            f"{name} holds token id {highest} but vocab_size is {vocab_size}; ids must be 0..{vocab_size - 1} (was "
-            "the text tokenized with another tokenizer? after adding tokens to the tokenizer, call "
-            "model.resize_token_embeddings(len(tokenizer)))"
-        )
-    if lowest < 0:
-        negative = token_ids[token_ids < 0]
-        invalid = negative[negative != ignore_index] if ignore_index is not None else negative
-        if invalid.numel():
-            allowed = f" or {ignore_index} to ignore a position" if ignore_index is not None else ""
-            raise UserError(f"{name} holds token id {int(invalid.min())}; ids must be 0..{vocab_size - 1}{allowed}")
-
-
-def position_ids_for(
-    attention_mask: torch.Tensor | None, past_length: int, seq_len: int, n_positions: int, device: torch.device
-) -> torch.Tensor:
-    """Positions of the `seq_len` new tokens when the caller passes none: each real (attention_mask == 1) token's index
-    among the real tokens of its row, so a padded row — left or right — gets the positions it has alone;
-    past_length..past_length+seq_len-1 without a mask. Padding keeps its column index (GPT-2's numbering, capped at the
-    last position): its outputs mean nothing, and right-padded batches stay GPT2LMHeadModel's numbers everywhere.
-
-    mask [[0, 0, 1, 1, 1]] -> [[0, 1, 0, 1, 2]];  mask [[1, 1, 0]] -> [[0, 1, 2]];  no mask, 2 cached, 3 new -> [[2, 3, 4]].
-    """
-    if attention_mask is None or attention_mask.dim() != 2:
-        if past_length + seq_len > n_positions:
-            cached = f" (after {past_length} cached)" if past_length else ""
-            raise UserError(
-                f"input_ids has {seq_len} tokens{cached} but n_positions is {n_positions}; truncate the input or use "
-                "a longer-context preset"
-            )
-        return torch.arange(past_length, past_length + seq_len, device=device)[None]
-    is_real = attention_mask.bool()
-    columns = torch.arange(attention_mask.shape[-1], device=attention_mask.device).clamp(max=n_positions - 1)
-    positions = torch.where(is_real, is_real.long().cumsum(-1) - 1, columns)
-    return positions[:, -seq_len:]
-
-
-def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_length: int, seq_len: int) -> None:
-    """A UserError naming a mask that does not fit the input, before it becomes an IndexError or, worse, is
-    broadcast: a 2-D (batch, cached + new) mask of 1s and 0s, or a 4-D (batch, 1, new, cached + new) one, bool or
-    float. Shapes and dtypes only: nothing is read back from the device."""
-    if attention_mask is None:
-        return
-    total = past_length + seq_len
-    if attention_mask.dim() == 4:  # its key length may be a static cache's whole length: not checked
-        if not (attention_mask.dtype == torch.bool or attention_mask.dtype.is_floating_point):
-            raise UserError(f"a 4-D attention_mask must be bool (True = attend) or an additive float mask, got "
-                            f"dtype {attention_mask.dtype}; or pass the 2-D (batch, seq_len) mask of 1s and 0s")
-        fits = attention_mask.shape[0] in (1, batch) and attention_mask.shape[-2] == seq_len
-    else:
-        fits = tuple(attention_mask.shape) == (batch, total)
-    if not fits:
-        cached = f"{past_length} cached and " if past_length else ""
-        raise UserError(
-            f"attention_mask has shape {tuple(attention_mask.shape)} but the input has {batch} row(s) of "
-            f"{cached}{seq_len} new tokens; pass a (batch, {total}) mask over every cached and new position (1 for a "
-            "token, 0 for padding), as the tokenizer returns it"
-        )
-
-
-def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int | None = None,
-                       seq_len: int | None = None, columns: int = 0) -> None:
-    """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
-    the model was trained for). The shape and dtype always; the values where `checks_values`, and on every device
-    once the input's `columns` (cached + new tokens, or a static cache's length: a host int) pass n_positions.
-    Positions derived from a mask, by us or by generate(), never exceed the column index, so below that no read is
-    needed; past it a GPU would otherwise index past the position table (an opaque device-side assert) or, with
-    RoPE, silently run past the trained context. A training step never gets there, so it still reads nothing."""
-    if position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
-        raise UserError(f"position_ids must hold integer positions, got dtype {position_ids.dtype}; convert with "
-                        ".long() or pass position_ids=None to derive them")
-    if seq_len is not None and (position_ids.dim() != 2 or position_ids.shape[-1] != seq_len
-                                or position_ids.shape[0] not in (1, batch)):
-        raise UserError(f"position_ids has shape {tuple(position_ids.shape)} but the input has {batch} row(s) of "
-                        f"{seq_len} new tokens; pass ({batch}, {seq_len}) positions, or None to derive them")
-    may_pass_the_context = not torch.compiler.is_compiling() and columns > n_positions
-    if not (checks_values(position_ids) or may_pass_the_context):
-        return
-    lowest, highest = (int(value) for value in torch.aminmax(position_ids))
-    if lowest < 0:
-        raise UserError(f"position_ids holds {lowest}; positions start at 0 (pass position_ids=None to derive them)")
-    if highest >= n_positions:
-        raise UserError(
-            f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "
-            "the input or use a longer-context preset (in generate(), the prompt plus max_new_tokens must fit in "
-            f"{n_positions})"
-        )
-
 
 def uses_sdpa_causal_flag(
     config: GPTCustomConfig,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, modeling_gpt_custom
+from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, model_inputs, modeling_gpt_custom
 
 BLOCKS = {
     "gpt2": {},
@@ -64,7 +64,7 @@ def _training_step_host_reads(model: GPTCustomForCausalLM) -> list[str]:
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_a_training_step_on_the_gpu_code_path_reads_nothing_back_to_the_host(block, monkeypatch):
-    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
     assert _training_step_host_reads(_model(block)) == []
 
 
@@ -78,7 +78,7 @@ def test_the_cpu_checks_token_ids_and_positions_by_value_and_the_counter_sees_it
 
 
 def test_off_the_value_check_devices_only_shapes_and_dtypes_are_checked(monkeypatch):
-    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
     model = _model("gpt2").eval()
     with pytest.raises(ValueError, match="must hold integer token ids"):
         model(torch.ones(1, 4))
@@ -93,7 +93,7 @@ def test_generation_past_the_context_is_refused_on_the_gpu_code_path_too(block, 
     """generate() passes positions it derived from the mask, which skip the value check off the CPU. Left unchecked,
     RoPE went on past n_positions without a word and a position table was indexed past its end (on a GPU, a
     device-side assert). Once cached + new tokens pass n_positions the positions are read on every device."""
-    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
     model = _model(block).eval()
     prompt = torch.randint(0, 99, (1, 28), generator=torch.Generator().manual_seed(2))
     with pytest.raises(ValueError, match=r"reach 33 tokens \(position 32\) but n_positions is 32"):
@@ -135,7 +135,7 @@ def test_a_fine_tuning_step_of_a_classifier_on_the_gpu_code_path_reads_nothing_b
     transformers model alike; the head finds padding from pad_token_id.)"""
     from hf_gpt_custom import GPTCustomForSequenceClassification
 
-    monkeypatch.setattr(modeling_gpt_custom, "VALUE_CHECK_DEVICES", ())
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
     torch.manual_seed(0)
     config = GPTCustomConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, num_labels=3,
                              pad_token_id=0)

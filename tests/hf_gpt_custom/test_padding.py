@@ -92,7 +92,7 @@ def test_left_padded_generation_equals_each_row_generated_alone(position_type):
 
 def test_positions_derived_from_the_mask_by_hand():
     """Real tokens count from 0 within their row; padding keeps its column (capped at the last position)."""
-    from hf_gpt_custom.modeling_gpt_custom import position_ids_for
+    from hf_gpt_custom.model_inputs import position_ids_for
 
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 1, 0, 1]])
     assert position_ids_for(mask, 0, 5, 32, "cpu").tolist() == [[0, 1, 0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 1, 3, 2]]

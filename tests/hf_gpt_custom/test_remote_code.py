@@ -44,7 +44,7 @@ def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny
     assert {"configuration_gpt_custom.py", "architecture.py", "modeling_gpt_custom.py", "auto_classes.py",
             "block_variants.py", "causal_lm_loss.py", "checkpoint_files.py", "convert_common.py", "convert_gpt2.py",
             "convert_llama.py", "convert_openai_gpt.py",
-            "heads_gpt_custom.py", "static_decoding.py", "transformers_compat.py"} <= set(os.listdir(tmp_path / "ours"))
+            "heads_gpt_custom.py", "model_inputs.py", "static_decoding.py", "transformers_compat.py"} <= set(os.listdir(tmp_path / "ours"))
     gpt2 = GPT2LMHeadModel(GPT2Config(**TINY_GPT2)).eval()
     gpt2.save_pretrained(tmp_path / "gpt2")
 

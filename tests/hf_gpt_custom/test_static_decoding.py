@@ -334,7 +334,7 @@ def test_a_stop_at_the_last_position_the_context_allows_ends_there_with_the_late
     The late read queued that step anyway (its flag is read a step later), which the model refused — or, compiled
     (no value checks on a GPU), indexed the position table past its end."""
     monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
-    monkeypatch.setattr("hf_gpt_custom.modeling_gpt_custom.VALUE_CHECK_DEVICES", ())  # the GPU's checks
+    monkeypatch.setattr("hf_gpt_custom.model_inputs.VALUE_CHECK_DEVICES", ())  # the GPU's checks
     ours, reference = pair
     n_positions, prompt_length = ours.config.n_positions, 10
     assert n_positions == reference.config.n_positions == 64
