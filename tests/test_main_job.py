@@ -116,14 +116,15 @@ def test_main_job_resumes_after_a_kill_and_exports_a_folder_that_loads_anywhere(
 
 
 def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
-    from hf_gpt_custom.run import _fingerprint, run_pipeline
+    from hf_gpt_custom import run_state
+    from hf_gpt_custom.run import run_pipeline
     from hf_gpt_custom.training.config import load_train_config
 
     overrides = _overrides(tmp_path)
     config = load_train_config(SMOKE_CONFIG, overrides)
     run_dir = tmp_path / "runs" / "tiny"
     run_dir.mkdir(parents=True)
-    fingerprint = _fingerprint(config)
+    fingerprint = run_state.fingerprint(config)
     (run_dir / "pipeline_state.json").write_text(json.dumps({"config": fingerprint, "stages": {}}))
 
     with pytest.raises(ValueError, match=r"was started with a different config \(max_steps: 40 -> 99\)"):
@@ -131,37 +132,38 @@ def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
 
 
 def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):
-    from hf_gpt_custom.run import _fingerprint, _load_state
+    from hf_gpt_custom import run_state
     from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
-    fingerprint = _fingerprint(config)
+    fingerprint = run_state.fingerprint(config)
     done = {"status": "done", "output": None, "wall_time_s": 1.0}
     run_dir = tmp_path / "runs" / "tiny"
     run_dir.mkdir(parents=True)
     stages = {stage: dict(done) for stage in ("tokenizer", "train", "eval", "export")}
     (run_dir / "pipeline_state.json").write_text(json.dumps({"config": fingerprint, "stages": stages}))
 
-    state = _load_state(run_dir, {**fingerprint, "benchmark_limit": 8})
+    state = run_state.load_state(run_dir, {**fingerprint, "benchmark_limit": 8})
     assert sorted(state["stages"]) == ["tokenizer", "train"]
     assert state["config"]["benchmark_limit"] == 8
-    faster = _fingerprint(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), "num_proc=2", "torch_threads=2"]))
+    faster = run_state.fingerprint(
+        load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), "num_proc=2", "torch_threads=2"]))
     assert faster == fingerprint  # how fast it runs is not what it trains
 
 
 def test_a_setting_added_to_the_code_since_the_run_started_is_not_a_change(tmp_path):
-    from hf_gpt_custom.run import _fingerprint, _load_state
+    from hf_gpt_custom import run_state
     from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
-    fingerprint = _fingerprint(config)
+    fingerprint = run_state.fingerprint(config)
     old_fingerprint = {k: v for k, v in fingerprint.items() if k != "learning_rate"}  # as if the field were new
     run_dir = tmp_path / "runs" / "tiny"
     run_dir.mkdir(parents=True)
     stages = {"tokenizer": {"status": "done", "output": None, "wall_time_s": 1.0}}
     (run_dir / "pipeline_state.json").write_text(json.dumps({"config": old_fingerprint, "stages": stages}))
 
-    assert _load_state(run_dir, fingerprint)["stages"] == stages
+    assert run_state.load_state(run_dir, fingerprint)["stages"] == stages
 
 
 def test_turning_evaluation_off_removes_the_old_results_the_card_would_show(tmp_path, capsys):
@@ -182,6 +184,7 @@ def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
     """`train --start_over` in a main-job folder moves final/, eval/ and export/ aside; `run` must then train,
     evaluate and export again rather than count those stages done from its saved state."""
     from hf_gpt_custom import run as run_module
+    from hf_gpt_custom import run_state
     from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
@@ -190,7 +193,7 @@ def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
     outputs = {"tokenizer": run_dir / "tokenizer", "train": run_dir / "final", "eval": run_dir / "eval",
                "export": run_dir / "export"}
     stages = {stage: {"status": "done", "output": str(path), "wall_time_s": 1.0} for stage, path in outputs.items()}
-    (run_dir / "pipeline_state.json").write_text(json.dumps({"config": run_module._fingerprint(config),
+    (run_dir / "pipeline_state.json").write_text(json.dumps({"config": run_state.fingerprint(config),
                                                              "stages": stages}))
     ran = []
 

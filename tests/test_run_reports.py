@@ -190,12 +190,12 @@ def test_the_model_section_is_compared_field_by_field_as_train_compares_it(overr
 
 def test_a_preset_is_compared_as_the_fields_it_stands_for():
     from hf_gpt_custom.architecture import PRESETS
-    from hf_gpt_custom.run import _with_model_keys
+    from hf_gpt_custom.run_state import with_model_keys
 
     assert PRESETS["gpt2-medium"] == {"n_layer": 24, "n_head": 16, "n_embd": 1024}
-    as_preset = _with_model_keys({"model": {"preset": "gpt2-medium"}})
-    assert as_preset == _with_model_keys({"model": {"n_layer": 24, "n_head": 16, "n_embd": 1024}})
-    assert as_preset != _with_model_keys({"model": {"preset": "gpt2"}})
+    as_preset = with_model_keys({"model": {"preset": "gpt2-medium"}})
+    assert as_preset == with_model_keys({"model": {"n_layer": 24, "n_head": 16, "n_embd": 1024}})
+    assert as_preset != with_model_keys({"model": {"preset": "gpt2"}})
 
 
 def test_benchmark_settings_and_run_name_are_written_where_the_run_records_them(overrides, tmp_path, capsys,

@@ -77,7 +77,7 @@ def _pipeline_config(run_dir: Path) -> dict:
     """The settings `hf-gpt-custom run` recorded in the run folder before its first stage ({} when none)."""
     import json
 
-    from hf_gpt_custom.run import STATE_FILE
+    from hf_gpt_custom.run_state import STATE_FILE
 
     path = run_dir / STATE_FILE
     try:
