@@ -95,14 +95,15 @@ class Trainer:
     """One contender's training step at one batch shape, on a fixed random batch already on the device."""
 
     def __init__(self, name: str, model: torch.nn.Module, batch: int, seq_len: int, device: torch.device,
-                 compile_backend: str | None):
+                 compile_backend: str | None, compile_mode: str | None = None):
         from hf_gpt_custom.training.config import TrainConfig
         from hf_gpt_custom.training.train import build_optimizer
 
         self.name, self.model, self.batch, self.seq_len, self.device = name, model, batch, seq_len, device
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(model, TrainConfig(dataset="random token batches"))  # data not read
-        self.forward = torch.compile(model, backend=compile_backend, dynamic=False) if compile_backend else model
+        self.forward = torch.compile(model, backend=compile_backend, mode=compile_mode, dynamic=False) \
+            if compile_backend else model
         vocab_size = model.config.vocab_size
         generator = torch.Generator().manual_seed(batch)
         self.input_ids = torch.randint(0, vocab_size, (batch, seq_len), generator=generator).to(device)

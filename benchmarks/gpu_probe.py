@@ -6,9 +6,10 @@
 Parts, each on GPT-2 124M at bench_gpu.py's training step (bf16 autocast, fused AdamW, clipping, dropout 0):
 - variants: nanoGPT and ours, each as written and with the candidate paths — SDPA's cuDNN attention backend first
   (`sdpa_kernel(..., set_priority=True)`), and the loss computed from the hidden states in chunks
-  (benchmarks/linear_cross_entropy.py, never the whole logits), and compiled steps under an activation memory
-  budget (recompute in backward instead of saving) — side by side in rotated rounds, eager and compiled:
-  tokens/s, ratio to nanoGPT, peak memory, compile warm-up.
+  (benchmarks/linear_cross_entropy.py, never the whole logits), compiled steps under an activation memory
+  budget (recompute in backward instead of saving), and torch.compile's modes and inductor options (autotuned
+  kernels, CUDA graphs, coordinate-descent tuning: COMPILE_CANDIDATES) — side by side in rotated rounds, eager and
+  compiled: tokens/s, ratio to nanoGPT, peak memory, compile warm-up.
 - profile: one compiled and one eager step of each contender under torch.profiler: GPU-busy time, kernel launches
   and kernel time by kind (matmul, attention, Triton, elementwise, optimizer, ...), and the top kernels.
 - sweep: compiled nanoGPT and the chosen contenders at larger batches, peak memory against --memory-cap-gb (80: an
@@ -26,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -64,42 +66,73 @@ class HiddenStateLoss(torch.nn.Module):
         return CausalLMOutputWithPast(loss=loss)
 
 
-# name -> (model to build, cuDNN attention first, rows per chunk of the hidden-state loss or None, the compiled
-# step's activation memory budget or None). The budget is torch.compile's min-cut partitioner knob
-# (torch._functorch.config.activation_memory_budget, 1.0 = save what is cheapest to keep): below 1 it recomputes
-# the cheapest activations in backward instead of saving them, to fit that fraction of the default's saved bytes.
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a model's training step; the fields left at their defaults are the model as written."""
+
+    model: str  # "nanoGPT" or "ours"
+    cudnn_first: bool = False  # SDPA's cuDNN attention backend first
+    rows_per_chunk: int | None = None  # the loss from the hidden states, this many rows at a time
+    # torch.compile's min-cut partitioner knob (torch._functorch.config.activation_memory_budget, 1.0 = save what is
+    # cheapest to keep): below 1 it recomputes the cheapest activations in backward instead of saving them, to fit
+    # that fraction of the default's saved bytes
+    memory_budget: float | None = None
+    # torch.compile's mode on the inductor backend: "max-autotune-no-cudagraphs" times several matmul and Triton
+    # configurations per shape and keeps the fastest; "reduce-overhead" replays forward and backward as CUDA graphs
+    # (no kernel launches from the host). Other backends ignore it.
+    compile_mode: str | None = None
+    # inductor settings read when the step compiles, e.g. coordinate_descent_tuning (tunes each Triton kernel's
+    # block sizes by local search)
+    inductor_options: tuple[tuple[str, object], ...] = ()
+
+
 CONTENDERS = {
-    "nanoGPT": ("nanoGPT", False, None, None),
-    "ours": ("ours", False, None, None),
-    "nanoGPT+cudnn": ("nanoGPT", True, None, None),
-    "ours+cudnn": ("ours", True, None, None),
-    "ours+chunk4096": ("ours", False, 4096, None),
-    "ours+chunk8192": ("ours", False, 8192, None),
-    "ours+cudnn+chunk4096": ("ours", True, 4096, None),
-    "ours+budget0.5": ("ours", False, None, 0.5),
-    "ours+budget0.3": ("ours", False, None, 0.3),
-    "ours+chunk4096+budget0.5": ("ours", False, 4096, 0.5),
+    "nanoGPT": Candidate("nanoGPT"),
+    "ours": Candidate("ours"),
+    "nanoGPT+cudnn": Candidate("nanoGPT", cudnn_first=True),
+    "ours+cudnn": Candidate("ours", cudnn_first=True),
+    "ours+chunk4096": Candidate("ours", rows_per_chunk=4096),
+    "ours+chunk8192": Candidate("ours", rows_per_chunk=8192),
+    "ours+cudnn+chunk4096": Candidate("ours", cudnn_first=True, rows_per_chunk=4096),
+    "ours+budget0.5": Candidate("ours", memory_budget=0.5),
+    "ours+budget0.3": Candidate("ours", memory_budget=0.3),
+    "ours+chunk4096+budget0.5": Candidate("ours", rows_per_chunk=4096, memory_budget=0.5),
+    "ours+autotune": Candidate("ours", compile_mode="max-autotune-no-cudagraphs"),
+    "ours+cudagraphs": Candidate("ours", compile_mode="reduce-overhead"),
+    "nanoGPT+cudagraphs": Candidate("nanoGPT", compile_mode="reduce-overhead"),
+    "ours+coordinate_descent": Candidate("ours", inductor_options=(("coordinate_descent_tuning", True),)),
 }
+# The compile modes and inductor options, tried on the training step (issue 23 names CUDA graphs and autotuned
+# kernels as the places speed could come from); compiled only, so `--variant-modes compiled` with these.
+COMPILE_CANDIDATES = ("nanoGPT", "ours", "ours+autotune", "ours+cudagraphs", "nanoGPT+cudagraphs",
+                      "ours+coordinate_descent")
 
 
 class Contender(bench_gpu.Trainer):
     def __init__(self, label: str, batch: int, args, compiled: bool):
-        model_name, self.cudnn, rows, self.budget = CONTENDERS[label]
-        model = bench_gpu.build_model(model_name, args.shape, args.device)
-        if rows is not None:
-            model = HiddenStateLoss(model, rows)
-        if self.budget is not None:
+        self.candidate = candidate = CONTENDERS[label]
+        model = bench_gpu.build_model(candidate.model, args.shape, args.device)
+        if candidate.rows_per_chunk is not None:
+            model = HiddenStateLoss(model, candidate.rows_per_chunk)
+        if candidate.memory_budget is not None or candidate.compile_mode or candidate.inductor_options:
             # Dynamo reuses the compiled forward of another instance of the same class (its guards match), which was
-            # partitioned under another budget: a class of its own makes this one compile anew.
-            model.__class__ = type(f"{type(model).__name__}Budget{self.budget}", (type(model),), {})
+            # compiled under other settings: a class of its own makes this one compile anew.
+            model.__class__ = type(f"{type(model).__name__}_{label.replace('+', '_').replace('.', '_')}",
+                                   (type(model),), {})
+        mode = candidate.compile_mode if args.compile_backend == "inductor" else None
         super().__init__(label, model, batch, args.shape["n_positions"], args.device,
-                         args.compile_backend if compiled else None)
+                         args.compile_backend if compiled else None, compile_mode=mode)
 
     def step_context(self):
         context = contextlib.ExitStack()
-        if self.budget is not None:  # read when the first step compiles (the AOT-autograd cache keys on it too)
-            context.enter_context(torch._functorch.config.patch(activation_memory_budget=self.budget))
-        if self.cudnn:
+        if self.candidate.memory_budget is not None:  # read when the first step compiles (AOT-autograd's cache keys
+            # on it too)
+            context.enter_context(torch._functorch.config.patch(activation_memory_budget=self.candidate.memory_budget))
+        if self.candidate.inductor_options:
+            import torch._inductor.config as inductor_config
+
+            context.enter_context(inductor_config.patch(dict(self.candidate.inductor_options)))
+        if self.candidate.cudnn_first:
             context.enter_context(cudnn_first())
         context.enter_context(super().step_context())
         return context

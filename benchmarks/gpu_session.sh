@@ -26,6 +26,7 @@
 #        bash benchmarks/gpu_session.sh rest           # the slow tests, the tests fixed since, generation (~4 min)
 #        bash benchmarks/gpu_session.sh h100           # first H100 call: CUDA tests, 8 recipes, train, loop (~9 min)
 #        bash benchmarks/gpu_session.sh next           # what h100 left: cut tests, ours' compiled sweep, loop (~8 min)
+#        bash benchmarks/gpu_session.sh modes          # compile modes and inductor options vs nanoGPT (gpu_probe, ~8 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -304,8 +305,24 @@ next_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The tenth (a session after `next`, ~8 minutes): the compile modes and inductor options issue 23 names as where the
+# speed past nanoGPT could come from, none of them measured yet: autotuned matmul and Triton configurations, the
+# training step's forward and backward replayed as CUDA graphs (nanoGPT's GPT too, to see whether the gain is ours or
+# the mode's), and coordinate-descent tuning of the Triton kernels, each side by side with nanoGPT at batch 16 under
+# the profiler (GPU-busy time against wall time shows how much of a step is the host launching kernels).
+modes_call() {
+  begin_call "${SESSION_SECONDS:-500}"
+  local c labels; c=$(cap 480); header "gpu_probe.py: compile modes, compiled, batch 16" "$c"
+  labels=$(python3 -c 'from benchmarks.gpu_probe import COMPILE_CANDIDATES as c; print(",".join(c))')
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK" --parts variants \
+    --variant-modes compiled --contenders "$labels" --profile-steps 2
+  pack
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
   next) next_call ;;
+  modes) modes_call ;;
   h100) h100 ;;
   rest) rest ;;
   complete) complete ;;

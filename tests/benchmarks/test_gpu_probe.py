@@ -90,3 +90,29 @@ def test_a_budget_contender_compiles_anew_and_saves_less_for_backward():
     torch._dynamo.reset()
     assert saved["ours"] > saved["ours+budget0.5"] > saved["ours+budget0.3"]
     assert graphs["ours+budget0.3"] == graphs["ours+budget0.5"] + 1  # compiled anew; plain "ours" then reused
+
+
+def test_compile_candidates_reach_torch_compile_and_inductor(monkeypatch):
+    """A compile-mode candidate is timed only if its mode reaches torch.compile on the inductor backend (other
+    backends take none), and an inductor option only if it is set while the step runs (and compiles) and unset
+    after, so the next contender compiles with the defaults."""
+    import argparse
+
+    import torch._inductor.config as inductor_config
+
+    from benchmarks import bench_gpu
+
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: modes.append(kwargs.get("mode")) or model)
+    for backend in ("inductor", "aot_eager"):
+        args = argparse.Namespace(device=torch.device("cpu"), shape=bench_gpu.SMOKE_SHAPE, compile_backend=backend)
+        for label in ("ours", "ours+autotune", "ours+cudagraphs", "nanoGPT+cudagraphs"):
+            gpu_probe.Contender(label, 2, args, compiled=True)
+    assert modes == [None, "max-autotune-no-cudagraphs", "reduce-overhead", "reduce-overhead", None, None, None, None]
+
+    contender = gpu_probe.Contender("ours+coordinate_descent", 2, args, compiled=False)
+    assert not inductor_config.coordinate_descent_tuning
+    with contender.step_context():
+        assert inductor_config.coordinate_descent_tuning
+    assert not inductor_config.coordinate_descent_tuning
+    assert set(gpu_probe.COMPILE_CANDIDATES) <= set(gpu_probe.CONTENDERS) and "nanoGPT" in gpu_probe.COMPILE_CANDIDATES
