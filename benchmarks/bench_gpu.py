@@ -58,7 +58,9 @@ MODELS = ("transformers GPT-2", "nanoGPT", "ours")
 # only shorten their warm-ups, never ours' (ours compiled last had measured 20.9 s at batch 64 beside nanoGPT's 1.3 s).
 WARM_UP_ORDER = ("ours", "nanoGPT", "transformers GPT-2")
 RATIOS = (("ours", "nanoGPT"), ("ours", "transformers GPT-2"), ("nanoGPT", "transformers GPT-2"))
-STEP_SETTINGS = "Step: bf16 autocast, fused AdamW (the training recipe's groups), gradient clipping at 1.0, dropout 0."
+STEP_SETTINGS = ("Step: bf16 autocast, fused AdamW (the training recipe's groups), gradient clipping at 1.0, "
+                 "dropout 0; each model called as its own training code calls it (ours with return_logits=False, "
+                 "as training/workload.py does; nanoGPT's and GPT-2's forwards return their logits).")
 SHARED_TEXT = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 CARRIED_TEXT = REPO_ROOT / ".gpu_carry" / "tinyshakespeare" / "input.txt"  # where gpu_session.sh puts it
 
@@ -99,7 +101,10 @@ class Trainer:
         from hf_gpt_custom.training.config import TrainConfig
         from hf_gpt_custom.training.train import build_optimizer
 
+        from hf_gpt_custom import GPTCustomForCausalLM
+
         self.name, self.model, self.batch, self.seq_len, self.device = name, model, batch, seq_len, device
+        self.loss_alone = isinstance(model, GPTCustomForCausalLM)
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(model, TrainConfig(dataset="random token batches"))  # data not read
         self.forward = torch.compile(model, backend=compile_backend, mode=compile_mode, dynamic=False) \
@@ -122,6 +127,8 @@ class Trainer:
         with self.step_context():
             if isinstance(self.model, NanoGPT):
                 loss = self.forward(self.input_ids, self.targets)[1]
+            elif self.loss_alone:  # ours as the training loop calls it (training/workload.py): no logits returned
+                loss = self.forward(input_ids=self.input_ids, labels=self.input_ids, return_logits=False).loss
             else:
                 loss = self.forward(input_ids=self.input_ids, labels=self.input_ids).loss
         loss.backward()

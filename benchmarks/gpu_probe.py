@@ -84,6 +84,9 @@ class Candidate:
     # inductor settings read when the step compiles, e.g. coordinate_descent_tuning (tunes each Triton kernel's
     # block sizes by local search)
     inductor_options: tuple[tuple[str, object], ...] = ()
+    # ours called with its logits returned, as before the training loop asked for the loss alone: compiled, the
+    # backward is then handed a zero gradient the size of the logits (pytorch/pytorch#131794)
+    logits_returned: bool = False
 
 
 CONTENDERS = {
@@ -101,10 +104,11 @@ CONTENDERS = {
     "ours+cudagraphs": Candidate("ours", compile_mode="reduce-overhead"),
     "nanoGPT+cudagraphs": Candidate("nanoGPT", compile_mode="reduce-overhead"),
     "ours+coordinate_descent": Candidate("ours", inductor_options=(("coordinate_descent_tuning", True),)),
+    "ours+logits": Candidate("ours", logits_returned=True),
 }
 # The compile modes and inductor options, tried on the training step (issue 23 names CUDA graphs and autotuned
 # kernels as the places speed could come from); compiled only, so `--variant-modes compiled` with these.
-COMPILE_CANDIDATES = ("nanoGPT", "ours", "ours+autotune", "ours+cudagraphs", "nanoGPT+cudagraphs",
+COMPILE_CANDIDATES = ("nanoGPT", "ours", "ours+logits", "ours+autotune", "ours+cudagraphs", "nanoGPT+cudagraphs",
                       "ours+coordinate_descent")
 
 
@@ -114,7 +118,8 @@ class Contender(bench_gpu.Trainer):
         model = bench_gpu.build_model(candidate.model, args.shape, args.device)
         if candidate.rows_per_chunk is not None:
             model = HiddenStateLoss(model, candidate.rows_per_chunk)
-        if candidate.memory_budget is not None or candidate.compile_mode or candidate.inductor_options:
+        if candidate.memory_budget is not None or candidate.compile_mode or candidate.inductor_options \
+                or candidate.logits_returned:
             # Dynamo reuses the compiled forward of another instance of the same class (its guards match), which was
             # compiled under other settings: a class of its own makes this one compile anew.
             model.__class__ = type(f"{type(model).__name__}_{label.replace('+', '_').replace('.', '_')}",
@@ -122,6 +127,7 @@ class Contender(bench_gpu.Trainer):
         mode = candidate.compile_mode if args.compile_backend == "inductor" else None
         super().__init__(label, model, batch, args.shape["n_positions"], args.device,
                          args.compile_backend if compiled else None, compile_mode=mode)
+        self.loss_alone = self.loss_alone and not candidate.logits_returned
 
     def step_context(self):
         context = contextlib.ExitStack()

@@ -309,7 +309,8 @@ next_call() {
 # speed past nanoGPT could come from, none of them measured yet: autotuned matmul and Triton configurations, the
 # training step's forward and backward replayed as CUDA graphs (nanoGPT's GPT too, to see whether the gain is ours or
 # the mode's), and coordinate-descent tuning of the Triton kernels, each side by side with nanoGPT at batch 16 under
-# the profiler (GPU-busy time against wall time shows how much of a step is the host launching kernels).
+# the profiler (GPU-busy time against wall time shows how much of a step is the host launching kernels). Also ours
+# with its logits returned (`ours+logits`): what the loss-alone call of the training loop saves, in time and memory.
 modes_call() {
   begin_call "${SESSION_SECONDS:-500}"
   local c labels; c=$(cap 480); header "gpu_probe.py: compile modes, compiled, batch 16" "$c"

@@ -496,13 +496,22 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         token_type_ids: torch.LongTensor | None = None,
+        return_logits: bool = True,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids themselves (-100 to ignore a position); the model shifts them.
 
         `logits_to_keep=k` computes logits for the last k positions only (generation asks for 1, which skips a
         (batch, seq, vocab) matmul over the whole prompt); 0 keeps all.
+
+        `return_logits=False` (with `labels`) returns the loss without the logits (`logits` is None), for a training
+        step that reads only the loss: under torch.compile every tensor the compiled forward returns is given a
+        gradient in backward, and autograd makes a zero (batch, seq, vocab) one for logits nobody reads
+        (pytorch/pytorch#131794), a pass over the largest tensor of the step. The project's training loop passes it.
         """
+        if not return_logits and labels is None:
+            raise UserError("return_logits=False returns only the loss, which needs labels; pass labels=input_ids, "
+                            "or keep return_logits=True")
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids,
             attention_mask=attention_mask,
@@ -541,7 +550,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
 
         return CausalLMOutputWithPast(
             loss=loss,
-            logits=logits,
+            logits=logits if return_logits else None,
             **cache_kwarg(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,

@@ -94,7 +94,8 @@ class LanguageModelling:
         return PreparedWork(tokenizer, model, train_loader, val_loader)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        # only the loss leaves the forward: compiled, a returned logits tensor would get a zero gradient of its size
+        return model(input_ids=batch["input_ids"], labels=batch["labels"], return_logits=False).loss
 
     def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
         return batch["input_ids"].numel()  # packed blocks: no padding

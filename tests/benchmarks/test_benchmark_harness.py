@@ -204,3 +204,27 @@ def test_bench_train_mfu_is_nanogpts_estimate():
     per_token = 6 * (n_params - 1024 * 768) + 12 * 12 * 12 * 64 * 1024  # L, H, Q, T as nanoGPT names them
     assert result["mfu_ours"] == pytest.approx(per_token * 90.0 / 1e11)
     assert result["mfu_anchor"] == pytest.approx(per_token * 60.0 / 1e11)
+
+
+def test_the_compile_benchmark_calls_ours_as_the_training_loop_does(monkeypatch):
+    """bench_compile's "ours" is the training loop's call (the loss alone), "ours, logits returned" the old call, and
+    GPT-2 its own; the step runs forward, loss and backward and leaves no gradient behind."""
+    from benchmarks import bench_compile
+    from benchmarks.common import make_pair
+
+    monkeypatch.setattr(torch, "compile", lambda model: model)  # the calls, not the compiler, are checked here
+    shape = {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 32, "vocab_size": 50, "resid_pdrop": 0.0,
+             "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    input_ids = torch.randint(0, 50, (2, 8))
+    returned = {}
+    for name in bench_compile.CONTENDERS:
+        ours, anchor = make_pair(shape)
+        model = anchor if name == "transformers GPT-2" else ours
+        forward = model.forward
+        model.forward = lambda *args, _forward=forward, _name=name, **kwargs: returned.setdefault(
+            _name, _forward(*args, **kwargs))
+        bench_compile.compiled_step(name, (ours, anchor), input_ids)()
+        assert all(p.grad is None for p in model.parameters())
+    assert returned["ours"].logits is None and returned["ours"].loss is not None
+    assert returned["ours, logits returned"].logits is not None
+    assert returned["transformers GPT-2"].logits is not None

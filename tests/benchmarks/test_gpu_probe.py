@@ -116,3 +116,7 @@ def test_compile_candidates_reach_torch_compile_and_inductor(monkeypatch):
         assert inductor_config.coordinate_descent_tuning
     assert not inductor_config.coordinate_descent_tuning
     assert set(gpu_probe.COMPILE_CANDIDATES) <= set(gpu_probe.CONTENDERS) and "nanoGPT" in gpu_probe.COMPILE_CANDIDATES
+    # ours is timed as the training loop calls it (the loss alone), "ours+logits" as it was called before
+    assert gpu_probe.Contender("ours", 2, args, compiled=False).loss_alone
+    assert not gpu_probe.Contender("ours+logits", 2, args, compiled=False).loss_alone
+    assert not gpu_probe.Contender("nanoGPT", 2, args, compiled=False).loss_alone

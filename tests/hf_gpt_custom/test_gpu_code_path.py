@@ -207,3 +207,66 @@ def test_packed_sequences_given_by_their_positions_do_not_attend_across_document
         alone = [model(document).logits for document in (first, second)]
     torch.testing.assert_close(logits[:, :5], alone[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits[:, 5:], alone[1], rtol=1e-5, atol=1e-5)
+
+
+def _backward_gradient_shapes_of_a_compiled_step(return_logits: bool) -> list[tuple]:
+    """The shapes of the gradients a compiled training step's backward is handed: one per tensor the compiled
+    forward returns (AOTAutograd's `tangents_*` inputs), a zero tensor for each one the loss does not reach."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    shapes = []
+
+    def backward_compiler(graph_module, example_inputs):
+        shapes.extend(tuple(node.meta["val"].shape) for node in graph_module.graph.find_nodes(op="placeholder")
+                      if node.name.startswith("tangents"))
+        return make_boxed_func(graph_module.forward)
+
+    torch._dynamo.reset()
+    model = _model("gpt2", dropout=0.0)
+    backend = aot_autograd(fw_compiler=lambda graph_module, _: make_boxed_func(graph_module.forward),
+                           bw_compiler=backward_compiler)
+    step = torch.compile(model, backend=backend, fullgraph=True)
+    input_ids = torch.randint(0, 99, (2, 16), generator=torch.Generator().manual_seed(1))
+    step(input_ids=input_ids, labels=input_ids, return_logits=return_logits).loss.backward()
+    torch._dynamo.reset()
+    return shapes
+
+
+def test_a_compiled_step_that_asks_for_the_loss_alone_gets_no_logits_sized_zero_gradient():
+    """pytorch/pytorch#131794: every tensor a compiled forward returns is handed a gradient in backward, a zero one
+    when the loss does not reach it, so returned logits cost a (batch, seq, vocab) fill and a read in every step
+    (on the CPU the step took ~1.5x as long). With return_logits=False (the training loop's call) the loss is the
+    only output; the check sees the logits' gradient when they are returned."""
+    assert (2, 16, 99) in _backward_gradient_shapes_of_a_compiled_step(return_logits=True)
+    assert _backward_gradient_shapes_of_a_compiled_step(return_logits=False) == [()]
+
+
+def test_the_loss_alone_is_gpt2s_loss_with_gpt2s_gradients():
+    """return_logits=False changes what is returned, not what is computed: against transformers' GPT2LMHeadModel
+    with the same weights (dropout 0), loss and every gradient; without labels there is nothing to return."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from hf_gpt_custom.errors import UserError
+
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                      embd_pdrop=0.0, attn_pdrop=0.0)).train()
+    ours = from_gpt2_model(gpt2, GPTCustomForCausalLM).train()
+    input_ids = torch.randint(0, 99, (2, 16), generator=torch.Generator().manual_seed(2))
+    labels = input_ids.masked_fill(torch.rand(2, 16, generator=torch.Generator().manual_seed(3)) < 0.2, -100)
+    want = gpt2(input_ids=input_ids, labels=labels).loss
+    want.backward()
+    got = ours(input_ids=input_ids, labels=labels, return_logits=False)
+    got.loss.backward()
+    assert got.logits is None
+    torch.testing.assert_close(got.loss, want, rtol=1e-5, atol=1e-6)
+    want_grads = {name.replace("transformer.", ""): p.grad for name, p in gpt2.named_parameters()}
+    for name, parameter in ours.named_parameters():
+        want_grad = want_grads[name.replace("transformer.", "")]
+        if want_grad.dim() == 2 and "wte" not in name and "wpe" not in name:
+            want_grad = want_grad.T  # GPT-2's Conv1D stores (in, out); ours nn.Linear (out, in)
+        torch.testing.assert_close(parameter.grad, want_grad, rtol=1e-4, atol=1e-6, msg=name)
+    with pytest.raises(UserError, match="needs labels"):
+        ours(input_ids=input_ids, return_logits=False)
