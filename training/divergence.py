@@ -65,8 +65,11 @@ class DivergenceGuard:
     def advice(self, checkpoints_dir: Path) -> str:
         """What the error says to do: the really safe checkpoint (if it still exists) and the ones not to use."""
         if self.last_good is not None and self.last_good.is_dir():
-            newer = [p.name for p in sorted(checkpoints_dir.glob("step_*"))
-                     if p.is_dir() and p.name.split(".")[0] > self.last_good.name]
+            from hf_gpt_custom.training.checkpoint import checkpoint_step, list_checkpoints
+
+            # by step number, not name: past step 999,999 "step_1000000" sorts before "step_999999" as text
+            newer = [p.name for p in list_checkpoints(checkpoints_dir)
+                     if checkpoint_step(p) > checkpoint_step(self.last_good)]
             unsafe = f"; {', '.join(newer)} hold(s) the diverging weights" if newer else ""
             return (f"the last good checkpoint is {self.last_good} (its weights gave a healthy loss){unsafe}. Start "
                     f"a new run from it with init_from={self.last_good} run_name=<new name> and a lower learning_rate "

@@ -152,6 +152,26 @@ def _max_abs_weight(folder) -> float:
     return max(tensor.abs().max().item() for tensor in load_file(str(folder / "model.safetensors")).values())
 
 
+def test_a_training_step_asks_the_model_for_the_loss_alone(make_config, monkeypatch):
+    """The loop reads only the loss, so it asks for nothing else (return_logits=False): compiled, a returned logits
+    tensor would be handed a zero gradient of its size in every backward (pytorch/pytorch#131794). Evaluation still
+    gets its logits."""
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    returned = {"training": [], "evaluating": []}
+    forward = GPTCustomForCausalLM.forward
+
+    def recording_forward(self, *args, **kwargs):
+        output = forward(self, *args, **kwargs)
+        returned["training" if self.training else "evaluating"].append(output.logits)
+        return output
+
+    monkeypatch.setattr(GPTCustomForCausalLM, "forward", recording_forward)
+    train(make_config("max_steps=2", "eval_interval=2", "checkpoint_interval=0"))
+    assert len(returned["training"]) == 2 and all(logits is None for logits in returned["training"])
+    assert returned["evaluating"] and all(logits is not None for logits in returned["evaluating"])
+
+
 def test_diverging_loss_stops_naming_the_step_and_no_poisoned_checkpoint(make_config):
     # lr 1e30 without clipping: step 1 is computed from the initial weights; its update leaves weights of ~1e30,
     # finite in float32, which the step-1 checkpoint holds. Step 2's loss is NaN: step 1 is not a good checkpoint.
@@ -389,6 +409,18 @@ def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(
     parameter.grad = torch.ones(3)
     optimizer.step()  # skipped on the device from the first diverged step on: the weights stay as they were
     assert torch.equal(parameter.detach(), torch.ones(3)) is (expected is not None)
+
+
+def test_the_advice_names_every_newer_checkpoint_by_step_number_past_step_999999(tmp_path):
+    """Checkpoint folders are ordered by step number: as text "step_1000000" sorts before "step_999999", and the
+    advice left the newer checkpoint, which holds diverging weights, unnamed. A folder mid-write or mid-deletion is
+    not a checkpoint and is not named."""
+    from hf_gpt_custom.training.divergence import DivergenceGuard
+
+    for name in ("step_999998", "step_999999", "step_1000000", "step_1000001.tmp", "step_1000002.deleting"):
+        (tmp_path / name).mkdir()
+    advice = DivergenceGuard(last_good=tmp_path / "step_999999").advice(tmp_path)
+    assert "; step_1000000 hold(s) the diverging weights" in advice
 
 
 def test_a_second_run_in_the_same_process_may_ask_for_another_precision_and_device(make_config):
