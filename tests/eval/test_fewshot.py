@@ -71,6 +71,27 @@ def test_long_prompts_drop_examples_not_the_target(shared_data_dir, tiny_model_a
         assert len(tokenizer.encode(prompt.contexts[0] + " yes")) <= 1024 + 1 or prompt.n_examples == 0
 
 
+def test_a_prompt_too_long_drops_its_first_examples_and_keeps_those_nearest_the_target(shared_data_dir,
+                                                                                        tiny_model_and_tokenizer):
+    """The examples dropped to fit are the farthest from the target (the first ones drawn), as the docstring says:
+    the kept ones are the last n_examples of lm-eval's ContextSampler draw for the same seed, rendered as lm-eval
+    renders an example (text, target_delimiter, answer) and joined by fewshot_delimiter before the doc's own text."""
+    from lm_eval.api.samplers import ContextSampler
+
+    spec = load_task("boolq")
+    docs = spec.docs("test", shared_data_dir)
+    _, tokenizer = tiny_model_and_tokenizer
+    prompts = build_prompts(spec, docs[:8], docs, 4, 1234, tokenizer, max_length=1024)
+    assert any(0 < p.n_dropped < 4 for p in prompts)  # some doc keeps part of its examples
+    sampler = ContextSampler(list(docs), rnd=1234)
+    for doc, prompt in zip(docs, prompts):
+        drawn = list(sampler.sample(4, eval_doc=doc))
+        kept = drawn[prompt.n_dropped:]
+        expected = "".join(spec.text(d) + spec.target_delimiter + spec.choices(d)[spec.target(d)] + spec.fewshot_delimiter
+                           for d in kept) + spec.text(doc)
+        assert prompt.contexts[0] == spec.description_for(doc) + expected
+
+
 def test_context_too_small_for_one_example_is_a_clear_error(shared_data_dir, tiny_model_and_tokenizer):
     spec = load_task("lambada")
     docs = spec.docs("test", shared_data_dir)

@@ -29,6 +29,22 @@ def test_multiple_choice_metrics_by_hand():
     assert multiple_choice_values([-1.0, -1.0], ["a", "b"], gold=0)["acc"] == 1.0
 
 
+@pytest.mark.parametrize("lls, choices", [
+    ([-3.3, -4.0], ["ééé", "abcd"]),  # per character: -1.1 vs -1.0; per UTF-8 byte: -0.55 vs -1.0
+    ([-6.0, -5.0, -9.0], ["naïve café", "über", "日本語のテキスト"]),
+])
+def test_acc_norm_divides_by_characters_as_lm_eval_does(lls, choices):
+    """acc_norm is log-likelihood per character of the choice (lm-eval's completion_len = len(choice)), not per byte:
+    the two disagree as soon as a choice is not ASCII, and every test choice so far was. Reference: lm-eval's own
+    MultipleChoiceTask.process_results on the same numbers, for every gold."""
+    from lm_eval.api.task import MultipleChoiceTask
+
+    for gold in range(len(choices)):
+        theirs = MultipleChoiceTask.process_results(None, {"choices": choices, "gold": gold}, [(ll, False) for ll in lls])
+        ours = multiple_choice_values(lls, choices, gold)
+        assert (ours["acc"], ours["acc_norm"]) == (theirs["acc"], theirs["acc_norm"]), gold
+
+
 def test_perplexities_and_bits_per_byte_by_hand():
     assert perplexity([-1.0, -3.0]) == pytest.approx(math.exp(2.0))
     # Two docs: total ll -10 over 4 + 6 words -> exp(1); over 20 bytes -> bits = 10 / 20 / ln 2.

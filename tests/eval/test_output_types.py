@@ -49,6 +49,26 @@ def test_generation_reserves_max_gen_toks(tiny_model_and_tokenizer, shared_data_
     assert OUTPUT_TYPES["generate_until"].reserved_tokens(spec, docs, tokenizer) == [spec.generation_kwargs["max_gen_toks"]] * 2
 
 
+def test_wikitext_words_and_bytes_are_counted_as_lm_eval_counts_them(shared_data_dir):
+    """word_perplexity and bits_per_byte divide by the raw page's words and UTF-8 bytes, counted as lm-eval's
+    ConfigurableTask counts them (re.split on whitespace, which counts the empty piece before a leading space;
+    len(text.encode("utf-8"))). WikiText pages start with a space and hold non-ASCII text, so str.split() or a
+    character count would give other figures. Reference: lm-eval's own count_words / count_bytes."""
+    from lm_eval.api.task import ConfigurableTask
+
+    from hf_gpt_custom.eval.requests import Request, ScoredRequest
+
+    spec = load_task("wikitext")
+    docs = spec.docs("test", shared_data_dir)[:5]
+    assert any(len(doc["page"].encode("utf-8")) != len(doc["page"]) for doc in docs)  # the data can tell them apart
+    for doc in docs:
+        scored = ScoredRequest(Request(0, "", spec.target(doc), request_type="loglikelihood_rolling"), -100.0, False, 1)
+        values, _ = OUTPUT_TYPES["loglikelihood_rolling"].doc_metric_values(spec, doc, [scored])
+        words, n_bytes = ConfigurableTask.count_words(doc["page"]), ConfigurableTask.count_bytes(doc["page"])
+        assert values == {"word_perplexity": (-100.0, words), "byte_perplexity": (-100.0, n_bytes),
+                          "bits_per_byte": (-100.0, n_bytes)}
+
+
 def test_a_new_output_type_is_one_table_entry(tmp_path, monkeypatch, tiny_model_and_tokenizer, shared_data_dir):
     """A kind of task that scores only the gold answer (its log-likelihood as `perplexity`), added as one OUTPUT_TYPES
     entry: the task file validates, few-shot fitting reserves its tokens, and the runner builds and scores its

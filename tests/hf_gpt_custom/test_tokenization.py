@@ -139,6 +139,26 @@ def gpt2_from_vocab_and_merges(tokenizer_folder, tmp_path_factory):
     return GPT2Tokenizer.from_pretrained(folder)
 
 
+def test_vocab_json_alone_holds_every_special_token_at_its_id_task_tokens_included(tokenizer_folder, tmp_path):
+    """vocab.json lists the special tokens with their ids, as GPT-2's lists "<|endoftext|>": 50256, so the file
+    alone is the whole vocabulary. <|endoftext|> is the last id, where a reader appends it anyway, so only a
+    fine-tuned task tokenizer (<|delim|> and <|extract|> after it) shows whether they are written. Reference:
+    transformers' GPT2Tokenizer from vocab.json + merges.txt alone, none of our files or config."""
+    from hf_gpt_custom.task_template import DELIMITER_TOKEN, EXTRACT_TOKEN, install_task_template
+
+    task = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    install_task_template(task)
+    task.save_pretrained(tmp_path / "task")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for name in ("vocab.json", "merges.txt"):
+        (alone / name).write_bytes((tmp_path / "task" / name).read_bytes())
+    gpt2 = GPT2Tokenizer.from_pretrained(alone)
+    assert gpt2.get_vocab() == task.get_vocab()
+    for token in (ENDOFTEXT, DELIMITER_TOKEN, EXTRACT_TOKEN):
+        assert gpt2.convert_tokens_to_ids(token) == task.convert_tokens_to_ids(token) >= VOCAB_SIZE - 1, token
+
+
 SPECIAL_TEXT = ["To be." + ENDOFTEXT, "one<|endoftext|>two", ENDOFTEXT, "x<|endoftext|>y <|endoftext|> <|endoftext",
                 "<|endoftext|><|endoftext|> a"]
 

@@ -180,6 +180,16 @@ def test_only_the_last_k_checkpoints_are_kept(run_with_checkpoints):
     assert read_training_state(folders[-1]).step == 8
 
 
+def test_checkpoints_past_step_999999_are_listed_in_step_order(tmp_path):
+    """Names are zero-padded to 6 digits, so step_1000000 sorts before step_999999 as text: listing by name made
+    "latest" and rotation (which deletes the oldest) pick the wrong folder after a million steps. Expected order by
+    hand: by step number."""
+    for step in (1_000_000, 999_999, 10, 12_000_000):
+        (tmp_path / checkpoint.checkpoint_name(step)).mkdir()
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000010", "step_999999", "step_1000000",
+                                                            "step_12000000"]
+
+
 def test_a_kill_in_the_middle_of_a_rotation_leaves_no_half_deleted_checkpoint(run_with_checkpoints, monkeypatch):
     """A SIGKILL while rotation deleted step_000006 left a step_* folder missing files, listed as a checkpoint."""
     from hf_gpt_custom.training import checkpoint
@@ -199,6 +209,18 @@ def test_a_kill_in_the_middle_of_a_rotation_leaves_no_half_deleted_checkpoint(ru
     monkeypatch.setattr(checkpoint.shutil, "rmtree", real_rmtree)
     checkpoint._delete_old_checkpoints(checkpoints, keep_last=1)  # the next rotation finishes the deletion
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000008"]
+
+
+def test_rotation_counts_only_complete_checkpoints_and_leaves_a_damaged_one_for_a_person(run_with_checkpoints):
+    """keep_checkpoints counts complete checkpoints; an incomplete folder is neither counted nor deleted (the
+    docstring's rule: left for a human). Counting it deleted the damaged step 6 here, and with a damaged newer
+    folder it deleted a complete one, leaving fewer complete checkpoints than asked. Expected folders by hand."""
+    _, run_dir = run_with_checkpoints
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "step_000006" / "manifest.json").unlink()  # damaged: its save never finished
+    checkpoint._delete_old_checkpoints(checkpoints, keep_last=1)
+    assert [p.name for p in list_checkpoints(checkpoints)] == ["step_000006", "step_000008"]
+    assert verify_checkpoint(checkpoints / "step_000008") is None
 
 
 @pytest.mark.parametrize("damage, problem", [

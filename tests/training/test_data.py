@@ -180,6 +180,28 @@ def test_streaming_gives_the_same_blocks(shakespeare_path, tokenizer, tmp_path):
     assert [b["input_ids"] for b in blocks] == eager["input_ids"]
 
 
+def test_a_streamed_corpus_validates_on_its_first_documents_and_trains_on_the_rest_only(
+        numbered_corpus, make_config, tokenizer, shakespeare_tokenizer_dir, monkeypatch):
+    """streaming=true without a validation source holds out the stream's first STREAMING_VAL_DOCUMENTS documents:
+    validation packs exactly those, training starts at the next one, so no held-out text is trained on. Expected
+    streams are built here from the tokenizer's ids of each speech + end-of-text (skip(n - 1) put the last held-out
+    speech into training too, and no test saw it)."""
+    monkeypatch.setattr(data_module, "STREAMING_VAL_DOCUMENTS", 3)
+    train_file, _, speeches, _ = numbered_corpus
+    config = make_config(f"dataset={train_file}", "streaming=true", "block_size=8")
+    packed = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+
+    def stream(texts):
+        return [token for text in texts for token in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+
+    val_stream = [token for block in packed.val["input_ids"] for token in block]
+    expected_val = stream(speeches[:3])
+    assert val_stream == expected_val[: len(val_stream)] and len(expected_val) - len(val_stream) < 8
+    train_stream = [token for block in packed.train for token in block["input_ids"]]
+    expected_train = stream(speeches[3:])
+    assert train_stream == expected_train[: len(train_stream)] and len(expected_train) - len(train_stream) < 8
+
+
 @pytest.fixture
 def numbered_corpus(tmp_path):
     """40 train and 10 validation speeches, each unique (numbered), in two files: where each text went is checkable."""

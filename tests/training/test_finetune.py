@@ -300,6 +300,14 @@ def test_heldout_split_is_seeded_disjoint_and_covers_every_record():
     assert split_heldout(100, 0.2, 3) == (train, heldout) and split_heldout(100, 0.2, 4)[1] != heldout
 
 
+@pytest.mark.parametrize("n_records, fraction, n_heldout", [(10, 0.17, 2), (9, 0.3, 3), (40, 0.1, 4), (7, 0.2, 1)])
+def test_the_heldout_part_is_the_fraction_rounded_to_whole_records(n_records, fraction, n_heldout):
+    """round(fraction * n) records, as the docstring and the card say (1.7 -> 2, 2.7 -> 3, 1.4 -> 1); a truncating
+    int() held out one record fewer whenever the product is not whole. Counts by hand."""
+    train, heldout = split_heldout(n_records, fraction, 0)
+    assert len(heldout) == n_heldout and sorted(train + heldout) == list(range(n_records))
+
+
 # --- the saved tokenizer: GPT-1's template on raw text, cut as fine-tuning cut it ------------------------------
 
 
