@@ -287,6 +287,29 @@ def test_resizing_a_padded_vocabulary_keeps_it_padded_and_loadable(tmp_path):
 
 
 @pytest.mark.parametrize("tie_word_embeddings", [True, False])
+def test_resizing_a_padded_vocabulary_gives_new_ids_the_rows_an_unpadded_model_gives_them(tie_word_embeddings):
+    """With mean_resizing, transformers gives a new id's embedding (and untied head) row the mean of the old *real*
+    rows (sampled within ~1e-9 of it). A padded model's new ids take over padding rows, which are never trained: they
+    must be overwritten with that mean, in wte and in an untied lm_head alike, never averaged in. References: the
+    mean by hand, and transformers' own resize of the same weights without padding."""
+    padded = _model(pad_vocab_size_to_multiple_of=64, tie_word_embeddings=tie_word_embeddings)
+    unpadded = _model(tie_word_embeddings=tie_word_embeddings)
+    with torch.no_grad():
+        for name in ("transformer.wte.weight", "lm_head.weight"):
+            weight = padded.get_parameter(name)
+            weight[99:] = 5.0  # padding rows far from every real row: averaging them in, or keeping them, shows
+            unpadded.get_parameter(name).copy_(weight[:99])
+    padded.resize_token_embeddings(110)
+    torch.manual_seed(0)
+    unpadded.resize_token_embeddings(110)
+    for name in ("transformer.wte.weight", "lm_head.weight"):
+        got = padded.get_parameter(name)[99:110]
+        by_hand = padded.get_parameter(name)[:99].mean(0).expand_as(got)
+        torch.testing.assert_close(got, by_hand, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(got, unpadded.get_parameter(name)[99:110], rtol=0, atol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("tie_word_embeddings", [True, False])
 def test_generation_never_emits_a_padded_id(tie_word_embeddings):
     model = _model(pad_vocab_size_to_multiple_of=64, tie_word_embeddings=tie_word_embeddings)
     with torch.no_grad():  # padded rows that would win every argmax and nearly every sample if they had a column

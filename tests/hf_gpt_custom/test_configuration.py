@@ -193,6 +193,17 @@ def test_swiglu_default_inner_width_follows_llamas_rule():
     assert GPTCustomConfig(n_embd=128, n_head=4).inner_dim == 512  # standard MLP: 4·d whatever multiple_of says
 
 
+@pytest.mark.parametrize("n_embd, n_head, inner",
+                         [(5120, 40, 13824), (6656, 52, 17920), (8192, 64, 22016), (32, 4, 256)],
+                         ids=["llama-13b", "llama-33b", "llama-65b", "tiny"])
+def test_swiglu_default_inner_width_rounds_up_as_llama_does(n_embd, n_head, inner):
+    """Meta's LLaMA FeedForward rounds 2/3·4·d *up* to a multiple of 256 (multiple_of * ((h + multiple_of - 1) //
+    multiple_of)); the released 13B, 33B and 65B configs say intermediate_size 13824, 17920 and 22016. 7B (11008) and
+    the llama-small preset round up and to the nearest alike, so only widths whose 2/3·4·d lies in the lower half
+    of a step (13653 -> 13824, 17749 -> 17920, 21845 -> 22016, 85 -> 256, never 0) tell rounding up from rounding."""
+    assert GPTCustomConfig(mlp_type="swiglu", n_embd=n_embd, n_head=n_head).inner_dim == inner
+
+
 def test_transformers_names_of_the_family_fields():
     config = GPTCustomConfig(n_kv_head=4, layer_norm_epsilon=1e-6, n_inner=100)
     assert (config.num_key_value_heads, config.rms_norm_eps, config.intermediate_size) == (4, 1e-6, 100)

@@ -77,3 +77,23 @@ def test_from_gpt2_model_keeps_the_attention_choice_and_refuses_a_model_missing_
     reference.__class__ = Truncated
     with pytest.raises(ValueError, match=r"GPT-2 model \(Truncated\) does not match its config: missing \['transformer.h.1.ln_2.bias'\]"):
         from_gpt2_model(reference, GPTCustomForCausalLM)
+
+
+def test_an_untied_gpt2_keeps_its_own_lm_head(tmp_path):
+    """GPT2Config(tie_word_embeddings=False) gives GPT2LMHeadModel an lm_head of its own. The converter must carry the
+    flag over: read as tied, the head would be the token embedding (or overwrite it), silently other logits.
+    Reference: the GPT2LMHeadModel itself, loaded from its folder and converted in memory."""
+    from transformers import GPT2LMHeadModel
+
+    from tests.helpers import randomize_
+
+    torch.manual_seed(0)
+    reference = randomize_(GPT2LMHeadModel(GPT2Config(**TINY_GPT2, tie_word_embeddings=False))).eval()
+    assert not torch.equal(reference.lm_head.weight, reference.transformer.wte.weight)
+    reference.save_pretrained(tmp_path)
+    input_ids = torch.randint(0, 99, (2, 7), generator=torch.Generator().manual_seed(1))
+    for ours in (GPTCustomForCausalLM.from_pretrained(tmp_path), from_gpt2_model(reference, GPTCustomForCausalLM)):
+        assert ours.config.tie_word_embeddings is False
+        assert ours.lm_head.weight.data_ptr() != ours.transformer.wte.weight.data_ptr()
+        with torch.no_grad():
+            torch.testing.assert_close(ours.eval()(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)

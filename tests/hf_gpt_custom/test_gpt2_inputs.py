@@ -96,3 +96,15 @@ def test_one_row_of_positions_or_types_serves_every_row_as_in_gpt2():
         expected = reference(input_ids, position_ids=positions, token_type_ids=token_type_ids[0]).logits
         got = ours(input_ids, position_ids=positions, token_type_ids=token_type_ids[0]).logits
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_token_types_train_the_token_embedding_as_in_gpt2():
+    """GPT-2's segment embeddings are rows of wte, so the loss's gradient reaches those rows through the types too.
+    Logits alone cannot see a type embedding that is added but cut off from the graph (e.g. a stray .detach()):
+    compare wte's gradient with transformers' GPT2LMHeadModel on the same weights."""
+    ours, reference = make_gpt2_pair()
+    input_ids, token_type_ids = _ids_and_types(2, 9)
+    for model in (ours, reference):
+        model(input_ids, token_type_ids=token_type_ids, labels=input_ids).loss.backward()
+    torch.testing.assert_close(ours.transformer.wte.weight.grad, reference.transformer.wte.weight.grad,
+                               rtol=0, atol=1e-5)

@@ -134,6 +134,23 @@ def test_token_classification_matches_transformers_gpt2(side):
     torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("classifier_dropout", [0.0, 0.5])
+def test_token_classification_takes_classifier_dropout_from_the_config_as_gpt2_does(classifier_dropout):
+    """GPT2ForTokenClassification reads config.classifier_dropout (0.1 only when it is unset). In train mode with every
+    other dropout off, 0.0 must give GPT-2's train-mode logits exactly, and 0.5 must drop as GPT-2 drops (same
+    probability, so the same seed gives the same mask: ours draws after the body, which draws nothing here)."""
+    fields = dict(num_labels=4, classifier_dropout=classifier_dropout, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    ours, reference = head_pair(GPT2ForTokenClassification, GPTCustomForTokenClassification, {"classifier"}, **fields)
+    input_ids = torch.randint(1, 98, (2, 7), generator=torch.Generator().manual_seed(2))
+    ours.train(), reference.train()
+    with torch.no_grad():
+        torch.manual_seed(5)
+        got = ours(input_ids).logits
+        torch.manual_seed(5)
+        expected = reference(input_ids).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_question_answering_matches_transformers_gpt2(side):
     ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})

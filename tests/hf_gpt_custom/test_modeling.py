@@ -143,6 +143,22 @@ def test_too_long_input_names_both_lengths(model):
         model(torch.randint(0, 99, (1, 5)), past_key_values=cached)
 
 
+def test_exactly_n_positions_tokens_fit_as_in_gpt2():
+    """n_positions is how many tokens fit (positions 0..n_positions-1): GPT2LMHeadModel takes a 64-token input with
+    n_positions=64, in one pass or as 60 cached + 4 new, and so must we (an off-by-one in the length check refused the
+    model's full context). Reference: GPT-2's logits with the same weights."""
+    from tests.helpers import make_gpt2_pair
+
+    ours, reference = make_gpt2_pair()
+    input_ids = torch.randint(0, 99, (1, 64), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = reference(input_ids).logits
+        torch.testing.assert_close(ours(input_ids).logits, expected, rtol=0, atol=1e-5)
+        cache = ours(input_ids[:, :60], use_cache=True).past_key_values
+        step = ours(input_ids[:, 60:], past_key_values=cache).logits
+    torch.testing.assert_close(step, expected[:, 60:], rtol=0, atol=1e-5)
+
+
 def test_padded_cache_longer_than_n_positions_is_fine_when_every_row_fits(model):
     """Batched scoring pads contexts: here the cache grows to 62 + 4 = 66 slots (n_positions is 64), yet no row's
     positions pass 55, so the model must accept it; a position of 64 must still be refused."""

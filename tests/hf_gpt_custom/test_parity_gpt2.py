@@ -105,3 +105,46 @@ def test_hidden_states_and_attentions_match_transformers_gpt2(selection):
             assert ours_state is None
         else:
             torch.testing.assert_close(ours_state, reference_state, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_packed_sequences_with_restarting_position_ids_stay_apart_as_in_gpt2(attn_implementation, use_cache):
+    """Two sequences packed in one row, positions restarting at 0 (DataCollatorWithFlattening's format): transformers'
+    mask builder reads the positions and keeps each sequence from attending to the other. The sdpa fast path (no mask,
+    is_causal=True) must not be taken when the caller passes positions, and an empty cache (eval mode's default)
+    must mask as no cache, so eval mode (use_cache) gives train mode's logits. References: GPT2LMHeadModel with the
+    same weights and positions without a cache (with one, GPT-2 stops reading the positions and lets the sequences
+    see each other), and the second sequence run alone."""
+    ours, reference = make_gpt2_pair(attn_implementation)
+    generator = torch.Generator().manual_seed(11)
+    first, second = torch.randint(1, 99, (1, 7), generator=generator), torch.randint(1, 99, (1, 9), generator=generator)
+    input_ids = torch.cat([first, second], dim=-1)
+    position_ids = torch.cat([torch.arange(7), torch.arange(9)])[None]
+    with torch.no_grad():
+        got = ours(input_ids, position_ids=position_ids, use_cache=use_cache).logits
+        expected = reference(input_ids, position_ids=position_ids, use_cache=False).logits
+        alone = reference(second).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[:, 7:], alone, rtol=0, atol=1e-5)
+
+
+def test_loss_with_num_items_in_batch_is_a_sum_over_tokens_divided_by_it_as_in_gpt2():
+    """Under gradient accumulation transformers' Trainer passes num_items_in_batch (the labelled tokens of every
+    micro-batch): the causal-LM loss is then the micro-batch's summed cross-entropy divided by it, so the accumulated
+    gradient is the whole batch's. Dropped on its way to the loss, each micro-batch's loss is a mean again and short
+    micro-batches weigh as much as long ones. References: GPT2LMHeadModel with the same weights, and by hand."""
+    ours, reference = make_gpt2_pair("sdpa")
+    input_ids = torch.randint(0, 99, (2, 16), generator=torch.Generator().manual_seed(4))
+    labels = input_ids.clone()
+    labels[0, :5] = -100
+    items = torch.tensor(73)  # this micro-batch holds 25 of them
+    with torch.no_grad():
+        got = ours(input_ids, labels=labels, num_items_in_batch=items).loss
+        expected = reference(input_ids, labels=labels, num_items_in_batch=items).loss
+        log_probs = ours(input_ids).logits[:, :-1].log_softmax(-1)
+    targets = labels[:, 1:]
+    kept = targets != -100
+    by_hand = -log_probs[kept].gather(-1, targets[kept][:, None]).sum() / items
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got, by_hand, rtol=0, atol=1e-6)

@@ -104,6 +104,26 @@ def test_loss_matches_llama_and_ignores_minus_100():
     assert_same_loss(*make_llama_pair())
 
 
+@pytest.mark.parametrize("attention_dropout", [0.0, 0.3])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_training_forward_drops_attention_as_llama_does(attn_implementation, attention_dropout):
+    """Llama's only dropout is attention_dropout (0.0 by default); our default attn_pdrop is GPT-2's 0.1. A converter
+    that forgot the field would fine-tune every converted Llama with attention dropout it never had; eval-mode logits
+    cannot show it. Reference: LlamaForCausalLM in train mode with the same weights and seed (both draw one dropout
+    mask per layer, in the same order), for converted and exported models alike."""
+    ours, reference = make_llama_pair(attn_implementation, attention_dropout=attention_dropout)
+    exported = to_llama_model(ours)
+    input_ids = torch.randint(0, 99, (2, 11), generator=torch.Generator().manual_seed(6))
+    logits = []
+    for model in (ours, reference, exported):
+        model.train()
+        torch.manual_seed(9)
+        with torch.no_grad():
+            logits.append(model(input_ids).logits)
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits[2], logits[1], rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("batch", [1, 2])
 def test_greedy_generate_is_identical_token_for_token(attn_implementation, batch):

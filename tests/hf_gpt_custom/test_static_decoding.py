@@ -123,6 +123,24 @@ def test_our_loop_gives_the_tokens_of_transformers_gpt2_for_left_padded_rows(pai
     assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
 
 
+def test_a_row_stopped_by_eos_is_filled_with_pad_token_id_as_gpt2_fills_it(pair, loops):
+    """After its eos a finished row gets pad_token_id, not token 0 (every other test pads with 0, where the two
+    agree). Reference: GPT2LMHeadModel with the same weights in transformers' own loop."""
+    ours, reference = pair
+    prompt, attention_mask = padded_batch()
+    prompt, attention_mask = prompt[[0, 2]], attention_mask[[0, 2]]
+    eos, stops_after = eos_for_row_0(ours, prompt, attention_mask)
+    pad = 97 if eos != 97 else 96
+    kwargs = dict(attention_mask=attention_mask, eos_token_id=eos, pad_token_id=pad, do_sample=False,
+                  max_new_tokens=12)
+    loops["ours"] = 0
+    tokens = ours.generate(prompt, cache_implementation="static", **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
+    assert tokens.shape[1] > prompt.shape[1] + stops_after  # the other row went on
+    assert (tokens[0, prompt.shape[1] + stops_after:] == pad).all()
+
+
 def test_rotary_grouped_query_positions_follow_each_rows_padding(loops, monkeypatch):
     """LLaMA-style block (RoPE, grouped-query attention): a left-padded row's positions come from its own tokens in
     every step, so it decodes as transformers' loop decodes it, and as the row alone."""

@@ -334,6 +334,21 @@ def test_encodings_made_later_describe_the_calls_text_not_the_callers_list_now(t
     assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
 
 
+def test_encodings_made_later_leave_the_tokenizers_truncation_side_as_the_caller_set_it(tokenizer_folder):
+    """Encodings made on first use run the backend with the call's truncation side, then must put the tokenizer's
+    own back: the caller switched it to "left" in between, and every later call must truncate from the left.
+    Reference: GPT2TokenizerFast created with truncation_side="left"."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    texts = ["ROMEO: But soft, what light through yonder window breaks", "It is the east"]
+    batch = tokenizer(texts, truncation=True, max_length=3)  # cut from the right
+    tokenizer.truncation_side = "left"
+    assert [encoding.ids for encoding in batch.encodings] == batch["input_ids"]
+    assert tokenizer.truncation_side == "left"
+    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, truncation_side="left")
+    assert tokenizer(texts, truncation=True, max_length=3)["input_ids"] == \
+        gpt2(texts, truncation=True, max_length=3)["input_ids"]
+
+
 @pytest.mark.parametrize("change", ["add_tokens", "task_template", "add_bos_token"])
 def test_encodings_asked_for_after_the_tokenizer_changed_are_refused(tokenizer_folder, change):
     """Made after `add_tokens` (or a task template installed) they described other ids than input_ids: tokens()
