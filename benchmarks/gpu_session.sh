@@ -27,6 +27,7 @@
 #        bash benchmarks/gpu_session.sh h100           # first H100 call: CUDA tests, 8 recipes, train, loop (~9 min)
 #        bash benchmarks/gpu_session.sh next           # what h100 left: cut tests, ours' compiled sweep, loop (~8 min)
 #        bash benchmarks/gpu_session.sh modes          # compile modes and inductor options vs nanoGPT (gpu_probe, ~8 min)
+#        bash benchmarks/gpu_session.sh memory         # the memory target under milder activation budgets (~4 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -321,9 +322,22 @@ modes_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The eleventh (~4 minutes): the memory target with the loss-alone call, under milder activation budgets.
+memory_call() {
+  begin_call "${SESSION_SECONDS:-240}"
+  local c labels; c=$(cap 220); header "gpu_probe.py: activation budgets, compiled, batch 16" "$c"
+  labels=$(python3 -c 'from benchmarks.gpu_probe import MEMORY_CANDIDATES as c; print(",".join(c))')
+  mkdir -p "$WORK/memory"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK/memory" --parts variants \
+    --variant-modes compiled --contenders "$labels" --profile-steps 1
+  pack
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
   next) next_call ;;
   modes) modes_call ;;
+  memory) memory_call ;;
   h100) h100 ;;
   rest) rest ;;
   complete) complete ;;
