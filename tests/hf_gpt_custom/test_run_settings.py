@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from hf_gpt_custom import run
+from hf_gpt_custom import run, run_state
 from hf_gpt_custom.training.config import settings_that_do_not_change_training
 
 
@@ -44,7 +44,7 @@ def test_the_real_train_config_marks_only_fields_it_has():
 
 
 def test_the_fingerprint_keeps_training_and_benchmark_settings_only():
-    fingerprint = run._fingerprint(FakeConfig())
+    fingerprint = run_state.fingerprint(FakeConfig())
     assert fingerprint == {"learning_rate": 6e-4, "benchmark_limit": None, "seed": 1337}
 
 
@@ -55,14 +55,14 @@ def test_the_fingerprint_keeps_training_and_benchmark_settings_only():
     ({"seed": 1}, False),                # no metadata: counts as changing training
 ])
 def test_a_resumed_run_accepts_exactly_the_changes_that_keep_the_trained_model(tmp_path, change, accepted):
-    run._save_state(tmp_path, {"config": run._fingerprint(FakeConfig()), "stages": {"train": {"status": "done"},
-                                                                                     "eval": {"status": "done"}}})
-    changed = run._fingerprint(FakeConfig(**change))
+    stages = {"train": {"status": "done"}, "eval": {"status": "done"}}
+    run_state.save_state(tmp_path, {"config": run_state.fingerprint(FakeConfig()), "stages": stages})
+    changed = run_state.fingerprint(FakeConfig(**change))
     if not accepted:
         with pytest.raises(ValueError, match=f"was started with a different config \\({next(iter(change))}"):
-            run._load_state(tmp_path, changed)
+            run_state.load_state(tmp_path, changed)
         return
-    state = run._load_state(tmp_path, changed)
+    state = run_state.load_state(tmp_path, changed)
     assert state["stages"]["train"] == {"status": "done"}
     assert ("eval" in state["stages"]) == ("benchmark_limit" not in change)
 
