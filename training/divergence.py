@@ -65,11 +65,14 @@ class DivergenceGuard:
     def advice(self, checkpoints_dir: Path) -> str:
         """What the error says to do: the really safe checkpoint (if it still exists) and the ones not to use."""
         if self.last_good is not None and self.last_good.is_dir():
-            from hf_gpt_custom.training.checkpoint import checkpoint_step, list_checkpoints
+            from hf_gpt_custom.training.checkpoint import checkpoint_step, list_checkpoints, read_training_state
 
-            # by step number, not name: past step 999,999 "step_1000000" sorts before "step_999999" as text
-            newer = [p.name for p in list_checkpoints(checkpoints_dir)
-                     if checkpoint_step(p) > checkpoint_step(self.last_good)]
+            # by step number, not name: past step 999,999 "step_1000000" sorts before "step_999999" as text. A folder
+            # resumed from under another name (resume_from_checkpoint takes any) has its step in its state file.
+            good_step = checkpoint_step(self.last_good)
+            if good_step is None:
+                good_step = read_training_state(self.last_good).step
+            newer = [p.name for p in list_checkpoints(checkpoints_dir) if checkpoint_step(p) > good_step]
             unsafe = f"; {', '.join(newer)} hold(s) the diverging weights" if newer else ""
             return (f"the last good checkpoint is {self.last_good} (its weights gave a healthy loss){unsafe}. Start "
                     f"a new run from it with init_from={self.last_good} run_name=<new name> and a lower learning_rate "

@@ -423,6 +423,23 @@ def test_the_advice_names_every_newer_checkpoint_by_step_number_past_step_999999
     assert "; step_1000000 hold(s) the diverging weights" in advice
 
 
+def test_the_advice_reads_the_step_of_a_last_good_checkpoint_resumed_under_another_name(tmp_path):
+    """resume_from_checkpoint takes any folder, so the last good checkpoint may be named otherwise (a copy kept
+    aside): its step is in its training_state.json. Reading it from the name gave None and a TypeError in place of
+    the divergence error (found by a review of the step-number ordering)."""
+    from hf_gpt_custom.training.checkpoint import TRAINING_STATE_NAME
+    from hf_gpt_custom.training.divergence import DivergenceGuard
+
+    kept = tmp_path / "backup" / "good_weights"
+    kept.mkdir(parents=True)
+    (kept / TRAINING_STATE_NAME).write_text(json.dumps({"step": 999_999}))
+    checkpoints = tmp_path / "checkpoints"
+    for name in ("step_999998", "step_1000000"):
+        (checkpoints / name).mkdir(parents=True)
+    advice = DivergenceGuard(last_good=kept).advice(checkpoints)
+    assert f"the last good checkpoint is {kept}" in advice and "; step_1000000 hold(s) the diverging weights" in advice
+
+
 def test_a_second_run_in_the_same_process_may_ask_for_another_precision_and_device(make_config):
     """Accelerate keeps one device and mixed precision per process: a second train() in a notebook asking for others
     failed with accelerate's "AcceleratorState has already been initialized ... restart your runtime"."""
