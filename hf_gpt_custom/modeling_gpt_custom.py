@@ -508,6 +508,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         step that reads only the loss: under torch.compile every tensor the compiled forward returns is given a
         gradient in backward, and autograd makes a zero (batch, seq, vocab) one for logits nobody reads
         (pytorch/pytorch#131794), a pass over the largest tensor of the step. The project's training loop passes it.
+        As with any field that is None, a tuple output (return_dict=False) then has no logits entry: (loss, ...).
         """
         if not return_logits and labels is None:
             raise UserError("return_logits=False returns only the loss, which needs labels; pass labels=input_ids, "

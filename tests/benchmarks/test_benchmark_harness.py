@@ -228,3 +228,19 @@ def test_the_compile_benchmark_calls_ours_as_the_training_loop_does(monkeypatch)
     assert returned["ours"].logits is None and returned["ours"].loss is not None
     assert returned["ours, logits returned"].logits is not None
     assert returned["transformers GPT-2"].logits is not None
+
+
+def test_the_training_benchmark_calls_ours_for_the_loss_alone_as_the_training_loop_does():
+    """bench_train's step for ours is the training loop's call (return_logits=False); GPT-2's returns its logits."""
+    from benchmarks.common import make_pair
+
+    shape = {"n_layer": 1, "n_head": 2, "n_embd": 16, "n_positions": 32, "vocab_size": 50, "resid_pdrop": 0.0,
+             "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    ours, anchor = make_pair(shape)
+    returned = []
+    for model in (ours, anchor):
+        forward = model.forward
+        model.forward = lambda *args, _forward=forward, **kwargs: returned.append(_forward(*args, **kwargs)) or \
+            returned[-1]
+        make_step(model, torch.randint(0, 50, (2, 8)))()
+    assert returned[0].logits is None and returned[1].logits is not None
