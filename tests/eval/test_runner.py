@@ -149,3 +149,11 @@ def test_the_lm_eval_protocol_reaches_the_prompts_and_is_recorded(our_model_fold
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["protocol"] == "lm-eval"
     assert {row["n_truncated"] for row in results["results"]} == {2}  # both docs' prompts were cut from the left
+
+
+def test_docs_whose_few_shot_examples_were_dropped_count_as_truncated(our_model_folder):
+    """30 COPA examples of 10+ tokens each cannot fit the tiny model's 256 positions: every doc's prompt drops some
+    (our protocol), so every scored doc counts in n_truncated."""
+    results = run(our_model_folder, shots=[30])
+    assert all(example["n_fewshot_dropped"] > 0 for example in results.examples)
+    assert {row["n_truncated"] for row in results.results} == {2}

@@ -347,3 +347,26 @@ def _generated(text: str):
     from hf_gpt_custom.eval.requests import Request, ScoredRequest
 
     return ScoredRequest(Request(0, "q", "", request_type="generate_until"), 0.0, True, 3, generation=text)
+
+
+def test_hellaswag_hub_rows_become_the_docs_lm_evals_process_docs_makes():
+    """lm-eval's hellaswag/utils.py process_docs capitalises ctx_b before joining it to ctx_a."""
+    import datasets
+    from lm_eval.tasks.hellaswag.utils import process_docs
+
+    from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
+
+    rows = [{"activity_label": "Baking cookies", "ctx_a": "A woman puts dough on a tray.", "ctx_b": "she [title] then",
+             "endings": ["bakes them.", "eats [step] it."], "label": "1"}]
+    theirs = process_docs(datasets.Dataset.from_list(rows))
+    assert DOC_TRANSFORMS["hellaswag_hub_to_choices"](rows) == [
+        {key: doc[key] for key in ("query", "choices", "gold")} for doc in theirs]
+
+
+def test_lambada_context_is_all_but_the_last_word():
+    """lm-eval's lambada_openai: doc_to_text is text.split(' ')[:-1] joined, doc_to_target ' ' + the last word."""
+    from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
+
+    text = "he looked at the old map and pointed to the harbor"
+    [doc] = DOC_TRANSFORMS["lambada_split_last_word"]([{"text": text}])
+    assert (doc["context"], doc["target"]) == (" ".join(text.split(" ")[:-1]), " harbor")

@@ -282,6 +282,20 @@ def test_dtype_auto_is_the_dtype_transformers_loads(tmp_path, case):
         torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=1e-6)
 
 
+def test_an_older_config_json_torch_dtype_is_the_dtype_transformers_loads(tmp_path):
+    """config.json written by transformers 4 names the dtype `torch_dtype`; transformers 5 still reads it."""
+    import json
+
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("dtype", None)
+    config["torch_dtype"] = "bfloat16"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert ours.dtype == theirs.dtype == torch.bfloat16
+
+
 def test_sharded_pytorch_model_bin_checkpoints_load(tmp_path):
     """pytorch_model.bin.index.json with its shards, as older repositories ship: transformers loads it, the
     conversion said the folder had no weights."""

@@ -206,3 +206,11 @@ def test_the_manifest_leaves_documentation_editable_and_protects_the_rest(saved)
     (folder / "README.md").write_text("---\nlicense: mit\n---\n# my own card\n")
     assert verify_manifest(folder) is None
     load_model_folder(folder)
+
+
+def test_only_json_reports_under_eval_are_documentation():
+    """eval/ holds the evaluation's JSON reports (documentation); code or weights put there stay protected."""
+    from hf_gpt_custom.manifest import is_documentation
+
+    assert is_documentation("eval/results.json")
+    assert not any(is_documentation(name) for name in ("eval/model.safetensors", "eval/score.py", "eval/vocab.txt"))

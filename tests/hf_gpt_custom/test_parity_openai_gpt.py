@@ -70,6 +70,15 @@ def test_a_bf16_model_converts_to_a_bf16_openai_gpt():
         torch.testing.assert_close(reference(input_ids).logits, ours(input_ids).logits, rtol=2e-2, atol=2e-2)
 
 
+def test_a_bf16_openai_gpt_in_memory_converts_to_a_bf16_model_with_the_same_weights():
+    _, reference = make_openai_gpt_pair()
+    reference = reference.to(torch.bfloat16)
+    ours = from_openai_gpt_model(reference, GPTCustomForCausalLM)
+    assert ours.dtype == reference.dtype == torch.bfloat16
+    assert torch.equal(ours.transformer.wte.weight, reference.transformer.tokens_embed.weight)
+    assert torch.equal(ours.transformer.h[0].attn.c_attn.weight, reference.transformer.h[0].attn.c_attn.weight.t())
+
+
 def test_padded_vocabulary_is_cut_back_on_export_without_changing_logits():
     config = GPTCustomConfig(**TINY_GPT1, norm_position="post", pad_vocab_size_to_multiple_of=64)
     ours = randomize_(GPTCustomForCausalLM(config)).eval()
@@ -106,6 +115,18 @@ def test_original_layout_without_prefix_and_with_mask_buffers(tmp_path):
     state = {key.removeprefix("transformer."): value.contiguous() for key, value in reference.state_dict().items()
              if key != "lm_head.weight"}
     state["h.0.attn.bias"] = torch.tril(torch.ones(1, 1, 64, 64))
+    save_file(state, tmp_path / "model.safetensors")
+    reference.config.save_pretrained(tmp_path)
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert_same_logits(loaded, reference, torch.randint(0, 99, (2, 10)))
+
+
+def test_an_old_file_with_saved_position_ids_converts(tmp_path):
+    """transformers < 4.31 saved OpenAIGPTModel's position_ids buffer into the file: a buffer, not a weight."""
+    _, reference = make_openai_gpt_pair()
+    state = {key.removeprefix("transformer."): value.contiguous() for key, value in reference.state_dict().items()
+             if key != "lm_head.weight"}
+    state["position_ids"] = torch.arange(64)[None]
     save_file(state, tmp_path / "model.safetensors")
     reference.config.save_pretrained(tmp_path)
     loaded = GPTCustomForCausalLM.from_pretrained(tmp_path)

@@ -159,6 +159,14 @@ def test_small_corpus_gives_a_smaller_vocabulary_and_says_so(tmp_path, caplog):
     assert "fewer than vocab_size=5000" in caplog.text
 
 
+def test_a_text_is_not_given_a_leading_space_before_training(tmp_path):
+    """GPT-2's byte-level pre-tokenizer adds no prefix space: "a b" splits into "a" and " b", whose one pair (space,
+    b) occurs twice and is the only merge; a leading space would make " a" a second pair occurring twice."""
+    folder = train_tokenizer(["a b", "a b"], tmp_path / "tok", vocab_size=300, min_frequency=2, show_progress=False)
+    merges = json.loads((tmp_path / "tok" / "tokenizer.json").read_text())["model"]["merges"]
+    assert merges == [["Ġ", "b"]]
+
+
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 

@@ -163,3 +163,23 @@ def test_a_folder_without_split_names_is_read_whole(tmp_path):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("text\n")
     assert load_train_config(SMOKE, [f"dataset={tmp_path}"]).dataset == str(tmp_path)
+
+
+@pytest.mark.parametrize("raw", ["2.5", "1e3", "0x10"])
+def test_an_int_setting_given_a_non_integer_string_is_refused(raw):
+    """`batch_size=2.5` on the command line is not batch_size 2: a string converts to an int only as Python's int()
+    reads it (underscores allowed), as the YAML core schema does for 1e3 (a float) and 0x10 (hex only in YAML)."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.training.config_values import convert_value
+
+    assert convert_value("batch_size", "1_024", int, from_string=True) == 1024
+    with pytest.raises(UserError, match=r"batch_size=.* is not a valid int"):
+        convert_value("batch_size", raw, int, from_string=True)
+
+
+def test_an_empty_override_of_an_optional_text_setting_is_null():
+    """`tokenizer=` on the command line unsets it, as `tokenizer:` with no value does in the YAML."""
+    from hf_gpt_custom.training.config_values import convert_override
+
+    assert convert_override("tokenizer", "", str | None) is None
+    assert read_config_yaml("tokenizer:\n") == {"tokenizer": None}

@@ -197,3 +197,38 @@ def test_finetuning_on_new_rows_in_the_same_file_is_refused(finetuning):
     data.write_text("\n".join(reversed(rows)) + "\n", encoding="utf-8")
     with pytest.raises(UserError, match=REFUSED.format(role="dataset")):
         finetune(config())
+
+
+def _fingerprints_after_editing(tmp_path, edited: str) -> tuple[dict, dict]:
+    """input_fingerprints of a run reading local data, validation data and a vocab.json + merges.txt tokenizer
+    folder, before and after `edited` (a path under tmp_path) gets other bytes at the same path."""
+    from hf_gpt_custom.training.config import TrainConfig
+    from hf_gpt_custom.training.fingerprints import input_fingerprints
+
+    (tmp_path / "tok").mkdir()
+    files = {"train.txt": "to be or not to be\n", "val.txt": "that is the question\n",
+             "tok/vocab.json": '{"a": 0, "b": 1, "ab": 2}', "tok/merges.txt": "#version: 0.2\na b\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    config = TrainConfig(dataset=str(tmp_path / "train.txt"), val_dataset=str(tmp_path / "val.txt"),
+                         tokenizer=str(tmp_path / "tok"), out_dir=str(tmp_path / "runs"))
+    before = input_fingerprints(config)
+    (tmp_path / edited).write_text(files[edited] + "b a\n")
+    return before, input_fingerprints(config)
+
+
+@pytest.mark.parametrize("edited, role", [("val.txt", "val_dataset"), ("tok/merges.txt", "tokenizer")])
+def test_other_bytes_in_a_validation_file_or_merges_txt_change_its_fingerprint(tmp_path, edited, role):
+    """New validation text, or another merge order in a slow tokenizer's merges.txt (other token ids from the same
+    vocab.json), is another input: its contents.<role> fingerprint must change, the others not."""
+    before, after = _fingerprints_after_editing(tmp_path, edited)
+    assert set(before) == set(after) == {"dataset", "val_dataset", "tokenizer"}
+    assert {key for key in before if before[key] != after[key]} == {role}
+
+
+def test_a_path_change_without_recorded_contents_is_not_a_move(tmp_path):
+    """An older checkpoint records no contents.<role>: another path is a change, even where nothing is hashed now."""
+    from hf_gpt_custom.training.resume import moved_inputs
+
+    (tmp_path / "new").mkdir()
+    assert moved_inputs({"tokenizer": "/old/place"}, {"tokenizer": str(tmp_path / "new")}) == []
