@@ -196,6 +196,14 @@ def test_push_dry_run_lists_files_with_sizes_and_uploads_nothing(exported_folder
     assert "  eval/results.json" in out and "Nothing was uploaded." in out
 
 
+def test_push_dry_run_names_the_branch_and_visibility_it_would_push_to(exported_folder, capsys, monkeypatch):
+    """`push --dry-run --revision dev --private` reports the push those flags would make, not a public push to main."""
+    monkeypatch.setattr("huggingface_hub.HfApi.upload_folder", lambda *a, **k: pytest.fail("dry run uploaded"))
+    main(["push", str(exported_folder), "--repo-id", "alice/tiny", "--dry-run", "--revision", "dev", "--private"])
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line.endswith("to alice/tiny@dev (private):")
+
+
 def test_push_dry_run_still_refuses_a_broken_card(exported_folder, tmp_path, capsys):
     broken = tmp_path / "broken"
     shutil.copytree(exported_folder, broken)

@@ -988,3 +988,130 @@ def test_an_evaluation_given_a_relative_path_publishes_no_local_path(tmp_path, m
     out_dir = export_folder(run_dir, tmp_path / "out", repo_id="alice/tiny-shakespeare")
     assert json.loads((out_dir / "eval" / "results.json").read_text())["model"] == "final"
     assert "runs/" not in (out_dir / "eval" / "table.md").read_text()
+
+
+def test_a_card_edited_to_name_a_path_under_the_working_directory_is_refused(exported, tmp_path, monkeypatch):
+    """The card may be edited after export; a path under the directory push runs in (not the home folder, not the
+    run's) must still be refused. Reference: os.getcwd() of this process."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "copy"
+    shutil.copytree(exported[1], folder)
+    workdir = tmp_path / "project-workdir"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    assert not os.getcwd().startswith(str(Path.home()))  # else the home check alone would find it
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text() + f"\nTrained on {os.getcwd()}/data/corpus.txt\n")
+    with pytest.raises(ValueError, match=r"README.md contains the local path"):
+        check_export(folder)
+
+
+@pytest.mark.parametrize("key", ["is_local", "local_files_only"])
+def test_a_load_time_key_added_to_an_editable_json_file_is_refused(key, exported, tmp_path):
+    """training_summary.json may be edited after export; a transformers load-time key put back in it says how this
+    machine loaded the model and must not be published (the keys named by hand, not by LOAD_TIME_KEYS)."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "copy"
+    shutil.copytree(exported[1], folder)
+    summary = json.loads((folder / "training_summary.json").read_text())
+    (folder / "training_summary.json").write_text(json.dumps({**summary, key: True}))
+    with pytest.raises(ValueError, match=rf"training_summary.json contains local information key '{key}'"):
+        check_export(folder)
+
+
+def test_a_card_whose_metadata_lost_its_license_is_refused(exported, tmp_path):
+    """The Hub shows no license for a card without one; the check must refuse it. The metadata is edited with
+    huggingface_hub's own metadata_load/metadata_save."""
+    from huggingface_hub import metadata_load, metadata_save
+
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "copy"
+    shutil.copytree(exported[1], folder)
+    metadata = metadata_load(folder / "README.md")
+    assert metadata["license"] and metadata["library_name"] == "transformers"
+    del metadata["license"]
+    metadata_save(folder / "README.md", metadata)
+    assert "license" not in metadata_load(folder / "README.md")
+    with pytest.raises(ValueError, match=r"has no card metadata \(license, library_name\)"):
+        check_export(folder)
+
+
+def test_push_private_creates_a_private_repository(exported, monkeypatch, capsys):
+    """`push --private` to a repository that does not exist yet: the repository huggingface_hub is asked to create is
+    private (create_repo's own signature binds the call; its default, private=None, is public)."""
+    import inspect
+
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+
+    from hf_gpt_custom.cli import main
+
+    created, uploads = [], []
+    signature = inspect.signature(HfApi.create_repo)
+
+    def create_repo(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+        created.append({**arguments, "private": arguments["private"] or arguments.get("visibility") == "private"})
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: False)
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "repo_info", lambda self, *args, **kwargs: type("Info", (), {
+        "private": bool(created and created[-1]["private"])})())
+    monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploads.append(kwargs) or "commit")
+    main(["push", str(exported[1]), "--repo-id", "alice/tiny-shakespeare", "--private"])
+    assert [call["private"] for call in created] == [True] and len(uploads) == 1
+    created.clear()
+    main(["push", str(exported[1]), "--repo-id", "alice/tiny-shakespeare"])
+    assert [bool(call["private"]) for call in created] == [False]
+
+
+def test_push_revision_uploads_to_that_branch(exported, monkeypatch):
+    """`push --revision dev`: the branch is created and the commit goes to it, not to main (upload_folder's own
+    signature binds the call; its default revision, None, is main)."""
+    import inspect
+
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+
+    from hf_gpt_custom.cli import main
+
+    branches, uploads = [], []
+    signature = inspect.signature(HfApi.upload_folder)
+
+    def upload_folder(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        uploads.append(bound.arguments)
+        return "commit"
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(HfApi, "create_branch", lambda self, repo_id, *, branch, **kwargs: branches.append(branch))
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    main(["push", str(exported[1]), "--repo-id", "alice/tiny-shakespeare", "--revision", "dev"])
+    assert branches == ["dev"] and [call["revision"] for call in uploads] == ["dev"]
+
+
+def test_a_card_image_that_is_a_folder_is_refused(exported, tmp_path):
+    """An image link must name a file the upload sends: a folder of that name uploads nothing (empty) and the Hub shows
+    a broken image."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "copy"
+    shutil.copytree(exported[1], folder)
+    (folder / "plots" / "curve.png").mkdir(parents=True)
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text() + "\n![curve](plots/curve.png)\n")
+    with pytest.raises(ValueError, match=r"shows plots/curve.png, which is not in"):
+        check_export(folder)

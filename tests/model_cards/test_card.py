@@ -301,3 +301,12 @@ def test_the_training_time_is_said_in_a_unit_that_shows_it(seconds, said):
     from hf_gpt_custom.model_cards.card import _duration
 
     assert f"in {_duration(seconds)}" == said
+
+
+@pytest.mark.parametrize(("count", "said"), [(1_234_567, "1.2M"), (2_500, "2.5K"), (987, "987"),
+                                             (3_400_000_000, "3.4B"), (None, "an unknown number of")])
+def test_parameter_and_token_counts_keep_one_decimal(count, said):
+    """"A 1.2M-parameter model": rounded to whole units a 1.45M model would read as 1M (hand-computed values)."""
+    from hf_gpt_custom.model_cards.card import _human_count
+
+    assert _human_count(count) == said

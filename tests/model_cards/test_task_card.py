@@ -202,3 +202,13 @@ def test_the_cards_snippet_runs_as_written_on_a_passage_longer_than_the_context(
     printed = []
     exec(code, {"print": printed.append})  # noqa: S102 - the card's own example
     assert printed[0] in ("false", "true")
+
+
+def test_the_fine_tuned_card_carries_the_exporters_license(boolq_export, tmp_path):
+    """export --license reaches a fine-tuned card's metadata as it does a pre-trained one's (read back with
+    huggingface_hub's metadata_load)."""
+    from hf_gpt_custom.hub import export_folder
+
+    run, _ = boolq_export
+    out = export_folder(run, tmp_path / "export-mit", license="mit")
+    assert metadata_load(out / "README.md")["license"] == "mit"

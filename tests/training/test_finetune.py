@@ -706,3 +706,13 @@ def test_encoding_long_records_does_not_warn_of_indexing_errors_it_prevents(capl
     with caplog.at_level(logging.WARNING):
         (ids,) = _encoder(tokenizer)(["a passage much longer than sixteen bytes"])
     assert len(ids) > 16 and "indexing errors" not in caplog.text
+
+
+@pytest.mark.parametrize("labels", [["yes", "yes"], [True, "true"], [1, 1.0, 2]])
+def test_a_label_set_naming_one_label_twice_is_refused(labels):
+    """JSON true and "true" (and 1 and 1.0) are one label when the data are compared with the set: a set naming one
+    twice gives a class no example can have. Duplicates worked out by hand."""
+    from hf_gpt_custom.training.finetune_config import parse_task_section
+
+    with pytest.raises(UserError, match=r"task.labels=.* must name at least two different labels"):
+        parse_task_section({"format": "classification", "text_columns": ["text"], "labels": labels})

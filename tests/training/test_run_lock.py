@@ -110,3 +110,21 @@ def test_the_main_job_is_refused_on_a_run_folder_another_process_holds(tmp_path)
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
+
+
+def test_a_live_process_of_another_user_counts_as_alive_and_keeps_its_build_folder(tmp_path, monkeypatch):
+    """kill(pid, 0) on another user's live process fails with EPERM (kill(2)): the process exists, so its build folder
+    is still in use. Simulated: the tests may run as root, which may signal anyone."""
+    import errno
+
+    others_pid = 4242424  # not ours, not our parent
+
+    def kill(pid, sig):
+        assert sig == 0
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "kill", kill)
+    assert process_is_alive(others_pid)
+    building = tmp_path / f"0123456789abcdef0123.tmp{others_pid}@{socket.gethostname()}"
+    building.mkdir()
+    assert remove_stale_build_folders(tmp_path) == [] and building.is_dir()

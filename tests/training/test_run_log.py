@@ -48,3 +48,21 @@ def test_the_loss_curve_draws_the_last_evaluation_of_a_step(tmp_path, monkeypatc
                 {"kind": "eval", "step": 4, "val_loss": 4.3}]
     plot_loss_curve(records, tmp_path / "curve.png")
     assert dict(drawn)["validation"] == ((2, 4), (4.5, 4.3))
+
+
+def test_the_loss_curve_draws_each_train_loss_at_its_own_step(tmp_path, monkeypatch):
+    """A log that starts at step 11 (logging every 10 steps) with evaluations between: each train point sits at the
+    step its record names (hand-written records), not at its position in the file."""
+    import matplotlib.axes
+
+    from hf_gpt_custom.training.run_log import plot_loss_curve
+
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, *args, **kwargs: drawn.append((kwargs.get("label"), args)) or real_plot(
+                            self, *args, **kwargs))
+    records = [{"kind": "train", "step": 11, "loss": 4.0}, {"kind": "eval", "step": 20, "val_loss": 3.9},
+               {"kind": "train", "step": 21, "loss": 3.5}, {"kind": "train", "step": 31, "loss": 3.2}]
+    plot_loss_curve(records, tmp_path / "curve.png")
+    assert dict(drawn)["train"] == ((11, 21, 31), (4.0, 3.5, 3.2))

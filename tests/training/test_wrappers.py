@@ -140,3 +140,47 @@ def test_the_shipped_fsdp_and_ddp_configs_train_and_write_plain_folders(accelera
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stdout + result.stderr and (run_dir / "final" / "model.safetensors").is_file()
+
+
+def test_a_compiled_models_checkpoint_resumes_under_compile(tmp_path):
+    """The load hook must hand accelerate the unwrapped model: the checkpoint holds plain names, and an OptimizedModule
+    expects "_orig_mod." before each one (strict load fails). Reference: the weights before they were overwritten."""
+    from accelerate import Accelerator
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.training.unwrapped import save_checkpoints_without_wrappers
+
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    accelerator = Accelerator(cpu=True)
+    save_checkpoints_without_wrappers(accelerator)
+    compiled = accelerator.prepare(torch.compile(model, backend="eager"))
+    saved = {name: value.clone() for name, value in model.state_dict().items()}
+    accelerator.save_state(str(tmp_path / "ckpt"))
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), framework="pt") as handle:
+        assert set(handle.keys()) <= set(saved) and not any(key.startswith("_orig_mod.") for key in handle.keys())
+    with torch.no_grad():
+        for parameter in compiled.parameters():
+            parameter.add_(1.0)
+    accelerator.load_state(str(tmp_path / "ckpt"))
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved[name], msg=name)
+
+
+def test_a_model_with_compiled_blocks_saves_under_its_own_names():
+    """Compiling blocks one by one (regional compilation) puts "_orig_mod." inside the names
+    ("transformer.h.0._orig_mod.attn..."): the saved weights keep the model's own names. Reference: the names before
+    compiling."""
+    from accelerate import Accelerator
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.training.unwrapped import unwrapped_state_dict
+
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2))
+    plain = list(model.state_dict())
+    for index, block in enumerate(model.transformer.h):
+        model.transformer.h[index] = torch.compile(block, backend="eager")
+    assert any("._orig_mod." in name for name in model.state_dict())
+    assert list(unwrapped_state_dict(Accelerator(cpu=True), model)) == plain
