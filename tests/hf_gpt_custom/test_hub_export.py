@@ -518,6 +518,19 @@ def test_local_path_or_hub_id_is_decided_once_by_huggingface_hubs_rule(value, is
 # --- the manifest: the same protection for push, eval/finetune and from_pretrained ----------------------------------
 
 
+def _pretend_the_hub_is_reachable(monkeypatch) -> None:
+    """A token, online mode, and a Hub on which the repository exists already (create_repo does nothing): what a
+    push needs before it uploads. Nothing reaches the network; each test fakes the calls it checks."""
+    import huggingface_hub.constants as constants
+    from huggingface_hub import HfApi
+
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+
+
 def _loaders_of_a_folder():
     """Every way a folder is read: push's check, our commands' strict loader, transformers' from_pretrained."""
     from transformers import AutoModelForCausalLM
@@ -634,7 +647,6 @@ def test_a_second_push_leaves_no_file_of_the_first_on_the_hub(exported, monkeypa
     """The repository becomes the folder: files an earlier push left (eval results, another shard layout, a
     generation config this export lacks) are deleted, .gitattributes is kept. The deletions are computed by
     huggingface_hub's own upload_folder logic from the arguments push_folder passes, against a listed remote."""
-    import huggingface_hub.constants as constants
     from huggingface_hub import HfApi
 
     from hf_gpt_custom.hub import push_folder
@@ -652,11 +664,7 @@ def test_a_second_push_leaves_no_file_of_the_first_on_the_hub(exported, monkeypa
         commits.append(sorted(op.path_in_repo for op in deletions if op.path_in_repo not in uploaded))
         return "https://huggingface.co/alice/tiny-shakespeare/commit/0"
 
-    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
-    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    _pretend_the_hub_is_reachable(monkeypatch)
     monkeypatch.setattr(HfApi, "list_repo_files", lambda self, *args, **kwargs: list(remote))
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     push_folder(out_dir, "alice/tiny-shakespeare")
@@ -667,17 +675,12 @@ def test_private_push_to_an_existing_public_repository_is_refused_before_uploadi
     """create_repo(exist_ok=True) keeps an existing repository as it is: `--private` then uploaded publicly."""
     import types
 
-    import huggingface_hub.constants as constants
     from huggingface_hub import HfApi
 
     from hf_gpt_custom.hub import push_folder
 
     uploads = []
-    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
-    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    _pretend_the_hub_is_reachable(monkeypatch)
     monkeypatch.setattr(HfApi, "upload_folder", lambda self, **kwargs: uploads.append(kwargs) or "commit")
     for is_private in (False, True):
         monkeypatch.setattr(HfApi, "repo_info", lambda self, *args, **kwargs: types.SimpleNamespace(private=is_private))
@@ -702,7 +705,6 @@ def test_private_push_to_an_existing_public_repository_is_refused_before_uploadi
 def test_a_refused_push_says_what_the_hubs_answer_means(exported, monkeypatch, status, server_message, expected):
     """Every HTTP error said "check that your token is valid", also when the Hub refused the card's metadata (400)
     after create_repo had succeeded."""
-    import huggingface_hub.constants as constants
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
     from huggingface_hub.errors import Response
@@ -715,11 +717,7 @@ def test_a_refused_push_says_what_the_hubs_answer_means(exported, monkeypatch, s
         response = Response(status, request=http_client.Request("POST", "https://huggingface.co/api/models/x/commit"))
         raise HfHubHTTPError(f"{status} error", response=response, server_message=server_message)
 
-    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
-    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    _pretend_the_hub_is_reachable(monkeypatch)
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     with pytest.raises(ValueError, match=rf"^cannot push to alice/tiny-shakespeare: the Hub answered {expected}"):
         push_folder(exported[1], "alice/tiny-shakespeare")
@@ -1078,7 +1076,6 @@ def test_push_revision_uploads_to_that_branch(exported, monkeypatch):
     signature binds the call; its default revision, None, is main)."""
     import inspect
 
-    import huggingface_hub.constants as constants
     from huggingface_hub import HfApi
 
     from hf_gpt_custom.cli import main
@@ -1092,11 +1089,7 @@ def test_push_revision_uploads_to_that_branch(exported, monkeypatch):
         uploads.append(bound.arguments)
         return "commit"
 
-    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(HfApi, "repo_exists", lambda self, *args, **kwargs: True)
-    monkeypatch.setattr(HfApi, "create_repo", lambda self, *args, **kwargs: None)
+    _pretend_the_hub_is_reachable(monkeypatch)
     monkeypatch.setattr(HfApi, "create_branch", lambda self, repo_id, *, branch, **kwargs: branches.append(branch))
     monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
     main(["push", str(exported[1]), "--repo-id", "alice/tiny-shakespeare", "--revision", "dev"])
