@@ -50,6 +50,7 @@ from benchmarks import gpu_report  # noqa: E402
 from benchmarks.bench_decode_loop import OURS_IN_TRANSFORMERS_LOOP, transformers_loop  # noqa: E402
 from benchmarks.common import NO_DROPOUT, RESULTS_DIR, param_count  # noqa: E402
 from benchmarks.nanogpt_model import NanoGPT, nanogpt_from_gpt2  # noqa: E402
+from hf_gpt_custom.training.workload import language_model_loss  # noqa: E402
 
 GPT2_124M = {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50304}
 SMOKE_SHAPE = {"n_layer": 2, "n_head": 2, "n_embd": 32, "n_positions": 64, "vocab_size": 512}
@@ -127,8 +128,8 @@ class Trainer:
         with self.step_context():
             if isinstance(self.model, NanoGPT):
                 loss = self.forward(self.input_ids, self.targets)[1]
-            elif self.loss_alone:  # ours as the training loop calls it (training/workload.py): no logits returned
-                loss = self.forward(input_ids=self.input_ids, labels=self.input_ids, return_logits=False).loss
+            elif self.loss_alone:  # ours as the training loop calls it: no logits returned
+                loss = language_model_loss(self.forward, self.input_ids, self.input_ids)
             else:
                 loss = self.forward(input_ids=self.input_ids, labels=self.input_ids).loss
         loss.backward()

@@ -18,6 +18,7 @@ import torch
 from hf_gpt_custom import GPTCustomForCausalLM
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.train import build_optimizer
+from hf_gpt_custom.training.workload import language_model_loss
 from benchmarks.common import (
     SIZES,
     Comparison,
@@ -53,15 +54,15 @@ def make_step(model: torch.nn.Module, input_ids: torch.Tensor, compile_model: bo
     forward = torch.compile(model) if compile_model else model
     model.train()
     nanogpt = isinstance(model, NanoGPT)
-    # ours as the training loop calls it (training/workload.py): the loss alone, which compiled spares the backward a
-    # logits-sized zero gradient (eager it changes nothing)
-    extra = {"return_logits": False} if isinstance(model, GPTCustomForCausalLM) else {}
+    ours = isinstance(model, GPTCustomForCausalLM)  # called as the training loop calls it: the loss alone
 
     def step(batch: torch.Tensor = input_ids) -> float:
         if nanogpt:  # nanoGPT takes the next tokens as targets; the batch rolled by one is the same amount of work
             loss = forward(batch, batch.roll(-1, dims=1))[1]
+        elif ours:
+            loss = language_model_loss(forward, batch, batch)
         else:
-            loss = forward(input_ids=batch, labels=batch, **extra).loss
+            loss = forward(input_ids=batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -124,10 +124,9 @@ class Contender(bench_gpu.Trainer):
         model = bench_gpu.build_model(candidate.model, args.shape, args.device)
         if candidate.rows_per_chunk is not None:
             model = HiddenStateLoss(model, candidate.rows_per_chunk)
-        if candidate.memory_budget is not None or candidate.compile_mode or candidate.inductor_options \
-                or candidate.logits_returned:
+        if label != candidate.model:
             # Dynamo reuses the compiled forward of another instance of the same class (its guards match), which was
-            # compiled under other settings: a class of its own makes this one compile anew.
+            # compiled under other settings: each candidate's class of its own makes it compile anew.
             model.__class__ = type(f"{type(model).__name__}_{label.replace('+', '_').replace('.', '_')}",
                                    (type(model),), {})
         mode = candidate.compile_mode if args.compile_backend == "inductor" else None

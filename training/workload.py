@@ -65,6 +65,12 @@ class Workload(Protocol):
         """Write what ships with the weights in final/ (the tokenizer) into `folder`."""
 
 
+def language_model_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A training step's loss, as the loop asks for it (the benchmarks time this same call): only the loss leaves the
+    forward, since compiled, returned logits would be handed a zero gradient of their size (return_logits)."""
+    return model(input_ids=input_ids, labels=labels, return_logits=False).loss
+
+
 # --- language modelling: the default workload ------------------------------------------------------------------------
 
 
@@ -94,8 +100,7 @@ class LanguageModelling:
         return PreparedWork(tokenizer, model, train_loader, val_loader)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        # only the loss leaves the forward: compiled, a returned logits tensor would get a zero gradient of its size
-        return model(input_ids=batch["input_ids"], labels=batch["labels"], return_logits=False).loss
+        return language_model_loss(model, batch["input_ids"], batch["labels"])
 
     def count_tokens(self, batch: dict[str, torch.Tensor]) -> int:
         return batch["input_ids"].numel()  # packed blocks: no padding
