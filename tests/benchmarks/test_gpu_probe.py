@@ -121,3 +121,8 @@ def test_compile_candidates_reach_torch_compile_and_inductor(monkeypatch):
     assert gpu_probe.Contender("ours", 2, args, compiled=False).loss_alone
     assert not gpu_probe.Contender("ours+logits", 2, args, compiled=False).loss_alone
     assert not gpu_probe.Contender("nanoGPT", 2, args, compiled=False).loss_alone
+    # dynamo reuses a compiled forward across instances of one class: every candidate but the plain models has a
+    # class of its own, so it compiles under its own settings
+    classes = {label: type(gpu_probe.Contender(label, 2, args, compiled=False).model)
+               for label in (*gpu_probe.COMPILE_CANDIDATES, *gpu_probe.MEMORY_CANDIDATES)}
+    assert len(set(classes.values())) == len(classes)
