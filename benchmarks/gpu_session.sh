@@ -28,6 +28,7 @@
 #        bash benchmarks/gpu_session.sh next           # what h100 left: cut tests, ours' compiled sweep, loop (~8 min)
 #        bash benchmarks/gpu_session.sh modes          # compile modes and inductor options vs nanoGPT (gpu_probe, ~8 min)
 #        bash benchmarks/gpu_session.sh memory         # the memory target under milder activation budgets (~4 min)
+#        bash benchmarks/gpu_session.sh generation-profile  # static generation, batch 16 and 1, profiled (~2 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -99,6 +100,12 @@ bench_stage() {  # bench_stage TITLE CAP bench_gpu.py-arguments...
   local title=$1 c; c=$(cap "$2"); shift 2
   header "$title" "$c"
   [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/bench_gpu.py --out "$WORK" "$@"
+  pack
+}
+profile_stage() {  # profile_stage CAP profile_ops.py-arguments...: a torch.profiler table on the GPU, under $WORK
+  local c; c=$(cap "$1"); shift
+  header "profile_ops.py $*" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m benchmarks.profile_ops "$@" --device cuda --out "$WORK"
   pack
 }
 recipe_run() {  # recipe_run NAME CAP overrides...: shakespeare-gpu.yaml in the background; its log names its wall time
@@ -303,6 +310,21 @@ next_call() {
     --rounds 3
   # generation again with five rounds where time is left: the batch-1 static 1.51x stood on two (1.49-1.53)
   bench_stage "generation, five rounds" 90 --parts generate --gen-rounds 5
+  generation_profiles
+  echo "=== done $(date -u +%T) ==="
+}
+
+# Where static-cache generation's batch-16 gap lies (on the H100 ours was 1.51x GPT-2 at batch 1 and 1.21x at batch
+# 16, and our model in transformers' loop 1.78 ms a step against GPT-2's 1.41 at batch 16 though faster at batch 1):
+# each step's wall time against its device-busy time, launches and graph replays, for our loop, our model in
+# transformers' loop and GPT-2 (~2 minutes; also the end of `next`).
+generation_profiles() {
+  profile_stage 70 generate --size gpt2 --batch 16 --cache static
+  profile_stage 50 generate --size gpt2 --batch 1 --cache static
+}
+generation_profile_call() {
+  begin_call "${SESSION_SECONDS:-150}"
+  generation_profiles
   echo "=== done $(date -u +%T) ==="
 }
 
@@ -338,6 +360,7 @@ case "$stage" in
   next) next_call ;;
   modes) modes_call ;;
   memory) memory_call ;;
+  generation-profile) generation_profile_call ;;
   h100) h100 ;;
   rest) rest ;;
   complete) complete ;;
@@ -378,7 +401,7 @@ case "$stage" in
     bench --parts generate "$@"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|h100|next|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
+    echo "usage: bash benchmarks/gpu_session.sh prepare|session|recheck|probe|confirm|finish|complete|rest|h100|next|modes|memory|generation-profile|tests|suite|train-eager|train-compile|loop|generate|pytest [arguments]" >&2
     exit 2
     ;;
 esac

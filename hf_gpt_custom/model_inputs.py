@@ -67,6 +67,8 @@ def position_ids_for(
     mask [[0, 0, 1, 1, 1]] -> [[0, 1, 0, 1, 2]];  mask [[1, 1, 0]] -> [[0, 1, 2]];  no mask, 2 cached, 3 new -> [[2, 3, 4]].
     """
     if attention_mask is None or attention_mask.dim() != 2:
+        if isinstance(past_length, torch.Tensor):  # a static cache's count, kept on the device: added, never read
+            return (torch.arange(seq_len, device=device) + past_length.to(device))[None]
         if past_length + seq_len > n_positions:
             cached = f" (after {past_length} cached)" if past_length else ""
             raise UserError(
@@ -80,26 +82,33 @@ def position_ids_for(
     return positions[:, -seq_len:]
 
 
-def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_length: int, seq_len: int) -> None:
+def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_length: int | torch.Tensor,
+                         seq_len: int) -> None:
     """A UserError naming a mask that does not fit the input, before it becomes an IndexError or, worse, is
     broadcast: a 2-D (batch, cached + new) mask of 1s and 0s, or a 4-D (batch, 1, new, cached + new) one, bool or
-    float. Shapes and dtypes only: nothing is read back from the device."""
+    float. A static cache counts its tokens in a tensor (`past_length`): read where `checks_values`, elsewhere a 2-D
+    mask's length is checked against the new tokens alone, so that a GPU's decoding step never waits for the host."""
     if attention_mask is None:
         return
-    total = past_length + seq_len
+    if isinstance(past_length, torch.Tensor) and checks_values(past_length):
+        past_length = int(past_length)
+    total = past_length + seq_len if isinstance(past_length, int) else None
     if attention_mask.dim() == 4:  # its key length may be a static cache's whole length: not checked
         if not (attention_mask.dtype == torch.bool or attention_mask.dtype.is_floating_point):
             raise UserError(f"a 4-D attention_mask must be bool (True = attend) or an additive float mask, got "
                             f"dtype {attention_mask.dtype}; or pass the 2-D (batch, seq_len) mask of 1s and 0s")
         fits = attention_mask.shape[0] in (1, batch) and attention_mask.shape[-2] == seq_len
+    elif total is None:
+        fits = attention_mask.dim() == 2 and attention_mask.shape[0] == batch and attention_mask.shape[1] >= seq_len
     else:
         fits = tuple(attention_mask.shape) == (batch, total)
     if not fits:
-        cached = f"{past_length} cached and " if past_length else ""
+        cached = "the cached and " if total is None else f"{past_length} cached and " if past_length else ""
+        columns = "cached + new" if total is None else total
         raise UserError(
             f"attention_mask has shape {tuple(attention_mask.shape)} but the input has {batch} row(s) of "
-            f"{cached}{seq_len} new tokens; pass a (batch, {total}) mask over every cached and new position (1 for a "
-            "token, 0 for padding), as the tokenizer returns it"
+            f"{cached}{seq_len} new tokens; pass a (batch, {columns}) mask over every cached and new position (1 for "
+            "a token, 0 for padding), as the tokenizer returns it"
         )
 
 

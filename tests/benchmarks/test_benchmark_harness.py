@@ -244,3 +244,22 @@ def test_the_training_benchmark_calls_ours_for_the_loss_alone_as_the_training_lo
             returned[-1]
         make_step(model, torch.randint(0, 50, (2, 8)))()
     assert returned[0].logits is None and returned[1].logits is not None
+
+
+def test_the_generation_profile_separates_our_loop_from_our_model_and_names_the_device(tmp_path, monkeypatch):
+    """profile_ops' static-cache profile (the one prepared for the GPU's batch-16 generation gap): ours in our loop,
+    ours in transformers' `_sample`, then GPT-2, each a section with its per-step wall time."""
+    from benchmarks import profile_ops
+    from hf_gpt_custom import modeling_gpt_custom
+
+    ours_loop_calls = []
+    real = modeling_gpt_custom.decode_with_static_cache
+    monkeypatch.setattr(modeling_gpt_custom, "decode_with_static_cache",
+                        lambda *args, **kwargs: ours_loop_calls.append(1) or real(*args, **kwargs))
+    text = profile_ops.main(["generate", "--batch", "2", "--cache", "static", "--new-tokens", "3", "--out",
+                             str(tmp_path)])
+    assert len(ours_loop_calls) == 2  # warm-up and profiled call of "ours"; the other two contenders never use it
+    headers = [line for line in text.splitlines() if line.startswith("## ")]
+    assert [header.split(":")[0] for header in headers] == ["## ours", "## ours, transformers' loop", "## anchor"]
+    assert all("ms per step" in header for header in headers)
+    assert "1 CPU thread(s)" in text and (tmp_path / "profile_generate_small_b2_static.txt").read_text() == text

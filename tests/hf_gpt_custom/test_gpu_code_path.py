@@ -7,11 +7,15 @@ The host reads are counted where they happen, in the dispatcher (`aten::_local_s
 `int()` and `bool()` of a tensor become), so a sync added anywhere in forward, loss or backward is seen.
 """
 
+import copy
+import functools
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, model_inputs, modeling_gpt_custom
+from tests.helpers import make_gpt2_pair
 
 BLOCKS = {
     "gpt2": {},
@@ -270,3 +274,64 @@ def test_the_loss_alone_is_gpt2s_loss_with_gpt2s_gradients():
         torch.testing.assert_close(parameter.grad, want_grad, rtol=1e-4, atol=1e-6, msg=name)
     with pytest.raises(UserError, match="needs labels"):
         ours(input_ids=input_ids, return_logits=False)
+
+
+
+def _decoding_step(model: GPTCustomForCausalLM, inputs: str) -> tuple[dict, torch.Tensor]:
+    """(the keyword arguments of a static-cache decoding step, the tokens before it). `inputs`:
+    - "transformers' loop" (left-padded or not): what transformers' `_sample` hands the model for its second token,
+      taken from a real generate() — the calls our own loop does not cover (a streamer, scores returned);
+    - "2-D mask" and "no mask": a caller's own loop over a StaticCache, as with GPT2LMHeadModel."""
+    calls = []
+    forward = model.forward
+
+    @functools.wraps(forward)  # generate() reads the signature: it passes position_ids only to a forward taking them
+    def recording_forward(*args, **kwargs):
+        calls.append(copy.deepcopy(kwargs))  # the cache as it stood before this step wrote its token
+        return forward(*args, **kwargs)
+
+    prompt = torch.randint(1, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(prompt)
+    if inputs == "transformers' loop, left-padded":
+        mask[0, :2] = 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(modeling_gpt_custom, "uses_static_decoding", lambda *args, **kwargs: False)
+        patch.setattr(model, "forward", recording_forward)
+        model.generate(prompt, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                       cache_implementation="static", disable_compile=True)
+    step = calls[1]
+    assert step["input_ids"].shape == (2, 1) and step["cache"].get_seq_length().dim() == 0  # counted on the device
+    if not inputs.startswith("transformers' loop"):
+        step = {"input_ids": step["input_ids"], "cache": step["cache"], "use_cache": True}
+    if inputs == "2-D mask":
+        step["attention_mask"] = torch.ones(2, 7, dtype=torch.long)
+    return step, prompt
+
+
+DECODING_INPUTS = ["transformers' loop", "transformers' loop, left-padded", "2-D mask", "no mask"]
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("inputs", DECODING_INPUTS)
+def test_a_static_cache_decoding_step_reads_nothing_back_to_the_host(block, inputs, monkeypatch):
+    """A static cache counts its tokens in a device tensor. The mask check compared that count with a 2-D mask's
+    length, and positions derived without a mask checked it against n_positions: each read it back, a host sync in
+    every decoding step on a GPU and a graph break under torch.compile (GPT2LMHeadModel has neither)."""
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
+    model = _model(block).eval()
+    step, _ = _decoding_step(model, inputs)
+    with torch.no_grad(), CountHostReads() as counter:
+        model(**step)
+    assert counter.reads == []
+
+
+@pytest.mark.parametrize("inputs", [name for name in DECODING_INPUTS if "padded" not in name])
+def test_a_static_cache_decoding_step_compiles_into_one_graph_and_gives_gpt2s_logits(inputs, monkeypatch):
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
+    ours, reference = make_gpt2_pair("sdpa", seed=3)
+    step, prompt = _decoding_step(ours, inputs)
+    with torch.no_grad():
+        torch._dynamo.reset()
+        logits = torch.compile(ours, fullgraph=True, backend="aot_eager")(**step).logits[:, -1]
+        expected = reference(torch.cat([prompt, step["input_ids"]], dim=1)).logits[:, -1]  # no cache at all
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-5)

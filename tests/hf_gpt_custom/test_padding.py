@@ -138,6 +138,32 @@ def test_a_mask_or_positions_that_do_not_fit_the_input_are_named_even_with_posit
             model(prompt, position_ids=torch.arange(6)[None].expand(3, 6))
         with pytest.raises(ValueError, match="position_ids must hold integer positions, got dtype torch.float32"):
             model(prompt, position_ids=torch.arange(6.0)[None])
+
+
+@pytest.mark.parametrize("value_checks", [True, False], ids=["cpu", "gpu_code_path"])
+def test_a_mask_that_does_not_fit_a_static_cache_step_is_named(value_checks, monkeypatch):
+    """A static cache counts its tokens on the device. The CPU reads the count and names a mask over the new tokens
+    alone; the GPU's code path reads nothing back and still names a mask of another batch size or one shorter than
+    the new tokens."""
+    from transformers import StaticCache
+
+    if not value_checks:
+        monkeypatch.setattr("hf_gpt_custom.model_inputs.VALUE_CHECK_DEVICES", ())
+    model = GPTCustomForCausalLM(_config("learned")).eval()
+    prompt, new = torch.randint(1, 90, (2, 6)), torch.randint(1, 90, (2, 4))
+    with torch.no_grad():
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        model(prompt, past_key_values=cache, use_cache=True)
+        if value_checks:
+            with pytest.raises(ValueError, match=r"has shape \(2, 4\) but the input has 2 row\(s\) of 6 cached and 4 "
+                                                 r"new tokens; pass a \(batch, 10\) mask"):
+                model(new, past_key_values=cache, attention_mask=torch.ones(2, 4, dtype=torch.long))
+        for wrong in (torch.ones(3, 10, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)):
+            with pytest.raises(ValueError, match=r"has shape \(\d, \d+\) but the input has 2 row\(s\) of the cached "
+                                                 r"and 4 new tokens|pass a \(batch, 10\) mask"):
+                model(new, past_key_values=cache, attention_mask=wrong)
+        logits = model(new, past_key_values=cache, attention_mask=torch.ones(2, 10, dtype=torch.long)).logits
+        assert logits.shape[:2] == (2, 4)
         with pytest.raises(ValueError, match=r"position_ids has shape \(1, 4\) but the input has 2 row\(s\) of 6"):
             model(prompt, position_ids=torch.arange(4)[None])
         with pytest.raises(ValueError, match=r"inputs_embeds must be \(batch, seq_len, n_embd=32\)"):
