@@ -93,7 +93,7 @@ def load_weights(path: str | os.PathLike, source: str, **kwargs) -> dict[str, to
 
 def loading_dtype(dtype, weights: dict[str, torch.Tensor], config_dict: dict) -> torch.dtype | None:
     """The torch dtype a from_pretrained `dtype` argument asks for, by transformers 5's rule: "bfloat16",
-    torch.bfloat16, {"": torch.bfloat16}, None (the default dtype), or "auto" (the default): config.json's `dtype`
+    torch.bfloat16, {"": torch.bfloat16}, or "auto" (also what dtype=None means there): config.json's `dtype`
     (`torch_dtype` in older files), else the first floating-point tensor's dtype in the checkpoint's own order (a bf16
     file with fp32 norms loads in bf16, as LlamaForCausalLM loads it)."""
     if isinstance(dtype, dict) and set(dtype) == {""}:
@@ -105,7 +105,7 @@ def loading_dtype(dtype, weights: dict[str, torch.Tensor], config_dict: dict) ->
         dtype = saved
     if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
         return getattr(torch, dtype)
-    if dtype is None or isinstance(dtype, torch.dtype):
+    if isinstance(dtype, torch.dtype):
         return dtype
     raise UserError(f"dtype={dtype!r} is not a torch dtype; pass 'auto', a torch dtype (torch.bfloat16) or its name "
                     "('bfloat16', 'float16', 'float32')")

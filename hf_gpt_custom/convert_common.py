@@ -238,7 +238,10 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
         config._attn_implementation = kwargs["attn_implementation"]
     architecture = (config_dict.get("architectures") or [None])[0]
     weights = load_weights(path, family.source, **kwargs)
-    dtype = loading_dtype(kwargs.get("dtype", kwargs.get("torch_dtype", "auto")), weights, config_dict)
+    # transformers 5's from_pretrained: dtype=None is unset, so an older torch_dtype given beside it counts, else "auto"
+    requested = kwargs.get("dtype")
+    requested = kwargs.get("torch_dtype") if requested is None else requested
+    dtype = loading_dtype("auto" if requested is None else requested, weights, config_dict)
     state = converted_state_dict(family, weights, architecture)
     model, loading_info = model_and_loading_info(config, state, model_class, source, dtype=dtype,
                                                  ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes")))

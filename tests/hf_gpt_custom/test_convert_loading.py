@@ -296,6 +296,23 @@ def test_an_older_config_json_torch_dtype_is_the_dtype_transformers_loads(tmp_pa
     assert ours.dtype == theirs.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("class_name", ["LlamaForCausalLM", "GPT2LMHeadModel"])
+@pytest.mark.parametrize("kwargs", [{"dtype": None}, {"dtype": None, "torch_dtype": torch.float16}],
+                         ids=["dtype=None", "dtype=None,torch_dtype=float16"])
+def test_dtype_none_is_the_dtype_transformers_loads(tmp_path, class_name, kwargs):
+    """transformers 5 reads dtype=None as "auto" (and a torch_dtype given beside it as the dtype); converting on load
+    read None as "the default dtype" and built a float32 model from a bf16 folder (twice the memory, other logits
+    than transformers' class gives for the same call)."""
+    reference_model(class_name).to(torch.bfloat16).save_pretrained(tmp_path)
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path, **kwargs).eval()
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, **kwargs)
+    assert ours.dtype == theirs.dtype
+    if class_name.startswith("Llama"):  # the same arithmetic as LlamaForCausalLM, bit for bit, in the same dtype
+        prompt = torch.randint(3, 99, (1, 7), generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=0)
+
+
 def test_sharded_pytorch_model_bin_checkpoints_load(tmp_path):
     """pytorch_model.bin.index.json with its shards, as older repositories ship: transformers loads it, the
     conversion said the folder had no weights."""
