@@ -241,9 +241,11 @@ def refuse_another_tokenizer(folder: Path, tokenizer) -> None:
     vocabulary), and nothing in the results said which tokenizer was used."""
     own = load_tokenizer(str(folder))
     if own.get_vocab() != tokenizer.get_vocab():
-        raise UserError(f"--tokenizer {tokenizer.name_or_path} has another vocabulary ({len(tokenizer)} tokens) than "
-                        f"the tokenizer {folder} was saved with ({len(own)} tokens), so the model would score ids "
-                        f"it was not trained on; drop --tokenizer (the folder's own is used)")
+        differs = (f"({len(tokenizer)} tokens) than the tokenizer {folder} was saved with ({len(own)} tokens)"
+                   if len(tokenizer) != len(own) else
+                   f"(the same {len(own)} ids for other tokens) than the tokenizer {folder} was saved with")
+        raise UserError(f"--tokenizer {tokenizer.name_or_path} has another vocabulary {differs}, so the model would "
+                        "score ids it was not trained on; drop --tokenizer (the folder's own is used)")
 
 
 def load_tokenizer(source: str):

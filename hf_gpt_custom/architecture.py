@@ -19,6 +19,17 @@ from .errors import UserError, did_you_mean
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
 # The block variants, each a choice of one field (the first value of each is GPT-2's, the default).
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rope")
+# transformers' generic config names and the GPT-2 field each stands for (GPTCustomConfig.attribute_map): generation
+# and other libraries read them; a training YAML's `model:` section takes the fields themselves.
+GENERIC_NAMES = {
+    "hidden_size": "n_embd",
+    "max_position_embeddings": "n_positions",
+    "num_attention_heads": "n_head",
+    "num_hidden_layers": "n_layer",
+    "intermediate_size": "n_inner",
+    "num_key_value_heads": "n_kv_head",
+    "rms_norm_eps": "layer_norm_epsilon",  # one epsilon for whichever norm_type is chosen
+}
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLP_TYPES = ("standard", "swiglu")

@@ -15,8 +15,8 @@ import math
 
 from transformers import PretrainedConfig
 from .architecture import (
-    ACTIVATIONS, MLP_TYPES, NORM_POSITIONS, NORM_TYPES, POSITION_EMBEDDING_TYPES, PRESETS, check_architecture,
-    swiglu_inner_dim,
+    ACTIVATIONS, GENERIC_NAMES, MLP_TYPES, NORM_POSITIONS, NORM_TYPES, POSITION_EMBEDDING_TYPES, PRESETS,
+    check_architecture, swiglu_inner_dim,
 )
 from .errors import UserError, did_you_mean
 
@@ -44,15 +44,7 @@ class GPTCustomConfig(PretrainedConfig):
 
     model_type = "gpt_custom"
     keys_to_ignore_at_inference = ["past_key_values", "cache"]  # the KV cache output: its name before and from transformers 5.24
-    attribute_map = {
-        "hidden_size": "n_embd",
-        "max_position_embeddings": "n_positions",
-        "num_attention_heads": "n_head",
-        "num_hidden_layers": "n_layer",
-        "intermediate_size": "n_inner",
-        "num_key_value_heads": "n_kv_head",
-        "rms_norm_eps": "layer_norm_epsilon",  # one epsilon for whichever norm_type is chosen
-    }
+    attribute_map = dict(GENERIC_NAMES)
 
     vocab_size: int = 50257
     n_positions: int = 1024

@@ -193,16 +193,20 @@ def with_model_keys(fingerprint: dict[str, Any]) -> dict[str, Any]:
     from hf_gpt_custom.architecture import PRESETS
     from hf_gpt_custom.training.model_section import architecture_defaults, split_preset
 
-    if not isinstance(fingerprint.get("model"), dict):
-        return fingerprint
-    preset, fields = split_preset(fingerprint["model"])
-    fields = {**PRESETS.get(preset, {}), **fields}
-    # every field, at its default where the section leaves it out (None: set from the tokenizer or block_size), so
-    # both sides hold the same keys and a field set back to its default is a change too
-    defaults = {key: None if key in _MODEL_KEYS_SET_ELSEWHERE else value
-                for key, value in architecture_defaults().items()}
-    entries = {f"model.{key}": value for key, value in {**defaults, **fields}.items()}
-    return {**{key: value for key, value in fingerprint.items() if key != "model"}, **entries}
+    if isinstance(fingerprint.get("model"), dict):
+        preset, fields = split_preset(fingerprint["model"])
+        fields = {**PRESETS.get(preset, {}), **fields}
+        # every field, at its default where the section leaves it out (None: set from the tokenizer or block_size),
+        # so both sides hold the same keys and a field set back to its default is a change too
+        defaults = {key: None if key in _MODEL_KEYS_SET_ELSEWHERE else value
+                    for key, value in architecture_defaults().items()}
+        entries = {f"model.{key}": value for key, value in {**defaults, **fields}.items()}
+        fingerprint = {**{key: value for key, value in fingerprint.items() if key != "model"}, **entries}
+    if fingerprint.get("model.n_positions", 0) is None and "block_size" in fingerprint:
+        # neither the section nor a preset sets it: block_size does (model_config_kwargs), so an explicit
+        # model.n_positions equal to block_size is no change, as `train` sees it (a state saved with None reads so too)
+        fingerprint = {**fingerprint, "model.n_positions": fingerprint["block_size"]}
+    return fingerprint
 
 
 def _describe_change(key: str, saved: Any, now: Any, config) -> str:

@@ -127,7 +127,7 @@ def build_model_card(
         parameters=[(PARAMETER_ROWS.get(name, name), f"{count:,}") for name, count in breakdown.items()],
         tokenizer=_tokenizer_facts(final_dir, summary, run_dir, model_config.n_positions),
         training=_training_facts(summary, train_config),
-        hyperparameters=_hyperparameter_rows(train_config),
+        hyperparameters=_hyperparameter_rows(train_config, never_read=_settings_never_read(train_config)),
         training_results=_training_result_rows(summary),
         loss_curve="loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
         shots_curve="shots_curve.png" if (run_dir / "eval" / "shots_curve.png").is_file() else None,
@@ -338,12 +338,12 @@ def _training_facts(summary: dict, train_config: dict) -> dict[str, Any]:
 _SHOWN_ELSEWHERE = {"model", "dataset", "tokenizer", "init_from", "task"}
 
 
-def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:
+def _hyperparameter_rows(train_config: dict, never_read: set[str] = frozenset()) -> list[tuple[str, str]]:
     """Settings that change what is trained, as written in the YAML (`0.002`, `1e-08`, seed `1337`), unset (null)
-    ones left out. Paths, speed, logging and checkpoint settings stay in training_summary.json only."""
+    ones and `never_read` left out. Paths, speed, logging and checkpoint settings stay in training_summary.json only."""
     from hf_gpt_custom.training.config import settings_that_do_not_change_training
 
-    left_out = settings_that_do_not_change_training() | _SHOWN_ELSEWHERE
+    left_out = settings_that_do_not_change_training() | _SHOWN_ELSEWHERE | set(never_read)
     rows = []
     for key, value in train_config.items():
         if key in left_out or value is None:
@@ -355,6 +355,20 @@ def _hyperparameter_rows(train_config: dict) -> list[tuple[str, str]]:
         else:
             rows.append((key, _format_setting(_public_name(value) if isinstance(value, str) else value)))
     return rows
+
+
+def _settings_never_read(train_config: dict) -> set[str]:
+    """The pre-training settings this run never read, by the rule the run itself applied (settings_without_effect):
+    a row for one would state a value that played no part, e.g. `tokenizer_vocab_size | 8192` beside the 512-token
+    tokenizer the run was given, or a Hub split for a local text file."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.training.config import TrainConfig
+    from hf_gpt_custom.training.config_checks import settings_without_effect
+
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainConfig)}
+    return set(settings_without_effect(SimpleNamespace(**{**defaults, **train_config})))
 
 
 # parameter_breakdown()'s keys as the card names them: "textbook" is a formula, not a count of this model's tensors

@@ -188,6 +188,29 @@ def test_the_model_section_is_compared_field_by_field_as_train_compares_it(overr
         run_pipeline(SMOKE_CONFIG, overrides)
 
 
+def test_model_n_positions_given_as_the_block_size_it_defaults_to_is_no_change(overrides, capsys):
+    """Without it in the section, n_positions is block_size (model_config_kwargs); `train` takes an explicit
+    model.n_positions=<block_size> as the same model, and `run` refused it ("model.n_positions: None -> 32"), sending
+    the user to --start_over. Another value is still a change, named."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.training.config import load_train_config
+
+    block_size = load_train_config(SMOKE_CONFIG, overrides).block_size
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, [*overrides, f"model.n_positions={block_size}"])
+    assert _stages_run(capsys) == []
+    with pytest.raises(UserError, match=rf"model.n_positions: {block_size} -> {2 * block_size}\b"):
+        run_pipeline(SMOKE_CONFIG, [*overrides, f"model.n_positions={2 * block_size}"])
+    # a state saved before this rule (n_positions recorded as None) continues with the explicit value
+    state_file = run_dir / "pipeline_state.json"
+    state = json.loads(state_file.read_text())
+    state["config"]["model.n_positions"] = None
+    state_file.write_text(json.dumps(state))
+    run_pipeline(SMOKE_CONFIG, [*overrides, f"model.n_positions={block_size}"])
+    assert _stages_run(capsys) == []
+
+
 def test_a_preset_is_compared_as_the_fields_it_stands_for():
     from hf_gpt_custom.architecture import PRESETS
     from hf_gpt_custom.run_state import with_model_keys

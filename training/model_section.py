@@ -16,12 +16,15 @@ if TYPE_CHECKING:
 def check_model_section(config: TrainConfig) -> None:
     """Check the `model:` keys and values by the rules GPTCustomConfig applies (architecture.py), without importing
     transformers: a mistake is named in a fraction of a second, not after ~5 s of imports."""
-    from hf_gpt_custom.architecture import PRESETS, check_architecture, fields_without_effect
+    from hf_gpt_custom.architecture import GENERIC_NAMES, PRESETS, check_architecture, fields_without_effect
     from hf_gpt_custom.training.config_checks import note_without_effect
 
     preset, model = split_preset(config.model)
     defaults = architecture_defaults()
     for key in model:
+        if key in GENERIC_NAMES:
+            raise UserError(f"model.{key} is transformers' generic name of model.{GENERIC_NAMES[key]}; the model "
+                            f"section takes the field: write {GENERIC_NAMES[key]}: {model[key]}")
         if key not in defaults:
             hint = did_you_mean(key, defaults, prefix="model.")
             raise UserError(f"unknown model key 'model.{key}'; {hint}known: {', '.join(sorted(defaults))}")

@@ -257,6 +257,11 @@ def test_a_tokenizer_other_than_the_model_folders_own_is_refused(tiny_model_fold
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"--tokenizer {other} has another vocabulary (257 tokens)" in err
     assert "drop --tokenizer (the folder's own is used)" in err and not (tmp_path / "out").exists()
+    shuffled = tmp_path / "shuffled"  # the same size, other strings behind the ids
+    vocab = GPTCustomTokenizerFast.from_pretrained(str(tiny_model_folder)).get_vocab()
+    with pytest.raises(UserError, match=rf"has another vocabulary \(the same {len(vocab)} ids for other tokens\) than "
+                                        rf"the tokenizer {tiny_model_folder} was saved with, so the model"):
+        runner.refuse_another_tokenizer(tiny_model_folder, _SwappedVocabulary(vocab, shuffled))
     same = tmp_path / "same"
     shutil.copytree(tiny_model_folder, same)
     _, given, _ = runner.load_model_and_tokenizer(str(tiny_model_folder), str(same), None, "float32")
@@ -277,3 +282,17 @@ def test_a_benchmark_whose_data_file_is_empty_is_an_error_not_a_nan_table(tiny_m
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"task copa has no documents in {data.parent} (its data file is empty)" in err
     assert not (tmp_path / "out").exists()
+
+
+class _SwappedVocabulary:
+    """A tokenizer's stand-in with `vocab`'s size and two of its ids swapped."""
+
+    def __init__(self, vocab: dict[str, int], name):
+        first, second = sorted(vocab, key=vocab.get)[:2]
+        self.vocab, self.name_or_path = {**vocab, first: vocab[second], second: vocab[first]}, str(name)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.vocab
+
+    def __len__(self) -> int:
+        return len(self.vocab)

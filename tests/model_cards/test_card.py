@@ -310,3 +310,23 @@ def test_parameter_and_token_counts_keep_one_decimal(count, said):
     from hf_gpt_custom.model_cards.card import _human_count
 
     assert _human_count(count) == said
+
+
+def test_the_hyperparameters_leave_out_what_the_run_never_read(tmp_path):
+    """A run given a tokenizer never reads tokenizer_vocab_size, and a local text file no Hub split or column: the
+    card listed `tokenizer_vocab_size | 8192` (the YAML's unused value) while its Tokenizer section said 257 tokens,
+    and `dataset_split | train` for a text file. The card follows the run's own rule (settings_without_effect); a
+    run that trained its tokenizer keeps the row."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = tmp_path / "runs" / "given-tokenizer"
+    given = build_model_card(make_tiny_run(run_dir, with_eval=False, tokenizer=str(run_dir / "tokenizer"),
+                                           tokenizer_vocab_size=8192, dataset_split="train", dataset_config="x",
+                                           text_field="text")).text
+    assert "with 257 tokens" in given  # the tokenizer the run used
+    for never_read in ("tokenizer_vocab_size", "dataset_split", "dataset_config", "text_field"):
+        assert f"| `{never_read}` |" not in given
+    assert "| `block_size` | 64 |" in given and "| `learning_rate` |" in given
+    trained = build_model_card(make_tiny_run(tmp_path / "runs" / "trained", with_eval=False, tokenizer=None,
+                                             tokenizer_vocab_size=8192)).text
+    assert "| `tokenizer_vocab_size` | 8192 |" in trained

@@ -48,6 +48,10 @@ def test_overrides_are_converted_by_declared_type():
     ("benchmark_tasks=lambada,hellaswg", "benchmark_tasks: unknown value 'hellaswg'; did you mean 'hellaswag'?"),
     ("benchmark_shots=0,-1", "benchmark_shots contains -1"),
     ("model.n_layr=4", "unknown model key 'model.n_layr'; did you mean 'model.n_layer'?"),
+    # the generic names GPTCustomConfig takes in Python (attribute_map), named with the field a YAML takes
+    ("model.rms_norm_eps=1e-5", "model.rms_norm_eps is transformers' generic name of model.layer_norm_epsilon; the "
+                                "model section takes the field: write layer_norm_epsilon: 1e-05"),
+    ("model.hidden_size=64", "generic name of model.n_embd; the model section takes the field: write n_embd: 64"),
     ("model.n_embd=33", "n_embd=33 must be divisible by n_head=2"),
     ("warmup_steps=50", "warmup_steps=50 exceeds max_steps=20"),
     ("compile=maybe", "compile='maybe' is not a valid bool"),
