@@ -43,7 +43,9 @@ class GPTCustomConfig(PretrainedConfig):
     """Configuration of a GPT-2 family decoder. Defaults are GPT-2 small (124M)."""
 
     model_type = "gpt_custom"
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]  # the KV cache output: its name before and from transformers 5.24
+    # Output entries Trainer's evaluation must not gather as predictions: the KV cache (its name before and from
+    # transformers 5.24) and the task heads' loss parts (GPT-1's L2 and L1), which would turn the logits into a tuple.
+    keys_to_ignore_at_inference = ["past_key_values", "cache", "task_loss", "lm_loss"]
     attribute_map = dict(GENERIC_NAMES)
 
     vocab_size: int = 50257

@@ -29,7 +29,7 @@ from hf_gpt_custom.heads_gpt_custom import (
     GPTCustomForTokenClassification,
 )
 
-from tests.helpers import TINY_GPT2, row_position_ids
+from tests.helpers import TINY_GPT2, randomize_, row_position_ids
 
 from tests.helpers import randomize_
 
@@ -490,6 +490,46 @@ def test_trainer_fine_tunes_the_sequence_classification_head_and_reports_its_cro
     eval_loss = Trainer(model=model, args=arguments, eval_dataset=rows).evaluate()["eval_loss"]
     labels = torch.tensor([row["labels"] for row in rows])
     assert eval_loss == pytest.approx(float(F.cross_entropy(after.logits, labels)), abs=1e-5)
+
+
+def _trainer_predictions(model, rows, output_dir):
+    from transformers import Trainer, TrainingArguments
+
+    arguments = TrainingArguments(output_dir=str(output_dir), per_device_eval_batch_size=2, report_to="none",
+                                  use_cpu=True, disable_tqdm=True)
+    return Trainer(model=model, args=arguments).predict(rows).predictions
+
+
+@pytest.mark.parametrize("head", ["sequence_classification", "multiple_choice"])
+def test_trainer_predictions_are_the_heads_logits_as_for_gpt2s_heads(head, tmp_path):
+    """Trainer gathers every output entry but the loss and config.keys_to_ignore_at_inference as "logits": the heads'
+    task_loss came along, so predict()/evaluate() handed compute_metrics a (logits, per-batch losses) tuple where
+    GPT-2's heads give the logits array, and np.argmax(predictions, -1) raised."""
+    import numpy as np
+    from transformers import GPT2DoubleHeadsModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(3)
+    if head == "sequence_classification":
+        reference = GPT2ForSequenceClassification(GPT2Config(**TINY_GPT2, pad_token_id=PAD, num_labels=2))
+        ours_class, input_ids = GPTCustomForSequenceClassification, torch.randint(1, 98, (5, 8), generator=generator)
+        rows = [{"input_ids": row, "labels": int(row[0] < 50)} for row in input_ids]
+    else:  # GPT2DoubleHeadsModel's multiple-choice logits differ by its summary bias (docs/model.md): shapes only
+        reference = GPT2DoubleHeadsModel(GPT2Config(**TINY_GPT2, pad_token_id=PAD))
+        ours_class, input_ids = GPTCustomForMultipleChoice, torch.randint(1, 98, (5, 3, 8), generator=generator)
+        rows = [{"input_ids": row, "labels": int(row[0, 0] % 3)} for row in input_ids]
+    randomize_(reference).eval()
+    ours = from_gpt2_model(reference, ours_class)
+    got = _trainer_predictions(ours, rows, tmp_path / "ours")
+    assert isinstance(got, np.ndarray), f"predictions are a {type(got).__name__}, not the logits array"
+    if head == "sequence_classification":
+        expected = _trainer_predictions(reference, rows, tmp_path / "reference")
+        assert isinstance(expected, np.ndarray) and expected.shape == (5, 2)
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    else:
+        assert got.shape == (5, 3)
 
 
 def test_peft_lora_fine_tunes_the_sequence_classification_head(tmp_path):
