@@ -36,7 +36,7 @@ LONGEST_WHITESPACE_RUN_ON_TIKTOKEN = 100_000
 
 @dataclass(frozen=True)
 class TiktokenEngine:
-    pipeline_key: tuple  # (size with added tokens, normalizer, pre-tokenizer) it was built for
+    pipeline_key: tuple  # (added tokens, normalizer, pre-tokenizer, BPE model settings) it was built for
     core: object | None  # tiktoken's CoreBPE, or None when the vocabulary is not tiktoken-equivalent
     reason: str  # why core is None ("" when it is not)
     special_tokens: set[str] | None = None  # matched when split_special_tokens=False; None: that needs tokenizers

@@ -25,6 +25,9 @@ from .task_template import TaskTemplate, read_task_template
 from .tiktoken_engine import ENGINES, TiktokenEngine, build_tiktoken_engine, resolve_num_threads
 
 ENDOFTEXT = "<|endoftext|>"
+# The BPE model's settings that change its ids without changing its vocabulary (tokenizers.models.BPE's attributes)
+_BPE_SETTINGS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", "byte_fallback",
+                 "ignore_merges")
 
 # Options whose outputs come from the `tokenizers` Encoding objects: such calls take transformers' own path.
 _OPTIONS_NEEDING_ENCODINGS = (
@@ -325,30 +328,39 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     def _encode_ids_on_tokenizers(self, split_special_tokens: bool, texts: list[str]) -> list[list[int]]:
         # An earlier `tokenizer(..., padding=True)` leaves padding on in the Rust tokenizer: switch it off
         self.set_truncation_and_padding(PaddingStrategy.DO_NOT_PAD, TruncationStrategy.DO_NOT_TRUNCATE, None, 0, None, None)
-        if self._tokenizer.encode_special_tokens != split_special_tokens:
-            self._tokenizer.encode_special_tokens = split_special_tokens
-        return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        # The backend is shared (libraries call backend_tokenizer.encode): its special-token matching is put back
+        previous, self._tokenizer.encode_special_tokens = self._tokenizer.encode_special_tokens, split_special_tokens
+        try:
+            return [encoding.ids for encoding in self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        finally:
+            self._tokenizer.encode_special_tokens = previous
 
     def encode_ids_engine(self, split_special_tokens: bool = True) -> str:
         """Which library `encode_ids_batch` runs on: "tiktoken" or "tokenizers" (see tiktoken_engine.py)."""
         return "tiktoken" if self._tiktoken_engine().can_encode(split_special_tokens) else "tokenizers"
 
     def _pipeline_state(self) -> tuple:
-        """What turns text into ids besides the vocabulary and merges: the added tokens, the normalizer, the
-        pre-tokenizer and the post-processor (a task template). Added tokens are compared in full, flags included:
-        re-adding an existing token or changing its lstrip/rstrip leaves the vocabulary size as it was but changes
-        the ids."""
+        """What turns text into ids: the added tokens, the normalizer, the pre-tokenizer, the BPE model's settings
+        and size, and the post-processor (a task template), in that order. Added tokens are compared in full, flags
+        included: re-adding an existing token or changing its lstrip/rstrip leaves the vocabulary size as it was but
+        changes the ids. The model is compared by its settings (BPE-dropout switched on after a first call, byte
+        fallback...) and vocabulary size, not its merges: serialising them costs ~1.4 ms a call at 8,192 entries."""
         backend = self._tokenizer
+        model = backend.model
+        model_settings = (type(model).__name__, backend.get_vocab_size(with_added_tokens=False),
+                          *(getattr(model, name, None) for name in _BPE_SETTINGS))
         return (repr(sorted(backend.get_added_tokens_decoder().items())),
                 *(part.__getstate__() if part is not None else None
-                  for part in (backend.normalizer, backend.pre_tokenizer, backend.post_processor)))
+                  for part in (backend.normalizer, backend.pre_tokenizer)),
+                model_settings,
+                backend.post_processor.__getstate__() if backend.post_processor is not None else None)
 
     def _tiktoken_engine(self, state: tuple | None = None) -> TiktokenEngine:
         """Built on first use and kept per instance, outside `__dict__` so that pickles and `datasets` fingerprints of
-        the tokenizer do not change; rebuilt when an added token, the normalizer or the pre-tokenizer changes
-        (`_pipeline_state()`, passed as `state` by a caller that has it)."""
+        the tokenizer do not change; rebuilt when an added token, the normalizer, the pre-tokenizer or the BPE model's
+        settings change (`_pipeline_state()`, passed as `state` by a caller that has it)."""
         backend = self._tokenizer
-        pipeline_key = (state or self._pipeline_state())[:3]  # the post-processor adds ids after the engine's
+        pipeline_key = (state or self._pipeline_state())[:4]  # the post-processor adds ids after the engine's
         engine = ENGINES.get(self)
         if engine is None or engine.pipeline_key != pipeline_key:
             engine = build_tiktoken_engine(json.loads(backend.to_str()), pipeline_key)

@@ -314,3 +314,49 @@ def test_pipelines_tiktoken_cannot_copy_fall_back(tokenizer_folder, change):
     for split_special_tokens in (True, False):
         expected = rust_ids(tokenizer, texts, split_special_tokens)
         assert tokenizer.encode_ids_batch(texts, split_special_tokens) == expected
+
+
+# --- the engine follows the backend's BPE model, not only its added tokens ---------------------------------------
+
+
+@pytest.mark.parametrize("change", ["dropout", "model_replaced"])
+def test_a_change_of_the_bpe_model_after_the_first_call_reaches_every_path(tokenizer, change):
+    """The cached engine was keyed on added tokens, normalizer and pre-tokenizer only: BPE-dropout switched on (or
+    the model replaced by one of other settings: BPE() leaves continuing_subword_prefix None where the trained file
+    has "") after the first call was ignored by __call__ and encode_ids_batch, which kept the old merges, while the
+    offsets path and `.tokens()` used the new model. dropout=1.0 drops every merge, deterministically. (A model
+    replaced by one of the same size and settings is not seen: the key holds no merges, ~1.4 ms a call to serialise.)
+    Reference: the `tokenizers` library on the same pipeline (tokenizer.json of the changed backend)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE
+
+    texts = ["To be, or not to be, that is the question", "x<|endoftext|>y"]
+    tokenizer(texts)  # the engine is built for the model as it is
+    if change == "dropout":
+        tokenizer.backend_tokenizer.model.dropout = 1.0
+    else:
+        assert tokenizer.backend_tokenizer.model.continuing_subword_prefix == ""
+        tokenizer.backend_tokenizer.model = BPE(vocab=tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False),
+                                                merges=[])
+        assert tokenizer.backend_tokenizer.model.continuing_subword_prefix is None
+    reference = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    expected = [encoding.ids for encoding in reference.encode_batch(texts, add_special_tokens=False)]
+    assert expected[0] == list(texts[0].encode("utf-8"))  # no merge applies any more: the single bytes
+    assert tokenizer(texts)["input_ids"] == expected
+    assert tokenizer(texts, return_offsets_mapping=True)["input_ids"] == expected
+    reference.encode_special_tokens = True
+    assert tokenizer.encode_ids_batch(texts) == [e.ids for e in reference.encode_batch(texts, add_special_tokens=False)]
+    batch = tokenizer(texts)
+    assert tokenizer.convert_tokens_to_ids(batch.tokens(0)) == batch["input_ids"][0]  # tokens describe the ids
+
+
+def test_encode_ids_batch_on_the_tokenizers_engine_leaves_the_backends_special_token_matching_alone(tokenizer_folder):
+    """On the `tokenizers` engine encode_ids_batch set the shared Rust backend's encode_special_tokens to True and
+    left it so: `tokenizer.backend_tokenizer.encode("a<|endoftext|>b")` (what libraries holding the backend call)
+    then encoded the special token as text (BPE pieces, no eos id). Reference: the same call before encode_ids_batch."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, add_prefix_space=True)  # not on tiktoken
+    assert tokenizer.encode_ids_engine() == "tokenizers"
+    before = tokenizer.backend_tokenizer.encode("a<|endoftext|>b").ids
+    assert tokenizer.eos_token_id in before
+    tokenizer.encode_ids_batch(["some document"])
+    assert tokenizer.backend_tokenizer.encode("a<|endoftext|>b").ids == before
