@@ -312,7 +312,8 @@ def build_scheduler(optimizer, config: TrainConfig):
 
 
 def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6N for the weights plus 12·L·T·d for attention (PaLM appendix B, as nanoGPT).
+    """Training FLOPs per token: 6N for the weights plus 12·L·T·H·Q for attention (PaLM appendix B, as nanoGPT's
+    estimate_mfu): H query heads of width Q, which is n_embd unless `head_dim` sets another width.
 
     N excludes what is a lookup, not a matmul: the learned position table (rope and sinusoidal positions have none)
     and, when the head is untied, the input token embedding (a tied one is the head's matmul as well).
@@ -320,7 +321,8 @@ def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
     parts = model_config.parameter_breakdown()
     lookups = parts["position_embedding"] + (0 if model_config.tie_word_embeddings else parts["token_embedding"])
     n_matmul = n_params - lookups
-    return 6 * n_matmul + 12 * model_config.n_layer * seq_len * model_config.n_embd
+    attention_width = model_config.n_head * model_config.head_dim
+    return 6 * n_matmul + 12 * model_config.n_layer * seq_len * attention_width
 
 
 # --- finishing ------------------------------------------------------------------------------------------------------

@@ -193,3 +193,27 @@ def test_an_update_fp16s_gradient_scaler_skips_holds_the_schedule_and_is_logged(
     assert {float(state["step"]) for state in optimizer.state.values()} == {steps - 1.0}  # the scaler's skip
     import json
     assert json.loads((run_dir / "training_summary.json").read_text())["skipped_updates"] == 1
+
+
+@pytest.mark.parametrize("head_dim", [None, 64, 8])
+def test_flops_per_token_attention_term_uses_the_attention_width_not_n_embd(head_dim):
+    """PaLM appendix B (and nanoGPT's estimate_mfu) count attention as 12·L·H·Q·T: H heads of width Q. With
+    `head_dim` set ("any width", docs/model.md) n_head·head_dim is not n_embd; torch's FlopCounterMode over a real
+    forward + backward is the independent reference for the whole count."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hf_gpt_custom import GPTCustomConfig
+    from hf_gpt_custom.training.train import flops_per_token
+
+    seq, batch = 128, 2
+    config = GPTCustomConfig(n_layer=2, n_embd=64, n_head=4, head_dim=head_dim, vocab_size=128, n_positions=seq)
+    model = GPTCustomForCausalLM(config)
+    n_params = model.num_parameters()
+    n_matmul = n_params - seq * config.n_embd  # the learned position table is a lookup
+    palm = 6 * n_matmul + 12 * config.n_layer * seq * config.n_head * config.head_dim
+    assert flops_per_token(config, n_params, seq) == palm
+
+    ids = torch.randint(0, 128, (batch, seq))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert flops_per_token(config, n_params, seq) == pytest.approx(counter.get_total_flops() / (batch * seq), rel=0.02)
