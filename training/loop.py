@@ -105,7 +105,8 @@ def run_loop(s: Session) -> LoopResult:
             and state.step < config.max_steps
         if (is_eval or is_checkpoint or state.step % config.log_interval == 0 or state.step == result.resumed_step + 1
                 or not gate.skips_on_device):
-            result.train_time_s += _flush(s, window, guard, progress)
+            result.train_time_s += _flush(s, window, guard, progress,
+                                          warm_up=window.first_step == result.resumed_step + 1)
             window = None
         if is_eval:
             result.last_eval = _evaluate_and_log(s, progress)
@@ -198,9 +199,11 @@ def _step_unless_the_scaler_skips(s: Session) -> bool:
     return False
 
 
-def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> float:
+def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress, warm_up: bool = False) -> float:
     """Read the window's steps back from the device in one go, judge them in order, write one log record per step;
-    return the window's training time. Stops the run at the first step the device (or the host) found diverged."""
+    return the window's training time. Stops the run at the first step the device (or the host) found diverged.
+    `warm_up`: the window is a session's first step, timed alone (compilation, allocator, caches), so the summary's
+    rate leaves it out — for a resumed session as for step 1."""
     accelerator, state = s.accelerator, s.state
     if not window.steps:
         return 0.0
@@ -228,6 +231,7 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress) -> flo
             "tokens_seen": state.tokens_seen, "step_time_s": elapsed_s / len(steps),
             "data_digests": [rank[offset] for rank in digests],
             **({"update_skipped": True} if step.update_skipped else {}),  # fp16's scaler: no update, schedule held
+            **({"warm_up": True} if warm_up else {}),
         }
         if s.run_log is not None:
             s.run_log.write(record)

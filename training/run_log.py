@@ -110,8 +110,8 @@ def latest_evaluations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | None]:
-    """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, after the first
-    step, which includes warm-up: compilation, allocator, caches), train_time_s (all steps) and skipped_updates
+    """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, without each session's
+    first step, which includes warm-up: compilation, allocator, caches), train_time_s (all steps) and skipped_updates
     (steps whose update fp16's gradient scaler skipped; the schedule held there) from a run's log records.
 
     Each record carries its logging window's rate and its share of the window's time (step_time_s), so the rate is
@@ -119,7 +119,8 @@ def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | No
     a slow one and comes out high (+1.6% on a 30-step CPU run)."""
     train = [r for r in records if r.get("kind") == "train"]
     train_losses = [r["loss"] for r in train]
-    timed = [r for r in train if r["step"] > 1] or train  # a one-step run: its only step is all there is
+    # (a log written before records had "warm_up" marks step 1 alone; a one-step run: its only step is all there is)
+    timed = [r for r in train if r["step"] > 1 and not r.get("warm_up")] or train
     tokens_per_s = None
     if timed and all(r.get("step_time_s") is not None for r in timed):
         tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)

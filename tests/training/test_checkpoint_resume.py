@@ -497,6 +497,7 @@ def test_a_resumed_runs_summary_counts_the_time_of_every_session(make_config):
     summary = json.loads((config.run_dir / "training_summary.json").read_text())
     steps = [r for r in map(json.loads, log_path.read_text().splitlines()) if r.get("kind") == "train"]
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in steps if r.get("warm_up")] == [1, 4]  # each session's first step, timed alone
     later = sum(r["step_time_s"] for r in steps if r["step"] > 3)
     assert summary["train_time_s"] == pytest.approx(300.0 + later)
     assert 1000.0 + later <= summary["wall_time_s"] <= 1000.0 + second_session_s

@@ -31,6 +31,19 @@ def test_the_summary_rate_is_all_tokens_over_all_time_not_a_mean_of_window_rates
     assert summarize_train_steps(records)["train_time_s"] == pytest.approx(9.0 + 3.0 + 0.25)  # every step's time
 
 
+def test_the_summary_rate_leaves_out_every_sessions_warm_up_step():
+    """A resumed session's first step holds its own warm-up (compilation under compile: true): it was counted,
+    and the summary's tokens/s and MFU came out low. By hand: steps 2-3 and 5 at 1,000 tokens/s, step 4 (the
+    second session's first) at 10 tokens/s over 9 s."""
+    records = [{"kind": "train", "step": 1, "loss": 5.0, "tokens_per_s": 10.0, "step_time_s": 9.0, "warm_up": True}]
+    records += [{"kind": "train", "step": step, "loss": 4.0, "tokens_per_s": 1000.0, "step_time_s": 1.0}
+                for step in (2, 3)]
+    records += [{"kind": "train", "step": 4, "loss": 4.0, "tokens_per_s": 10.0, "step_time_s": 9.0, "warm_up": True},
+                {"kind": "train", "step": 5, "loss": 4.0, "tokens_per_s": 1000.0, "step_time_s": 1.0}]
+    assert summarize_train_steps(records)["tokens_per_s"] == pytest.approx(1000.0)
+    assert summarize_train_steps(records)["train_time_s"] == pytest.approx(21.0)  # still every step's time
+
+
 def test_the_loss_curve_draws_the_last_evaluation_of_a_step(tmp_path, monkeypatch):
     """A finished run rerun on another eval_batches appends a second evaluation of its last step: the curve shows
     that one (the summary's), one point per step, in step order."""
