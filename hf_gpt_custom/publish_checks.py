@@ -99,6 +99,13 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     if require_manifest and not (folder / MANIFEST_NAME).is_file():
         raise UserError(f"cannot publish {folder}: it has no {MANIFEST_NAME}, so its files cannot be checked against "
                         f"what export wrote (not an export, or the manifest was removed); export the run again")
+    # An upload follows symlinks: one to a file or folder elsewhere on the machine would publish that file's bytes
+    inside = folder.resolve()
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() and not path.resolve().is_relative_to(inside):
+            raise UserError(f"cannot publish {folder}: {path.relative_to(folder).as_posix()} is a symlink to "
+                            f"{path.resolve()}, outside the folder, and an upload would send that file; copy the file "
+                            "itself in (cp --remove-destination TARGET LINK) or remove the link")
     files = sorted(
         (path.relative_to(folder).as_posix(), path.stat().st_size)
         for path in folder.rglob("*")

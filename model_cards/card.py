@@ -55,7 +55,8 @@ def build_model_card(
     from hf_gpt_custom.eval.report import format_results_table
     from hf_gpt_custom import GPTCustomConfig  # imported here: the card module must not load torch at import
     from hf_gpt_custom.hub import read_json
-    from hf_gpt_custom.publish_checks import remote_code_files, uses_our_tokenizer
+    from hf_gpt_custom.model_folder import publishes_our_tokenizer
+    from hf_gpt_custom.publish_checks import remote_code_files
 
     run_dir = Path(run_dir)
     final_dir = run_dir / "final"
@@ -70,7 +71,8 @@ def build_model_card(
     train_config = _read_train_config(run_dir, summary)
     model_config = GPTCustomConfig.from_pretrained(final_dir)
     run_name = str(summary.get("run_name") or train_config.get("run_name") or run_dir.name)
-    code_files = sorted(remote_code_files(uses_our_tokenizer(final_dir)))  # the tokenizer's only if it is ours
+    ships_ours = publishes_our_tokenizer(final_dir)
+    code_files = sorted(remote_code_files(ships_ours))  # the tokenizer's only if it is ours
     if summary.get("task"):  # a fine-tuned task head (hf-gpt-custom finetune): its own card, task_card.py
         from hf_gpt_custom.model_cards.task_card import build_task_model_card
         from hf_gpt_custom.training.finetune_config import PRETRAINING_ONLY_SETTINGS
@@ -123,9 +125,13 @@ def build_model_card(
             "n_positions": model_config.n_positions,
             "vocab_size": model_config.vocab_size,
             "block": model_config.describe_block(),
+            # the names PEFT's target_modules take, and the norms' class: a SwiGLU MLP adds its gate
+            "swiglu": model_config.mlp_type == "swiglu",
+            "linear_names": ["c_attn", "c_proj", "c_fc", *(["c_gate"] if model_config.mlp_type == "swiglu" else [])],
+            "norm_class": "LayerNorm" if model_config.norm_type == "layernorm" else "RMSNorm",
         },
         parameters=[(PARAMETER_ROWS.get(name, name), f"{count:,}") for name, count in breakdown.items()],
-        tokenizer=_tokenizer_facts(final_dir, summary, run_dir, model_config.n_positions),
+        tokenizer=_tokenizer_facts(final_dir, summary, run_dir, model_config.n_positions, ships_ours),
         training=_training_facts(summary, train_config),
         hyperparameters=_hyperparameter_rows(train_config, never_read=_settings_never_read(train_config)),
         training_results=_training_result_rows(summary),
@@ -277,7 +283,8 @@ def _training_dataset_facts(dataset: str, train_config: dict) -> dict[str, Any]:
     return {**facts, "description": f"the local text corpus `{path.name}`"}
 
 
-def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions: int) -> dict[str, Any]:
+def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions: int,
+                     ships_ours: bool) -> dict[str, Any]:
     from hf_gpt_custom.hub import read_json
 
     tokenizer_config_path = final_dir / "tokenizer_config.json"
@@ -291,11 +298,9 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
     eos = tokenizer_config.get("eos_token", "<|endoftext|>")
     if isinstance(eos, dict):
         eos = eos.get("content", "<|endoftext|>")
-    from hf_gpt_custom.publish_checks import uses_our_tokenizer
-
     return {
         "tokenizer_class": tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast",
-        "byte_level": uses_our_tokenizer(final_dir),  # export keeps another class as it is (load_folder_tokenizer)
+        "byte_level": ships_ours,  # export keeps another class as it is (publishes_our_tokenizer)
         "vocab_size": vocab_size,
         "trained_here": bool(source) and Path(source).resolve().is_relative_to(run_dir.resolve()),
         "source": _public_name(source) if source else None,
