@@ -62,3 +62,5 @@ def test_the_peft_names_the_card_gives_are_the_models_layers(tmp_path):
     peft = re.search(r"\*\*Fine-tuning with PEFT\.\*\*(.*?)\n\n", card, re.S).group(1)
     assert "c_gate" in peft, peft
     assert "LayerNorm`" not in peft or "RMSNorm" in peft, peft
+    suggested = json.loads(re.search(r"target_modules=(\[.*?\])", peft, re.S).group(1))
+    assert sorted(suggested) == sorted(linear_names)  # every Linear of the blocks: the gate too
