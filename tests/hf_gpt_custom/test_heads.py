@@ -31,8 +31,6 @@ from hf_gpt_custom.heads_gpt_custom import (
 
 from tests.helpers import TINY_GPT2, randomize_, row_position_ids
 
-from tests.helpers import randomize_
-
 PAD = 0
 HEAD_AUTO_CLASSES = {
     GPTCustomForSequenceClassification: AutoModelForSequenceClassification,
