@@ -225,7 +225,7 @@ def _looks_like_path(item) -> bool:
     text = str(item)
     return isinstance(item, os.PathLike) or (
         "\n" not in text and len(text) < 4096
-        and (Path(text).suffix.lower() in _corpus_suffixes() or text.startswith(("./", "../", "/", "~/")))
+        and (_kind_suffix(text) in _corpus_suffixes() or text.startswith(("./", "../", "/", "~/")))
     )
 
 
@@ -236,6 +236,12 @@ def _path_exists(item) -> bool:
         return Path(item).exists()
     except (OSError, ValueError):  # a document, not a path: too long for a file name, or holds a NUL
         return False
+
+
+def _kind_suffix(text: str) -> str:
+    from hf_gpt_custom.training.corpus import kind_suffix
+
+    return kind_suffix(text)
 
 
 def _corpus_suffixes() -> tuple[str, ...]:
@@ -270,13 +276,15 @@ def _read_text_file(path: Path) -> Iterator[str]:
     gives exactly the whole file's chunks and the learned merges do not depend on the block size. (A cut after the
     whitespace would not: "\n\n" at the end of a block is one chunk, while before "First" it is two.)
     """
+    from hf_gpt_custom.training.corpus import open_text
+
     block: list[str] = []
     block_chars = 0
     try:
         # Universal newlines ("\r\n" and "\r" read as "\n"), as datasets' text builder reads the file for training:
         # a vocabulary learned on "\r" that training never sees would spend merges on it. utf-8-sig: a byte-order
         # mark is no text, as training reads it (corpus.py).
-        with open(path, encoding="utf-8-sig") as handle:
+        with open_text(path) as handle:  # (through its compression: a .txt.gz is text, as datasets reads it)
             for line in handle:
                 cut = _safe_cut(line) if block_chars >= TEXT_BLOCK_CHARS else None
                 if cut is not None:

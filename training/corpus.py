@@ -3,8 +3,10 @@
 One set of rules for the tokenizer trainer (hf_gpt_custom/tokenizer_training.py) and for training (data.py), so
 `hf-gpt-custom tokenizer train wiki.test.raw` and `hf-gpt-custom train ... dataset=wiki.test.raw` read the same
 text. A folder contributes its files with a corpus suffix, recursively, in sorted order (so not its README.md or
-PROVENANCE.md); a file named explicitly is read by its suffix, and any other suffix is plain text. Files a user gets
-wrong (empty, binary, not UTF-8, a bad JSON line) are named with the fix. Light to import: `datasets` loads inside.
+PROVENANCE.md); a file named explicitly is read by its suffix, and any other suffix is plain text. A .gz, .bz2 or .xz
+file is read through its compression, by the suffix before it (C4's .json.gz shards are JSON lines). Files a user
+gets wrong (empty, binary, not UTF-8, a bad JSON line) are named with the fix, before anything is read into a
+dataset. Light to import: `datasets` loads inside.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
     import datasets
 
 TEXT_SUFFIXES = (".txt", ".text", ".raw")
+# A compressed file is read through its compression, as `datasets` reads it, and its kind is the suffix before
+# (C4's c4-train.00000-of-01024.json.gz is JSON lines; read as "any other suffix", it trained on the raw JSON).
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
 # rows are documents; a column (text_field) is the text
 RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_READERS)
@@ -39,7 +44,38 @@ _LEADING_SPACE_LINES = re.compile(r"\A(?:[^\S\n]+\n)+")
 
 def reader_for(path: str | os.PathLike) -> str:
     """"text", "json", "parquet" or "csv": the `datasets` builder that reads this file."""
-    return RECORD_READERS.get(Path(path).suffix.lower(), "text")
+    return RECORD_READERS.get(kind_suffix(path), "text")
+
+
+def kind_suffix(path: str | os.PathLike) -> str:
+    """The suffix that says how a file is read, a compression suffix aside: "x.jsonl.gz" -> ".jsonl"."""
+    path = Path(path)
+    return (path.with_suffix("") if path.suffix.lower() in COMPRESSIONS else path).suffix.lower()
+
+
+def open_text(path: str | os.PathLike):
+    """A text file opened as training reads it: through its compression, UTF-8 with or without a byte-order mark,
+    universal newlines."""
+    import importlib
+
+    compression = COMPRESSIONS.get(Path(path).suffix.lower())
+    opener = open if compression is None else importlib.import_module(compression).open
+    return opener(path, "rt", encoding="utf-8-sig")
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A file's bytes, decompressed where its suffix says it is compressed; a broken archive is named."""
+    import importlib
+    import lzma
+
+    compression = COMPRESSIONS.get(path.suffix.lower())
+    if compression is None:
+        return path.read_bytes()
+    try:
+        with importlib.import_module(compression).open(path, "rb") as handle:
+            return handle.read()
+    except (OSError, EOFError, ValueError, lzma.LZMAError) as err:  # gzip.BadGzipFile is an OSError
+        raise UserError(f"{path} is not a readable {compression} file ({err}); check the download") from err
 
 
 def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Path]:
@@ -52,7 +88,7 @@ def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Pat
                                f"{', '.join(CORPUS_SUFFIXES)} files")
     # hidden files and folders are skipped, as datasets skips them: Jupyter's .ipynb_checkpoints/ holds copies of the
     # data, which trained on the validation text of the tail holdout
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES
+    files = sorted(p for p in path.rglob("*") if p.is_file() and kind_suffix(p) in CORPUS_SUFFIXES
                    and not any(part.startswith((".", "__")) for part in p.relative_to(path).parts))
     if not files:
         raise MissingFileError(f"{what} folder {path} has no {', '.join(CORPUS_SUFFIXES)} files; point at the files "
@@ -146,6 +182,8 @@ def load_text_dataset(
             text_field = "text"
         if not streaming:
             kwargs["cache_dir"] = content_cache_dir(source, cache_dir)
+        if builder == "text":  # before loading, not after a failure: UTF-16 or an empty file loads without one
+            _raise_first_unreadable_text_file(files)
         try:
             dataset = datasets.load_dataset(builder, **kwargs)
         except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
@@ -156,7 +194,7 @@ def load_text_dataset(
             raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
         if builder == "text" and sample_by == "paragraph":
             dataset = _split_paragraphs_at_whitespace_lines(dataset)
-        if builder == "text" and sample_by == "line":
+        if builder == "text" and sample_by in ("line", "document"):  # a blank line, or a file of whitespace alone
             dataset = _drop_blank_lines(dataset)
         if builder == "text" and not streaming and len(dataset) == 0:
             _raise_first_unreadable_text_file(files)
@@ -233,7 +271,7 @@ def _raise_first_unreadable_text_file(files: list[Path], err: Exception | None =
     """Name the first text file that is empty, binary or not UTF-8, with the fix (datasets says only "An error
     occurred while generating the dataset", or reads an empty file as no documents)."""
     for file in files:
-        data = file.read_bytes()
+        data = _read_bytes(file)
         if not data.strip():
             raise UserError(f"{file} is empty (no text to train on); remove it, or point dataset at files with text"
                             ) from err

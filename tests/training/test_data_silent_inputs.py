@@ -1,0 +1,116 @@
+"""Inputs a user has that the data pipeline read silently wrong: a compressed .jsonl named explicitly, empty or
+blank files under text_sample_by=document, a UTF-16 file (valid UTF-8 bytes, NUL-interleaved), and an empty file in a
+folder. References: `datasets`' json builder on the same file, plain Python on the bytes, and the project's own
+check_local_source_readable (what a run replacing an older one refuses)."""
+
+import gzip
+import json
+
+import datasets
+import pytest
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.training.corpus import check_local_source_readable, load_text_dataset
+
+ROWS = [{"text": "First record text.", "url": "http://a"}, {"text": "Second record.", "url": "http://b"},
+        {"text": "Third one.", "url": "http://c"}]
+
+
+@pytest.mark.parametrize("sample_by", ["paragraph", "line"])
+def test_a_gzipped_jsonl_named_explicitly_is_not_trained_on_as_raw_json(tmp_path, sample_by):
+    """C4 and the Pile ship as .json.gz shards. Named explicitly, the file was read as plain text ("any other suffix"),
+    `datasets` decompressed it on the way, and the documents were the JSON lines themselves: markup, keys and urls
+    trained on, no error. Reading it as records (what `datasets`' json builder gives) or refusing it are both fine."""
+    path = tmp_path / "c4-train.00000-of-01024.json.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in ROWS).encode()))
+    reference = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "ref"))
+    assert reference["text"] == [row["text"] for row in ROWS]
+    try:
+        documents = list(load_text_dataset(str(path), sample_by=sample_by, cache_dir=tmp_path / "raw")["text"])
+    except UserError:
+        return
+    assert not any('"url"' in text for text in documents), documents
+    assert documents == reference["text"]
+
+
+def test_an_empty_file_under_document_sampling_is_named_not_a_document(tmp_path):
+    """docs/training.md: empty files are named in one line with the fix. Under text_sample_by=document the empty file
+    became one document "" (a lone <|endoftext|>) and passed (the check runs only when no document came out)."""
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    with pytest.raises(UserError, match="is empty"):
+        load_text_dataset(str(path), sample_by="document", cache_dir=tmp_path / "raw")
+
+
+def test_blank_files_in_a_folder_are_no_documents_under_document_sampling(tmp_path):
+    """A blank line or record is no document (corpus._drop_blank_lines: kept, each became a lone <|endoftext|> and
+    counted toward val_fraction); under text_sample_by=document an empty or whitespace-only file still was one."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.txt").write_text("First file text.\n")
+    (folder / "b.txt").write_bytes(b"")
+    (folder / "c.txt").write_text("  \n\n")
+    (folder / "d.txt").write_text("Last file.\n")
+    try:
+        documents = list(load_text_dataset(str(folder), sample_by="document", cache_dir=tmp_path / "raw")["text"])
+    except UserError:
+        return  # naming the empty file is the documented alternative
+    assert documents == ["First file text.\n", "Last file.\n"]
+
+
+def test_a_utf16_file_in_a_folder_is_named_not_trained_on(tmp_path):
+    """Notepad's "Unicode" without a byte-order mark: ASCII text in UTF-16-LE is valid UTF-8 with a NUL after every
+    character. The binary check ran only when loading failed, so a fresh run trained on 'H\\x00e\\x00l\\x00...'; the
+    same folder was then refused by a run replacing that one (check_local_source_readable)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Good text here.\n\nSecond para.\n")
+    (folder / "b.txt").write_bytes("Hello from Notepad.\r\n\r\nAnother line.\r\n".encode("utf-16-le"))
+    with pytest.raises(UserError, match="NUL"):
+        check_local_source_readable(str(folder))
+    with pytest.raises(UserError, match="b.txt is not text"):
+        load_text_dataset(str(folder), cache_dir=tmp_path / "raw")
+
+
+def test_a_fresh_run_and_a_replacing_run_agree_on_an_empty_file_in_a_folder(tmp_path):
+    """check_local_source_readable (a run replacing an older one) refuses a folder holding an empty file, while
+    loading it for a fresh run skipped the file without a word: the same data accepted once, refused the next time."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Some text\n\nMore\n")
+    (folder / "z.txt").write_bytes(b"")
+    try:
+        check_local_source_readable(str(folder))
+        replacing_refuses = False
+    except UserError:
+        replacing_refuses = True
+    try:
+        load_text_dataset(str(folder), cache_dir=tmp_path / "raw")
+        fresh_refuses = False
+    except UserError:
+        fresh_refuses = True
+    assert fresh_refuses == replacing_refuses
+
+
+def test_compressed_files_read_alike_for_training_and_the_tokenizer_in_a_folder_too(tmp_path):
+    """The tokenizer trainer opened a .txt.gz as plain bytes (refused as not UTF-8) where training read it through
+    its compression; a folder of .json.gz shards had no corpus files. Reference: the text itself, and `datasets`."""
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    text = "First paragraph.\n\nSecond one.\n"
+    path = tmp_path / "notes.txt.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    assert list(load_text_dataset(str(path), sample_by="document", cache_dir=tmp_path / "raw")["text"]) == [text]
+    assert "".join(iter_corpus(str(path))) == text
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for index in range(2):
+        (shards / f"c4-train.0000{index}.json.gz").write_bytes(
+            gzip.compress("".join(json.dumps(row) + "\n" for row in ROWS[index::2]).encode()))
+    documents = list(load_text_dataset(str(shards), cache_dir=tmp_path / "raw2")["text"])
+    assert documents == [ROWS[0]["text"], ROWS[2]["text"], ROWS[1]["text"]]
+    assert list(iter_corpus(str(shards))) == documents
+    broken = tmp_path / "broken.txt.gz"  # a download cut short
+    broken.write_bytes(b"not gzip")
+    with pytest.raises(UserError, match="broken.txt.gz is not a readable gzip file"):
+        load_text_dataset(str(broken), cache_dir=tmp_path / "raw3")
