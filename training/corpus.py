@@ -194,7 +194,7 @@ def load_text_dataset(
             raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
         if builder == "text" and sample_by == "paragraph":
             dataset = _split_paragraphs_at_whitespace_lines(dataset)
-        if builder == "text" and sample_by in ("line", "document"):  # a blank line, or a file of whitespace alone
+        if builder == "text" and sample_by == "line":  # (a file of whitespace alone was refused above)
             dataset = _drop_blank_lines(dataset)
         if builder == "text" and not streaming and len(dataset) == 0:
             _raise_first_unreadable_text_file(files)
