@@ -140,15 +140,6 @@ def load_folder_tokenizer(folder: str | os.PathLike):
     return ours if same else theirs
 
 
-def publishes_our_tokenizer(folder: str | os.PathLike) -> bool:
-    """True when export ships `folder`'s tokenizer as our class (load_folder_tokenizer): a GPT-2 folder's own
-    GPT2Tokenizer that encodes alike goes out as ours, with our tokenizer code beside it — what the card describes."""
-    from .publish_checks import uses_our_tokenizer
-    from .tokenization_gpt_custom import GPTCustomTokenizerFast
-
-    return uses_our_tokenizer(folder) or isinstance(load_folder_tokenizer(folder), GPTCustomTokenizerFast)
-
-
 def set_tokenizer_sides(tokenizer, padding_side: str | None = None, truncation_side: str | None = None) -> None:
     """Set the side a tokenizer pads and cuts on so that its folder keeps it. transformers' save_pretrained writes
     only the attributes that were init kwargs: a side set on a loaded tokenizer of a class that does not declare it

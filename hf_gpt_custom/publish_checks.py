@@ -74,6 +74,15 @@ def uses_our_tokenizer(folder: str | Path) -> bool:
     return tokenizer_class in ("GPTCustomTokenizerFast", "GPTCustomTokenizer")  # transformers may drop "Fast"
 
 
+def publishes_our_tokenizer(folder: str | Path) -> bool:
+    """True when export ships `folder`'s tokenizer as our class (load_folder_tokenizer): a GPT-2 folder's own
+    GPT2Tokenizer that encodes alike goes out as ours, with our tokenizer code beside it — what the card describes."""
+    from .model_folder import load_folder_tokenizer
+    from .tokenization_gpt_custom import GPTCustomTokenizerFast
+
+    return uses_our_tokenizer(folder) or isinstance(load_folder_tokenizer(folder), GPTCustomTokenizerFast)
+
+
 def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = (),
                  require_manifest: bool = True) -> list[tuple[str, int]]:
     """Check that `folder` can be published; return the files an upload sends, as (relative path, size in bytes),

@@ -55,8 +55,7 @@ def build_model_card(
     from hf_gpt_custom.eval.report import format_results_table
     from hf_gpt_custom import GPTCustomConfig  # imported here: the card module must not load torch at import
     from hf_gpt_custom.hub import read_json
-    from hf_gpt_custom.model_folder import publishes_our_tokenizer
-    from hf_gpt_custom.publish_checks import remote_code_files
+    from hf_gpt_custom.publish_checks import publishes_our_tokenizer, remote_code_files
 
     run_dir = Path(run_dir)
     final_dir = run_dir / "final"
