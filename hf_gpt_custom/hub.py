@@ -11,6 +11,7 @@ the run's JSON files become their base name, or their path inside the run folder
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -69,6 +70,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             f"cannot export to {out_dir}: the folder exists and is not an earlier export; choose a new or empty folder"
         )
     staging = out_dir.with_name(out_dir.name + ".tmp")
+    for leftover in sorted(out_dir.parent.glob(glob.escape(out_dir.name) + ".replaced*")):
+        logger.warning("%s was moved aside by an interrupted export, to be deleted; delete it", leftover)
     if staging.exists() and not (staging / _STAGING_MARKER).is_file():
         raise UserError(f"cannot export to {out_dir}: {staging} exists and was not made by export; move or delete it, "
                         "or choose another OUT_DIR")
@@ -86,7 +89,11 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     model = load_model_folder(final_dir, model_class=head_class)
 
     if staging.exists():
-        shutil.rmtree(staging)  # left by an interrupted export: it holds the marker (checked above)
+        # left by an interrupted export: it holds the marker (checked above). Moved aside first: deleted in place,
+        # a kill could take the marker and leave a folder no later export would remove
+        aside = _unused_name(out_dir.with_name(f"{out_dir.name}.replaced"))
+        os.replace(staging, aside)
+        shutil.rmtree(aside, ignore_errors=True)
     staging.mkdir(parents=True)
     (staging / _STAGING_MARKER).write_text("a folder `hf-gpt-custom export` is writing; removed when it is complete\n")
     model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
@@ -140,6 +147,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     (staging / _STAGING_MARKER).write_text(marker)
     _make_world_readable(staging)
 
+    replaced = None
     if out_dir.exists():
         edited = _edited_since_export(out_dir, staging)
         if edited:  # the user's work (a card edited before a push, a file added): kept, not deleted
@@ -148,9 +156,14 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             logger.warning("%s held files changed or added since it was exported (%s): the folder was moved to %s, "
                            "not deleted; carry your edits over to the new export", out_dir, ", ".join(edited[:5]), kept)
         else:
-            shutil.rmtree(out_dir)
+            # Moved aside in one step, deleted once the new export is in place: a kill while deleting it in place
+            # left a half-deleted folder that no later export (nor `run`) would replace, not being an export any more
+            replaced = _unused_name(out_dir.with_name(f"{out_dir.name}.replaced"))
+            os.replace(out_dir, replaced)
     os.replace(staging, out_dir)
     (out_dir / _STAGING_MARKER).unlink()
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
     return out_dir
 
 

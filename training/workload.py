@@ -240,6 +240,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         # Called under main_process_first: the main process saves, the others find the marker and read the files.
         marker, source = target / _TOKENIZER_SOURCE_NAME, {"tokenizer": config.tokenizer}
         if not (marker.is_file() and json.loads(marker.read_text()) == source):
+            marker.unlink(missing_ok=True)  # a kill while saving must not leave new files under the old marker
             try:
                 AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
             except OSError as err:  # not a local folder, and the Hub is unreachable or has no such repository
@@ -288,6 +289,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     out_dir = target.with_name("tokenizer.retrained") if trained_with_old else target
     if trained_with_old:
         shutil.rmtree(out_dir, ignore_errors=True)  # left by an interrupted call
+    else:  # retrained in place: a kill before the new marker must not leave the new files under the old one
+        marker.unlink(missing_ok=True)
 
     if holds_out_validation and config.streaming:
         from hf_gpt_custom.training.corpus import load_text_dataset
