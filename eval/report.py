@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 
 RESULT_KEYS = ("task", "dataset", "num_fewshot", "metric", "value", "stderr", "n", "higher_is_better", "n_truncated")
@@ -20,17 +22,26 @@ def _finite(value):
 
 
 def write_report(results, out_dir: str | Path) -> Path:
-    """Write the four files into out_dir (created if needed) and return it."""
+    """Write the four files into out_dir (created if needed) and return it.
+
+    They are written beside it first and moved in together, results.json last: a kill while writing (the plot takes
+    a second) left a new results.json beside the previous evaluation's table, examples and curve."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = results.to_dict()
     payload["results"] = [{key: _finite(row[key]) for key in RESULT_KEYS} for row in payload["results"]]
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "table.md").write_text(format_table(payload), encoding="utf-8")
-    with open(out_dir / "examples.jsonl", "w", encoding="utf-8") as handle:
+    staging = out_dir / ".report.tmp"
+    shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted call
+    staging.mkdir()
+    (staging / "table.md").write_text(format_table(payload), encoding="utf-8")
+    with open(staging / "examples.jsonl", "w", encoding="utf-8") as handle:
         for example in results.examples:
             handle.write(json.dumps(example, ensure_ascii=False) + "\n")
-    plot_shots_curve(payload["results"], out_dir / "shots_curve.png")
+    plot_shots_curve(payload["results"], staging / "shots_curve.png")
+    (staging / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    for name in ("table.md", "examples.jsonl", "shots_curve.png", "results.json"):
+        os.replace(staging / name, out_dir / name)
+    staging.rmdir()
     return out_dir
 
 

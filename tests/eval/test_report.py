@@ -173,3 +173,35 @@ def test_an_out_folder_that_takes_no_file_is_refused_before_any_scoring(tmp_path
                                          r"\(Permission denied\); choose an --out folder you can write"):
         evaluate(str(tmp_path / "no-model"), tasks=["copa"], out_dir=out)
     assert not out.parent.exists()
+
+
+def test_a_report_killed_while_writing_leaves_the_previous_one_whole(report_dir, tmp_path, monkeypatch):
+    """The four files were written in place, results.json first: a kill while the plot was drawn left a new
+    results.json beside the previous evaluation's table, examples and curve. Now they appear together."""
+    import shutil
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.eval import report
+
+    class Killed(BaseException):
+        pass
+
+    source, _ = report_dir
+    out_dir = tmp_path / "eval"
+    shutil.copytree(source, out_dir)
+    before = {path.name: path.read_bytes() for path in out_dir.iterdir()}
+    payload = json.loads(before["results.json"])
+    other = SimpleNamespace(to_dict=lambda: {**payload, "model": "another model"}, examples=[{"doc": 1}])
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(report, "plot_shots_curve", killed)
+    with pytest.raises(Killed):
+        report.write_report(other, out_dir)
+    assert {path.name: path.read_bytes() for path in out_dir.iterdir() if path.is_file()} == before
+    monkeypatch.undo()
+    report.write_report(other, out_dir)
+    assert json.loads((out_dir / "results.json").read_text())["model"] == "another model"
+    assert "another model" in (out_dir / "table.md").read_text()
+    assert sorted(path.name for path in out_dir.iterdir()) == sorted(before)  # nothing left beside them
