@@ -8,6 +8,7 @@ templates/task_model_card.md. As in card.py, no local path reaches the card: the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,16 @@ TEMPLATE_PATH = Path(__file__).parent / "templates" / "task_model_card.md"
 
 # Local labelled files (folder under ../shared/data) -> the Hub dataset (path, config, split) they are a copy of,
 # as eval/tasks/*.yaml name them.
-KNOWN_TASK_DATASETS: dict[str, tuple[str, str | None, str, str]] = {
-    "boolq": ("aps/super_glue", "boolq", "validation", "BoolQ (SuperGLUE dev)"),
-    "piqa": ("baber/piqa", None, "validation", "PIQA (validation)"),
-    "copa": ("aps/super_glue", "copa", "validation", "COPA (SuperGLUE dev)"),
+# Hub splits whose whole copy (../shared/data, or PIQA's with its labels joined by benchmarks/finetune_experiment.py)
+# a card may name: (hub id, config, split, description, records, fields a record holds). A file is taken for one by
+# its contents, every record of the split, not by its folder's name: a 300-record subset in a boolq/ folder is no
+# SuperGLUE dev split, and nobody could rebuild its held-out part from the Hub with the recorded fraction and seed.
+KNOWN_TASK_DATASETS: dict[str, tuple[str, str | None, str, str, int, frozenset[str]]] = {
+    "boolq": ("aps/super_glue", "boolq", "validation", "BoolQ (SuperGLUE dev)", 3270,
+              frozenset({"question", "passage", "label"})),
+    "piqa": ("baber/piqa", None, "validation", "PIQA (validation)", 1838, frozenset({"goal", "sol1", "sol2", "label"})),
+    "copa": ("aps/super_glue", "copa", "validation", "COPA (SuperGLUE dev)", 100,
+             frozenset({"premise", "choice1", "choice2", "question", "label"})),
 }
 # head class -> (Auto class, Hub task type, pipeline tag, description)
 HEADS = {
@@ -138,13 +145,26 @@ def task_dataset_facts(dataset: str) -> dict[str, Any]:
     if not is_local:
         return {"hub_id": dataset or None, "config": None, "split": None, "name": dataset or "unrecorded",
                 "description": f"the Hub dataset `{dataset}`", "local_file": None}
-    folder = path.parent.name
-    if folder in KNOWN_TASK_DATASETS:
-        hub_id, config, split, description = KNOWN_TASK_DATASETS[folder]
-        return {"hub_id": hub_id, "config": config, "split": split, "name": folder, "description": description,
+    known = _known_copy(path)
+    if known is not None:
+        hub_id, config, split, description, _, _ = KNOWN_TASK_DATASETS[known]
+        return {"hub_id": hub_id, "config": config, "split": split, "name": known, "description": description,
                 "local_file": path.name}
     return {"hub_id": None, "config": None, "split": None, "name": path.stem,
             "description": f"the local file `{path.name}`", "local_file": path.name}
+
+
+def _known_copy(path: Path) -> str | None:
+    """The KNOWN_TASK_DATASETS entry whose every record `path` holds (a JSONL file of its record count and fields)."""
+    if path.suffix.lower() != ".jsonl" or not path.is_file():
+        return None
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        fields = set(json.loads(lines[0])) if lines else set()
+    except (json.JSONDecodeError, TypeError):
+        return None
+    return next((name for name, (*_, records, needed) in KNOWN_TASK_DATASETS.items()
+                 if len(lines) == records and needed <= fields), None)
 
 
 def _pad_token(run_dir: Path, model_config) -> str:
@@ -161,9 +181,10 @@ def _with_stderr(value: float, stderr: float | None) -> str:
 
 def _usage_example(task: dict, model_config) -> str:
     # the tokenizer adds GPT-1's template (start, delimiter, extract) itself: the example passes raw text
-    if task["format"] == "multiple_choice":
+    if task["format"] == "multiple_choice":  # truncation=True: a long context is cut as fine-tuning cut it
         return ('context, answers = "...", ["...", "..."]\n'
-                'inputs = tokenizer([context] * len(answers), answers, padding=True, return_tensors="pt")\n'
+                'inputs = tokenizer([context] * len(answers), answers, padding=True, truncation=True, '
+                'return_tensors="pt")\n'
                 'scores = model(**{k: v.unsqueeze(0) for k, v in inputs.items()}).logits  # (1, n_answers)\n'
                 'print(int(scores.argmax()))  # the index of the chosen answer')
     # the task's own column names where they are Python names (BoolQ: passage, question); truncation=True cuts a

@@ -13,6 +13,11 @@ from huggingface_hub import metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 
+from hf_gpt_custom.model_cards.task_card import KNOWN_TASK_DATASETS
+
+REAL_KNOWN_TASK_DATASETS = dict(KNOWN_TASK_DATASETS)
+
+
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -46,7 +51,22 @@ def _finetune(tmp_path: Path, base: Path, dataset: Path, *overrides: str) -> Pat
 
 
 @pytest.fixture(scope="module")
-def boolq_export(tmp_path_factory, base_model, shared_data_dir) -> tuple[Path, Path]:
+def forty_record_splits():
+    """KNOWN_TASK_DATASETS with BoolQ's and PIQA's splits of 40 records: a card recognises a known copy by holding
+    every record of its split (3,270 and 1,838), which tiny fine-tuning runs do not train on."""
+    from hf_gpt_custom.model_cards import task_card
+
+    known = dict(task_card.KNOWN_TASK_DATASETS)
+    for name in ("boolq", "piqa"):
+        hub_id, config, split, description, _, fields = known[name]
+        known[name] = (hub_id, config, split, description, 40, fields)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(task_card, "KNOWN_TASK_DATASETS", known)
+        yield
+
+
+@pytest.fixture(scope="module")
+def boolq_export(tmp_path_factory, base_model, shared_data_dir, forty_record_splits) -> tuple[Path, Path]:
     from hf_gpt_custom.hub import export_folder
 
     lines = (shared_data_dir / "boolq" / "val.jsonl").read_text().splitlines()[:40]
@@ -134,11 +154,11 @@ def test_the_export_pads_on_its_fine_tuning_side_so_a_pipeline_batch_scores_each
         assert in_batch == pytest.approx(one, abs=1e-6)
 
 
-def test_multiple_choice_card_uses_the_multiple_choice_task_type(base_model, tmp_path):
+def test_multiple_choice_card_uses_the_multiple_choice_task_type(base_model, tmp_path, forty_record_splits):
     from hf_gpt_custom.model_cards.card import build_model_card
 
     rows = [{"goal": f"goal {i}", "sol1": "yes a", "sol2": "no b", "label": i % 2} for i in range(40)]
-    data = _write_jsonl(tmp_path / "piqa" / "piqa_valid_labelled.jsonl", rows)
+    data = _write_jsonl(tmp_path / "data" / "piqa_valid_labelled.jsonl", rows)  # any folder: the records tell
     run = _finetune(tmp_path / "run", base_model, data, "task.format=multiple_choice", "task.text_columns=goal",
                     "task.choice_columns=sol1,sol2", "task.lm_loss_weight=0")
     card = build_model_card(run)
@@ -212,3 +232,63 @@ def test_the_fine_tuned_card_carries_the_exporters_license(boolq_export, tmp_pat
     run, _ = boolq_export
     out = export_folder(run, tmp_path / "export-mit", license="mit")
     assert metadata_load(out / "README.md")["license"] == "mit"
+
+
+def test_the_multiple_choice_cards_snippet_runs_as_written_on_a_context_longer_than_the_context(base_model, tmp_path):
+    """The multiple-choice snippet has no truncation=True (the pair one has): a context longer than block_size is
+    scored whole, not as fine-tuning cut it, and past n_positions it is refused, so the card's snippet neither runs
+    on a long PIQA/HellaSwag context nor gives the predictions the held-out accuracy was measured on."""
+    import re
+
+    import hf_gpt_custom  # noqa: F401
+    from hf_gpt_custom.hub import export_folder
+
+    rows = [{"goal": f"goal {i}", "sol1": "yes a", "sol2": "no b", "label": i % 2} for i in range(40)]
+    data = _write_jsonl(tmp_path / "mine" / "mc.jsonl", rows)
+    run = _finetune(tmp_path / "run", base_model, data, "task.format=multiple_choice", "task.text_columns=goal",
+                    "task.choice_columns=sol1,sol2", "task.lm_loss_weight=0")
+    export = export_folder(run, tmp_path / "export")
+    snippet = re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S).group(1)
+    repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
+    code = snippet.replace(f'"{repo_id}"', repr(str(export))).replace('"..."', repr("a long context " * 300), 1)
+    printed = []
+    exec(code, {"print": printed.append})  # noqa: S102 - the card's own example
+    assert printed[0] in (0, 1)
+
+
+def test_a_card_without_a_model_index_does_not_point_to_one(boolq_export, tmp_path):
+    """A local file of no known Hub copy gets no model-index entry, yet the card's text still says "The accuracy
+    is also in the `model-index` metadata above"."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run, _ = boolq_export
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    summary = json.loads((copy / "training_summary.json").read_text())
+    (copy / "training_summary.json").write_text(json.dumps({**summary, "dataset": str(tmp_path / "mine" / "t.jsonl")}))
+    card = build_model_card(copy)
+    assert "model-index" not in card.data.to_dict()
+    assert "model-index` metadata above" not in card.text
+
+
+def test_a_file_is_not_claimed_as_a_hub_split_for_the_name_of_its_folder(tmp_path, shared_data_dir, monkeypatch):
+    """The card's model-index names aps/super_glue boolq *validation* for any file in a folder called boolq: a
+    300-record subset (or a user's own train file) is published as the held-out part of the SuperGLUE dev split,
+    which nobody can reproduce from the Hub with the recorded fraction and seed."""
+    from hf_gpt_custom.model_cards import task_card
+    from hf_gpt_custom.model_cards.task_card import task_dataset_facts
+
+    monkeypatch.setattr(task_card, "KNOWN_TASK_DATASETS", REAL_KNOWN_TASK_DATASETS)  # (forty_record_splits may be on)
+
+    lines = (shared_data_dir / "boolq" / "val.jsonl").read_text().splitlines()[:300]
+    subset = tmp_path / "boolq" / "my_subset.jsonl"
+    subset.parent.mkdir()
+    subset.write_text("\n".join(lines) + "\n")
+    assert task_dataset_facts(str(subset))["hub_id"] is None
+    assert task_dataset_facts(str(shared_data_dir / "boolq" / "val.jsonl"))["hub_id"] == "aps/super_glue"
+    # the PIQA copy finetune_experiment.py joins (records of the validation split with their labels), in any folder
+    goals = (shared_data_dir / "piqa" / "valid.jsonl").read_text().splitlines()
+    labels = (shared_data_dir / "piqa" / "valid-labels.lst").read_text().split()
+    joined = _write_jsonl(tmp_path / "runs" / "data" / "piqa_valid_labelled.jsonl",
+                          [{**json.loads(goal), "label": int(label)} for goal, label in zip(goals, labels)])
+    assert task_dataset_facts(str(joined))["hub_id"] == "baber/piqa"
