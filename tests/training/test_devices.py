@@ -235,14 +235,20 @@ def test_the_mfu_denominator_on_a_cpu_is_a_matmul_measured_at_the_runs_threads_a
         a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
         torch.mm(a, b)
         timed_here = []
-        for _ in range(3):
-            started = time.perf_counter()
-            torch.mm(a, b)
-            timed_here.append(2 * 2048 ** 3 / (time.perf_counter() - started))
+
+        def time_here():
+            for _ in range(3):
+                started = time.perf_counter()
+                torch.mm(a, b)
+                timed_here.append(2 * 2048 ** 3 / (time.perf_counter() - started))
+
+        time_here()
         peak = Session.peak_flops.fget(default)
+        time_here()  # before and after: a neighbour's load comes and goes (0.67 once, beside a CI run)
     finally:
         torch.set_num_threads(previous)
-    assert 0.7 < peak / max(timed_here) < 1.4  # the same kind of measurement, within the noise of a shared machine
+    # the same kind of measurement within a shared machine's noise; two threads would give ~2x, a constant far more
+    assert 0.5 < peak / max(timed_here) < 1.4
     given = SimpleNamespace(config=SimpleNamespace(peak_flops=5e12, mixed_precision="no"), accelerator=cpu)
     assert Session.peak_flops.fget(given) == 5e12
 
