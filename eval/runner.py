@@ -8,6 +8,7 @@ classes with the Auto classes), a Hub id or an already-loaded model with its tok
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -338,9 +339,18 @@ def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = Tru
     n_truncated = sum(
         1 for prompt, doc_scored in zip(prompts, by_doc) if prompt.n_dropped or any(s.is_truncated for s in doc_scored)
     )
+    # A NaN or infinite log-likelihood (float16 overflow) would still be ranked: argmax over NaN picks the first
+    # answer, so accuracy became the share of docs whose gold answer is first. Such a row says nan instead.
+    non_finite = sum(1 for item in scored if not math.isfinite(item.loglikelihood))
+    if non_finite:
+        logger.warning("task %s %d-shot: %d of %d log-likelihoods are NaN or infinite (an overflow: float16's range "
+                       "is small); its metrics are reported as nan. Evaluate with --dtype bfloat16 or float32",
+                       spec.task, k, non_finite, len(scored))
     rows = []
     for name in spec.metric_names:
         value, stderr = aggregate_metric(name, items[name])
+        if non_finite:
+            value, stderr = float("nan"), None
         rows.append({
             "task": spec.task, "dataset": spec.dataset_info(), "num_fewshot": k, "metric": name,
             "value": value, "stderr": stderr, "n": len(docs),

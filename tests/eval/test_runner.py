@@ -157,3 +157,29 @@ def test_docs_whose_few_shot_examples_were_dropped_count_as_truncated(our_model_
     results = run(our_model_folder, shots=[30])
     assert all(example["n_fewshot_dropped"] > 0 for example in results.examples)
     assert {row["n_truncated"] for row in results.results} == {2}
+
+
+def test_log_likelihoods_that_overflow_in_float16_give_nan_metrics_not_a_ranking_of_nans(tiny_model_and_tokenizer,
+                                                                                         caplog):
+    """A model whose activations overflow float16 (an MLP output scaled past 65,504) gets NaN log-likelihoods; argmax
+    over NaN picks the first answer, so copa's accuracy came out as the share of docs whose gold answer is the first
+    (lm-eval's HFLM does the same, silently). In float32 the same model scores finite numbers."""
+    import copy
+    import math
+
+    import torch
+
+    gpt2, tokenizer = tiny_model_and_tokenizer
+
+    def overflowing():  # a copy each time: evaluate casts the model object it is given to its dtype
+        model = copy.deepcopy(gpt2)
+        with torch.no_grad():
+            model.transformer.h[0].mlp.c_proj.weight.mul_(1e6)
+        return model
+
+    half = evaluate(overflowing(), tokenizer, tasks=["copa"], limit=4, dtype="float16", show_progress=False)
+    assert all(math.isnan(item) for example in half.examples for item in example["loglikelihoods"])
+    assert all(math.isnan(row["value"]) and row["stderr"] is None for row in half.results)
+    assert "copa 0-shot: 8 of 8 log-likelihoods are NaN or infinite" in caplog.text
+    full = evaluate(overflowing(), tokenizer, tasks=["copa"], limit=4, dtype="float32", show_progress=False)
+    assert all(math.isfinite(row["value"]) for row in full.results)
