@@ -198,9 +198,15 @@ def load_text_dataset(
             dataset = _drop_blank_lines(dataset)
         if builder == "text" and not streaming and len(dataset) == 0:
             _raise_first_unreadable_text_file(files)
-        if builder == "json" and not streaming and text_field in dataset.column_names \
+        if builder != "text" and not streaming and text_field in dataset.column_names \
                 and dataset.data.column(text_field).null_count:  # arrow's count: no pass over the rows
-            _raise_first_bad_json_line(files, text_field, ValueError(f"a null {text_field!r}"))  # names file and line
+            if builder == "json":
+                _raise_first_bad_json_line(files, text_field, ValueError(f"a null {text_field!r}"))  # file and line
+            row = dataset.data.column(text_field).is_null().index(True).as_py()
+            raise UserError(
+                f"dataset {source}: row {row + 1} (counting from 1 over {', '.join(f.name for f in files)}) has no "
+                f"{text_field!r} text; a CSV cell that is empty or reads as missing (NA, N/A, None, null, nan) is null "
+                "here, as in pandas and datasets: fill it, or drop the row")
         description = str(source)
     else:
         builder = None  # a Hub dataset: records
@@ -303,13 +309,14 @@ def check_local_source_readable(source: str | None) -> None:
 def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
     """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
     for file in files:
-        if file.suffix == ".json":
+        if kind_suffix(file) == ".json":
             try:
-                json.loads(file.read_text(encoding="utf-8"))
+                with open_text(file) as f:
+                    json.loads(f.read())
             except (json.JSONDecodeError, UnicodeDecodeError) as bad:
                 raise UserError(f"{file}: not valid JSON ({bad})") from err
             continue
-        with open(file, encoding="utf-8", errors="strict") as f:
+        with open_text(file) as f:  # (through its compression: a .jsonl.gz's lines)
             for line_number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue

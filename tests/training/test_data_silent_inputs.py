@@ -114,3 +114,18 @@ def test_compressed_files_read_alike_for_training_and_the_tokenizer_in_a_folder_
     broken.write_bytes(b"not gzip")
     with pytest.raises(UserError, match="broken.txt.gz is not a readable gzip file"):
         load_text_dataset(str(broken), cache_dir=tmp_path / "raw3")
+
+
+def test_a_record_without_text_is_named_by_file_and_row_in_compressed_json_and_csv(tmp_path):
+    """A null text field in a .jsonl.gz was looked up by reading the compressed bytes as UTF-8 (a bare
+    UnicodeDecodeError); a CSV cell pandas reads as missing (NA) stopped training with a message naming neither file
+    nor row. Reference: the rows written here."""
+    rows = [{"text": "First."}, {"text": None}, {"text": "Third."}]
+    shard = tmp_path / "shard.jsonl.gz"
+    shard.write_bytes(gzip.compress("".join(json.dumps(row) + "\n" for row in rows).encode()))
+    with pytest.raises(UserError, match=r"shard.jsonl.gz line 2: expected a JSON object with a string 'text'"):
+        load_text_dataset(str(shard), cache_dir=tmp_path / "raw")
+    table = tmp_path / "table.csv"
+    table.write_text("text,label\nFirst.,0\nNA,1\nThird.,0\n")
+    with pytest.raises(UserError, match=r"row 2 \(counting from 1 over table.csv\) has no 'text' text; a CSV cell"):
+        load_text_dataset(str(table), cache_dir=tmp_path / "raw2")
