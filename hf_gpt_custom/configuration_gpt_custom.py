@@ -46,7 +46,8 @@ class GPTCustomConfig(PretrainedConfig):
     # Output entries Trainer's evaluation must not gather as predictions: the KV cache (its name before and from
     # transformers 5.24) and the task heads' loss parts (GPT-1's L2 and L1), which would turn the logits into a tuple.
     keys_to_ignore_at_inference = ["past_key_values", "cache", "task_loss", "lm_loss"]
-    attribute_map = dict(GENERIC_NAMES)
+    # intermediate_size reads the MLP's real width (inner_dim), as LlamaConfig's does, never n_inner's None default.
+    attribute_map = {**GENERIC_NAMES, "intermediate_size": "inner_dim"}
 
     vocab_size: int = 50257
     n_positions: int = 1024
@@ -113,6 +114,10 @@ class GPTCustomConfig(PretrainedConfig):
         if self.n_inner is not None:
             return self.n_inner
         return swiglu_inner_dim(self.n_embd, self.multiple_of) if self.mlp_type == "swiglu" else 4 * self.n_embd
+
+    @inner_dim.setter
+    def inner_dim(self, width: int | None) -> None:  # config.intermediate_size = 1024 (attribute_map) sets n_inner
+        self.n_inner = width
 
     @property
     def padded_vocab_size(self) -> int:

@@ -213,6 +213,17 @@ def test_transformers_names_of_the_family_fields():
     assert GPTCustomConfig().num_key_value_heads == 12 and GPTCustomConfig(n_embd=64, n_head=4).head_dim == 16
 
 
+def test_intermediate_size_is_the_mlps_real_width_as_llama_config_says():
+    """n_inner's default (None) means a width the model computes; generic code reading config.intermediate_size (as
+    LlamaConfig has it) gets that width, never None: GPT-2's 4·d, LLaMA's rounded SwiGLU width (Meta's 7B: 11008)."""
+    assert GPTCustomConfig(n_embd=64, n_head=4).intermediate_size == 256
+    assert GPTCustomConfig(mlp_type="swiglu", n_embd=4096, n_head=32).intermediate_size == 11008
+    config = GPTCustomConfig(n_embd=64, n_head=4, intermediate_size=100)  # a generic name given when building
+    assert config.n_inner == 100 and GPTCustomForCausalLM(config).transformer.h[0].mlp.c_fc.out_features == 100
+    config.intermediate_size = 80
+    assert config.n_inner == 80 and "intermediate_size" not in config.to_dict()
+
+
 def test_family_presets():
     decoder = GPTCustomConfig.from_preset("transformer-decoder")
     assert (decoder.n_layer, decoder.n_embd, decoder.n_head, decoder.inner_dim) == (6, 512, 8, 2048)
