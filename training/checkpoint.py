@@ -204,7 +204,13 @@ def _delete_old_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
         # renamed first: a kill in the middle of the deletion leaves a *.deleting folder, never a half-deleted
         # step_* that counts as a checkpoint; the next rotation finishes it
         folder.rename(folder.with_name(folder.name + ".deleting"))
-    for leftover in checkpoints_dir.glob("step_*.deleting"):
+    finish_interrupted_deletions(checkpoints_dir)
+
+
+def finish_interrupted_deletions(checkpoints_dir: Path) -> None:
+    """Delete the step_*.deleting folders a rotation killed mid-delete left (at the next rotation, and at the start
+    of a session: a finished run resumed again never rotates)."""
+    for leftover in Path(checkpoints_dir).glob("step_*.deleting"):
         shutil.rmtree(leftover, ignore_errors=True)
 
 
@@ -219,6 +225,7 @@ def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
     checkpoints_dir = Path(checkpoints_dir)
     if not accelerator.is_main_process:
         return None
+    finish_interrupted_deletions(checkpoints_dir)
     resumed_here = resume_folder is not None and Path(resume_folder).resolve().parent == checkpoints_dir.resolve()
     resumed_step = checkpoint_step(Path(resume_folder)) if resumed_here else None
     other = [f for f in list_checkpoints(checkpoints_dir) if resumed_step is None or checkpoint_step(f) > resumed_step]

@@ -20,12 +20,15 @@ LOSS_CURVE_NAME = "loss_curve.png"
 class RunLog:
     """Append-only JSONL log. Records have "step" and "kind" ("train" or "eval")."""
 
-    def __init__(self, path: str | os.PathLike, resume_step: int | None = None):
+    def __init__(self, path: str | os.PathLike, resume_step: int | None = None, evaluation_redone: bool = False):
+        """`evaluation_redone`: the session evaluates again at `resume_step` (a finished run resumed), so the
+        evaluation logged there before is replaced, not kept beside the new one."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and self.path.exists():
             # Steps after the checkpoint were logged by the run that died; they are about to be redone.
-            kept = [r for r in read_run_log(self.path) if r.get("step", 0) <= resume_step]
+            kept = [r for r in read_run_log(self.path) if r.get("step", 0) < resume_step or (
+                r.get("step", 0) == resume_step and not (evaluation_redone and r.get("kind") == "eval"))]
             partial = self.path.with_suffix(".jsonl.partial")
             partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
             os.replace(partial, self.path)

@@ -209,11 +209,12 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     save_checkpoints_without_wrappers(accelerator)
 
     state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)
-    if resume_folder is not None and state.step >= config.max_steps:
+    finished = resume_folder is not None and state.step >= config.max_steps  # _finish evaluates it again
+    if finished:
         accelerator.print(f"the run is complete (step {state.step} of max_steps={config.max_steps}): nothing left to "
                           f"train; evaluating and writing final/ again (--start_over trains it anew)")
-    run_log = RunLog(run_dir / RUN_LOG_NAME, resume_step=state.step if resume_folder else None) \
-        if accelerator.is_main_process else None
+    run_log = RunLog(run_dir / RUN_LOG_NAME, resume_step=state.step if resume_folder else None,
+                     evaluation_redone=finished) if accelerator.is_main_process else None
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
     session = Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,

@@ -165,6 +165,25 @@ def test_the_same_command_after_a_crash_continues_the_run(crashed, finished_run,
     assert all(torch.equal(resumed[key], uninterrupted[key]) for key in uninterrupted)
 
 
+def test_the_same_command_on_a_finished_run_logs_each_evaluation_once_and_ends_an_interrupted_deletion(
+        finished_run, make_config):
+    """A finished run given again (or killed after its last checkpoint, before `run` marked it done) evaluates again
+    for its summary: that row replaces the one already logged at the last step, where it was appended a second time
+    (two points at one step on the loss curve). A checkpoint whose rotation was killed mid-delete (`step_*.deleting`)
+    is removed at the start, where it waited for a rotation a finished run never makes."""
+    run_dir = make_config(*STEPS).run_dir
+    shutil.copytree(finished_run, run_dir)
+    leftover = run_dir / "checkpoints" / "step_000001.deleting"
+    shutil.copytree(run_dir / "checkpoints" / "step_000002", leftover)
+    train(make_config(*STEPS))
+    records = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in (finished_run / "run_log.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in records] == [(r["kind"], r["step"]) for r in original]
+    assert [r for r in records if r["kind"] == "eval"][-1]["val_loss"] == pytest.approx(
+        json.loads((run_dir / "training_summary.json").read_text())["final_val_loss"])
+    assert not leftover.exists()
+
+
 def test_the_same_folder_with_other_settings_is_refused_naming_them_and_the_ways_out(crashed, make_config):
     before = sorted(p.name for p in (crashed / "checkpoints").iterdir())
     with pytest.raises(ValueError) as err:
