@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import itertools
 import json
 import lzma
 import os
+import pickletools
 import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from .errors import MissingFileError, UserError
-from .manifest import MANIFEST_NAME, check_manifest, unlisted_files
+from .manifest import MANIFEST_NAME, check_manifest, is_documentation, unlisted_files
 from .model_folder import saved_task_head_class
 
 # Keys transformers writes into tokenizer_config.json about how it was loaded here, not what the tokenizer is.
@@ -38,6 +40,9 @@ VOCABULARY_FILES = ("vocab.json", "merges.txt")
 _PICKLE_OPENINGS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
 _ZIP_OPENING = b"PK\x03\x04"
 _COMPRESSED_OPENINGS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
+# Any machine's home folder, for the text a person may edit or add (the card, notes): one written on another machine
+# names that machine, which this machine's own paths do not catch. Not inside a URL or a relative path ("org/home/x").
+_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|/root/|[A-Za-z]:[\\/]Users[\\/])[\w.-]+")
 
 
 def check_card_names(folder: str | Path, repo_id: str) -> None:
@@ -89,12 +94,13 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     sorted (huggingface_hub leaves .git and .cache/huggingface out and refuses any other .cache file).
 
     Refused with a UserError naming the file: a missing required file (weights, config, card, remote code), a file
-    that no longer matches the folder's manifest or that it does not list (the card and other documentation may
-    be edited or added, see manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a missing image,
-    and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home and working
-    directory, an absolute path as a JSON value, or the load-time keys transformers writes (`is_local`,
-    `local_files_only`). An export always has its manifest (`require_manifest`: export checks its staging folder
-    before writing it): without one, nothing tells an edited or added file apart."""
+    that no longer matches the folder's manifest or that it does not list (the card and other documentation may be
+    edited or added, see manifest.is_documentation), a pickle, a card whose metadata does not parse or that links a
+    missing image, and anything local — the `forbidden` strings (the run's own absolute paths), this machine's home
+    and working directory, any machine's home folder in the card and other documentation, an absolute path as a JSON
+    value, or the load-time keys transformers writes (`is_local`, `local_files_only`). An export always has its
+    manifest (`require_manifest`: export checks its staging folder before writing it): without one, nothing tells an
+    edited or added file apart."""
     folder = Path(folder)
     if not folder.is_dir():
         raise MissingFileError(f"cannot publish {folder}: there is no such folder; write it first with "
@@ -166,9 +172,10 @@ def _check_nothing_added(folder: Path, names: list[str]) -> None:
 
 
 def is_pickle(path: Path) -> bool:
-    """True for a pickle by name (PICKLE_SUFFIXES, also compressed: x.pkl.gz) or by content: a pickle of protocol 2-5,
+    """True for a pickle by name (PICKLE_SUFFIXES, also compressed: x.pkl.gz) or by content: a pickle of any protocol,
     a zip archive holding a .pkl member (torch.save), or either inside gzip/bz2/xz. Reads a few bytes of each file
-    (a zip's member list); a .safetensors file is judged by its name."""
+    (a zip's member list; a text file up to its first byte that is no pickle opcode, a real pickle whole); a
+    .safetensors file is judged by its name."""
     suffixes = [suffix.lower() for suffix in path.suffixes]
     while suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
         suffixes.pop()
@@ -187,7 +194,23 @@ def is_pickle(path: Path) -> bool:
             return False
     if opening.startswith(_PICKLE_OPENINGS):
         return True
-    return opening.startswith(_ZIP_OPENING) and _zip_holds_pickle(path)
+    if opening.startswith(_ZIP_OPENING):
+        return _zip_holds_pickle(path)
+    return _is_whole_text_pickle(path, opener or open)
+
+
+def _is_whole_text_pickle(path: Path, opener) -> bool:
+    """A pickle of protocol 0 or 1, which has no opening mark: the whole file (decompressed) parses as pickle opcodes
+    up to STOP at its very end. Text fails within a few bytes (an unknown opcode) or goes on past a STOP ("N.B. ..."
+    opens as None, STOP)."""
+    try:
+        with opener(path, "rb") as handle:
+            for opcode, _, _ in pickletools.genops(handle):
+                if opcode.name == "STOP":
+                    return handle.read(1) == b""
+    except Exception:  # genops raises ValueError, UnicodeDecodeError, ... on what is not a pickle
+        return False
+    return False
 
 
 def _zip_holds_pickle(path: Path) -> bool:
@@ -210,13 +233,15 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
     text = path.read_bytes().decode("utf-8", errors="replace")
     if name == "tokenizer.json":  # its settings, not its vocabulary (VOCABULARY_FILES)
         text = json.dumps(without_vocabulary(json.loads(text)))
-    for prefix in _local_prefixes(forbidden):
-        match = re.search(re.escape(prefix) + r"(?![\w.-])", text)
-        if match:
-            raise UserError(
-                f"cannot publish: {name} contains the local path {prefix!r} (…{text[max(0, match.start() - 40):match.end() + 40]!r}…); "
-                "remove it, or export again"
-            )
+    matches = (re.search(re.escape(prefix) + r"(?![\w.-])", text) for prefix in _local_prefixes(forbidden))
+    if is_documentation(name) and not name.endswith(".png"):
+        matches = itertools.chain(matches, [_ANY_HOME_FOLDER.search(text)])
+    match = next((match for match in matches if match), None)
+    if match:
+        raise UserError(
+            f"cannot publish: {name} contains the local path {match.group()!r} (…{text[max(0, match.start() - 40):match.end() + 40]!r}…); "
+            "remove it, or export again"
+        )
     if path.suffix == ".json":
         found = find_local_json_values(json.loads(text))
         if found:

@@ -452,6 +452,24 @@ def test_export_refuses_a_final_folder_with_a_missing_weight(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("written", ["/home/alice/data/corpus.txt", "`/Users/bob/runs/x`", "C:\\Users\\carol\\run",
+                                     "(/root/.cache/tok)"])
+def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, written):
+    """Only this machine's paths were known in free text: a card edited elsewhere (or written by a colleague) with
+    their home folder passed `push --dry-run`. A home folder of any machine is refused; the same words inside a URL
+    or without the leading slash are not."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "card"
+    shutil.copytree(exported[1], folder)
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    (folder / "README.md").write_text(card + "\nSee https://example.org/home/alice/x and home/alice, C:Users.\n")
+    check_export(folder)
+    (folder / "README.md").write_text(card + f"\nTrained on {written} too.\n")
+    with pytest.raises(ValueError, match=r"README\.md contains the local path '[^']*(alice|bob|carol|root)"):
+        check_export(folder)
+
+
 def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
     import shutil
 
@@ -788,12 +806,13 @@ def test_export_refuses_a_tmp_folder_it_did_not_make_and_replaces_its_own_leftov
 
 
 PICKLE_NAMES = ("extra.pickle", "training_args.pkl.gz", "state.joblib", "notes.dat", "blob", "trainer_state", "args.gz",
-                "args.bz2")
+                "args.bz2", "notes.md", "usage.md")
 
 
 def _pickle_files() -> dict[str, bytes]:
     """Files a user might add to an export, each a pickle whose name alone does not say so, or says it another way."""
     import bz2
+    import collections
     import gzip
     import io
     import pickle
@@ -808,6 +827,9 @@ def _pickle_files() -> dict[str, bytes]:
         "notes.dat": pickle.dumps([1, 2], protocol=2), "blob": pickle.dumps("x", protocol=5),
         "trainer_state": saved.getvalue(),  # torch.save: a zip archive holding archive/data.pkl
         "args.gz": gzip.compress(data), "args.bz2": bz2.compress(data),
+        # protocols 0 and 1 have no opening mark; a .md name passes as documentation, which may be added
+        "notes.md": pickle.dumps(collections.OrderedDict(learning_rate=1e-3), protocol=0),
+        "usage.md": pickle.dumps(collections.OrderedDict(learning_rate=1e-3), protocol=1),
     }
 
 
@@ -842,9 +864,11 @@ def test_the_publish_check_passes_files_that_only_look_like_pickles_at_a_glance(
     with zipfile.ZipFile(folder / "notes.zip", "w") as archive:
         archive.writestr("notes.txt", "plain text")
     (folder / "notes.txt").write_text("plain text")
+    # text opening as a protocol-0 pickle would ("N." is None, then STOP), but going on past its end
+    (folder / "NOTES.md").write_text("N.B. the loss is per token.\n\n(c) 2026\n")
     write_manifest(folder)  # listed, as if exported with them: a file the manifest does not list is refused anyway
     names = {name for name, _ in check_export(folder)}
-    assert {"extra.safetensors", "notes.zip", "notes.txt"} <= names
+    assert {"extra.safetensors", "notes.zip", "notes.txt", "NOTES.md"} <= names
 
 
 @pytest.mark.parametrize("repo_id", ["ftb", "gpt2"])
