@@ -300,12 +300,14 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
                                       streaming=True, sample_by=config.text_sample_by,
                                       revision=config.dataset_revision)
         inputs = (record["text"] for record in documents.skip(STREAMING_VAL_DOCUMENTS))
-    elif holds_out_validation:
+    elif holds_out_validation or Path(config.dataset).exists():
         from hf_gpt_custom.training.data import split_documents
 
+        # The documents training reads (text_sample_by), never a local file whole: its blank lines between
+        # paragraphs would take merges for "\n\n", which training, with <|endoftext|> between documents, never sees.
         train_documents, _ = split_documents(config)
         inputs = (text for text in train_documents["text"])  # a generator: texts, never read as paths or Hub names
-    else:
+    else:  # a Hub dataset with its own validation split: the tokenizer trainer streams the training split
         inputs = [config.dataset] if Path(config.dataset).exists() else config.dataset
     folder = train_tokenizer(
         inputs,

@@ -127,6 +127,23 @@ def test_a_separate_validation_file_leaves_the_whole_dataset_to_the_tokenizer(ma
     assert any("qq" in token for token in vocabulary)  # every document of `dataset` is training text here
 
 
+def test_a_separate_validation_file_trains_the_tokenizer_on_the_documents_training_reads(make_config, tmp_path):
+    """With val_dataset set, the tokenizer read `dataset` as one whole text, blank lines included, where training
+    reads paragraphs (text_sample_by) with <|endoftext|> between them: merges were spent on the "\n\n" training
+    never sees. Reference: the paragraphs split by hand, which hold no blank line."""
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n\n".join([TRAIN_SPEECH] * 50), encoding="utf-8")  # 50 paragraphs
+    other = tmp_path / "validation.txt"
+    other.write_text(TRAIN_SPEECH, encoding="utf-8")
+    config = make_config(f"dataset={corpus}", f"val_dataset={other}", "tokenizer=null", "tokenizer_vocab_size=280",
+                         "text_sample_by=paragraph", run_name="paragraph_tokenizer")
+    vocabulary = _vocabulary(prepare_tokenizer(config))
+    assert "cat" in vocabulary or "Ġcat" in vocabulary
+    assert not any("\u010a\u010a" in token for token in vocabulary)  # "\n\n" as byte-level BPE writes it (Ċ)
+
+
 def test_a_document_that_is_not_text_is_named_with_its_source_and_number(make_config, tmp_path):
     """A JSONL column of strings with one number loads (as a JSON column); the error names the file and document."""
     import pytest
