@@ -468,6 +468,10 @@ def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, writ
     (folder / "README.md").write_text(card + f"\nTrained on {written} too.\n")
     with pytest.raises(ValueError, match=r"README\.md contains the local path '[^']*(alice|bob|carol|root)"):
         check_export(folder)
+    (folder / "README.md").write_text(card)
+    (folder / "eval" / "NOTES.md").write_text(f"Evaluated from {written}.\n")  # documentation added beside the card
+    with pytest.raises(ValueError, match=r"eval/NOTES\.md contains the local path '[^']*(alice|bob|carol|root)"):
+        check_export(folder)
 
 
 def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
@@ -806,7 +810,7 @@ def test_export_refuses_a_tmp_folder_it_did_not_make_and_replaces_its_own_leftov
 
 
 PICKLE_NAMES = ("extra.pickle", "training_args.pkl.gz", "state.joblib", "notes.dat", "blob", "trainer_state", "args.gz",
-                "args.bz2", "notes.md", "usage.md")
+                "args.bz2", "notes.md", "usage.md", "args0.gz")
 
 
 def _pickle_files() -> dict[str, bytes]:
@@ -830,6 +834,7 @@ def _pickle_files() -> dict[str, bytes]:
         # protocols 0 and 1 have no opening mark; a .md name passes as documentation, which may be added
         "notes.md": pickle.dumps(collections.OrderedDict(learning_rate=1e-3), protocol=0),
         "usage.md": pickle.dumps(collections.OrderedDict(learning_rate=1e-3), protocol=1),
+        "args0.gz": gzip.compress(pickle.dumps(collections.OrderedDict(learning_rate=1e-3), protocol=0)),
     }
 
 
