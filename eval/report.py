@@ -25,8 +25,15 @@ def write_report(results, out_dir: str | Path) -> Path:
     """Write the four files into out_dir (created if needed) and return it.
 
     They are written beside it first and moved in together, results.json last: a kill while writing (the plot takes
-    a second) left a new results.json beside the previous evaluation's table, examples and curve."""
-    out_dir = Path(out_dir)
+    a second) left a new results.json beside the previous evaluation's table, examples and curve. One process writes
+    an out_dir at a time (run_lock.lock_output_folder): a second is refused, naming the first."""
+    from hf_gpt_custom.training.run_lock import lock_output_folder
+
+    with lock_output_folder(out_dir, "the evaluation folder", "another --out"):  # evaluate() holds it already
+        return _write_report_files(results, Path(out_dir))
+
+
+def _write_report_files(results, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = results.to_dict()
     payload["results"] = [{key: _finite(row[key]) for key in RESULT_KEYS} for row in payload["results"]]

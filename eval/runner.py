@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
+from hf_gpt_custom.manifest import MANIFEST_NAME
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
+from hf_gpt_custom.training.run_lock import lock_output_folder
 
 logger = logging.getLogger(__name__)
 
@@ -96,56 +99,59 @@ def evaluate(
         raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-    specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
-    data_dir = Path(data_dir) if data_dir else default_data_dir()
+    # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
+    # mix their reports (one's results.json beside the other's table.md)
+    with lock_output_folder(out_dir, "the evaluation folder", "another --out") if out_dir is not None else nullcontext():
+        specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
+        data_dir = Path(data_dir) if data_dir else default_data_dir()
 
-    model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
-    scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
-                            obeys_generation_config=protocol == "lm-eval")
-    # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,
-    # not after them.
-    plans, skipped = [], []
-    for spec in specs:
-        docs = spec.docs("test", data_dir)[: limit or None]
-        if not docs:  # every metric would be the mean of nothing: nan, in a table that looks like a result
-            raise UserError(f"task {spec.task} has no documents in {data_dir} (its data file is empty); restore it "
-                            f"(eval/tasks/README.md names each source), or leave the task out")
-        for k in shots:
-            if k > 0 and not OUTPUT_TYPES[spec.output_type].supports_fewshot:
-                reason = f"task {spec.task} ({spec.output_type}) is scored without examples: K=0 only"
-                logger.warning("%s; few-shot K=%d skipped", reason, k)
-                skipped.append({"task": spec.task, "num_fewshot": k, "reason": reason})
-                continue
-            try:
-                plans.append(plan_task(spec, docs, k, scorer, seed, data_dir))
-            except ContextTooShortError as err:
-                if not skip_unfittable:
-                    raise
-                logger.warning("skipped: %s", err)
-                skipped.append({"task": spec.task, "num_fewshot": k, "reason": str(err)})
-    if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
-        raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
-                                                             for row in skipped))
-    rows, examples = [], []
-    for plan in plans:
-        task_rows, task_examples = score_task(plan, scorer, show_progress)
-        rows += task_rows
-        examples += task_examples
-    results = Results(
-        model=model_name,
-        # what changes the numbers, as lm-eval records its model arguments: dtype and device change log-likelihoods
-        # in their last digits (the data root is a local path: a published results.json carries none)
-        config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
-                "protocol": protocol, "dtype": dtype, "device": str(next(model_obj.parameters()).device.type)},
-        results=rows,
-        examples=examples,
-        skipped=skipped,
-    )
-    if out_dir is not None:
-        from hf_gpt_custom.eval.report import write_report
+        model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
+        scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
+                                obeys_generation_config=protocol == "lm-eval")
+        # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,
+        # not after them.
+        plans, skipped = [], []
+        for spec in specs:
+            docs = spec.docs("test", data_dir)[: limit or None]
+            if not docs:  # every metric would be the mean of nothing: nan, in a table that looks like a result
+                raise UserError(f"task {spec.task} has no documents in {data_dir} (its data file is empty); restore it "
+                                f"(eval/tasks/README.md names each source), or leave the task out")
+            for k in shots:
+                if k > 0 and not OUTPUT_TYPES[spec.output_type].supports_fewshot:
+                    reason = f"task {spec.task} ({spec.output_type}) is scored without examples: K=0 only"
+                    logger.warning("%s; few-shot K=%d skipped", reason, k)
+                    skipped.append({"task": spec.task, "num_fewshot": k, "reason": reason})
+                    continue
+                try:
+                    plans.append(plan_task(spec, docs, k, scorer, seed, data_dir))
+                except ContextTooShortError as err:
+                    if not skip_unfittable:
+                        raise
+                    logger.warning("skipped: %s", err)
+                    skipped.append({"task": spec.task, "num_fewshot": k, "reason": str(err)})
+        if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
+            raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
+                                                                 for row in skipped))
+        rows, examples = [], []
+        for plan in plans:
+            task_rows, task_examples = score_task(plan, scorer, show_progress)
+            rows += task_rows
+            examples += task_examples
+        results = Results(
+            model=model_name,
+            # what changes the numbers, as lm-eval records its model arguments: dtype and device change log-likelihoods
+            # in their last digits (the data root is a local path: a published results.json carries none)
+            config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
+                    "protocol": protocol, "dtype": dtype, "device": str(next(model_obj.parameters()).device.type)},
+            results=rows,
+            examples=examples,
+            skipped=skipped,
+        )
+        if out_dir is not None:
+            from hf_gpt_custom.eval.report import write_report
 
-        write_report(results, out_dir)
-    return results
+            write_report(results, out_dir)
+        return results
 
 
 def resolve_device(device: str | None) -> str:
@@ -180,6 +186,7 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
     """
     from transformers import AutoModelForCausalLM
 
+    folder = manifest_before = None
     if isinstance(model, (str, Path)):
         name = str(model)
         folder = local_model_path(name)
@@ -191,6 +198,7 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
                     f"template: evaluation scores language models; pass the folder it was fine-tuned from (its "
                     f"init_from); its held-out accuracy is in its run's training_summary.json and its export's card"
                 )
+            manifest_before = _manifest_text(folder)
             model = load_model_folder(folder, any_causal_lm=True, dtype=DTYPES[dtype])
         else:
             try:
@@ -213,8 +221,21 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
         model = model.to(DTYPES[dtype])
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(str(tokenizer))
+    if folder is not None and _manifest_text(folder) != manifest_before:
+        # a training run finishing in its folder replaced final/ between the weights and the tokenizer: the two
+        # would be different models' (read one after the other, each checked on its own)
+        raise UserError(f"{folder} was replaced while it was being read (a training run wrote a new one): its weights "
+                        f"and tokenizer may be two models'; evaluate again once that run has finished")
     model = model.to(device) if device is not None else model
     return model.eval(), tokenizer, name
+
+
+def _manifest_text(folder: Path) -> str | None:
+    """The folder's manifest as it is now (None without one): which files, sizes and hashes a save wrote."""
+    try:
+        return (folder / MANIFEST_NAME).read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def local_model_path(name: str) -> Path | None:

@@ -50,8 +50,16 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     them. The weights load through `load_model_folder` (strict: a missing tensor or a manifest mismatch is an error).
     The folder is assembled in `<out_dir>.tmp` and renamed at the end, so `out_dir` is either the previous export
     or the complete new one. An existing `out_dir` is replaced only if it is a previous export, an existing
-    `<out_dir>.tmp` only if an interrupted export left it (it holds export's marker file).
+    `<out_dir>.tmp` only if an interrupted export left it (it holds export's marker file): one export writes an
+    `out_dir` at a time (a second is refused, naming the first), so a staging folder nobody holds is a leftover.
     """
+    from hf_gpt_custom.training.run_lock import lock_output_folder
+
+    with lock_output_folder(Path(out_dir).absolute(), "the export folder", "another OUT_DIR"):
+        return _write_export(run_dir, out_dir, repo_id, package_source, license)
+
+
+def _write_export(run_dir, out_dir, repo_id: str | None, package_source: str | None, license: str | None) -> Path:
     if repo_id is not None:
         check_repo_id(repo_id)
     if license is not None:

@@ -77,41 +77,46 @@ def train_tokenizer(
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise UserError(f"min_frequency={min_frequency!r} must be an integer >= 1 (2 = merge only pairs seen twice)")
     _refuse_output_inside_an_input_folder(inputs, Path(out_dir))
-    texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source,
-                        revision=revision)
 
-    counter = _CountingIterator(texts)
-    tokenizer = Tokenizer(BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    trainer = BpeTrainer(
-        vocab_size=vocab_size - len(special_tokens),  # specials are appended after the merges, not by the trainer
-        min_frequency=min_frequency,
-        show_progress=show_progress,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[],
-    )
-    tokenizer.train_from_iterator(counter, trainer=trainer)
-    if counter.n_chars == 0:
-        raise UserError(
-            f"the corpus {_describe(inputs)} is empty ({counter.n_texts} documents, 0 characters of text); "
-            + _where_the_text_was_looked_for(inputs, text_field, split)
-        )
+    from hf_gpt_custom.training.run_lock import lock_output_folder
 
-    vocab, merges = _lay_out_vocabulary(json.loads(tokenizer.to_str())["model"], special_tokens)
-    if len(vocab) < vocab_size:
-        logger.warning(
-            "vocabulary has %d entries, fewer than vocab_size=%d: no more pairs occur %d times in %d characters",
-            len(vocab), vocab_size, min_frequency, counter.n_chars,
+    # One training writes a folder at a time: two would leave one's tokenizer.json beside the other's vocab.json
+    with lock_output_folder(out_dir, "the tokenizer folder", "another --out"):
+        texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source,
+                            revision=revision)
+
+        counter = _CountingIterator(texts)
+        tokenizer = Tokenizer(BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        trainer = BpeTrainer(
+            vocab_size=vocab_size - len(special_tokens),  # specials are appended after the merges, not by the trainer
+            min_frequency=min_frequency,
+            show_progress=show_progress,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=[],
         )
-    # pad = eos, as GPT-2 fine-tuning recipes set it, so `tokenizer(texts, padding=True)` works on the bare folder;
-    # padding is masked out, so the id it uses does not matter. (A model's folder also sets model_max_length.)
-    fast_tokenizer = GPTCustomTokenizerFast(
-        vocab=vocab, merges=merges, pad_token=ENDOFTEXT, extra_special_tokens=special_tokens[1:]
-    )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fast_tokenizer.save_pretrained(out_dir)
-    return out_dir
+        tokenizer.train_from_iterator(counter, trainer=trainer)
+        if counter.n_chars == 0:
+            raise UserError(
+                f"the corpus {_describe(inputs)} is empty ({counter.n_texts} documents, 0 characters of text); "
+                + _where_the_text_was_looked_for(inputs, text_field, split)
+            )
+
+        vocab, merges = _lay_out_vocabulary(json.loads(tokenizer.to_str())["model"], special_tokens)
+        if len(vocab) < vocab_size:
+            logger.warning(
+                "vocabulary has %d entries, fewer than vocab_size=%d: no more pairs occur %d times in %d characters",
+                len(vocab), vocab_size, min_frequency, counter.n_chars,
+            )
+        # pad = eos, as GPT-2 fine-tuning recipes set it, so `tokenizer(texts, padding=True)` works on the bare folder;
+        # padding is masked out, so the id it uses does not matter. (A model's folder also sets model_max_length.)
+        fast_tokenizer = GPTCustomTokenizerFast(
+            vocab=vocab, merges=merges, pad_token=ENDOFTEXT, extra_special_tokens=special_tokens[1:]
+        )
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fast_tokenizer.save_pretrained(out_dir)
+        return out_dir
 
 
 def smallest_vocab_size(num_special_tokens: int = 1) -> int:

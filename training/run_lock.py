@@ -1,10 +1,14 @@
-"""Which process owns a folder: the lock a training run holds on its run folder, and build folders that processes
-which no longer run left in the shared packed-data cache.
+"""Which process owns a folder: the lock a training run holds on its run folder, the lock a command holds on the
+folder it writes (an evaluation's --out, an export, a tokenizer), and build folders that processes which no longer
+run left in the shared packed-data cache.
 
 Two processes writing one run folder interleave their logs and checkpoints, so a run takes fcntl.flock on
-<run>/.run.lock. The kernel drops the lock when its holder exits or is killed, so a lock left by a dead process is
-simply taken over; the file records the holder's PID, host and start time for the error a second process gets.
-Under accelerate launch / torchrun only rank 0 takes it: the other ranks write there only in step with rank 0.
+<run>/.run.lock. Two writing one output folder mix their files (one evaluation's results.json beside the other's
+table.md; an export renaming the other's half-written staging folder into place), so each takes
+<parent>/.<name>.lock, beside the folder because an export replaces the folder itself. The kernel drops a lock when
+its holder exits or is killed, so a lock left by a dead process is simply taken over; the file records the holder's
+PID, host and start time for the error a second process gets. Under accelerate launch / torchrun only rank 0 takes
+them: the other ranks write there only in step with rank 0.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,7 +34,7 @@ logger = logging.getLogger(__name__)
 LOCK_NAME = ".run.lock"
 # <key>.tmp<pid>@<host> (and <key>.tmp<pid>, as older versions named them): a packed-data build in progress.
 _BUILD_FOLDER_RE = re.compile(r"^(?P<key>[^/]+?)\.tmp(?P<pid>\d+)(?:@(?P<host>.+))?$")
-_held: dict[str, list] = {}  # run folder -> [open lock file, depth]: one process may nest (the main job, then train)
+_held: dict[str, list] = {}  # lock file -> [open handle, depth]: one process may nest (the main job, then train)
 
 
 def process_is_alive(pid: int) -> bool:
@@ -50,10 +54,45 @@ def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
 
     Creates the folder. Re-entrant within one process. Ranks other than 0 of a multi-process launch do nothing.
     """
+    run_dir = Path(run_dir)
+    fix = "choose a writable out_dir (or run_name), or make the folder writable"
+    with _held_lock(run_dir / LOCK_NAME, lambda: _open_in_run_folder(run_dir, fix), lambda who, pid: (
+            f"the run folder {run_dir} is in use by {who}; wait for it to finish, or stop it (kill {pid}) and run the "
+            f"same command again to resume, or give this run another run_name/out_dir")):
+        yield
+
+
+@contextmanager
+def lock_output_folder(folder: str | os.PathLike, what: str, other: str) -> Iterator[None]:
+    """Hold the output `folder` (`what`: "the evaluation folder") for the block, through <parent>/.<name>.lock; a
+    UserError naming the holder, and `other` ("another --out"), if another process writes it. Creates the parent."""
+    folder = Path(folder).absolute()
+    lock_file = folder.with_name(f".{folder.name}.lock")
+
+    def open_lock_file():
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            return open(lock_file, "a+", encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"cannot write {what} {folder}: {os.strerror(err.errno) if err.errno else err}; "
+                            f"choose a folder you can write") from err
+
+    with _held_lock(lock_file, open_lock_file, lambda who, pid: (
+            f"{what} {folder} is being written by {who}; wait for it to finish, or give this one {other}"),
+            remove_when_released=True):  # a user's folder keeps no lock file beside it
+        yield
+
+
+@contextmanager
+def _held_lock(lock_file: Path, open_lock_file, busy: Callable[[str, str], str],
+               remove_when_released: bool = False) -> Iterator[None]:
+    """flock on `lock_file` for the block, re-entrant within one process; rank 0 of a launch only. `busy(who, pid)`
+    is the error when another process holds it. `remove_when_released`: the holder deletes the file before letting
+    go, so a lock taken on a file that was deleted meanwhile is no lock: taken again on the file now there."""
     if launch_rank() != 0:
         yield
         return
-    key = os.path.realpath(run_dir)
+    key = os.path.realpath(lock_file)
     if key in _held:
         _held[key][1] += 1
         try:
@@ -61,13 +100,25 @@ def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
         finally:
             _held[key][1] -= 1
         return
-    handle = _acquire(Path(run_dir))
+    handle = _acquire(lock_file, open_lock_file(), busy)
+    while remove_when_released and not _is_the_file_at(lock_file, handle):
+        handle.close()
+        handle = _acquire(lock_file, open_lock_file(), busy)
     _held[key] = [handle, 1]
     try:
         yield
     finally:
         del _held[key]
+        if remove_when_released:
+            Path(lock_file).unlink(missing_ok=True)
         handle.close()  # closing the file releases the lock
+
+
+def _is_the_file_at(path: Path, handle) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def check_folder_writable(folder: Path, what: str) -> None:
@@ -77,34 +128,32 @@ def check_folder_writable(folder: Path, what: str) -> None:
                                  "changed)")
 
 
-def _acquire(run_dir: Path):
-    fix = "choose a writable out_dir (or run_name), or make the folder writable"
+def _open_in_run_folder(run_dir: Path, fix: str):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         check_writable(run_dir, "the run folder", fix)  # the lock file may be writable in a read-only folder
-        handle = open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
+        return open(run_dir / LOCK_NAME, "a+", encoding="utf-8")
     except OSError as err:
         raise UserError(f"cannot write to the run folder {run_dir}: {os.strerror(err.errno) if err.errno else err}; "
                         f"{fix}") from err
+
+
+def _acquire(lock_file: Path, handle, busy: Callable[[str, str], str]):
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as err:
         holder = _read_holder(handle)
         handle.close()
         who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (started {holder.get('started', '?')})"
-        raise UserError(
-            f"the run folder {run_dir} is in use by {who}; wait for it to finish, or stop it (kill "
-            f"{holder.get('pid', '<pid>')}) and run the same command again to resume, or give this run another "
-            f"run_name/out_dir"
-        ) from err
+        raise UserError(busy(who, holder.get("pid", "<pid>"))) from err
     except OSError as err:  # e.g. ENOLCK: a network filesystem without lock support
-        logger.warning("cannot lock the run folder %s (%s): a second process on it would not be stopped",
-                       run_dir, errno.errorcode.get(err.errno, err))
+        logger.warning("cannot lock %s (%s): a second process writing there would not be stopped",
+                       lock_file, errno.errorcode.get(err.errno, err))
         return handle
     previous = _read_holder(handle)
     if previous.get("pid") not in (None, os.getpid()):
-        logger.info("run folder %s: taking over the lock of process %s, which no longer holds it (it ended or was "
-                    "killed)", run_dir, previous["pid"])
+        logger.info("%s: taking over the lock of process %s, which no longer holds it (it ended or was killed)",
+                    lock_file, previous["pid"])
     handle.seek(0)
     handle.truncate()
     handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),

@@ -128,3 +128,29 @@ def test_a_live_process_of_another_user_counts_as_alive_and_keeps_its_build_fold
     building = tmp_path / f"0123456789abcdef0123.tmp{others_pid}@{socket.gethostname()}"
     building.mkdir()
     assert remove_stale_build_folders(tmp_path) == [] and building.is_dir()
+
+
+def test_an_output_folder_held_by_another_process_is_refused_naming_it_and_keeps_no_lock_file(tmp_path):
+    """An evaluation's --out, an export or a tokenizer folder: one writer at a time (tests/test_concurrent_writers.py
+    shows what two at once did). The lock file lives beside the folder while held and is gone after."""
+    from hf_gpt_custom.training.run_lock import lock_output_folder
+
+    out = tmp_path / "eval"
+    script = ('printf \'{"pid": %d, "host": "%s", "started": "2026-01-01 00:00:00 UTC"}\' $$ "$(hostname)" > "$0"; '
+              'exec flock -o "$0" sh -c "echo held; exec sleep 120"')
+    holder = subprocess.Popen(["sh", "-c", script, str(tmp_path / ".eval.lock")], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        with pytest.raises(UserError, match=rf"^the evaluation folder {out} is being written by process {holder.pid} "
+                                            rf"on {socket.gethostname()} .*; wait for it to finish, or give this one "
+                                            rf"another --out$"):
+            with lock_output_folder(out, "the evaluation folder", "another --out"):
+                pass
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    with lock_output_folder(out, "the evaluation folder", "another --out"):  # the dead holder's lock is taken over
+        with lock_output_folder(out, "the evaluation folder", "another --out"):  # re-entrant in one process
+            assert (tmp_path / ".eval.lock").is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == []  # nothing left beside the folder
