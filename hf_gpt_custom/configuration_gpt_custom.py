@@ -12,6 +12,7 @@ remote code: imports only transformers, architecture.py and errors.py.
 from __future__ import annotations
 
 import math
+import warnings
 
 from transformers import PretrainedConfig
 from .architecture import (
@@ -36,6 +37,14 @@ UNSUPPORTED_FIELDS = {
     "attention_dropout": "this config's name for it is attn_pdrop",
     "hidden_dropout": "this config's names are resid_pdrop and embd_pdrop",
     "hidden_act": "this config's name for it is activation_function",
+}
+# Fields an older version of this config had and read, which nothing reads now: a folder saved then still holds them
+# (and keeps them), and is named on load with what to do instead.
+RETIRED_FIELDS = {
+    # 2026-11-25: `finetune` saved task.lm_loss_weight here, and the task heads' forward added it by default
+    "lm_loss_weight": "GPT-1's auxiliary LM loss weight, which the task heads' forward no longer reads from the config "
+                      "(its argument lm_loss_weight defaults to 0): pass lm_loss_weight={value} to forward (finetune: "
+                      "task.lm_loss_weight={value}) for the objective this folder was fine-tuned with",
 }
 
 
@@ -87,6 +96,10 @@ class GPTCustomConfig(PretrainedConfig):
             if kwargs.get(name) is not None and kwargs[name] is not False and (name, kwargs[name]) != ("pretraining_tp", 1):
                 raise UserError(f"GPTCustomConfig got {name}={kwargs[name]!r}, which other transformers configs have "
                                 f"and this model does not implement: it would be stored and ignored; {fix}")
+        for name, meaning in RETIRED_FIELDS.items():
+            if kwargs.get(name) not in (None, 0, 0.0):
+                warnings.warn(f"this config sets {name}={kwargs[name]!r}, saved by an older version: "
+                              + meaning.format(value=kwargs[name]), stacklevel=2)
         rope = kwargs.pop("rope_parameters", None) or {}  # transformers 5's spelling of rope_theta (LlamaConfig)
         if set(rope) - {"rope_type", "rope_theta"} or rope.get("rope_type", "default") != "default":
             raise UserError(f"rope_parameters={rope!r}: only plain RoPE is implemented (rope_type 'default', "

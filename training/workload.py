@@ -278,7 +278,16 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
                                 "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,
                                 "seed": config.seed}
     marker = target / _TOKENIZER_SOURCE_NAME
-    if marker.is_file() and _same_source(json.loads(marker.read_text()), source):
+    recorded = json.loads(marker.read_text()) if marker.is_file() else None
+    if recorded is not None and _same_source(recorded, source):
+        return target
+    if recorded is not None and not start_over and _recorded_by_the_old_rule(recorded, source) \
+            and _outputs_trained_with_tokenizer(run_dir, target):
+        # Retrained by today's rule it would come out other than the one the run's weights were trained with
+        logger.warning("keeping the run's tokenizer %s: an older version trained it on every document of %s (the "
+                       "validation documents included) and recorded no contents to check, and the run's checkpoints "
+                       "were trained with it; --start_over trains a new one on the training documents only",
+                       target, config.dataset)
         return target
     from hf_gpt_custom.tokenizer_training import train_tokenizer
 
@@ -325,8 +334,10 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         is_same = tokenizer_file_sha256s(folder) == tokenizer_file_sha256s(target)
         shutil.rmtree(folder)
         if not is_same:
-            recorded = json.loads(marker.read_text()) if marker.is_file() else {}
-            what = ", ".join(key for key in source if recorded.get(key) != source[key]) or "its training source"
+            recorded = recorded or {}
+            # the keys it recorded (an older version's marker records fewer: those are not changes)
+            what = ", ".join(key for key in source if key in recorded and recorded[key] != source[key]) \
+                or "its training source"
             raise UserError(
                 f"the run folder {run_dir} holds {', '.join(trained_with_old)} trained with the tokenizer in {target}, "
                 f"and the data it would be trained on now ({what} changed) gives another one; put back the data it "
@@ -336,6 +347,14 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         folder = target
     Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))
     return Path(folder)
+
+
+def _recorded_by_the_old_rule(recorded: dict, source: dict) -> bool:
+    """Whether `recorded` is the marker of a tokenizer trained before the held-out documents were left out (it has
+    neither `trained_on` nor `dataset_sha256`) on what `source` names: the same dataset and settings."""
+    settings = ("dataset", "dataset_config", "split", "text_field", "vocab_size")
+    return not {"trained_on", "dataset_sha256"} & set(recorded) and \
+        all(recorded.get(key) == source.get(key) for key in settings)
 
 
 def _same_source(recorded: dict, source: dict) -> bool:

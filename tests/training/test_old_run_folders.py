@@ -1,0 +1,49 @@
+"""Run folders written by older releases, continued by today's code: the same run, or a refusal naming the real
+cause and a fix that works. Each test writes the old format's files directly."""
+
+import hashlib
+import json
+
+import pytest
+
+from hf_gpt_custom.errors import UserError
+
+
+def _sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_run_tokenizer_trained_by_code_before_872cab0_is_not_blamed_on_changed_data(make_config, tmp_path,
+                                                                                       shakespeare_path):
+    """Before 872cab0 (2026-11-25 02:48; e.g. 73d52fc, e81a9d6) a run's own tokenizer was trained on the whole dataset
+    and its training_source.json held dataset, dataset_config, split, text_field and vocab_size only. Today the stage
+    retrains on the training split, gets other merges, and refuses the untouched folder with "the data it would be
+    trained on now (dataset_sha256, trained_on changed) gives another one; put back the data it was trained on":
+    the data is byte for byte what the run read; what changed is the tokenizer rule. (Reproduced end to end: a
+    73d52fc/e81a9d6 smoke run killed after step 10 resumes under its own code and is refused by today's; passing
+    tokenizer=<run>/tokenizer is refused too, as a changed setting, so no named fix continues the run.)
+    Expected: the tokenizer its checkpoints were trained with is kept (it is what their weights need), or a refusal
+    that names the rule change instead of the data."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    small = tmp_path / "speeches.txt"
+    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
+    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="old_run")
+    run_dir = config.run_dir
+    # The old rule: every document of the dataset, and the old marker beside it.
+    train_tokenizer([str(small)], run_dir / "tokenizer", vocab_size=300, show_progress=False)
+    (run_dir / "tokenizer" / "training_source.json").write_text(json.dumps(
+        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300}))
+    (run_dir / "final").mkdir()  # a model trained with that tokenizer (a checkpoint counts the same)
+    before = _sha256(run_dir / "tokenizer" / "tokenizer.json")
+    before_data = _sha256(small)
+
+    try:
+        folder = prepare_tokenizer(config)
+    except UserError as err:
+        assert _sha256(small) == before_data
+        assert "put back the data" not in str(err), f"the data did not change; the message says it did: {err}"
+    else:
+        assert folder == run_dir / "tokenizer"
+        assert _sha256(folder / "tokenizer.json") == before
