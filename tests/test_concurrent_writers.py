@@ -213,10 +213,13 @@ def test_eval_never_pairs_one_final_weights_with_the_next_finals_tokenizer(tmp_p
             os.replace(staging, final)
         return original(*args, **kwargs)
 
+    model, tokenizer, _ = runner.load_model_and_tokenizer(str(final), None, "cpu", "float32")  # untouched: loads
+    assert model.config.vocab_size == len(tokenizer) == 320
     monkeypatch.setattr(runner, "load_tokenizer", final_replaced_meanwhile)
     try:
         model, tokenizer, _ = runner.load_model_and_tokenizer(str(final), None, "cpu", "float32")
-    except UserError:
+    except UserError as err:
+        assert "was replaced while it was being read" in str(err)
         return  # refused: final/ changed while it was being read
     assert model.config.vocab_size == len(tokenizer), (
         f"weights with {model.config.vocab_size} token embeddings scored with a {len(tokenizer)}-token tokenizer")

@@ -47,3 +47,41 @@ def test_a_run_tokenizer_trained_by_code_before_872cab0_is_not_blamed_on_changed
     else:
         assert folder == run_dir / "tokenizer"
         assert _sha256(folder / "tokenizer.json") == before
+
+
+def test_an_old_rule_tokenizer_with_nothing_trained_on_it_is_retrained_by_todays_rule(make_config, tmp_path,
+                                                                                       shakespeare_path):
+    """Kept only for the checkpoints or final/ trained with it: without them, the run's tokenizer is trained again on
+    the training documents alone, with today's marker."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    small = tmp_path / "speeches.txt"
+    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
+    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="old_marker")
+    folder = config.run_dir / "tokenizer"
+    train_tokenizer([str(small)], folder, vocab_size=300, show_progress=False)
+    (folder / "training_source.json").write_text(json.dumps(
+        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300}))
+    assert prepare_tokenizer(config) == folder
+    assert json.loads((folder / "training_source.json").read_text())["trained_on"]["documents"] == "training split"
+
+
+def test_a_validation_file_runs_tokenizer_is_not_kept_when_its_recorded_data_changed(make_config, tmp_path,
+                                                                                     shakespeare_path):
+    """A marker of today's rule beside a val_dataset (contents recorded, no held-out split to record) is no older
+    version's: new contents under the same path are refused for the outputs trained with the old tokenizer."""
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    speeches = shakespeare_path.read_text(encoding="utf-8").split("\n\n")
+    data, other = tmp_path / "speeches.txt", tmp_path / "validation.txt"
+    data.write_text("\n\n".join(speeches[:400]), encoding="utf-8")
+    other.write_text("\n\n".join(speeches[400:440]), encoding="utf-8")
+    config = make_config(f"dataset={data}", f"val_dataset={other}", "tokenizer=null", "tokenizer_vocab_size=300",
+                         run_name="val_file")
+    folder = prepare_tokenizer(config)
+    assert "dataset_sha256" in json.loads((folder / "training_source.json").read_text())
+    (config.run_dir / "final").mkdir()  # trained with it
+    data.write_text("\n\n".join(speeches[1000:1400]), encoding="utf-8")
+    with pytest.raises(UserError, match=r"dataset_sha256 changed\) gives another one"):
+        prepare_tokenizer(config)

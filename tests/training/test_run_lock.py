@@ -154,3 +154,25 @@ def test_an_output_folder_held_by_another_process_is_refused_naming_it_and_keeps
         with lock_output_folder(out, "the evaluation folder", "another --out"):  # re-entrant in one process
             assert (tmp_path / ".eval.lock").is_file()
     assert sorted(path.name for path in tmp_path.iterdir()) == []  # nothing left beside the folder
+
+
+def test_an_output_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_again_on_the_file_there(tmp_path):
+    """A holder of an output lock deletes the file as it lets go: a process that opened the file just before holds,
+    once it gets the lock, a lock on a deleted file, which a third process (opening the path anew) would not see. It
+    takes the lock again on the file at the path. Checked with util-linux flock(1) from outside."""
+    from hf_gpt_custom.training import run_lock
+
+    out, lock_file = tmp_path / "export", tmp_path / ".export.lock"
+    opened = []
+
+    def open_then_lose_the_file():  # the first file opened is removed before it is locked
+        handle = open(lock_file, "a+", encoding="utf-8")
+        if not opened:
+            lock_file.unlink()
+        opened.append(handle)
+        return handle
+
+    with run_lock._held_lock(lock_file, open_then_lose_the_file, lambda who, pid: "busy", remove_when_released=True):
+        assert len(opened) == 2 and lock_file.is_file()
+        assert subprocess.run(["flock", "-n", str(lock_file), "true"]).returncode == 1  # locked, seen from outside
+    assert not lock_file.exists() and not out.exists()
