@@ -53,7 +53,7 @@ def _add_tokenizer(subparsers) -> None:
     train.add_argument("--out", required=True, help="output folder that AutoTokenizer.from_pretrained loads")
     train.add_argument("--vocab-size", type=int, default=8192, help="target vocabulary size incl. 256 bytes and specials (default: 8192)")
     train.add_argument("--min-frequency", type=int, default=2, help="minimum pair count to merge (default: 2)")
-    train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/Hub data (default: text)")
+    train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data (default: text)")
     train.add_argument("--dataset-config", default=None, help="Hub dataset configuration name (default: none)")
     train.add_argument("--split", default="train", help="Hub dataset split (default: train)")
     train.add_argument("--special-tokens", type=_comma_list, default=None,
@@ -328,8 +328,10 @@ def _add_run(subparsers) -> None:
         "run", help="tokenizer -> train -> evaluate -> export (with the model card), resumable by stage",
         description="The main job. Progress is kept in <run folder>/pipeline_state.json: rerun the same command after "
                     "an interruption to skip finished stages and resume training from its latest checkpoint. "
-                    "A run folder started with other settings is refused naming them (only benchmark_* changes "
-                    "re-run evaluation and export); give the run its own folder or pass --start_over.",
+                    "A run folder started with other training settings is refused naming them; give the run its "
+                    "own folder or pass --start_over. Changes that keep the trained model are taken: benchmark_* "
+                    "(evaluation and export run again), eval_batches, peak_flops and run_name (train's finishing "
+                    "step and export run again), speed and logging settings (docs/training.md, the main job).",
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="run YAML, e.g. training/configs/shakespeare.yaml")

@@ -101,3 +101,81 @@ def test_every_relative_link_resolves(page):
         assert target.exists(), f"{page.name} links {link}, which does not exist"
         if anchor and target.suffix == ".md":
             assert anchor in headings(target), f"{page.name} links {link}, but {target.name} has no such heading"
+
+
+# ---- figures, names and help texts the docs quote, checked against what they cite (added by the docs hunt) ----
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+
+
+def _subparser(*words: str) -> argparse.ArgumentParser:
+    return dict((path, parser) for path, parser in _subcommands(build_parser()))[words]
+
+
+def test_evaluation_speed_figures_are_what_bench_eval_measured():
+    """docs/evaluation.md's Speed section cites bench_eval.md: every N.NNx it quotes is a speed-up that file holds."""
+    import json
+
+    text = section((REPO_ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8"), "Speed")
+    assert "bench_eval.md" in text
+    measured = {f"{row['speedup']:.2f}" for row in json.loads((RESULTS / "bench_eval.json").read_text())["rows"]}
+    quoted = re.findall(r"(\d+\.\d+)x", text)
+    assert quoted, "docs/evaluation.md's Speed section quotes no speed-up"
+    stale = [figure for figure in quoted if figure not in measured]
+    assert not stale, f"docs/evaluation.md quotes {stale}x, but bench_eval.json measured {sorted(measured)}"
+
+
+@pytest.mark.parametrize("page,pattern", [
+    (README, r"rounds spread (\d+(?:\.\d+)?)x–(\d+(?:\.\d+)?)x"),
+    (REPO_ROOT / "docs" / "tokenizer.md", r"\((\d+(?:\.\d+)?)x–(\d+(?:\.\d+)?)x around the tiktoken rows\)"),
+], ids=["README", "tokenizer.md"])
+def test_quoted_tokenizer_round_spread_holds_the_measured_ranges(page, pattern):
+    """The spread of per-round ratios a page quotes for the tiktoken rows holds every min-max the result files give."""
+    match = re.search(pattern, page.read_text(encoding="utf-8"))
+    assert match, f"{page.name} no longer quotes the spread"
+    low, high = float(match.group(1)), float(match.group(2))
+    rows = "README's `tokenizer(texts)` row" if page == README else "the tiktoken rows"
+    names = ["ours __call__"] if page == README else ["ours __call__", "ours encode_ids_batch"]
+    for threads in (1, 2):
+        table = (RESULTS / f"bench_tokenizer_threads{threads}.md").read_text(encoding="utf-8")
+        for name in names:
+            lo, hi = map(float, re.search(
+                rf"\| batch: {re.escape(name)} / tiktoken encode_ordinary loop \| [\d.]+ \| ([\d.]+)-([\d.]+) \|",
+                table).groups())
+            assert low <= lo + 0.05 and hi <= high + 0.05, \
+                f"{page.name} says {rows} spread {low}x–{high}x; {threads} thread(s), {name}: {lo}–{hi}"
+
+
+def test_functions_the_docs_name_by_module_are_in_that_module():
+    """`module.function()` in the docs, where module is one of the package's modules, names a real attribute."""
+    import importlib
+
+    for page in [README, *DOCS]:
+        for module, name in re.findall(r"`([a-z_]+(?:\.[a-z_]+)*)\.([a-z_]\w*)\(\)`", page.read_text(encoding="utf-8")):
+            dotted = module if module.startswith("hf_gpt_custom") else f"hf_gpt_custom.{module}"
+            try:
+                imported = importlib.import_module(dotted)
+            except ImportError:
+                continue  # `config.describe_block()`, `tokenizer.encode_ids_engine()`: objects, not modules
+            assert hasattr(imported, name), f"{page.name} names `{module}.{name}()`, but {dotted} has no {name}"
+
+
+def test_tokenizer_text_field_help_names_every_record_format_it_reads():
+    """`tokenizer train --help`: --text-field applies to every record format the inputs help lists (.csv included)."""
+    parser = _subparser("tokenizer", "train")
+    helps = {action.dest: action.help for action in parser._actions}
+    record_suffixes = [suffix for suffix in re.findall(r"\.\w+", helps["inputs"])
+                       if suffix in (".jsonl", ".json", ".parquet", ".csv")]
+    assert ".csv" in record_suffixes
+    for suffix in record_suffixes:
+        assert re.search(rf"{re.escape(suffix)}(?![\w])", helps["text_field"]), \
+            f"--text-field's help omits {suffix}, whose column it picks: {helps['text_field']!r}"
+
+
+def test_run_help_names_the_settings_a_finished_run_accepts():
+    """`run --help` says which changed settings are not refused; docs/training.md's list is benchmark_*, run_name,
+    eval_batches and peak_flops (they re-run train's finishing step and export)."""
+    description = _subparser("run").description
+    for key in ("eval_batches", "peak_flops"):
+        assert key in description or "only benchmark_*" not in description, \
+            f"`run --help` says only benchmark_* changes are accepted, but {key} is too (docs/training.md): {description!r}"

@@ -79,8 +79,8 @@ class TrainConfig:
     # --- model ---------------------------------------------------------------------------------------------------
     model: dict[str, Any] = _setting(help="GPTCustomConfig keyword arguments (model.n_layer=4); preset: allowed",
                                      changes_training=True, factory=dict)
-    init_from: str | None = _setting(None, help="fine-tune from a model folder (ours, a transformers GPT-2 folder, or "
-                                     "a checkpoint folder)", changes_training=True)
+    init_from: str | None = _setting(None, help="start from a model folder (ours, a transformers GPT-2, OpenAI GPT or "
+                                     "Llama folder converted on load, or a checkpoint folder)", changes_training=True)
     block_size: int = _setting(256, help="tokens per training sequence", changes_training=True)
     # --- optimisation --------------------------------------------------------------------------------------------
     batch_size: int = _setting(8, help="sequences per micro-batch per process", changes_training=True)
