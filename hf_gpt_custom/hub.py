@@ -148,11 +148,8 @@ def _write_export(run_dir, out_dir, repo_id: str | None, package_source: str | N
     # then refuse a copy whose weights, config, code or tokenizer changed on disk. The documentation's hashes are
     # recorded too, unchecked, so that the next export can tell a card edited since from the one it wrote. The
     # staging marker is left out of the manifest but stays until the folder is in place: a failure before then
-    # leaves a staging folder the next export may remove.
-    marker = (staging / _STAGING_MARKER).read_text()
-    (staging / _STAGING_MARKER).unlink()
-    write_manifest(staging, documentation=_documentation_hashes(staging))
-    (staging / _STAGING_MARKER).write_text(marker)
+    # (while hashing the weights, say) leaves a staging folder the next export may remove.
+    write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging))
     _make_world_readable(staging)
 
     replaced = None

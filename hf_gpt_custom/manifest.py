@@ -64,14 +64,14 @@ def is_documentation(name: str) -> bool:
             or (name.startswith(DOCUMENTATION_FOLDERS) and name.endswith(".json")))
 
 
-def write_manifest(folder: str | os.PathLike, **fields) -> Path:
-    """Write folder/manifest.json listing the size and sha256 of every other file but the documentation (written
-    last, atomically)."""
+def write_manifest(folder: str | os.PathLike, leave_out: tuple[str, ...] = (), **fields) -> Path:
+    """Write folder/manifest.json listing the size and sha256 of every other file but the documentation and the names
+    in `leave_out` (written last, atomically)."""
     folder = Path(folder)
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_NAME):
         name = path.relative_to(folder).as_posix()
-        if path.name.endswith(".partial") or is_documentation(name):
+        if path.name.endswith(".partial") or is_documentation(name) or name in leave_out:
             continue
         files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     manifest = {"format": MANIFEST_FORMAT, **fields, "files": files}

@@ -177,12 +177,14 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     accelerator = _make_accelerator(config, device_type, run_dir, log_with)
     check_every_process_reads_one_revision(accelerator, config)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
+    # Checkpoint rotation then sees only this branch, and no output of a replaced run passes for this one's. Before
+    # config.yaml is rewritten: a kill in between left the replaced run's final/ and summary under the new settings
+    # (an export then gave the old model a card of the new hyperparameters).
+    abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)
+    set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")
-    # Checkpoint rotation then sees only this branch, and no output of a replaced run passes for this one's.
-    abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)
-    set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)
     set_seed(config.seed)
 
     prepared = workload.prepare(config, accelerator)
@@ -382,10 +384,14 @@ def _save_final_folder(s: Session) -> None:
     if not accelerator.is_main_process:
         return
     final_dir, staging = s.run_dir / "final", s.run_dir / "final.tmp"  # complete or absent, never half-written
+    replaced = s.run_dir / "final.replaced"  # the previous final/, moved aside in one step, then deleted
     with write_errors_named(s.run_dir, staging, "final/"):
-        shutil.rmtree(staging, ignore_errors=True)
+        for leftover in (staging, replaced):  # left by an interrupted call
+            shutil.rmtree(leftover, ignore_errors=True)
         save_model_folder(s.model_class, s.model_config, state_dict, staging)
         s.workload.save_beside_model(staging, s.model_config)
         write_manifest(staging)  # what eval/export verify final/ against
-        shutil.rmtree(final_dir, ignore_errors=True)
+        if final_dir.exists():  # deleted in place, a kill left a final/ missing files, its manifest perhaps
+            os.replace(final_dir, replaced)
         os.replace(staging, final_dir)
+        shutil.rmtree(replaced, ignore_errors=True)
