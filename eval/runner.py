@@ -99,12 +99,11 @@ def evaluate(
         raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
     if dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
+    specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
+    data_dir = Path(data_dir) if data_dir else default_data_dir()
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
     # mix their reports (one's results.json beside the other's table.md)
     with lock_output_folder(out_dir, "the evaluation folder", "another --out") if out_dir is not None else nullcontext():
-        specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
-        data_dir = Path(data_dir) if data_dir else default_data_dir()
-
         model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
         scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
                                 obeys_generation_config=protocol == "lm-eval")

@@ -55,22 +55,23 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     """
     from hf_gpt_custom.training.run_lock import lock_output_folder
 
-    with lock_output_folder(Path(out_dir).absolute(), "the export folder", "another OUT_DIR"):
-        return _write_export(run_dir, out_dir, repo_id, package_source, license)
-
-
-def _write_export(run_dir, out_dir, repo_id: str | None, package_source: str | None, license: str | None) -> Path:
     if repo_id is not None:
         check_repo_id(repo_id)
     if license is not None:
         license = hub_license(license)
-    run_dir, out_dir = Path(run_dir), Path(out_dir).absolute()  # "." names no folder to stage beside
-    final_dir = run_dir / "final"
+    final_dir = Path(run_dir) / "final"
     if not (final_dir / "config.json").is_file():
         raise MissingFileError(
             f"cannot export: {final_dir / 'config.json'} not found; {run_dir} must be a finished training run "
             "(its final/ folder is written at the end of `hf-gpt-custom train`)"
         )
+    with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True):
+        return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source, license)
+
+
+def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_source: str | None,
+                  license: str | None) -> Path:
+    final_dir = run_dir / "final"  # out_dir is absolute: "." names no folder to stage beside
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"cannot export to {out_dir}: it is a file; choose a folder path")
     if out_dir.exists() and any(out_dir.iterdir()) and not _is_previous_export(out_dir):

@@ -40,9 +40,14 @@ VOCABULARY_FILES = ("vocab.json", "merges.txt")
 _PICKLE_OPENINGS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
 _ZIP_OPENING = b"PK\x03\x04"
 _COMPRESSED_OPENINGS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
-# Any machine's home folder, for the text a person may edit or add (the card, notes): one written on another machine
-# names that machine, which this machine's own paths do not catch. Not inside a URL or a relative path ("org/home/x").
-_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|/root/|[A-Za-z]:[\\/]Users[\\/])[\w.-]+")
+# A person's home folder on any machine, in the text a person may edit or add (the card, notes): one written on another
+# machine names that machine, which this machine's own paths do not catch. A path into one (/home/alice/data,
+# /Users/bob/x, C:\Users\carol\x, its backslashes doubled in JSON), not inside a URL or a relative path
+# ("org/home/x"); conventional names are no one's (a Space's /home/user/app, Docker's /root, a CI runner's home).
+_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|[A-Za-z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))"
+                              r"(?P<name>[\w.-]+)(?=(?:\\{1,2}|/)[\w.-])")
+_NO_ONES_HOME = {"user", "username", "your-username", "your_username", "yourname", "you", "me", "name", "runner",
+                 "jovyan", "ubuntu", "shared", "public", "default", "all users"}
 
 
 def check_card_names(folder: str | Path, repo_id: str) -> None:
@@ -199,15 +204,24 @@ def is_pickle(path: Path) -> bool:
     return _is_whole_text_pickle(path, opener or open)
 
 
+# The opcodes through which unpickling imports and calls: a file that parses to STOP through one of them is a pickle
+# whatever follows (pickle.load ignores the rest).
+_CALLING_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2",
+                    "EXT4", "PERSID", "BINPERSID"}
+
+
 def _is_whole_text_pickle(path: Path, opener) -> bool:
-    """A pickle of protocol 0 or 1, which has no opening mark: the whole file (decompressed) parses as pickle opcodes
-    up to STOP at its very end. Text fails within a few bytes (an unknown opcode) or goes on past a STOP ("N.B. ..."
-    opens as None, STOP)."""
+    """A pickle of protocol 0 or 1, which has no opening mark: the file (decompressed) parses as pickle opcodes up to
+    STOP, and either calls something on the way (anything may follow: pickle.load ignores it) or ends there, give or
+    take a line end. Text fails within a few bytes (an unknown opcode), or goes on past a STOP it reached without a
+    call ("N.B. ..." opens as None, STOP)."""
+    calls = False
     try:
         with opener(path, "rb") as handle:
-            for opcode, _, _ in pickletools.genops(handle):
+            for position, (opcode, _, _) in enumerate(pickletools.genops(handle)):
                 if opcode.name == "STOP":
-                    return handle.read(1) == b""
+                    return position > 0 and (calls or handle.read(3).strip() == b"")
+                calls = calls or opcode.name in _CALLING_OPCODES
     except Exception:  # genops raises ValueError, UnicodeDecodeError, ... on what is not a pickle
         return False
     return False
@@ -235,7 +249,8 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
         text = json.dumps(without_vocabulary(json.loads(text)))
     matches = (re.search(re.escape(prefix) + r"(?![\w.-])", text) for prefix in _local_prefixes(forbidden))
     if is_documentation(name) and not name.endswith(".png"):
-        matches = itertools.chain(matches, [_ANY_HOME_FOLDER.search(text)])
+        matches = itertools.chain(matches, (home for home in _ANY_HOME_FOLDER.finditer(text)
+                                            if home["name"].lower() not in _NO_ONES_HOME))
     match = next((match for match in matches if match), None)
     if match:
         raise UserError(

@@ -4,8 +4,8 @@ run left in the shared packed-data cache.
 
 Two processes writing one run folder interleave their logs and checkpoints, so a run takes fcntl.flock on
 <run>/.run.lock. Two writing one output folder mix their files (one evaluation's results.json beside the other's
-table.md; an export renaming the other's half-written staging folder into place), so each takes
-<parent>/.<name>.lock, beside the folder because an export replaces the folder itself. The kernel drops a lock when
+table.md; an export renaming the other's half-written staging folder into place), so each takes a lock file in the
+folder (beside it for an export, which replaces the folder itself). The kernel drops a lock when
 its holder exits or is killed, so a lock left by a dead process is simply taken over; the file records the holder's
 PID, host and start time for the error a second process gets. Under accelerate launch / torchrun only rank 0 takes
 them: the other ranks write there only in step with rank 0.
@@ -32,6 +32,7 @@ from hf_gpt_custom.training.devices import launch_rank
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".run.lock"
+OUTPUT_LOCK_NAME = ".hf-gpt-custom-writing.lock"  # inside an output folder while a command writes it
 # <key>.tmp<pid>@<host> (and <key>.tmp<pid>, as older versions named them): a packed-data build in progress.
 _BUILD_FOLDER_RE = re.compile(r"^(?P<key>[^/]+?)\.tmp(?P<pid>\d+)(?:@(?P<host>.+))?$")
 _held: dict[str, list] = {}  # lock file -> [open handle, depth]: one process may nest (the main job, then train)
@@ -63,24 +64,34 @@ def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
 
 
 @contextmanager
-def lock_output_folder(folder: str | os.PathLike, what: str, other: str) -> Iterator[None]:
-    """Hold the output `folder` (`what`: "the evaluation folder") for the block, through <parent>/.<name>.lock; a
-    UserError naming the holder, and `other` ("another --out"), if another process writes it. Creates the parent."""
-    folder = Path(folder).absolute()
-    lock_file = folder.with_name(f".{folder.name}.lock")
+def lock_output_folder(folder: str | os.PathLike, what: str, other: str, replaced_whole: bool = False
+                       ) -> Iterator[None]:
+    """Hold the output `folder` (`what`: "the evaluation folder") for the block; a UserError naming the holder, and
+    `other` ("another --out"), if another process writes it. The lock file is OUTPUT_LOCK_NAME inside the folder
+    (created), or, for a folder the command replaces whole by a rename (`replaced_whole`: an export), .<name>.lock
+    beside it; either is deleted when released (one a killed holder left is taken over). The folder is the one the
+    path resolves to: a symlink to it is the same folder."""
+    folder = Path(folder).resolve()
+    lock_file = folder.with_name(f".{folder.name}.lock") if replaced_whole else folder / OUTPUT_LOCK_NAME
+    made = None if lock_file.parent.exists() else lock_file.parent  # removed again if the command leaves it empty
 
     def open_lock_file():
         try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
+            lock_file.parent.mkdir(parents=True, exist_ok=True)
             return open(lock_file, "a+", encoding="utf-8")
         except OSError as err:
-            raise UserError(f"cannot write {what} {folder}: {os.strerror(err.errno) if err.errno else err}; "
-                            f"choose a folder you can write") from err
+            where = f"the folder {lock_file.parent}, where it stages" if replaced_whole else "it"
+            raise UserError(f"cannot write {what} {folder}: {os.strerror(err.errno) if err.errno else err} in "
+                            f"{where}; choose a folder you can write") from err
 
-    with _held_lock(lock_file, open_lock_file, lambda who, pid: (
-            f"{what} {folder} is being written by {who}; wait for it to finish, or give this one {other}"),
-            remove_when_released=True):  # a user's folder keeps no lock file beside it
-        yield
+    try:
+        with _held_lock(lock_file, open_lock_file, lambda who, pid: (
+                f"{what} {folder} is being written by {who}; wait for it to finish, or give this one {other}"),
+                remove_when_released=True):
+            yield
+    finally:
+        if made is not None and made.is_dir() and not any(made.iterdir()):  # a command that stopped early
+            made.rmdir()
 
 
 @contextmanager

@@ -277,6 +277,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         source["trained_on"] = {"documents": "training split", "text_sample_by": config.text_sample_by,
                                 "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,
                                 "seed": config.seed}
+    elif Path(config.dataset).exists():  # validation is val_dataset: every document, as training splits them
+        source["trained_on"] = {"documents": "all", "text_sample_by": config.text_sample_by}
     marker = target / _TOKENIZER_SOURCE_NAME
     recorded = json.loads(marker.read_text()) if marker.is_file() else None
     if recorded is not None and _same_source(recorded, source):
@@ -284,9 +286,9 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     if recorded is not None and not start_over and _recorded_by_the_old_rule(recorded, source) \
             and _outputs_trained_with_tokenizer(run_dir, target):
         # Retrained by today's rule it would come out other than the one the run's weights were trained with
-        logger.warning("keeping the run's tokenizer %s: an older version trained it on every document of %s (the "
-                       "validation documents included) and recorded no contents to check, and the run's checkpoints "
-                       "were trained with it; --start_over trains a new one on the training documents only",
+        logger.warning("keeping the run's tokenizer %s: an older version trained it on %s by its own rule (every "
+                       "document, held-out ones included, or the files read whole), and the run's checkpoints were "
+                       "trained with it; --start_over trains a new one on the documents training reads",
                        target, config.dataset)
         return target
     from hf_gpt_custom.tokenizer_training import train_tokenizer
@@ -350,11 +352,11 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
 
 
 def _recorded_by_the_old_rule(recorded: dict, source: dict) -> bool:
-    """Whether `recorded` is the marker of a tokenizer trained before the held-out documents were left out (it has
-    neither `trained_on` nor `dataset_sha256`) on what `source` names: the same dataset and settings."""
-    settings = ("dataset", "dataset_config", "split", "text_field", "vocab_size")
-    return not {"trained_on", "dataset_sha256"} & set(recorded) and \
-        all(recorded.get(key) == source.get(key) for key in settings)
+    """Whether `recorded` is the marker of a tokenizer an older version trained, by its rule, on what `source` names:
+    it says nothing of which documents (no `trained_on`: before the held-out documents were left out, or before a
+    val_dataset run's documents were split as training splits them) and all it does say is `source`'s."""
+    return "trained_on" not in recorded and "trained_on" in source and \
+        all(source.get(key) == value for key, value in recorded.items())
 
 
 def _same_source(recorded: dict, source: dict) -> bool:

@@ -453,8 +453,8 @@ def test_export_refuses_a_final_folder_with_a_missing_weight(tmp_path):
 
 
 @pytest.mark.parametrize("written", ["/home/alice/data/corpus.txt", "`/Users/bob/runs/x`", "C:\\Users\\carol\\run",
-                                     "(/root/.cache/tok)"])
-def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, written):
+                                     "(/home/dave.smith/tok)"])
+def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, written, monkeypatch):
     """Only this machine's paths were known in free text: a card edited elsewhere (or written by a colleague) with
     their home folder passed `push --dry-run`. A home folder of any machine is refused; the same words inside a URL
     or without the leading slash are not."""
@@ -462,15 +462,19 @@ def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, writ
 
     folder = tmp_path / "card"
     shutil.copytree(exported[1], folder)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # this machine's home and working directory are another rule
+    monkeypatch.chdir(tmp_path)
     card = (folder / "README.md").read_text(encoding="utf-8")
-    (folder / "README.md").write_text(card + "\nSee https://example.org/home/alice/x and home/alice, C:Users.\n")
-    check_export(folder)
+    (folder / "README.md").write_text(card + "\nSee https://example.org/home/alice/x and home/alice, C:Users.\n"
+                                      "In a Space: /home/user/app. [Guide](/Users/guide). With Docker:\n"
+                                      "`docker run -v ~/.cache/huggingface:/root/.cache/huggingface image`\n")
+    check_export(folder)  # no one's home: a URL, a relative path, a placeholder, a site link, Docker's /root
     (folder / "README.md").write_text(card + f"\nTrained on {written} too.\n")
-    with pytest.raises(ValueError, match=r"README\.md contains the local path '[^']*(alice|bob|carol|root)"):
+    with pytest.raises(ValueError, match=r"README\.md contains the local path '[^']*(alice|bob|carol|dave\.smith)'"):
         check_export(folder)
     (folder / "README.md").write_text(card)
     (folder / "eval" / "NOTES.md").write_text(f"Evaluated from {written}.\n")  # documentation added beside the card
-    with pytest.raises(ValueError, match=r"eval/NOTES\.md contains the local path '[^']*(alice|bob|carol|root)"):
+    with pytest.raises(ValueError, match=r"eval/NOTES\.md contains the local path '[^']*(alice|bob|carol|dave\.smith)'"):
         check_export(folder)
 
 

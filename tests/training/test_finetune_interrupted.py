@@ -76,7 +76,7 @@ def test_a_start_over_killed_before_the_old_outputs_are_set_aside_leaves_no_card
     from hf_gpt_custom.training.finetune import finetune
 
     run_dir = finetune(_config(tmp_path / "run", base_model_dir, learnable_pairs))
-    assert f"| `learning_rate` | 0.003 |" in str(build_model_card(run_dir))
+    assert "| `learning_rate` | 0.003 |" in str(build_model_card(run_dir))
 
     def killed(*args, **kwargs):
         raise _Killed

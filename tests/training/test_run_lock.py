@@ -7,9 +7,11 @@ import json
 import logging
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -17,6 +19,7 @@ from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.data import prepare_datasets
 from hf_gpt_custom.training.run_lock import LOCK_NAME, lock_run_folder, process_is_alive, remove_stale_build_folders
 from hf_gpt_custom.training.train import train
+from tests.conftest import REPO_ROOT
 
 
 
@@ -132,13 +135,14 @@ def test_a_live_process_of_another_user_counts_as_alive_and_keeps_its_build_fold
 
 def test_an_output_folder_held_by_another_process_is_refused_naming_it_and_keeps_no_lock_file(tmp_path):
     """An evaluation's --out, an export or a tokenizer folder: one writer at a time (tests/test_concurrent_writers.py
-    shows what two at once did). The lock file lives beside the folder while held and is gone after."""
-    from hf_gpt_custom.training.run_lock import lock_output_folder
+    shows what two at once did). The lock file lives in the folder while held and is gone after."""
+    from hf_gpt_custom.training.run_lock import OUTPUT_LOCK_NAME, lock_output_folder
 
     out = tmp_path / "eval"
     script = ('printf \'{"pid": %d, "host": "%s", "started": "2026-01-01 00:00:00 UTC"}\' $$ "$(hostname)" > "$0"; '
               'exec flock -o "$0" sh -c "echo held; exec sleep 120"')
-    holder = subprocess.Popen(["sh", "-c", script, str(tmp_path / ".eval.lock")], stdout=subprocess.PIPE, text=True,
+    out.mkdir()
+    holder = subprocess.Popen(["sh", "-c", script, str(out / OUTPUT_LOCK_NAME)], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     assert holder.stdout.readline().strip() == "held"
     try:
@@ -152,8 +156,8 @@ def test_an_output_folder_held_by_another_process_is_refused_naming_it_and_keeps
         holder.wait()
     with lock_output_folder(out, "the evaluation folder", "another --out"):  # the dead holder's lock is taken over
         with lock_output_folder(out, "the evaluation folder", "another --out"):  # re-entrant in one process
-            assert (tmp_path / ".eval.lock").is_file()
-    assert sorted(path.name for path in tmp_path.iterdir()) == []  # nothing left beside the folder
+            assert (out / OUTPUT_LOCK_NAME).is_file()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["eval"] and not any(out.iterdir())  # nothing left
 
 
 def test_an_output_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_again_on_the_file_there(tmp_path):
@@ -176,3 +180,63 @@ def test_an_output_lock_taken_on_a_file_its_holder_removed_meanwhile_is_taken_ag
         assert len(opened) == 2 and lock_file.is_file()
         assert subprocess.run(["flock", "-n", str(lock_file), "true"]).returncode == 1  # locked, seen from outside
     assert not lock_file.exists() and not out.exists()
+
+
+_INTO_WRITABLE_FOLDER_OF_READ_ONLY_PARENT = r"""
+set -e
+mkdir -p "$RW"
+mount --bind "$PARENT" "$PARENT" && mount -o remount,bind,ro "$PARENT" && mount --bind "$RW" "$PARENT/out"
+touch "$PARENT/out/probe" && rm "$PARENT/out/probe"
+exec "$PYTHON" -c "
+from hf_gpt_custom.tokenizer_training import train_tokenizer
+train_tokenizer(['$CORPUS'], out_dir='$PARENT/out', vocab_size=300, show_progress=False)
+print('trained')
+"
+"""
+
+
+def test_tokenizer_trains_into_a_writable_folder_whose_parent_is_read_only(tmp_path):
+    """A writable --out inside a read-only folder (a volume mounted under /, `--out .` in a home folder) was refused
+    while the lock file lived beside the folder: it lives in it."""
+    parent, corpus = tmp_path / "readonly_parent", tmp_path / "corpus.txt"
+    (parent / "out").mkdir(parents=True)
+    corpus.write_text("the cat sat on the mat\n" * 200, encoding="utf-8")
+    env = {**os.environ, "PARENT": str(parent), "RW": str(tmp_path / "writable"), "CORPUS": str(corpus),
+           "PYTHON": sys.executable, "PYTHONPATH": str(REPO_ROOT)}
+    if os.geteuid() == 0:  # root writes anywhere: a read-only bind mount in a private mount namespace
+        if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+            pytest.skip("no mount namespace here")
+        result = subprocess.run(["unshare", "-m", "sh", "-c", _INTO_WRITABLE_FOLDER_OF_READ_ONLY_PARENT], env=env,
+                                capture_output=True, text=True, timeout=120)
+    else:
+        os.chmod(parent, 0o555)
+        try:
+            result = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+                from hf_gpt_custom.tokenizer_training import train_tokenizer
+                train_tokenizer([{str(corpus)!r}], out_dir={str(parent / 'out')!r}, vocab_size=300,
+                                show_progress=False)
+                print('trained')""")], env=env, capture_output=True, text=True, timeout=120)
+        finally:
+            os.chmod(parent, 0o755)
+    assert "trained" in result.stdout, result.stderr[-600:]
+
+
+def test_the_output_lock_holds_through_a_symlink(tmp_path):
+    """The lock was taken for the path as spelled: a symlink to a folder another process writes took a second one."""
+    from hf_gpt_custom.training.run_lock import lock_output_folder
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom hf_gpt_custom.training.run_lock import lock_output_folder\n"
+         f"with lock_output_folder({str(tmp_path / 'real')!r}, 'the evaluation folder', 'another --out'):\n"
+         "    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match="is being written by"):
+            with lock_output_folder(tmp_path / "link", "the evaluation folder", "another --out"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()

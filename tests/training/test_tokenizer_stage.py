@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +258,56 @@ def test_a_checkpoint_whose_run_tokenizer_was_replaced_is_refused(first_run, mak
     with pytest.raises(UserError, match=r"step_000012 has vocab_size=300 but its run's tokenizer in .*first/tokenizer "
                                         r"has 280 tokens; pass tokenizer="):
         prepare_tokenizer(config)
+
+
+def _indented_paragraphs(path: Path, count: int) -> Path:
+    """Paragraphs of indented lines: text_sample_by=paragraph and =line give other documents."""
+    rng = random.Random(0)
+    words = "the king and queen of france went to war with england over a crown of gold and silver".split()
+    paragraphs = ["\n".join("  " + " ".join(rng.choice(words) for _ in range(8)) for _ in range(4))
+                  for _ in range(count)]
+    path.write_text("\n\n\n".join(paragraphs), encoding="utf-8")
+    return path
+
+
+def _tokenizer_json(folder) -> str:
+    return (Path(folder) / "tokenizer.json").read_text(encoding="utf-8")
+
+
+def test_start_over_with_other_text_sample_by_retrains_a_val_dataset_runs_tokenizer(make_config, tmp_path):
+    """The val_dataset marker did not record text_sample_by, which the documents depend on: --start_over with another
+    kept the old tokenizer, where a fresh folder trained another."""
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    train_file = _indented_paragraphs(tmp_path / "train.txt", 300)
+    val_file = _indented_paragraphs(tmp_path / "val.txt", 20)
+    common = (f"dataset={train_file}", f"val_dataset={val_file}", "tokenizer=null", "tokenizer_vocab_size=400")
+    prepare_tokenizer(make_config(*common, "text_sample_by=paragraph", run_name="run"))
+    again = prepare_tokenizer(make_config(*common, "text_sample_by=line", run_name="run"), start_over=True)
+    fresh = prepare_tokenizer(make_config(*common, "text_sample_by=line", run_name="fresh"))
+    assert _tokenizer_json(again) == _tokenizer_json(fresh)
+
+
+def test_start_over_replaces_a_val_dataset_tokenizer_trained_by_the_old_rule(make_config, tmp_path):
+    """A val_dataset run's tokenizer trained by an older version on the whole file (its marker has no trained_on) is
+    kept for the outputs trained with it, and replaced under --start_over (it was kept then too)."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    train_file = _indented_paragraphs(tmp_path / "train.txt", 300)
+    val_file = _indented_paragraphs(tmp_path / "val.txt", 20)
+    common = (f"dataset={train_file}", f"val_dataset={val_file}", "tokenizer=null", "tokenizer_vocab_size=400")
+    config = make_config(*common, run_name="old")
+    target = prepare_tokenizer(config)  # today's marker less trained_on: the keys c84bd45 wrote for a val_dataset run
+    recorded = json.loads((target / "training_source.json").read_text())
+    assert recorded.pop("trained_on") == {"documents": "all", "text_sample_by": "paragraph"}
+    marker = json.dumps(recorded)
+    shutil.rmtree(target)
+    train_tokenizer([str(train_file)], out_dir=target, vocab_size=400, show_progress=False)  # c84bd45's rule
+    (target / "training_source.json").write_text(marker)
+    old = _tokenizer_json(target)
+    fresh = _tokenizer_json(prepare_tokenizer(make_config(*common, run_name="fresh")))
+    assert old != fresh  # the two rules give different tokenizers on this corpus
+    (config.run_dir / "final").mkdir()  # a model trained with the old tokenizer: resuming keeps it
+    assert _tokenizer_json(prepare_tokenizer(config)) == old
+    assert _tokenizer_json(prepare_tokenizer(config, start_over=True)) == fresh
