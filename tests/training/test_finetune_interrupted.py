@@ -81,7 +81,7 @@ def test_a_start_over_killed_before_the_old_outputs_are_set_aside_leaves_no_card
     def killed(*args, **kwargs):
         raise _Killed
 
-    monkeypatch.setattr(train_module, "set_aside_other_histories", killed)
+    monkeypatch.setattr(train_module, "set_aside_replaced_outputs", killed)  # the later of the two moves
     with pytest.raises(_Killed):
         finetune(_config(tmp_path / "run", base_model_dir, learnable_pairs, "learning_rate=1e-3"), start_over=True)
     monkeypatch.undo()

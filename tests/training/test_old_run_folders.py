@@ -85,3 +85,24 @@ def test_a_validation_file_runs_tokenizer_is_not_kept_when_its_recorded_data_cha
     data.write_text("\n\n".join(speeches[1000:1400]), encoding="utf-8")
     with pytest.raises(UserError, match=r"dataset_sha256 changed\) gives another one"):
         prepare_tokenizer(config)
+
+
+@pytest.mark.parametrize("recorded_change", [{"vocab_size": 280}, {"dataset": "/elsewhere/speeches.txt"}])
+def test_an_old_rule_tokenizer_for_other_settings_is_not_kept(make_config, tmp_path, shakespeare_path,
+                                                              recorded_change):
+    """An older version's marker is taken for the run's tokenizer only when all it records is this run's: one for
+    another size or dataset is retrained beside the outputs and, coming out other, refused."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    small = tmp_path / "speeches.txt"
+    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
+    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="old_other")
+    folder = config.run_dir / "tokenizer"
+    train_tokenizer([str(small)], folder, vocab_size=300, show_progress=False)
+    (folder / "training_source.json").write_text(json.dumps(
+        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300,
+         **recorded_change}))
+    (config.run_dir / "final").mkdir()
+    with pytest.raises(UserError, match=f"({'|'.join(recorded_change)}) changed\\) gives another one"):
+        prepare_tokenizer(config)

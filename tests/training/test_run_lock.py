@@ -221,21 +221,25 @@ def test_tokenizer_trains_into_a_writable_folder_whose_parent_is_read_only(tmp_p
     assert "trained" in result.stdout, result.stderr[-600:]
 
 
-def test_the_output_lock_holds_through_a_symlink(tmp_path):
+@pytest.mark.parametrize("replaced_whole", [False, True], ids=["in_the_folder", "beside_it"])
+def test_the_output_lock_holds_through_a_symlink(tmp_path, replaced_whole):
     """The lock was taken for the path as spelled: a symlink to a folder another process writes took a second one."""
     from hf_gpt_custom.training.run_lock import lock_output_folder
 
     (tmp_path / "real").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "link").symlink_to(tmp_path / "real")
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom hf_gpt_custom.training.run_lock import lock_output_folder\n"
-         f"with lock_output_folder({str(tmp_path / 'real')!r}, 'the evaluation folder', 'another --out'):\n"
+         f"with lock_output_folder({str(tmp_path / 'real')!r}, 'the evaluation folder', 'another --out', "
+         f"replaced_whole={replaced_whole}):\n"
          "    print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UserError, match="is being written by"):
-            with lock_output_folder(tmp_path / "link", "the evaluation folder", "another --out"):
+            with lock_output_folder(tmp_path / "elsewhere" / "link", "the evaluation folder", "another --out",
+                                    replaced_whole=replaced_whole):
                 pass
     finally:
         holder.kill()
