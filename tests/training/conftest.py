@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import tiny_run_overrides
+from tests.helpers import save_tiny_base_model, tiny_run_overrides, write_learnable_pairs
 from hf_gpt_custom.training.config import load_train_config
 
 
@@ -117,3 +117,16 @@ def _assert_plain_model_folders(run_dir, python_without_project) -> None:
 def assert_plain_model_folders(python_without_project):
     """`check(run_dir)`: final/ and the checkpoints are what an unwrapped model writes (see the function above)."""
     return lambda run_dir: _assert_plain_model_folders(run_dir, python_without_project)
+
+
+@pytest.fixture(scope="module")
+def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
+    """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions) with its tokenizer."""
+    return save_tiny_base_model(tmp_path_factory.mktemp("base") / "final", shakespeare_tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def learnable_pairs(tmp_path_factory):
+    """120 pair records a tiny model learns in a few steps: the label says whether the hypothesis word is in the
+    premise."""
+    return write_learnable_pairs(tmp_path_factory.mktemp("data") / "pairs.jsonl")

@@ -15,25 +15,13 @@ from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.finetune_data import (
     PadExamples, add_task_tokens, encode_examples, load_labelled_records, split_heldout,
 )
-from tests.helpers import PAIR_WORDS as WORDS, save_tiny_base_model, write_learnable_pairs
+from tests.helpers import PAIR_WORDS as WORDS
 
-
-
-@pytest.fixture(scope="module")
-def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
-    """A tiny pre-trained-shaped causal LM folder (2 layers, 32 wide, 64 positions) with its tokenizer."""
-    return save_tiny_base_model(tmp_path_factory.mktemp("base") / "final", shakespeare_tokenizer_dir)
 
 
 def _write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def learnable_pairs(tmp_path_factory):
-    """A pair task a tiny model learns in a few steps: the label says whether the hypothesis word is in the premise."""
-    return write_learnable_pairs(tmp_path_factory.mktemp("data") / "pairs.jsonl")
 
 
 def test_a_labelled_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path):

@@ -13,20 +13,9 @@ import torch
 from hf_gpt_custom.training.finetune import finetune
 from hf_gpt_custom.training.finetune_config import load_finetune_config
 from hf_gpt_custom.training.finetune_data import load_labelled_records, split_heldout
-from tests.helpers import PAIR_WORDS as WORDS, save_tiny_base_model, write_learnable_pairs
+from tests.helpers import PAIR_WORDS as WORDS
 
 HELDOUT_FRACTION, SEED = 0.25, 7
-
-
-@pytest.fixture(scope="module")
-def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
-    return save_tiny_base_model(tmp_path_factory.mktemp("base") / "final", shakespeare_tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def pairs(tmp_path_factory):
-    """120 pair records (30 held out): the label says whether the hypothesis word is in the premise."""
-    return write_learnable_pairs(tmp_path_factory.mktemp("data") / "pairs.jsonl")
 
 
 def _finetune(out_dir, base, dataset, *overrides):
@@ -51,14 +40,14 @@ def _load(folder):
     return AutoTokenizer.from_pretrained(folder), AutoModelForSequenceClassification.from_pretrained(folder).eval()
 
 
-def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_path, base_model_dir, pairs):
+def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_path, base_model_dir, learnable_pairs):
     """eval_batches=1 of batch_size 8 scored the first 8 of 30 held-out records, while the summary and card gave
     that accuracy as the one on all 30 and put the majority class of all 30 beside it. Reference: final/ scoring
     each held-out record alone from raw text, and the records' own labels."""
     from hf_gpt_custom.model_cards.card import build_model_card
 
-    run_dir = _finetune(tmp_path / "run", base_model_dir, pairs, "eval_batches=1")
-    heldout = _heldout_records(pairs)
+    run_dir = _finetune(tmp_path / "run", base_model_dir, learnable_pairs, "eval_batches=1")
+    heldout = _heldout_records(learnable_pairs)
     tokenizer, model = _load(run_dir / "final")
     with torch.no_grad():
         predicted = [model.config.id2label[int(model(**tokenizer(r["premise"], r["hypothesis"],
@@ -107,7 +96,7 @@ finetune(load_finetune_config(None, sys.argv[1:]))
 
 
 @pytest.mark.slow
-def test_the_heldout_lm_loss_is_the_records_own_on_one_and_on_two_processes(tmp_path, base_model_dir, pairs):
+def test_the_heldout_lm_loss_is_the_records_own_on_one_and_on_two_processes(tmp_path, base_model_dir, learnable_pairs):
     """val_lm_loss summed each process's batch means, so on two processes the examples Accelerate repeats to even out
     the last batch (30 held-out records, 2 × 8 per step: 2 repeated) counted twice. Reference: final/ scoring each
     held-out record alone."""
@@ -116,19 +105,19 @@ def test_the_heldout_lm_loss_is_the_records_own_on_one_and_on_two_processes(tmp_
 
     from tests.training.test_multiprocess import _free_port
 
-    one = _finetune(tmp_path / "one", base_model_dir, pairs, "max_steps=3", "eval_interval=3")
+    one = _finetune(tmp_path / "one", base_model_dir, learnable_pairs, "max_steps=3", "eval_interval=3")
     summary = json.loads((one / "training_summary.json").read_text())
     assert summary["heldout_examples"] == 30
-    assert summary["val_lm_loss"] == pytest.approx(_heldout_lm_loss_alone(one / "final", pairs), rel=1e-5)
+    assert summary["val_lm_loss"] == pytest.approx(_heldout_lm_loss_alone(one / "final", learnable_pairs), rel=1e-5)
 
     if shutil.which("accelerate") is None:
         pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
     script = tmp_path / "finetune_two.py"
     script.write_text(_TWO_PROCESS_FINETUNE)
     two = tmp_path / "two"
-    overrides = [f"init_from={base_model_dir}", f"dataset={pairs}", f"out_dir={two}", "run_name=ft", "block_size=32",
-                 "batch_size=8", "max_steps=3", "learning_rate=3e-3", "warmup_steps=1", "eval_interval=3",
-                 "checkpoint_interval=0", f"val_fraction={HELDOUT_FRACTION}", "log_with=none", f"seed={SEED}",
+    overrides = [f"init_from={base_model_dir}", f"dataset={learnable_pairs}", f"out_dir={two}", "run_name=ft",
+                 "block_size=32", "batch_size=8", "max_steps=3", "learning_rate=3e-3", "warmup_steps=1",
+                 "eval_interval=3", "checkpoint_interval=0", f"val_fraction={HELDOUT_FRACTION}", "log_with=none", f"seed={SEED}",
                  "task.format=pair", "task.text_columns=premise,hypothesis", "task.labels=no,yes"]
     command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
@@ -138,11 +127,11 @@ def test_the_heldout_lm_loss_is_the_records_own_on_one_and_on_two_processes(tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((two / "training_summary.json").read_text())
     assert summary["num_processes"] == 2 and summary["heldout_examples"] == 30
-    assert summary["val_lm_loss"] == pytest.approx(_heldout_lm_loss_alone(two / "final", pairs), rel=1e-5)
+    assert summary["val_lm_loss"] == pytest.approx(_heldout_lm_loss_alone(two / "final", learnable_pairs), rel=1e-5)
 
 
 @pytest.fixture(scope="module")
-def pad_token_run(tmp_path_factory, base_model_dir, pairs):
+def pad_token_run(tmp_path_factory, base_model_dir, learnable_pairs):
     """A fine-tuned run whose base tokenizer has its own pad token, <|pad|> (as a user adds [PAD] to a GPT-2 folder)."""
     from transformers import AutoTokenizer
 
@@ -154,13 +143,13 @@ def pad_token_run(tmp_path_factory, base_model_dir, pairs):
     tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
     tokenizer.save_pretrained(base)
     write_manifest(base)
-    return _finetune(tmp_path_factory.mktemp("ftpad") / "run", base, pairs, "task.lm_loss_weight=0")
+    return _finetune(tmp_path_factory.mktemp("ftpad") / "run", base, learnable_pairs, "task.lm_loss_weight=0")
 
 
-def _assert_padded_rows_score_as_alone(folder, pairs):
+def _assert_padded_rows_score_as_alone(folder, learnable_pairs):
     tokenizer, model = _load(folder)
     assert tokenizer.convert_tokens_to_ids("<|pad|>") == model.config.pad_token_id  # the base tokenizer's own pad
-    records = _heldout_records(pairs)[:6]
+    records = _heldout_records(learnable_pairs)[:6]
     texts = ([r["premise"] for r in records], [r["hypothesis"] + " the" * i for i, r in enumerate(records)])
     with torch.no_grad():
         batch = tokenizer(*texts, padding=True, return_tensors="pt")
@@ -170,21 +159,22 @@ def _assert_padded_rows_score_as_alone(folder, pairs):
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
 
 
-def test_a_base_pad_token_is_the_saved_tokenizers_pad_and_padded_rows_score_as_alone(pad_token_run, pairs):
+def test_a_base_pad_token_is_the_saved_tokenizers_pad_and_padded_rows_score_as_alone(pad_token_run, learnable_pairs):
     """The saved tokenizer padded with <|endoftext|> while config.pad_token_id named <|pad|>: the head read the
     last <|endoftext|> pad, not the extract token, of every padded row. Reference: each row alone."""
-    _assert_padded_rows_score_as_alone(pad_token_run / "final", pairs)
+    _assert_padded_rows_score_as_alone(pad_token_run / "final", learnable_pairs)
 
 
-def test_the_export_of_a_pad_token_base_pads_with_config_pad_token_id(pad_token_run, pairs, tmp_path):
+def test_the_export_of_a_pad_token_base_pads_with_config_pad_token_id(pad_token_run, learnable_pairs, tmp_path):
     from hf_gpt_custom.hub import export_folder
 
     out_dir = export_folder(pad_token_run, tmp_path / "export")
-    _assert_padded_rows_score_as_alone(out_dir, pairs)
+    _assert_padded_rows_score_as_alone(out_dir, learnable_pairs)
     assert "Padding: `<|pad|>` on the **right**" in (out_dir / "README.md").read_text()
 
 
-def test_the_saved_and_exported_tokenizers_cut_a_long_input_where_fine_tuning_cut_it(pad_token_run, pairs, tmp_path):
+def test_the_saved_and_exported_tokenizers_cut_a_long_input_where_fine_tuning_cut_it(pad_token_run, learnable_pairs,
+                                                                                     tmp_path):
     """Fine-tuning cuts each example to block_size (32 here, the model has 64 positions); the saved tokenizer cut at
     model_max_length = n_positions, so a long premise reached the head with more of its text than the held-out
     accuracy was measured on. Reference: the ids fine-tuning itself built for the record (encode_examples)."""

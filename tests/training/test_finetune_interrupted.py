@@ -9,21 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import save_tiny_base_model, write_learnable_pairs
-
 
 class _Killed(BaseException):
     """Stands for SIGKILL: nothing after the point where it is raised runs."""
-
-
-@pytest.fixture(scope="module")
-def base_model_dir(tmp_path_factory, shakespeare_tokenizer_dir):
-    return save_tiny_base_model(tmp_path_factory.mktemp("base") / "final", shakespeare_tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def learnable_pairs(tmp_path_factory):
-    return write_learnable_pairs(tmp_path_factory.mktemp("data") / "pairs.jsonl")
 
 
 def _config(run_dir, base_model_dir, dataset, *overrides):

@@ -13,6 +13,23 @@ def _sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _run_with_an_old_rule_tokenizer(make_config, tmp_path, shakespeare_path, run_name, **recorded_change):
+    """A run folder as code before 872cab0 (2026-11-25) left it: the run's tokenizer trained on the whole dataset, its
+    training_source.json holding dataset, dataset_config, split, text_field and vocab_size only (`recorded_change`
+    edits what it records). Returns the config and the tokenizer folder."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+
+    small = tmp_path / "speeches.txt"
+    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
+    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name=run_name)
+    folder = config.run_dir / "tokenizer"
+    train_tokenizer([str(small)], folder, vocab_size=300, show_progress=False)
+    (folder / "training_source.json").write_text(json.dumps(
+        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300,
+         **recorded_change}))
+    return config, folder
+
+
 def test_a_run_tokenizer_trained_by_code_before_872cab0_is_not_blamed_on_changed_data(make_config, tmp_path,
                                                                                        shakespeare_path):
     """Before 872cab0 (2026-11-25 02:48; e.g. 73d52fc, e81a9d6) a run's own tokenizer was trained on the whole dataset
@@ -24,17 +41,10 @@ def test_a_run_tokenizer_trained_by_code_before_872cab0_is_not_blamed_on_changed
     tokenizer=<run>/tokenizer is refused too, as a changed setting, so no named fix continues the run.)
     Expected: the tokenizer its checkpoints were trained with is kept (it is what their weights need), or a refusal
     that names the rule change instead of the data."""
-    from hf_gpt_custom.tokenizer_training import train_tokenizer
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
-    small = tmp_path / "speeches.txt"
-    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
-    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="old_run")
-    run_dir = config.run_dir
-    # The old rule: every document of the dataset, and the old marker beside it.
-    train_tokenizer([str(small)], run_dir / "tokenizer", vocab_size=300, show_progress=False)
-    (run_dir / "tokenizer" / "training_source.json").write_text(json.dumps(
-        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300}))
+    config, _ = _run_with_an_old_rule_tokenizer(make_config, tmp_path, shakespeare_path, "old_run")
+    run_dir, small = config.run_dir, tmp_path / "speeches.txt"
     (run_dir / "final").mkdir()  # a model trained with that tokenizer (a checkpoint counts the same)
     before = _sha256(run_dir / "tokenizer" / "tokenizer.json")
     before_data = _sha256(small)
@@ -53,16 +63,9 @@ def test_an_old_rule_tokenizer_with_nothing_trained_on_it_is_retrained_by_todays
                                                                                        shakespeare_path):
     """Kept only for the checkpoints or final/ trained with it: without them, the run's tokenizer is trained again on
     the training documents alone, with today's marker."""
-    from hf_gpt_custom.tokenizer_training import train_tokenizer
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
-    small = tmp_path / "speeches.txt"
-    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
-    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="old_marker")
-    folder = config.run_dir / "tokenizer"
-    train_tokenizer([str(small)], folder, vocab_size=300, show_progress=False)
-    (folder / "training_source.json").write_text(json.dumps(
-        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300}))
+    config, folder = _run_with_an_old_rule_tokenizer(make_config, tmp_path, shakespeare_path, "old_marker")
     assert prepare_tokenizer(config) == folder
     assert json.loads((folder / "training_source.json").read_text())["trained_on"]["documents"] == "training split"
 
@@ -92,17 +95,9 @@ def test_an_old_rule_tokenizer_for_other_settings_is_not_kept(make_config, tmp_p
                                                               recorded_change):
     """An older version's marker is taken for the run's tokenizer only when all it records is this run's: one for
     another size or dataset is retrained beside the outputs and, coming out other, refused."""
-    from hf_gpt_custom.tokenizer_training import train_tokenizer
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
-    small = tmp_path / "speeches.txt"
-    small.write_text("\n\n".join(shakespeare_path.read_text(encoding="utf-8").split("\n\n")[:400]), encoding="utf-8")
-    config = make_config(f"dataset={small}", "tokenizer=null", "tokenizer_vocab_size=300", run_name="old_other")
-    folder = config.run_dir / "tokenizer"
-    train_tokenizer([str(small)], folder, vocab_size=300, show_progress=False)
-    (folder / "training_source.json").write_text(json.dumps(
-        {"dataset": str(small), "dataset_config": None, "split": "train", "text_field": "text", "vocab_size": 300,
-         **recorded_change}))
+    config, _ = _run_with_an_old_rule_tokenizer(make_config, tmp_path, shakespeare_path, "old_other", **recorded_change)
     (config.run_dir / "final").mkdir()
     with pytest.raises(UserError, match=f"({'|'.join(recorded_change)}) changed\\) gives another one"):
         prepare_tokenizer(config)
