@@ -70,6 +70,17 @@ def model_kept(record: dict[str, Any], run_dir: Path) -> bool:
     return _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir)
 
 
+def code_changed_since(stage: str, run_dir: Path) -> list[str]:
+    """The remote code files an export holds that differ from this package's (an export written by an older
+    version ships that version's modeling code to whoever loads it with trust_remote_code); [] for other stages."""
+    export = run_dir / "export"
+    if stage != "export" or not export.is_dir():
+        return []
+    package = Path(__file__).parent
+    return sorted(path.name for path in export.glob("*.py")
+                  if (package / path.name).is_file() and path.read_bytes() != (package / path.name).read_bytes())
+
+
 def reports_unchanged(record: dict[str, Any], run_dir: Path, benchmarks: str | None) -> bool:
     """True while the benchmark files a stage scored and the reports it read and wrote are as they were then."""
     return (_scored_on_these_benchmarks(record, benchmarks) and _read_these_reports(record, run_dir)

@@ -322,3 +322,27 @@ def test_a_copied_or_moved_run_writes_its_own_folder_and_paths_into_config_yaml(
     assert (untouched["run_name"], untouched["out_dir"]) == ("smoke", str(original))
     run_pipeline(copy / "config.yaml")
     assert _stages_run(capsys) == []
+
+
+def test_an_export_holding_an_older_versions_code_is_made_again(overrides, capsys):
+    """A run finished by an older version, run again after an upgrade, skipped every stage and kept export/ with the
+    older modeling code, which whoever loads the export with trust_remote_code runs (its bugs included). Reference:
+    the package's own files."""
+    from hf_gpt_custom.hub import _documentation_hashes
+    from hf_gpt_custom.manifest import write_manifest
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    export = run_dir / "export"
+    shipped = export / "modeling_gpt_custom.py"
+    shipped.write_text(shipped.read_text() + "\n# as an older version wrote it\n")
+    write_manifest(export, documentation=_documentation_hashes(export))  # as that version's export recorded it
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    out = capsys.readouterr().out
+    assert "export/ holds an older version's code (modeling_gpt_custom.py): exporting again" in out
+    assert [line.split()[-1] for line in out.splitlines() if "[running ]" in line] == ["export"]
+    package = Path(__import__("hf_gpt_custom").__file__).parent
+    assert shipped.read_bytes() == (package / "modeling_gpt_custom.py").read_bytes()
+    assert sorted(path.name for path in run_dir.glob("export*")) == ["export"]  # replaced, not kept as an edit
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == []  # the same code: nothing to redo
