@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import itertools
 import json
 import lzma
 import os
+import pickle
 import pickletools
 import re
 import zipfile
@@ -41,13 +43,13 @@ _PICKLE_OPENINGS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))
 _ZIP_OPENING = b"PK\x03\x04"
 _COMPRESSED_OPENINGS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 # A person's home folder on any machine, in the text a person may edit or add (the card, notes): one written on another
-# machine names that machine, which this machine's own paths do not catch. A path into one (/home/alice/data,
+# machine names that machine, which this machine's own paths do not catch. One or a path into it (/home/alice,
 # /Users/bob/x, C:\Users\carol\x, its backslashes doubled in JSON), not inside a URL or a relative path
 # ("org/home/x"); conventional names are no one's (a Space's /home/user/app, Docker's /root, a CI runner's home).
 _ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|[A-Za-z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))"
-                              r"(?P<name>[\w.-]+)(?=(?:\\{1,2}|/)[\w.-])")
+                              r"(?P<name>[\w-]+(?:\.[\w-]+)*)")
 _NO_ONES_HOME = {"user", "username", "your-username", "your_username", "yourname", "you", "me", "name", "runner",
-                 "jovyan", "ubuntu", "shared", "public", "default", "all users"}
+                 "jovyan", "ubuntu", "shared", "public", "default"}
 
 
 def check_card_names(folder: str | Path, repo_id: str) -> None:
@@ -204,27 +206,60 @@ def is_pickle(path: Path) -> bool:
     return _is_whole_text_pickle(path, opener or open)
 
 
-# The opcodes through which unpickling imports and calls: a file that parses to STOP through one of them is a pickle
-# whatever follows (pickle.load ignores the rest).
-_CALLING_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "EXT1", "EXT2",
-                    "EXT4", "PERSID", "BINPERSID"}
-
-
 def _is_whole_text_pickle(path: Path, opener) -> bool:
-    """A pickle of protocol 0 or 1, which has no opening mark: the file (decompressed) parses as pickle opcodes up to
-    STOP, and either calls something on the way (anything may follow: pickle.load ignores it) or ends there, give or
-    take a line end. Text fails within a few bytes (an unknown opcode), or goes on past a STOP it reached without a
-    call ("N.B. ..." opens as None, STOP)."""
-    calls = False
+    """A pickle of protocol 0 or 1, which has no opening mark: the file (decompressed) loads as one, through an
+    unpickler that imports and calls nothing (_NothingImported), and either names a class or function on the way
+    (anything may follow: pickle.load ignores it) or ends at its STOP, give or take a line end. Text fails at once
+    (its first byte is no opcode, or the opcodes make no pickle: "torch 2." is TUPLE without a MARK), or loads a
+    value without naming anything and goes on ("N.B. ..." is None, STOP)."""
+    with opener(path, "rb") as handle:
+        first = handle.read(1)
+        if first not in _OPCODE_BYTES:  # PNG, JSON, Markdown, Python: never read past their first byte
+            return False
+        data = first + handle.read()
+    stream = io.BytesIO(data)
+    unpickler = _NothingImported(stream)
     try:
-        with opener(path, "rb") as handle:
-            for position, (opcode, _, _) in enumerate(pickletools.genops(handle)):
-                if opcode.name == "STOP":
-                    return position > 0 and (calls or handle.read(3).strip() == b"")
-                calls = calls or opcode.name in _CALLING_OPCODES
-    except Exception:  # genops raises ValueError, UnicodeDecodeError, ... on what is not a pickle
+        unpickler.load()
+    except Exception:  # UnpicklingError, EOFError, TypeError, ...: not a pickle
         return False
-    return False
+    return unpickler.named_something or data[stream.tell():].strip() == b""
+
+
+_OPCODE_BYTES = {bytes([opcode.code.encode("latin-1")[0]]) for opcode in pickletools.opcodes}
+
+
+class _StandIn:
+    """What every class or function a pickle names becomes: takes any arguments and state, builds nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
+        pass
+
+
+class _NothingImported(pickle.Unpickler):
+    """An unpickler that never imports or calls what the file names: each global is _StandIn."""
+
+    named_something = False
+
+    def find_class(self, module, name):
+        self.named_something = True
+        return _StandIn
+
+    def persistent_load(self, pid):
+        self.named_something = True
+        return None
 
 
 def _zip_holds_pickle(path: Path) -> bool:

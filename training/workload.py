@@ -354,18 +354,25 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
 def _recorded_by_the_old_rule(recorded: dict, source: dict) -> bool:
     """Whether `recorded` is the marker of a tokenizer an older version trained, by its rule, on what `source` names:
     it says nothing of which documents (no `trained_on`: before the held-out documents were left out, or before a
-    val_dataset run's documents were split as training splits them) and all it does say is `source`'s."""
+    val_dataset run's documents were split as training splits them) and all it does say is `source`'s (the same
+    contents at another path included)."""
+    recorded, source = _path_of_the_same_contents_aside(recorded, source)
     return "trained_on" not in recorded and "trained_on" in source and \
         all(source.get(key) == value for key, value in recorded.items())
 
 
 def _same_source(recorded: dict, source: dict) -> bool:
-    """Whether the run's tokenizer was trained on `source`: the same settings and documents. Local data is known by
-    its contents (dataset_sha256), so the same files moved to another path are the same source (resume.py accepts
-    the move too)."""
-    if recorded.get("dataset_sha256") is not None and recorded.get("dataset_sha256") == source.get("dataset_sha256"):
-        recorded, source = {**recorded, "dataset": None}, {**source, "dataset": None}
+    """Whether the run's tokenizer was trained on `source`: the same settings and documents."""
+    recorded, source = _path_of_the_same_contents_aside(recorded, source)
     return recorded == source
+
+
+def _path_of_the_same_contents_aside(recorded: dict, source: dict) -> tuple[dict, dict]:
+    """Both without the dataset path when they record the same contents (dataset_sha256): the same files moved to
+    another path are the same source (resume.py accepts the move too)."""
+    if recorded.get("dataset_sha256") is not None and recorded.get("dataset_sha256") == source.get("dataset_sha256"):
+        return {**recorded, "dataset": None}, {**source, "dataset": None}
+    return recorded, source
 
 
 def checkpoint_run_tokenizer(init_from: Path) -> Path:

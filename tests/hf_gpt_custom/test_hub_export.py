@@ -466,9 +466,9 @@ def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, writ
     monkeypatch.chdir(tmp_path)
     card = (folder / "README.md").read_text(encoding="utf-8")
     (folder / "README.md").write_text(card + "\nSee https://example.org/home/alice/x and home/alice, C:Users.\n"
-                                      "In a Space: /home/user/app. [Guide](/Users/guide). With Docker:\n"
+                                      "In a Space: /home/user/app. With Docker:\n"
                                       "`docker run -v ~/.cache/huggingface:/root/.cache/huggingface image`\n")
-    check_export(folder)  # no one's home: a URL, a relative path, a placeholder, a site link, Docker's /root
+    check_export(folder)  # no one's home: a URL, a relative path, a placeholder, Docker's /root
     (folder / "README.md").write_text(card + f"\nTrained on {written} too.\n")
     with pytest.raises(ValueError, match=r"README\.md contains the local path '[^']*(alice|bob|carol|dave\.smith)'"):
         check_export(folder)

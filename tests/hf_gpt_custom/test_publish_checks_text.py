@@ -62,3 +62,34 @@ def test_a_windows_home_folder_in_a_documentation_json_is_refused(tmp_path, monk
         _check_no_local_paths(unix, "training_summary.json", [])
     with pytest.raises(UserError, match=r"local path 'C:\\\\\\\\Users\\\\\\\\bob'"):
         _check_no_local_paths(windows, "training_summary.json", [])
+
+
+@pytest.mark.parametrize("text", [
+    "Versions:\ntorch 2.13.0\ntransformers 5.24\n",       # 'V' line, then t(uple) o(bj) r<4 bytes> STOP
+    "NVIDIA H100 80GB HBM3\ntorch 2.13.0+cu130\n",         # benchmarks/results/gpu_probe_log.txt opens so
+], ids=["versions", "gpu_log"])
+def test_notes_naming_a_torch_version_are_no_pickle(tmp_path, text):
+    """Documentation a person adds to an export (ENVIRONMENT.md) was refused as a pickle: it parses as opcodes to a
+    STOP reached through OBJ ("torch 2." is TUPLE, OBJ, LONG_BINPUT "ch 2", STOP), which pickle.load cannot load
+    (OBJ without a MARK). 90e32e0 published it."""
+    from hf_gpt_custom.publish_checks import is_pickle
+
+    with pytest.raises(Exception):
+        pickle.loads(text.encode())
+    path = tmp_path / "ENVIRONMENT.md"
+    path.write_text(text)
+    assert not is_pickle(path)
+
+
+@pytest.mark.parametrize("text", ["data was copied from /home/alice.\n", "see /home/alice/ for the corpus\n",
+                                  "copied from /Users/bob\n", "run in `/home/alice`\n"])
+def test_a_persons_home_folder_itself_in_documentation_is_refused(tmp_path, monkeypatch, text):
+    """A home folder named without a path inside it (no '/x' after the name) passed; 90e32e0 refused it."""
+    from hf_gpt_custom.publish_checks import _check_no_local_paths
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    notes = tmp_path / "NOTES.md"
+    notes.write_text(text)
+    with pytest.raises(UserError, match="local path"):
+        _check_no_local_paths(notes, "NOTES.md", [])

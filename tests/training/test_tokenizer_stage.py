@@ -311,3 +311,37 @@ def test_start_over_replaces_a_val_dataset_tokenizer_trained_by_the_old_rule(mak
     (config.run_dir / "final").mkdir()  # a model trained with the old tokenizer: resuming keeps it
     assert _tokenizer_json(prepare_tokenizer(config)) == old
     assert _tokenizer_json(prepare_tokenizer(config, start_over=True)) == fresh
+
+
+def _c84bd45_val_dataset_run(make_config, tmp_path):
+    """A val_dataset run as c84bd45 left it: a tokenizer trained on the file read whole, a marker without trained_on,
+    a model trained with it."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    train_file = _indented_paragraphs(tmp_path / "train.txt", 300)
+    val_file = _indented_paragraphs(tmp_path / "val.txt", 20)
+    config = make_config(f"dataset={train_file}", f"val_dataset={val_file}", "tokenizer=null",
+                         "tokenizer_vocab_size=400", run_name="old")
+    target = prepare_tokenizer(config)
+    recorded = json.loads((target / "training_source.json").read_text())
+    del recorded["trained_on"]
+    shutil.rmtree(target)
+    train_tokenizer([str(train_file)], out_dir=target, vocab_size=400, show_progress=False)  # c84bd45's rule
+    (target / "training_source.json").write_text(json.dumps(recorded))
+    (config.run_dir / "final").mkdir()
+    return train_file, val_file, _tokenizer_json(target)
+
+
+def test_an_older_val_dataset_runs_tokenizer_is_kept_when_its_data_moved(make_config, tmp_path):
+    """The same file at another path is the same source (dataset_sha256; resume accepts the move): 90e32e0 kept the
+    tokenizer, today's code retrains it by today's rule and refuses the run with "dataset changed"."""
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    train_file, val_file, old = _c84bd45_val_dataset_run(make_config, tmp_path)
+    moved = tmp_path / "moved" / "train.txt"
+    moved.parent.mkdir()
+    shutil.move(train_file, moved)
+    config = make_config(f"dataset={moved}", f"val_dataset={val_file}", "tokenizer=null", "tokenizer_vocab_size=400",
+                         run_name="old")
+    assert _tokenizer_json(prepare_tokenizer(config)) == old
