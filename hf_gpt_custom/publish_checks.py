@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import itertools
 import json
 import lzma
@@ -44,12 +43,14 @@ _ZIP_OPENING = b"PK\x03\x04"
 _COMPRESSED_OPENINGS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 # A person's home folder on any machine, in the text a person may edit or add (the card, notes): one written on another
 # machine names that machine, which this machine's own paths do not catch. One or a path into it (/home/alice,
-# /Users/bob/x, C:\Users\carol\x, its backslashes doubled in JSON), not inside a URL or a relative path
-# ("org/home/x"); conventional names are no one's (a Space's /home/user/app, Docker's /root, a CI runner's home).
-_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|[A-Za-z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))"
-                              r"(?P<name>[\w-]+(?:\.[\w-]+)*)")
+# /Users/bob/x, C:\Users\carol\x in any case, its backslashes doubled in JSON, and as WSL or Git Bash reach it:
+# /mnt/c/Users/dave, /c/Users/dave), not inside a URL or a relative path ("org/home/x"); conventional names are no
+# one's (a Space's /home/user/app, Docker's /root, a CI runner's or a cloud image's home, Windows' All Users).
+_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|(?:/mnt)?/[A-Za-z]/(?i:users)/"
+                              r"|[A-Za-z]:(?:\\{1,2}|/)(?i:users)(?:\\{1,2}|/))(?P<name>[\w-]+(?:\.[\w-]+)*)")
 _NO_ONES_HOME = {"user", "username", "your-username", "your_username", "yourname", "you", "me", "name", "runner",
-                 "jovyan", "ubuntu", "shared", "public", "default"}
+                 "jovyan", "ubuntu", "ec2-user", "vscode", "linuxbrew", "shared", "public", "default", "all",
+                 "guest"}
 
 
 def check_card_names(folder: str | Path, repo_id: str) -> None:
@@ -207,33 +208,91 @@ def is_pickle(path: Path) -> bool:
 
 
 def _is_whole_text_pickle(path: Path, opener) -> bool:
-    """A pickle of protocol 0 or 1, which has no opening mark: the file (decompressed) loads as one, through an
-    unpickler that imports and calls nothing (_NothingImported), and either names a class or function on the way
-    (anything may follow: pickle.load ignores it) or ends at its STOP, give or take a line end. Text fails at once
-    (its first byte is no opcode, or the opcodes make no pickle: "torch 2." is TUPLE without a MARK), or loads a
-    value without naming anything and goes on ("N.B. ..." is None, STOP)."""
+    """A pickle of protocol 0 or 1, which has no opening mark: the file (decompressed) loads as pickles through an
+    unpickler that imports and calls nothing (_NothingImported: whatever a pickle names or calls is one stand-in
+    that takes every call, state and item, so a real pickle loads whatever it does), and one of them names a class
+    or function (what follows it does not matter: pickle.load ignores it), or they end the file, give or take a line
+    end. Text fails at once: its first byte is no opcode, or the opcodes make no pickle ("torch 2." is TUPLE without
+    a MARK; "import x" is INST without one), or it loads a value naming nothing and goes on as no pickle ("N.B. ..."
+    is None, STOP, then "B" wants a length). A legacy torch.save file is several pickles, the first naming nothing.
+    Reads at most _MOST_READ bytes; a length or memo index past them allocates nothing."""
     with opener(path, "rb") as handle:
-        first = handle.read(1)
-        if first not in _OPCODE_BYTES:  # PNG, JSON, Markdown, Python: never read past their first byte
+        reader = _BoundedReader(handle, _MOST_READ)
+        if reader.peek(1) not in _OPCODE_BYTES:  # PNG, JSON, Markdown, Python: never read past their first byte
             return False
-        data = first + handle.read()
-    stream = io.BytesIO(data)
-    unpickler = _NothingImported(stream)
-    try:
-        unpickler.load()
-    except Exception:  # UnpicklingError, EOFError, TypeError, ...: not a pickle
-        return False
-    return unpickler.named_something or data[stream.tell():].strip() == b""
+        for _ in range(_MOST_PICKLES):
+            unpickler = _NothingImported(reader)
+            try:
+                unpickler.load()
+            except _TooLong:  # past what is read: a pickle if it named something before
+                return unpickler.named_something
+            except Exception:  # UnpicklingError, EOFError, IndexError (no MARK), ...: the opcodes make no pickle
+                return False
+            if unpickler.named_something:
+                return True
+            if reader.peek(64).strip() == b"" and len(reader.peek(64)) < 64:  # it ends the file: a pickle of data
+                return True
+    return False
 
 
+_MOST_READ = 16 << 20  # a text-protocol pickle naming no class within its first 16 MiB is let through
+_MOST_PICKLES = 8  # a legacy torch.save holds 4 (magic number, protocol, system info, the object)
 _OPCODE_BYTES = {bytes([opcode.code.encode("latin-1")[0]]) for opcode in pickletools.opcodes}
 
 
+class _TooLong(Exception):
+    pass
+
+
+class _BoundedReader:
+    """read/readline over a binary stream, with a look-ahead, refusing (_TooLong) to go past `limit` bytes in all:
+    a length an opcode gives is checked before anything is read or allocated."""
+
+    def __init__(self, handle, limit: int):
+        self._handle, self._left, self._ahead = handle, limit, b""
+
+    def peek(self, n: int) -> bytes:
+        if len(self._ahead) < n:
+            self._ahead += self._take(n - len(self._ahead))
+        return self._ahead[:n]
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n > self._left + len(self._ahead):
+            raise _TooLong
+        data, self._ahead = self._ahead[:n], self._ahead[n:]
+        return data + self._take(n - len(data))
+
+    def readline(self) -> bytes:
+        end = self._ahead.find(b"\n") + 1
+        if end:
+            line, self._ahead = self._ahead[:end], self._ahead[end:]
+            return line
+        line, self._ahead = self._ahead, b""
+        more = self._handle.readline(self._left) if self._left else b""
+        self._left -= len(more)
+        return line + more
+
+    def _take(self, n: int) -> bytes:
+        data = self._handle.read(min(n, self._left))
+        self._left -= len(data)
+        return data
+
+
 class _StandIn:
-    """What every class or function a pickle names becomes: takes any arguments and state, builds nothing."""
+    """Whatever a pickle names, and whatever calling it gives: one object (_STAND_IN) that takes any call, __new__,
+    state, item or attribute and stays itself, building nothing."""
+
+    def __new__(cls, *args, **kwargs):  # NEWOBJ calls cls.__new__(cls, ...) on what REDUCE returned
+        return _STAND_IN
 
     def __init__(self, *args, **kwargs):
         pass
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+    def __getattr__(self, name):
+        return self
 
     def __setstate__(self, state):
         pass
@@ -247,19 +306,36 @@ class _StandIn:
     def extend(self, items):
         pass
 
+    def add(self, item):
+        pass
 
-class _NothingImported(pickle.Unpickler):
-    """An unpickler that never imports or calls what the file names: each global is _StandIn."""
+
+_STAND_IN = object.__new__(_StandIn)
+
+
+class _NothingImported(pickle._Unpickler):  # the Python unpickler: its memo is a dict, not an array a PUT can size
+    """An unpickler that never imports or calls what the file names: each global, extension code or persistent id
+    is _STAND_IN (an extension cached by an earlier real load included), and no length is allocated before reading."""
 
     named_something = False
+    dispatch = dict(pickle._Unpickler.dispatch)
 
     def find_class(self, module, name):
         self.named_something = True
-        return _StandIn
+        return _STAND_IN
 
     def persistent_load(self, pid):
         self.named_something = True
-        return None
+        return _STAND_IN
+
+    def get_extension(self, code):
+        self.named_something = True
+        self.append(_STAND_IN)
+
+    def _no_preallocation(self):  # BYTEARRAY8 sizes a bytearray from its length before reading it
+        raise _TooLong
+
+    dispatch[pickle.BYTEARRAY8[0]] = _no_preallocation
 
 
 def _zip_holds_pickle(path: Path) -> bool:

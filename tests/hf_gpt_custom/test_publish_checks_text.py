@@ -71,7 +71,7 @@ def test_a_windows_home_folder_in_a_documentation_json_is_refused(tmp_path, monk
 def test_notes_naming_a_torch_version_are_no_pickle(tmp_path, text):
     """Documentation a person adds to an export (ENVIRONMENT.md) was refused as a pickle: it parses as opcodes to a
     STOP reached through OBJ ("torch 2." is TUPLE, OBJ, LONG_BINPUT "ch 2", STOP), which pickle.load cannot load
-    (OBJ without a MARK). 90e32e0 published it."""
+    (OBJ without a MARK)."""
     from hf_gpt_custom.publish_checks import is_pickle
 
     with pytest.raises(Exception):
@@ -84,7 +84,116 @@ def test_notes_naming_a_torch_version_are_no_pickle(tmp_path, text):
 @pytest.mark.parametrize("text", ["data was copied from /home/alice.\n", "see /home/alice/ for the corpus\n",
                                   "copied from /Users/bob\n", "run in `/home/alice`\n"])
 def test_a_persons_home_folder_itself_in_documentation_is_refused(tmp_path, monkeypatch, text):
-    """A home folder named without a path inside it (no '/x' after the name) passed; 90e32e0 refused it."""
+    """A home folder named without a path inside it (no '/x' after the name) passed."""
+    from hf_gpt_custom.publish_checks import _check_no_local_paths
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    notes = tmp_path / "NOTES.md"
+    notes.write_text(text)
+    with pytest.raises(UserError, match="local path"):
+        _check_no_local_paths(notes, "NOTES.md", [])
+
+
+# --- what the unpickler of the check does with what a pickle names ---------------------------------------------
+_GADGET = (b"cbuiltins\ngetattr\n(cbuiltins\n__import__\n(Vos\ntRVsystem\ntR"  # getattr(__import__('os'), 'system')
+           b"(Vecho pwned\ntR.")                                              # ...('echo pwned'): a REDUCE result called
+
+
+class _Outer:
+    import enum as _enum
+
+    class Color(_enum.Enum):
+        RED = 1
+
+
+@pytest.mark.parametrize("payload", [
+    _GADGET,
+    _GADGET.replace(b"(Vecho pwned\ntR.", b"(Vtrue\ntR.") + b"\nnotes",
+    pickle.dumps(_Outer.Color.RED, protocol=0),  # protocol < 4: getattr(_Outer, 'Color') REDUCE, then called
+    pickle.dumps(_Outer.Color.RED, protocol=1),
+], ids=["getattr_gadget", "gadget_text_after", "nested_enum_p0", "nested_enum_p1"])
+def test_a_pickle_that_calls_what_a_call_returned_is_found(tmp_path, payload):
+    """A stand-in instance returned by REDUCE could not be called, so the check's load failed and is_pickle said
+    False, while pickle.load runs os.system: whatever a pickle calls is now the one callable stand-in."""
+    from hf_gpt_custom.publish_checks import is_pickle
+
+    path = tmp_path / "notes.json"
+    path.write_bytes(payload)
+    assert is_pickle(path)
+
+
+def test_a_legacy_torch_save_of_protocol_0_is_found(tmp_path):
+    """torch.save(_use_new_zipfile_serialization=False, pickle_protocol=0) opens with the magic-number pickle
+    'L1195...L\\n.' (names nothing, data follows), and torch.load unpickles the pickles after it."""
+    import io
+
+    torch = pytest.importorskip("torch")
+    from hf_gpt_custom.publish_checks import is_pickle
+
+    buffer = io.BytesIO()
+    torch.save({"w": torch.zeros(2)}, buffer, _use_new_zipfile_serialization=False, pickle_protocol=0)
+    path = tmp_path / "extra.data"
+    path.write_bytes(buffer.getvalue())
+    assert is_pickle(path)
+
+
+@pytest.mark.parametrize("payload", [b"Np10000000\n.", b"Nr\x80\x96\x98\x00."], ids=["PUT", "LONG_BINPUT"])
+def test_a_tiny_file_does_not_make_the_check_allocate_a_huge_memo(tmp_path, payload):
+    """A 13-byte file made the C unpickler grow (and zero) its memo to 2x the index: 160 MB here, 3 GB for
+    b'Nr\\x00\\x00\\x00\\x0c.', up to 64 GB for a 4-byte index. The check's unpickler keeps a dict."""
+    import tracemalloc
+
+    from hf_gpt_custom.publish_checks import is_pickle
+
+    path = tmp_path / "notes.txt"
+    path.write_bytes(payload)
+    tracemalloc.start()
+    try:
+        is_pickle(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20
+
+
+def test_a_small_gzip_is_not_decompressed_whole(tmp_path):
+    """handle.read() of the decompressed stream: a 100 KB .gz opening with '(' becomes 100 MB in memory (6 MB ->
+    6 GB). The streaming opcode scan stopped at the first byte that was no opcode."""
+    import tracemalloc
+    import zlib
+
+    from hf_gpt_custom.publish_checks import is_pickle
+
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    data = compressor.compress(b"(") + b"".join(compressor.compress(bytes(1 << 20)) for _ in range(100))
+    path = tmp_path / "notes.gz"
+    path.write_bytes(data + compressor.flush())
+    tracemalloc.start()
+    try:
+        is_pickle(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20
+
+
+def test_windows_all_users_is_no_ones_home(tmp_path, monkeypatch):
+    """'C:\\Users\\All Users\\...' (Windows' shared profile) is no one's home."""
+    from hf_gpt_custom.publish_checks import _check_no_local_paths
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    notes = tmp_path / "NOTES.md"
+    notes.write_text("CUDA samples live in C:\\Users\\All Users\\NVIDIA Corporation\\ on the build box.\n")
+    _check_no_local_paths(notes, "NOTES.md", [])
+
+
+@pytest.mark.parametrize("text", ["data in c:\\users\\alice\\corpus\n", "data in /mnt/c/Users/alice/corpus\n"],
+                         ids=["lowercase_windows", "wsl"])
+def test_other_spellings_of_a_persons_home_are_refused(tmp_path, monkeypatch, text):
+    """Windows paths are case-insensitive ('Users' is matched case-sensitively), and WSL / Git Bash reach C:\\Users
+    as /mnt/c/Users or /c/Users (the lookbehind refuses a word character before '/Users/')."""
     from hf_gpt_custom.publish_checks import _check_no_local_paths
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -334,8 +334,8 @@ def _c84bd45_val_dataset_run(make_config, tmp_path):
 
 
 def test_an_older_val_dataset_runs_tokenizer_is_kept_when_its_data_moved(make_config, tmp_path):
-    """The same file at another path is the same source (dataset_sha256; resume accepts the move): 90e32e0 kept the
-    tokenizer, today's code retrains it by today's rule and refuses the run with "dataset changed"."""
+    """The same file at another path is the same source (dataset_sha256; resume accepts the move): an older
+    version's tokenizer was retrained by today's rule instead, and the run refused with "dataset changed"."""
     from hf_gpt_custom.training.workload import prepare_tokenizer
 
     train_file, val_file, old = _c84bd45_val_dataset_run(make_config, tmp_path)
