@@ -112,7 +112,9 @@ class _Outer:
     _GADGET.replace(b"(Vecho pwned\ntR.", b"(Vtrue\ntR.") + b"\nnotes",
     pickle.dumps(_Outer.Color.RED, protocol=0),  # protocol < 4: getattr(_Outer, 'Color') REDUCE, then called
     pickle.dumps(_Outer.Color.RED, protocol=1),
-], ids=["getattr_gadget", "gadget_text_after", "nested_enum_p0", "nested_enum_p1"])
+    # NEWOBJ on a class a call returned: cls.__new__(cls) on the stand-in
+    b"cbuiltins\ngetattr\n(cbuiltins\n__import__\n(Vcollections\ntRVOrderedDict\ntR)\x81.",
+], ids=["getattr_gadget", "gadget_text_after", "nested_enum_p0", "nested_enum_p1", "newobj_on_a_call"])
 def test_a_pickle_that_calls_what_a_call_returned_is_found(tmp_path, payload):
     """A stand-in instance returned by REDUCE could not be called, so the check's load failed and is_pickle said
     False, while pickle.load runs os.system: whatever a pickle calls is now the one callable stand-in."""
@@ -189,8 +191,8 @@ def test_windows_all_users_is_no_ones_home(tmp_path, monkeypatch):
     _check_no_local_paths(notes, "NOTES.md", [])
 
 
-@pytest.mark.parametrize("text", ["data in c:\\users\\alice\\corpus\n", "data in /mnt/c/Users/alice/corpus\n"],
-                         ids=["lowercase_windows", "wsl"])
+@pytest.mark.parametrize("text", ["data in c:\\users\\alice\\corpus\n", "data in /mnt/c/Users/alice/corpus\n",
+                                  "data in /c/Users/alice/corpus\n"], ids=["lowercase_windows", "wsl", "git_bash"])
 def test_other_spellings_of_a_persons_home_are_refused(tmp_path, monkeypatch, text):
     """Windows paths are case-insensitive ('Users' is matched case-sensitively), and WSL / Git Bash reach C:\\Users
     as /mnt/c/Users or /c/Users (the lookbehind refuses a word character before '/Users/')."""
@@ -202,3 +204,15 @@ def test_other_spellings_of_a_persons_home_are_refused(tmp_path, monkeypatch, te
     notes.write_text(text)
     with pytest.raises(UserError, match="local path"):
         _check_no_local_paths(notes, "NOTES.md", [])
+
+
+def test_a_pickle_longer_than_the_check_reads_is_found_by_what_it_named_first(tmp_path, monkeypatch):
+    """Reads stop at _MOST_READ: a pickle that named a class before them is one (its value need not be read)."""
+    from hf_gpt_custom import publish_checks
+
+    monkeypatch.setattr(publish_checks, "_MOST_READ", 64)
+    payload = pickle.dumps(collections.OrderedDict(text="x" * 500), protocol=0)
+    pickle.loads(payload)
+    path = tmp_path / "notes.json"
+    path.write_bytes(payload)
+    assert publish_checks.is_pickle(path)
