@@ -254,7 +254,9 @@ def _new_abandoned_folder(checkpoints_dir: Path, reason: str) -> Path:
 
 
 # What a training run leaves beside its checkpoints, and what the main job (`hf-gpt-custom run`) derives from it.
-RUN_OUTPUTS = ("final", "training_summary.json", "loss_curve.png", "run_log.jsonl", "eval", "export")
+RUN_OUTPUTS = ("final", "training_summary.json", "loss_curve.png", "run_log.jsonl", "tensorboard", "eval", "export")
+# What a resumed run continues rather than replaces (the log is cut to the checkpoint: run_log.RunLog).
+_CONTINUED_WHEN_RESUMING = ("run_log.jsonl", "tensorboard")
 
 
 def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path | None,
@@ -266,7 +268,7 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
     deleted; returns the folder they went to, if any."""
     if not accelerator.is_main_process or (resume_folder is not None and abandoned is None):
         return None
-    names = [name for name in RUN_OUTPUTS if resume_folder is None or name != "run_log.jsonl"]
+    names = [name for name in RUN_OUTPUTS if resume_folder is None or name not in _CONTINUED_WHEN_RESUMING]
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     if not present:
         return abandoned
@@ -373,11 +375,12 @@ def check_random_states(folder: str | os.PathLike, rank: int, num_processes: int
             f"checkpoint {folder} has no {path.name}: it was saved by {saved_by} process(es) and this run has "
             f"{num_processes}; {not_exact} — resume with {saved_by} process(es)"
         )
-    if saved_by > num_processes:  # each rank's place in the data would be another's: batches trained twice
+    if saved_by != num_processes:  # each rank's place in the data would be another's, the global batch another
+        # (every rank refuses: rank 0, which has its file, went on to rewrite the run log, then died in a collective)
         raise UserError(
-            f"checkpoint {folder} was saved by {saved_by} processes and this run has {num_processes}: the batches "
-            f"the other ranks read would be read again, with another global batch size — resume with {saved_by} "
-            f"processes (accelerate launch --num_processes {saved_by}), or start a new run"
+            f"checkpoint {folder} was saved by {saved_by} process(es) and this run has {num_processes}: the ranks "
+            f"would read other batches than the saved run's, with another global batch size — resume with "
+            f"{saved_by} process(es) (accelerate launch --num_processes {saved_by}), or start a new run"
         )
     needed = ["random_state", "numpy_random_seed", "torch_manual_seed"]
     needed += ["torch_cuda_manual_seed"] if torch.cuda.is_available() else []

@@ -281,3 +281,31 @@ def test_each_rank_draws_its_own_dropout_masks(make_config, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     masks = [(tmp_path / f"rank{rank}").read_text() for rank in (0, 1)]
     assert masks[0] != masks[1]
+
+
+@pytest.mark.slow
+def test_a_one_process_run_launched_on_two_ranks_is_refused_by_every_rank_before_rank_0_touches_the_folder(
+        make_config, tmp_path):
+    """A finished one-process run launched again under two ranks: only rank 1 lacks random_states_1.pkl, so only rank
+    1 refused; rank 0 (random_states_0.pkl present, saved_by 1 <= 2) went on, rewrote run_log.jsonl without the final
+    evaluation row (a finished run's evaluation is "redone"), said it was evaluating again, and died in the
+    evaluation's all_gather with a bare gloo traceback ("Connection closed by peer"). Every rank must refuse in one
+    line before rank 0 changes the run folder."""
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    config = make_config("max_steps=2", "warmup_steps=1", "eval_interval=2", "checkpoint_interval=2",
+                         "batch_size=4", "eval_batches=2", run_name="one_process")
+    run_dir = train(config)
+    run_log_before = (run_dir / "run_log.jsonl").read_bytes()
+    assert _records(run_dir, "eval")[-1]["step"] == 2
+    save_train_config(config, tmp_path / "one_process.yaml")
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               "-m", "hf_gpt_custom.cli", "train", str(tmp_path / "one_process.yaml")]
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "has no random_states_1.pkl" in result.stderr
+    assert (run_dir / "run_log.jsonl").read_bytes() == run_log_before  # the final evaluation row is still there
+    assert "evaluating and writing final/ again" not in result.stdout + result.stderr
+    assert "[rank0]: Traceback" not in result.stderr, result.stderr[-3000:]  # rank 0 refuses too, in one line

@@ -217,11 +217,12 @@ def test_the_console_script_names_the_clash_before_torch_loads(crashed, make_con
 
 
 def test_start_over_trains_from_step_zero_and_keeps_the_old_checkpoints_aside(crashed, make_config):
+    (crashed / "tensorboard").mkdir()  # log_with=tensorboard: its curves over the same steps would mix two runs
     train(make_config(*STEPS, "learning_rate=1e-3"), start_over=True)
     abandoned = list((crashed / "checkpoints").glob("abandoned_*"))
     # the crashed run's checkpoint, and what it wrote when it stopped (checkpoint.set_aside_replaced_outputs)
     assert len(abandoned) == 1 and sorted(p.name for p in abandoned[0].iterdir()) == [
-        "loss_curve.png", "run_log.jsonl", "step_000002", "training_summary.json"]
+        "loss_curve.png", "run_log.jsonl", "step_000002", "tensorboard", "training_summary.json"]
     assert yaml.safe_load((crashed / "config.yaml").read_text())["learning_rate"] == 1e-3
     with pytest.raises(ValueError, match="contradict each other"):
         train(make_config(*STEPS, "resume_from_checkpoint=latest"), start_over=True)
