@@ -365,6 +365,7 @@ def test_resuming_an_older_checkpoint_keeps_its_branch_and_sets_the_newer_histor
     config = make_config(*common, "checkpoint_interval=3", "keep_checkpoints=2", run_name="branch")
     checkpoints_dir = config.run_dir / "checkpoints"
     shutil.copytree(original / "checkpoints", checkpoints_dir)  # steps 2, 4, 6, 8
+    (config.run_dir / "tensorboard").mkdir()  # log_with=tensorboard's logs: continued, as run_log.jsonl is
     config.resume_from_checkpoint = str(checkpoints_dir / "step_000002")
     _stop_after_checkpoint(monkeypatch, 3)
     with pytest.raises(_Stopped):
@@ -377,6 +378,7 @@ def test_resuming_an_older_checkpoint_keeps_its_branch_and_sets_the_newer_histor
     (abandoned,) = checkpoints_dir.glob("abandoned_after_step_000002_*")
     assert sorted(p.name for p in abandoned.iterdir()) == ["step_000004", "step_000006", "step_000008"]
     assert all(verify_checkpoint(p) is None for p in abandoned.iterdir())  # moved whole, not deleted
+    assert (config.run_dir / "tensorboard").is_dir()
 
     config.resume_from_checkpoint = "latest"
     train(config)
