@@ -43,10 +43,11 @@ _ZIP_OPENING = b"PK\x03\x04"
 _COMPRESSED_OPENINGS = {b"\x1f\x8b": gzip.open, b"BZh": bz2.open, b"\xfd7zXZ\x00": lzma.open}
 # A person's home folder on any machine, in the text a person may edit or add (the card, notes): one written on another
 # machine names that machine, which this machine's own paths do not catch. One or a path into it (/home/alice,
-# /Users/bob/x, C:\Users\carol\x in any case, its backslashes doubled in JSON, and as WSL or Git Bash reach it:
-# /mnt/c/Users/dave, /c/Users/dave), not inside a URL or a relative path ("org/home/x"); conventional names are no
-# one's (a Space's /home/user/app, Docker's /root, a CI runner's or a cloud image's home, Windows' All Users).
-_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:/home/|/Users/|(?:/mnt)?/[A-Za-z]/(?i:users)/"
+# /var/home/erin on Fedora Atomic, /Users/bob/x, C:\Users\carol\x in any case, its backslashes doubled in JSON,
+# and as WSL or Git Bash reach it: /mnt/c/Users/dave, /c/Users/dave), not inside a URL or a relative path
+# ("org/home/x"); conventional names are no one's (a Space's /home/user/app, Docker's /root, a CI runner's or a
+# cloud image's home, Windows' All Users).
+_ANY_HOME_FOLDER = re.compile(r"(?<![\w.-])(?:(?:/var)?/home/|/Users/|(?:/mnt)?/[A-Za-z]/(?i:users)/"
                               r"|[A-Za-z]:(?:\\{1,2}|/)(?i:users)(?:\\{1,2}|/))(?P<name>[\w-]+(?:\.[\w-]+)*)")
 _NO_ONES_HOME = {"user", "username", "your-username", "your_username", "yourname", "you", "me", "name", "runner",
                  "jovyan", "ubuntu", "ec2-user", "vscode", "linuxbrew", "shared", "public", "default", "all",

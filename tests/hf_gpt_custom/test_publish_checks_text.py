@@ -86,6 +86,7 @@ def test_notes_naming_a_torch_version_are_no_pickle(tmp_path, text):
     "run in `/home/alice`\n",  # the folder alone, no path inside it: passed once
     "data in c:\\users\\alice\\corpus\n",  # Windows paths are case-insensitive
     "data in /mnt/c/Users/alice/corpus\n", "data in /c/Users/alice/corpus\n",  # as WSL and Git Bash reach C:\\Users
+    "data in /var/home/alice/corpus\n",  # Fedora Atomic's homes
 ])
 def test_a_persons_home_folder_in_documentation_is_refused(tmp_path, monkeypatch, text):
     from hf_gpt_custom.publish_checks import _check_no_local_paths
