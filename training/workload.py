@@ -260,11 +260,12 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     # vocabulary (tiny Shakespeare's tail, 8192 entries: 3.53 vs 3.29 bytes per validation token, 2.33 vs 2.59
     # bits per byte after 105 steps of the same run).
     holds_out_validation = config.val_dataset is None and config.val_split is None
+    local = Path(config.dataset).exists()  # else a Hub dataset name
     source = {"dataset": config.dataset, "dataset_config": config.dataset_config, "split": config.dataset_split,
               "text_field": config.text_field, "vocab_size": config.tokenizer_vocab_size}
     if config.dataset_revision is not None:  # the Hub commit the run reads (hub_revision.py)
         source["revision"] = config.dataset_revision
-    if Path(config.dataset).exists():  # the same path with other contents is other documents (the data cache's key)
+    if local:  # the same path with other contents is other documents (the data cache's key)
         from hf_gpt_custom.training.corpus import fingerprint_local_source
 
         source["dataset_sha256"] = fingerprint_local_source(config.dataset)
@@ -277,7 +278,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         source["trained_on"] = {"documents": "training split", "text_sample_by": config.text_sample_by,
                                 "val_fraction": config.val_fraction, "val_holdout": config.val_holdout,
                                 "seed": config.seed}
-    elif Path(config.dataset).exists():  # validation is val_dataset: every document, as training splits them
+    elif local:  # validation is val_dataset: every document, as training splits them
         source["trained_on"] = {"documents": "all", "text_sample_by": config.text_sample_by}
     marker = target / _TOKENIZER_SOURCE_NAME
     recorded = json.loads(marker.read_text()) if marker.is_file() else None
@@ -311,7 +312,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
                                       streaming=True, sample_by=config.text_sample_by,
                                       revision=config.dataset_revision)
         inputs = (record["text"] for record in documents.skip(STREAMING_VAL_DOCUMENTS))
-    elif holds_out_validation or Path(config.dataset).exists():
+    elif holds_out_validation or local:
         from hf_gpt_custom.training.data import split_documents
 
         # The documents training reads (text_sample_by), never a local file whole: its blank lines between
@@ -319,7 +320,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
         train_documents, _ = split_documents(config)
         inputs = (text for text in train_documents["text"])  # a generator: texts, never read as paths or Hub names
     else:  # a Hub dataset with its own validation split: the tokenizer trainer streams the training split
-        inputs = [config.dataset] if Path(config.dataset).exists() else config.dataset
+        inputs = config.dataset
     folder = train_tokenizer(
         inputs,
         source=f"the training documents of {config.dataset} ({config.text_field!r}, in training's order)",
