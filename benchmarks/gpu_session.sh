@@ -29,6 +29,7 @@
 #        bash benchmarks/gpu_session.sh modes          # compile modes and inductor options vs nanoGPT (gpu_probe, ~8 min)
 #        bash benchmarks/gpu_session.sh memory         # the memory target under milder activation budgets (~4 min)
 #        bash benchmarks/gpu_session.sh generation-profile  # static generation, batch 16 and 1, profiled (~2 min)
+#        bash benchmarks/gpu_session.sh diagnose    # generation-profile, then memory, then the CUDA tests (~7 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -356,7 +357,27 @@ memory_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The twelfth (~7 minutes, the first call of a session after `memory` and `generation-profile` were prepared): both
+# at once, then the CUDA tests of the code the sessions since the last GPU call changed. The profile stages log
+# dynamo's recompilations and graph breaks, which a batch-16 step slower than batch 1 could come from.
+diagnose_call() {
+  begin_call "${SESSION_SECONDS:-420}"
+  TORCH_LOGS=recompiles,graph_breaks generation_profiles
+  local c labels; c=$(cap 200); header "gpu_probe.py: activation budgets, compiled, batch 16" "$c"
+  labels=$(python3 -c 'from benchmarks.gpu_probe import MEMORY_CANDIDATES as c; print(",".join(c))')
+  mkdir -p "$WORK/memory"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK/memory" --parts variants \
+    --variant-modes compiled --contenders "$labels" --profile-steps 1
+  pack
+  c=$(cap 80); header "CUDA tests" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 4 tests/gpu \
+    tests/hf_gpt_custom/test_causal_lm_loss.py tests/hf_gpt_custom/test_gpu_code_path.py \
+    tests/hf_gpt_custom/test_static_decoding.py 2>&1 | tail -n 15
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
+  diagnose) diagnose_call ;;
   next) next_call ;;
   modes) modes_call ;;
   memory) memory_call ;;
