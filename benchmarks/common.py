@@ -160,6 +160,15 @@ def within_noise(spread: tuple | list | None, target: float | None) -> bool:
     return bool(spread) and target is not None and None not in spread and min(spread) < target < max(spread)
 
 
+def device_rows(averages) -> list:
+    """The profiler's device-side rows (kernels, copies, memsets) of `prof.key_averages()`, the rows whose times add up
+    to the device's busy time. A CPU op's self device time repeats the time of the kernels it launched, and a CUDA
+    graph's replay repeats every kernel it replays: summing every row counts each kernel twice."""
+    from torch.autograd import DeviceType
+
+    return [event for event in averages if event.device_type != DeviceType.CPU]
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set size so far, in MB (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

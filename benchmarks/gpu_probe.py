@@ -40,6 +40,7 @@ import torch._dynamo  # noqa: E402
 from benchmarks import bench_gpu, gpu_report  # noqa: E402
 from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 
+from benchmarks.common import device_rows  # noqa: E402
 from benchmarks.linear_cross_entropy import linear_cross_entropy  # noqa: E402
 
 
@@ -165,7 +166,6 @@ def kernel_kind(name: str) -> str:
 
 
 def profile_steps(contender: Contender, steps: int) -> dict:
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if contender.device.type == "cuda" else [])
@@ -175,7 +175,7 @@ def profile_steps(contender: Contender, steps: int) -> dict:
         contender.run(steps)
     wall_ms = (time.perf_counter() - start) * 1e3 / steps
     events = prof.key_averages()
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = device_rows(events)
     syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "cudaStreamSynchronize",
                                                      "cudaDeviceSynchronize"))
     by_kind: dict[str, float] = {}

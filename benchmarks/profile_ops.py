@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.bench_decode_loop import OURS_IN_TRANSFORMERS_LOOP, transformers_loop
 from benchmarks.bench_generate import GENERATE_KWARGS, NEW_TOKENS, PROMPT_LEN
 from benchmarks.bench_train import BATCH_SHAPES, make_step, random_batch
-from benchmarks.common import RESULTS_DIR, SIZES, make_pair, pin_threads
+from benchmarks.common import RESULTS_DIR, SIZES, device_rows, make_pair, pin_threads
 
 ROWS = 15
 # Host-side CUDA runtime calls worth counting per step: launches, graph replays, and the waits a read back to the
@@ -51,7 +51,7 @@ def _profile(fn, device: torch.device, steps: int) -> tuple[str, str]:
     averages = prof.key_averages()
     summary = f"wall {wall_ms / steps:.3f} ms per step"
     if device.type == "cuda":
-        busy_ms = sum(event.self_device_time_total for event in averages) / 1e3
+        busy_ms = sum(event.self_device_time_total for event in device_rows(averages)) / 1e3
         counts = {event.key: event.count for event in averages if event.key in RUNTIME_CALLS}
         summary += (f", device busy {busy_ms / steps:.3f} ms per step ({busy_ms / wall_ms:.0%} of the wall time); "
                     + ", ".join(f"{name} {counts.get(name, 0) / steps:.1f}" for name in RUNTIME_CALLS) + " per step")

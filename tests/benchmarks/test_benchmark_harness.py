@@ -263,3 +263,21 @@ def test_the_generation_profile_separates_our_loop_from_our_model_and_names_the_
     assert [header.split(":")[0] for header in headers] == ["## ours", "## ours, transformers' loop", "## anchor"]
     assert all("ms per step" in header for header in headers)
     assert "1 CPU thread(s)" in text and (tmp_path / "profile_generate_small_b2_static.txt").read_text() == text
+
+
+def test_device_busy_time_counts_each_kernel_once():
+    """A CPU op's self device time repeats its kernels' (aten::argmax and its reduce kernel), and a CUDA graph's replay
+    repeats every kernel in it: the H200's generation profile read 1.3 ms of device time per step where its kernels
+    took 0.65. Only the device-side rows count."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from benchmarks.common import device_rows
+
+    rows = [SimpleNamespace(key="Call CompiledFxGraph", device_type=DeviceType.CPU, self_device_time_total=570.0),
+            SimpleNamespace(key="nvjet_gemm", device_type=DeviceType.CUDA, self_device_time_total=470.0),
+            SimpleNamespace(key="Memcpy DtoD", device_type=DeviceType.CUDA, self_device_time_total=100.0),
+            SimpleNamespace(key="aten::argmax", device_type=DeviceType.CPU, self_device_time_total=13.0),
+            SimpleNamespace(key="reduce_kernel", device_type=DeviceType.CUDA, self_device_time_total=13.0)]
+    assert sum(row.self_device_time_total for row in device_rows(rows)) == 583.0
