@@ -331,6 +331,8 @@ def bench_generate(args, meta: dict, save: Callable[[dict], None] = lambda paylo
                      for name, model in models.items()}
             if cache == "static":  # what our decoding loop (static_decoding.py) alone gives: ours in transformers'
                 calls[OURS_IN_TRANSFORMERS_LOOP] = lambda: _in_transformers_loop(calls["ours"])
+                # and what compiling the token choice gives: our loop with the choice eager
+                calls[OURS_EAGER_CHOICE] = lambda: _with_eager_choice(calls["ours"])
             first_call_s, tokens = {}, {}
             with torch.inference_mode():
                 for name, call in calls.items():
@@ -345,6 +347,7 @@ def bench_generate(args, meta: dict, save: Callable[[dict], None] = lambda paylo
                 "batch": batch, "cache": cache, "gpt2_ms_per_step": ms["transformers GPT-2"],
                 "ours_ms_per_step": ms["ours"], "speedup": statistics.median(speedups),
                 "ours_transformers_loop_ms_per_step": ms.get(OURS_IN_TRANSFORMERS_LOOP),
+                "ours_eager_choice_ms_per_step": ms.get(OURS_EAGER_CHOICE),
                 "speedup_min": min(speedups), "speedup_max": max(speedups), "first_call_s": first_call_s,
                 # generate() keeps the forward it compiled for a static cache as `_compiled_call`
                 "ours_compiled": cache == "static" and vars(models["ours"]).get("_compiled_call") is not None,
@@ -359,7 +362,8 @@ def bench_generate(args, meta: dict, save: Callable[[dict], None] = lambda paylo
             results.append(row)
             save(_generate_payload(args, meta, results, unfinished=f"stopped after the batch-{batch} {cache} row"))
             print(f"generate batch {batch} {cache}: GPT-2 {row['gpt2_ms_per_step']:.2f} ms/step, ours "
-                  f"{row['ours_ms_per_step']:.2f} -> {row['speedup']:.2f}x (compiled: {row['ours_compiled']}; "
+                  f"{row['ours_ms_per_step']:.2f} -> {row['speedup']:.2f}x (ours with the token choice eager: "
+                  f"{row['ours_eager_choice_ms_per_step'] or float('nan'):.2f}; compiled: {row['ours_compiled']}; "
                   f"tokens equal {row['tokens_equal_fraction']:.0%})", flush=True)
     models.clear()
     release(device)
@@ -378,6 +382,21 @@ def _generate_payload(args, meta: dict, results: list[dict], unfinished: str | N
 def _in_transformers_loop(call: Callable[[], torch.Tensor]) -> torch.Tensor:
     with transformers_loop():
         return call()
+
+
+OURS_EAGER_CHOICE = "ours, token choice eager"
+
+
+def _with_eager_choice(call: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Our loop with the token choice left eager, as before it was compiled on GPUs (static_decoding.py)."""
+    from hf_gpt_custom import static_decoding
+
+    devices = static_decoding.COMPILED_CHOICE_DEVICES
+    static_decoding.COMPILED_CHOICE_DEVICES = ()
+    try:
+        return call()
+    finally:
+        static_decoding.COMPILED_CHOICE_DEVICES = devices
 
 
 def _fp32_tokens_equal(shape: dict, device: torch.device, prompt: torch.Tensor, kwargs: dict, args) -> float:

@@ -30,6 +30,7 @@
 #        bash benchmarks/gpu_session.sh memory         # the memory target under milder activation budgets (~4 min)
 #        bash benchmarks/gpu_session.sh generation-profile  # static generation, batch 16 and 1, profiled (~2 min)
 #        bash benchmarks/gpu_session.sh diagnose    # generation-profile, then memory, then the CUDA tests (~7 min)
+#        bash benchmarks/gpu_session.sh choice      # generation, the token choice compiled and eager (~2.5 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -376,7 +377,16 @@ diagnose_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The thirteenth (~2.5 minutes, what a session's last device time allows): static-cache generation with the token
+# choice compiled on the GPU, beside our loop with it eager, our model in transformers' loop and GPT-2; batch 16 first.
+choice_call() {
+  begin_call "${SESSION_SECONDS:-150}"
+  bench_stage "generation" 145 --parts generate --gen-rounds 3 --gen-batches 16,1
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
+  choice) choice_call ;;
   diagnose) diagnose_call ;;
   next) next_call ;;
   modes) modes_call ;;

@@ -11,7 +11,7 @@ from transformers.generation.stopping_criteria import MaxLengthCriteria, Stoppin
 from transformers.generation.streamers import BaseStreamer
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-from hf_gpt_custom import static_decoding
+from hf_gpt_custom import model_inputs, static_decoding
 from hf_gpt_custom.transformers_compat import cache_kwarg
 from tests.helpers import make_gpt2_pair, padded_batch, randomize_
 
@@ -398,3 +398,28 @@ def test_the_sequences_hold_only_their_own_tokens(pair, loops):
     tokens = ours.generate(prompt, do_sample=False, max_new_tokens=12, eos_token_id=free[stops_after - 1], **STATIC)
     assert loops["ours"] == 1 and tokens.shape == (1, 6 + stops_after)
     assert tokens.untyped_storage().nbytes() == tokens.numel() * tokens.element_size()
+
+
+@pytest.mark.parametrize("value_checks", [True, False], ids=["cpu-checks", "gpu-checks"])
+def test_late_stop_read_never_runs_a_step_past_the_context_for_caller_positions(monkeypatch, value_checks):
+    """Caller positions 50..59 on a 64-position model: the 5th new token comes from position 63 and is eos, so
+    transformers' loop stops there (no forward at position 64). The late read judges "past the context" by the
+    buffer length (15 < 64), not by the positions it feeds, so it queues the extra step at position 64: refused on
+    the CPU (UserError), an out-of-range position-table index on the GPU's code path (IndexError here, a
+    device-side assert on CUDA). Found by a hunt against `_sample`; the check now adds how far the caller's
+    positions run ahead."""
+    monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    if not value_checks:
+        monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
+    ours, _ = make_gpt2_pair("sdpa", seed=8)
+    assert ours.config.n_positions == 64
+    prompt = torch.randint(1, 98, (1, 10), generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(10)[None] + 50
+    free = with_transformers_loop(monkeypatch, ours, prompt, position_ids=positions, do_sample=False,
+                                  max_new_tokens=5, min_new_tokens=5, **STATIC)[0, 10:].tolist()
+    eos = free[-1]
+    assert eos not in free[:-1]  # eos first comes as the 5th new token, the one from position 63
+    kwargs = dict(position_ids=positions, do_sample=False, max_new_tokens=12, eos_token_id=eos, **STATIC)
+    expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    assert expected.shape == (1, 15) and expected[0, -1] == eos
+    assert ours.generate(prompt, **kwargs).tolist() == expected.tolist()
