@@ -52,6 +52,9 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
                   repetition_penalty=1.3, pad_token_id=0, eos_token_id=5)
     tokens = ours.generate(prompt, cache_implementation="static", compile_config=compiled_forward(), **kwargs)
     assert choices == [static_decoding._compiled_choices["inductor"]]  # the compiled choice ran
+    # one graph for the forward, three for the choice over 14 lengths: min_new_tokens not reached and reached, and
+    # the last step (max_length reached: MaxLengthCriteria's other branch); never one per length
+    assert counters["stats"]["unique_graphs"] <= 4
     assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
     with monkeypatch.context() as patch:
         patch.setattr("hf_gpt_custom.modeling_gpt_custom.uses_static_decoding", lambda *a, **k: False)
