@@ -269,7 +269,12 @@ def test_smoke_run_writes_every_result_file_with_device_versions_and_date(tmp_pa
         assert row["tokens_equal_fraction_fp32"] == 1.0  # the correctness check: float32 tokens equal GPT-2's
         # static rows also time our model in transformers' own loop: the share of static_decoding.py
         assert (row["ours_transformers_loop_ms_per_step"] is not None) == (row["cache"] == "static")
+        # and our loop with the token choice eager: what compiling it gives on a GPU
+        assert (row["ours_eager_choice_ms_per_step"] is not None) == (row["cache"] == "static")
     assert "ours in transformers' loop" in markdown
+    static = next(row for row in generate["results"] if row["cache"] == "static")
+    assert f"| {static['ours_transformers_loop_ms_per_step']:.2f} | {static['ours_eager_choice_ms_per_step']:.2f} |" \
+        in markdown
     assert "not judged" in markdown and "MFU" in markdown
 
 
@@ -359,3 +364,16 @@ def test_the_fp32_token_check_compares_ours_with_gpt2_and_sees_a_difference(monk
 
     monkeypatch.setattr(bench_gpu, "build_model", ours_off_by_a_scale)
     assert bench_gpu._fp32_tokens_equal(shape, device, prompt, kwargs, args) < 1.0
+
+
+def test_the_eager_choice_contender_runs_our_loop_with_the_choice_eager_and_restores_it(monkeypatch):
+    """bench_gpu's "ours, token choice eager" row: inside the call static_decoding compiles no token choice on any
+    device, and after it (an exception included) the GPU devices compile it again."""
+    from hf_gpt_custom import static_decoding
+
+    seen = []
+    assert bench_gpu._with_eager_choice(lambda: seen.append(static_decoding.COMPILED_CHOICE_DEVICES)) is None
+    assert seen == [()] and static_decoding.COMPILED_CHOICE_DEVICES == ("cuda", "xpu")
+    with pytest.raises(ZeroDivisionError):
+        bench_gpu._with_eager_choice(lambda: 1 / 0)
+    assert static_decoding.COMPILED_CHOICE_DEVICES == ("cuda", "xpu")
