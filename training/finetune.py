@@ -172,6 +172,12 @@ class FinetuneWorkload:
             "tokenizer": str(Path(self.config.init_from).absolute()),
         }
 
+    def save_into_checkpoint(self, folder: Path, model_config) -> None:
+        """The tokenizer with the task tokens, as in final/: a checkpoint as init_from (fine-tuning further, what a
+        refused resume advises) must hold the tokenizer its head was trained with, as transformers' Trainer writes
+        it into its checkpoint-N."""
+        self.save_beside_model(folder, model_config)
+
     def save_beside_model(self, folder: Path, model_config) -> None:
         """The tokenizer with the task tokens, model_max_length = block_size, padding on the RIGHT with the token
         config.pad_token_id names (eos, or the base tokenizer's own pad token).

@@ -13,10 +13,12 @@ because it diverged is not continued into the same blow-up by rerunning its comm
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +35,21 @@ INPUT_ROLES = ("dataset", "val_dataset", "tokenizer", "init_from")  # the settin
 _RUN_CONFIG_NAME = "config.yaml"  # the run folder's resolved config: what checkpoints without SETTINGS_NAME recorded
 
 
-def record_settings_in_checkpoints(accelerator, config: TrainConfig, model_config) -> None:
-    """Make every `accelerator.save_state` also write training_settings.json and the model's config.json."""
+def record_settings_in_checkpoints(accelerator, config: TrainConfig, model_class: type, model_config,
+                                   save_into_checkpoint: Callable[[Path, Any], None]) -> None:
+    """Make every `accelerator.save_state` also write training_settings.json, config.json as save_pretrained writes
+    it (`architectures` naming the trained class: a fine-tuning run's head, not the body it started from, so a
+    checkpoint as init_from keeps its head) and what the workload puts in a checkpoint (a fine-tuning run's
+    tokenizer)."""
     settings = settings_to_record(config)  # once, after the workload prepared its data and tokenizer: what it read
+    checkpoint_config = copy.deepcopy(model_config)
+    checkpoint_config.architectures = [model_class.__name__]
 
     def write(models, weights, output_dir) -> None:
         if accelerator.is_main_process:
             Path(output_dir, SETTINGS_NAME).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-            model_config.to_json_file(str(Path(output_dir, "config.json")))
+            checkpoint_config.to_json_file(str(Path(output_dir, "config.json")))
+            save_into_checkpoint(Path(output_dir), checkpoint_config)
 
     accelerator.register_save_state_pre_hook(write)
 

@@ -207,7 +207,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     drop_float32_output_copies(given_to_prepare)  # accelerate's float32 copy of the logits, every step
     train_loader.pin_memory = accelerator.device.type == "cuda"  # for the non-blocking copies of _next_batches
     train_loader = accelerator.prepare_data_loader(train_loader, device_placement=False)
-    record_settings_in_checkpoints(accelerator, config, model_config)
+    record_settings_in_checkpoints(accelerator, config, model_class, model_config, workload.save_into_checkpoint)
     save_checkpoints_without_wrappers(accelerator)
 
     state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)

@@ -64,6 +64,9 @@ class Workload(Protocol):
     def save_beside_model(self, folder: Path, model_config) -> None:
         """Write what ships with the weights in final/ (the tokenizer) into `folder`."""
 
+    def save_into_checkpoint(self, folder: Path, model_config) -> None:
+        """Write what a checkpoint carries besides weights, states, settings and config.json into `folder`."""
+
 
 def language_model_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """A training step's loss, as the loop asks for it (the benchmarks time this same call): only the loss leaves the
@@ -128,6 +131,10 @@ class LanguageModelling:
 
     def save_beside_model(self, folder: Path, model_config) -> None:
         tokenizer_for_model(self.tokenizer_dir, self.eos_token, model_config.n_positions).save_pretrained(folder)
+
+    def save_into_checkpoint(self, folder: Path, model_config) -> None:
+        """Nothing: a language-modelling run's checkpoints find their tokenizer in the run folder, checked against
+        the fingerprint they record."""
 
 
 def _load_model(config: TrainConfig, tokenizer):
