@@ -188,9 +188,7 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
     device = input_ids.device
     # prompt + generated ids, [:, :length] the sequence so far; int64 whatever the prompt's dtype, as `_sample`'s
     # torch.cat with the argmax's ids returns them
-    # (one column more than the longest output: `tokens[:, :length + 1]` is never the whole buffer, which compiled would
-    # be a layout of its own, so a graph of its own)
-    tokens = torch.zeros((batch, max_length + 1), dtype=torch.long, device=input_ids.device)
+    tokens = torch.zeros((batch, max_length), dtype=torch.long, device=input_ids.device)
     tokens[:, :prompt_length] = input_ids
     slots = cache.layers[0].max_cache_len
     attended = torch.zeros((batch, slots), dtype=torch.bool, device=device)  # which cache slots each row attends
