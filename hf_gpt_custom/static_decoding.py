@@ -22,15 +22,18 @@ one step late, and the extra step's token is dropped: the host queues the next s
 Everything else (sampling, a dropout layer in train mode, a user's processor or criterion, or one that calls user
 code) reads the flag every step, as `_sample` does; so does a step whose position would pass n_positions.
 
-On a GPU (CUDA or XPU), greedy decoding with transformers' processors and criteria also compiles the choice of each
-token — the processors, the argmax, the padding of finished rows, the stopping criteria — into one call of a few fused
-kernels, where eager they are two dozen small kernels a token, each launched from Python. With the forward a CUDA-graph
-replay, launching those was most of a step: a profile of GPT-2 small at batch 16 on an H200 counted 34 launches a step
+On a GPU (CUDA or XPU), greedy decoding with transformers' processors and criteria that only select, mask or add
+(`EXACT_WHEN_COMPILED`: min lengths, banned n-grams and words, forced tokens, eos and max length) also compiles the
+choice of each token — the processors, the argmax, the padding of finished rows, the stopping criteria — into one call
+of a few fused kernels, where eager they are two dozen small kernels a token, each launched from Python. With the
+forward a CUDA-graph replay, launching those was most of a step: a profile of GPT-2 small at batch 16 on an H200 counted 34 launches a step
 besides the graph's, the device busy for under a third of the step. Compiled, a step took 0.63 ms at batch 16 and
 0.58 at batch 1, against 1.09 and 0.99 eager (bf16, 128 new tokens; benchmarks/results/gpu_h200/gpu_results.md).
-With dynamic shapes one graph serves every length and batch; a processor's branch that flips (a minimum length
-reached) adds one. The tokens stay those of `_sample`: argmax, `torch.where` and the criteria are exact, ties
-included. On the CPU each eager op costs microseconds and the loop stays eager.
+With dynamic shapes one graph serves every length; a processor's branch that flips (a minimum length reached) adds
+one, each set of options compiles its own, and the last token is chosen eagerly (max length's branch). The tokens
+stay those of `_sample`: selections, masks, one addition and the argmax are exact, ties included; arithmetic a
+compiler may round otherwise (log_softmax, a division) keeps the choice eager. On the CPU each eager op costs
+microseconds and the loop stays eager.
 
 Anything this loop does not cover — another cache, another attention implementation than sdpa, a streamer, scores or
 hidden states returned, inputs_embeds, a cache passed in by the caller — runs transformers' `_sample` unchanged
@@ -38,6 +41,8 @@ hidden states returned, inputs_embeds, a cache passed in by the caller — runs 
 """
 
 from __future__ import annotations
+
+import types
 
 import torch
 from transformers.cache_utils import StaticCache, StaticLayer
@@ -92,9 +97,17 @@ PURE_PROCESSORS_AND_CRITERIA = frozenset({
 })
 
 
-# Of those, the ones whose work runs on the host (the clock; a tokenizer's string tables): the token choice is
-# compiled only without them.
-HOST_CRITERIA = frozenset({"MaxTimeCriteria", "StopStringCriteria"})
+# Of those, the ones the token choice is compiled with: those that only select, mask, fill or add one bias, which a
+# compiled kernel computes to the bit as eager does. Not: a criterion that runs on the host (the clock, a tokenizer's
+# string tables), nor arithmetic a compiler may round otherwise (log_softmax's logsumexp, a fused multiply-add, a
+# division: LogitNormalization, ExponentialDecayLengthPenalty, RepetitionPenaltyLogitsProcessor, the warpers), where a
+# near-tie between two tokens could then go the other way.
+EXACT_WHEN_COMPILED = frozenset({
+    "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "NoRepeatNGramLogitsProcessor",
+    "SequenceBiasLogitsProcessor", "NoBadWordsLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
+    "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
+    "SuppressTokensLogitsProcessor", "MaxLengthCriteria", "EosTokenCriteria",
+})
 
 # Devices where the token choice is compiled: there each eager op is a kernel launch from Python. A test adds "cpu".
 COMPILED_CHOICE_DEVICES = ("cuda", "xpu")
@@ -131,26 +144,35 @@ def choose_next_tokens(logits_processor: LogitsProcessorList, stopping_criteria:
     return next_tokens, unfinished, unfinished.max() == 0
 
 
-_compiled_choices: dict[str, object] = {}
+_compiled_choices: dict[tuple, object] = {}
 
 
-def _compiled_choice(backend: str):
-    """`choose_next_tokens` compiled once per backend for the whole process, with dynamic shapes: one graph for every
-    sequence length and batch (a new graph only where a processor's branch flips, e.g. at min_new_tokens)."""
-    if backend not in _compiled_choices:
-        _compiled_choices[backend] = torch.compile(choose_next_tokens, dynamic=True, backend=backend)
-    return _compiled_choices[backend]
+def _compiled_choice(backend: str, signature: tuple):
+    """`choose_next_tokens` compiled with dynamic shapes, one per backend and set of processors and criteria for the
+    whole process. Each gets a code object of its own: dynamo keeps graphs, and counts them against torch's recompile
+    limit (8), per code object, so another set of generation options starts its own few graphs rather than using up
+    a shared limit (after which the choice would run eagerly)."""
+    key = (backend, signature)
+    if key not in _compiled_choices:
+        code = choose_next_tokens.__code__.replace(co_name=f"choose_next_tokens_{len(_compiled_choices)}")
+        function = types.FunctionType(code, choose_next_tokens.__globals__, code.co_name)
+        _compiled_choices[key] = torch.compile(function, dynamic=True, backend=backend)
+    return _compiled_choices[key]
 
 
 def _choice_to_compile(model, compiled_forward: bool, logits_processor, stopping_criteria, generation_config,
                        stop_late: bool):
     """The compiled token choice where it pays and gives `_sample`'s tokens, else the eager one: greedy on a GPU with
-    the forward compiled (so a step is launch-bound) and only transformers' processors and criteria that run on the
-    device (all of them trace whole; tests/hf_gpt_custom/test_static_decoding.py compiles each)."""
-    on_the_device = not any(type(item).__name__ in HOST_CRITERIA for item in stopping_criteria)
-    if stop_late and compiled_forward and on_the_device and model.device.type in COMPILED_CHOICE_DEVICES:
+    the forward compiled (so a step is launch-bound), only processors and criteria exact when compiled, and not
+    where the caller asked torch to refuse any recompilation (the choice compiles a graph where a minimum length is
+    reached). tests/hf_gpt_custom/test_compiled_token_choice.py compiles each of them."""
+    items = [*logits_processor, *stopping_criteria]
+    exact = all(type(item).__module__.startswith("transformers.generation.")
+                and type(item).__name__ in EXACT_WHEN_COMPILED for item in items)
+    if (stop_late and compiled_forward and exact and model.device.type in COMPILED_CHOICE_DEVICES
+            and not torch._dynamo.config.error_on_recompile):
         backend = getattr(generation_config.compile_config, "backend", None) or "inductor"
-        return _compiled_choice(backend)
+        return _compiled_choice(backend, tuple(type(item).__name__ for item in items))
     return choose_next_tokens
 
 
@@ -215,7 +237,9 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
     length = prompt_length
 
     while True:
-        next_tokens, unfinished, all_finished = choose(
+        # the last token eagerly: MaxLengthCriteria and ForcedEOS flip there, a graph of their own for one step
+        chooser = choose if length + 1 < max_length else choose_next_tokens
+        next_tokens, unfinished, all_finished = chooser(
             logits_processor, stopping_criteria, tokens[:, :length + 1], outputs.logits, unfinished, pad_token_id,
             has_eos_stopping_criteria, do_sample)
         del outputs  # a compiled forward's outputs are overwritten by its next call

@@ -9,11 +9,12 @@ import pytest
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
-from transformers import CompileConfig
+from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel
 from transformers.generation import logits_process, stopping_criteria
 
-from hf_gpt_custom import static_decoding
-from tests.helpers import make_gpt2_pair, padded_batch
+from hf_gpt_custom import GPTCustomForCausalLM, static_decoding
+from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+from tests.helpers import TINY_GPT2, make_gpt2_pair, padded_batch, randomize_
 
 EOS = torch.tensor([7])
 PROMPT_LENGTH = 8
@@ -38,8 +39,8 @@ def compiled_forward(backend: str = "inductor") -> CompileConfig:
 
 
 def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(gpu_code_path, monkeypatch):
-    """Left-padded and full rows, min_new_tokens then eos free, a repetition penalty: inductor's argmax, where and
-    criteria give `_sample`'s tokens on the same model, and GPT-2's with the same weights (which runs in
+    """Left-padded and full rows, min_new_tokens then eos free, n-grams and bad words banned: inductor's argmax,
+    masks and criteria give `_sample`'s tokens on the same model, and GPT-2's with the same weights (which runs in
     transformers' own loop). Two prompt lengths and two batch sizes after the first call compile nothing new."""
     ours, reference = make_gpt2_pair("sdpa", seed=8)
     prompt, attention_mask = padded_batch()
@@ -49,11 +50,11 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
     monkeypatch.setattr(static_decoding, "_choice_to_compile",
                         lambda *a: choices.append(real_choice(*a)) or choices[-1])
     kwargs = dict(attention_mask=attention_mask, do_sample=False, max_new_tokens=14, min_new_tokens=6,
-                  repetition_penalty=1.3, pad_token_id=0, eos_token_id=5)
+                  no_repeat_ngram_size=2, bad_words_ids=[[3], [4, 6]], pad_token_id=0, eos_token_id=5)
     tokens = ours.generate(prompt, cache_implementation="static", compile_config=compiled_forward(), **kwargs)
-    assert choices == [static_decoding._compiled_choices["inductor"]]  # the compiled choice ran
-    # one graph for the forward, three for the choice over 14 lengths: min_new_tokens not reached and reached, and
-    # the last step (max_length reached: MaxLengthCriteria's other branch); never one per length
+    assert choices == list(static_decoding._compiled_choices.values())  # the compiled choice ran
+    # one graph for the forward, three for the choice over 13 lengths (the last token is chosen eagerly): the bad
+    # words' bias prepared on the first call, then min_new_tokens not reached and reached; never one per length
     assert counters["stats"]["unique_graphs"] <= 4
     assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
     with monkeypatch.context() as patch:
@@ -63,7 +64,8 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
     graphs = []
     for length in (20, 12, 9):  # the same cache (prompt + new tokens = 33), so the same compiled forward
         prompt = torch.randint(0, 99, (2, length))
-        kwargs = dict(do_sample=False, max_new_tokens=33 - length, min_new_tokens=6, pad_token_id=0, eos_token_id=5)
+        kwargs = dict(do_sample=False, max_new_tokens=33 - length, min_new_tokens=6, no_repeat_ngram_size=2,
+                      bad_words_ids=[[3], [4, 6]], pad_token_id=0, eos_token_id=5)
         tokens = ours.generate(prompt, cache_implementation="static", compile_config=compiled_forward(), **kwargs)
         assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
         graphs.append(counters["stats"]["unique_graphs"])
@@ -71,8 +73,9 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
 
 
 def test_the_choice_stays_eager_off_the_gpu_path(monkeypatch):
-    """Where the step is not launch-bound or the choice would not be `_sample`'s: on the CPU, sampling, an eager
-    forward, a criterion that runs on the host (the clock)."""
+    """Where the step is not launch-bound or the choice might not be `_sample`'s: on the CPU, an eager forward,
+    sampling, a criterion that runs on the host (the clock), arithmetic a compiler may round otherwise, and a caller
+    who asked torch to refuse recompiling."""
     ours, _ = make_gpt2_pair("sdpa", seed=8)
     prompt = torch.randint(0, 99, (2, 6))
     seen = []
@@ -86,13 +89,17 @@ def test_the_choice_stays_eager_off_the_gpu_path(monkeypatch):
     eager_forward = compiled_forward("eager")
     ours.generate(prompt, compile_config=eager_forward, **{**greedy, "do_sample": True})
     ours.generate(prompt, max_time=60.0, compile_config=eager_forward, **greedy)
-    assert seen == [static_decoding.choose_next_tokens] * 4
+    ours.generate(prompt, repetition_penalty=1.3, compile_config=eager_forward, **greedy)  # a division
+    ours.generate(prompt, renormalize_logits=True, compile_config=eager_forward, **greedy)  # log_softmax
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        ours.generate(prompt, compile_config=eager_forward, **greedy)
+    assert seen == [static_decoding.choose_next_tokens] * 7
     ours.generate(prompt, compile_config=eager_forward, **greedy)  # (the same call otherwise takes the compiled one)
     assert seen[-1] is not static_decoding.choose_next_tokens
 
 
-# Every transformers processor and criterion the compiled choice may take (static_decoding's pure ones but the host's),
-# with arguments that make it act within a few steps.
+# transformers' pure processors and criteria (static_decoding's list), with arguments that make each act within a few
+# steps; the compiled choice takes those exact when compiled.
 PROCESSORS = {
     "MinLengthLogitsProcessor": lambda: logits_process.MinLengthLogitsProcessor(PROMPT_LENGTH + 4, EOS),
     "MinNewTokensLengthLogitsProcessor": lambda: logits_process.MinNewTokensLengthLogitsProcessor(PROMPT_LENGTH, 3,
@@ -123,10 +130,10 @@ PROCESSORS = {
 
 
 def test_every_processor_and_criterion_the_choice_may_take_is_listed_here():
-    assert set(PROCESSORS) == static_decoding.PURE_PROCESSORS_AND_CRITERIA - static_decoding.HOST_CRITERIA
+    assert static_decoding.EXACT_WHEN_COMPILED <= set(PROCESSORS) <= static_decoding.PURE_PROCESSORS_AND_CRITERIA
 
 
-@pytest.mark.parametrize("name", sorted(PROCESSORS))
+@pytest.mark.parametrize("name", sorted(static_decoding.EXACT_WHEN_COMPILED))
 def test_each_processor_and_criterion_traces_whole_and_gives_the_eager_choice(name):
     """fullgraph=True: a graph break would fail here. Ten steps of one batch, with a tie in the logits: the same
     tokens, flags and sequences as the eager choice, from at most two graphs (a branch that flips, e.g. at a minimum
@@ -157,3 +164,88 @@ def test_each_processor_and_criterion_traces_whole_and_gives_the_eager_choice(na
     assert torch.equal(sequences, expected_sequences)
     assert counters["stats"]["unique_graphs"] <= 2
     torch._dynamo.reset()
+
+def transformers_loop(monkeypatch, model, *args, **kwargs):
+    with monkeypatch.context() as patch:
+        patch.setattr("hf_gpt_custom.modeling_gpt_custom.uses_static_decoding", lambda *a, **k: False)
+        return model.generate(*args, **kwargs)
+
+
+def cache_entries() -> list[int]:
+    """Each compiled choice's graphs (dynamo's cache entries of its code object)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return [len(_debug_get_cache_entry_list(compiled._torchdynamo_orig_callable.__code__))
+            for compiled in static_decoding._compiled_choices.values()]
+
+
+VOCAB = 50257  # GPT-2's: a batch-1 row this wide is a split reduction under inductor
+
+
+def crafted_logits(seed: int) -> torch.Tensor:
+    """Random logits with the maximum at 0 and token 5 half an ulp of logsumexp below it: after log_softmax the two
+    are equal or one ulp apart depending on the last bit of logsumexp."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(VOCAB, generator=generator) * 3
+    logits = logits - logits.max()
+    c = -logits.log_softmax(-1)[int(logits.argmax())]
+    logits[5] = -(torch.nextafter(c, torch.tensor(float("inf"))) - c) / 2
+    return logits
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_renormalized_greedy_tokens_equal_transformers_loop(gpu_code_path, monkeypatch, seed):
+    """renormalize_logits=True adds LogitNormalization (log_softmax). ln_f gives the constant e_0, so every step's
+    logits are exactly wte[:, 0] (the crafted row), in eager and inductor forwards alike. Eager log_softmax (`_sample`,
+    GPT-2) and inductor's differ in the last bit of logsumexp at batch 1 and this vocab, so compiled, a near-tie went
+    the other way (token 5 for the maximum): such arithmetic is now chosen eagerly. (Found by a review.)"""
+    torch.manual_seed(0)
+    reference = GPT2LMHeadModel(GPT2Config(**{**TINY_GPT2, "vocab_size": VOCAB}, attn_implementation="sdpa"))
+    randomize_(reference).eval()
+    with torch.no_grad():
+        reference.transformer.ln_f.weight.zero_()
+        reference.transformer.ln_f.bias.zero_()
+        reference.transformer.ln_f.bias[0] = 1.0
+        reference.transformer.wte.weight[:, 0] = crafted_logits(seed)
+    ours = from_gpt2_model(reference, GPTCustomForCausalLM)
+    prompt = torch.tensor([[11, 12, 13, 14]])
+    kwargs = dict(do_sample=False, max_new_tokens=3, renormalize_logits=True, pad_token_id=0,
+                  cache_implementation="static", compile_config=compiled_forward())
+    expected = transformers_loop(monkeypatch, ours, prompt, **kwargs)
+    assert expected.tolist() == reference.generate(prompt, **{k: v for k, v in kwargs.items()
+                                                               if k != "compile_config"}).tolist()
+    got = ours.generate(prompt, **kwargs)
+    assert static_decoding._compiled_choices == {}  # log_softmax is chosen eagerly
+    assert got.tolist() == expected.tolist()
+
+
+def test_first_generate_call_does_not_recompile(gpu_code_path, monkeypatch):
+    """torch._dynamo.config.error_on_recompile=True (a user's guard against recompiles): transformers' loop with the
+    same compiled forward runs, and so does ours (the compiled choice raised RecompileError on its first call, a
+    second graph at the last step where MaxLengthCriteria flips: the last token is now chosen eagerly, and the choice
+    is not compiled under that setting, since a minimum length reached flips a branch too)."""
+    ours, _ = make_gpt2_pair("sdpa", seed=8)
+    prompt = torch.randint(1, 98, (2, 10), generator=torch.Generator().manual_seed(1))
+    kwargs = dict(do_sample=False, max_new_tokens=8, pad_token_id=0, cache_implementation="static",
+                  compile_config=compiled_forward())
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        expected = transformers_loop(monkeypatch, ours, prompt, **kwargs)
+        assert ours.generate(prompt, **kwargs).tolist() == expected.tolist()
+
+
+def test_recompiles_of_the_choice_stay_below_the_recompile_limit(gpu_code_path, monkeypatch):
+    """Same batch, same prompt length, same max_new_tokens; only ordinary generation options differ between five
+    calls. With one compiled function for all of them the fifth hit torch._dynamo's recompile_limit (8), and every
+    later option set ran the choice eagerly for the rest of the process; each set now compiles its own function."""
+    ours, _ = make_gpt2_pair("sdpa", seed=8)
+    prompt = torch.randint(1, 98, (2, 10), generator=torch.Generator().manual_seed(1))
+    base = dict(do_sample=False, max_new_tokens=8, pad_token_id=0, cache_implementation="static",
+                compile_config=compiled_forward())
+    counts = []
+    for options in (dict(eos_token_id=5), dict(eos_token_id=[5, 6]), dict(bad_words_ids=[[3]]),
+                    dict(min_new_tokens=4, eos_token_id=5), dict(no_repeat_ngram_size=2), dict(suppress_tokens=[4]),
+                    dict(min_length=14, eos_token_id=5), dict(forced_bos_token_id=3)):
+        tokens = ours.generate(prompt, **base, **options)
+        assert tokens.tolist() == transformers_loop(monkeypatch, ours, prompt, **base, **options).tolist()
+        counts.append(cache_entries())
+    assert len(static_decoding._compiled_choices) >= 4 and max(counts[-1]) < torch._dynamo.config.recompile_limit
