@@ -348,15 +348,24 @@ modes_call() {
 }
 
 # The eleventh (~4 minutes): the memory target with the loss-alone call, under milder activation budgets.
-memory_call() {
-  begin_call "${SESSION_SECONDS:-240}"
-  local c labels; c=$(cap 220); header "gpu_probe.py: activation budgets, compiled, batch 16" "$c"
+memory_stage() {  # memory_stage CAP: gpu_probe's memory candidates, compiled, batch 16, under $WORK/memory
+  local c labels; c=$(cap "$1"); header "gpu_probe.py: activation budgets, compiled, batch 16" "$c"
   labels=$(python3 -c 'from benchmarks.gpu_probe import MEMORY_CANDIDATES as c; print(",".join(c))')
   mkdir -p "$WORK/memory"
   [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK/memory" --parts variants \
     --variant-modes compiled --contenders "$labels" --profile-steps 1
   pack
+}
+memory_call() {
+  begin_call "${SESSION_SECONDS:-240}"
+  memory_stage 220
   echo "=== done $(date -u +%T) ==="
+}
+cuda_tests_stage() {  # cuda_tests_stage CAP WORKERS: the gpu-marked tests and the GPU code paths held on any device
+  local c; c=$(cap "$1"); header "CUDA tests" "$c"
+  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n "$2" tests/gpu \
+    tests/hf_gpt_custom/test_causal_lm_loss.py tests/hf_gpt_custom/test_gpu_code_path.py \
+    tests/hf_gpt_custom/test_static_decoding.py tests/hf_gpt_custom/test_compiled_token_choice.py 2>&1 | tail -n 15
 }
 
 # The twelfth (~7 minutes, the first call of a session after `memory` and `generation-profile` were prepared): both
@@ -365,16 +374,8 @@ memory_call() {
 diagnose_call() {
   begin_call "${SESSION_SECONDS:-420}"
   TORCH_LOGS=recompiles,graph_breaks generation_profiles
-  local c labels; c=$(cap 200); header "gpu_probe.py: activation budgets, compiled, batch 16" "$c"
-  labels=$(python3 -c 'from benchmarks.gpu_probe import MEMORY_CANDIDATES as c; print(",".join(c))')
-  mkdir -p "$WORK/memory"
-  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 benchmarks/gpu_probe.py --out "$WORK/memory" --parts variants \
-    --variant-modes compiled --contenders "$labels" --profile-steps 1
-  pack
-  c=$(cap 80); header "CUDA tests" "$c"
-  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 4 tests/gpu \
-    tests/hf_gpt_custom/test_causal_lm_loss.py tests/hf_gpt_custom/test_gpu_code_path.py \
-    tests/hf_gpt_custom/test_static_decoding.py 2>&1 | tail -n 15
+  memory_stage 200
+  cuda_tests_stage 80 4
   echo "=== done $(date -u +%T) ==="
 }
 
@@ -394,10 +395,7 @@ confirm_h100_call() {
   begin_call "${SESSION_SECONDS:-520}"
   bench_stage "train, compiled" 170 --parts train --modes compile --sweep 16 --rounds 3
   bench_stage "generation" 130 --parts generate --gen-rounds 3 --gen-batches 16,1
-  local c; c=$(cap 170); header "CUDA tests" "$c"
-  [ "$c" -gt 0 ] && timeout -s INT "$c" python3 -m pytest -q -p no:cacheprovider -rfEs -n 6 tests/gpu \
-    tests/hf_gpt_custom/test_causal_lm_loss.py tests/hf_gpt_custom/test_gpu_code_path.py \
-    tests/hf_gpt_custom/test_static_decoding.py tests/hf_gpt_custom/test_compiled_token_choice.py 2>&1 | tail -n 15
+  cuda_tests_stage 170 6
   echo "=== done $(date -u +%T) ==="
 }
 
