@@ -73,7 +73,9 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         card_data,
         template_path=str(TEMPLATE_PATH),
         repo_id=repo_id or f"your-username/{run_name}",
-        head={"auto_class": auto_class, "description": description, "format_name": FORMAT_NAMES[task["format"]]},
+        head={"auto_class": auto_class, "description": description, "format_name": FORMAT_NAMES[task["format"]],
+              # summaries written before the field: always a new head
+              "continued": bool(summary.get("continued_a_fine_tuned_head"))},
         base_model=base_model_name(str(summary.get("fine_tuned_from") or train_config.get("init_from") or "")),
         dataset=dataset,
         task=task,

@@ -51,7 +51,8 @@ class FinetuneWorkload:
         self.config, self.task = config, config.task_section
         where = Path(config.dataset).name if Path(config.dataset).exists() else config.dataset
         folder = check_model_folder(config.init_from)
-        saved_head(config.init_from, self.task)  # a fine-tuned head of another kind is refused before the data is read
+        # a fine-tuned head of another kind is refused before the data is read; one of this kind is trained further
+        self.continues_a_head = saved_head(config.init_from, self.task) is not None
         try:
             self.tokenizer = load_task_tokenizer(folder)
         except (OSError, ValueError) as err:
@@ -157,6 +158,9 @@ class FinetuneWorkload:
         majority = max(labels.count(label) for label in set(labels)) / len(labels)
         return {
             "fine_tuned_from": str(Path(self.config.init_from).absolute()),
+            # init_from held a head of this kind already (fine-tuning further): its head and task tokens were trained
+            # on, not drawn new (the model card says which)
+            "continued_a_fine_tuned_head": self.continues_a_head,
             "dataset": self.config.dataset,
             "task": self.task.to_dict(),
             "train_examples": len(self.train_examples),

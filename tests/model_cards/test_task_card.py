@@ -91,6 +91,25 @@ def test_fine_tuned_card_names_base_data_lambda_and_never_scratch(boolq_export, 
     assert f"(`{transformers_requirement()}`, torch, tokenizers)" in text  # the pin, rendered
 
 
+def test_a_card_of_fine_tuning_further_says_the_head_was_trained_on_not_drawn_new(boolq_export, tmp_path):
+    """init_from a fine-tuned folder of the same head: its head and task-token embeddings were trained further, and
+    the card said "a new linear head" and "two new token embeddings drawn" (found by a hunt). The first run's card
+    still says them."""
+    from hf_gpt_custom.hub import export_folder
+
+    run, export = boolq_export
+    data = run / "config.yaml"
+    dataset = next(line.split(": ", 1)[1] for line in data.read_text().splitlines() if line.startswith("dataset:"))
+    further = _finetune(tmp_path / "further", run / "final", Path(dataset.strip("'\"")), "task.format=pair",
+                        "task.text_columns=passage,question", "task.labels=false,true", "task.lm_loss_weight=0.25")
+    text = " ".join((export_folder(further, tmp_path / "export") / "README.md").read_text(encoding="utf-8").split())
+    assert "fine-tuned further from `run/final`, a model already fine-tuned with this head" in text
+    assert "its weights, head and task-token embeddings, all trained further; nothing drawn new" in text
+    assert "new linear head" not in text and "new token embeddings" not in text
+    first = " ".join((export / "README.md").read_text(encoding="utf-8").split())
+    assert "a new linear head read at the extract token" in first and "the two new token embeddings drawn" in first
+
+
 def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):
     run, export = boolq_export
     summary = json.loads((run / "training_summary.json").read_text())
