@@ -106,8 +106,11 @@ def test_a_card_of_fine_tuning_further_says_the_head_was_trained_on_not_drawn_ne
     assert "fine-tuned further from `run/final`, a model already fine-tuned with this head" in text
     assert "its weights, head and task-token embeddings, all trained further; nothing drawn new" in text
     assert "new linear head" not in text and "new token embeddings" not in text
+    # its held-out records are this run's: the run it continued may have trained on them (a docs pass)
+    assert "never trained on" not in text and "is held out from this run only" in text
     first = " ".join((export / "README.md").read_text(encoding="utf-8").split())
     assert "a new linear head read at the extract token" in first and "the two new token embeddings drawn" in first
+    assert "were held out and never trained on" in first
 
 
 def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):
