@@ -390,7 +390,8 @@ choice_call() {
 # The fourteenth (~8.5 minutes, for an H100, where issue 23 judges its targets): what 2026-11-27's H200 calls measured
 # there alone. The compiled batch-16 table of the three models (since training asks for the loss alone: on the H200
 # 1.03x nanoGPT at 0.74x its peak memory), static generation with the compiled token choice (2.09x / 2.30x GPT-2 on
-# the H200), then the CUDA tests, the compiled choice's included (the diagnose call's cap cut them at 85).
+# the H200), then the CUDA tests, the compiled choice's included (the diagnose call's 80 s cap stopped them after 85
+# passed).
 confirm_h100_call() {
   begin_call "${SESSION_SECONDS:-520}"
   bench_stage "train, compiled" 170 --parts train --modes compile --sweep 16 --rounds 3
