@@ -22,18 +22,19 @@ one step late, and the extra step's token is dropped: the host queues the next s
 Everything else (sampling, a dropout layer in train mode, a user's processor or criterion, or one that calls user
 code) reads the flag every step, as `_sample` does; so does a step whose position would pass n_positions.
 
-On a GPU (CUDA or XPU), greedy decoding with transformers' processors and criteria that only select, mask or add
-(`EXACT_WHEN_COMPILED`: min lengths, banned n-grams and words, forced tokens, eos and max length) also compiles the
-choice of each token — the processors, the argmax, the padding of finished rows, the stopping criteria — into one call
-of a few fused kernels, where eager they are two dozen small kernels a token, each launched from Python. With the
-forward a CUDA-graph replay, launching those was most of a step: a profile of GPT-2 small at batch 16 on an H200 counted 34 launches a step
-besides the graph's, the device busy for under a third of the step. Compiled, a step took 0.63 ms at batch 16 and
-0.58 at batch 1, against 1.09 and 0.99 eager (bf16, 128 new tokens; benchmarks/results/gpu_h200/gpu_results.md).
-With dynamic shapes one graph serves every length; a processor's branch that flips (a minimum length reached) adds
-one, each set of options compiles its own, and the last token is chosen eagerly (max length's branch). The tokens
-stay those of `_sample`: selections, masks, one addition and the argmax are exact, ties included; arithmetic a
-compiler may round otherwise (log_softmax, a division) keeps the choice eager. On the CPU each eager op costs
-microseconds and the loop stays eager.
+On a GPU (CUDA or XPU), greedy decoding with transformers' processors and criteria that only select, mask or fill
+(`EXACT_WHEN_COMPILED`: min lengths, banned n-grams, forced and suppressed tokens, eos and max length) also compiles
+the choice of each token — the processors, the argmax, the padding of finished rows, the stopping criteria — into
+one call of a few fused kernels, where eager they are two dozen small kernels a token, each launched from Python.
+With the forward a CUDA-graph replay, launching those was most of a step: a profile of GPT-2 small at batch 16 on an
+H200 counted 34 launches a step besides the graph's, the device busy for under a third of the step. Compiled, a step
+took 0.63 ms at batch 16 and 0.58 at batch 1, against 1.09 and 0.99 eager (bf16, 128 new tokens;
+benchmarks/results/gpu_h200/gpu_results.md). With dynamic shapes one graph serves every length; a processor's branch
+that flips (a minimum length reached) adds one, each set of options compiles its own, and the last token is chosen
+eagerly (max length's branch). The tokens stay those of `_sample`: selections, masks and the argmax are exact, ties
+included. Arithmetic a compiler may round otherwise (log_softmax, a division) and banned-word lists or biases (which
+the compiled code would hold as constants, compiling again for every other list) keep the choice eager, and so does
+the CPU, where each eager op costs microseconds.
 
 Anything this loop does not cover — another cache, another attention implementation than sdpa, a streamer, scores or
 hidden states returned, inputs_embeds, a cache passed in by the caller — runs transformers' `_sample` unchanged
@@ -97,16 +98,17 @@ PURE_PROCESSORS_AND_CRITERIA = frozenset({
 })
 
 
-# Of those, the ones the token choice is compiled with: those that only select, mask, fill or add one bias, which a
-# compiled kernel computes to the bit as eager does. Not: a criterion that runs on the host (the clock, a tokenizer's
-# string tables), nor arithmetic a compiler may round otherwise (log_softmax's logsumexp, a fused multiply-add, a
-# division: LogitNormalization, ExponentialDecayLengthPenalty, RepetitionPenaltyLogitsProcessor, the warpers), where a
-# near-tie between two tokens could then go the other way.
+# Of those, the ones the token choice is compiled with: those that only select, mask or fill, which a compiled kernel
+# computes to the bit as eager does, and whose settings are no constants of the compiled code. Not: a criterion that
+# runs on the host (the clock, a tokenizer's string tables); arithmetic a compiler may round otherwise (log_softmax's
+# logsumexp, a fused multiply-add, a division: LogitNormalization, ExponentialDecayLengthPenalty,
+# RepetitionPenaltyLogitsProcessor, the warpers), where a near-tie between two tokens could then go the other way;
+# banned words and sequence biases, whose lists the compiled code holds as constants, so every other list compiled
+# again (and a server whose lists change per request would hit torch's recompile limit).
 EXACT_WHEN_COMPILED = frozenset({
     "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "NoRepeatNGramLogitsProcessor",
-    "SequenceBiasLogitsProcessor", "NoBadWordsLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
-    "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
-    "SuppressTokensLogitsProcessor", "MaxLengthCriteria", "EosTokenCriteria",
+    "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor",
+    "SuppressTokensAtBeginLogitsProcessor", "SuppressTokensLogitsProcessor", "MaxLengthCriteria", "EosTokenCriteria",
 })
 
 # Devices where the token choice is compiled: there each eager op is a kernel launch from Python. A test adds "cpu".

@@ -39,7 +39,7 @@ def compiled_forward(backend: str = "inductor") -> CompileConfig:
 
 
 def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(gpu_code_path, monkeypatch):
-    """Left-padded and full rows, min_new_tokens then eos free, n-grams and bad words banned: inductor's argmax,
+    """Left-padded and full rows, min_new_tokens then eos free, n-grams banned, tokens suppressed: inductor's argmax,
     masks and criteria give `_sample`'s tokens on the same model, and GPT-2's with the same weights (which runs in
     transformers' own loop). Two prompt lengths and two batch sizes after the first call compile nothing new."""
     ours, reference = make_gpt2_pair("sdpa", seed=8)
@@ -50,12 +50,12 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
     monkeypatch.setattr(static_decoding, "_choice_to_compile",
                         lambda *a: choices.append(real_choice(*a)) or choices[-1])
     kwargs = dict(attention_mask=attention_mask, do_sample=False, max_new_tokens=14, min_new_tokens=6,
-                  no_repeat_ngram_size=2, bad_words_ids=[[3], [4, 6]], pad_token_id=0, eos_token_id=5)
+                  no_repeat_ngram_size=2, suppress_tokens=[3, 6], pad_token_id=0, eos_token_id=5)
     tokens = ours.generate(prompt, cache_implementation="static", compile_config=compiled_forward(), **kwargs)
     assert choices == list(static_decoding._compiled_choices.values())  # the compiled choice ran
-    # one graph for the forward, three for the choice over 13 lengths (the last token is chosen eagerly): the bad
-    # words' bias prepared on the first call, then min_new_tokens not reached and reached; never one per length
-    assert counters["stats"]["unique_graphs"] <= 4
+    # one graph for the forward, two for the choice over 13 lengths (the last token is chosen eagerly):
+    # min_new_tokens not reached and reached; never one per length
+    assert counters["stats"]["unique_graphs"] <= 3
     assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
     with monkeypatch.context() as patch:
         patch.setattr("hf_gpt_custom.modeling_gpt_custom.uses_static_decoding", lambda *a, **k: False)
@@ -65,7 +65,7 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
     for length in (20, 12, 9):  # the same cache (prompt + new tokens = 33), so the same compiled forward
         prompt = torch.randint(0, 99, (2, length))
         kwargs = dict(do_sample=False, max_new_tokens=33 - length, min_new_tokens=6, no_repeat_ngram_size=2,
-                      bad_words_ids=[[3], [4, 6]], pad_token_id=0, eos_token_id=5)
+                      suppress_tokens=[3, 6], pad_token_id=0, eos_token_id=5)
         tokens = ours.generate(prompt, cache_implementation="static", compile_config=compiled_forward(), **kwargs)
         assert tokens.tolist() == reference.generate(prompt, **kwargs).tolist()
         graphs.append(counters["stats"]["unique_graphs"])
@@ -74,8 +74,8 @@ def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(g
 
 def test_the_choice_stays_eager_off_the_gpu_path(monkeypatch):
     """Where the step is not launch-bound or the choice might not be `_sample`'s: on the CPU, an eager forward,
-    sampling, a criterion that runs on the host (the clock), arithmetic a compiler may round otherwise, and a caller
-    who asked torch to refuse recompiling."""
+    sampling, a criterion that runs on the host (the clock), arithmetic a compiler may round otherwise, banned words
+    (a list the compiled code would hold as constants), and a caller who asked torch to refuse recompiling."""
     ours, _ = make_gpt2_pair("sdpa", seed=8)
     prompt = torch.randint(0, 99, (2, 6))
     seen = []
@@ -91,9 +91,10 @@ def test_the_choice_stays_eager_off_the_gpu_path(monkeypatch):
     ours.generate(prompt, max_time=60.0, compile_config=eager_forward, **greedy)
     ours.generate(prompt, repetition_penalty=1.3, compile_config=eager_forward, **greedy)  # a division
     ours.generate(prompt, renormalize_logits=True, compile_config=eager_forward, **greedy)  # log_softmax
+    ours.generate(prompt, bad_words_ids=[[3]], compile_config=eager_forward, **greedy)  # a list held as constants
     with torch._dynamo.config.patch(error_on_recompile=True):
         ours.generate(prompt, compile_config=eager_forward, **greedy)
-    assert seen == [static_decoding.choose_next_tokens] * 7
+    assert seen == [static_decoding.choose_next_tokens] * 8
     ours.generate(prompt, compile_config=eager_forward, **greedy)  # (the same call otherwise takes the compiled one)
     assert seen[-1] is not static_decoding.choose_next_tokens
 
