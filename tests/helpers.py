@@ -391,3 +391,12 @@ def write_learnable_pairs(path: Path) -> Path:
         rows.append({"premise": premise, "hypothesis": word, "label": "yes" if inside else "no"})
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
+
+
+def compiled_forward(backend: str = "inductor"):
+    """A CompileConfig under which generate() compiles the decoding forward on the CPU too, as it does on a GPU."""
+    from transformers import CompileConfig
+
+    config = CompileConfig(backend=backend, mode="default" if backend == "inductor" else None)
+    config._compile_all_devices = True  # generate() compiles the forward only on accelerators unless told
+    return config

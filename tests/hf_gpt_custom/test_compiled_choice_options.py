@@ -14,27 +14,14 @@ import pytest
 import torch
 import torch._dynamo
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-from transformers import CompileConfig
 
 import hf_gpt_custom.modeling_gpt_custom as modeling
 from hf_gpt_custom import static_decoding
-from tests.helpers import make_gpt2_pair
+from tests.helpers import compiled_forward, make_gpt2_pair
 
 
-@pytest.fixture
-def gpu_code_path(monkeypatch):
-    monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
-    monkeypatch.setattr(static_decoding, "COMPILED_CHOICE_DEVICES", ("cpu",))
-    monkeypatch.setattr(static_decoding, "_compiled_choices", {})
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
-def compiled_forward(backend: str) -> CompileConfig:
-    config = CompileConfig(backend=backend, mode="default" if backend == "inductor" else None)
-    config._compile_all_devices = True
-    return config
 
 
 def graphs_per_choice() -> list[int]:

@@ -9,33 +9,19 @@ import pytest
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
-from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.generation import logits_process, stopping_criteria
 
 from hf_gpt_custom import GPTCustomForCausalLM, static_decoding
 from hf_gpt_custom.convert_gpt2 import from_gpt2_model
-from tests.helpers import TINY_GPT2, make_gpt2_pair, padded_batch, randomize_
+from tests.helpers import TINY_GPT2, compiled_forward, make_gpt2_pair, padded_batch, randomize_
 
 EOS = torch.tensor([7])
 PROMPT_LENGTH = 8
 
 
-@pytest.fixture
-def gpu_code_path(monkeypatch):
-    """The code path a GPU takes, on the CPU: the flag read one step late and the token choice compiled."""
-    monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
-    monkeypatch.setattr(static_decoding, "COMPILED_CHOICE_DEVICES", ("cpu",))
-    monkeypatch.setattr(static_decoding, "_compiled_choices", {})
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
-def compiled_forward(backend: str = "inductor") -> CompileConfig:
-    config = CompileConfig(backend=backend, mode="default" if backend == "inductor" else None)
-    config._compile_all_devices = True  # generate() compiles the forward only on accelerators unless told
-    return config
 
 
 def test_the_compiled_choice_gives_the_tokens_of_transformers_loop_and_of_gpt2(gpu_code_path, monkeypatch):
