@@ -206,6 +206,12 @@ def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
         model = load_model_folder(config.init_from, model_class=head_class)
         _check_head_fits(model.config, task, config.init_from)
     else:
+        if _weights_hold_a_head(config.init_from):
+            raise UserError(
+                f"init_from={config.init_from} holds a trained task head (score.weight) but its config.json names no "
+                f"head class (a fine-tuning checkpoint written before checkpoints recorded it): loaded as a pre-trained "
+                f"model its head would be replaced by a random one; start from its run's final/, or set "
+                f"\"architectures\": [\"{head_class.__name__}\"] in its config.json")
         body = load_model_folder(config.init_from)  # strict: a missing tensor is an error, not a random init
         model_config = copy.deepcopy(body.config)
         if task.is_multiple_choice:
@@ -231,6 +237,23 @@ def _head_class(task: TaskSection):
     from hf_gpt_custom import GPTCustomForMultipleChoice, GPTCustomForSequenceClassification
 
     return GPTCustomForMultipleChoice if task.is_multiple_choice else GPTCustomForSequenceClassification
+
+
+def _weights_hold_a_head(folder: str) -> bool:
+    """Whether a model folder's weights include a task head's (`score.weight`), whatever its config.json says."""
+    import json
+
+    from safetensors import safe_open
+
+    index = Path(folder, "model.safetensors.index.json")
+    if index.is_file():
+        names = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    elif Path(folder, "model.safetensors").is_file():
+        with safe_open(str(Path(folder, "model.safetensors")), framework="pt") as weights:
+            names = list(weights.keys())
+    else:
+        return False  # another format (a converted transformers folder): load_model_folder names any problem
+    return "score.weight" in names
 
 
 def saved_head(folder: str, task: TaskSection) -> str | None:

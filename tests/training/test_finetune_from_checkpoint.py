@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 
 import pytest
 import torch
@@ -83,3 +84,24 @@ def test_the_resume_refusals_advice_to_finetune_from_the_checkpoint_works(tmp_pa
     advised = re.search(r"init_from=(\S+) run_name=", str(refused.value))
     assert advised, str(refused.value)
     FinetuneWorkload(_config(tmp_path / "new", advised.group(1), data, "learning_rate=1e-3"))  # the advised start
+
+
+def test_a_checkpoint_from_before_the_head_was_recorded_is_refused_not_given_a_random_head(
+        tmp_path, checkpoint_of_a_finetuning_run):
+    """A fine-tuning checkpoint written before checkpoints named their head class (config.json said
+    GPTCustomForCausalLM) holds the trained score.weight all the same: as init_from it would load as a pre-trained
+    model and lose its head silently. Refused in one line naming both ways out."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    checkpoint, data = checkpoint_of_a_finetuning_run
+    older = tmp_path / "older"
+    shutil.copytree(checkpoint, older)
+    config = json.loads((older / "config.json").read_text())
+    config["architectures"] = ["GPTCustomForCausalLM"]
+    (older / "config.json").write_text(json.dumps(config))
+    (older / "manifest.json").unlink()  # (the edit would otherwise be refused as damage first)
+    with pytest.raises(UserError, match=r"holds a trained task head \(score\.weight\) but its config\.json names no "
+                                        r"head class.*start from its run's final/, or set \"architectures\": "
+                                        r"\[\"GPTCustomForMultipleChoice\"\]"):
+        FinetuneWorkload(_config(tmp_path / "further", older, data))
