@@ -32,6 +32,7 @@
 #        bash benchmarks/gpu_session.sh diagnose    # generation-profile, then memory, then the CUDA tests (~7 min)
 #        bash benchmarks/gpu_session.sh choice      # generation, the token choice compiled and eager (~2.5 min)
 #        bash benchmarks/gpu_session.sh confirm-h100  # on an H100: compiled table, generation, CUDA tests (~8.5 min)
+#        bash benchmarks/gpu_session.sh shifted-recipes  # the GPU recipe with shift_block_boundaries (~4.5 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -400,7 +401,32 @@ confirm_h100_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The fifteenth (~4.5 minutes, on an H100 for the recipe's figure): the GPU recipe with its training blocks cut anew
+# each epoch (shift_block_boundaries, added 2026-11-27 without a GPU: a regulariser for many epochs over little text;
+# its CPU figures are in benchmarks/results/shifted_blocks.md), beside the recipe as it is. Being a regulariser, it may
+# let the recipe train longer or with less dropout or weight decay, so six variants do.
+DROP2="model.resid_pdrop=0.2 model.embd_pdrop=0.2 model.attn_pdrop=0.2"
+shifted_recipes_call() {
+  begin_call "${SESSION_SECONDS:-270}"
+  local c; c=$(cap 250); header "eight GPU recipes side by side, six with the blocks cut anew each epoch" "$c"
+  pids=()
+  # shellcheck disable=SC2086  # the override lists split on purpose
+  {
+    recipe_run recipe "$c"
+    recipe_run shift "$c" shift_block_boundaries=true
+    recipe_run shift_s800 "$c" shift_block_boundaries=true max_steps=800
+    recipe_run shift_s1000 "$c" shift_block_boundaries=true max_steps=1000
+    recipe_run shift_d02_s800 "$c" shift_block_boundaries=true $DROP2 max_steps=800
+    recipe_run shift_wd05 "$c" shift_block_boundaries=true weight_decay=0.5
+    recipe_run shift_b1024 "$c" shift_block_boundaries=true block_size=1024 batch_size=16
+    recipe_run b1024 "$c" block_size=1024 batch_size=16
+  }
+  end_side_by_side
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
+  shifted-recipes) shifted_recipes_call ;;
   confirm-h100) confirm_h100_call ;;
   choice) choice_call ;;
   diagnose) diagnose_call ;;

@@ -82,6 +82,10 @@ class TrainConfig:
     init_from: str | None = _setting(None, help="start from a model folder (ours, a transformers GPT-2, OpenAI GPT or "
                                      "Llama folder converted on load, or a checkpoint folder)", changes_training=True)
     block_size: int = _setting(256, help="tokens per training sequence", changes_training=True)
+    shift_block_boundaries: bool = _setting(
+        False, help="each epoch, cut the training text into blocks at a new offset (drawn from seed and epoch), so "
+        "a run of many epochs over little text sees other windows of the same tokens, not the same blocks again; "
+        "one block fewer per epoch; validation blocks stay as they are", changes_training=True)
     # --- optimisation --------------------------------------------------------------------------------------------
     batch_size: int = _setting(8, help="sequences per micro-batch per process", changes_training=True)
     gradient_accumulation_steps: int = _setting(1, help="micro-batches per optimizer step", changes_training=True)

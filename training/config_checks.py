@@ -225,6 +225,9 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_holdout != "random" and has_own_validation:
         raise UserError(f"val_holdout={config.val_holdout!r} splits the training documents, but validation comes from "
                         f"{'val_dataset' if config.val_dataset else 'val_split'}; drop val_holdout")
+    if config.shift_block_boundaries and config.streaming:
+        raise UserError("shift_block_boundaries=true re-cuts the packed training blocks each epoch; a streamed corpus "
+                        "is cut once, as it arrives — set streaming=false, or shift_block_boundaries=false")
     if config.val_holdout == "tail" and config.streaming:
         raise UserError("val_holdout='tail' needs the whole corpus; a streamed corpus has no end to hold out — set "
                         "val_split, or streaming=false")

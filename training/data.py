@@ -369,6 +369,46 @@ class EpochShuffleSampler(Sampler[int]):
         yield from torch.randperm(self.num_samples, generator=generator).tolist()
 
 
+class ShiftingBlockSampler(EpochShuffleSampler):
+    """`shift_block_boundaries`: each epoch a new offset where the training text is cut into blocks.
+
+    Yields (block, offset) pairs for `ShiftedBlocks`: epoch e shuffles blocks 0..n-2 exactly as EpochShuffleSampler
+    shuffles n-1 blocks, then draws one offset in [0, block_size) from the same generator. Block k of that epoch is
+    tokens [k*block_size + offset, (k+1)*block_size + offset) of the packed text: the tail of packed block k and the
+    head of block k+1. One block fewer than packed, whatever the offset, so every epoch has the same length and a
+    resumed run knows where it is. The offset depends on seed and epoch only: every process of a multi-process run
+    draws the same, and a resumed run the one it had.
+    """
+
+    def __init__(self, num_packed_blocks: int, block_size: int, seed: int):
+        super().__init__(num_packed_blocks - 1, seed)
+        self.block_size = block_size
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(self.num_samples, generator=generator).tolist()
+        offset = int(torch.randint(0, self.block_size, (1,), generator=generator))
+        for block in order:
+            yield block, offset
+
+
+class ShiftedBlocks(torch.utils.data.Dataset):
+    """The packed training blocks read at an offset: item (k, offset) is block k's tokens from `offset` on, then
+    block k+1's first `offset` tokens; offset 0 is block k itself. Labels equal input_ids, as in the packed rows."""
+
+    def __init__(self, packed):
+        self.packed = packed
+
+    def __len__(self) -> int:
+        return len(self.packed) - 1
+
+    def __getitem__(self, item: tuple[int, int]) -> dict[str, list[int]]:
+        block, offset = item
+        first, second = self.packed[block : block + 2]["input_ids"]
+        ids = first[offset:] + second[:offset]
+        return {"input_ids": ids, "labels": list(ids)}
+
+
 def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
     return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
 
@@ -379,7 +419,8 @@ def val_blocks_scored(val_blocks: int, config: TrainConfig) -> int:
 
 
 def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple[DataLoader, DataLoader]:
-    """Training batches (reshuffled each epoch, or in stream order) and the fixed validation batches.
+    """Training batches (reshuffled each epoch, cut anew each epoch with shift_block_boundaries, or in stream order)
+    and the fixed validation batches.
 
     `data` has `.train` and `.val` datasets (`datasets.Dataset`s; `.val` is cut to eval_batches with .select);
     `collate_fn` turns a list of rows into a batch (default: packed blocks; fine-tuning pads examples)."""
@@ -388,6 +429,12 @@ def build_loaders(config: TrainConfig, data, collate_fn=collate_blocks) -> tuple
     if config.streaming:
         train_loader = DataLoader(data.train, batch_size=config.batch_size, collate_fn=collate_fn, drop_last=True,
                                   generator=torch.Generator().manual_seed(config.seed))
+    elif config.shift_block_boundaries:  # pre-training only (fine-tuning refuses the setting)
+        train_loader = DataLoader(
+            ShiftedBlocks(data.train), batch_size=config.batch_size,
+            sampler=ShiftingBlockSampler(len(data.train), config.block_size, config.seed),
+            collate_fn=collate_fn, drop_last=True, generator=torch.Generator().manual_seed(config.seed),
+        )
     else:
         train_loader = DataLoader(
             data.train, batch_size=config.batch_size, sampler=EpochShuffleSampler(len(data.train), config.seed),

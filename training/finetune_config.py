@@ -27,7 +27,7 @@ GPT1_LM_LOSS_WEIGHT = 0.5  # λ in L3 = L2 + λ·L1 (Radford et al. 2018, sectio
 # data are labelled examples, not a corpus cut into blocks.
 PRETRAINING_ONLY_SETTINGS = (
     "tokenizer", "tokenizer_vocab_size", "text_field", "text_sample_by", "val_dataset", "val_split", "val_holdout",
-    "streaming", "data_cache_dir", "model", "benchmark_tasks", "benchmark_shots", "benchmark_limit",
+    "streaming", "shift_block_boundaries", "data_cache_dir", "model", "benchmark_tasks", "benchmark_shots", "benchmark_limit",
 )
 
 TASK_KEYS_HELP = {

@@ -90,6 +90,8 @@ class LanguageModelling:
             f"data: {self.data.stats.get('train_blocks', '?')} train / {self.data.stats['val_blocks']} val blocks of "
             f"{config.block_size} tokens ({'cache hit' if self.data.is_cache_hit else 'tokenised'}; "
             f"{self.data.cache_dir})"
+            + ("; shift_block_boundaries: one block fewer an epoch, cut at a new offset each epoch"
+               if config.shift_block_boundaries else "")
         )
         model = _load_model(config, tokenizer)
         # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets

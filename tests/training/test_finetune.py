@@ -595,6 +595,7 @@ def test_a_fine_tuned_head_folder_is_refused_as_a_language_models_init_from(fine
     ("task.lm_loss_weight=-1", "must be a number >= 0"),
     ("task.lables=a,b", "did you mean 'task.labels'"),
     ("tokenizer_vocab_size=100", "tokenizer_vocab_size is a pre-training setting"),
+    ("shift_block_boundaries=true", "shift_block_boundaries is a pre-training setting"),
     ("init_from=null", "init_from is not set"),
 ])
 def test_bad_task_settings_are_refused_when_the_config_loads(tmp_path, base_model_dir, learnable_pairs, override, match):
