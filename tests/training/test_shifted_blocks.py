@@ -33,11 +33,12 @@ def test_a_shifted_block_is_the_tail_of_one_packed_block_and_the_head_of_the_nex
 
 def test_each_epoch_is_every_block_once_at_one_offset_drawn_from_seed_and_epoch():
     sampler = ShiftingBlockSampler(num_packed_blocks=11, block_size=32, seed=7)
-    offsets = []
+    offsets, orders = [], []
     for epoch in range(6):
         sampler.set_epoch(epoch)
         items = list(sampler)
-        assert sorted(block for block, _ in items) == list(range(10))
+        orders.append([block for block, _ in items])
+        assert sorted(orders[-1]) == list(range(10)) != orders[-1]  # every block once, shuffled
         assert len({offset for _, offset in items}) == 1
         offsets.append(items[0][1])
         assert all(0 <= offset < 32 for offset in offsets)
@@ -45,6 +46,7 @@ def test_each_epoch_is_every_block_once_at_one_offset_drawn_from_seed_and_epoch(
         again.set_epoch(epoch)
         assert list(again) == items  # a function of seed and epoch alone: a resumed run, every process
     assert len(set(offsets)) > 1  # the cut moves between epochs
+    assert len({tuple(order) for order in orders}) == 6  # and the order is drawn again
 
 
 def test_two_processes_split_each_batch_of_one_offset_as_accelerate_shards_it():
@@ -89,7 +91,8 @@ def test_a_run_trains_on_every_window_of_one_offset_per_epoch_and_the_offset_mov
     epochs = [trained[e * (n - 1):(e + 1) * (n - 1)] for e in range(3)]
     offsets = []
     for epoch in epochs:
-        assert sorted(block for block, _ in epoch) == list(range(n - 1))  # every window of the epoch once
+        order = [block for block, _ in epoch]
+        assert sorted(order) == list(range(n - 1)) != order  # every window of the epoch once, shuffled
         (offset,) = {offset for _, offset in epoch}
         offsets.append(offset)
     assert len(set(offsets)) > 1  # with this seed the three epochs are not all cut alike
