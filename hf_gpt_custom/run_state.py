@@ -236,8 +236,12 @@ def load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[
         state = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
+    from hf_gpt_custom.training.config import BEHAVIOUR_BEFORE_THE_SETTING
+
     saved = with_model_keys(_with_auto_precision_resolved(state.get("config", {}), config))
-    # Only settings both versions know: a field added to TrainConfig since the run started is not a change.
+    # Only settings both versions know: a field added to TrainConfig since the run started is not a change, unless
+    # the code before it trained one way only (BEHAVIOUR_BEFORE_THE_SETTING): then the saved state had that value.
+    saved = {**{key: value for key, value in BEHAVIOUR_BEFORE_THE_SETTING.items() if key in fingerprint}, **saved}
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     moved = _moved_inputs(saved, fingerprint)
     refused = [key for key in changed if key not in _NO_WEIGHT_KEYS | set(moved)]

@@ -332,6 +332,7 @@ def _training_facts(summary: dict, train_config: dict) -> dict[str, Any]:
         "duration": _duration(wall_time_s),
         "tokens_per_step": tokens_per_step,
         "block_size": train_config.get("block_size", "block_size"),
+        "blocks_shifted_each_epoch": bool(train_config.get("shift_block_boundaries")),
         "tokens_seen": _format_number(summary.get("tokens_seen")),
         "steps": _format_number(summary.get("steps")),
         "schedule": schedule,
@@ -382,6 +383,9 @@ PARAMETER_ROWS = {
 
 
 def _format_setting(value: Any) -> str:
+    """As the YAML config writes it: 0.0006, 1e-08, true."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -148,6 +148,12 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+# Settings added after runs were trained, each with what the code before it did: a checkpoint or run folder that does
+# not record one trained as this value, so turning the setting on over an older run is a change (refused), not an
+# unknown that resumes the rest of the run another way.
+BEHAVIOUR_BEFORE_THE_SETTING: dict[str, Any] = {"shift_block_boundaries": False}
+
+
 def settings_that_do_not_change_training(config_class: type = None) -> frozenset[str]:
     """Names of the TrainConfig fields a run can change between resumes (speed, logging, saving, evaluation): the
     one list, read from the fields' `changes_training` metadata; a field without it counts as changing training."""

@@ -29,6 +29,7 @@ import torch
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.progress import progress_bar
 from hf_gpt_custom.training.checkpoint import TrainingState, checkpoint_step, list_checkpoints, save_checkpoint
+from hf_gpt_custom.training.data import ShiftedBlocks
 from hf_gpt_custom.training.divergence import DivergenceGuard, TrainingDivergedError, UpdateGate, full_value
 from hf_gpt_custom.training.run_log import RUN_LOG_NAME, read_run_log
 
@@ -259,6 +260,9 @@ def _evaluate_and_log(s: Session, progress) -> dict:
 
 def _data_size(loader) -> str:
     """'its N blocks are' where the loader knows N (not a stream), for the no-batch error."""
+    if isinstance(loader.dataset, ShiftedBlocks):
+        return (f"its {len(loader.dataset.packed)} block(s) make {len(loader.dataset)} an epoch with "
+                f"shift_block_boundaries=true (one fewer), which is")
     try:
         return f"its {len(loader.dataset)} block(s) are"
     except TypeError:
@@ -292,7 +296,9 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
             yield send_to_device(batch, accelerator.device, non_blocking=True), digest
         if not produced and state.batches_in_epoch == 0:
             raise UserError(f"the training data gave no batch: {_data_size(train_loader)} fewer than one batch (an "
-                            "incomplete last batch is dropped); lower batch_size or block_size, or add data")
+                            "incomplete last batch is dropped); lower batch_size or block_size, or add data"
+                            + (", or set shift_block_boundaries=false" if isinstance(train_loader.dataset, ShiftedBlocks)
+                               else ""))
         state.epoch += 1
         state.batches_in_epoch = 0
 

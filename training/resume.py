@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.training.config import TrainConfig, read_config_yaml, training_settings
+from hf_gpt_custom.training.config import (
+    BEHAVIOUR_BEFORE_THE_SETTING, TrainConfig, read_config_yaml, training_settings,
+)
 from hf_gpt_custom.training.config_checks import settings_without_effect
 from hf_gpt_custom.training.model_section import architecture_defaults, model_config_kwargs
 
@@ -92,9 +94,10 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     if CONTENTS not in recorded:  # written before contents were recorded ({} when the run reads no local files)
         note_unchecked_contents(str(checkpoint))
     current = _flatten(json.loads(json.dumps(settings_to_record(config))))  # tuples -> lists, as recorded
-    recorded = _flatten(recorded)
+    recorded = {**BEHAVIOUR_BEFORE_THE_SETTING, **_flatten(recorded)}
     # A key the checkpoint lacks was not recorded by the code that wrote it (contents.* came late): unknown, not a
-    # change, or every run folder trained before would be refused. A contents.* key missing now is a file not there
+    # change, or every run folder trained before would be refused; a setting of BEHAVIOUR_BEFORE_THE_SETTING is
+    # known instead (the only way that code trained). A contents.* key missing now is a file not there
     # yet (the run's own tokenizer, trained again from the data and settings compared here).
     # A setting the run never reads (val_fraction beside a val_dataset) may change: the settings that decide whether
     # it is read are compared themselves.

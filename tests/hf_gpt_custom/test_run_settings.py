@@ -77,3 +77,18 @@ def test_the_end_of_a_run_prints_the_results_table_and_the_paths(tmp_path, capsy
     assert "| copa | 0 | acc ↑ | 0.5000 |" in out
     assert f"trained model     {tmp_path / 'final'}" in out and f"evaluation        {tmp_path / 'eval' / 'results.json'}" in out
     assert "model card" not in out  # not written yet: not listed
+
+
+@pytest.mark.parametrize(("now", "accepted"), [(False, True), (True, False)])
+def test_a_run_started_before_shift_block_boundaries_existed_trained_without_it(tmp_path, now, accepted):
+    """A pipeline state saved before the setting existed has no such key. Its code cut blocks one way only, so the
+    key reads as false: turning it on over that run is a change, not an unknown (which resumed the rest of the run
+    shifted, recorded the new value, then refused the original command)."""
+    stages = {"train": {"status": "done"}, "eval": {"status": "done"}}
+    run_state.save_state(tmp_path, {"config": run_state.fingerprint(FakeConfig()), "stages": stages})
+    with_setting = {**run_state.fingerprint(FakeConfig()), "shift_block_boundaries": now}
+    if not accepted:
+        with pytest.raises(ValueError, match=r"different config \(shift_block_boundaries: False -> True\)"):
+            run_state.load_state(tmp_path, with_setting)
+        return
+    assert run_state.load_state(tmp_path, with_setting)["stages"]["train"] == {"status": "done"}

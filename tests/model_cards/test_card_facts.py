@@ -60,3 +60,13 @@ def test_resize_token_embeddings_draws_new_rows_next_to_the_mean_as_the_card_say
     deviation = (new_rows - mean).abs().max()
     assert 0 < deviation < 3e-4 * spread  # drawn, within ~3e-5 · spread per standard deviation
     assert not torch.equal(new_rows[0], new_rows[1])
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_the_card_says_when_the_blocks_were_cut_anew_each_epoch(tmp_path, shifted):
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    text = build_model_card(make_tiny_run(tmp_path / "runs" / "tiny", shift_block_boundaries=shifted)).text
+    assert "cut into blocks of 64 tokens" in text
+    assert ("cut at a new offset each epoch (`shift_block_boundaries`)" in text) is shifted
+    assert f"| `shift_block_boundaries` | {str(shifted).lower()} |" in text  # as the YAML writes it

@@ -137,3 +137,49 @@ def test_a_resume_that_changes_the_setting_is_refused(small_run):
 def test_streaming_with_shifted_blocks_is_refused_in_one_line(make_config):
     with pytest.raises(UserError, match=r"shift_block_boundaries=true .* set streaming=false"):
         make_config("streaming=true", "shift_block_boundaries=true")
+
+
+@pytest.mark.parametrize("now", [False, True])
+def test_a_checkpoint_from_before_the_setting_resumes_only_without_it(small_run, now):
+    """A checkpoint written before the setting existed records no value for it; that code trained fixed blocks only,
+    so resuming it with the blocks shifted is a change (it resumed in silence, the epoch position counted in blocks
+    of the other cut)."""
+    import json
+
+    from hf_gpt_custom.manifest import write_manifest
+
+    common = ["warmup_steps=0", "max_steps=6", "checkpoint_interval=2", "keep_checkpoints=5", "eval_interval=1000"]
+    run_dir = train(small_run(*common, run_name="before"))
+    resumed = small_run(*common, f"shift_block_boundaries={str(now).lower()}", "resume_from_checkpoint=latest",
+                        run_name="after")
+    checkpoint = resumed.run_dir / "checkpoints" / "step_000004"
+    shutil.copytree(run_dir / "checkpoints" / "step_000004", checkpoint)
+    settings = json.loads((checkpoint / "training_settings.json").read_text())
+    del settings["shift_block_boundaries"]
+    (checkpoint / "training_settings.json").write_text(json.dumps(settings))
+    write_manifest(checkpoint, step=4)  # as the older code wrote it: a complete checkpoint
+    if now:
+        with pytest.raises(UserError, match=r"shift_block_boundaries: False -> True"):
+            train(resumed)
+    else:  # the old run's own batches, as without the setting
+        assert [r["data_digests"] for r in train_records(train(resumed))] == \
+            [r["data_digests"] for r in train_records(run_dir)][4:]
+
+
+def test_too_few_blocks_for_one_shifted_batch_names_the_setting(make_config, tmp_path, shakespeare_path):
+    """Exactly batch_size packed blocks train without the setting and make one block too few with it: the error
+    counts both and names the setting among the fixes."""
+    corpus = write_first_speeches(tmp_path / "speeches.txt", shakespeare_path, n_speeches=20)
+    config = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", "max_steps=1",
+                         "warmup_steps=0", "eval_batches=1", run_name="sizes")
+    n = len(packed_train_blocks(config))
+    fixed = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", f"batch_size={n}",
+                        "max_steps=1", "warmup_steps=0", "eval_batches=1", run_name="fixed")
+    assert train_records(train(fixed))
+    shifted = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", f"batch_size={n}",
+                          "max_steps=1", "warmup_steps=0", "eval_batches=1", "shift_block_boundaries=true",
+                          run_name="shifted")
+    with pytest.raises(UserError, match=rf"its {n} block\(s\) make {n - 1} an epoch with shift_block_boundaries=true "
+                                        r"\(one fewer\), which is fewer than one batch .* or set "
+                                        r"shift_block_boundaries=false"):
+        train(shifted)
