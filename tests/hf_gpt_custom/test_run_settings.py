@@ -92,3 +92,16 @@ def test_a_run_started_before_shift_block_boundaries_existed_trained_without_it(
             run_state.load_state(tmp_path, with_setting)
         return
     assert run_state.load_state(tmp_path, with_setting)["stages"]["train"] == {"status": "done"}
+
+
+@pytest.mark.parametrize(("saved", "now", "accepted"), [(True, True, True), (True, False, False)])
+def test_a_recorded_shift_block_boundaries_is_compared_as_recorded(tmp_path, saved, now, accepted):
+    stages = {"train": {"status": "done"}}
+    fingerprint = run_state.fingerprint(FakeConfig())
+    run_state.save_state(tmp_path, {"config": {**fingerprint, "shift_block_boundaries": saved}, "stages": stages})
+    with_setting = {**fingerprint, "shift_block_boundaries": now}
+    if not accepted:
+        with pytest.raises(ValueError, match=r"\(shift_block_boundaries: True -> False\)"):
+            run_state.load_state(tmp_path, with_setting)
+        return
+    assert run_state.load_state(tmp_path, with_setting)["stages"]["train"] == {"status": "done"}
