@@ -269,6 +269,13 @@ def _data_size(loader) -> str:
         return "its blocks are"
 
 
+def _unshifted_would_batch(loader) -> bool:
+    """Whether the packed blocks of a shift_block_boundaries run make one whole batch, the cut being what's short."""
+    if not isinstance(loader.dataset, ShiftedBlocks):
+        return False
+    return len(loader.dataset.packed) >= (getattr(loader, "total_batch_size", None) or loader.batch_size)
+
+
 def _next_batches(accelerator, train_loader, state: TrainingState):
     """Endless stream of (training micro-batch on the device, its digest) that keeps `state.epoch` and
     `state.batches_in_epoch` current.
@@ -297,8 +304,7 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
         if not produced and state.batches_in_epoch == 0:
             raise UserError(f"the training data gave no batch: {_data_size(train_loader)} fewer than one batch (an "
                             "incomplete last batch is dropped); lower batch_size or block_size, or add data"
-                            + (", or set shift_block_boundaries=false" if isinstance(train_loader.dataset, ShiftedBlocks)
-                               else ""))
+                            + (", or set shift_block_boundaries=false" if _unshifted_would_batch(train_loader) else ""))
         state.epoch += 1
         state.batches_in_epoch = 0
 

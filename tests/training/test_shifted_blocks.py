@@ -183,3 +183,10 @@ def test_too_few_blocks_for_one_shifted_batch_names_the_setting(make_config, tmp
                                         r"\(one fewer\), which is fewer than one batch .* or set "
                                         r"shift_block_boundaries=false"):
         train(shifted)
+
+    # one block fewer still: no cut makes a batch, and the error no longer offers the setting as a way out
+    short = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}", f"batch_size={n + 1}",
+                        "max_steps=1", "warmup_steps=0", "eval_batches=1", "shift_block_boundaries=true",
+                        run_name="short")
+    with pytest.raises(UserError, match=r"or add data$"):
+        train(short)
