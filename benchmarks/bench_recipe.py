@@ -24,7 +24,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, describe_machine, machine_info, write_json
+from benchmarks.common import RESULTS_DIR, add_run_sweep_args, describe_machine, machine_info, write_json
 
 REPO_ROOT = RESULTS_DIR.parents[1]
 MAIN_JOB_CONFIG = REPO_ROOT / "training" / "configs" / "shakespeare.yaml"
@@ -45,11 +45,7 @@ VARIANTS: dict[str, list[str]] = {
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {','.join(VARIANTS)}")
-    parser.add_argument("--jobs", type=int, default=1, help="training runs at a time, one thread each (default: 1)")
-    parser.add_argument("--work-dir", type=Path, default=Path("runs") / "recipe_sweep", help="run folders")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder (default: benchmarks/results)")
-    parser.add_argument("--report-only", action="store_true", help="rebuild the table and plot from the run folders")
-    return parser.parse_args(argv)
+    return add_run_sweep_args(parser, "recipe_sweep").parse_args(argv)
 
 
 def vocab_size(overrides: list[str]) -> int:

@@ -23,7 +23,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, describe_machine, machine_info, write_json
+from benchmarks.common import RESULTS_DIR, add_run_sweep_args, describe_machine, machine_info, write_json
 
 REPO_ROOT = RESULTS_DIR.parents[1]
 GPU_RECIPE = REPO_ROOT / "training" / "configs" / "shakespeare-gpu.yaml"
@@ -37,11 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds; each trains with the setting off and on")
     parser.add_argument("--steps", type=int, default=800, help="optimizer steps per run (default 800)")
     parser.add_argument("--fraction", type=float, default=0.25, help="share of the training speeches trained on")
-    parser.add_argument("--jobs", type=int, default=1, help="training runs at a time, one thread each (default: 1)")
-    parser.add_argument("--work-dir", type=Path, default=Path("runs") / "shifted_blocks", help="run folders")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder (default: benchmarks/results)")
-    parser.add_argument("--report-only", action="store_true", help="rebuild the table and plot from the run folders")
-    return parser.parse_args(argv)
+    return add_run_sweep_args(parser, "shifted_blocks").parse_args(argv)
 
 
 def prepare_inputs(work_dir: Path, fraction: float) -> tuple[Path, Path, Path]:

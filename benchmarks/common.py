@@ -49,6 +49,15 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def add_run_sweep_args(parser: argparse.ArgumentParser, work_dir: str) -> argparse.ArgumentParser:
+    """--jobs, --work-dir, --out, --report-only: the options of a benchmark made of `hf-gpt-custom train` runs."""
+    parser.add_argument("--jobs", type=int, default=1, help="training runs at a time, one thread each (default: 1)")
+    parser.add_argument("--work-dir", type=Path, default=Path("runs") / work_dir, help="run folders")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder (default: benchmarks/results)")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the table and plot from the run folders")
+    return parser
+
+
 def pin_threads(threads: int) -> None:
     """Fix the intra-op thread count so that every measurement in the run uses the same parallelism."""
     torch.set_num_threads(threads)
