@@ -150,8 +150,10 @@ class TrainConfig:
 
 # Settings added after runs were trained, each with what the code before it did: a checkpoint or run folder that does
 # not record one trained as this value, so turning the setting on over an older run is a change (refused), not an
-# unknown that resumes the rest of the run another way.
-BEHAVIOUR_BEFORE_THE_SETTING: dict[str, Any] = {"shift_block_boundaries": False}
+# unknown that resumes the rest of the run another way. val_dataset and val_holdout came on 2026-11-24 (651ddc1):
+# before them validation was always a seeded random val_fraction of the documents.
+BEHAVIOUR_BEFORE_THE_SETTING: dict[str, Any] = {"val_dataset": None, "val_holdout": "random",
+                                                "shift_block_boundaries": False}
 
 
 def settings_that_do_not_change_training(config_class: type = None) -> frozenset[str]:

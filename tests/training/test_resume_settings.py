@@ -138,6 +138,28 @@ def test_an_older_checkpoint_is_checked_against_its_run_folder_config(resumable)
         train(config_with("learning_rate=1e-3"))
 
 
+@pytest.mark.parametrize("change, shown", [
+    ("val_holdout=tail", "val_holdout: 'random' -> 'tail'"),
+    ("shift_block_boundaries=true", "shift_block_boundaries: False -> True"),
+])
+def test_a_setting_an_older_checkpoint_predates_reads_as_what_that_code_did(resumable, change, shown):
+    """A run folder config.yaml written before val_holdout (2026-11-24) or shift_block_boundaries existed lacks the
+    key. That code held out a random sample and cut fixed blocks, so a resume asking for the tail split (other
+    training documents) or shifted blocks is a change, not an unknown that trains the rest of the run another way."""
+    run_dir, checkpoint, config_with = resumable
+    (checkpoint / "training_settings.json").unlink()
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    del manifest["files"]["training_settings.json"]
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    recorded = yaml.safe_load((run_dir / "config.yaml").read_text())
+    for key in ("val_dataset", "val_holdout", "shift_block_boundaries"):
+        del recorded[key]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
+    with pytest.raises(ValueError, match=rf"these settings differ .* \({shown}\)"):
+        train(config_with(change))
+    assert train(config_with()).is_dir()  # as that code trained: resumes
+
+
 # --- the same command after a crash: continue when the settings match, refuse by name when they don't -----------
 
 
