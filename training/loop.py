@@ -258,22 +258,21 @@ def _evaluate_and_log(s: Session, progress) -> dict:
     return result
 
 
-def _data_size(loader) -> str:
-    """'its N blocks are' where the loader knows N (not a stream), for the no-batch error."""
-    if isinstance(loader.dataset, ShiftedBlocks):
-        return (f"its {len(loader.dataset.packed)} block(s) make {len(loader.dataset)} an epoch with "
-                f"shift_block_boundaries=true (one fewer), which is")
-    try:
-        return f"its {len(loader.dataset)} block(s) are"
-    except TypeError:
-        return "its blocks are"
-
-
-def _unshifted_would_batch(loader) -> bool:
-    """Whether the packed blocks of a shift_block_boundaries run make one whole batch, the cut being what's short."""
-    if not isinstance(loader.dataset, ShiftedBlocks):
-        return False
-    return len(loader.dataset.packed) >= (getattr(loader, "total_batch_size", None) or loader.batch_size)
+def _no_batch_error(loader) -> UserError:
+    """The training data gave no batch: say how many blocks there are and what would give one."""
+    dataset, fixes = loader.dataset, "lower batch_size or block_size, or add data"
+    if isinstance(dataset, ShiftedBlocks):
+        size = (f"its {len(dataset.packed)} block(s) make {len(dataset)} an epoch with shift_block_boundaries=true "
+                f"(one fewer), which is")
+        if len(dataset.packed) >= (getattr(loader, "total_batch_size", None) or loader.batch_size):
+            fixes += ", or set shift_block_boundaries=false"  # the packed blocks alone make a batch
+    else:
+        try:
+            size = f"its {len(dataset)} block(s) are"
+        except TypeError:  # a stream
+            size = "its blocks are"
+    return UserError(f"the training data gave no batch: {size} fewer than one batch (an incomplete last batch is "
+                     f"dropped); {fixes}")
 
 
 def _next_batches(accelerator, train_loader, state: TrainingState):
@@ -302,9 +301,7 @@ def _next_batches(accelerator, train_loader, state: TrainingState):
             digest = _batch_digest(batch["input_ids"])
             yield send_to_device(batch, accelerator.device, non_blocking=True), digest
         if not produced and state.batches_in_epoch == 0:
-            raise UserError(f"the training data gave no batch: {_data_size(train_loader)} fewer than one batch (an "
-                            "incomplete last batch is dropped); lower batch_size or block_size, or add data"
-                            + (", or set shift_block_boundaries=false" if _unshifted_would_batch(train_loader) else ""))
+            raise _no_batch_error(train_loader)
         state.epoch += 1
         state.batches_in_epoch = 0
 

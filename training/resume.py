@@ -96,9 +96,9 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     current = _flatten(json.loads(json.dumps(settings_to_record(config))))  # tuples -> lists, as recorded
     recorded = {**BEHAVIOUR_BEFORE_THE_SETTING, **_flatten(recorded)}
     # A key the checkpoint lacks was not recorded by the code that wrote it (contents.* came late): unknown, not a
-    # change, or every run folder trained before would be refused; a setting of BEHAVIOUR_BEFORE_THE_SETTING is
-    # known instead (the only way that code trained). A contents.* key missing now is a file not there
-    # yet (the run's own tokenizer, trained again from the data and settings compared here).
+    # change, or every run folder trained before would be refused. BEHAVIOUR_BEFORE_THE_SETTING's keys are known
+    # instead: that code trained one way only. A contents.* key missing now is a file not there yet (the run's own
+    # tokenizer, trained again from the data and settings compared here).
     # A setting the run never reads (val_fraction beside a val_dataset) may change: the settings that decide whether
     # it is read are compared themselves.
     without_effect = settings_without_effect(config)
