@@ -25,8 +25,10 @@ MIN_BLOWUP_NATS = 1.0
 class DivergenceGuard:
     """Checks each step's loss and tracks the newest checkpoint whose weights gave a healthy loss."""
 
-    def __init__(self, resumed_from: Path | None = None, best_loss: float = math.inf, last_good: Path | None = None):
+    def __init__(self, resumed_from: Path | None = None, best_loss: float = math.inf, last_good: Path | None = None,
+                 loss_blowup_is_divergence: bool = True):
         self.best_loss = best_loss
+        self.loss_blowup_is_divergence = loss_blowup_is_divergence  # False: only a non-finite loss (Workload says)
         self.last_good = last_good
         self._unconfirmed = resumed_from  # the weights we resumed from are judged by the first step's loss too
 
@@ -39,7 +41,7 @@ class DivergenceGuard:
         if not math.isfinite(loss):
             return f"loss became {loss}"  # its gradient is not finite either: nothing more to say
         symptoms = []
-        if loss - self.best_loss > max(self.best_loss, MIN_BLOWUP_NATS):
+        if self.loss_blowup_is_divergence and loss - self.best_loss > max(self.best_loss, MIN_BLOWUP_NATS):
             symptoms.append(f"loss became {loss:.6g}, more than twice the best loss {self.best_loss:.6g} of this run "
                             f"(diverged)")
         # Under fp16 the gradient scaler overflows now and then by design (an inf norm): it skips that update and
@@ -101,9 +103,11 @@ class UpdateGate:
     each step instead (`skips_on_device` is False).
     """
 
-    def __init__(self, optimizer, device, overflow_is_normal: bool = False, best_loss: float = math.inf):
+    def __init__(self, optimizer, device, overflow_is_normal: bool = False, best_loss: float = math.inf,
+                 loss_blowup_is_divergence: bool = True):
         inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps torch's
         self.overflow_is_normal = overflow_is_normal
+        self.loss_blowup_is_divergence = loss_blowup_is_divergence
         self.skips_on_device = bool(inner.defaults.get("fused")) and not overflow_is_normal
         self._best_loss = torch.full((), best_loss, dtype=torch.float64, device=device)  # the guard's, on resume
         self._halted = torch.zeros((), dtype=torch.float32, device=device)
@@ -114,7 +118,9 @@ class UpdateGate:
         """A 0-d bool tensor: this step shows divergence. Updates are skipped from that step on."""
         loss, grad_norm = full_value(loss).double(), full_value(grad_norm).double()
         best = self._best_loss
-        diverged = ~torch.isfinite(loss) | (loss - best > torch.clamp(best, min=MIN_BLOWUP_NATS))
+        diverged = ~torch.isfinite(loss)
+        if self.loss_blowup_is_divergence:
+            diverged = diverged | (loss - best > torch.clamp(best, min=MIN_BLOWUP_NATS))
         if not self.overflow_is_normal:
             diverged = diverged | ~torch.isfinite(grad_norm)
         self._halted.copy_(torch.maximum(self._halted, diverged.float()))

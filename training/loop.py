@@ -93,7 +93,7 @@ def run_loop(s: Session) -> LoopResult:
     result = LoopResult(resumed_step=state.step, last_checkpoint=s.resume_folder)
     guard = _guard_as_the_run_left_it(s)
     gate = UpdateGate(s.optimizer, accelerator.device, overflow_is_normal=accelerator.scaler is not None,
-                      best_loss=guard.best_loss)
+                      best_loss=guard.best_loss, loss_blowup_is_divergence=guard.loss_blowup_is_divergence)
     window = None
     s.model.train()
     while state.step < config.max_steps:
@@ -128,8 +128,9 @@ def _guard_as_the_run_left_it(s: Session) -> DivergenceGuard:
     a resumed run measured "twice the best loss" against its own first steps and trained through the blow-up the
     uninterrupted run stopped at. A checkpoint written before that memory was recorded gets it from the run log."""
     folder, state = s.resume_folder, s.state
+    blowup = s.workload.loss_blowup_is_divergence
     if folder is None:
-        return DivergenceGuard()
+        return DivergenceGuard(loss_blowup_is_divergence=blowup)
     best_loss, last_good = state.best_loss, state.last_good_checkpoint
     if best_loss is None and state.step < s.config.max_steps:  # (a complete run has no step left to judge)
         best_loss, last_good = _guard_memory_from_run_log(folder, state.step)
@@ -138,7 +139,7 @@ def _guard_as_the_run_left_it(s: Session) -> DivergenceGuard:
                            folder, f"the best loss {best_loss:.6g} of the run log's steps up to {state.step}"
                            if best_loss is not None else "no best loss either: the run log has no steps up to it")
     return DivergenceGuard(resumed_from=folder, best_loss=math.inf if best_loss is None else best_loss,
-                           last_good=folder.parent / last_good if last_good else None)
+                           last_good=folder.parent / last_good if last_good else None, loss_blowup_is_divergence=blowup)
 
 
 def _guard_memory_from_run_log(folder: Path, step: int) -> tuple[float | None, str | None]:

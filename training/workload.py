@@ -42,6 +42,10 @@ class PreparedWork:
 
 
 class Workload(Protocol):
+    # Whether a finite loss far above the run's best is divergence (divergence.py): true of a language-modelling loss,
+    # which moves smoothly; not of a classifier's batch loss, where a few confident mistakes in one batch are noise.
+    loss_blowup_is_divergence: bool
+
     def prepare(self, config, accelerator) -> PreparedWork:
         """Tokenizer, data, model (after set_seed, so its initialisation is seeded) and the two loaders."""
 
@@ -80,6 +84,8 @@ def language_model_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) ->
 class LanguageModelling:
     """The default workload: next-token prediction on packed blocks of `config.dataset` (pre-training, or
     continued training from `init_from`); validation loss, perplexity and bits per byte."""
+
+    loss_blowup_is_divergence = True
 
     def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
         with accelerator.main_process_first():

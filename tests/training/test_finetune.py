@@ -203,6 +203,35 @@ def test_resume_with_another_lm_loss_weight_is_refused_naming_it(finetuned_run, 
         finetune(config)
 
 
+@pytest.mark.parametrize("spike, stops", [(5.0, False), (float("nan"), True)])
+def test_a_noisy_batch_loss_does_not_stop_fine_tuning_a_non_finite_one_does(tmp_path, base_model_dir, learnable_pairs,
+                                                                          monkeypatch, spike, stops):
+    """A classifier's batch loss is a few examples: a hunt's healthy run (batch 4, λ = 0, lr 3e-3) was stopped as
+    diverged at step 120, its loss 1.35859 against a best of 0.303686, by pre-training's rule (more than the best
+    above the best, at least 1 nat). Fine-tuning stops on a non-finite loss only. The spike is added to step 12's
+    loss as a constant, so the gradients stay the run's own; pre-training's rule is held by test_train.py's
+    test_huge_learning_rate_names_the_checkpoint_that_is_really_safe."""
+    from hf_gpt_custom.training.divergence import TrainingDivergedError
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    loss, calls = FinetuneWorkload.loss, []
+
+    def loss_with_a_spike(self, model, batch):
+        calls.append(batch)
+        return loss(self, model, batch) + (spike if len(calls) == 12 else 0.0)
+
+    monkeypatch.setattr(FinetuneWorkload, "loss", loss_with_a_spike)
+    config = _config(tmp_path, base_model_dir, learnable_pairs, "task.lm_loss_weight=0", "checkpoint_interval=0")
+    if stops:
+        with pytest.raises(TrainingDivergedError, match="^training stopped at step 12: loss became nan"):
+            finetune(config)
+        return
+    run_dir = finetune(config)
+    losses = [r["loss"] for r in _records(run_dir) if r["kind"] == "train"]
+    assert len(losses) == 20 and losses[11] - min(losses[:11]) > max(min(losses[:11]), 1.0)  # a blow-up by that rule
+    assert (run_dir / "final" / "config.json").is_file()
+
+
 # --- GPT-1's input transformations -----------------------------------------------------------------------------
 
 

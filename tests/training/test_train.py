@@ -411,6 +411,28 @@ def test_divergence_is_named_the_same_whether_the_first_bad_value_is_inf_or_nan(
     assert torch.equal(parameter.detach(), torch.ones(3)) is (expected is not None)
 
 
+def test_without_the_blowup_rule_only_a_non_finite_loss_or_gradient_is_divergence():
+    """Fine-tuning's rule (FinetuneWorkload.loss_blowup_is_divergence is False), on the host and on the device, with
+    the figures of the hunt that found pre-training's rule stopping a healthy fine-tuning run."""
+    from hf_gpt_custom.training.divergence import DivergenceGuard, UpdateGate
+
+    guard = DivergenceGuard(loss_blowup_is_divergence=False)
+    guard.record_healthy_step(0.303686)
+    parameter = torch.nn.Parameter(torch.ones(3))
+    gate = UpdateGate(torch.optim.AdamW([parameter], lr=0.1, fused=True), "cpu", loss_blowup_is_divergence=False)
+    assert not bool(gate.check(torch.tensor(0.303686), torch.tensor(1.0)))
+    for loss, grad_norm, expected in [(1.35859, 14.0, None), (1e12, 3.0, None), (float("nan"), 3.0, "loss became nan"),
+                                      (2.0, float("inf"), "gradient norm became inf")]:
+        assert guard.problem(loss, grad_norm) == expected
+        fresh = UpdateGate(torch.optim.AdamW([parameter], lr=0.1, fused=True), "cpu", best_loss=0.303686,
+                           loss_blowup_is_divergence=False)
+        assert bool(fresh.check(torch.tensor(loss), torch.tensor(grad_norm))) is (expected is not None)
+    assert not bool(gate.check(torch.tensor(1.35859), torch.tensor(14.0)))
+    pretraining = DivergenceGuard()  # pre-training's rule, for contrast
+    pretraining.record_healthy_step(0.303686)
+    assert pretraining.problem(1.35859, 14.0).endswith("(diverged)")
+
+
 def test_the_advice_names_every_newer_checkpoint_by_step_number_past_step_999999(tmp_path):
     """Checkpoint folders are ordered by step number: as text "step_1000000" sorts before "step_999999", and the
     advice left the newer checkpoint, which holds diverging weights, unnamed. A folder mid-write or mid-deletion is
