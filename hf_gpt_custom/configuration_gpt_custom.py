@@ -110,8 +110,38 @@ class GPTCustomConfig(PretrainedConfig):
         # The rules are in architecture.py (plain Python, so the CLI checks a training config without transformers).
         # Derived fields take a value here, once, as LlamaConfig does: generic code (generation's cache shapes,
         # attention kernels) reads num_key_value_heads and head_dim and must never see None.
+        self.check_architecture()
+
+    def check_architecture(self) -> None:
+        """Refuse a bad combination of fields (a UserError naming it) and fill in head_dim and n_kv_head where None.
+        Run on construction, and by the model on a config edited since (see __setattr__)."""
         derived = check_architecture({name: getattr(self, name) for name in GPTCustomConfig.__annotations__})
         self.head_dim, self.n_kv_head = derived["head_dim"], derived["n_kv_head"]
+
+    def __setattr__(self, key: str, value) -> None:
+        """`config.n_head = 8` on a config whose head_dim is n_embd // n_head and n_kv_head is n_head (GPT-2's
+        shape, which is what they were derived as) derives them anew, as GPT-2 builds its heads from the config it
+        is given; they kept the old values, and the model was silently grouped-query with the old head width. A
+        head_dim or n_kv_head of its own (LLaMA's kind) is kept, as LlamaConfig keeps it. Where n_head does not
+        divide n_embd, head_dim is None until it does, and building a model then refuses it (check_architecture)."""
+        key = self.attribute_map.get(key, key)
+        follows = self._heads_follow() if key in ("n_head", "n_embd") else {}
+        super().__setattr__(key, value)
+        if follows.get("head_dim"):
+            n_embd, n_head = self.n_embd, self.n_head
+            divides = isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int) and n_embd % n_head == 0
+            super().__setattr__("head_dim", n_embd // n_head if divides else None)
+        if follows.get("n_kv_head"):
+            super().__setattr__("n_kv_head", self.n_head)
+
+    def _heads_follow(self) -> dict[str, bool]:
+        """Which of head_dim and n_kv_head hold what n_embd and n_head derive (only once __post_init__ has run:
+        before, the dataclass is still setting its fields)."""
+        if not getattr(self, "_post_init_done", False):
+            return {}
+        n_embd, n_head, head_dim = self.n_embd, self.n_head, self.head_dim
+        return {"head_dim": head_dim is None or (n_embd % n_head == 0 and head_dim == n_embd // n_head),
+                "n_kv_head": self.n_kv_head == n_head}
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> GPTCustomConfig:

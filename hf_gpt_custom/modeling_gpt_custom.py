@@ -349,6 +349,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
+        config.check_architecture()  # again: the config may have been edited since it was built (config.n_head = 8)
         self.wte = nn.Embedding(config.padded_vocab_size, config.n_embd)
         # Positions by config.position_embedding_type: a learned table (GPT-2), a fixed sinusoid (the Transformer) or
         # rotary angles that every attention layer applies to its queries and keys (LLaMA). See block_variants.py.

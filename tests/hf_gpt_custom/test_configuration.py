@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -287,3 +288,51 @@ def test_rope_parameters_set_rope_theta_and_scaling_is_refused():
     assert config.rope_theta == 5e5
     with pytest.raises(ValueError, match="only plain RoPE is implemented"):
         GPTCustomConfig(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 4.0})
+
+
+@pytest.mark.parametrize("edits", [{"n_head": 8}, {"n_head": 2}, {"n_embd": 64}, {"hidden_size": 64, "n_head": 8},
+                                   {"num_attention_heads": 8}])
+def test_a_config_edited_after_it_was_built_builds_gpt2s_model_of_the_edited_fields(edits):
+    """config.n_head = 8 after construction kept head_dim and n_kv_head derived from the old fields: the model was
+    silently grouped-query (8 query heads sharing 4 key/value heads) with the old head width. Reference: transformers'
+    GPT-2 built from the same edited config; its weights must load into ours key for key and give its logits."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from tests.helpers import randomize_
+
+    fields = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    ours_config, gpt2_config = GPTCustomConfig(**fields), GPT2Config(**fields)
+    for name, value in edits.items():
+        setattr(ours_config, name, value)
+        setattr(gpt2_config, name, value)
+    torch.manual_seed(0)
+    gpt2 = randomize_(GPT2LMHeadModel(gpt2_config)).eval()
+    ours = GPTCustomForCausalLM(ours_config).eval()
+    ours.load_state_dict(from_gpt2_model(gpt2, GPTCustomForCausalLM).state_dict())  # strict: every shape equal
+    assert (ours_config.n_kv_head, ours_config.head_dim) == (gpt2_config.n_head, gpt2_config.n_embd // gpt2_config.n_head)
+    input_ids = torch.randint(0, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids).logits, gpt2(input_ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_an_edited_config_keeps_a_head_width_and_kv_heads_of_its_own_and_refuses_a_bad_edit_when_built(tmp_path):
+    """LLaMA's kind of config (head_dim and n_kv_head given, not n_embd // n_head and n_head) keeps them as
+    LlamaConfig does; an edit that leaves n_head not dividing n_embd is refused when a model is built from it, and a
+    later edit that mends it builds. from_pretrained's keyword overrides are such edits."""
+    from hf_gpt_custom.errors import UserError
+
+    config = GPTCustomConfig(n_embd=64, n_head=4, n_kv_head=2, head_dim=8, n_layer=1, vocab_size=99, n_positions=32)
+    config.n_head = 8
+    assert (config.head_dim, config.n_kv_head) == (8, 2)
+    config = GPTCustomConfig(n_embd=32, n_head=4, n_layer=1, vocab_size=99, n_positions=32)
+    config.n_embd = 30  # on the way to 30 / 3
+    with pytest.raises(UserError, match="n_embd"):
+        GPTCustomForCausalLM(config)
+    config.n_head = 3
+    assert (config.head_dim, config.n_kv_head) == (10, 3)
+    assert GPTCustomForCausalLM(config).transformer.h[0].attn.c_attn.weight.shape == (90, 30)
+    config.save_pretrained(tmp_path)
+    loaded = GPTCustomConfig.from_pretrained(tmp_path, n_head=5)
+    assert (loaded.head_dim, loaded.n_kv_head) == (6, 5)
+    assert "_post_init_done" not in json.loads((tmp_path / "config.json").read_text())
