@@ -62,6 +62,21 @@ def last_non_padding_index(
     return (positions * is_real_token).argmax(-1)  # (rows,)
 
 
+def checked_mc_token_ids(mc_token_ids: torch.Tensor, batch: int, n_choices: int, seq_len: int) -> torch.Tensor:
+    """`mc_token_ids` as the multiple-choice head reads it, or a UserError naming what is wrong: shape and dtype
+    always, the range where input values are read (model_inputs.checks_values)."""
+    if mc_token_ids.dtype.is_floating_point or mc_token_ids.dtype == torch.bool or \
+            tuple(mc_token_ids.shape) != (batch, n_choices):
+        raise UserError(f"mc_token_ids must hold one integer position per choice, shape (batch, n_choices) = "
+                        f"{(batch, n_choices)}; got {mc_token_ids.dtype} of shape {tuple(mc_token_ids.shape)}")
+    if checks_values(mc_token_ids):
+        lowest, highest = (int(value) for value in torch.aminmax(mc_token_ids))
+        if lowest < 0 or highest >= seq_len:
+            raise UserError(f"mc_token_ids holds position {lowest if lowest < 0 else highest}, outside the "
+                            f"{seq_len} positions of each choice (0..{seq_len - 1})")
+    return mc_token_ids
+
+
 def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore_index: int | None = None) -> None:
     """Raise a UserError naming a label outside 0..num_classes-1 (or `ignore_index`) before it reaches the loss,
     where it would be a CUDA assert or a silently wrong loss. The dtype always; the values only where reading them
@@ -342,10 +357,16 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         labels: torch.LongTensor | None = None,
         lm_loss_weight: float = 0.0,
         token_type_ids: torch.LongTensor | None = None,
+        mc_token_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> GPTCustomMultipleChoiceOutput:
         """`labels`: (batch,) index of the right choice. `lm_loss_weight` λ >= 0 adds λ × the LM loss over every
-        choice's sequence to `loss` (GPT-1 trained with 0.5)."""
+        choice's sequence to `loss` (GPT-1 trained with 0.5). `mc_token_ids`: (batch, n_choices), the position each
+        choice is read at, as GPT2DoubleHeadsModel takes it (which converts to this head); by default each choice's
+        last real token."""
+        if "mc_labels" in kwargs:  # GPT2DoubleHeadsModel's name; it was swallowed by **kwargs and no loss came back
+            raise UserError("mc_labels is GPT2DoubleHeadsModel's name for the right choice; pass it as labels= (this "
+                            "head's loss is the choice's; its LM loss comes with lm_loss_weight=)")
         shaped = input_ids if input_ids is not None else inputs_embeds
         if shaped is None or shaped.dim() != (3 if input_ids is not None else 4):
             shape = None if shaped is None else tuple(shaped.shape)
@@ -376,8 +397,11 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         )
         hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
         rows = hidden_states.shape[0]
-        last = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask)
-        pooled = hidden_states[torch.arange(rows, device=hidden_states.device), last]
+        if mc_token_ids is None:
+            read_at = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask)
+        else:
+            read_at = checked_mc_token_ids(mc_token_ids, batch, n_choices, hidden_states.shape[1]).reshape(rows)
+        pooled = hidden_states[torch.arange(rows, device=hidden_states.device), read_at]
         logits = self.score(pooled).view(batch, n_choices)
 
         task_loss = None

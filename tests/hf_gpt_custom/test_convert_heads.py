@@ -133,6 +133,29 @@ def test_a_double_heads_model_converts_to_multiple_choice_with_its_choice_probab
         torch.testing.assert_close(got.loss, expected.mc_loss, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("class_name", DOUBLE_HEADS)
+def test_mc_token_ids_read_each_choice_where_the_double_heads_model_reads_it(tmp_path, class_name):
+    """GPT-2 recipes read each choice at a [CLS] token they place themselves, given as mc_token_ids; the converted
+    head swallowed the argument in **kwargs and read the last token, so the chosen answer could flip in silence.
+    Reference: the transformers model with the same weights and positions. Bad positions and mc_labels are named."""
+    reference = reference_model(class_name)
+    ours = FAMILIES[family_of(class_name)][1](reference, GPTCustomForMultipleChoice)
+    input_ids = torch.randint(1, 99, (2, 3, 8), generator=torch.Generator().manual_seed(4))
+    mc_token_ids, labels = torch.tensor([[3, 5, 0], [7, 1, 4]]), torch.tensor([1, 2])
+    with torch.no_grad():
+        expected = reference(input_ids, mc_token_ids=mc_token_ids, mc_labels=labels)
+        got = ours(input_ids, mc_token_ids=mc_token_ids, labels=labels)
+    torch.testing.assert_close(got.logits.softmax(-1), expected.mc_logits.softmax(-1), rtol=0, atol=1e-6)
+    torch.testing.assert_close(got.loss, expected.mc_loss, rtol=0, atol=1e-6)
+    for bad, message in [(torch.tensor([[3, 8, 0], [7, 1, 4]]), "position 8, outside the 8 positions"),
+                         (torch.tensor([[3, -1, 0], [7, 1, 4]]), "position -1"),
+                         (torch.tensor([3, 5]), r"shape \(batch, n_choices\) = \(2, 3\)")]:
+        with pytest.raises(UserError, match=message):
+            ours(input_ids, mc_token_ids=bad)
+    with pytest.raises(UserError, match="pass it as labels="):
+        ours(input_ids, mc_labels=labels)
+
+
 @pytest.mark.parametrize("option", [{"summary_activation": "tanh"}, {"summary_type": "mean"},
                                     {"summary_proj_to_labels": False}], ids=lambda option: next(iter(option)))
 def test_a_double_heads_summary_that_is_not_our_head_is_refused_by_name(tmp_path, option):
