@@ -83,7 +83,11 @@ def _parse_template(state: bytes) -> TaskTemplate | None:
         return [piece["Sequence"]["id"] if "Sequence" in piece else piece["SpecialToken"]["id"] for piece in template]
 
     single, pair = pieces(processor["single"]), pieces(processor["pair"])
-    if len(single) != 3 or single[1] != "A" or pair != [single[0], "A", pair[2], "B", single[2]]:
+    # By shape alone, a plain bos/eos template (`<|endoftext|> $A <|endoftext|>`) passed for GPT-1's: its calls were
+    # then cut as fine-tuning cuts (the text's start, not its end) and text holding `<|endoftext|>` refused. GPT-1's
+    # delimiter and extract tokens carry these names in every folder install_task_template wrote.
+    if len(single) != 3 or single[1] != "A" or pair != [single[0], "A", DELIMITER_TOKEN, "B", EXTRACT_TOKEN] \
+            or single[2] != EXTRACT_TOKEN:
         return None
     start, delimiter, extract = (ids.get(name, []) for name in (single[0], pair[2], single[2]))
     if not all(len(token_ids) == 1 for token_ids in (start, delimiter, extract)):

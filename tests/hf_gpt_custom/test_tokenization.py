@@ -412,6 +412,26 @@ def test_pairs_without_a_task_template_take_the_backends_path(tokenizer_folder):
     assert ours(list(zip(firsts, seconds)))["input_ids"] == gpt2(list(zip(firsts, seconds)))["input_ids"]
 
 
+def test_a_bos_eos_template_of_the_same_shape_as_gpt1s_is_not_taken_for_it(tokenizer_folder):
+    """`<|endoftext|> $A <|endoftext|>` has GPT-1's shape (start, text, end; a token between a pair's parts): it was
+    read as fine-tuning's template, so truncation kept the text's end where GPT2TokenizerFast keeps its start, and
+    text holding `<|endoftext|>` was refused. Reference: GPT2TokenizerFast with the same post-processor."""
+    from tokenizers import processors
+
+    ours = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
+    end = ours.convert_tokens_to_ids(ENDOFTEXT)
+    for tokenizer in (ours, gpt2):
+        tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{ENDOFTEXT} $A {ENDOFTEXT}", pair=f"{ENDOFTEXT} $A {ENDOFTEXT} $B:1 {ENDOFTEXT}",
+            special_tokens=[(ENDOFTEXT, end)])
+    text, second = "To be, or not to be, that is the question", "Whether 'tis nobler in the mind"
+    for options in ({}, {"truncation": True, "max_length": 6}):
+        assert ours(text, **options)["input_ids"] == gpt2(text, **options)["input_ids"]
+        assert ours(text, second, **options)["input_ids"] == gpt2(text, second, **options)["input_ids"]
+    assert ours(f"a{ENDOFTEXT}b")["input_ids"] == gpt2(f"a{ENDOFTEXT}b")["input_ids"]
+
+
 def test_offsets_char_mapping_and_pairs_still_work(tokenizer):
     text = "To be, or not"
     encoded = tokenizer(text, return_offsets_mapping=True)
