@@ -83,6 +83,15 @@ class GPTCustomSinusoidalPositions(nn.Module):
     def compute_table(self) -> torch.Tensor:
         return sinusoidal_table(self.n_positions, self.d_model)
 
+    def _apply(self, fn, recurse=True):
+        """`model.to(torch.bfloat16)` casts every floating buffer; the table stays float32 (forward rounds it to the
+        embeddings' dtype as it adds it, as before). Cast, it kept bf16's rounding for good: a later
+        `.to(torch.float32)` gave other logits than the same model saved and loaded (2e-3 off in the table)."""
+        super()._apply(fn, recurse)
+        if self.table.dtype != torch.float32 and not self.table.is_meta:
+            self.table = self.compute_table().to(self.table.device)
+        return self
+
     def forward(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, None]:
         return inputs_embeds * self.embedding_scale + self.table[position_ids].to(inputs_embeds.dtype), None
 

@@ -88,6 +88,26 @@ def test_sinusoidal_positions_are_a_buffer_added_to_scaled_token_embeddings():
         assert model(torch.randint(1, 98, (1, 64))).logits.shape == (1, 64, 99)
 
 
+def test_the_sinusoid_stays_the_formula_through_a_cast_to_bf16_and_back():
+    """model.to(torch.bfloat16) cast the table; .to(torch.float32) after it kept bf16's rounding (2e-3 off), so the
+    model's logits were no longer the float32 model's. Reference: the paper's formula (above) and, in bf16, the table
+    rounded where it is added, as a model loaded with dtype=torch.bfloat16 adds it."""
+    model = _model(position_embedding_type="sinusoidal")
+    input_ids = _prompt(1, 9)
+    with torch.no_grad():
+        before = model(input_ids).logits
+        model.to(torch.bfloat16)
+        assert model.transformer.wpe.table.dtype == torch.float32
+        in_bf16 = model.transformer(input_ids, output_hidden_states=True).hidden_states[0]
+        expected = (model.transformer.wte.weight[input_ids] * math.sqrt(32)
+                    + sinusoidal_table(64, 32)[:9].to(torch.bfloat16))
+        torch.testing.assert_close(in_bf16, expected, rtol=0, atol=0)
+        model.to(torch.float32)
+        assert torch.equal(model.transformer.wpe.table, sinusoidal_table(64, 32))
+        model.load_state_dict({k: v.float() for k, v in _model(position_embedding_type="sinusoidal").state_dict().items()})
+        torch.testing.assert_close(model(input_ids).logits, before, rtol=0, atol=0)
+
+
 # --- RMSNorm, RoPE, SwiGLU, GQA against transformers' Llama ----------------------------------------------------------
 
 
