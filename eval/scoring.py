@@ -21,7 +21,9 @@ from hf_gpt_custom.eval.batching import batches, pad_rows, padded_batches
 from hf_gpt_custom.eval.generation import GREEDY_SETTINGS, LM_EVAL_GENERATION_SETTINGS, generate_greedy
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.shared_prefix import score_shared_prefixes
-from hf_gpt_custom.eval.tokens import encode_pairs, encode_texts, get_rolling_token_windows, prefix_token_id, resolve_max_length
+from hf_gpt_custom.eval.tokens import (
+    encode_pairs, encode_texts, get_rolling_token_windows, padding_token_id, prefix_token_id, resolve_max_length,
+)
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.progress import progress_bar
 from hf_gpt_custom.transformers_compat import cache_kwarg, output_cache
@@ -57,7 +59,7 @@ class CausalLMScorer:
         # floats = 150 MB.
         self.context_tokens_per_window = 2048
         self.device = next(model.parameters()).device
-        self.prefix_token_id = prefix_token_id(tokenizer)
+        self.padding_token_id = padding_token_id(tokenizer)
         self.vocab_size = _vocab_size(model)
         self._use_head_split = self._check_head_split()
 
@@ -87,7 +89,7 @@ class CausalLMScorer:
         base = getattr(self.model, "base_model", None)
         if head is None or base is None or base is self.model:
             return False
-        probe = torch.tensor([[self.prefix_token_id] * 4], device=self.device)
+        probe = torch.tensor([[self.padding_token_id] * 4], device=self.device)
         try:
             full = self.model(input_ids=probe).logits
             split = head(base(input_ids=probe).last_hidden_state)
@@ -144,7 +146,7 @@ class CausalLMScorer:
     def _score_full(self, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """The straightforward way (lm-eval's): one right-padded row per pair, context truncated from the left."""
         rows = [(context + continuation)[-(self.max_length + 1) :][:-1] for context, continuation in pairs]
-        input_ids, _ = pad_rows(rows, self.prefix_token_id)  # right padding: causal attention never reaches it
+        input_ids, _ = pad_rows(rows, self.padding_token_id)  # right padding: causal attention never reaches it
         features, _ = self.forward_features(input_ids.to(self.device))
         # A continuation longer than the window keeps its last len(row) tokens: the only ones one window can predict
         # (lm-eval's slice goes out of range here). Such a request is reported as truncated.
@@ -188,9 +190,10 @@ class CausalLMScorer:
     ) -> list[ScoredRequest]:
         """Log-likelihood of each whole continuation, in windows of max_length tokens (perplexity)."""
         token_lists = encode_texts(self.tokenizer, [r.continuation for r in requests])
+        prefix = prefix_token_id(self.tokenizer, needed_for="rolling windows (perplexity tasks)")
         windows, owners = [], []
         for index, tokens in enumerate(token_lists):
-            for window in get_rolling_token_windows(tokens, self.prefix_token_id, self.max_length, context_len=1):
+            for window in get_rolling_token_windows(tokens, prefix, self.max_length, context_len=1):
                 windows.append(window)
                 owners.append(index)
         sums = [0.0] * len(requests)
@@ -213,7 +216,7 @@ class CausalLMScorer:
         progress = progress_bar(show=show_progress, total=len(requests), desc=desc)
         for batch in (batch for group in by_settings.values() for batch in batches(group, self.batch_size, size=lambda _: 1)):
             generated = generate_greedy(
-                self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.prefix_token_id,
+                self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.padding_token_id,
                 self.generation_settings,
             )
             for index, (text, n_tokens, is_truncated) in zip(batch, generated):

@@ -76,7 +76,7 @@ def _run_prefixes(
     features: list = [None] * len(prefixes)
     kv: list = [None] * len(prefixes)
     for chunk in padded_batches(list(range(len(prefixes))), lambda g: len(prefixes[g]), scorer.batch_size):
-        input_ids, _ = pad_rows([prefixes[g] for g in chunk], scorer.prefix_token_id)
+        input_ids, _ = pad_rows([prefixes[g] for g in chunk], scorer.padding_token_id)
         # No mask needed: with right padding, causal attention keeps real positions away from the padding
         # (and sdpa takes its is_causal fast path). Pass 2 masks the padded cache columns.
         output, cache = scorer.forward_features(input_ids.to(scorer.device), use_cache=needs_cache)
@@ -101,7 +101,7 @@ def _run_continuations(
     rows = [row for row in rows if len(own[row[1]]) > 1]
     features = {}
     for batch in padded_batches(rows, lambda row: len(own[row[1]]) - 1, scorer.batch_size):
-        input_ids, own_mask = pad_rows([own[m][:-1] for _, m in batch], scorer.prefix_token_id)
+        input_ids, own_mask = pad_rows([own[m][:-1] for _, m in batch], scorer.padding_token_id)
         prefix_lengths = torch.tensor([len(prefixes[g]) for g, _ in batch])
         prefix_mask = (torch.arange(int(prefix_lengths.max()))[None] < prefix_lengths[:, None]).long()
         # Padding columns of short rows would run past the position table: clamp them (they are masked).

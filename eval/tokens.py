@@ -24,12 +24,25 @@ def resolve_max_length(config, tokenizer) -> int:
     return DEFAULT_MAX_LENGTH
 
 
-def prefix_token_id(tokenizer) -> int:
-    """The token an empty context stands for (BOS, else EOS), as lm-eval's `prefix_token_id`."""
+def prefix_token_id(tokenizer, needed_for: str | None = None) -> int | None:
+    """The token an empty context and a rolling window's first token stand after (BOS, else EOS), as lm-eval's
+    `prefix_token_id`. None where the tokenizer has neither (OpenAI GPT's): only what is `needed_for` refuses it, so
+    the tasks that never score such a request still run (lm-eval's HFLM fails on such a tokenizer whatever the task)."""
     token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    if token_id is None:
-        raise UserError("the tokenizer has neither a BOS nor an EOS token; set tokenizer.eos_token to score empty contexts")
+    if token_id is None and needed_for is not None:
+        raise UserError(f"the tokenizer has neither a BOS nor an EOS token, which {needed_for} start with (as in "
+                        f"lm-eval); give the model folder a tokenizer with one (tokenizer.eos_token = ..., then "
+                        f"save_pretrained), or evaluate tasks without them")
     return token_id
+
+
+def padding_token_id(tokenizer) -> int:
+    """The id padding columns hold. They are never attended to or scored, so any id will do: the prefix token, as
+    lm-eval pads, else the tokenizer's pad, else its unk, else 0."""
+    for token_id in (prefix_token_id(tokenizer), tokenizer.pad_token_id, tokenizer.unk_token_id):
+        if token_id is not None:
+            return token_id
+    return 0
 
 
 def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
@@ -71,7 +84,7 @@ def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list
         ctx = context_ids[moved[i][0]]
         result[i] = (ctx, whole[len(ctx) :])
     if empty:
-        prefix = prefix_token_id(tokenizer)
+        prefix = prefix_token_id(tokenizer, needed_for="empty contexts")
         for i, continuation_ids in zip(empty, encode_texts(tokenizer, [moved[i][1] for i in empty])):
             # lm-eval: the prefix token is the context unless the continuation already starts with it.
             if continuation_ids and continuation_ids[0] == prefix:

@@ -183,3 +183,49 @@ def test_log_likelihoods_that_overflow_in_float16_give_nan_metrics_not_a_ranking
     assert "copa 0-shot: 8 of 8 log-likelihoods are NaN or infinite" in caplog.text
     full = evaluate(overflowing(), tokenizer, tasks=["copa"], limit=4, dtype="float32", show_progress=False)
     assert all(math.isfinite(row["value"]) for row in full.results)
+
+
+def _openai_gpt_folder(folder):
+    """A tiny transformers OpenAI GPT folder: its tokenizer, like openai-community/openai-gpt's, has only <unk>."""
+    import string
+
+    import torch
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel, OpenAIGPTTokenizerFast
+
+    symbols = list(string.ascii_lowercase + string.digits + string.punctuation)
+    vocab = {symbol: i for i, symbol in enumerate(symbols + [s + "</w>" for s in symbols])}
+    merges = [("t", "h"), ("th", "e</w>"), ("a", "n"), ("an", "d</w>"), ("i", "n"), ("e", "r")]
+    for first, second in merges:
+        vocab.setdefault(first + second, len(vocab))
+    vocab["<unk>"] = len(vocab)
+    tokenizer = OpenAIGPTTokenizerFast(vocab=vocab, merges=merges)
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(0)
+    model = OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=len(tokenizer), n_positions=1024, n_embd=32, n_layer=2,
+                                                 n_head=4)).eval()
+    model.save_pretrained(folder)
+    return model, tokenizer
+
+
+def test_a_tokenizer_without_bos_or_eos_scores_the_tasks_that_need_neither(tmp_path):
+    """OpenAI GPT's tokenizer has neither: every task was refused, though only empty contexts and rolling windows
+    start with that token (lm-eval's HFLM fails on it for every task). ARC is scored; the reference is the
+    transformers model's own log-probabilities of each choice, split as lm-eval splits it; wikitext is refused."""
+    import torch
+
+    from hf_gpt_custom.eval.tokens import encode_pair
+
+    model, tokenizer = _openai_gpt_folder(tmp_path / "openai_gpt")
+    assert tokenizer.bos_token_id is None and tokenizer.eos_token_id is None
+    result = evaluate(str(tmp_path / "openai_gpt"), tasks=["arc_easy"], limit=3, show_progress=False, device="cpu")
+    for example in result.examples:
+        assert len(example["loglikelihoods"]) == len(example["choices"])
+        for choice, loglikelihood in zip(example["choices"], example["loglikelihoods"]):
+            context, continuation = encode_pair(tokenizer, example["prompt"], " " + choice)
+            ids = torch.tensor([context + continuation])
+            with torch.no_grad():
+                log_probs = model(ids).logits.log_softmax(-1)[0, len(context) - 1 : -1]
+            expected = log_probs.gather(-1, torch.tensor(continuation)[:, None]).sum().item()
+            assert loglikelihood == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(UserError, match="neither a BOS nor an EOS token, which rolling windows"):
+        evaluate(str(tmp_path / "openai_gpt"), tasks=["wikitext"], limit=1, show_progress=False, device="cpu")

@@ -325,6 +325,20 @@ def test_a_task_setting_that_would_be_ignored_or_fail_late_is_refused_when_it_lo
         load_task(str(_triviaqa_variant(tmp_path, **changes)))
 
 
+def test_acc_uncond_on_a_multiple_input_task_is_refused_when_it_loads(tmp_path):
+    """Winogrande's choices are contexts: there is no choice to score without its context. acc_uncond loaded, every
+    request of every task was scored, then the run ended in a KeyError (a hunt's finding)."""
+    import yaml
+
+    config = yaml.safe_load((TASKS_DIR / "winogrande.yaml").read_text())
+    assert config["multiple_input"] is True
+    config["metric_list"] = [{"metric": "acc"}, {"metric": "acc_uncond"}]
+    path = tmp_path / "winogrande_uncond.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match="acc_uncond scores each choice without its context, but a multiple_input"):
+        load_task(str(path))
+
+
 def test_lm_eval_options_that_are_applied_load():
     """lm-eval's own spellings load: its aggregation and direction stated, gsm8k's regexes, HF's max_new_tokens."""
     import tempfile
