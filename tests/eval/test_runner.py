@@ -229,3 +229,7 @@ def test_a_tokenizer_without_bos_or_eos_scores_the_tasks_that_need_neither(tmp_p
             assert loglikelihood == pytest.approx(expected, abs=1e-4)
     with pytest.raises(UserError, match="neither a BOS nor an EOS token, which rolling windows"):
         evaluate(str(tmp_path / "openai_gpt"), tasks=["wikitext"], limit=1, show_progress=False, device="cpu")
+    from hf_gpt_custom.eval.tokens import encode_pairs
+
+    with pytest.raises(UserError, match="neither a BOS nor an EOS token, which empty contexts"):
+        encode_pairs(tokenizer, [("a question", " an answer"), ("", " an answer")])
