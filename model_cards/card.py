@@ -241,7 +241,7 @@ def _duration(seconds) -> str:
     if not isinstance(seconds, (int, float)) or seconds < 0:
         return "an unrecorded time"
     if seconds < 60:
-        return f"{seconds:.0f} seconds"
+        return "1 second" if round(seconds) == 1 else f"{seconds:.0f} seconds"
     return f"{seconds / 60:.1f} minutes" if seconds < 3600 else f"{seconds / 3600:.1f} hours"
 
 

@@ -31,7 +31,7 @@ def test_the_pretrained_card_names_the_projects_transformers_pin(tmp_path):
 
     text = build_model_card(make_tiny_run(tmp_path / "runs" / "tiny")).text
     pin = _pyproject_transformers_pin()
-    assert f'pip install "{pin}" torch tiktoken' in text
+    assert f'pip install "{pin}" torch`; add `tiktoken`' in text
     assert re.findall(r"transformers[<>=]=?[\d.,<>=]+", text) == [pin]  # no other version stated anywhere
 
 
