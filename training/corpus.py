@@ -132,6 +132,20 @@ def list_local_files(path: str | os.PathLike) -> list[Path]:
     return files
 
 
+def literal_data_files(files: list[Path]) -> list[str]:
+    """`files` as `datasets.load_dataset(data_files=...)` reads them one by one: it takes each entry as a glob pattern,
+    so `notes[1].txt` read `notes1.txt` and `b*.txt` read `bz.txt` too, in silence (the cache key and the run's
+    fingerprint hashed the right files). glob.escape keeps `[`, `*` and `?` literal; fsspec reads `::` as a chained
+    URL, which no escape turns off, so such a name is refused."""
+    import glob
+
+    for file in files:
+        if "::" in str(file):
+            raise UserError(f"{file}: the datasets library reads '::' in a path as a chained URL and cannot open this "
+                            f"file; rename it (or its folder) without '::'")
+    return [glob.escape(str(file)) for file in files]
+
+
 def fingerprint_local_source(path: str | os.PathLike) -> str:
     """sha256 over a local source's files: each file's name (relative to a folder) and the sha256 of its bytes."""
     root = Path(path)
@@ -175,7 +189,7 @@ def load_text_dataset(
     if Path(source).exists():
         files = list_local_files(source)
         builder = reader_for(files[0])
-        kwargs: dict[str, Any] = {"data_files": [str(f) for f in files], "split": "train", "streaming": streaming}
+        kwargs: dict[str, Any] = {"data_files": literal_data_files(files), "split": "train", "streaming": streaming}
         if builder == "text":
             kwargs["sample_by"] = sample_by
             kwargs["encoding"] = "utf-8-sig"  # a byte-order mark is no text (it trained as the tokens ï » ¿)

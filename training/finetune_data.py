@@ -21,7 +21,7 @@ import torch
 
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.task_template import TaskTemplate, install_task_template
-from hf_gpt_custom.training.corpus import content_cache_dir
+from hf_gpt_custom.training.corpus import content_cache_dir, literal_data_files
 from hf_gpt_custom.training.finetune_config import TaskSection, label_key
 
 # Local labelled files by suffix -> the `datasets` builder that reads them.
@@ -76,8 +76,9 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
         if builder is None or not path.is_file():
             raise UserError(f"dataset={dataset}: fine-tuning reads one labelled file ({', '.join(RECORD_BUILDERS)}); "
                             f"got {'a folder' if path.is_dir() else repr(path.suffix)}")
+        data_files = literal_data_files([path])
         try:
-            rows = datasets.load_dataset(builder, data_files=str(path), split="train",
+            rows = datasets.load_dataset(builder, data_files=data_files, split="train",
                                          cache_dir=content_cache_dir(path))  # new contents: not the old rows
         except Exception as err:  # datasets wraps parse errors in several types
             raise UserError(f"cannot read {path} as {builder} ({type(err).__name__}: "

@@ -129,3 +129,34 @@ def test_a_record_without_text_is_named_by_file_and_row_in_compressed_json_and_c
     table.write_text("text,label\nFirst.,0\nNA,1\nThird.,0\n")
     with pytest.raises(UserError, match=r"row 2 \(counting from 1 over table.csv\) has no 'text' text; a CSV cell"):
         load_text_dataset(str(table), cache_dir=tmp_path / "raw2")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_file_names_with_glob_characters_are_read_as_named_once_each(tmp_path, streaming):
+    """datasets reads data_files entries as glob patterns: a folder with notes[1].txt and notes1.txt trained
+    notes1.txt twice and notes[1].txt never, b*.txt pulled bz.txt in again, and the validation split drew from the
+    repeats. Reference: each file's own paragraphs, in sorted file order, read with plain Python. The tokenizer
+    trainer reads the same files; '::' (a chained URL to fsspec) is refused by name."""
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    texts = {"b*.txt": "star\n", "bz.txt": "bee zed\n", "notes1.txt": "plain one\n", "notes[1].txt": "bracket one\n",
+             "q?.txt": "question\n", "qq.txt": "double q\n"}
+    for name, text in texts.items():
+        (tmp_path / "corpus").mkdir(exist_ok=True)
+        (tmp_path / "corpus" / name).write_text(text, encoding="utf-8")
+    expected = [texts[name].strip("\n") for name in sorted(texts)]
+    dataset = load_text_dataset(str(tmp_path / "corpus"), streaming=streaming, cache_dir=tmp_path / "cache")
+    assert [row["text"].strip("\n") for row in dataset] == expected
+    alone = load_text_dataset(str(tmp_path / "corpus" / "notes[1].txt"), cache_dir=tmp_path / "cache")
+    assert [row["text"].strip("\n") for row in alone] == ["bracket one"]
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "rows[1].jsonl").write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
+    (tmp_path / "json" / "rows1.jsonl").write_text(json.dumps(ROWS[1]) + "\n", encoding="utf-8")
+    # sorted by name: rows1 before rows[1]
+    assert [text.strip() for text in iter_corpus([str(tmp_path / "json")])] == [ROWS[1]["text"], ROWS[0]["text"]]
+    from hf_gpt_custom.training.finetune_data import load_labelled_records
+
+    assert load_labelled_records(str(tmp_path / "json" / "rows[1].jsonl")) == [ROWS[0]]  # fine-tuning's labelled file
+    (tmp_path / "corpus" / "a::b.txt").write_text("colon\n", encoding="utf-8")
+    with pytest.raises(UserError, match="a::b.txt: the datasets library reads '::'"):
+        load_text_dataset(str(tmp_path / "corpus"), streaming=streaming, cache_dir=tmp_path / "cache2")
