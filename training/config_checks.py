@@ -147,6 +147,11 @@ def settings_without_effect(config: TrainConfig) -> dict[str, str]:
     if config.val_dataset is not None or config.val_split is not None:
         unused["val_fraction"] = f"validation comes from {'val_dataset' if config.val_dataset else 'val_split'}"
         unused["val_holdout"] = unused["val_fraction"]
+    elif config.streaming:  # (val_holdout=tail is refused with streaming)
+        from hf_gpt_custom.training.data import STREAMING_VAL_DOCUMENTS
+
+        unused["val_fraction"] = (f"a stream holds out its first {STREAMING_VAL_DOCUMENTS:,} documents for "
+                                  f"validation (or give val_dataset or val_split)")
     if config.tokenizer is not None or config.init_from:
         unused["tokenizer_vocab_size"] = "it sizes the tokenizer a run trains when tokenizer and init_from are null"
     if is_local:

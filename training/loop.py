@@ -270,8 +270,10 @@ def _no_batch_error(loader) -> UserError:
     else:
         try:
             size = f"its {len(dataset)} block(s) are"
-        except TypeError:  # a stream
-            size = "its blocks are"
+        except TypeError:  # a stream: its first documents went to validation
+            from hf_gpt_custom.training.data import STREAMING_VAL_DOCUMENTS
+
+            size = f"its blocks after the first {STREAMING_VAL_DOCUMENTS:,} documents (held out for validation) are"
     return UserError(f"the training data gave no batch: {size} fewer than one batch (an incomplete last batch is "
                      f"dropped); {fixes}")
 

@@ -454,6 +454,10 @@ def test_settings_without_effect_are_the_ones_the_data_and_tokenizer_leave_unrea
     assert "text_sample_by" in settings_without_effect(load_train_config(None, [f"dataset={rows}"]))
     hub = settings_without_effect(load_train_config(None, ["dataset=someone/corpus", "val_split=validation"]))
     assert {"text_sample_by", "val_fraction", "val_holdout"} <= hub.keys() and "dataset_split" not in hub
+    assert "val_fraction" not in plain
+    # a stream holds out its first 1,000 documents (data.py); val_fraction=0.5 held out 1,000 of 4,000 in silence
+    stream = settings_without_effect(load_train_config(None, [f"dataset={text}", "streaming=true"]))
+    assert stream["val_fraction"].startswith("a stream holds out its first 1,000 documents")
 
 
 def test_a_run_folder_inside_its_data_folder_is_refused(tmp_path):

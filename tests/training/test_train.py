@@ -523,3 +523,8 @@ def test_data_of_fewer_blocks_than_one_batch_says_why_there_is_no_batch(make_con
     with pytest.raises(UserError, match=r"gave no batch: its \d+ block\(s\) are fewer than one batch .*lower "
                                         r"batch_size or block_size, or add data"):
         train(config)
+    # a stream of 12 documents: all of them are its validation documents (the first 1,000), and the error says so
+    streamed = make_config(f"dataset={small}", "streaming=true", "batch_size=2", run_name="streamed")
+    with pytest.raises(UserError, match=r"gave no batch: its blocks after the first 1,000 documents \(held out for "
+                                        r"validation\) are fewer than one batch"):
+        train(streamed)
