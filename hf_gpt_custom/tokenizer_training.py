@@ -322,8 +322,9 @@ def _is_split_space(character: str) -> bool:
 def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]:
     from datasets import load_dataset
 
-    from hf_gpt_custom.training.corpus import literal_data_files
+    from hf_gpt_custom.training.corpus import check_record_files_utf8, literal_data_files
 
+    check_record_files_utf8([path])  # arrow reads latin-1 in, and the first row read failed bare
     # streaming=True reads the file directly: no Arrow cache written next to the user's data or in ~/.cache
     records = load_dataset(loader, data_files=literal_data_files([path]), split="train", streaming=True)
     yield from _texts_from_records(records, text_field, source=str(path))

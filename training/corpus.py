@@ -198,6 +198,8 @@ def load_text_dataset(
             kwargs["cache_dir"] = content_cache_dir(source, cache_dir)
         if builder == "text":  # before loading, not after a failure: UTF-16 or an empty file loads without one
             _raise_first_unreadable_text_file(files)
+        else:
+            check_record_files_utf8(files)
         try:
             dataset = datasets.load_dataset(builder, **kwargs)
         except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
@@ -242,6 +244,10 @@ def load_text_dataset(
     columns = dataset.column_names
     if columns is not None and text_field not in columns:
         raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
+    kind = getattr((dataset.features or {}).get(text_field), "dtype", "string")
+    if kind not in ("string", "large_string"):  # all numbers or booleans: the tokenizer named neither file nor column
+        raise UserError(f"dataset {description}: column {text_field!r} holds {kind} values, not text; set text_field "
+                        f"to the column that holds the documents (columns: {', '.join(columns or [])})")
     if columns is not None:
         dataset = dataset.select_columns([text_field])
     if text_field != "text":
@@ -298,15 +304,27 @@ def _raise_first_unreadable_text_file(files: list[Path], err: Exception | None =
         if b"\x00" in data[:65536]:
             raise UserError(f"{file} is not text (it holds NUL bytes: a binary file?); point dataset at text files "
                             f"({', '.join(CORPUS_SUFFIXES)})") from err
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            line = data[: bad.start].count(b"\n") + 1
-            raise UserError(
-                f"{file} is not UTF-8 text: byte 0x{data[bad.start]:02x} at offset {bad.start} (line {line}) cannot "
-                f"be decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8 {file.name} > "
-                f"{file.stem}.utf8{file.suffix})"
-            ) from err
+        _raise_if_not_utf8(file, data, err)
+
+
+def _raise_if_not_utf8(file: Path, data: bytes, err: Exception | None = None) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line = data[: bad.start].count(b"\n") + 1
+        raise UserError(
+            f"{file} is not UTF-8 text: byte 0x{data[bad.start]:02x} at offset {bad.start} (line {line}) cannot "
+            f"be decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8 {file.name} > "
+            f"{file.stem}.utf8{file.suffix})"
+        ) from err
+
+
+def check_record_files_utf8(files: list[Path]) -> None:
+    """JSON Lines and CSV must be UTF-8 too: arrow's JSON reader took latin-1 bytes in, and the first filter over the
+    rows ended in a bare pyarrow UnicodeDecodeError naming neither file nor line (streaming the same, later)."""
+    for file in files:
+        if reader_for(file) in ("json", "csv"):
+            _raise_if_not_utf8(file, _read_bytes(file))
 
 
 def check_local_source_readable(source: str | None) -> None:
@@ -318,6 +336,8 @@ def check_local_source_readable(source: str | None) -> None:
     files = list_local_files(source)
     if reader_for(files[0]) == "text":
         _raise_first_unreadable_text_file(files)
+    else:
+        check_record_files_utf8(files)
 
 
 def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:

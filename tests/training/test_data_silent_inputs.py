@@ -160,3 +160,26 @@ def test_file_names_with_glob_characters_are_read_as_named_once_each(tmp_path, s
     (tmp_path / "corpus" / "a::b.txt").write_text("colon\n", encoding="utf-8")
     with pytest.raises(UserError, match="a::b.txt: the datasets library reads '::'"):
         load_text_dataset(str(tmp_path / "corpus"), streaming=streaming, cache_dir=tmp_path / "cache2")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_latin1_jsonl_and_a_numeric_csv_column_are_named_in_one_line(tmp_path, streaming):
+    """A latin-1 .jsonl ended in a bare pyarrow UnicodeDecodeError from inside a filter (the same bytes in a .txt got
+    the one-line error); a CSV text column of numbers in "texts[0] is int 1083 ... convert it with str()", naming
+    neither file nor column. Reference: Python's own UTF-8 decoder on the bytes."""
+    from hf_gpt_custom.tokenizer_training import iter_corpus
+
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"text": "a fine caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(UnicodeDecodeError) as bad:
+        latin.read_bytes().decode("utf-8")
+    message = rf"latin.jsonl is not UTF-8 text: byte 0xe9 at offset {bad.value.start} \(line 1\)"
+    with pytest.raises(UserError, match=message):
+        list(load_text_dataset(str(latin), streaming=streaming, cache_dir=tmp_path / "cache"))
+    with pytest.raises(UserError, match=message):
+        list(iter_corpus([str(latin)]))
+    numbers = tmp_path / "numbers.csv"
+    numbers.write_text("text,label\n" + "".join(f"{1000 + i},{i % 2}\n" for i in range(6)), encoding="utf-8")
+    if not streaming:  # a stream's column types are not known before its rows are read
+        with pytest.raises(UserError, match=r"numbers.csv: column 'text' holds int64 values, not text; set text_field"):
+            load_text_dataset(str(numbers), cache_dir=tmp_path / "cache")
