@@ -23,7 +23,7 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
-from hf_gpt_custom.manifest import MANIFEST_NAME
+from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
 from hf_gpt_custom.training.run_lock import lock_output_folder
 
@@ -40,9 +40,12 @@ class Results:
     results: list[dict[str, Any]]  # one row per task x K x metric (results.json schema)
     examples: list[dict[str, Any]] = field(default_factory=list)  # one per doc x K (examples.jsonl)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {"task", "num_fewshot", "reason"} not evaluated
+    # manifest.weights_fingerprint of a local folder scored (None: a Hub id or a loaded model); a card checks it
+    model_weights_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "config": self.config, "results": self.results, "skipped": self.skipped}
+        return {"model": self.model, "model_weights_sha256": self.model_weights_sha256, "config": self.config,
+                "results": self.results, "skipped": self.skipped}
 
     def value(self, task: str, metric: str, num_fewshot: int = 0) -> float:
         for row in self.results:
@@ -136,8 +139,10 @@ def evaluate(
             task_rows, task_examples = score_task(plan, scorer, show_progress)
             rows += task_rows
             examples += task_examples
+        scored_folder = local_model_path(str(model)) if isinstance(model, (str, Path)) else None
         results = Results(
             model=model_name,
+            model_weights_sha256=weights_fingerprint(scored_folder) if scored_folder is not None else None,
             # what changes the numbers, as lm-eval records its model arguments: dtype and device change log-likelihoods
             # in their last digits (the data root is a local path: a published results.json carries none)
             config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,

@@ -134,8 +134,9 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
         _write_public_json(staging / "training_summary.json", summary, run_dir, local_paths)
     if (run_dir / "eval" / "results.json").is_file():
         from hf_gpt_custom.eval.report import format_table
+        from hf_gpt_custom.model_cards.card import read_run_results
 
-        results = _public_value(read_json(run_dir / "eval" / "results.json"), run_dir, local_paths)
+        results = _public_value(read_run_results(run_dir), run_dir, local_paths)
         if isinstance(results.get("model"), str) and not is_hub_repo_id(results["model"]):
             # a relative path as `run` or `eval` was given it ("runs/shakespeare/final") is local too
             results["model"] = _public_path(results["model"], run_dir)

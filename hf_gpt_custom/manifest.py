@@ -49,6 +49,19 @@ def cached_sha256(path: str | os.PathLike) -> str:
     return sha256
 
 
+def weights_fingerprint(folder: str | os.PathLike) -> str | None:
+    """sha256 over the names and sha256s of a model folder's weight files (*.safetensors), None without any: the same
+    weights give the same fingerprint in final/, an export or a copy. An evaluation records it in results.json, so
+    that a card is never built from another model's scores."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}={cached_sha256(file)};".encode())
+    return digest.hexdigest()
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

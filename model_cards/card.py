@@ -42,6 +42,29 @@ def hub_base_model(summary: dict, train_config: dict) -> str | None:
     return source if source and not is_local and is_hub_repo_id(source) else None
 
 
+def read_run_results(run_dir: Path) -> dict | None:
+    """The run's eval/results.json, None without one; a UserError when it scored other weights than final/'s.
+
+    `hf-gpt-custom eval --model OTHER --out RUN/eval` (another model, or one of the run's checkpoints) overwrote the
+    run's scores, and export put them in the card and its model-index as this model's. An evaluation records the
+    weights it scored (manifest.weights_fingerprint); results written before it did, or of a loaded model, carry
+    none and are taken as they are."""
+    from hf_gpt_custom.hub import read_json
+    from hf_gpt_custom.manifest import weights_fingerprint
+
+    path = Path(run_dir) / "eval" / "results.json"
+    if not path.is_file():
+        return None
+    results = read_json(path)
+    scored = results.get("model_weights_sha256")
+    if scored is not None and scored != weights_fingerprint(Path(run_dir) / "final"):
+        raise UserError(f"{path} scored other weights than {Path(run_dir) / 'final'} (it names {results.get('model')}), "
+                        f"so its numbers would be published as this model's; evaluate this run's model into it "
+                        f"(hf-gpt-custom eval --model {Path(run_dir) / 'final'} --out {path.parent} ...), or move "
+                        f"{path.parent} aside to export without benchmark scores")
+    return results
+
+
 def build_model_card(
     run_dir: str | Path, repo_id: str | None = None, license: str = DEFAULT_LICENSE, package_source: str | None = None
 ) -> ModelCard:
@@ -84,8 +107,7 @@ def build_model_card(
                  "duration": _training_facts(summary, train_config)["duration"]}
         return build_task_model_card(run_dir, summary, train_config, model_config, repo_id, license, facts)
 
-    results_path = run_dir / "eval" / "results.json"
-    results = read_json(results_path) if results_path.is_file() else None
+    results = read_run_results(run_dir)
     eval_rows = results["results"] if results else []
     dataset = _training_dataset_facts(str(summary.get("dataset") or train_config.get("dataset") or ""), train_config)
     breakdown = model_config.parameter_breakdown()

@@ -3,6 +3,7 @@ table.md, examples.jsonl and shots_curve.png, and they parse back; the CLI calls
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -22,10 +23,15 @@ def report_dir(tiny_model_folder, tmp_path_factory):
     return out_dir, results
 
 
-def test_results_json_has_the_documented_schema(report_dir):
+def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder):
     out_dir, results = report_dir
     payload = json.loads((out_dir / "results.json").read_text())
-    assert set(payload) == {"model", "config", "results", "skipped"}
+    assert set(payload) == {"model", "model_weights_sha256", "config", "results", "skipped"}
+    from hf_gpt_custom.manifest import sha256_file
+
+    weights = sorted(tiny_model_folder.glob("*.safetensors"))  # the fingerprint by hand: name=sha256; per file
+    expected = hashlib.sha256("".join(f"{f.name}={sha256_file(f)};" for f in weights).encode()).hexdigest()
+    assert payload["model_weights_sha256"] == expected
     assert payload["skipped"] == [{"task": "wikitext", "num_fewshot": 1,  # rolling log-likelihood has no examples
                                    "reason": "task wikitext (loglikelihood_rolling) is scored without examples: K=0 only"}]
     assert payload["config"] == {"tasks": ["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], "shots": [0, 1],
@@ -147,7 +153,9 @@ def test_the_card_shows_the_table_md_rows(report_dir, tmp_path):
 
     out_dir, _ = report_dir
     run_dir = make_tiny_run(tmp_path / "run")
-    (run_dir / "eval" / "results.json").write_text((out_dir / "results.json").read_text())
+    payload = json.loads((out_dir / "results.json").read_text())
+    del payload["model_weights_sha256"]  # another model's scores: refused with it (test_hub_export), read as written
+    (run_dir / "eval" / "results.json").write_text(json.dumps(payload))
 
     def result_lines(text: str) -> list[str]:
         return [line for line in text.splitlines() if line.startswith("| ") and (" ↑ |" in line or " ↓ |" in line)]

@@ -1141,3 +1141,31 @@ def test_a_card_image_that_is_a_folder_is_refused(exported, tmp_path):
     readme.write_text(readme.read_text() + "\n![curve](plots/curve.png)\n")
     with pytest.raises(ValueError, match=r"shows plots/curve.png, which is not in"):
         check_export(folder)
+
+
+def test_an_evaluation_of_other_weights_in_the_runs_eval_folder_is_refused_not_published(tmp_path, shared_data_dir):
+    """`eval --model OTHER --out RUN/eval` overwrote the run's scores, and export put them in the card and its
+    model-index as this model's (a hunt published 0.4 for a model that scores 1.0). Reference: an evaluation of the
+    run's own final/; the export of that is accepted and carries its numbers."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.hub import export_folder
+    from tests.helpers import save_tiny_model
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run_dir / "final")
+    other = tmp_path / "other"
+    save_tiny_model(other, len(tokenizer), seed=1, eos_token_id=tokenizer.eos_token_id)
+    tokenizer.save_pretrained(other)
+    settings = dict(tasks=["copa"], shots=[0], limit=4, device="cpu", show_progress=False, data_dir=shared_data_dir)
+    evaluate(str(other), out_dir=run_dir / "eval", **settings)
+    with pytest.raises(UserError, match=r"results.json scored other weights than .*final \(it names .*other\)"):
+        export_folder(run_dir, tmp_path / "export")
+    assert not (tmp_path / "export").exists()
+    own = evaluate(str(run_dir / "final"), out_dir=run_dir / "eval", **settings)
+    export_folder(run_dir, tmp_path / "export")
+    published = json.loads((tmp_path / "export" / "eval" / "results.json").read_text())
+    assert [row["value"] for row in published["results"]] == [row["value"] for row in own.results]
+    assert published["model_weights_sha256"] == json.loads((run_dir / "eval" / "results.json").read_text())[
+        "model_weights_sha256"]
