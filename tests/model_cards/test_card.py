@@ -189,6 +189,8 @@ def test_card_of_an_unevaluated_run_says_so(tmp_path):
     assert card.data.eval_results is None
     assert "model-index" not in card.data.to_dict()
     assert "has not been evaluated" in card.text
+    assert "see the table" not in card.text  # the limitations pointed at a table the card did not have
+    assert "see the table" in build_model_card(make_tiny_run(tmp_path / "evaluated")).text
 
 
 def test_card_of_an_unfinished_run_names_the_missing_file(tmp_path):
