@@ -296,7 +296,7 @@ def test_tokens_per_step_counts_accumulation_and_processes(tmp_path):
     assert "with 1,536 tokens per optimizer step" in text and "2 processes" in text
 
 
-@pytest.mark.parametrize(("seconds", "said"), [(12.4, "in 12 seconds"), (498.0, "in 8.3 minutes"),
+@pytest.mark.parametrize(("seconds", "said"), [(12.4, "in 12 seconds"), (1.2, "in 1 second"), (498.0, "in 8.3 minutes"),
                                                (9000.0, "in 2.5 hours"), (None, "in an unrecorded time")])
 def test_the_training_time_is_said_in_a_unit_that_shows_it(seconds, said):
     """A 12-second run said "in 0.0 minutes"."""
