@@ -94,7 +94,8 @@ class TaskSpec:
             _check_metric_entry(entry, self.output_type, self.source_file)
         if self.multiple_input and "acc_uncond" in self.metric_names:  # it failed after every request was scored
             raise UserError(f"{self.source_file}: acc_uncond scores each choice without its context, but a "
-                            f"multiple_input task's choices are contexts (one continuation after each): drop acc_uncond")
+                            f"multiple_input task's choices are contexts (one continuation after each): drop "
+                            f"acc_uncond")
         if self.output_type == "generate_until":
             _check_generation_kwargs(self.generation_kwargs, self.source_file)
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:

@@ -116,9 +116,9 @@ def _add_train(subparsers) -> None:
     )
     _add_run_config_arguments(parser, "training YAML, e.g. training/configs/shakespeare.yaml",
                               "key=value overrides, e.g. max_steps=200 model.n_layer=4",
-                              "continue training a model folder: ours (final/, an export, a checkpoint) or a transformers "
-                              "GPT-2, OpenAI GPT or Llama folder, converted on load (GPT-1-style fine-tuning with a task "
-                              "head: `hf-gpt-custom finetune`)")
+                              "continue training a model folder: ours (final/, an export, a checkpoint) or a "
+                              "transformers GPT-2, OpenAI GPT or Llama folder, converted on load (GPT-1-style "
+                              "fine-tuning with a task head: `hf-gpt-custom finetune`)")
     parser.set_defaults(func=_cmd_train)
 
 

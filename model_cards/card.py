@@ -58,10 +58,10 @@ def read_run_results(run_dir: Path) -> dict | None:
     results = read_json(path)
     scored = results.get("model_weights_sha256")
     if scored is not None and scored != weights_fingerprint(Path(run_dir) / "final"):
-        raise UserError(f"{path} scored other weights than {Path(run_dir) / 'final'} (it names {results.get('model')}), "
-                        f"so its numbers would be published as this model's; evaluate this run's model into it "
-                        f"(hf-gpt-custom eval --model {Path(run_dir) / 'final'} --out {path.parent} ...), or move "
-                        f"{path.parent} aside to export without benchmark scores")
+        raise UserError(f"{path} scored other weights than {Path(run_dir) / 'final'} (it names "
+                        f"{results.get('model')}), so its numbers would be published as this model's; evaluate "
+                        f"this run's model into it (hf-gpt-custom eval --model {Path(run_dir) / 'final'} --out "
+                        f"{path.parent} ...), or move {path.parent} aside to export without benchmark scores")
     return results
 
 

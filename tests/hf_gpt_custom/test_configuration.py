@@ -310,7 +310,8 @@ def test_a_config_edited_after_it_was_built_builds_gpt2s_model_of_the_edited_fie
     gpt2 = randomize_(GPT2LMHeadModel(gpt2_config)).eval()
     ours = GPTCustomForCausalLM(ours_config).eval()
     ours.load_state_dict(from_gpt2_model(gpt2, GPTCustomForCausalLM).state_dict())  # strict: every shape equal
-    assert (ours_config.n_kv_head, ours_config.head_dim) == (gpt2_config.n_head, gpt2_config.n_embd // gpt2_config.n_head)
+    n_head, n_embd = gpt2_config.n_head, gpt2_config.n_embd
+    assert (ours_config.n_kv_head, ours_config.head_dim) == (n_head, n_embd // n_head)
     input_ids = torch.randint(0, 99, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(ours(input_ids).logits, gpt2(input_ids).logits, rtol=1e-5, atol=1e-5)
