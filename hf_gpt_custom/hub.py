@@ -151,7 +151,8 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     # recorded too, unchecked, so that the next export can tell a card edited since from the one it wrote. The
     # staging marker is left out of the manifest but stays until the folder is in place: a failure before then
     # (while hashing the weights, say) leaves a staging folder the next export may remove.
-    write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging))
+    write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging),
+                   export_options={"repo_id": repo_id, "license": license, "package_source": package_source})
     _make_world_readable(staging)
 
     replaced = None
@@ -172,6 +173,18 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     if replaced is not None:
         shutil.rmtree(replaced, ignore_errors=True)
     return out_dir
+
+
+def previous_export_options(out_dir: str | Path) -> dict[str, str]:
+    """The repo id, license and package source a previous export of `out_dir` was given (its manifest records them),
+    for `hf-gpt-custom run`, whose export stage takes none: after `export RUN RUN/export --repo-id alice/model`, a rerun
+    that re-exported (new benchmark tasks, say) put your-username/... back in the card, in silence."""
+    try:
+        recorded = json.loads((Path(out_dir) / "manifest.json").read_text(encoding="utf-8")).get("export_options")
+    except (OSError, ValueError):
+        return {}
+    return {key: value for key, value in (recorded or {}).items()
+            if key in ("repo_id", "license", "package_source") and isinstance(value, str)}
 
 
 def _unused_name(path: Path) -> Path:

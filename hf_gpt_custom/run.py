@@ -180,9 +180,13 @@ def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) ->
 
 
 def _stage_export(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path, str]:
-    from .hub import export_folder
+    from .hub import export_folder, previous_export_options
 
-    return export_folder(run_dir, run_dir / "export"), "done"
+    kept = previous_export_options(run_dir / "export")  # what `hf-gpt-custom export` was given for this folder
+    if kept:
+        flags = ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in kept.items())
+        print(f"export: keeping {flags} from the previous export of {run_dir / 'export'}", flush=True)
+    return export_folder(run_dir, run_dir / "export", **kept), "done"
 
 
 _STAGE_FUNCTIONS = {

@@ -1169,3 +1169,23 @@ def test_an_evaluation_of_other_weights_in_the_runs_eval_folder_is_refused_not_p
     assert [row["value"] for row in published["results"]] == [row["value"] for row in own.results]
     assert published["model_weights_sha256"] == json.loads((run_dir / "eval" / "results.json").read_text())[
         "model_weights_sha256"]
+
+
+def test_runs_export_stage_keeps_the_repo_id_and_license_a_previous_export_was_given(tmp_path, capsys):
+    """After `export RUN RUN/export --repo-id alice/model`, a rerun of `run` that re-exported (new benchmark tasks)
+    put your-username/... back in the card in silence (a new-user walkthrough); `push --repo-id alice/model` then
+    refused it. Reference: the card of the export the user asked for."""
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.run import _stage_export
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    export_folder(run_dir, run_dir / "export", repo_id="alice/tiny-model", license="mit")
+    asked = (run_dir / "export" / "README.md").read_text()
+    _stage_export(None, run_dir, {})
+    card = (run_dir / "export" / "README.md").read_text()
+    assert 'from_pretrained("alice/tiny-model"' in card and "your-username" not in card and "license: mit" in card
+    assert card == asked
+    assert "export: keeping --repo-id alice/tiny-model, --license mit" in capsys.readouterr().out
+    export_folder(run_dir, run_dir / "export")  # export itself takes what it is given: the default again
+    _stage_export(None, run_dir, {})
+    assert "your-username/tiny-shakespeare" in (run_dir / "export" / "README.md").read_text()
