@@ -27,9 +27,14 @@ def checks_values(tensor: torch.Tensor) -> bool:
     )
 
 
-def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None) -> None:
+def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None,
+                    table_rows: int | None = None) -> None:
     """Raise a UserError naming what is wrong with `token_ids` (input_ids or labels) before it becomes a cryptic
-    IndexError deep in an embedding or the loss. Dtype and shape always; the id range where `checks_values`."""
+    IndexError deep in an embedding or the loss. Dtype and shape always; the id range where `checks_values`.
+
+    Elsewhere an id past the embedding table stops the kernel (CUDA's device-side assert), but with a padded
+    vocabulary (`table_rows` > vocab_size) an id in the padding indexed an untrained row in silence (a token added to
+    the tokenizer without resize_token_embeddings): that range is asserted on the device, with no host read."""
     if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
         raise UserError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}; convert with .long()")
     if token_ids.dim() != 2:
@@ -40,6 +45,10 @@ def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_
     if token_ids.numel() == 0:
         raise UserError(f"{name} is empty (shape {tuple(token_ids.shape)}); pass at least one token per row")
     if not checks_values(token_ids):
+        if table_rows is not None and table_rows > vocab_size:
+            torch._assert_async((token_ids < vocab_size).all(),
+                                f"{name} holds a token id >= vocab_size={vocab_size} (a padded row of the embedding); "
+                                f"after adding tokens to the tokenizer, call model.resize_token_embeddings")
         return
     lowest, highest = (int(value) for value in torch.aminmax(token_ids))
     if highest >= vocab_size:

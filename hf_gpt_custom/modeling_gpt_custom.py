@@ -390,7 +390,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise UserError("pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
-            check_token_ids("input_ids", input_ids, self.config.vocab_size)
+            check_token_ids("input_ids", input_ids, self.config.vocab_size, table_rows=self.config.padded_vocab_size)
             inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.n_embd:
             raise UserError(f"inputs_embeds must be (batch, seq_len, n_embd={self.config.n_embd}), got shape "
@@ -405,7 +405,8 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             if tuple(token_type_ids.shape) != (batch, seq_len):
                 raise UserError(f"token_type_ids has shape {tuple(token_type_ids.shape)} but the input has {batch} "
                                 f"row(s) of {seq_len} tokens; give one type id per input token")
-            check_token_ids("token_type_ids", token_type_ids, self.config.vocab_size)
+            check_token_ids("token_type_ids", token_type_ids, self.config.vocab_size,
+                            table_rows=self.config.padded_vocab_size)
             inputs_embeds = inputs_embeds + self.wte(token_type_ids)
 
         # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.

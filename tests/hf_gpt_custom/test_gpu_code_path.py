@@ -91,6 +91,24 @@ def test_off_the_value_check_devices_only_shapes_and_dtypes_are_checked(monkeypa
 
 
 @pytest.mark.parametrize("block", BLOCKS)
+def test_an_id_in_the_padded_rows_stops_on_the_gpu_code_path_without_a_host_read(block, monkeypatch):
+    """A padded vocabulary (99 ids, 128 rows): on the GPU path id 120 (a token added to the tokenizer, the embedding
+    not resized) embedded an untrained padded row in silence, in forward and generate. Past the table (no padding),
+    or in transformers' GPT-2, CUDA stops with a device-side assert; here an assert on the device does the same (on a
+    CPU it raises at once), and a good step still reads nothing back."""
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
+    model = _model(block).eval()
+    assert model.config.padded_vocab_size == 128
+    with pytest.raises(RuntimeError, match="input_ids holds a token id >= vocab_size=99"):
+        model(torch.tensor([[5, 7, 120, 3]]))
+    with pytest.raises(RuntimeError, match="input_ids holds a token id >= vocab_size=99"):
+        model.generate(torch.tensor([[5, 7, 120, 3]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
+    with pytest.raises(RuntimeError, match="token_type_ids holds a token id >= vocab_size=99"):
+        model(torch.tensor([[5, 7]]), token_type_ids=torch.tensor([[0, 120]]))
+    assert _training_step_host_reads(model.train()) == []
+
+
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
 def test_generation_past_the_context_is_refused_on_the_gpu_code_path_too(block, cache_implementation,
                                                                           monkeypatch):
