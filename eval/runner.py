@@ -166,6 +166,8 @@ def resolve_device(device: str | None) -> str:
         parsed = torch.device(device)
     except RuntimeError as err:
         raise UserError(f"--device {device!r} is not a torch device ({err}); use cpu, cuda or cuda:0") from err
+    if parsed.type not in ("cpu", "cuda", "mps"):  # xpu, hpu, meta: a traceback from deep in torch or the scorer
+        raise UserError(f"--device {device}: evaluation runs on cpu, cuda or mps; use one of them")
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
             reason = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"

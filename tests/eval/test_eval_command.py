@@ -35,6 +35,9 @@ def test_the_device_is_cuda_when_there_is_one_unless_asked_otherwise(monkeypatch
     (0, "cuda", r"--device cuda: .* on this machine; use --device cpu"),
     (0, "cuda:0", r"--device cuda:0: .* on this machine; use --device cpu"),
     (1, "gpu0", r"--device 'gpu0' is not a torch device"),
+    (1, "xpu", r"--device xpu: evaluation runs on cpu, cuda or mps"),  # these three were tracebacks (a hunt)
+    (1, "hpu", r"--device hpu: evaluation runs on cpu, cuda or mps"),
+    (1, "meta", r"--device meta: evaluation runs on cpu, cuda or mps"),
 ])
 def test_a_device_this_machine_lacks_is_one_line_naming_the_fix(monkeypatch, device_count, requested, message):
     _fake_cuda(monkeypatch, device_count)
