@@ -102,6 +102,9 @@ def test_an_id_in_the_padded_rows_stops_on_the_gpu_code_path_without_a_host_read
     with pytest.raises(RuntimeError, match="input_ids holds a token id >= vocab_size=99"):
         model(torch.tensor([[5, 7, 120, 3]]))
     with pytest.raises(RuntimeError, match="input_ids holds a token id >= vocab_size=99"):
+        model(torch.tensor([[5, 99]]))  # the first padded row
+    assert model(torch.tensor([[5, 98]])).logits.shape == (1, 2, 99)  # the last real one
+    with pytest.raises(RuntimeError, match="input_ids holds a token id >= vocab_size=99"):
         model.generate(torch.tensor([[5, 7, 120, 3]]), max_new_tokens=2, do_sample=False, pad_token_id=0)
     with pytest.raises(RuntimeError, match="token_type_ids holds a token id >= vocab_size=99"):
         model(torch.tensor([[5, 7]]), token_type_ids=torch.tensor([[0, 120]]))
