@@ -122,13 +122,15 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
 
 
 def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int | None = None,
-                       seq_len: int | None = None, columns: int = 0) -> None:
+                       seq_len: int | None = None, columns: int = 0, given: bool = False) -> None:
     """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
     the model was trained for). The shape and dtype always; the values where `checks_values`, and on every device
     once the input's `columns` (cached + new tokens, or a static cache's length: a host int) pass n_positions.
     Positions derived from a mask, by us or by generate(), never exceed the column index, so below that no read is
     needed; past it a GPU would otherwise index past the position table (an opaque device-side assert) or, with
-    RoPE, silently run past the trained context. A training step never gets there, so it still reads nothing."""
+    RoPE, silently run past the trained context. A training step never gets there, so it still reads nothing.
+    Positions the caller `given` can pass the context at any column count: off the value-check devices their range is
+    asserted on the device instead (no host read), as a learned table past its rows would stop the kernel."""
     if position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
         raise UserError(f"position_ids must hold integer positions, got dtype {position_ids.dtype}; convert with "
                         ".long() or pass position_ids=None to derive them")
@@ -138,6 +140,10 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
                         f"{seq_len} new tokens; pass ({batch}, {seq_len}) positions, or None to derive them")
     may_pass_the_context = not torch.compiler.is_compiling() and columns > n_positions
     if not (checks_values(position_ids) or may_pass_the_context):
+        if given:
+            torch._assert_async(((position_ids >= 0) & (position_ids < n_positions)).all(),
+                                f"position_ids hold a position outside 0..{n_positions - 1} (n_positions={n_positions}); "
+                                f"pass positions the model was trained for, or position_ids=None to derive them")
         return
     lowest, highest = (int(value) for value in torch.aminmax(position_ids))
     if lowest < 0:

@@ -435,7 +435,8 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         columns = past_length + seq_len  # no position derived from a mask passes the last column
         if not isinstance(columns, int):  # a static cache counts on the device; the host knows its length
             columns = past_key_values.layers[0].get_max_length()
-        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=columns)
+        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=columns,
+                           given=given_position_ids is not None)
 
         kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
         output_attentions = kwargs.pop("output_attentions", None)

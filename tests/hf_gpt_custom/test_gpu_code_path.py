@@ -112,6 +112,25 @@ def test_an_id_in_the_padded_rows_stops_on_the_gpu_code_path_without_a_host_read
 
 
 @pytest.mark.parametrize("block", BLOCKS)
+def test_positions_the_caller_passes_past_the_context_stop_on_the_gpu_code_path(block, monkeypatch):
+    """Offset position_ids (50..58 with n_positions 32 here) in forward or generate: the CPU refused them, the GPU
+    path ran a learned table into an opaque IndexError and RoPE silently past the trained context (a hunt). Now an
+    assert on the device (torch._assert_async: no host read); positions inside the context, and generate's, pass."""
+    monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
+    model = _model(block).eval()
+    ids = torch.tensor([[5, 7, 3, 9]])
+    with pytest.raises(RuntimeError, match=r"position_ids hold a position outside 0..31 \(n_positions=32\)"):
+        model(ids, position_ids=torch.arange(29, 33)[None])
+    with pytest.raises(RuntimeError, match=r"position_ids hold a position outside 0..31"):
+        model.generate(ids, position_ids=torch.arange(50, 54)[None], max_new_tokens=2, do_sample=False,
+                       pad_token_id=0)
+    with pytest.raises(RuntimeError, match=r"position_ids hold a position outside 0..31"):
+        model(ids, position_ids=torch.tensor([[0, 1, -1, 2]]))
+    torch.testing.assert_close(model(ids, position_ids=torch.arange(4)[None]).logits, model(ids).logits)
+    assert model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0).shape == (1, 7)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
 def test_generation_past_the_context_is_refused_on_the_gpu_code_path_too(block, cache_implementation,
                                                                           monkeypatch):
