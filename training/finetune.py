@@ -208,7 +208,7 @@ def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
     folder of the same kind (fine-tuning further), loaded strictly; the embedding resized for the task tokens."""
     head_class = _head_class(task)
     if saved_head(config.init_from, task) is not None:
-        model = load_model_folder(config.init_from, model_class=head_class)
+        model = load_model_folder(config.init_from, model_class=head_class, dtype=torch.float32)  # as a new head
         _check_head_fits(model.config, task, config.init_from)
     else:
         if _weights_hold_a_head(config.init_from):

@@ -149,8 +149,10 @@ def _load_model(config: TrainConfig, tokenizer):
     from hf_gpt_custom import GPTCustomForCausalLM
 
     if config.init_from:
-        # strict: a missing tensor is an error, not a random init; a folder with a manifest must match it
-        model = load_model_folder(config.init_from)  # our folders, checkpoints, transformers GPT-2 folders
+        # strict: a missing tensor is an error, not a random init; a folder with a manifest must match it. In float32
+        # whatever the folder holds: a bf16 folder trained bf16 weights, and most AdamW updates (98% of a smoke run's
+        # at lr 1e-5) were below bf16's resolution; mixed_precision decides the compute dtype, as from scratch.
+        model = load_model_folder(config.init_from, dtype=torch.float32)  # ours, checkpoints, transformers folders
         for key, value in requested_architecture(config).items():
             if getattr(model.config, key) != value:
                 raise UserError(
