@@ -83,6 +83,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         usage_example=_usage_example(task, model_config),
         block_size=train_config.get("block_size"),
         pad_token=_pad_token(run_dir, model_config),
+        tokenizer_cut=_tokenizer_cut(run_dir, task),
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
                  "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
         training={"steps": summary.get("steps"), "examples_per_step": _examples_per_step(train_config, summary),
@@ -175,6 +176,19 @@ def _pad_token(run_dir: Path, model_config) -> str:
     from hf_gpt_custom.model_folder import load_folder_tokenizer
 
     return load_folder_tokenizer(run_dir / "final").convert_ids_to_tokens(model_config.pad_token_id)
+
+
+def _tokenizer_cut(run_dir: Path, task: dict) -> dict:
+    """Whether the saved tokenizer's truncation=True cuts an input as fine-tuning cut it: ours does (task_template.py);
+    another class (a Llama's SentencePiece one, kept as it is) cuts a single text from its start as fine-tuning did,
+    but a pair by its own rule, both parts. The card said "the same way" for every tokenizer, and a hunt's Llama
+    fine-tune then read other tokens (a class flipped on a BoolQ pair)."""
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.model_folder import load_folder_tokenizer
+
+    tokenizer = load_folder_tokenizer(run_dir / "final")
+    same = isinstance(tokenizer, GPTCustomTokenizerFast) or task["format"] == "classification"
+    return {"same": same, "class_name": type(tokenizer).__name__}
 
 
 def _with_stderr(value: float, stderr: float | None) -> str:

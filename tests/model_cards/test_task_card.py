@@ -314,3 +314,26 @@ def test_a_file_is_not_claimed_as_a_hub_split_for_the_name_of_its_folder(tmp_pat
     joined = _write_jsonl(tmp_path / "runs" / "data" / "piqa_valid_labelled.jsonl",
                           [{**json.loads(goal), "label": int(label)} for goal, label in zip(goals, labels)])
     assert task_dataset_facts(str(joined))["hub_id"] == "baber/piqa"
+
+
+def test_the_card_says_the_tokenizer_cuts_as_fine_tuning_did_only_where_it_does(boolq_export, monkeypatch):
+    """Ours cuts a pair as fine-tuning did (tests/training/test_finetune.py holds it); another class (a Llama's
+    SentencePiece one, kept as it is) cuts both parts of a pair by its own rule, and the card said "the same way"
+    for it too: a hunt's Llama fine-tune read other tokens from the card's snippet, a BoolQ class flipped."""
+    from hf_gpt_custom import model_folder
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run, _ = boolq_export
+    ours = " ".join(build_model_card(run).text.split())
+    assert "the tokenizer cuts yours the same way with `truncation=True`" in ours
+    real = model_folder.load_folder_tokenizer
+
+    class LlamaTokenizerFast:  # stands for a kept SentencePiece class: only its name and tokens are read
+        def __init__(self, tokenizer):
+            self.convert_ids_to_tokens = tokenizer.convert_ids_to_tokens
+
+    monkeypatch.setattr(model_folder, "load_folder_tokenizer", lambda folder: LlamaTokenizerFast(real(folder)))
+    other = " ".join(build_model_card(run).text.split())
+    assert "cuts yours the same way" not in other
+    assert ("with `truncation=True` this tokenizer (`LlamaTokenizerFast`) cuts both parts of a longer input by its own "
+            "rule") in other
