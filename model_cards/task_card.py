@@ -37,6 +37,7 @@ HEADS = {
 }
 FORMAT_NAMES = {"classification": "classification", "pair": "text pairs (entailment)",
                 "multiple_choice": "multiple choice"}
+DEFAULT_START = "<|endoftext|>"  # the start token of ours; a Llama's is its bos, <s> (install_task_template)
 INPUT_FORMATS = {
     "classification": "<|endoftext|>{text}<|extract|>",
     "pair": "<|endoftext|>{premise}<|delim|>{hypothesis}<|extract|>",
@@ -69,6 +70,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         eval_results=[task_eval_result(summary, dataset, task_type)] if dataset["hub_id"] else None,
     )
     fraction = float(summary["heldout_fraction"])
+    saved_tokenizer = _saved_tokenizer_facts(run_dir, task)
     return ModelCard.from_template(
         card_data,
         template_path=str(TEMPLATE_PATH),
@@ -79,11 +81,11 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         base_model=base_model_name(str(summary.get("fine_tuned_from") or train_config.get("init_from") or "")),
         dataset=dataset,
         task=task,
-        input_format=INPUT_FORMATS[task["format"]],
+        input_format=INPUT_FORMATS[task["format"]].replace(DEFAULT_START, saved_tokenizer["start_token"]),
         usage_example=_usage_example(task, model_config),
         block_size=train_config.get("block_size"),
         pad_token=_pad_token(run_dir, model_config),
-        tokenizer_cut=_tokenizer_cut(run_dir, task),
+        saved_tokenizer=saved_tokenizer,
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
                  "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
         training={"steps": summary.get("steps"), "examples_per_step": _examples_per_step(train_config, summary),
@@ -178,17 +180,19 @@ def _pad_token(run_dir: Path, model_config) -> str:
     return load_folder_tokenizer(run_dir / "final").convert_ids_to_tokens(model_config.pad_token_id)
 
 
-def _tokenizer_cut(run_dir: Path, task: dict) -> dict:
-    """Whether the saved tokenizer's truncation=True cuts an input as fine-tuning cut it: ours does (task_template.py);
-    another class (a Llama's SentencePiece one, kept as it is) cuts a single text from its start as fine-tuning did,
-    but a pair by its own rule, both parts. The card said "the same way" for every tokenizer, and a hunt's Llama
-    fine-tune then read other tokens (a class flipped on a BoolQ pair)."""
+def _saved_tokenizer_facts(run_dir: Path, task: dict) -> dict:
+    """The saved tokenizer's class, the start token its template adds (bos, else eos: a Llama's `<s>`, where the card
+    named `<|endoftext|>` for every model), and whether its truncation=True cuts an input as fine-tuning cut it: ours
+    does (task_template.py); another class (a Llama's SentencePiece one, kept as it is) cuts a single text from its
+    start as fine-tuning did, but a pair by its own rule, both parts. The card said "the same way" for every
+    tokenizer, and a hunt's Llama fine-tune then read other tokens (a class flipped on a BoolQ pair)."""
     from hf_gpt_custom import GPTCustomTokenizerFast
     from hf_gpt_custom.model_folder import load_folder_tokenizer
 
     tokenizer = load_folder_tokenizer(run_dir / "final")
     same = isinstance(tokenizer, GPTCustomTokenizerFast) or task["format"] == "classification"
-    return {"same": same, "class_name": type(tokenizer).__name__}
+    return {"same_cut": same, "class_name": type(tokenizer).__name__,
+            "start_token": str(tokenizer.bos_token or tokenizer.eos_token or DEFAULT_START)}
 
 
 def _with_stderr(value: float, stderr: float | None) -> str:

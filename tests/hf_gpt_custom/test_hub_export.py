@@ -226,6 +226,8 @@ def test_an_export_keeps_a_sentencepiece_tokenizer_as_it_was_trained(tmp_path, s
     assert (exported.pad_token, exported.padding_side, exported.model_max_length) == ("</s>", "left", 64)
     card = (out_dir / "README.md").read_text(encoding="utf-8")
     assert "Byte-level BPE" not in card and "kept as its own class" in card
+    # its documents end with its own eos, where the card named <|endoftext|> for every tokenizer (a hunt)
+    assert "Documents are tokenized with `</s>` appended" in " ".join(card.split()) and "<|endoftext|>" not in card
     # the card lists the code the folder ships: ours for the model, none of ours for a tokenizer it does not use
     assert "`modeling_gpt_custom.py`" in card and "tokenization_gpt_custom.py" not in card
     assert not (out_dir / "tokenization_gpt_custom.py").exists()

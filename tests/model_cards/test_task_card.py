@@ -331,9 +331,13 @@ def test_the_card_says_the_tokenizer_cuts_as_fine_tuning_did_only_where_it_does(
     class LlamaTokenizerFast:  # stands for a kept SentencePiece class: only its name and tokens are read
         def __init__(self, tokenizer):
             self.convert_ids_to_tokens = tokenizer.convert_ids_to_tokens
+            self.bos_token, self.eos_token = "<s>", "</s>"
 
     monkeypatch.setattr(model_folder, "load_folder_tokenizer", lambda folder: LlamaTokenizerFast(real(folder)))
     other = " ".join(build_model_card(run).text.split())
     assert "cuts yours the same way" not in other
     assert ("with `truncation=True` this tokenizer (`LlamaTokenizerFast`) cuts both parts of a longer input by its own "
             "rule") in other
+    # its start token is its bos, where the card named <|endoftext|> for every model
+    assert "`<s>{passage}<|delim|>{question}<|extract|>`" in other or "`<s>{premise}" in other
+    assert "`<s>` starts every sequence" in other and "`<|endoftext|>` starts every sequence" in ours
