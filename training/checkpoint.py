@@ -264,20 +264,34 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
     """Before a run that replaces the one in `run_dir` (it starts from step 0, or it set checkpoints aside: an
     older branch is resumed): move that run's outputs beside the checkpoints set aside. Left in place they would be
     read as the new run's until it finishes: an export in between paired the new config.yaml with the old model.
-    The run log continues when resuming (run_log.RunLog keeps its records up to the checkpoint). Nothing is
-    deleted; returns the folder they went to, if any."""
-    if not accelerator.is_main_process or (resume_folder is not None and abandoned is None):
+    The run log continues when resuming one of this folder's own checkpoints (run_log.RunLog keeps its records up
+    to the checkpoint). Resuming a checkpoint of another history (an abandoned_* one, or another run folder's), this
+    folder's log is that other run's: it is set aside too, and the checkpoint's own log, where it lies beside it, is
+    continued instead (kept, another run's records below the step made the loss curve and final_train_loss).
+    Nothing is deleted; returns the folder they went to, if any."""
+    checkpoints = (run_dir / "checkpoints").resolve()
+    resumed_here = resume_folder is not None and Path(resume_folder).resolve().parent == checkpoints
+    if not accelerator.is_main_process or (resumed_here and abandoned is None):
         return None
-    names = [name for name in RUN_OUTPUTS if resume_folder is None or name not in _CONTINUED_WHEN_RESUMING]
+    names = [name for name in RUN_OUTPUTS if not resumed_here or name not in _CONTINUED_WHEN_RESUMING]
     present = [run_dir / name for name in names if (run_dir / name).exists()]
-    if not present:
-        return abandoned
-    into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
-    for path in present:
-        os.rename(path, into / path.name)
-    logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted",
-                   "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}",
-                   ", ".join(path.name for path in present), into)
+    into = abandoned
+    if present:
+        into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
+        for path in present:
+            os.rename(path, into / path.name)
+        logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted",
+                       "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}",
+                       ", ".join(path.name for path in present), into)
+    if resume_folder is not None and not resumed_here:
+        from hf_gpt_custom.training.run_log import RUN_LOG_NAME
+
+        # set aside with its checkpoints (abandoned_*/run_log.jsonl), or its own run folder's (<run>/run_log.jsonl)
+        own = [Path(resume_folder).parent / RUN_LOG_NAME, Path(resume_folder).parent.parent / RUN_LOG_NAME]
+        log = next((path for path in own if path.is_file() and path.resolve() != (run_dir / RUN_LOG_NAME).resolve()),
+                   None)
+        if log is not None:
+            shutil.copyfile(log, run_dir / RUN_LOG_NAME)
     return into
 
 

@@ -424,6 +424,28 @@ def test_starting_over_moves_the_replaced_runs_outputs_aside_so_nothing_pairs_th
         export_folder(run_dir, tmp_path / "exported")
 
 
+def test_resuming_a_set_aside_checkpoint_continues_its_own_log_not_the_other_runs(make_config):
+    """Run A, then `--start_over` with another learning rate (run B, shorter), then A resumed from its set-aside
+    step 8: the weights were A's, but the log kept B's records below step 8 (another learning rate's losses) and
+    lacked A's, so final_train_loss and the loss curve mixed the two runs (a hunt). Reference: A uninterrupted."""
+    settings = ("max_steps=12", "checkpoint_interval=4", "keep_checkpoints=4", "eval_interval=4", "eval_batches=1")
+    reference = train(make_config(*settings, run_name="reference"))
+    run_dir = train(make_config(*settings, run_name="mixed"))
+    train(make_config(*settings[1:], "max_steps=6", "learning_rate=1e-2", run_name="mixed"), start_over=True)
+    (own,) = (run_dir / "checkpoints").glob("abandoned_before_new_run_*/step_000008")
+    resumed = train(make_config(*settings, f"resume_from_checkpoint={own}", run_name="mixed"))
+
+    def records(folder):
+        lines = (folder / "run_log.jsonl").read_text().splitlines()
+        return [(r["kind"], r["step"], r.get("loss", r.get("val_loss")))
+                for r in map(json.loads, lines) if r["kind"] in ("train", "eval")]
+
+    assert records(resumed) == records(reference)
+    summaries = [json.loads((folder / "training_summary.json").read_text()) for folder in (reference, resumed)]
+    assert summaries[0]["final_train_loss"] == summaries[1]["final_train_loss"]
+    assert hash_folder(resumed / "final") == hash_folder(reference / "final")
+
+
 def _interrupted(session):
     raise KeyboardInterrupt
 
