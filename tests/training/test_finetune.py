@@ -232,6 +232,23 @@ def test_a_noisy_batch_loss_does_not_stop_fine_tuning_a_non_finite_one_does(tmp_
     assert (run_dir / "final" / "config.json").is_file()
 
 
+def test_fine_tuning_a_bf16_head_further_trains_float32_weights(finetuned_run, tmp_path, learnable_pairs):
+    """A fine-tuned head saved in bf16 and fine-tuned further loaded as bf16 (transformers 5 keeps the saved dtype):
+    its AdamW updates mostly fell below bf16's resolution. Loaded in float32, as a new head is built."""
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+
+    GPTCustomForSequenceClassification.from_pretrained(finetuned_run / "final").to(torch.bfloat16).save_pretrained(
+        tmp_path / "bf16_head")
+    AutoTokenizer.from_pretrained(finetuned_run / "final").save_pretrained(tmp_path / "bf16_head")
+    run_dir = finetune(_config(tmp_path, tmp_path / "bf16_head", learnable_pairs, "max_steps=2", "eval_interval=2",
+                               "checkpoint_interval=0"))
+    with safe_open(run_dir / "final" / "model.safetensors", "pt") as weights:
+        assert {weights.get_tensor(name).dtype for name in weights.keys()} == {torch.float32}
+
+
 # --- GPT-1's input transformations -----------------------------------------------------------------------------
 
 
