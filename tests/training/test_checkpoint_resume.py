@@ -444,10 +444,11 @@ def test_resuming_a_set_aside_checkpoint_continues_its_own_log_not_the_other_run
     summaries = [json.loads((folder / "training_summary.json").read_text()) for folder in (reference, resumed)]
     assert summaries[0]["final_train_loss"] == summaries[1]["final_train_loss"]
     assert hash_folder(resumed / "final") == hash_folder(reference / "final")
-    # the log it replaced, run B's (6 steps at lr 1e-2), is kept beside B's checkpoints, not overwritten
-    kept = [json.loads(line) for folder in (run_dir / "checkpoints").glob("abandoned_*")
-            if (folder / "run_log.jsonl").is_file() for line in (folder / "run_log.jsonl").read_text().splitlines()]
-    assert any(r["kind"] == "train" and r["step"] == 6 and r["lr"] == pytest.approx(1e-2, rel=0.5) for r in kept)
+    # the log it replaced, run B's (6 steps), is kept beside B's checkpoints, not overwritten
+    kept = [[json.loads(line)["step"] for line in (folder / "run_log.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+            for folder in (run_dir / "checkpoints").glob("abandoned_*") if (folder / "run_log.jsonl").is_file()]
+    assert [1, 2, 3, 4, 5, 6] in kept
 
 
 def _interrupted(session):
