@@ -142,8 +142,9 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
     if not (checks_values(position_ids) or may_pass_the_context):
         if given:
             torch._assert_async(((position_ids >= 0) & (position_ids < n_positions)).all(),
-                                f"position_ids hold a position outside 0..{n_positions - 1} (n_positions={n_positions}); "
-                                f"pass positions the model was trained for, or position_ids=None to derive them")
+                                f"position_ids hold a position outside 0..{n_positions - 1} "
+                                f"(n_positions={n_positions}); pass positions the model was trained for, or "
+                                f"position_ids=None to derive them")
         return
     lowest, highest = (int(value) for value in torch.aminmax(position_ids))
     if lowest < 0:

@@ -280,8 +280,8 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
         into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
         for path in present:
             os.rename(path, into / path.name)
-        logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted",
-                       "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}",
+        why = "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}"
+        logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted", why,
                        ", ".join(path.name for path in present), into)
     if resume_folder is not None and not resumed_here:
         from hf_gpt_custom.training.run_log import RUN_LOG_NAME

@@ -211,15 +211,26 @@ def test_huge_learning_rate_names_the_checkpoint_that_is_really_safe(make_config
     assert first_loss == pytest.approx(math.log(512), abs=0.3)
 
 
+def _first_batch_loss(reference, config, tokenizer_dir) -> float:
+    """`reference`'s loss on the run's first batch: the seeded shuffle's first blocks, rebuilt here."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.training.data import EpochShuffleSampler
+
+    train_blocks = prepare_datasets(config, AutoTokenizer.from_pretrained(str(tokenizer_dir)), tokenizer_dir).train
+    first_indices = list(EpochShuffleSampler(len(train_blocks), config.seed))[: config.batch_size]
+    batch = torch.tensor(train_blocks.select(first_indices)["input_ids"])
+    with torch.no_grad():
+        return reference(input_ids=batch, labels=batch).loss.item()
+
+
 def test_init_from_a_bf16_folder_trains_float32_weights_from_its_values(make_config, tmp_path,
                                                                        shakespeare_tokenizer_dir):
     """A folder saved in bf16 loaded as bf16 (transformers 5 keeps the saved dtype): mixed_precision=no trained bf16
     weights, most AdamW updates fell below bf16's resolution (1.8% of a weight's elements moved in a hunt's run) and
     config.json said float32. Reference: transformers' GPT-2 from the same bf16 folder, upcast to float32 by hand."""
     from safetensors import safe_open
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from hf_gpt_custom.training.data import EpochShuffleSampler
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
@@ -228,13 +239,8 @@ def test_init_from_a_bf16_folder_trains_float32_weights_from_its_values(make_con
                          run_name="from_bf16", with_model_section=False)
     run_dir = train(config)
     reference = GPT2LMHeadModel.from_pretrained(tmp_path / "bf16", dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
-    train_blocks = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir).train
-    first_batch = list(EpochShuffleSampler(len(train_blocks), config.seed))[: config.batch_size]
-    batch = torch.tensor(train_blocks.select(first_batch)["input_ids"])
-    with torch.no_grad():
-        expected = reference(input_ids=batch, labels=batch).loss.item()
     first_loss = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])["loss"]
+    expected = _first_batch_loss(reference, config, shakespeare_tokenizer_dir)
     assert first_loss == pytest.approx(expected, abs=1e-5)  # float32 arithmetic on the bf16 values
     with safe_open(run_dir / "final" / "model.safetensors", "pt") as weights:
         trained = weights.get_tensor("transformer.h.0.mlp.c_fc.weight")
@@ -244,9 +250,7 @@ def test_init_from_a_bf16_folder_trains_float32_weights_from_its_values(make_con
 
 
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from hf_gpt_custom.training.data import EpochShuffleSampler
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
@@ -256,14 +260,7 @@ def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_confi
                          run_name="finetune", with_model_section=False)
     run_dir = train(config)
     first_loss = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])["loss"]
-
-    tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
-    train_blocks = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir).train
-    first_indices = list(EpochShuffleSampler(len(train_blocks), config.seed))[: config.batch_size]
-    batch = torch.tensor(train_blocks.select(first_indices)["input_ids"])
-    with torch.no_grad():
-        expected = reference(input_ids=batch, labels=batch).loss.item()
-    assert first_loss == pytest.approx(expected, abs=1e-5)
+    assert first_loss == pytest.approx(_first_batch_loss(reference, config, shakespeare_tokenizer_dir), abs=1e-5)
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["n_params"] == reference.num_parameters()
 
