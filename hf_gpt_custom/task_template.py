@@ -20,6 +20,7 @@ from .errors import UserError
 
 DELIMITER_TOKEN = "<|delim|>"
 EXTRACT_TOKEN = "<|extract|>"
+START_TOKEN = "<|start|>"  # GPT-1's own start token, added only where the tokenizer has neither bos nor eos
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,10 @@ def _parse_template(state: bytes) -> TaskTemplate | None:
 def install_task_template(tokenizer) -> TaskTemplate:
     """Add the delimiter and extract tokens to a fast tokenizer and make it add GPT-1's template itself.
 
-    The start token is bos, else eos (`<|endoftext|>`, the token every pre-training document followed). A tokenizer
-    that has the template already (a fine-tuned folder being fine-tuned further) keeps it.
+    The start token is bos, else eos (`<|endoftext|>`, the token every pre-training document followed), else a new
+    `<|start|>`, learned in fine-tuning as the delimiter and extract are (GPT-1 added all three: OpenAI GPT's own
+    tokenizer has neither bos nor eos, and fine-tuning it was refused). A tokenizer that has the template already
+    (a fine-tuned folder being fine-tuned further) keeps it.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise UserError(f"{type(tokenizer).__name__} has no `tokenizers` backend to carry the task template; load the "
@@ -107,8 +110,8 @@ def install_task_template(tokenizer) -> TaskTemplate:
     tokenizer.add_special_tokens({"additional_special_tokens": [DELIMITER_TOKEN, EXTRACT_TOKEN]})
     start = tokenizer.bos_token if tokenizer.bos_token is not None else tokenizer.eos_token
     if start is None:
-        raise UserError("the tokenizer has neither a bos nor an eos token to start a sequence with; use the "
-                        "tokenizer the model was pre-trained with")
+        tokenizer.add_special_tokens({"additional_special_tokens": [START_TOKEN]})
+        start = START_TOKEN
     template = TaskTemplate(*tokenizer.convert_tokens_to_ids([start, DELIMITER_TOKEN, EXTRACT_TOKEN]))
     tokenizer.backend_tokenizer.post_processor = template.post_processor(start, DELIMITER_TOKEN, EXTRACT_TOKEN)
     return template

@@ -54,10 +54,12 @@ def load_task_tokenizer(folder: str | Path):
 
 def add_task_tokens(tokenizer) -> TaskTokens:
     """Add the delimiter and extract tokens as special tokens and GPT-1's template as the tokenizer's post-processor
-    (a no-op when a fine-tuned tokenizer has them) and set pad = eos when the tokenizer has no pad token. Resize the
-    model's embedding to len(tokenizer) afterwards."""
+    (a no-op when a fine-tuned tokenizer has them) and set pad = eos when the tokenizer has no pad token (a new
+    `<|pad|>` without eos: padding is never attended to). Resize the model's embedding to len(tokenizer) afterwards."""
     template = install_task_template(tokenizer)
-    if tokenizer.pad_token is None:
+    if tokenizer.pad_token is None and tokenizer.eos_token is None:
+        tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+    elif tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return TaskTokens(template, tokenizer.pad_token_id)
 

@@ -751,3 +751,37 @@ def test_a_label_set_naming_one_label_twice_is_refused(labels):
 
     with pytest.raises(UserError, match=r"task.labels=.* must name at least two different labels"):
         parse_task_section({"format": "classification", "text_columns": ["text"], "labels": labels})
+
+
+def test_openai_gpts_own_folder_fine_tunes_with_gpt1s_start_token(tmp_path, learnable_pairs):
+    """OpenAI GPT's tokenizer has neither bos nor eos: fine-tuning it, GPT-1-style, was refused ("use the tokenizer the
+    model was pre-trained with", which it was). GPT-1 added its start token as it added the delimiter and extract:
+    so does fine-tuning here, and a pad token. Reference: the paper's layout, start + first + delim + second + extract,
+    built from the transformers tokenizer's own ids; the saved model and tokenizer score as training did."""
+    import string
+
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, OpenAIGPTConfig,
+                              OpenAIGPTLMHeadModel, OpenAIGPTTokenizerFast)
+
+    symbols = list(string.ascii_lowercase + string.digits + string.punctuation)
+    vocab = {symbol: i for i, symbol in enumerate(symbols + [s + "</w>" for s in symbols])}
+    vocab["<unk>"] = len(vocab)
+    source = OpenAIGPTTokenizerFast(vocab=vocab, merges=[])
+    folder = tmp_path / "openai-gpt"
+    source.save_pretrained(folder)
+    torch.manual_seed(0)
+    OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=len(source), n_positions=64, n_embd=32, n_layer=2, n_head=4)
+                         ).save_pretrained(folder)
+    assert source.bos_token is None and source.eos_token is None
+    run_dir = finetune(_config(tmp_path, folder, learnable_pairs, "block_size=64", "max_steps=2", "eval_interval=2",
+                               "checkpoint_interval=0"))
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "final")
+    start, delim, extract = tokenizer.convert_tokens_to_ids(["<|start|>", DELIMITER_TOKEN, EXTRACT_TOKEN])
+    assert len({start, delim, extract, tokenizer.pad_token_id}) == 4 and min(start, delim, extract) >= len(source)
+    first, second = "the cat sat", "a mat"
+    expected = [start, *source(first)["input_ids"], delim, *source(second)["input_ids"], extract]
+    assert tokenizer(first, second)["input_ids"] == expected
+    model = AutoModelForSequenceClassification.from_pretrained(run_dir / "final").eval()
+    assert model.config.vocab_size >= len(tokenizer)
+    with torch.no_grad():
+        assert model(torch.tensor([expected])).logits.shape == (1, 2)
