@@ -207,10 +207,14 @@ def _delete_old_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:
     finish_interrupted_deletions(checkpoints_dir)
 
 
-def finish_interrupted_deletions(checkpoints_dir: Path) -> None:
+def finish_interrupted_deletions(checkpoints_dir: Path, saves_too: bool = False) -> None:
     """Delete the step_*.deleting folders a rotation killed mid-delete left (at the next rotation, and at the start
-    of a session: a finished run resumed again never rotates)."""
-    for leftover in Path(checkpoints_dir).glob("step_*.deleting"):
+    of a session: a finished run resumed again never rotates). `saves_too` (the start of a session, which holds the
+    run lock, so no save is under way): also the step_*.tmp folders of saves a kill interrupted, never resumable;
+    only the save of the same step removed one, so a rerun with another checkpoint_interval kept it for good."""
+    leftovers = [*Path(checkpoints_dir).glob("step_*.deleting"),
+                 *(Path(checkpoints_dir).glob("step_*.tmp") if saves_too else ())]
+    for leftover in leftovers:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
@@ -225,7 +229,7 @@ def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
     checkpoints_dir = Path(checkpoints_dir)
     if not accelerator.is_main_process:
         return None
-    finish_interrupted_deletions(checkpoints_dir)
+    finish_interrupted_deletions(checkpoints_dir, saves_too=True)
     resumed_here = resume_folder is not None and Path(resume_folder).resolve().parent == checkpoints_dir.resolve()
     resumed_step = checkpoint_step(Path(resume_folder)) if resumed_here else None
     other = [f for f in list_checkpoints(checkpoints_dir) if resumed_step is None or checkpoint_step(f) > resumed_step]

@@ -272,6 +272,20 @@ def test_interrupted_save_leaves_only_a_tmp_folder_that_resume_ignores(run_with_
     assert find_checkpoint(run_dir / "checkpoints", "latest") == run_dir / "checkpoints" / "step_000008"
 
 
+def test_a_killed_saves_tmp_folder_is_removed_by_the_next_session(make_config):
+    """A kill during a save leaves step_NNNNNN.tmp; only a save of the same step removed it, so a rerun with another
+    checkpoint_interval kept it for good, warned about at every resume (a hunt). The next session, holding the run
+    lock, removes it; the complete checkpoints stay."""
+    settings = ("max_steps=6", "keep_checkpoints=3", "eval_interval=6", "eval_batches=1")
+    run_dir = train(make_config(*settings, "checkpoint_interval=2", run_name="leftover"))
+    checkpoints = run_dir / "checkpoints"
+    shutil.copytree(checkpoints / "step_000002", checkpoints / "step_000005.tmp")
+    (checkpoints / "step_000005.tmp" / "manifest.json").unlink()
+    train(make_config(*settings, "checkpoint_interval=3", "resume_from_checkpoint=latest", run_name="leftover"))
+    assert sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("step_")) == \
+        ["step_000002", "step_000004", "step_000006"]  # no step_000005.tmp
+
+
 def test_resume_without_checkpoints_says_how_to_start(make_config):
     with pytest.raises(FileNotFoundError, match="no checkpoint to resume from .* run without resume_from_checkpoint"):
         train(make_config("resume_from_checkpoint=latest"))
