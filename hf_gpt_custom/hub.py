@@ -114,7 +114,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     saved_tokenizer = load_folder_tokenizer(final_dir)
     pad_token_id = model.config.pad_token_id if head_class is not None else None
     pad_token = saved_tokenizer.convert_ids_to_tokens(pad_token_id) if pad_token_id is not None else \
-        saved_tokenizer.eos_token
+        saved_tokenizer.pad_token or saved_tokenizer.eos_token  # a causal LM: its own pad (a Llama's), else eos
     # A task head keeps the length fine-tuning cut its inputs to (its block_size); a causal LM takes n_positions.
     max_length = model.config.n_positions if head_class is None else saved_tokenizer.model_max_length
     tokenizer = type(saved_tokenizer).from_pretrained(

@@ -319,6 +319,9 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
     eos = tokenizer_config.get("eos_token", "<|endoftext|>")
     if isinstance(eos, dict):
         eos = eos.get("content", "<|endoftext|>")
+    pad = tokenizer_config.get("pad_token") or eos
+    if isinstance(pad, dict):
+        pad = pad.get("content", eos)
     return {
         "tokenizer_class": tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast",
         "byte_level": ships_ours,  # export keeps another class as it is (publishes_our_tokenizer)
@@ -326,7 +329,7 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
         "trained_here": bool(source) and Path(source).resolve().is_relative_to(run_dir.resolve()),
         "source": _public_name(source) if source else None,
         "eos_token": eos,
-        "pad_token": eos,  # export_folder saves the tokenizer with pad = eos, left padding (GPT-2 recipes)
+        "pad_token": pad,  # export_folder saves the tokenizer with its own pad, else eos, left (GPT-2 recipes)
         "model_max_length": n_positions,
     }
 

@@ -447,10 +447,12 @@ def _outputs_trained_with_tokenizer(run_dir: Path, tokenizer_dir: Path) -> list[
 def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_positions: int):
     """The tokenizer as it ships beside the model: the model's context length, and padding for batched generation.
 
-    pad = end-of-text (GPT-2 has no pad token) on the left, so every prompt in a batch ends where generation starts.
+    pad = the tokenizer's own pad token, else end-of-text (GPT-2 has no pad token), on the left, so every prompt in a
+    batch ends where generation starts. A Llama's own `<unk>` pad was replaced with eos while config.json kept its id.
     Passed to from_pretrained because save_pretrained writes only constructor arguments (and model_max_length).
     """
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions, pad_token=eos_token,
-                                         padding_side="left")
+    own_pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions,
+                                         pad_token=own_pad or eos_token, padding_side="left")

@@ -238,6 +238,36 @@ def test_an_export_keeps_a_sentencepiece_tokenizer_as_it_was_trained(tmp_path, s
     assert remote["ids"] == trained(text)["input_ids"]
 
 
+def test_a_tokenizer_with_its_own_pad_token_keeps_it_in_final_export_and_card(tmp_path, shared_data_dir):
+    """A Llama's tokenizer pads with its own <unk> (config.json's pad_token_id): continued pre-training saved it with
+    pad = eos beside that config, export did the same, and the card said the model had no padding token of its own
+    (a hunt). Reference: the source tokenizer's pad token; one without keeps GPT-2's pad = eos."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.training.workload import tokenizer_for_model
+    from tests.helpers import sentencepiece_like
+
+    source = sentencepiece_like(shared_data_dir / "tinyshakespeare" / "input.txt", vocab_size=300, byte_fallback=False)
+    source.save_pretrained(tmp_path / "without_pad")
+    source.pad_token = "<unk>"
+    source.save_pretrained(tmp_path / "with_pad")
+    assert tokenizer_for_model(tmp_path / "with_pad", "</s>", 64).pad_token == "<unk>"
+    assert tokenizer_for_model(tmp_path / "without_pad", "</s>", 64).pad_token == "</s>"
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "padded", with_eval=False)
+    final = run_dir / "final"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json"):
+        (final / name).unlink(missing_ok=True)
+    tokenizer_for_model(tmp_path / "with_pad", "</s>", 64).save_pretrained(final)
+    write_manifest(final)
+    out_dir = export_folder(run_dir, tmp_path / "export")
+    assert AutoTokenizer.from_pretrained(out_dir).pad_token == "<unk>"
+    card = " ".join((out_dir / "README.md").read_text(encoding="utf-8").split())
+    assert "This tokenizer pads with its own `<unk>` on the **left**" in card and "no padding token" not in card
+
+
 def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
     from hf_gpt_custom.hub import export_folder
 
