@@ -22,7 +22,7 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from .errors import MissingFileError, UserError
-from .manifest import write_manifest
+from .manifest import MANIFEST_NAME, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, hub_license,
                              is_local_path, without_vocabulary)
@@ -180,7 +180,7 @@ def previous_export_options(out_dir: str | Path) -> dict[str, str]:
     for `hf-gpt-custom run`, whose export stage takes none: after `export RUN RUN/export --repo-id alice/model`, a rerun
     that re-exported (new benchmark tasks, say) put your-username/... back in the card, in silence."""
     try:
-        recorded = json.loads((Path(out_dir) / "manifest.json").read_text(encoding="utf-8")).get("export_options")
+        recorded = json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8")).get("export_options")
     except (OSError, ValueError):
         return {}
     return {key: value for key, value in (recorded or {}).items()

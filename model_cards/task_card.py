@@ -70,7 +70,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         eval_results=[task_eval_result(summary, dataset, task_type)] if dataset["hub_id"] else None,
     )
     fraction = float(summary["heldout_fraction"])
-    saved_tokenizer = _saved_tokenizer_facts(run_dir, task)
+    saved_tokenizer = _saved_tokenizer_facts(run_dir, task, model_config)
     return ModelCard.from_template(
         card_data,
         template_path=str(TEMPLATE_PATH),
@@ -84,7 +84,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         input_format=INPUT_FORMATS[task["format"]].replace(DEFAULT_START, saved_tokenizer["start_token"]),
         usage_example=_usage_example(task, model_config),
         block_size=train_config.get("block_size"),
-        pad_token=_pad_token(run_dir, model_config),
+        pad_token=saved_tokenizer["pad_token"],
         saved_tokenizer=saved_tokenizer,
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
                  "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
@@ -172,27 +172,27 @@ def _known_copy(path: Path) -> str | None:
                  if len(lines) == records and needed <= fields), None)
 
 
-def _pad_token(run_dir: Path, model_config) -> str:
-    """The token config.pad_token_id names: the head skips it to find the extract token, so the saved and exported
-    tokenizers pad with it (eos, or the base tokenizer's own pad token)."""
-    from hf_gpt_custom.model_folder import load_folder_tokenizer
-
-    return load_folder_tokenizer(run_dir / "final").convert_ids_to_tokens(model_config.pad_token_id)
-
-
-def _saved_tokenizer_facts(run_dir: Path, task: dict) -> dict:
-    """The saved tokenizer's class, the start token its template adds (bos, else eos: a Llama's `<s>`, where the card
-    named `<|endoftext|>` for every model), and whether its truncation=True cuts an input as fine-tuning cut it: ours
-    does (task_template.py); another class (a Llama's SentencePiece one, kept as it is) cuts a single text from its
-    start as fine-tuning did, but a pair by its own rule, both parts. The card said "the same way" for every
-    tokenizer, and a hunt's Llama fine-tune then read other tokens (a class flipped on a BoolQ pair)."""
+def _saved_tokenizer_facts(run_dir: Path, task: dict, model_config) -> dict:
+    """What the card says of the saved tokenizer, read from it once:
+    - `pad_token`: the token config.pad_token_id names (the head skips it to find the extract token, so the saved and
+      exported tokenizers pad with it: eos, or the base tokenizer's own pad token);
+    - `start_token`: the one its template adds (a Llama's `<s>`, a new `<|start|>`, where the card named
+      `<|endoftext|>` for every model);
+    - `same_cut`: whether its truncation=True cuts an input as fine-tuning cut it. Ours does (task_template.py);
+      another class (a Llama's SentencePiece one, kept as it is) cuts a single text from its start as fine-tuning
+      did, but a pair by its own rule, both parts (the card said "the same way", and a hunt's Llama fine-tune then
+      read other tokens: a class flipped on a BoolQ pair)."""
     from hf_gpt_custom import GPTCustomTokenizerFast
     from hf_gpt_custom.model_folder import load_folder_tokenizer
+    from hf_gpt_custom.task_template import read_task_template
 
     tokenizer = load_folder_tokenizer(run_dir / "final")
-    same = isinstance(tokenizer, GPTCustomTokenizerFast) or task["format"] == "classification"
-    return {"same_cut": same, "class_name": type(tokenizer).__name__,
-            "start_token": str(tokenizer.bos_token or tokenizer.eos_token or DEFAULT_START)}
+    template = read_task_template(tokenizer.backend_tokenizer) if getattr(tokenizer, "is_fast", False) else None
+    start = tokenizer.convert_ids_to_tokens(template.start) if template is not None else \
+        tokenizer.bos_token or tokenizer.eos_token or DEFAULT_START
+    return {"pad_token": tokenizer.convert_ids_to_tokens(model_config.pad_token_id), "start_token": str(start),
+            "same_cut": isinstance(tokenizer, GPTCustomTokenizerFast) or task["format"] == "classification",
+            "class_name": type(tokenizer).__name__}
 
 
 def _with_stderr(value: float, stderr: float | None) -> str:

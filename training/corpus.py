@@ -65,16 +65,23 @@ def open_text(path: str | os.PathLike):
 
 def _read_bytes(path: Path) -> bytes:
     """A file's bytes, decompressed where its suffix says it is compressed; a broken archive is named."""
+    return b"".join(_byte_chunks(path, size=-1))
+
+
+def _byte_chunks(path: Path, size: int = 1 << 20):
+    """A file's bytes in chunks of `size` (-1: one), decompressed where its suffix says it is compressed; a broken
+    archive is named."""
     import importlib
     import lzma
 
     compression = COMPRESSIONS.get(path.suffix.lower())
-    if compression is None:
-        return path.read_bytes()
+    opener = open if compression is None else importlib.import_module(compression).open
     try:
-        with importlib.import_module(compression).open(path, "rb") as handle:
-            return handle.read()
+        with opener(path, "rb") as handle:
+            yield from iter(lambda: handle.read(size), b"")
     except (OSError, EOFError, ValueError, lzma.LZMAError) as err:  # gzip.BadGzipFile is an OSError
+        if compression is None:
+            raise
         raise UserError(f"{path} is not a readable {compression} file ({err}); check the download") from err
 
 
@@ -322,9 +329,18 @@ def _raise_if_not_utf8(file: Path, data: bytes, err: Exception | None = None) ->
 def check_record_files_utf8(files: list[Path]) -> None:
     """JSON Lines and CSV must be UTF-8 too: arrow's JSON reader took latin-1 bytes in, and the first filter over the
     rows ended in a bare pyarrow UnicodeDecodeError naming neither file nor line (streaming the same, later)."""
+    import codecs
+
     for file in files:
-        if reader_for(file) in ("json", "csv"):
-            _raise_if_not_utf8(file, _read_bytes(file))
+        if reader_for(file) not in ("json", "csv"):
+            continue
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:  # in chunks: a multi-GB .jsonl is not read into memory
+            for chunk in _byte_chunks(file):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            _raise_if_not_utf8(file, _read_bytes(file))  # read whole only to name the byte, offset and line
 
 
 def check_local_source_readable(source: str | None) -> None:

@@ -449,10 +449,12 @@ def tokenizer_for_model(tokenizer_dir: str | os.PathLike, eos_token: str, n_posi
 
     pad = the tokenizer's own pad token, else end-of-text (GPT-2 has no pad token), on the left, so every prompt in a
     batch ends where generation starts. A Llama's own `<unk>` pad was replaced with eos while config.json kept its id.
-    Passed to from_pretrained because save_pretrained writes only constructor arguments (and model_max_length).
+    The length and side are passed to from_pretrained because save_pretrained writes only constructor arguments (and
+    model_max_length); a pad token set afterwards is saved.
     """
     from transformers import AutoTokenizer
 
-    own_pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions,
-                                         pad_token=own_pad or eos_token, padding_side="left")
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), model_max_length=n_positions, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = eos_token
+    return tokenizer

@@ -183,3 +183,23 @@ def test_a_latin1_jsonl_and_a_numeric_csv_column_are_named_in_one_line(tmp_path,
     if not streaming:  # a stream's column types are not known before its rows are read
         with pytest.raises(UserError, match=r"numbers.csv: column 'text' holds int64 values, not text; set text_field"):
             load_text_dataset(str(numbers), cache_dir=tmp_path / "cache")
+
+
+def test_the_utf8_check_of_a_record_file_reads_it_in_chunks_and_names_a_bad_byte_past_the_first(tmp_path):
+    """Record files are checked 1 MiB at a time (a multi-GB .jsonl is not read into memory): a two-byte character
+    split by a chunk boundary is fine, and a bad byte past the first chunk is named at its offset, as Python's
+    decoder finds it."""
+    from hf_gpt_custom.training.corpus import check_record_files_utf8
+
+    opening = b'{"text": "'
+    straddling = opening + b"a" * ((1 << 20) - 1 - len(opening)) + "é".encode("utf-8") + b'"}\n'
+    assert straddling[(1 << 20) - 1:(1 << 20) + 1] == "é".encode("utf-8")  # the first chunk ends inside the é
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(straddling + (json.dumps({"text": "café"}, ensure_ascii=False) + "\n").encode("utf-8"))
+    check_record_files_utf8([good])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(good.read_bytes() + '{"text": "caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(UnicodeDecodeError) as reference:
+        bad.read_bytes().decode("utf-8")
+    with pytest.raises(UserError, match=rf"bad.jsonl is not UTF-8 text: byte 0xe9 at offset {reference.value.start} "):
+        check_record_files_utf8([bad])

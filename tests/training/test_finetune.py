@@ -785,3 +785,7 @@ def test_openai_gpts_own_folder_fine_tunes_with_gpt1s_start_token(tmp_path, lear
     assert model.config.vocab_size >= len(tokenizer)
     with torch.no_grad():
         assert model(torch.tensor([expected])).logits.shape == (1, 2)
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    card = " ".join(build_model_card(run_dir).text.split())  # the card names the start token its template adds
+    assert "`<|start|>` starts every sequence" in card and "`<|start|>{premise}<|delim|>" in card
