@@ -203,6 +203,10 @@ def test_the_utf8_check_of_a_record_file_reads_it_in_chunks_and_names_a_bad_byte
         bad.read_bytes().decode("utf-8")
     with pytest.raises(UserError, match=rf"bad.jsonl is not UTF-8 text: byte 0xe9 at offset {reference.value.start} "):
         check_record_files_utf8([bad])
+    late = tmp_path / "late.jsonl"  # plain ASCII for two chunks, then the bad byte: every chunk must be read
+    late.write_bytes(b'{"text": "' + b"a" * (2 << 20) + b'"}\n' + '{"text": "caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(UserError, match="late.jsonl is not UTF-8 text: byte 0xe9"):
+        check_record_files_utf8([late])
     cut = tmp_path / "cut.jsonl"  # the file ends inside a character: only the decoder's final call sees it
     cut.write_bytes(good.read_bytes() + "é".encode("utf-8")[:1])
     with pytest.raises(UserError, match="cut.jsonl is not UTF-8 text: byte 0xc3"):
