@@ -33,6 +33,7 @@
 #        bash benchmarks/gpu_session.sh choice      # generation, the token choice compiled and eager (~2.5 min)
 #        bash benchmarks/gpu_session.sh confirm-h100  # on an H100: compiled table, generation, CUDA tests (~8.5 min)
 #        bash benchmarks/gpu_session.sh shifted-recipes  # the GPU recipe with shift_block_boundaries (~4.5 min)
+#        bash benchmarks/gpu_session.sh recipes-confirm  # both of the two above in one call (~9.5 min)
 #        bash benchmarks/gpu_session.sh pytest -n 8 tests/gpu ...   # chosen tests
 #    Each stage installs the wheels and the project, then writes its result files and log.txt under $OUT.
 #    Extra arguments go to bench_gpu.py (e.g. `train-compile --sweep 16,32` when time is short).
@@ -425,7 +426,39 @@ shifted_recipes_call() {
   echo "=== done $(date -u +%T) ==="
 }
 
+# The sixteenth (one call of at most ~9.5 minutes, what one session's 15 minutes of device time hold with the machine's
+# start): `shifted-recipes` and `confirm-h100` in one. Ten GPU recipes side by side with the CUDA tests (the device
+# asserts of 2026-11-28 have never run on CUDA): the recipe twice (a second seed shows the noise between two runs),
+# the blocks cut anew each epoch with longer training, less dropout, stronger weight decay or LLaMA's block; then alone
+# on the GPU the compiled batch-16 table of the three models and static-cache generation.
+SWIGLU="model.mlp_type=swiglu model.norm_type=rmsnorm"
+recipes_confirm_call() {
+  begin_call "${SESSION_SECONDS:-570}"
+  local c; c=$(cap 260); header "ten GPU recipes and the CUDA tests, side by side" "$c"; pids=()
+  # shellcheck disable=SC2086  # the override lists split on purpose
+  {
+    recipe_run recipe "$c"
+    recipe_run seed2 "$c" seed=2
+    recipe_run shift "$c" shift_block_boundaries=true
+    recipe_run shift_s800 "$c" shift_block_boundaries=true max_steps=800
+    recipe_run shift_s1000 "$c" shift_block_boundaries=true max_steps=1000
+    recipe_run shift_d02_s800 "$c" shift_block_boundaries=true $DROP2 max_steps=800
+    recipe_run wd2 "$c" weight_decay=2.0
+    recipe_run shift_wd2 "$c" shift_block_boundaries=true weight_decay=2.0
+    recipe_run shift_wd2_s1000 "$c" shift_block_boundaries=true weight_decay=2.0 max_steps=1000
+    recipe_run shift_swiglu "$c" shift_block_boundaries=true $SWIGLU
+  }
+  suite_run "$c" cuda -n 4 tests/gpu tests/hf_gpt_custom/test_causal_lm_loss.py \
+    tests/hf_gpt_custom/test_gpu_code_path.py tests/hf_gpt_custom/test_static_decoding.py \
+    tests/hf_gpt_custom/test_compiled_token_choice.py
+  end_side_by_side
+  bench_stage "train, compiled" 170 --parts train --modes compile --sweep 16 --rounds 3
+  bench_stage "generation" 120 --parts generate --gen-rounds 3 --gen-batches 16,1
+  echo "=== done $(date -u +%T) ==="
+}
+
 case "$stage" in
+  recipes-confirm) recipes_confirm_call ;;
   shifted-recipes) shifted_recipes_call ;;
   confirm-h100) confirm_h100_call ;;
   choice) choice_call ;;
