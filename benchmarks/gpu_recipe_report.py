@@ -37,11 +37,23 @@ def flatten(config: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _settings_defaults() -> dict:
+    """Each training setting's default (TrainConfig's), by name."""
+    import dataclasses
+
+    from hf_gpt_custom.training.config import TrainConfig
+
+    return {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+
+
 def collect(run_dir: Path, device: str) -> dict:
     recipe = flatten(yaml.safe_load(RECIPE.read_text()))
     config = flatten(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    overrides = {key: config[key] for key in recipe if key in config and config[key] != recipe[key]
-                 and recipe[key] != "auto"  # config.yaml records what `auto` resolved to
+    # a setting the recipe leaves out is an override where it is not the default: config.yaml holds every setting
+    # (shift_block_boundaries=true), but only the model fields that were given (model.mlp_type=swiglu)
+    recipe = {**_settings_defaults(), **recipe}
+    overrides = {key: value for key, value in config.items() if value != recipe.get(key)
+                 and recipe.get(key) != "auto"  # config.yaml records what `auto` resolved to
                  and key not in ("dataset", "out_dir", "benchmark_tasks", "benchmark_shots", "benchmark_limit")}
     rows = read_run_log(run_dir / RUN_LOG_NAME)
     evals = [(row["step"], row["val_bits_per_byte"]) for row in latest_evaluations(rows)]
@@ -104,7 +116,9 @@ def main(argv: list[str]) -> None:
         overrides = " ".join(f"{key}={value}" for key, value in r["overrides"].items()) or "-"
         lines.append(f"| {r['run']} | {bases.index(r['base']) + 1} | {overrides} | {r['steps']} | "
                      f"{r['final_bits_per_byte']:.4f} | "
-                     f"{r['best_bits_per_byte']:.4f} | {r['training_seconds']:.0f} | {r['wall_seconds'] or '-'} | "
+                     f"{r['best_bits_per_byte']:.4f} | "
+                     f"{'-' if r['training_seconds'] is None else format(r['training_seconds'], '.0f')} | "
+                     f"{r['wall_seconds'] or '-'} | "
                      f"{r['device']} |")
     (OUT / "gpu_recipe_sweep.md").write_text("\n".join(lines) + "\n")
 

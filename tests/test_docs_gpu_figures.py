@@ -1,11 +1,10 @@
 """The GPU figures README.md and docs/ quote since 2026-11-27 stay the ones the result files hold (the H200's static
-generation with the compiled token choice, the loss-alone probe), quoted in the order their sentences name; and the
+generation with the compiled token choice, the loss-alone probe, the H100's figures of 2026-11-28); and the
 fine-tuned card's held-out sentence does not say more than a continued run can know."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import jinja2
@@ -37,9 +36,9 @@ def test_h200_generation_figures_are_what_gpu_generate_json_holds():
         "first call b16": (f"{b16['first_call_s']['ours']:.1f}", "10.8"),
     }
     assert {name: measured for name, (measured, _) in quoted.items()} == {name: q for name, (_, q) in quoted.items()}
-    readme, model = flat(README), flat(MODEL_DOC)
+    benchmarks, model = flat(BENCHMARKS_DOC), flat(MODEL_DOC)
     assert ("**2.09x** transformers' GPT-2 at batch 16 (0.63 vs 1.42 ms a step; rounds "
-            f"{b16['speedup_min']:.2f}–{b16['speedup_max']:.2f})") in readme
+            f"{b16['speedup_min']:.2f}–{b16['speedup_max']:.2f})") in benchmarks
     assert "0.63 ms a step at batch 16 and 0.58 at batch 1, against 1.09 and 0.99" in model
     assert all(row["tokens_equal_fraction_fp32"] == 1.0 for row in rows.values())  # "tokens equal ... in fp32"
 
@@ -58,14 +57,43 @@ def test_loss_alone_figures_are_what_the_probe_measured():
     assert "(0.8: 7.24 GB at 0.93x; 0.65: 6.72 GB at 0.95x)" in flat(BENCHMARKS_DOC)
 
 
-def test_h100_static_speedups_are_quoted_in_the_order_of_the_pairs_before_them():
-    rows = generation_rows(RESULTS / "gpu_generate.json")  # the H100's
-    b16, b1 = (f"{rows[batch, 'static']['speedup']:.2f}x" for batch in (16, 1))
-    assert (b16, b1) == ("1.21x", "1.51x")
-    readme, model = flat(README), flat(MODEL_DOC)
-    # every other pair in both sentences is (batch 16, batch 1): "2.09x ... and 2.30x", "1.33x and 1.35x"
-    assert re.search(r"before the compiled choice there: ([\d.]+x) and ([\d.]+x)", readme).groups() == (b16, b1)
-    assert re.search(r"in \[gpu_results\.md\]\([^)]*\) \(([\d.]+x), ([\d.]+x)\) predate it", model).groups() == (b16, b1)
+def test_h100_figures_are_what_the_result_files_hold():
+    """README.md and docs/ quote the H100's compiled table, generation and GPU recipe of 2026-11-28: each figure is
+    read back from its result file here, so a rerun that changes a file without the docs (or the reverse) fails."""
+    train = json.loads((RESULTS / "gpu_train_compile.json").read_text())
+    assert train["meta"]["device_name"] == "NVIDIA H100 80GB HBM3"
+    models = train["batch16"]["models"]
+    ours, nano, gpt2 = models["ours"], models["nanoGPT"], models["transformers GPT-2"]
+    ratios = [o / n for o, n in zip(ours["round_tokens_per_s"], nano["round_tokens_per_s"])]
+    assert (f"{ours['tokens_per_s'] / nano['tokens_per_s']:.2f}x", f"{ours['tokens_per_s'] / 1e3:.0f}k",
+            f"{nano['tokens_per_s'] / 1e3:.0f}k", f"{min(ratios):.2f}–{max(ratios):.2f}",
+            f"{ours['peak_memory_gb'] / nano['peak_memory_gb']:.2f}x", f"{ours['warmup_s']:.1f} s",
+            f"{ours['mfu']:.1%}", f"{ours['tokens_per_s'] / gpt2['tokens_per_s']:.2f}x") == (
+        "1.03x", "450k", "436k", "1.02–1.04", "0.74x", "36.3 s", "39.0%", "1.20x")
+    assert ("**1.03x nanoGPT's** tokens/s (450k vs 436k; rounds 1.02–1.04) at **0.74x its peak memory**, warm-up "
+            "36.3 s") in flat(README)
+    assert ("batch 16: **1.03x nanoGPT** (450k vs 436k tokens/s, MFU 39.0%; rounds 1.02–1.04; goal ≥ 1.0: met), "
+            "1.20x GPT-2") in flat(BENCHMARKS_DOC)
+
+    rows = generation_rows(RESULTS / "gpu_generate.json")
+    b16, b1 = rows[16, "static"], rows[1, "static"]
+    measured = [f"{b16['speedup']:.2f}x", f"{b16['ours_ms_per_step']:.2f}", f"{b16['gpt2_ms_per_step']:.2f}",
+                f"{b16['speedup_min']:.2f}–{b16['speedup_max']:.2f}", f"{b1['speedup']:.2f}x",
+                f"{b1['ours_ms_per_step']:.2f}", f"{b1['gpt2_ms_per_step']:.2f}",
+                f"{b1['speedup_min']:.2f}–{b1['speedup_max']:.2f}"]
+    assert measured == ["2.01x", "1.15", "2.36", "1.81–2.16", "2.49x", "0.77", "1.91", "1.56–2.92"]
+    assert ("**2.01x** transformers' GPT-2 at batch 16 (1.15 vs 2.36 ms a step; rounds 1.81–2.16) and **2.49x** at "
+            "batch 1 (0.77 vs 1.91 ms; rounds 1.56–2.92)") in flat(README)
+    assert ("1.15 ms a step at batch 16 and 0.77 at batch 1, against 2.36 and 1.91 for GPT-2, **2.01x and 2.49x**"
+            in flat(MODEL_DOC))
+    assert all(row["tokens_equal_fraction_fp32"] == 1.0 for row in rows.values())  # "tokens equal ... in fp32"
+
+    sweep = {run["run"]: run for run in json.loads((RESULTS / "gpu_recipe_sweep.json").read_text())["runs"]}
+    recipe = sweep["h100b_wd2"]  # the recipe as shakespeare-gpu.yaml now has it: weight decay 2.0
+    assert recipe["overrides"] == {"weight_decay": 2.0} and recipe["device"].startswith("NVIDIA H100")
+    assert (f"{recipe['final_bits_per_byte']:.4f}", f"{recipe['training_seconds']:.0f}") == ("2.0821", "110")
+    assert "**2.0821 bits/byte** on the same tail, 110 s of training" in flat(README)
+    assert len(sweep) == 42 and "the best of 42 recipes" in flat(README)
 
 
 def test_a_continued_card_does_not_claim_its_heldout_records_were_never_trained_on():
