@@ -128,14 +128,19 @@ def main(argv: list[str]) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(9, 5))
-    for r in results:
-        axis.plot(*zip(*r["curve"]), marker="o", markersize=3, label=f"{r['run']} ({r['final_bits_per_byte']:.3f})")
+    # the ten best in colour with their names, the rest in grey: forty curves in colour read as none
+    for rank, r in enumerate(results):
+        if rank < 10:
+            axis.plot(*zip(*r["curve"]), marker="o", markersize=3, label=f"{r['run']} ({r['final_bits_per_byte']:.3f})")
+        else:
+            axis.plot(*zip(*r["curve"]), color="0.8", linewidth=0.8, zorder=0,
+                      label=f"{len(results) - 10} other runs" if rank == 10 else None)
     axis.axhline(TARGET_BITS_PER_BYTE, color="gray", linestyle="--", label=f"target ({TARGET_BITS_PER_BYTE:.2f})")
     axis.set_ylim(1.9, 2.8)
     axis.set_xlabel("optimizer step (16,384 tokens each)")
     axis.set_ylabel("validation bits per byte (tail 10%)")
     axis.set_title("GPU recipe on tiny Shakespeare")
-    axis.legend(fontsize=7, ncol=2)
+    axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(OUT / "gpu_recipe_sweep.png", dpi=120)
     print(f"wrote {OUT / 'gpu_recipe_sweep.md'}, .json and .png ({len(results)} runs)")
