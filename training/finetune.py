@@ -151,16 +151,21 @@ class FinetuneWorkload:
             result["val_lm_loss"] = lm_loss
         return result
 
+    def majority_class_accuracy(self) -> float:
+        """The accuracy of always answering the held-out part's most common label: what an accuracy is read against."""
+        labels = [example["label"] for example in self.heldout_examples]
+        return max(labels.count(label) for label in set(labels)) / len(labels)
+
     def describe(self, result: dict[str, float]) -> str:
         return (f"held-out accuracy {result['val_accuracy']:.4f} ± {result['val_accuracy_stderr'] or 0:.4f} "
-                f"({result['val_examples']} examples), task loss {result['val_task_loss']:.4f}, "
-                f"objective {result['val_loss']:.4f}")
+                f"({result['val_examples']} examples; the majority class {self.majority_class_accuracy():.4f}), "
+                f"task loss {result['val_task_loss']:.4f}, objective {result['val_loss']:.4f}")
 
     def summary_fields(self, last_eval: dict[str, float]) -> dict[str, Any]:
-        labels = [example["label"] for example in self.heldout_examples]
         # the count and the majority class below describe the records the accuracy was computed on
-        assert last_eval["val_examples"] == len(labels), (last_eval["val_examples"], len(labels))
-        majority = max(labels.count(label) for label in set(labels)) / len(labels)
+        assert last_eval["val_examples"] == len(self.heldout_examples), (last_eval["val_examples"],
+                                                                        len(self.heldout_examples))
+        majority = self.majority_class_accuracy()
         return {
             "fine_tuned_from": str(Path(self.config.init_from).absolute()),
             # init_from held a head of this kind already (fine-tuning further): its head and task tokens were trained

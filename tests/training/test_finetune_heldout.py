@@ -40,7 +40,8 @@ def _load(folder):
     return AutoTokenizer.from_pretrained(folder), AutoModelForSequenceClassification.from_pretrained(folder).eval()
 
 
-def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_path, base_model_dir, learnable_pairs):
+def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_path, base_model_dir, learnable_pairs,
+                                                                           capfd):
     """eval_batches=1 of batch_size 8 scored the first 8 of 30 held-out records, while the summary and card gave
     that accuracy as the one on all 30 and put the majority class of all 30 beside it. Reference: final/ scoring
     each held-out record alone from raw text, and the records' own labels."""
@@ -69,6 +70,9 @@ def test_with_eval_batches_the_summary_and_card_report_every_heldout_record(tmp_
     assert "On the 30 held-out records" in card
     assert re.search(r"\| accuracy \| ([0-9.]+) ±", card).group(1) == f"{accuracy:.4f}"
     assert f"| majority class (always the most frequent label) | {majority:.4f} |" in card
+    # the command's last line too: an accuracy is read against it (a new user took 0.55 for learning on 55/45 labels)
+    done = [line for line in capfd.readouterr().out.splitlines() if line.startswith("done: ")]
+    assert len(done) == 1 and f"the majority class {majority:.4f}" in done[0], done
 
 
 def _heldout_lm_loss_alone(folder, dataset) -> float:
