@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -70,12 +71,18 @@ class TaskSection:
 
 
 def label_key(value: Any) -> str:
-    """How a label is compared with the label set: JSON true/false and "true"/"false" agree, 1.0 is "1"."""
+    """How a label is compared with the label set: JSON true/false, "true"/"false" and a CSV's True/False agree; 1.0,
+    "1.0" and "01" are "1" (a CSV's cells arrive as text, JSON's and YAML's as numbers or booleans)."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return str(value).strip()
+    key = str(value).strip()
+    if key.lower() in ("true", "false"):
+        return key.lower()
+    if re.fullmatch(r"[+-]?\d+(\.0*)?", key):
+        return str(int(float(key))) if "." in key else str(int(key))
+    return key
 
 
 def _names(key: str, value: Any) -> tuple[str, ...]:

@@ -79,8 +79,9 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
             raise UserError(f"dataset={dataset}: fine-tuning reads one labelled file ({', '.join(RECORD_BUILDERS)}); "
                             f"got {'a folder' if path.is_dir() else repr(path.suffix)}")
         data_files = literal_data_files([path])
+        options = _csv_as_written(path) if builder == "csv" else {}
         try:
-            rows = datasets.load_dataset(builder, data_files=data_files, split="train",
+            rows = datasets.load_dataset(builder, data_files=data_files, split="train", **options,
                                          cache_dir=content_cache_dir(path))  # new contents: not the old rows
         except Exception as err:  # datasets wraps parse errors in several types
             raise UserError(f"cannot read {path} as {builder} ({type(err).__name__}: "
@@ -89,6 +90,26 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
     if path.suffix.lower() in RECORD_BUILDERS or dataset.startswith((".", "/", "~")):
         raise MissingFileError(f"dataset={dataset} not found; give a labelled file or a Hub dataset name")
     return datasets.load_dataset(dataset, dataset_config, split=split, revision=revision).to_list()
+
+
+def _csv_as_written(path: Path) -> dict[str, Any]:
+    """`load_dataset("csv")` options that read every cell as the text the file holds. pandas guesses a column's
+    type: an answer column of 1.50 and 007 trained as "1.5" and "7.0", a 20-digit id as "1.2345678901234567e+19", and
+    None, NA or null (real answers) were refused as empty cells. Labels are compared as label_key reads them ("1",
+    "true"), whether a file holds them as numbers or as text."""
+    import csv
+
+    from datasets import Features, Value
+
+    with open(path, encoding="utf-8-sig", newline="") as file:
+        header = next(csv.reader(file), None)
+    if not header:
+        raise UserError(f"{path} has no header row; its first line names the columns (e.g. text,label)")
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise UserError(f"{path}: column {', '.join(map(repr, repeated))} appears more than once in the header; give "
+                        f"each column its own name")
+    return {"features": Features({name: Value("string") for name in header}), "keep_default_na": False}
 
 
 def check_columns(records: list[dict], task: TaskSection, where: str) -> None:

@@ -38,6 +38,42 @@ def test_a_labelled_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path):
     assert load_labelled_records(str(path)) == [{"text": "a new row!!", "label": "no"}]
 
 
+def test_a_csv_is_read_as_the_text_it_holds(tmp_path):
+    """pandas typed the columns of a .csv: an answer of 1.50 or 007 trained as "1.5" or "7.0", a 20-digit id as
+    "1.2345678901234567e+19", and None or NA (real answers) were refused as empty cells. Reference: Python's csv module
+    on the same file."""
+    import csv
+
+    path = tmp_path / "answers.csv"
+    path.write_text("question,a0,a1,label\n"
+                    "three halves as a decimal,1.50,1.05,0\n"
+                    "James Bond's number,007,7,1\n"
+                    "a big id,12345678901234567891,1,0\n"
+                    "which box is empty,None,NA,1\n", encoding="utf-8")
+    with open(path, newline="", encoding="utf-8") as file:
+        assert load_labelled_records(str(path)) == list(csv.DictReader(file))
+
+
+def test_csv_labels_match_the_label_set_as_json_labels_do():
+    """Read as written, a CSV's labels are text: True/False and 1.0 must still match task.labels [false, true] and
+    [0, 1], as JSON's booleans and numbers do."""
+    from hf_gpt_custom.training.finetune_config import label_key
+
+    assert [label_key(v) for v in ("True", "FALSE", " true ", True, False)] == ["true", "false", "true", "true", "false"]
+    assert [label_key(v) for v in ("1.0", "01", "-2", 1.0, 3, "1.5", "one")] == ["1", "1", "-2", "1", "3", "1.5", "one"]
+
+
+def test_a_csv_without_a_header_or_with_a_repeated_column_is_refused(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(UserError, match="has no header row"):
+        load_labelled_records(str(empty))
+    repeated = tmp_path / "repeated.csv"
+    repeated.write_text("text,label,text\na,no,b\n", encoding="utf-8")
+    with pytest.raises(UserError, match="column 'text' appears more than once"):
+        load_labelled_records(str(repeated))
+
+
 def _config(tmp_path, base_model_dir, dataset, *overrides, task=None):
     task = task or {"format": "pair", "text_columns": "premise,hypothesis", "labels": "no,yes"}
     task_overrides = [f"task.{key}={value}" for key, value in task.items()]
