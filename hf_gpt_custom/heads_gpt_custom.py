@@ -148,8 +148,8 @@ class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
         Under gradient accumulation transformers' Trainer passes `num_items_in_batch` (the examples of all the
         micro-batches): the task loss is then a sum over this micro-batch's `examples` divided by it, so λ·L1 is
         weighted as this micro-batch's share too (examples / num_items_in_batch). Without that, λ acted as k·λ over
-        k micro-batches. A task loss that is a mean over the micro-batch whatever num_items_in_batch says (regression,
-        multi-label) passes examples=None: λ·L1 is then a mean too. The returned lm_loss is the micro-batch's L1.
+        k micro-batches. Regression and multi-label count label elements (rows × labels), as Trainer does; a task
+        loss with no count (examples=None) keeps λ·L1 a mean too. The returned lm_loss is the micro-batch's L1.
 
         `scored_rows` (rows,), bool: the rows whose example counts. A row labelled -100 is skipped by the task loss
         (as GPT-2 skips it) and so by L1 too, and `examples` counts only the others, as Trainer's num_items_in_batch
@@ -242,13 +242,21 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
             if is_class_index and self.config.problem_type in (None, "single_label_classification"):
                 check_class_labels("labels", labels, self.num_labels, ignore_index=-100)  # -100: skipped, as GPT-2
             task_loss = self.loss_function(labels=labels, pooled_logits=pooled_logits, config=self.config, **kwargs)
-        # transformers' loss divides by num_items_in_batch for single-label classification only; regression and
-        # multi-label stay a mean over this micro-batch (Trainer's count is then rows × labels), and so does λ·L1.
+        # Under gradient accumulation Trainer passes num_items_in_batch (its count of label elements over all the
+        # micro-batches) and then sums the micro-batches' losses without dividing by their number. transformers' loss
+        # divides by it for single-label classification only; a regression or multi-label loss stays a mean over
+        # this micro-batch (as GPT-2's does), and k micro-batches gave k times the gradient. Here it becomes this
+        # micro-batch's sum over that count (MSE and BCE average over label elements, as Trainer counts them).
+        num_items = kwargs.get("num_items_in_batch")
+        per_element = self.config.problem_type in ("regression", "multi_label_classification")
+        if task_loss is not None and per_element and num_items is not None:
+            task_loss = task_loss * labels.numel() / num_items
         per_item = self.config.problem_type == "single_label_classification"
         labelled = labels.view(-1) != -100 if per_item and labels is not None else None  # -100: the row is skipped
+        examples = labelled.sum() if labelled is not None else \
+            labels.numel() if per_element and labels is not None else None
         loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, input_ids, attention_mask, lm_loss_weight,
-                                         examples=labelled.sum() if labelled is not None else None,
-                                         num_items_in_batch=kwargs.get("num_items_in_batch"), scored_rows=labelled)
+                                         examples=examples, num_items_in_batch=num_items, scored_rows=labelled)
         return GPTCustomSequenceClassifierOutput(
             loss=loss,
             logits=pooled_logits,

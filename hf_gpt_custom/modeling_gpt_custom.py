@@ -572,4 +572,16 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
                                synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
 
 
+def _name_as_a_causal_lm() -> None:
+    """Put GPTCustomForCausalLM in transformers' table of causal-LM class names. Trainer reads that table by class
+    name (trainer.py, compute_loss) to shift the labels for `label_smoothing_factor`; `AutoModelForCausalLM.register`
+    does not add to it, so a label-smoothed Trainer scored each position's logits against its own input token and
+    trained the model to copy it. Here, at import, so that the folder's remote code (without this package) gets it too."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(GPTCustomConfig.model_type, GPTCustomForCausalLM.__name__)
+
+
+_name_as_a_causal_lm()
+
 __all__ = ["GPTCustomForCausalLM", "GPTCustomModel", "GPTCustomPreTrainedModel"]

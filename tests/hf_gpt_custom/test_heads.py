@@ -595,6 +595,37 @@ def test_gradient_accumulation_as_trainer_does_it_gives_the_full_batch_loss(head
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("problem_type, labels", [
+    ("regression", torch.tensor([0.5, -1.0, 2.0, 1.5])),
+    ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5], [1.0, 1.0, 0.0], [-2.0, 0.5, 0.5]])),
+    ("multi_label_classification", torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])),
+])
+def test_regression_and_multi_label_accumulate_to_the_whole_batch_under_trainer(problem_type, labels):
+    """Trainer passes num_items_in_batch (its count of label elements, torch.ne(-100)) and sums the micro-batches'
+    losses without dividing by their number, trusting the model to have divided: transformers' regression and
+    multi-label losses stay a micro-batch mean, so 2 micro-batches trained on twice the whole batch's gradient
+    (GPT-2's heads do the same). Reference: the whole batch in one call, transformers' own MSE/BCE mean."""
+    num_labels = 1 if labels.dim() == 1 else labels.shape[1]
+    config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, num_labels=num_labels, problem_type=problem_type)
+    model = randomize_(GPTCustomForSequenceClassification(config)).eval()
+    input_ids = torch.randint(1, 98, (4, 6), generator=torch.Generator().manual_seed(0))
+
+    def loss_and_grads(*calls):
+        model.zero_grad()
+        total = sum(model(input_ids[part], labels=labels[part], lm_loss_weight=weight, **kwargs).loss
+                    for part, weight, kwargs in calls)
+        total.backward()
+        return total.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    for weight in (0.0, 0.5):
+        whole, whole_grads = loss_and_grads((slice(0, 4), weight, {}))
+        count = {"num_items_in_batch": labels.ne(-100).sum()}  # as Trainer's _get_num_items_in_batch counts
+        accumulated, grads = loss_and_grads((slice(0, 2), weight, count), (slice(2, 4), weight, count))
+        torch.testing.assert_close(accumulated, whole, rtol=0, atol=1e-5)
+        for got, want in zip(grads, whole_grads):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_a_row_labelled_minus_100_is_skipped_by_both_parts_of_the_objective():
     """A -100 label skips its row in the task loss (as GPT-2's); L1 still averaged every row, and under Trainer's
     num_items_in_batch (which counts labelled rows only) λ·L1 was weighed rows/labelled: λ = 0.5 acted as 0.67 with

@@ -26,12 +26,14 @@ with torch.no_grad():
 generated = model.generate(input_ids[:1], max_new_tokens=6, do_sample=False, pad_token_id=0)
 static = model.generate(input_ids, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static")
 converted = type(model).from_pretrained(gpt2_folder).eval()  # the converters came with the remote code
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # Trainer's label smoothing reads it
 with torch.no_grad():
     converted_logits = converted(input_ids).logits
 print(json.dumps({
     "classes": [type(config).__module__, type(model).__module__, type(base).__module__, type(converted).__module__],
     "logits": logits.tolist(), "hidden": hidden.tolist(), "generated": generated.tolist(),
     "static_generated": static.tolist(), "converted_logits": converted_logits.tolist(),
+    "named_a_causal_lm": type(model).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(),
 }))
 """
 
@@ -53,6 +55,7 @@ def test_saved_folder_loads_as_remote_code_with_identical_outputs(tmp_path, tiny
                                     tmp_path / "gpt2")
 
     assert all(module.startswith("transformers_modules.") for module in remote["classes"]), remote["classes"]
+    assert remote["named_a_causal_lm"]  # Trainer shifts its labels for label smoothing (test_trainer.py)
     with torch.no_grad():
         logits = model(input_ids).logits
         hidden = model.transformer(input_ids).last_hidden_state
