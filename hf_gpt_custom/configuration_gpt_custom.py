@@ -134,6 +134,18 @@ class GPTCustomConfig(PretrainedConfig):
         if follows.get("n_kv_head"):
             super().__setattr__("n_kv_head", self.n_head)
 
+    def to_dict(self) -> dict:
+        """As PretrainedConfig writes it (config.json, to_dict/from_dict), with head_dim and n_kv_head null where they
+        hold what n_embd and n_head derive: written as numbers, an edit of n_head or n_embd in config.json or in the
+        dict kept them, and the model built from it was silently grouped-query with the old head width (GPT2Config
+        derives its heads from the fields it is given). Read back, null derives the same values; a head_dim or
+        n_kv_head of its own is written as it is (LlamaConfig's kind)."""
+        output = super().to_dict()
+        for name, derived in self._heads_follow().items():
+            if derived and name in output:
+                output[name] = None
+        return output
+
     def _heads_follow(self) -> dict[str, bool]:
         """Which of head_dim and n_kv_head hold what n_embd and n_head derive (only once __post_init__ has run:
         before, the dataclass is still setting its fields)."""

@@ -317,6 +317,39 @@ def test_a_config_edited_after_it_was_built_builds_gpt2s_model_of_the_edited_fie
         torch.testing.assert_close(ours(input_ids).logits, gpt2(input_ids).logits, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("edits", [{"n_head": 8}, {"n_head": 2}, {"n_embd": 64}, {"n_embd": 64, "n_head": 8}])
+@pytest.mark.parametrize("route", ["dict", "config.json"])
+def test_a_config_dict_or_json_edited_builds_gpt2s_model_of_the_edited_fields(edits, route, tmp_path):
+    """to_dict and config.json held head_dim and n_kv_head as numbers: n_head edited to 8 there, the model built was
+    grouped-query (8 query heads of width 8 sharing 4 key/value heads, attention 64 wide in a 32-wide model).
+    Reference: GPT2Config.from_dict with the same edits, its model's weights loaded into ours key for key."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from tests.helpers import randomize_
+
+    fields = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    if route == "dict":
+        ours_dict = GPTCustomConfig(**fields).to_dict()
+    else:
+        GPTCustomConfig(**fields).save_pretrained(tmp_path)
+        ours_dict = json.loads((tmp_path / "config.json").read_text())
+    ours_config = GPTCustomConfig.from_dict({**ours_dict, **edits})
+    gpt2_config = GPT2Config.from_dict({**GPT2Config(**fields).to_dict(), **edits})
+    torch.manual_seed(0)
+    gpt2 = randomize_(GPT2LMHeadModel(gpt2_config)).eval()
+    ours = GPTCustomForCausalLM(ours_config).eval()
+    ours.load_state_dict(from_gpt2_model(gpt2, GPTCustomForCausalLM).state_dict())  # strict: every shape equal
+    input_ids = torch.randint(0, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids).logits, gpt2(input_ids).logits, rtol=1e-5, atol=1e-5)
+    # a head width and key/value heads of its own (LLaMA's kind) are written and kept
+    own = GPTCustomConfig(**{**fields, "n_kv_head": 2, "head_dim": 16}).to_dict()
+    assert (own["head_dim"], own["n_kv_head"]) == (16, 2)
+    kept = GPTCustomConfig.from_dict({**own, **edits})
+    assert (kept.head_dim, kept.n_kv_head) == (16, 2)
+
+
 def test_an_edited_config_keeps_a_head_width_and_kv_heads_of_its_own_and_refuses_a_bad_edit_when_built(tmp_path):
     """LLaMA's kind of config (head_dim and n_kv_head given, not n_embd // n_head and n_head) keeps them as
     LlamaConfig does; an edit that leaves n_head not dividing n_embd is refused when a model is built from it, and a
