@@ -54,6 +54,7 @@ class FinetuneWorkload:
         from accelerate.utils import set_seed
 
         self.config, self.task = config, config.task_section
+        self.sequences_per_example = len(self.task.choice_columns) if self.task.is_multiple_choice else 1
         where = Path(config.dataset).name if Path(config.dataset).exists() else config.dataset
         folder = check_model_folder(config.init_from)
         # a fine-tuned head of another kind is refused before the data is read; one of this kind is trained further

@@ -129,9 +129,11 @@ class Session:
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens one optimizer step holds at most (exactly, for packed blocks)."""
+        """Tokens one optimizer step holds at most (exactly, for packed blocks; a multiple-choice example holds one
+        sequence per answer)."""
         config = self.config
-        return config.batch_size * config.block_size * config.gradient_accumulation_steps * self.accelerator.num_processes
+        return (config.batch_size * config.block_size * self.workload.sequences_per_example
+                * config.gradient_accumulation_steps * self.accelerator.num_processes)
 
     @property
     def peak_flops(self) -> float | None:

@@ -45,6 +45,9 @@ class Workload(Protocol):
     # Whether a finite loss far above the run's best is divergence (divergence.py): true of a language-modelling loss,
     # which moves smoothly; not of a classifier's batch loss, where a few confident mistakes in one batch are noise.
     loss_blowup_is_divergence: bool
+    # Token sequences one example trains on: 1, or one per answer of a multiple-choice example (the most tokens one
+    # optimizer step can hold is batch_size x block_size x this x accumulation x processes).
+    sequences_per_example: int
 
     def prepare(self, config, accelerator) -> PreparedWork:
         """Tokenizer, data, model (after set_seed, so its initialisation is seeded) and the two loaders."""
@@ -86,6 +89,7 @@ class LanguageModelling:
     continued training from `init_from`); validation loss, perplexity and bits per byte."""
 
     loss_blowup_is_divergence = True
+    sequences_per_example = 1  # a packed block
 
     def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
         with accelerator.main_process_first():

@@ -202,7 +202,7 @@ def test_the_saved_and_exported_tokenizers_cut_a_long_input_where_fine_tuning_cu
     assert exported(record["premise"], record["hypothesis"], truncation=True)["input_ids"] == trained["input_ids"]
 
 
-def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, base_model_dir, shared_data_dir):
+def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, base_model_dir, shared_data_dir, capfd):
     """Multiple choice: GPT-1's L1 over every choice's sequence of every held-out example, each scored alone from raw
     text with the saved tokenizer (no padding), each sequence's loss per token averaged over the sequences (as
     training's L1), is the summary's val_lm_loss."""
@@ -237,3 +237,9 @@ def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, b
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["heldout_examples"] == len(heldout) == 10
     assert summary["val_lm_loss"] == pytest.approx(sum(row_losses) / len(row_losses), rel=1e-5)
+    # the most tokens a step holds counts both answers' sequences: 4 examples x 2 answers x 64 (it said 4 x 64, less
+    # than the tokens the run's first step had counted)
+    assert "model: " in (printed := capfd.readouterr().out) and "512 tokens per optimizer step" in printed
+    first = next(json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()
+                 if json.loads(line)["kind"] == "train")
+    assert 256 < first["tokens_seen"] <= 512
