@@ -125,8 +125,14 @@ class GPTCustomConfig(PretrainedConfig):
         head_dim or n_kv_head of its own (LLaMA's kind) is kept, as LlamaConfig keeps it. Where n_head does not
         divide n_embd, head_dim is None until it does, and building a model then refuses it (check_architecture)."""
         key = self.attribute_map.get(key, key)
-        follows = self._heads_follow() if key in ("n_head", "n_embd") else {}
-        super().__setattr__(key, value)
+        if key in ("head_dim", "n_kv_head") and value is None and getattr(self, "_post_init_done", False):
+            # None is "derive it" (to_dict writes derived values as null, and config.update(other.to_dict()) or
+            # from_pretrained(..., head_dim=None) sets it back): a None held here read as "None key/value heads"
+            super().__setattr__(key, value)
+            follows = {key: True}
+        else:
+            follows = self._heads_follow() if key in ("n_head", "n_embd") else {}
+            super().__setattr__(key, value)
         if follows.get("head_dim"):
             n_embd, n_head = self.n_embd, self.n_head
             divides = isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int) and n_embd % n_head == 0

@@ -350,6 +350,26 @@ def test_a_config_dict_or_json_edited_builds_gpt2s_model_of_the_edited_fields(ed
     assert (kept.head_dim, kept.n_kv_head) == (16, 2)
 
 
+def test_a_derived_field_set_to_none_is_derived_again(tmp_path):
+    """to_dict writes derived head_dim and n_kv_head as null, so config.update(other.to_dict()) and
+    from_pretrained(folder, head_dim=None) set them to None: the config then said "None key/value heads" in its model
+    card sentence and parameter_breakdown failed (the model built was right). Reference: LlamaConfig.update with its
+    own to_dict keeps the numbers n_embd and n_head give."""
+    from transformers import LlamaConfig
+
+    fields = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    config = GPTCustomConfig(**fields)
+    config.update(GPTCustomConfig(**fields).to_dict())
+    llama = LlamaConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, vocab_size=99)
+    llama.update(LlamaConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, vocab_size=99).to_dict())
+    assert (config.head_dim, config.num_key_value_heads) == (llama.head_dim, llama.num_key_value_heads) == (8, 4)
+    assert "None" not in config.describe_block()
+    config.parameter_breakdown()
+    config.save_pretrained(tmp_path)
+    loaded = GPTCustomConfig.from_pretrained(tmp_path, head_dim=None, n_kv_head=None)
+    assert (loaded.head_dim, loaded.n_kv_head) == (8, 4)
+
+
 def test_an_edited_config_keeps_a_head_width_and_kv_heads_of_its_own_and_refuses_a_bad_edit_when_built(tmp_path):
     """LLaMA's kind of config (head_dim and n_kv_head given, not n_embd // n_head and n_head) keeps them as
     LlamaConfig does; an edit that leaves n_head not dividing n_embd is refused when a model is built from it, and a
