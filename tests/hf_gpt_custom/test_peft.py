@@ -81,3 +81,31 @@ def test_prefix_tuning_generates_what_its_forward_predicts_or_is_refused_by_name
     assert decoded["ours"] == decoded["gpt2"]
     untuned = GPT2LMHeadModel.from_pretrained(tmp_path).generate(input_ids=input_ids, max_new_tokens=4, do_sample=False)
     assert untuned[0, 8:].tolist() != decoded["gpt2"]  # the prefix matters: dropping it would be seen
+
+
+def test_prefix_tuning_of_a_grouped_query_model_with_its_shape_given_equals_llama():
+    """docs/model.md: PEFT sizes a prefix from n_embd and n_head (our config's dict has no num_key_value_heads), so a
+    grouped-query model needs token_dim = n_kv_head x head_dim and num_attention_heads = n_kv_head given. Reference:
+    LlamaForCausalLM with the same weights and the same prefix, its shape found by PEFT itself."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.convert_llama import to_llama_model
+
+    config = GPTCustomConfig(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, n_kv_head=2,
+                             position_embedding_type="rope", norm_type="rmsnorm", mlp_type="swiglu", multiple_of=16,
+                             attention_bias=False, mlp_bias=False, tie_word_embeddings=False, resid_pdrop=0.0,
+                             embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    ours = GPTCustomForCausalLM(config).eval()
+    llama = to_llama_model(ours).eval()
+    input_ids = torch.randint(1, 97, (1, 8), generator=torch.Generator().manual_seed(1))
+    logits = []
+    for model, shape in ((llama, {}), (ours, {"token_dim": config.n_kv_head * config.head_dim,
+                                              "num_attention_heads": config.n_kv_head})):
+        prefixed = peft.get_peft_model(model, peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3,
+                                                                      **shape)).eval()
+        generator = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for parameter in prefixed.prompt_encoder.parameters():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+            logits.append(prefixed(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits)
+    torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-5)
