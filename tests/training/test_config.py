@@ -142,8 +142,18 @@ def test_gpt2_124m_config_follows_the_gpt3_small_recipe():
     tokens_per_step = config.batch_size * config.block_size * config.gradient_accumulation_steps
     assert tokens_per_step == 524_288  # ~0.5M tokens, GPT-3 Table 2.1
     assert (config.block_size, config.learning_rate, config.weight_decay, config.mixed_precision) == (1024, 6e-4, 0.1, "bf16")
-    model_config = build_model_config(config, vocab_size=50304, eos_token_id=50256)
+    model_config = build_model_config(config, vocab_size=50257, eos_token_id=50256)  # GPT-2's tokenizer
     assert (model_config.n_layer, model_config.n_head, model_config.n_embd, model_config.n_positions) == (12, 12, 768, 1024)
+    # 50,257 tokens predicted (it said vocab_size 50,304: 47 logit columns no token has), 50,304 rows for the matmuls
+    assert (model_config.vocab_size, model_config.padded_vocab_size) == (50257, 50304)
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    with torch.device("meta"):
+        n_params = GPTCustomForCausalLM(model_config).num_parameters()
+    d, layers = 768, 12  # by hand: embeddings, then per block 2 LayerNorms, attention and MLP (biases), then ln_f
+    assert n_params == 50304 * d + 1024 * d + layers * (4 * d + (3 * d * d + 3 * d) + (d * d + d)
+                                                         + (4 * d * d + 4 * d) + (4 * d * d + d)) + 2 * d
+    assert f"{n_params:,} parameters" in (CONFIGS / "gpt2-124m.yaml").read_text()  # the figure its comment gives
 
 
 @pytest.mark.parametrize("name, distributed_type", [
