@@ -97,6 +97,29 @@ def publishes_our_tokenizer(folder: str | Path) -> bool:
     return uses_our_tokenizer(folder) or isinstance(load_folder_tokenizer(folder), GPTCustomTokenizerFast)
 
 
+def _check_scores_are_of_these_weights(folder: Path) -> None:
+    """eval/results.json may be edited or replaced (documentation, outside the manifest), and `eval --out
+    EXPORT/eval` of another model wrote its scores there, beside a card that published other numbers; export
+    refuses such a run (card.read_run_results), push refused nothing. Results that record no weights (older, or of
+    a loaded model) are taken as they are, as export takes them."""
+    import json
+
+    from .manifest import weights_fingerprint
+
+    path = folder / "eval" / "results.json"
+    if not path.is_file():
+        return
+    try:
+        scored = json.loads(path.read_text(encoding="utf-8")).get("model_weights_sha256")
+    except (ValueError, AttributeError):
+        return  # not a results file of ours: the card's own checks read what it publishes
+    if scored is not None and scored != weights_fingerprint(folder):
+        raise UserError(f"cannot publish {folder}: eval/results.json scored other weights than this folder's "
+                        f"model.safetensors, so its numbers would be published beside this model; evaluate this "
+                        f"folder into it (hf-gpt-custom eval --model {folder} --out {folder / 'eval'} ...) or export "
+                        f"the run again")
+
+
 def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = (),
                  require_manifest: bool = True) -> list[tuple[str, int]]:
     """Check that `folder` can be published; return the files an upload sends, as (relative path, size in bytes),
@@ -151,6 +174,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     if pickled:
         raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
     _check_nothing_added(folder, sorted(names))
+    _check_scores_are_of_these_weights(folder)
     for name in sorted(names):
         if Path(name).suffix not in WEIGHT_SUFFIXES and name not in VOCABULARY_FILES:
             _check_no_local_paths(folder / name, name, forbidden)

@@ -212,6 +212,15 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
                 metric_args={"num_fewshot": k} if limit is None else {"num_fewshot": k, "limit": min(limit, row["n"])},
             )
         )
+    # Two tasks on one dataset (copa and a task file of one's own on the same Hub split) share a model-index entry,
+    # named after the first task: each metric then names its own task, or both scores read as the first task's.
+    tasks_of: dict[tuple, set[str]] = {}
+    for result in eval_results:
+        tasks_of.setdefault(result.unique_identifier, set()).add(result.task_name)
+    for result in eval_results:
+        if len(tasks_of[result.unique_identifier]) > 1:
+            result.metric_name = f"{result.task_name}: {result.metric_name}"
+            result.metric_args = {"task": result.task_name, **result.metric_args}
     first_seen: dict[tuple, int] = {}
     for position, result in enumerate(eval_results):
         first_seen.setdefault(result.unique_identifier, position)

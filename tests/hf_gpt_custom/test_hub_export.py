@@ -510,6 +510,31 @@ def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, writ
         check_export(folder)
 
 
+def test_push_refuses_scores_of_other_weights_put_into_the_export(exported, tmp_path):
+    """`eval --model OTHER --out EXPORT/eval` (or a copied results.json) put another model's scores beside the card,
+    and push --dry-run passed it, though export refuses the same in a run folder. Reference: the weights' own
+    sha256s, hashed here with hashlib."""
+    import hashlib
+    import shutil
+
+    from hf_gpt_custom.publish_checks import check_export
+
+    _, out_dir = exported
+    folder = tmp_path / "export"
+    shutil.copytree(out_dir, folder)
+    results = json.loads((folder / "eval" / "results.json").read_text())
+    weights = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    own = hashlib.sha256(f"model.safetensors={weights};".encode()).hexdigest()  # what an evaluation of it records
+    (folder / "eval" / "results.json").write_text(json.dumps({**results, "model_weights_sha256": own}))
+    check_export(folder)  # this model's own scores pass
+    (folder / "eval" / "results.json").write_text(json.dumps({**results, "model_weights_sha256": "0" * 64}))
+    with pytest.raises(ValueError, match=r"eval/results\.json scored other weights than this folder's"):
+        check_export(folder)
+    (folder / "eval" / "results.json").write_text(json.dumps({k: v for k, v in results.items()
+                                                             if k != "model_weights_sha256"}))
+    check_export(folder)  # results that name no weights (written before they did) are taken as they are
+
+
 def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
     import shutil
 

@@ -78,6 +78,23 @@ def test_two_k_of_one_metric_stay_two_results():
     ]
 
 
+def test_two_tasks_on_one_dataset_each_name_their_task_in_the_model_index():
+    """copa and a task file of one's own on the same Hub split became one model-index entry named copa, holding both
+    scores as "acc (0-shot)" (0.57 and 0.54): nothing said which was copa's. Reference: huggingface_hub's own parser
+    of the model-index; a dataset scored by one task keeps its plain names."""
+    from hf_gpt_custom.model_cards.card import build_eval_results
+    from huggingface_hub.repocard_data import eval_results_to_model_index
+
+    copa = {"dataset": {"path": "super_glue", "name": "copa", "split": "validation"}, "num_fewshot": 0,
+            "metric": "acc", "n": 100}
+    rows = [{**copa, "task": "copa", "value": 0.57}, {**copa, "task": "copa_alt", "value": 0.54},
+            {**RESULT_ROWS[0], "value": 0.5}]
+    _, back = model_index_to_eval_results(eval_results_to_model_index("m", build_eval_results(rows, model_name="m")))
+    named = {(r.metric_name, r.metric_args.get("task"), r.metric_value) for r in back}
+    assert {("copa: acc (0-shot)", "copa", 0.57), ("copa_alt: acc (0-shot)", "copa_alt", 0.54)} <= named
+    assert ("acc (0-shot)", None, 0.5) in named
+
+
 def test_a_score_on_the_first_documents_only_says_so_in_the_model_index(tmp_path):
     """benchmark_limit=4 published `acc: 1.0` on COPA's validation split as if scored on all of it."""
     run_dir = make_tiny_run(tmp_path / "run")
