@@ -128,11 +128,10 @@ class GPTCustomConfig(PretrainedConfig):
         if key in ("head_dim", "n_kv_head") and value is None and getattr(self, "_post_init_done", False):
             # None is "derive it" (to_dict writes derived values as null, and config.update(other.to_dict()) or
             # from_pretrained(..., head_dim=None) sets it back): a None held here read as "None key/value heads"
-            super().__setattr__(key, value)
             follows = {key: True}
         else:
             follows = self._heads_follow() if key in ("n_head", "n_embd") else {}
-            super().__setattr__(key, value)
+        super().__setattr__(key, value)
         if follows.get("head_dim"):
             n_embd, n_head = self.n_embd, self.n_head
             divides = isinstance(n_head, int) and n_head > 0 and isinstance(n_embd, int) and n_embd % n_head == 0

@@ -62,6 +62,13 @@ def weights_fingerprint(folder: str | os.PathLike) -> str | None:
     return digest.hexdigest()
 
 
+def scored_other_weights(results: dict, folder: str | os.PathLike) -> bool:
+    """Whether an evaluation's results.json (`results`) scored other weights than `folder`'s. Results that record
+    none (written before evaluations did, or of a model passed in memory) are taken as they are: False."""
+    scored = results.get("model_weights_sha256")
+    return scored is not None and scored != weights_fingerprint(folder)
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -104,16 +104,16 @@ def _check_scores_are_of_these_weights(folder: Path) -> None:
     a loaded model) are taken as they are, as export takes them."""
     import json
 
-    from .manifest import weights_fingerprint
+    from .manifest import scored_other_weights
 
     path = folder / "eval" / "results.json"
     if not path.is_file():
         return
     try:
-        scored = json.loads(path.read_text(encoding="utf-8")).get("model_weights_sha256")
-    except (ValueError, AttributeError):
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
         return  # not a results file of ours: the card's own checks read what it publishes
-    if scored is not None and scored != weights_fingerprint(folder):
+    if isinstance(results, dict) and scored_other_weights(results, folder):
         raise UserError(f"cannot publish {folder}: eval/results.json scored other weights than this folder's "
                         f"model.safetensors, so its numbers would be published beside this model; evaluate this "
                         f"folder into it (hf-gpt-custom eval --model {folder} --out {folder / 'eval'} ...) or export "

@@ -50,14 +50,13 @@ def read_run_results(run_dir: Path) -> dict | None:
     weights it scored (manifest.weights_fingerprint); results written before it did, or of a loaded model, carry
     none and are taken as they are."""
     from hf_gpt_custom.hub import read_json
-    from hf_gpt_custom.manifest import weights_fingerprint
+    from hf_gpt_custom.manifest import scored_other_weights
 
     path = Path(run_dir) / "eval" / "results.json"
     if not path.is_file():
         return None
     results = read_json(path)
-    scored = results.get("model_weights_sha256")
-    if scored is not None and scored != weights_fingerprint(Path(run_dir) / "final"):
+    if scored_other_weights(results, Path(run_dir) / "final"):
         raise UserError(f"{path} scored other weights than {Path(run_dir) / 'final'} (it names "
                         f"{results.get('model')}), so its numbers would be published as this model's; evaluate "
                         f"this run's model into it (hf-gpt-custom eval --model {Path(run_dir) / 'final'} --out "

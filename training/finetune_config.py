@@ -81,7 +81,7 @@ def label_key(value: Any) -> str:
     if key.lower() in ("true", "false"):
         return key.lower()
     if re.fullmatch(r"[+-]?\d+(\.0*)?", key):
-        return str(int(float(key))) if "." in key else str(int(key))
+        return str(int(key.split(".")[0]))
     return key
 
 
