@@ -325,6 +325,7 @@ class TaskPlan:
     k: int
     prompts: list
     requests: list
+    dataset: dict  # results.json's "dataset": the Hub split, and the local files' sha256 when they were read
 
 
 def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, seed: int, data_dir: Path) -> TaskPlan:
@@ -340,7 +341,7 @@ def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, 
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length)
     requests = [request for doc, prompt in zip(docs, prompts) for request in build_requests(spec, doc, prompt)]
-    return TaskPlan(spec, docs, k, prompts, requests)
+    return TaskPlan(spec, docs, k, prompts, requests, spec.scored_data_info(data_dir))
 
 
 def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = True) -> tuple[list[dict], list[dict]]:
@@ -379,7 +380,7 @@ def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = Tru
         if non_finite:
             value, stderr = float("nan"), None
         rows.append({
-            "task": spec.task, "dataset": spec.dataset_info(), "num_fewshot": k, "metric": name,
+            "task": spec.task, "dataset": plan.dataset, "num_fewshot": k, "metric": name,
             "value": value, "stderr": stderr, "n": len(docs),
             "higher_is_better": METRICS[name].higher_is_better, "n_truncated": n_truncated,
         })

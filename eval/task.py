@@ -23,6 +23,7 @@ from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
 from hf_gpt_custom.eval.output_types import GENERATION_KWARGS, OUTPUT_TYPES
 from hf_gpt_custom.eval.task_data import default_data_dir, load_docs
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean, repeated
+from hf_gpt_custom.manifest import cached_sha256
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 # How K examples that do not fit the context are handled (eval/fewshot.py): ours drops whole examples, farthest
@@ -58,6 +59,9 @@ class TaskSpec:
     dataset_path: str | None = None
     dataset_name: str | None = None
     test_split: str = "test"
+    # The local data_files hold a sample of test_split, not all of it (triviaqa's 3,000 questions): the model card
+    # then says so, so a score on the sample never reads as the whole split's. Docs read from the Hub are the split.
+    sample_of_split: bool = False
     hub_process_docs: str | None = None
     fewshot_split: str = "test"
     # With the examples drawn from the scored split, the doc being scored is never its own example (lm-eval's rule);
@@ -108,6 +112,17 @@ class TaskSpec:
     def dataset_info(self) -> dict[str, str | None]:
         """The Hub dataset this benchmark is (results.json's "dataset", read by the model card)."""
         return {"path": self.dataset_path, "name": self.dataset_name, "split": self.test_split}
+
+    def scored_data_info(self, data_dir: str | Path | None = None) -> dict[str, Any]:
+        """dataset_info() and, when the scored docs come from local files, what they are: the sha256 of each file
+        (so an export can tell a benchmark the model was trained on) and whether they are a sample of the split."""
+        info: dict[str, Any] = self.dataset_info()
+        paths = [Path(data_dir or default_data_dir()) / name for name in self.data_file_names("test")]
+        if paths and all(path.is_file() for path in paths):  # what load_docs reads; else the Hub's whole split
+            info["local_files_sha256"] = [cached_sha256(path) for path in paths]
+            if self.sample_of_split:
+                info["sample_of_split"] = True
+        return info
 
     def as_lm_eval(self) -> TaskSpec:
         """This task as lm-eval's task of the same benchmark scores it: `lm_eval_overrides` applied, all K

@@ -79,9 +79,10 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def is_documentation(name: str) -> bool:
     """True for a file (path relative to its folder, "/"-separated) that the manifest leaves to the user to edit:
-    the card, plots, the training summary, and the evaluation's JSON reports (not code or weights put there)."""
+    the card, plots, the training summary, and the evaluation's JSON and JSON Lines reports (results.json,
+    examples.jsonl: what `hf-gpt-custom eval --out FOLDER/eval` writes), not code or weights put there."""
     return (name.endswith(DOCUMENTATION_SUFFIXES) or name in DOCUMENTATION_FILES
-            or (name.startswith(DOCUMENTATION_FOLDERS) and name.endswith(".json")))
+            or (name.startswith(DOCUMENTATION_FOLDERS) and name.endswith((".json", ".jsonl"))))
 
 
 def write_manifest(folder: str | os.PathLike, leave_out: tuple[str, ...] = (), **fields) -> Path:

@@ -184,7 +184,9 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
 
 # Git's own files, which every Hub repository has (the Hub writes .gitattributes): copied into an export from a clone
 # of the repository, they describe how git stores the files, not what the model is.
-REPOSITORY_FILES = (".gitattributes", ".gitignore")
+# Files a repository holds beside the model that no export writes: git's own, and the license text a card with
+# `license: other` points to (export's warning for a license the Hub does not list asks for one).
+REPOSITORY_FILES = (".gitattributes", ".gitignore", "LICENSE", "LICENSE.txt")
 
 
 def _check_nothing_added(folder: Path, names: list[str]) -> None:
@@ -386,7 +388,8 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
     matches = (re.search(re.escape(prefix) + r"(?![\w.-])", text) for prefix in _local_prefixes(forbidden))
     if is_documentation(name) and not name.endswith(".png"):
         matches = itertools.chain(matches, (home for home in _ANY_HOME_FOLDER.finditer(text)
-                                            if home["name"].lower() not in _NO_ONES_HOME))
+                                            if home["name"].lower() not in _NO_ONES_HOME),
+                                  _paths_of_this_machine(text))
     match = next((match for match in matches if match), None)
     if match:
         raise UserError(
@@ -397,6 +400,23 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
         found = find_local_json_values(json.loads(text))
         if found:
             raise UserError(f"cannot publish: {name} contains local information {found}; export again")
+
+
+# An absolute path of two names or more inside prose ("evaluated from /work/runs/x/final"): not after a word, a dot,
+# a colon or a slash, so a URL's path ("huggingface.co/docs/hub") and a relative one ("eval/table.md") are not one.
+_ABSOLUTE_PATH_IN_TEXT = re.compile(r"(?<![\w.:/~-])/[\w.@+-]+(?:/[\w.@+-]+)+")
+# Folders every Linux machine has: a path under them ("/usr/bin/env", "/dev/null") tells nothing about this one.
+_SYSTEM_FOLDERS = {"usr", "bin", "sbin", "etc", "dev", "proc", "sys", "lib", "lib32", "lib64", "boot"}
+
+
+def _paths_of_this_machine(text: str):
+    """Absolute paths in documentation that exist here ("/work/shared/data/copa/val.jsonl"), outside the system
+    folders: the home and working directory are checked by prefix, other folders of this machine only this way, as
+    a card written elsewhere may name paths that exist on no machine but its author's."""
+    for match in _ABSOLUTE_PATH_IN_TEXT.finditer(text):
+        names = Path(match.group()).parts[1:]
+        if names[0] not in _SYSTEM_FOLDERS and Path("/", names[0], names[1]).exists():
+            yield match
 
 
 def without_vocabulary(tokenizer_json: dict) -> dict:
@@ -463,7 +483,8 @@ def hub_license(license: str) -> str:
                         f"(the list: {HUB_LICENSES_URL})")
     logging.getLogger(__name__).warning(
         "--license %r is not among the Hub's license ids known here (%s): the Hub refuses a card whose license it does "
-        "not list; use one of its ids, or `other` with the license's text in a LICENSE file", license, HUB_LICENSES_URL)
+        "not list; use one of its ids, or `--license other` and put the license's text in LICENSE (or LICENSE.md) in the "
+        "exported folder before the push", license, HUB_LICENSES_URL)
     return license.strip()
 
 

@@ -11,6 +11,7 @@ base name, a known corpus by its Hub id.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ KNOWN_TRAINING_DATASETS: dict[str, tuple[str, str, str]] = {
     "wikitext-2-raw": ("Salesforce/wikitext", "WikiText-2 (raw)", "The history of"),
 }
 
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_LICENSE = "apache-2.0"  # the project's: a model trained from scratch here; `export --license` sets another
 
@@ -108,9 +111,17 @@ def build_model_card(
 
     results = read_run_results(run_dir)
     eval_rows = results["results"] if results else []
+    trained_on = tasks_scored_on_training_data(eval_rows, summary, train_config)
+    if trained_on:
+        logger.warning("%s scored documents this model was trained on (the same data files); the card says so and "
+                       "leaves %s out of its model-index, where the Hub would read them as held-out scores",
+                       " and ".join(trained_on), "it" if len(trained_on) == 1 else "them")
     dataset = _training_dataset_facts(str(summary.get("dataset") or train_config.get("dataset") or ""), train_config)
     breakdown = model_config.parameter_breakdown()
 
+    # rows on local files only give no model-index
+    eval_results = build_eval_results([row for row in eval_rows if row["task"] not in trained_on], model_name=run_name,
+                                      limit=results.get("config", {}).get("limit")) if eval_rows else []
     card_data = ModelCardData(
         language="en",
         license=license,
@@ -120,9 +131,9 @@ def build_model_card(
         tags=["hf-gpt-custom", "gpt_custom", "gpt2", "causal-lm", "custom_code", "text-generation"],
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=sorted({row["metric"] for row in eval_rows}) or None,
-        model_name=run_name,
-        eval_results=(build_eval_results(eval_rows, model_name=run_name, limit=results.get("config", {}).get("limit"))
-                      or None) if eval_rows else None,  # rows on local files only give no model-index
+        # the model-index's name: without one, huggingface_hub writes it as a key of its own, no Hub metadata field
+        model_name=run_name if eval_results else None,
+        eval_results=eval_results or None,
     )
     return ModelCard.from_template(
         card_data,
@@ -157,7 +168,8 @@ def build_model_card(
         training_results=_training_result_rows(summary),
         loss_curve="loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
         shots_curve="shots_curve.png" if (run_dir / "eval" / "shots_curve.png").is_file() else None,
-        eval=_eval_facts(results, format_results_table) if eval_rows or (results or {}).get("skipped") else None,
+        eval=(_eval_facts(results, format_results_table, trained_on)
+              if eval_rows or (results or {}).get("skipped") else None),
     )
 
 
@@ -176,6 +188,46 @@ def transformers_requirement() -> str:
     raise AssertionError("the hf-gpt-custom package metadata declares no transformers requirement")
 
 
+def _scored_how(row: dict[str, Any], k: int, limit: int | None) -> tuple[str, dict[str, Any]]:
+    """A metric's display-name suffix and its `args`: K, and what makes the score other than the split's K-shot one —
+    the first `limit` documents (eval's --limit), a local file that is a sample of the split (triviaqa), prompts
+    cut to fit the context (examples dropped or the context cut from the left: a "2-shot" score with every prompt
+    cut is mostly a 1- or 0-shot one)."""
+    n = row["n"]
+    sample = isinstance(row.get("dataset"), dict) and bool(row["dataset"].get("sample_of_split"))
+    words, args = [f"{k}-shot"], {"num_fewshot": k}
+    if limit is not None:
+        words.append(f"first {n} documents" + (" of a sample of the split" if sample else ""))
+        args["limit"] = min(limit, n)  # a limit above the benchmark's size (300 of COPA's 100) scores them all
+    elif sample:
+        words.append(f"a {n:,}-document sample of the split")
+    if sample:
+        args["sample_of_split"] = True
+    cut = row.get("n_truncated") or 0
+    if cut:
+        words.append(f"{cut} of {n} prompts cut to fit")
+        args["prompts_cut_to_fit"] = cut
+    return ", ".join(words), args
+
+
+def tasks_scored_on_training_data(rows: list[dict[str, Any]], summary: dict, train_config: dict) -> list[str]:
+    """The tasks whose scored data files are among the model's training files (same sha256): wiki.test.raw trained
+    on, WikiText-2's test perplexity then measures memorised text. Runs from before training_summary.json recorded
+    its files' sha256 are checked against the training data where it still is."""
+    trained = summary.get("dataset_files_sha256")
+    if trained is None and train_config.get("dataset"):
+        from hf_gpt_custom.training.fingerprints import local_file_sha256s
+
+        try:
+            trained = local_file_sha256s(str(train_config["dataset"]))
+        except (UserError, OSError):  # moved, unreadable or mixed: nothing left to compare
+            trained = None
+    trained = set(trained or ())
+    overlapping = (row["task"] for row in rows if isinstance(row.get("dataset"), dict)
+                   and trained.intersection(row["dataset"].get("local_files_sha256") or ()))
+    return list(dict.fromkeys(overlapping))
+
+
 def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int | None = None) -> list[EvalResult]:
     """One EvalResult per results.json row with a finite value, in the order the Hub's model-index keeps.
 
@@ -185,7 +237,8 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
     `model_index_to_eval_results(eval_results_to_model_index(...))` return exactly this list. Non-finite values
     (a diverged perplexity; null in results.json) stay in the card's table but are left out here: the Hub wants a
     number, and YAML's .nan would not round-trip. Scored on the first `limit` documents only (eval's --limit,
-    benchmark_limit), a metric says so in its name and args: a score on 4 documents must not read as the benchmark's.
+    benchmark_limit), on a sample of the split, or with prompts cut to fit, a metric says so in its name and args
+    (_scored_how): a score on 4 documents must not read as the benchmark's.
     """
     eval_results = []
     for row in rows:
@@ -196,6 +249,7 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
         dataset = _benchmark_dataset(row.get("dataset"))
         if dataset is None:  # local data only: the Hub would link its name to an unrelated dataset
             continue
+        name, args = _scored_how(row, k, limit)
         eval_results.append(
             EvalResult(
                 task_type="text-generation",
@@ -205,10 +259,9 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
                 dataset_config=dataset["name"],
                 dataset_split=dataset["split"],
                 metric_type=metric,
-                metric_name=f"{metric} ({k}-shot)" if limit is None else f"{metric} ({k}-shot, first {row['n']} documents)",
+                metric_name=f"{metric} ({name})",
                 metric_value=round(value, 4),
-                # the documents scored: a limit above the benchmark's size (300 of COPA's 100) scores them all
-                metric_args={"num_fewshot": k} if limit is None else {"num_fewshot": k, "limit": min(limit, row["n"])},
+                metric_args=args,
             )
         )
     # Two tasks on one dataset (copa and a task file of one's own on the same Hub split) share a model-index entry,
@@ -442,9 +495,10 @@ def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
     return [(label, _format_number(summary[key])) for key, label in labels.items() if summary.get(key) is not None]
 
 
-def _eval_facts(results: dict, format_results_table) -> dict[str, Any]:
+def _eval_facts(results: dict, format_results_table, trained_on: list[str]) -> dict[str, Any]:
     config = results.get("config", {})
     return {
+        "trained_on": trained_on,
         "shots": ", ".join(str(k) for k in config.get("shots", [])),
         "seed": config.get("seed", "?"),
         "limit": config.get("limit"),

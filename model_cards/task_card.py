@@ -64,7 +64,9 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         tags=["hf-gpt-custom", "gpt_custom", "gpt2", "custom_code", "gpt1-fine-tuning", task_type],
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=["accuracy"],
-        model_name=run_name,
+        # the model-index's name; without a model-index huggingface_hub would write it as a key of its own, which
+        # no Hub metadata field is
+        model_name=run_name if dataset["hub_id"] else None,
         # a model-index entry's dataset type is a Hub dataset id: a local file of no known Hub copy gets none (the
         # card's text gives its accuracy), as transformers' Trainer leaves out results without a dataset
         eval_results=[task_eval_result(summary, dataset, task_type)] if dataset["hub_id"] else None,

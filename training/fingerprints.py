@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hf_gpt_custom.manifest import MANIFEST_NAME, cached_sha256, is_documentation
 from hf_gpt_custom.training.config import TrainConfig
-from hf_gpt_custom.training.corpus import fingerprint_local_source
+from hf_gpt_custom.training.corpus import fingerprint_local_source, list_local_files
 
 # The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
@@ -73,6 +73,15 @@ def input_fingerprints(config: TrainConfig) -> dict[str, str]:
     if config.init_from:
         fingerprints["init_from"] = model_folder_fingerprint(config.init_from)
     return fingerprints
+
+
+def local_file_sha256s(source: str | None) -> list[str] | None:
+    """The sha256 of each file of a local data source, None for a Hub dataset. training_summary.json records them for
+    the training data, so an export can tell a benchmark whose documents the model was trained on (wiki.test.raw
+    trained on, then WikiText-2's test perplexity published as if held out)."""
+    if source is None or not Path(source).exists():
+        return None
+    return [cached_sha256(path) for path in list_local_files(source)]
 
 
 def combined_sha256(sha256s: dict[str, str]) -> str:

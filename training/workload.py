@@ -25,6 +25,7 @@ from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import load_model_folder
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
+from hf_gpt_custom.training.fingerprints import local_file_sha256s
 from hf_gpt_custom.training.data import build_loaders, document_encoder, prepare_datasets, val_blocks_scored
 from hf_gpt_custom.training.token_bytes import TokenBytes
 
@@ -132,6 +133,7 @@ class LanguageModelling:
             "val_perplexity": last_eval["val_perplexity"],
             "val_bits_per_byte": last_eval["val_bits_per_byte"],
             "dataset": self.config.dataset,
+            "dataset_files_sha256": local_file_sha256s(self.config.dataset),
             "train_blocks": self.data.stats.get("train_blocks"),
             "val_blocks": self.data.stats.get("val_blocks"),
             # what the validation figures were computed on: eval_batches cuts the split to its first blocks

@@ -23,7 +23,7 @@ def report_dir(tiny_model_folder, tmp_path_factory):
     return out_dir, results
 
 
-def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder):
+def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder, shared_data_dir):
     out_dir, results = report_dir
     payload = json.loads((out_dir / "results.json").read_text())
     assert set(payload) == {"model", "model_weights_sha256", "config", "results", "skipped"}
@@ -45,8 +45,27 @@ def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder):
     # Perplexity has no few-shot: wikitext appears at K=0 only.
     assert {k for (t, k, _) in keys if t == "wikitext"} == {0}
     assert ("copa", 0, "acc") in keys
-    assert payload["results"][0]["dataset"] == {"path": "aps/super_glue", "name": "copa", "split": "validation"}
+    assert payload["results"][0]["dataset"] == {"path": "aps/super_glue", "name": "copa", "split": "validation",
+                                                "local_files_sha256": [_sha256_by_hand(shared_data_dir / "copa/val.jsonl")]}
     assert results.value("copa", "acc", 0) == next(r["value"] for r in payload["results"] if (r["task"], r["num_fewshot"], r["metric"]) == ("copa", 0, "acc"))
+
+
+def _sha256_by_hand(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_each_row_names_the_files_it_scored_and_whether_they_sample_the_split(report_dir, shared_data_dir):
+    """An export leaves a benchmark the model was trained on out of its model-index by these sha256 (wiki.test.raw
+    trained on, then WikiText-2's test perplexity published as held out), and names triviaqa's 3,000-question file
+    a sample of its 17,944-question validation split: both were published as the whole, held-out split."""
+    out_dir, _ = report_dir
+    datasets = {row["task"]: row["dataset"] for row in json.loads((out_dir / "results.json").read_text())["results"]}
+    assert datasets["wikitext"]["local_files_sha256"] == [_sha256_by_hand(shared_data_dir / "wikitext-2-raw/wiki.test.raw")]
+    assert datasets["triviaqa"] == {
+        "path": "mandarjoshi/trivia_qa", "name": "rc.nocontext", "split": "validation", "sample_of_split": True,
+        "local_files_sha256": [_sha256_by_hand(shared_data_dir / "triviaqa/triviaqa_sm_sub_llmfoundry.jsonl")]}
+    assert (shared_data_dir / "triviaqa/triviaqa_sm_sub_llmfoundry.jsonl").read_bytes().count(b"\n") == 3000
+    assert all("sample_of_split" not in info for task, info in datasets.items() if task != "triviaqa")
 
 
 def test_examples_table_and_plot_are_written(report_dir):

@@ -170,3 +170,16 @@ def test_a_task_file_of_your_own_can_include_a_shipped_one_with_lm_eval_settings
     protocol = load_task("lambada", protocol="lm-eval")
     assert (mine.target_delimiter, mine.fewshot_fit) == (" ", "lm-eval") == (protocol.target_delimiter, protocol.fewshot_fit)
     assert load_task("lambada").target_delimiter == ""
+
+
+def test_docs_read_from_the_hub_are_the_whole_split_so_no_sample_or_files_are_recorded(tmp_path, shared_data_dir):
+    """triviaqa's local file is a 3,000-question sample; without it the docs come from the Hub's whole validation
+    split, which is no sample. Only the files actually read are fingerprinted."""
+    import hashlib
+
+    spec = load_task("triviaqa")
+    local = spec.scored_data_info(shared_data_dir)
+    file = shared_data_dir / "triviaqa" / "triviaqa_sm_sub_llmfoundry.jsonl"
+    assert local["sample_of_split"] is True
+    assert local["local_files_sha256"] == [hashlib.sha256(file.read_bytes()).hexdigest()]
+    assert spec.scored_data_info(tmp_path) == spec.dataset_info()  # an empty data root: the Hub would be read

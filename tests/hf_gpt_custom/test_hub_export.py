@@ -510,6 +510,76 @@ def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, writ
         check_export(folder)
 
 
+def test_a_card_naming_a_path_that_exists_on_this_machine_is_refused(exported, tmp_path, monkeypatch):
+    """"Evaluated from /work/runs/x/final on /data/copa/val.jsonl" appended to the card passed push --dry-run when
+    run from another folder: only the home and working folders were known, though docs/hub.md promised this
+    machine's paths are refused. A path made here outside both is refused; system folders, URLs, relative paths and
+    a path that exists on no machine pass."""
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "card"
+    shutil.copytree(exported[1], folder)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(elsewhere / "home"))
+    monkeypatch.chdir(elsewhere)
+    data = tmp_path / "shared data" / "copa"
+    data.mkdir(parents=True)
+    (data / "val.jsonl").write_text("{}\n")
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    (folder / "README.md").write_text(card + "\nRun with `/usr/bin/env python` or `python /dev/null`; see "
+                                      "https://huggingface.co/docs/hub/model-cards and eval/table.md; data in "
+                                      "/no/such/folder/anywhere, dates 2026/11/28, and/or 1/2.\n")
+    check_export(folder)
+    for where in ("README.md", "eval/table.md", "training_summary.json"):
+        original = (folder / where).read_text(encoding="utf-8")
+        (folder / where).write_text(original + f"\nEvaluated on {data / 'val.jsonl'} (copied).\n"
+                                    if where.endswith(".md") else
+                                    json.dumps({**json.loads(original), "note": f"scored on {data}/val.jsonl"}))
+        with pytest.raises(ValueError, match=rf"{where.replace('.', '[.]')} contains the local path '{tmp_path}"):
+            check_export(folder)
+        (folder / where).write_text(original)
+
+
+def test_evaluation_examples_and_a_license_file_may_be_added_to_an_export(exported, tmp_path):
+    """docs/hub.md calls eval/ documentation, yet the examples.jsonl that `eval --out EXPORT/eval` writes was refused
+    as added after export; export's warning for a license the Hub does not list asked for a LICENSE file, which push
+    then refused. A pickle under either name is still refused."""
+    import pickle
+
+    from hf_gpt_custom.publish_checks import check_export
+
+    folder = tmp_path / "card"
+    shutil.copytree(exported[1], folder)
+    (folder / "eval" / "examples.jsonl").write_text(json.dumps({"task": "copa", "prompt": "The man"}) + "\n")
+    (folder / "LICENSE").write_text("Permission is hereby granted, free of charge, ...\n")
+    (folder / "LICENSE.txt").write_text("Permission is hereby granted, free of charge, ...\n")
+    names = {name for name, _ in check_export(folder)}
+    assert {"eval/examples.jsonl", "LICENSE", "LICENSE.txt"} <= names
+    (folder / "LICENSE").write_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(ValueError, match=r"pickled files \(LICENSE\)"):
+        check_export(folder)
+    (folder / "LICENSE").unlink()
+    (folder / "eval" / "extra.jsonl").write_bytes(pickle.dumps({"a": 1}))
+    with pytest.raises(ValueError, match=r"pickled files \(eval/extra\.jsonl\)"):
+        check_export(folder)
+    (folder / "eval" / "extra.jsonl").unlink()
+    (folder / "eval" / "extra.py").write_text("import os\n")
+    with pytest.raises(ValueError, match=r"eval/extra\.py is not in its manifest"):
+        check_export(folder)
+
+
+def test_the_warning_for_an_unlisted_license_names_a_file_push_accepts(caplog):
+    import logging
+
+    from hf_gpt_custom.publish_checks import REPOSITORY_FILES, hub_license
+
+    with caplog.at_level(logging.WARNING):
+        assert hub_license("my-own-license-v1") == "my-own-license-v1"
+    assert "`--license other` and put the license's text in LICENSE (or LICENSE.md)" in caplog.text
+    assert "LICENSE" in REPOSITORY_FILES
+
+
 def test_push_refuses_scores_of_other_weights_put_into_the_export(exported, tmp_path):
     """`eval --model OTHER --out EXPORT/eval` (or a copied results.json) put another model's scores beside the card,
     and push --dry-run passed it, though export refuses the same in a run folder. Reference: the weights' own
@@ -681,7 +751,8 @@ def test_the_export_scrub_and_the_push_check_apply_one_rule(value, is_local, tmp
 
 
 def test_a_dataset_path_with_a_space_is_scrubbed_from_the_export_and_refused_by_push(tmp_path):
-    """Outside home and the working directory (so only the JSON rule can see it), as on a shared data disk."""
+    """Outside home and the working directory, as on a shared data disk: the JSON rule sees it whole, and the path
+    exists on this machine, which documentation may not name either."""
     import shutil
 
     from hf_gpt_custom.hub import export_folder
@@ -699,8 +770,11 @@ def test_a_dataset_path_with_a_space_is_scrubbed_from_the_export_and_refused_by_
     assert (published["dataset"], published["config"]["dataset"]) == ("input.txt", "input.txt")
     assert not any(str(spaced.parent) in path.read_bytes().decode("utf-8", "replace") for path in out_dir.rglob("*") if path.is_file())
     (out_dir / "training_summary.json").write_text(json.dumps({**published, "dataset": str(spaced)}))  # put back by hand
-    with pytest.raises(ValueError, match=r"training_summary\.json contains local information dataset = .*shared data"):
+    with pytest.raises(ValueError, match=r"training_summary\.json contains the local path '.*/shared'"):
         check_export(out_dir)
+    from hf_gpt_custom.publish_checks import find_local_json_values
+
+    assert find_local_json_values({"dataset": str(spaced)}) == f"dataset = {str(spaced)!r}"
 
 
 # --- a bad --repo-id -----------------------------------------------------------------------------------------------

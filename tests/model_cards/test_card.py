@@ -105,11 +105,101 @@ def test_a_score_on_the_first_documents_only_says_so_in_the_model_index(tmp_path
 
     build_model_card(run_dir).save(path)
     _, results = model_index_to_eval_results(metadata_load(path)["model-index"])
-    assert results and all(r.metric_args == {"num_fewshot": r.metric_args["num_fewshot"], "limit": 16} for r in results)
-    rows = {(row["task"], row["num_fewshot"], row["metric"]): row["n"] for row in payload["results"]}
+    rows = {(row["task"], row["num_fewshot"], row["metric"]): row for row in payload["results"]}
+    assert results and all(rows[(r.task_name, r.metric_args["num_fewshot"], r.metric_type)]["n_truncated"] == 0
+                           for r in results if "prompts_cut_to_fit" not in r.metric_args)
+    uncut = [r for r in results if "prompts_cut_to_fit" not in r.metric_args]
+    assert len(uncut) == 4 and all(r.metric_args == {"num_fewshot": r.metric_args["num_fewshot"], "limit": 16}
+                                   for r in uncut)
     assert all(r.metric_name == f"{r.metric_type} ({r.metric_args['num_fewshot']}-shot, first "
-                                 f"{rows[(r.task_name, r.metric_args['num_fewshot'], r.metric_type)]} documents)"
-               for r in results)
+                                 f"{rows[(r.task_name, r.metric_args['num_fewshot'], r.metric_type)]['n']} documents)"
+               for r in uncut)
+
+
+def test_a_k_shot_score_whose_prompts_were_cut_says_how_many_in_the_model_index(tmp_path):
+    """hellaswag at K=2 dropped examples for all 6 documents; the model-index still filed "acc (2-shot)", equal to
+    the 0-shot score, with nothing to say it was mostly a 1- or 0-shot one. The count is results.json's
+    n_truncated (the table's last column), read back through huggingface_hub's own parser."""
+    run_dir = make_tiny_run(tmp_path / "run")
+    path = tmp_path / "README.md"
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    build_model_card(run_dir).save(path)
+    _, results = model_index_to_eval_results(metadata_load(path)["model-index"])
+    (cut,) = [r for r in results if "prompts_cut_to_fit" in r.metric_args]
+    assert (cut.task_name, cut.metric_type, cut.metric_args) == (
+        "lambada", "acc", {"num_fewshot": 3, "limit": 16, "prompts_cut_to_fit": 2})  # RESULT_ROWS: 2 of 16 cut
+    assert cut.metric_name == "acc (3-shot, first 16 documents, 2 of 16 prompts cut to fit)"
+
+
+def test_a_score_on_a_sample_of_the_split_says_so_in_the_model_index():
+    """triviaqa's local file holds 3,000 of validation's 17,944 questions and was filed as the whole split."""
+    from hf_gpt_custom.model_cards.card import build_eval_results
+    from huggingface_hub.repocard_data import eval_results_to_model_index
+
+    dataset = {"path": "mandarjoshi/trivia_qa", "name": "rc.nocontext", "split": "validation", "sample_of_split": True}
+    row = {"task": "triviaqa", "dataset": dataset, "num_fewshot": 0, "metric": "exact_match", "value": 0.01,
+           "n": 3000, "n_truncated": 0}
+    whole = {**row, "dataset": {**dataset, "sample_of_split": None}}
+    _, back = model_index_to_eval_results(eval_results_to_model_index("m", build_eval_results([row], "m")))
+    assert [(r.metric_name, r.metric_args) for r in back] == [
+        ("exact_match (0-shot, a 3,000-document sample of the split)", {"num_fewshot": 0, "sample_of_split": True})]
+    (limited,) = build_eval_results([{**row, "n": 6}], "m", limit=6)
+    assert (limited.metric_name, limited.metric_args) == (
+        "exact_match (0-shot, first 6 documents of a sample of the split)",
+        {"num_fewshot": 0, "limit": 6, "sample_of_split": True})
+    assert build_eval_results([whole], "m")[0].metric_name == "exact_match (0-shot)"
+
+
+def _wikitext_row(sha256: str) -> dict:
+    return {"task": "wikitext", "num_fewshot": 0, "metric": "word_perplexity", "value": 812.5, "stderr": None,
+            "n": 2, "higher_is_better": False, "n_truncated": 0,
+            "dataset": {"path": "EleutherAI/wikitext_document_level", "name": "wikitext-2-raw-v1", "split": "test",
+                        "local_files_sha256": [sha256]}}
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["summary-records-the-files", "older-run-data-still-there"])
+def test_a_benchmark_scored_on_the_training_files_is_named_and_left_out_of_the_model_index(tmp_path, caplog,
+                                                                                           recorded):
+    """finetune_pretrain_wikitext2.yaml trains on wiki.test.raw; with benchmark_tasks=[wikitext] its export published
+    WikiText-2's test perplexity in the model-index as a held-out score, the card never saying the documents were
+    trained on. The file's sha256 is computed here by hand; a run from before the summary recorded it is checked
+    against its training file where that still is."""
+    import hashlib
+    import logging
+
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run")
+    summary_path = run_dir / "training_summary.json"
+    summary = json.loads(summary_path.read_text())
+    trained_sha256 = hashlib.sha256(Path(summary["dataset"]).read_bytes()).hexdigest()
+    if recorded:
+        summary["dataset_files_sha256"] = [trained_sha256]
+        summary_path.write_text(json.dumps(summary))
+    results_path = run_dir / "eval" / "results.json"
+    payload = json.loads(results_path.read_text())
+    payload["results"] = payload["results"] + [_wikitext_row(trained_sha256), _wikitext_row("0" * 64) | {"task": "wikitext_other"}]
+    results_path.write_text(json.dumps(payload))
+
+    with caplog.at_level(logging.WARNING):
+        card = build_model_card(run_dir)
+    card.save(tmp_path / "README.md")
+    _, results = model_index_to_eval_results(metadata_load(tmp_path / "README.md")["model-index"])
+    tasks = {r.task_name for r in results}
+    assert "wikitext" not in tasks and {"wikitext_other", "lambada", "arc_easy"} <= tasks
+    text = " ".join(card.text.split())
+    assert "**Scored on training data:** wikitext scored documents this model was trained on" in text
+    assert "It is left out of the `model-index`" in text and "but those scored on training data," in text
+    assert "wikitext_other" not in text.split("**Scored on training data:**")[1].split(".")[0]
+    assert "wikitext scored documents this model was trained on" in caplog.text
+
+
+def test_a_run_that_did_not_train_on_a_benchmark_has_no_such_sentence(tmp_path):
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    text = build_model_card(make_tiny_run(tmp_path / "run")).text
+    assert "Scored on training data" not in text and "but those scored on training data" not in text
 
 
 def test_a_limit_above_the_benchmarks_size_states_the_documents_scored():
@@ -287,7 +377,7 @@ def test_the_card_names_every_code_file_that_ships_and_how_to_install(tiny_run):
         assert f"`{name}`" in text
     assert "three" not in text and "pip install hf-gpt-custom" not in text
     assert 'pip install "git+https://example.org/me/hf-gpt-custom@v1"' in text
-    assert "pads with `<|endoftext|>`" in text and "on the **left**" in text and "`model_max_length` is 64" in text
+    assert "pads with `<|endoftext|>`" in text and "on the **left**" in text and "`model_max_length` = 64 tokens" in text
     assert 'target_modules=["c_attn", "c_proj", "c_fc"]' in text
 
 
@@ -349,3 +439,47 @@ def test_the_hyperparameters_leave_out_what_the_run_never_read(tmp_path):
     trained = build_model_card(make_tiny_run(tmp_path / "runs" / "trained", with_eval=False, tokenizer=None,
                                              tokenizer_vocab_size=8192)).text
     assert "| `tokenizer_vocab_size` | 8192 |" in trained
+
+
+def test_a_card_without_a_model_index_has_no_stray_model_name_key(tmp_path):
+    """huggingface_hub keeps `model_name` (the model-index's name) as a top-level key when there is no model-index;
+    no Hub metadata field has that name. Read back with huggingface_hub's metadata_load."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    build_model_card(make_tiny_run(tmp_path / "run", with_eval=False)).save(tmp_path / "README.md")
+    metadata = metadata_load(tmp_path / "README.md")
+    assert "model_name" not in metadata and "model-index" not in metadata and metadata["license"] == "apache-2.0"
+
+
+def test_the_cards_advice_for_a_long_prompt_generates_from_its_end(tmp_path):
+    """The card said `truncation=True` cuts a long prompt to fit; it keeps the prompt's beginning (right-side
+    truncation, as GPT-2's tokenizer) and fills the context, so the card's own generate() call then failed. The
+    advice now given is followed here on an export and checked against the prompt's own token ids."""
+    import re
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import export_folder
+
+    out = export_folder(make_tiny_run(tmp_path / "run", with_eval=False), tmp_path / "export")
+    text = " ".join((out / "README.md").read_text(encoding="utf-8").split())
+    tokenizer, model = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out)
+    n = model.config.n_positions
+    match = re.search(r'`tokenizer.truncation_side = "left"`, then `tokenizer\(text, truncation=True, '
+                      r'max_length=(\d+) - max_new_tokens, return_tensors="pt"\)`', text)
+    assert match and int(match.group(1)) == n == tokenizer.model_max_length
+    prompt = "ROMEO: what light through yonder window breaks " * (n // 8)
+    ids = tokenizer(prompt)["input_ids"]
+    assert len(ids) > n
+    max_new_tokens = 5
+    tokenizer.truncation_side = "left"
+    inputs = tokenizer(prompt, truncation=True, max_length=n - max_new_tokens, return_tensors="pt")
+    assert inputs["input_ids"][0].tolist() == ids[-(n - max_new_tokens):]  # the prompt's end
+    out_ids = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    assert out_ids.shape[1] == n
+    tokenizer.truncation_side = "right"
+    whole = tokenizer(prompt, truncation=True, return_tensors="pt")
+    assert whole["input_ids"][0].tolist() == ids[:n]  # truncation=True alone: the beginning, the whole context
+    with pytest.raises(UserError, match="n_positions"):
+        model.generate(**whole, max_new_tokens=max_new_tokens, do_sample=False)

@@ -291,6 +291,9 @@ def test_a_card_without_a_model_index_does_not_point_to_one(boolq_export, tmp_pa
     card = build_model_card(copy)
     assert "model-index" not in card.data.to_dict()
     assert "model-index` metadata above" not in card.text
+    # huggingface_hub wrote the model-index's name as a top-level `model_name:` key, which no Hub field is
+    card.save(tmp_path / "README.md")
+    assert "model_name" not in metadata_load(tmp_path / "README.md")
 
 
 def test_a_file_is_not_claimed_as_a_hub_split_for_the_name_of_its_folder(tmp_path, shared_data_dir, monkeypatch):
