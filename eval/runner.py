@@ -7,6 +7,8 @@ classes with the Auto classes), a Hub id or an already-loaded model with its tok
 
 from __future__ import annotations
 
+import copy
+
 import logging
 import math
 from contextlib import nullcontext
@@ -62,7 +64,7 @@ def evaluate(
     limit: int | None = None,
     batch_size: int = 16,
     device: str | None = None,
-    dtype: str = "float32",
+    dtype: str | None = None,
     seed: int = 1234,
     out_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
@@ -74,7 +76,10 @@ def evaluate(
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
     model's `name_or_path` has one). `device` None is CUDA when available, else the CPU, for a folder or Hub id; a
-    loaded model then stays on its own device (as lm-eval's HFLM keeps a model object where it is).
+    loaded model then stays on its own device (as lm-eval's HFLM keeps a model object where it is). `dtype` None
+    loads a folder or Hub id in float32 and scores a loaded model in its own dtype; a loaded model asked for another
+    dtype is scored as a converted copy, never cast in place (that rounded the caller's float32 weights to bfloat16
+    for good).
     Rolling-loglikelihood tasks (wikitext) are run at K=0 only.
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
@@ -100,7 +105,7 @@ def evaluate(
         raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
-    if dtype not in DTYPES:
+    if dtype is not None and dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
     data_dir = Path(data_dir) if data_dir else default_data_dir()
@@ -146,7 +151,8 @@ def evaluate(
             # what changes the numbers, as lm-eval records its model arguments: dtype and device change log-likelihoods
             # in their last digits (the data root is a local path: a published results.json carries none)
             config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
-                    "protocol": protocol, "dtype": dtype, "device": str(next(model_obj.parameters()).device.type)},
+                    "protocol": protocol, "dtype": str(next(model_obj.parameters()).dtype).removeprefix("torch."),
+                    "device": str(next(model_obj.parameters()).device.type)},
             results=rows,
             examples=examples,
             skipped=skipped,
@@ -182,7 +188,7 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
+def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str | None):
     """(model in eval mode on device, tokenizer, display name) from a local folder, a Hub id or loaded objects
     (device None: a loaded model stays on its device).
 
@@ -205,10 +211,10 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
                     f"init_from); its held-out accuracy is in its run's training_summary.json and its export's card"
                 )
             manifest_before = _manifest_text(folder)
-            model = load_model_folder(folder, any_causal_lm=True, dtype=DTYPES[dtype])
+            model = load_model_folder(folder, any_causal_lm=True, dtype=DTYPES[dtype or "float32"])
         else:
             try:
-                model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype])
+                model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype or "float32"])
             except OSError as err:
                 raise MissingFileError(
                     f"model {name!r} is not a local folder and could not be loaded as a Hub id "
@@ -224,7 +230,10 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str):
             if not getattr(model, "name_or_path", None):
                 raise UserError("a loaded model without name_or_path needs tokenizer=...; pass the tokenizer or a folder")
             tokenizer = model.name_or_path
-        model = model.to(DTYPES[dtype])
+        if dtype is not None and next(model.parameters()).dtype != DTYPES[dtype]:
+            # a copy: Module.to casts in place, and float32 weights rounded to bfloat16 do not come back
+            logger.info("scoring a %s copy of the model; the model object passed in is left as it is", dtype)
+            model = copy.deepcopy(model).to(DTYPES[dtype])
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(str(tokenizer))
     if folder is not None and _manifest_text(folder) != manifest_before:

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 # Bump when the packing or caching logic changes so old caches are not reused. 4: version 3 could store the text of
 # a replaced file's old contents under its new contents' key (the raw-text cache knew files by path and mtime). 5: a
 # byte-order mark, blank records and hidden files in a folder are no longer documents.
-CACHE_FORMAT_VERSION = 5
+CACHE_FORMAT_VERSION = 6
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 
@@ -44,23 +44,47 @@ STREAMING_VAL_DOCUMENTS = 1000
 
 
 def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
-    """Dataset{text} -> Dataset{input_ids}: each document's ids followed by the end-of-text token.
+    """Dataset{text} -> Dataset{input_ids}: each document's ids as the tokenizer wraps a text, then end-of-text.
 
     The end-of-text token after every document is GPT-2's separator: packed blocks then never run two documents
-    together without a boundary the model can see.
+    together without a boundary the model can see. A tokenizer that puts its own tokens around a text (a Llama's
+    BOS) gets them around every document (document_template), as transformers' run_clm.py trains.
     """
     eos_token_id = tokenizer.eos_token_id
     if eos_token_id is None:
         raise UserError(f"tokenizer {tokenizer.name_or_path!r} has no eos_token; documents need an end-of-text separator")
     encode_ids = document_encoder(tokenizer)
+    before, after = document_template(tokenizer)
+    after = after if after[-1:] == [eos_token_id] else [*after, eos_token_id]  # one separator, the tokenizer's own
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        return {"input_ids": [ids + [eos_token_id] for ids in encode_ids(batch["text"])]}
+        return {"input_ids": [before + ids + after for ids in encode_ids(batch["text"])]}
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(encode, batched=True, remove_columns=["text"])
     return dataset.map(encode, batched=True, num_proc=num_proc if num_proc > 1 else None, remove_columns=["text"],
                        desc="tokenizing")
+
+
+def document_template(tokenizer) -> tuple[list[int], list[int]]:
+    """The special ids `tokenizer(text)` puts before and after a text of its own accord: a Llama's [BOS] before
+    (its post-processor's "<s> $A"), nothing for GPT-2's. Continued pre-training of a Llama without its BOS trained
+    on documents unlike every prompt its tokenizer then encodes (generation, evaluation and the card's snippets all
+    start with BOS)."""
+    probe = "a"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    wrapped = tokenizer(probe)["input_ids"]
+    for start in range(len(wrapped) - len(plain) + 1):
+        if wrapped[start:start + len(plain)] == plain:
+            return list(wrapped[:start]), list(wrapped[start + len(plain):])
+    return [], []  # the text itself changed (a normalizer that acts on whole texts): no tokens of its own to add
+
+
+def document_starts_after(tokenizer) -> tuple[int, ...]:
+    """The ids after which a document's first text token comes: end-of-text, and the last token the tokenizer puts
+    before a text (a Llama's BOS). token_bytes counts a document's first token by its own table there."""
+    before, _ = document_template(tokenizer)
+    return tuple(dict.fromkeys([tokenizer.eos_token_id, *before[-1:]]))
 
 
 def document_encoder(tokenizer) -> Callable[[list[str]], list[list[int]]]:

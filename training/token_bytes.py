@@ -10,8 +10,9 @@ of the text's bytes:
 - a tokenizer that prepends a space to every text it encodes (SentencePiece's dummy prefix, `add_prefix_space`):
   the first token of a document stands for one byte less, so the table has a second column for that position.
 
-Special tokens stand for 0 bytes: in training data the only ones are the separators data.py appends, because
-documents are encoded with special-token text as text (a literal "<|endoftext|>" is 13 bytes of tokens).
+Special tokens stand for 0 bytes: in training data the only ones are those data.py puts around documents (the
+end-of-text separator, a Llama's BOS), because documents are encoded with special-token text as text (a literal
+"<|endoftext|>" is 13 bytes of tokens).
 
 `check()` tokenises probe texts as the data pipeline does and compares the counts with the real UTF-8 lengths, so
 a tokenizer outside these rules is reported instead of giving a silently wrong figure.
@@ -74,10 +75,12 @@ class TokenBytes:
     def to(self, device) -> TokenBytes:
         return TokenBytes(self.within.to(device), self.at_start.to(device), self.probes)
 
-    def count(self, targets: torch.Tensor, previous: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    def count(self, targets: torch.Tensor, previous: torch.Tensor, starts_after: int | tuple[int, ...]) -> torch.Tensor:
         """Bytes of each row of `targets` (rows, n), on the tables' device; `previous` holds the token before each
-        target: after the end-of-text separator a target starts a document."""
-        starts = previous == eos_token_id
+        target: after one of `starts_after` (the end-of-text separator, a Llama's BOS: data.document_starts_after)
+        a target starts a document."""
+        after = torch.tensor(starts_after if isinstance(starts_after, tuple) else (starts_after,), device=previous.device)
+        starts = torch.isin(previous, after)
         return torch.where(starts, self.at_start[targets], self.within[targets]).sum(dim=1)
 
     def check(self, encode: Callable[[list[str]], list[list[int]]]) -> list[str]:

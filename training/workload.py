@@ -26,7 +26,8 @@ from hf_gpt_custom.model_folder import load_model_folder
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
 from hf_gpt_custom.training.fingerprints import local_file_sha256s
-from hf_gpt_custom.training.data import build_loaders, document_encoder, prepare_datasets, val_blocks_scored
+from hf_gpt_custom.training.data import (build_loaders, document_encoder, document_starts_after, prepare_datasets,
+                                         val_blocks_scored)
 from hf_gpt_custom.training.token_bytes import TokenBytes
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ class LanguageModelling:
             logger.warning("val_bits_per_byte is approximate with this tokenizer: its tokens do not stand for fixed "
                            "bytes of the text (%s); val_loss (nats per token) is exact", "; ".join(problems))
         self.config, self.eos_token, self.eos_token_id = config, tokenizer.eos_token, tokenizer.eos_token_id
+        self.document_starts_after = document_starts_after(tokenizer)
         train_loader, val_loader = build_loaders(config, self.data)
         return PreparedWork(tokenizer, model, train_loader, val_loader)
 
@@ -122,7 +124,7 @@ class LanguageModelling:
         return batch["input_ids"].numel()  # packed blocks: no padding
 
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
-        return evaluate_loss(model, val_loader, accelerator, self.token_bytes, self.eos_token_id)
+        return evaluate_loss(model, val_loader, accelerator, self.token_bytes, self.document_starts_after)
 
     def describe(self, result: dict[str, float]) -> str:
         return (f"val loss {result['val_loss']:.4f}, perplexity {result['val_perplexity']:.2f}, "
@@ -184,7 +186,8 @@ def _load_model(config: TrainConfig, tokenizer):
 
 
 @torch.no_grad()
-def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes, eos_token_id: int) -> dict[str, float]:
+def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes,
+                  document_starts_after: int | tuple[int, ...]) -> dict[str, float]:
     """Validation loss (nats/token), perplexity and bits per byte over the whole validation loader.
 
     Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted tokens) (token_bytes.py). Each block predicts
@@ -202,7 +205,7 @@ def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes, eos_t
         targets = batch["labels"][:, 1:]
         nats = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets.reshape(-1),
                                reduction="none").view(targets.shape).sum(dim=1)
-        n_bytes = token_bytes.count(targets, batch["input_ids"][:, :-1], eos_token_id)
+        n_bytes = token_bytes.count(targets, batch["input_ids"][:, :-1], document_starts_after)
         nats, n_bytes = accelerator.gather_for_metrics((nats, n_bytes))
         total_nats += nats.double().sum()
         total_bytes += n_bytes.sum()

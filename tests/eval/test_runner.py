@@ -233,3 +233,31 @@ def test_a_tokenizer_without_bos_or_eos_scores_the_tasks_that_need_neither(tmp_p
 
     with pytest.raises(UserError, match="neither a BOS nor an EOS token, which empty contexts"):
         encode_pairs(tokenizer, [("a question", " an answer"), ("", " an answer")])
+
+
+def test_a_model_object_is_never_cast_in_place(tiny_model_and_tokenizer, tiny_model_folder):
+    """evaluate(model, dtype="bfloat16") rounded the caller's float32 weights to bfloat16 for good (Module.to casts in
+    place; .float() does not bring them back), and a bfloat16 model passed with the default dtype was upcast in place.
+    lm-eval's HFLM leaves a model object's dtype alone. The bfloat16 scores equal those of the folder loaded in
+    bfloat16 from disk, and results.json records the dtype that was scored."""
+    import copy
+
+    import torch
+
+    gpt2, tokenizer = tiny_model_and_tokenizer
+    mine = copy.deepcopy(gpt2)
+    before = {name: tensor.clone() for name, tensor in mine.state_dict().items()}
+    as_bf16 = evaluate(mine, tokenizer, tasks=["copa"], limit=4, dtype="bfloat16", show_progress=False)
+    assert all(tensor.dtype == torch.float32 and torch.equal(tensor, before[name])
+               for name, tensor in mine.state_dict().items())
+    # transformers' own bfloat16 load of the same folder, passed without a dtype: scored in its own dtype, untouched
+    from transformers import GPT2LMHeadModel
+
+    loaded_bf16 = GPT2LMHeadModel.from_pretrained(tiny_model_folder, dtype=torch.bfloat16).eval()
+    own = evaluate(loaded_bf16, tokenizer, tasks=["copa"], limit=4, show_progress=False)
+    assert next(loaded_bf16.parameters()).dtype == torch.bfloat16 and own.config["dtype"] == "bfloat16"
+    assert [e["loglikelihoods"] for e in as_bf16.examples] == [e["loglikelihoods"] for e in own.examples]
+    assert [row["value"] for row in as_bf16.results] == [row["value"] for row in own.results]
+    assert as_bf16.config["dtype"] == "bfloat16"
+    folder = evaluate(str(tiny_model_folder), tasks=["copa"], limit=4, show_progress=False)
+    assert folder.config["dtype"] == "float32"  # a folder loads in float32 unless told otherwise

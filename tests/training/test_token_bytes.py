@@ -147,3 +147,83 @@ def test_validation_divides_by_the_bytes_of_the_documents_it_predicts(shakespear
     assert result["val_bytes"] == sum(len(document.encode("utf-8")) for document in documents)
     assert result["val_bits_per_byte"] == pytest.approx(
         result["val_loss"] * result["val_tokens"] / (math.log(2) * result["val_bytes"]))
+
+
+def _llama_like(shakespeare_path, template: str = "<s> $A"):
+    """A Llama's kind of tokenizer: SentencePiece pieces, and a post-processor that puts BOS before every text (what
+    a Llama's tokenizer.json holds: TemplateProcessing "<s> $A")."""
+    from tokenizers import processors
+
+    tokenizer = sentencepiece_like(shakespeare_path)
+    specials = [(token, tokenizer.convert_tokens_to_ids(token)) for token in ("<s>", "</s>") if token in template]
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(single=template, special_tokens=specials)
+    return tokenizer
+
+
+@pytest.mark.parametrize("template", ["<s> $A", "<s> $A </s>", "$A"], ids=["llama", "bos-and-eos", "none"])
+def test_documents_are_encoded_as_the_tokenizer_encodes_a_text(shakespeare_path, template):
+    """Continued pre-training of a Llama encoded its documents without the BOS its tokenizer puts before every text,
+    so it trained on documents unlike every prompt it is later given. Reference: the tokenizer's own call, as
+    transformers' run_clm.py encodes documents, then one end-of-text separator (the tokenizer's own, if it adds it)."""
+    import datasets
+
+    from hf_gpt_custom.training.data import document_starts_after
+
+    tokenizer = _llama_like(shakespeare_path, template)
+    eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id
+    texts = NO_LEADING_SPACE
+    tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), tokenizer)["input_ids"]
+    reference = [tokenizer(text)["input_ids"] for text in texts]
+    assert tokenized == [ids if ids[-1] == eos else ids + [eos] for ids in reference]
+    assert all(ids.count(eos) == 1 for ids in tokenized)
+    assert all((ids[0] == bos) is template.startswith("<s>") for ids in tokenized)
+    assert document_starts_after(tokenizer) == ((eos, bos) if template.startswith("<s>") else (eos,))
+
+
+def test_bits_per_byte_counts_a_documents_first_piece_after_its_bos(shakespeare_path, cpu_accelerator):
+    """The dummy space SentencePiece puts before a text is no byte of it: a document's first piece is counted one
+    byte short. After BOS it was counted whole (the table looked for end-of-text before it), one byte too many a
+    document. Reference: the documents' UTF-8 bytes."""
+    import datasets
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.training.data import document_starts_after
+
+    tokenizer = _llama_like(shakespeare_path)
+    documents = [s for s in shakespeare_path.read_text(encoding="utf-8")[-3_000:].split("\n\n") if s]
+    eos = tokenizer.eos_token_id
+    blocks = [[eos] + ids for ids in tokenize_documents(datasets.Dataset.from_dict({"text": documents}),
+                                                         tokenizer)["input_ids"]]
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=max(map(len, blocks)),
+                                                 n_embd=32, n_layer=1, n_head=2, eos_token_id=eos, bos_token_id=eos))
+    batches = [{"input_ids": torch.tensor([ids]), "labels": torch.tensor([ids])} for ids in blocks]
+    result = workload.evaluate_loss(model, batches, cpu_accelerator, TokenBytes.of(tokenizer),
+                                    document_starts_after(tokenizer))
+    assert result["val_bytes"] == sum(len(document.encode("utf-8")) for document in documents)
+
+
+def test_a_run_with_a_llama_tokenizer_trains_on_bos_and_counts_bytes_after_it(make_config, tmp_path, shakespeare_path,
+                                                                               monkeypatch):
+    """The run itself: its packed blocks hold the tokenizer's BOS after every separator, and its validation counts a
+    document's first piece as starting after that BOS."""
+    from hf_gpt_custom.training.train import train
+
+    folder = tmp_path / "llama_tokenizer"
+    _llama_like(shakespeare_path).save_pretrained(folder)
+    seen = []
+    real = workload.evaluate_loss
+    monkeypatch.setattr(workload, "evaluate_loss", lambda *args: seen.append(args[-1]) or real(*args))
+    config = make_config(f"tokenizer={folder}", f"data_cache_dir={tmp_path / 'cache'}", "max_steps=2",
+                         "eval_interval=2")
+    train(config)
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.training.data import prepare_datasets
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id
+    assert seen and all(after == (eos, bos) for after in seen)
+    stream = [i for block in prepare_datasets(config, tokenizer, folder).train for i in block["input_ids"]]
+    pairs = [(a, b) for a, b in zip(stream, stream[1:]) if a == eos]
+    assert pairs and all(b == bos for _, b in pairs)
