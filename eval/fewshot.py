@@ -85,11 +85,12 @@ def build_prompts(
             prompts[doc_id] = _render(spec, doc_id, doc, drafts[doc_id][n_dropped:], n_dropped)
             lengths[doc_id] = max(_token_counts([prompts[doc_id]], tokenizer)[0])
     if all(prompt.n_examples == 0 for prompt in prompts):
-        needs = [reserve[i] + _zero_shot_length(spec, doc, tokenizer) for i, doc in enumerate(docs)]  # error path only
-        worst = max(range(len(docs)), key=needs.__getitem__)
+        # error path only: each doc with the one example kept last (the nearest), and the shortest of those prompts
+        needs = [reserve[i] + _length_with_one_example(spec, i, doc, drafts[i], tokenizer) for i, doc in enumerate(docs)]
+        best = min(range(len(docs)), key=needs.__getitem__)
         raise ContextTooShortError(
             f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
-            f"(doc {worst} alone needs {needs[worst]} tokens); "
+            f"(the shortest prompt with one, doc {best}'s, needs {needs[best]} tokens); "
             f"score it zero-shot (--shots 0), leave the task out, or use a model with a longer context"
         )
     return prompts
@@ -110,5 +111,5 @@ def _token_counts(prompts: list[Prompt], tokenizer) -> list[list[int]]:
     return [[next(counts) for _ in prompt.contexts] for prompt in prompts]
 
 
-def _zero_shot_length(spec: TaskSpec, doc: dict, tokenizer) -> int:
-    return max(_token_counts([_render(spec, 0, doc, [], 0)], tokenizer)[0])
+def _length_with_one_example(spec: TaskSpec, doc_id: int, doc: dict, examples: list[str], tokenizer) -> int:
+    return max(_token_counts([_render(spec, doc_id, doc, examples[-1:], len(examples) - 1)], tokenizer)[0])

@@ -220,10 +220,11 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str | 
                     f"model {name!r} is not a local folder and could not be loaded as a Hub id "
                     f"({str(err).splitlines()[0]}); pass a folder written by save_pretrained or a reachable Hub id"
                 ) from err
-        if isinstance(tokenizer, (str, Path)) and folder is not None and has_tokenizer_files(folder):
-            tokenizer = load_tokenizer(str(tokenizer))
-            refuse_another_tokenizer(folder, tokenizer)
-        tokenizer = name if tokenizer is None else tokenizer
+        trained_with = folder if folder is not None and has_tokenizer_files(folder) else checkpoint_tokenizer(folder)
+        if tokenizer is not None and trained_with is not None:
+            tokenizer = load_tokenizer(str(tokenizer)) if isinstance(tokenizer, (str, Path)) else tokenizer
+            refuse_another_tokenizer(trained_with, tokenizer, folder)
+        tokenizer = (trained_with or name) if tokenizer is None else tokenizer
     else:
         name = getattr(model, "name_or_path", None) or type(model).__name__
         if tokenizer is None:
@@ -272,17 +273,36 @@ def has_tokenizer_files(folder: Path) -> bool:
     return any(all((folder / name).is_file() for name in names) for names in TOKENIZER_FILE_SETS)
 
 
-def refuse_another_tokenizer(folder: Path, tokenizer) -> None:
-    """A model folder that ships its tokenizer was trained with it: --tokenizer naming one with another vocabulary
-    scored other ids than the model knows (a smaller one silently; a larger one only where an id passed its
-    vocabulary), and nothing in the results said which tokenizer was used."""
-    own = load_tokenizer(str(folder))
+def refuse_another_tokenizer(trained_with: Path, tokenizer, folder: Path) -> None:
+    """The model in `folder` was trained with the tokenizer in `trained_with` (the folder's own, or for a checkpoint
+    its run's): --tokenizer naming one with another vocabulary scored other ids than the model knows (a smaller one
+    silently; a larger one only where an id passed its vocabulary), and nothing in the results said which tokenizer
+    was used."""
+    own = load_tokenizer(str(trained_with))
+    where = (f"the tokenizer {folder} was saved with" if trained_with == folder
+             else f"the tokenizer {folder} was trained with ({trained_with})")
     if own.get_vocab() != tokenizer.get_vocab():
-        differs = (f"({len(tokenizer)} tokens) than the tokenizer {folder} was saved with ({len(own)} tokens)"
-                   if len(tokenizer) != len(own) else
-                   f"(the same {len(own)} ids for other tokens) than the tokenizer {folder} was saved with")
+        differs = (f"({len(tokenizer)} tokens) than {where} ({len(own)} tokens)" if len(tokenizer) != len(own) else
+                   f"(the same {len(own)} ids for other tokens) than {where}")
         raise UserError(f"--tokenizer {tokenizer.name_or_path} has another vocabulary {differs}, so the model would "
-                        "score ids it was not trained on; drop --tokenizer (the folder's own is used)")
+                        "score ids it was not trained on; drop --tokenizer (the one it was trained with is then used)")
+
+
+def checkpoint_tokenizer(folder: Path | None) -> Path | None:
+    """The tokenizer folder a training checkpoint's run trained with (it has no tokenizer files of its own; its
+    training_settings.json records the run's), as `train init_from=CHECKPOINT` finds it; None for another folder,
+    or when that tokenizer is no longer where the run left it (then only --tokenizer can say)."""
+    if folder is None:
+        return None
+    from hf_gpt_custom.training.checkpoint import checkpoint_step
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    if checkpoint_step(folder) is None or folder.parent.name != "checkpoints":
+        return None
+    try:
+        return checkpoint_run_tokenizer(folder)
+    except UserError:  # moved or changed since: not found, so nothing to compare with
+        return None
 
 
 def load_tokenizer(source: str):

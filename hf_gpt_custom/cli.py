@@ -35,6 +35,18 @@ def _check_model_argument(model: str) -> None:
         check_model_folder(model, any_model_type=True, verify_manifest=False)
 
 
+def _special_tokens(value: str) -> list[str]:
+    """Comma-separated tokens, each stripped of the spaces around it ("<a>, <b>"); a token that is only whitespace
+    ($'\\n') is refused by name, not dropped: the space around a name cannot be part of it on the command line."""
+    items = value.split(",")
+    blank = [item for item in items if item and not item.strip()]
+    if blank:
+        raise argparse.ArgumentTypeError(f"{blank[0]!r} is whitespace only, and the command line strips the spaces "
+                                         "around each token; add such a token from Python "
+                                         "(train_tokenizer(..., special_tokens=[...]))")
+    return [item.strip() for item in items if item.strip()]
+
+
 def _comma_ints(value: str) -> list[int]:
     try:
         return [int(item) for item in _comma_list(value)]
@@ -56,7 +68,7 @@ def _add_tokenizer(subparsers) -> None:
     train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data (default: text)")
     train.add_argument("--dataset-config", default=None, help="Hub dataset configuration name (default: none)")
     train.add_argument("--split", default="train", help="Hub dataset split (default: train)")
-    train.add_argument("--special-tokens", type=_comma_list, default=None,
+    train.add_argument("--special-tokens", type=_special_tokens, default=None,
                        help="comma-separated extra special tokens after <|endoftext|>, e.g. '<|pad|>' (default: none)")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                        help="show the trainer's progress bars (default: on)")
@@ -215,8 +227,8 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--tasks", required=True, type=_comma_list, help="comma-separated task names, e.g. lambada,hellaswag")
     parser.add_argument("--shots", type=_comma_ints, default=[0], help="comma-separated K values (default: 0)")
     parser.add_argument("--tokenizer", default=None,
-                        help="the tokenizer folder or Hub id, for a model folder without one, e.g. a checkpoint "
-                             "(default: the model's own)")
+                        help="the tokenizer folder or Hub id, for a model folder without one (default: the "
+                             "model's own; a training checkpoint's: the one its run trained with)")
     parser.add_argument("--limit", type=int, default=None, help="score at most N documents per task (default: all)")
     parser.add_argument("--batch-size", type=int, default=16, help="requests per forward pass (default: 16)")
     parser.add_argument("--device", default=None,

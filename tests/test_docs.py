@@ -180,3 +180,24 @@ def test_run_help_names_the_settings_a_finished_run_accepts():
     for key in ("eval_batches", "peak_flops"):
         assert key in description or "only benchmark_*" not in description, \
             f"`run --help` says only benchmark_* changes are accepted, but {key} is too (docs/training.md): {description!r}"
+
+
+@pytest.mark.parametrize("name", ["shakespeare.yaml", "shakespeare-gpu.yaml"])
+def test_readme_config_table_gives_each_main_job_recipes_own_settings(name):
+    """README said weight decay 1.0 for shakespeare-gpu.yaml after the recipe moved to 2.0: a reader copying it got
+    the older recipe. Each figure of the row is read back from the YAML."""
+    import yaml
+
+    config = yaml.safe_load((REPO_ROOT / "training" / "configs" / name).read_text(encoding="utf-8"))
+    model = config["model"]
+    rows = [line for line in section(README.read_text(), "Configs").splitlines() if line.startswith(f"| `{name}`")]
+    assert len(rows) == 1, f"README's config table has no single row for {name}"
+    row = rows[0]
+    assert f"{config['tokenizer_vocab_size']:,}-token BPE" in row and f"{model['n_layer']} × {model['n_embd']}" in row
+    tokens = config["batch_size"] * config["block_size"] * config.get("gradient_accumulation_steps", 1)
+    assert (f"{config['max_steps']} steps of {config['batch_size']} × {config['block_size']} tokens" in row
+            or f"{config['max_steps']} steps of {tokens:,} tokens" in row)
+    if model.get("resid_pdrop"):
+        assert f"dropout {model['resid_pdrop']}" in row
+    if config.get("weight_decay", 0.1) != 0.1:  # the project's default is not repeated in the table
+        assert f"weight decay {config['weight_decay']}" in row

@@ -259,12 +259,12 @@ def test_a_tokenizer_other_than_the_model_folders_own_is_refused(tiny_model_fold
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"--tokenizer {other} has another vocabulary (257 tokens)" in err
-    assert "drop --tokenizer (the folder's own is used)" in err and not (tmp_path / "out").exists()
+    assert "drop --tokenizer (the one it was trained with is then used)" in err and not (tmp_path / "out").exists()
     shuffled = tmp_path / "shuffled"  # the same size, other strings behind the ids
     vocab = GPTCustomTokenizerFast.from_pretrained(str(tiny_model_folder)).get_vocab()
     with pytest.raises(UserError, match=rf"has another vocabulary \(the same {len(vocab)} ids for other tokens\) than "
                                         rf"the tokenizer {tiny_model_folder} was saved with, so the model"):
-        runner.refuse_another_tokenizer(tiny_model_folder, _SwappedVocabulary(vocab, shuffled))
+        runner.refuse_another_tokenizer(tiny_model_folder, _SwappedVocabulary(vocab, shuffled), tiny_model_folder)
     same = tmp_path / "same"
     shutil.copytree(tiny_model_folder, same)
     _, given, _ = runner.load_model_and_tokenizer(str(tiny_model_folder), str(same), None, "float32")

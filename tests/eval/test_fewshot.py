@@ -4,6 +4,7 @@ not fit drop examples (never the target) and say so; impossible requests are cle
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -96,8 +97,20 @@ def test_context_too_small_for_one_example_is_a_clear_error(shared_data_dir, tin
     spec = load_task("lambada")
     docs = spec.docs("test", shared_data_dir)
     _, tokenizer = tiny_model_and_tokenizer
-    with pytest.raises(ValueError, match="cannot hold even one few-shot example"):
+    with pytest.raises(ValueError, match="cannot hold even one few-shot example") as caught:
         build_prompts(spec, docs[:3], docs, 1, 1234, tokenizer, max_length=200)
+    # The figure it names is a one-example prompt's, more than the context (it named the zero-shot length, which
+    # fits): by hand, each doc's prompt with its one example, the shortest of the three, plus its answer's tokens
+    match = re.search(r"the shortest prompt with one, doc (\d)'s, needs (\d+) tokens", str(caught.value))
+    assert match
+    from hf_gpt_custom.eval.fewshot import sample_fewshot_examples
+
+    rnd = random.Random(1234)
+    examples = [sample_fewshot_examples(docs, 1, rnd, exclude=doc) for doc in docs[:3]]
+    lengths = [len(tokenizer(spec.fewshot_example(ex[0]) + spec.fewshot_delimiter + spec.text(doc))["input_ids"])
+               for doc, ex in zip(docs[:3], examples)]
+    best = min(range(3), key=lengths.__getitem__)
+    assert int(match.group(1)) == best and 200 < lengths[best] <= int(match.group(2)) <= lengths[best] + 20
 
 
 def test_winogrande_examples_use_the_gold_option(shared_data_dir, tiny_model_and_tokenizer):

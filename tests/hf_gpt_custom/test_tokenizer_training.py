@@ -260,3 +260,21 @@ def test_cli_missing_input_is_one_line_and_exit_2(shakespeare_path, tmp_path, ca
         cli_main(["tokenizer", "train", str(shakespeare_path), "corpus_typo", "--out", str(tmp_path / "tok")])
     assert exit_info.value.code == 2
     assert "input 'corpus_typo' not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["\n", "<|pad|>,\t"])
+def test_cli_a_whitespace_only_special_token_is_refused_not_dropped(shakespeare_path, tmp_path, capsys, given):
+    """--special-tokens $'\\n' trained a tokenizer without it, in silence (the list was stripped of blank items)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["tokenizer", "train", str(shakespeare_path), "--out", str(tmp_path / "tok"), "--vocab-size", "700",
+                  "--special-tokens", given, "--no-progress"])
+    assert exit_info.value.code == 2 and not (tmp_path / "tok").exists()
+    error = capsys.readouterr().err.strip()
+    assert "is whitespace only" in error and "train_tokenizer(..., special_tokens=[...])" in error
+
+
+def test_cli_special_tokens_may_be_written_with_spaces_after_the_commas(shakespeare_path, tmp_path):
+    cli_main(["tokenizer", "train", str(shakespeare_path), "--out", str(tmp_path / "tok"), "--vocab-size", "700",
+              "--special-tokens", "<|pad|>, <|sep|>", "--no-progress"])
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tmp_path / "tok")
+    assert tokenizer.convert_tokens_to_ids(["<|pad|>", "<|sep|>"]) == [698, 699]
