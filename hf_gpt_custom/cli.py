@@ -290,6 +290,12 @@ def _add_export(subparsers) -> None:
     parser.add_argument("--license", default=None,
                         help="the card's license, a Hub license id (default: apache-2.0, this project's; a model "
                              "trained from another's weights usually carries that model's license)")
+    parser.add_argument("--license-name", default=None,
+                        help="with --license other: an id for your license, e.g. my-license-1.0 (the card's "
+                             "license_name)")
+    parser.add_argument("--license-link", default=None,
+                        help="with --license other: where its text is, a URL or a file you put in OUT_DIR, e.g. "
+                             "LICENSE.md (the card's license_link; push checks the file is there)")
     parser.add_argument("--package-source", default=None,
                         help="the pip requirement the card gives for installing hf-gpt-custom, e.g. "
                              "git+https://github.com/you/hf-gpt-custom (default: none given)")
@@ -303,7 +309,7 @@ def _cmd_export(args: argparse.Namespace) -> None:
         check_repo_id(args.repo_id)
     _check_output_folder(args.out_dir, "OUT_DIR")
     out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id, package_source=args.package_source,
-                            license=args.license)
+                            license=args.license, license_name=args.license_name, license_link=args.license_link)
     repo_id = args.repo_id or "USER/NAME"
     print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {shlex.quote(str(out_dir))} --repo-id "
           f"{repo_id} --dry-run`"

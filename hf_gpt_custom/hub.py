@@ -24,8 +24,8 @@ from typing import Any
 from .errors import MissingFileError, UserError
 from .manifest import MANIFEST_NAME, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
-from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, hub_license,
-                             is_local_path, without_vocabulary)
+from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
+                             hub_license, is_local_path, without_vocabulary)
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ class HubUnreachableError(ConnectionError, UserError):
 
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None,
-                  package_source: str | None = None, license: str | None = None) -> Path:
+                  package_source: str | None = None, license: str | None = None, license_name: str | None = None,
+                  license_link: str | None = None) -> Path:
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
     Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
@@ -59,6 +60,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         check_repo_id(repo_id)
     if license is not None:
         license = hub_license(license)
+    check_license_fields(license, license_name, license_link)
     final_dir = Path(run_dir) / "final"
     if not (final_dir / "config.json").is_file():
         raise MissingFileError(
@@ -66,11 +68,12 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             "(its final/ folder is written at the end of `hf-gpt-custom train`)"
         )
     with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True):
-        return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source, license)
+        return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source,
+                             {"license": license, "license_name": license_name, "license_link": license_link})
 
 
 def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_source: str | None,
-                  license: str | None) -> Path:
+                  licensing: dict[str, str | None]) -> Path:
     final_dir = run_dir / "final"  # out_dir is absolute: "." names no folder to stage beside
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"cannot export to {out_dir}: it is a file; choose a folder path")
@@ -89,8 +92,10 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     from .model_folder import load_folder_tokenizer, load_model_folder
 
     # fails early, before any writing, if the run is incomplete
+    license = licensing["license"]
     card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source,
-                            license=license or DEFAULT_LICENSE)
+                            license=license or DEFAULT_LICENSE, license_name=licensing["license_name"],
+                            license_link=licensing["license_link"])
     if license is None and card.data.base_model:  # the base model's license usually binds its fine-tunes
         logger.warning("the card's license is %s (the default); this model was trained from %s, whose license may "
                        "differ: export with --license <that license> if so", DEFAULT_LICENSE, card.data.base_model)
@@ -152,7 +157,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     # staging marker is left out of the manifest but stays until the folder is in place: a failure before then
     # (while hashing the weights, say) leaves a staging folder the next export may remove.
     write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging),
-                   export_options={"repo_id": repo_id, "license": license, "package_source": package_source})
+                   export_options={"repo_id": repo_id, "package_source": package_source, **licensing})
     _make_world_readable(staging)
 
     replaced = None
@@ -170,9 +175,16 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
             os.replace(out_dir, replaced)
     os.replace(staging, out_dir)
     (out_dir / _STAGING_MARKER).unlink()
+    link = licensing["license_link"]
+    if link and "://" not in link and not (out_dir / link).is_file():
+        logger.warning("the card links its license to %s: put the license's text in %s before you push", link,
+                       out_dir / link)
     if replaced is not None:
         shutil.rmtree(replaced, ignore_errors=True)
     return out_dir
+
+
+EXPORT_OPTIONS = ("repo_id", "license", "license_name", "license_link", "package_source")
 
 
 def previous_export_options(out_dir: str | Path) -> dict[str, str]:
@@ -184,7 +196,7 @@ def previous_export_options(out_dir: str | Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {key: value for key, value in (recorded or {}).items()
-            if key in ("repo_id", "license", "package_source") and isinstance(value, str)}
+            if key in EXPORT_OPTIONS and isinstance(value, str)}
 
 
 def _unused_name(path: Path) -> Path:

@@ -178,7 +178,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     for name in sorted(names):
         if Path(name).suffix not in WEIGHT_SUFFIXES and name not in VOCABULARY_FILES:
             _check_no_local_paths(folder / name, name, forbidden)
-    _check_card(folder)
+    _check_card(folder, linked_license_required=require_manifest)
     return files
 
 
@@ -488,7 +488,27 @@ def hub_license(license: str) -> str:
     return license.strip()
 
 
-def _check_card(folder: Path) -> None:
+def check_license_fields(license: str | None, license_name: str | None, license_link: str | None) -> None:
+    """`license_name` and `license_link` are the Hub's fields for `license: other` (an id for the license, and a URL
+    or a file of the repository holding its text): refused with another license, where the Hub ignores them; without
+    them `other` is a warning, as the Hub then shows a license no one can read."""
+    import logging
+
+    given = [flag for flag, value in (("--license-name", license_name), ("--license-link", license_link)) if value]
+    if given and license != "other":
+        raise UserError(f"{' and '.join(given)} describe a license of your own and go with --license other; "
+                        f"{'drop them' if len(given) > 1 else 'drop it'}, or export with --license other")
+    if license_name is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", license_name):
+        raise UserError(f"--license-name {license_name!r} is not a license id: lowercase letters, digits, '-' and '.'"
+                        f", e.g. my-license-1.0")
+    if license == "other" and not (license_name and license_link):
+        logging.getLogger(__name__).warning(
+            "--license other without --license-name and --license-link: the Hub shows `other` and no way to read "
+            "the license; give an id (--license-name my-license-1.0) and its text (--license-link LICENSE.md, a file "
+            "you put in the exported folder, or a URL)")
+
+
+def _check_card(folder: Path, linked_license_required: bool = True) -> None:
     from huggingface_hub import metadata_load
 
     readme = folder / "README.md"
@@ -501,6 +521,10 @@ def _check_card(folder: Path) -> None:
         raise UserError(f"cannot publish: the card's metadata in {readme} does not parse ({reason}{where})") from err
     if not metadata or not metadata.get("license") or not metadata.get("library_name"):
         raise UserError(f"cannot publish: {readme} has no card metadata (license, library_name); export again")
+    link = metadata.get("license_link")  # a file of the folder: put there after export, before the push
+    if linked_license_required and isinstance(link, str) and "://" not in link and not (folder / link).is_file():
+        raise UserError(f"cannot publish: the card's license_link is {link}, which is not in {folder}; put the "
+                        f"license's text there (a LICENSE, LICENSE.txt or LICENSE.md file)")
     for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
         if "://" not in image and not (folder / image).is_file():
             raise UserError(f"cannot publish: {readme} shows {image}, which is not in {folder}")

@@ -68,7 +68,8 @@ def read_run_results(run_dir: Path) -> dict | None:
 
 
 def build_model_card(
-    run_dir: str | Path, repo_id: str | None = None, license: str = DEFAULT_LICENSE, package_source: str | None = None
+    run_dir: str | Path, repo_id: str | None = None, license: str = DEFAULT_LICENSE, package_source: str | None = None,
+    license_name: str | None = None, license_link: str | None = None,
 ) -> ModelCard:
     """The model card for the run in `run_dir` (needs final/ and training_summary.json; eval/ is optional).
 
@@ -107,7 +108,9 @@ def build_model_card(
                  "transformers_requirement": transformers_requirement(),
                  "loss_curve": "loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
                  "duration": _training_facts(summary, train_config)["duration"]}
-        return build_task_model_card(run_dir, summary, train_config, model_config, repo_id, license, facts)
+        return build_task_model_card(run_dir, summary, train_config, model_config, repo_id,
+                                     {"license": license, "license_name": license_name, "license_link": license_link},
+                                     facts)
 
     results = read_run_results(run_dir)
     eval_rows = results["results"] if results else []
@@ -125,6 +128,8 @@ def build_model_card(
     card_data = ModelCardData(
         language="en",
         license=license,
+        license_name=license_name,  # the Hub's fields for `license: other`: an id and a link to its text
+        license_link=license_link,
         base_model=hub_base_model(summary, train_config),
         library_name="transformers",
         pipeline_tag="text-generation",

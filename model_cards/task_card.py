@@ -46,7 +46,7 @@ INPUT_FORMATS = {
 
 
 def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, model_config, repo_id: str | None,
-                          license: str, facts: dict[str, Any]) -> ModelCard:
+                          license: dict[str, str | None], facts: dict[str, Any]) -> ModelCard:
     """The card of a fine-tuned run; `facts` are the ones card.py gathers for every card (name, size, code files)."""
     head_name = next(name for name in (model_config.architectures or []) if name in HEADS)
     auto_class, task_type, pipeline_tag, description = HEADS[head_name]
@@ -57,7 +57,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
 
     card_data = ModelCardData(
         language="en",
-        license=license,
+        **license,  # license, and for `license: other` its license_name and license_link
         base_model=hub_base_model(summary, train_config),
         library_name="transformers",
         pipeline_tag=pipeline_tag,

@@ -1320,3 +1320,67 @@ def test_runs_export_stage_keeps_the_repo_id_and_license_a_previous_export_was_g
     export_folder(run_dir, run_dir / "export")  # export itself takes what it is given: the default again
     _stage_export(None, run_dir, {})
     assert "your-username/tiny-shakespeare" in (run_dir / "export" / "README.md").read_text()
+
+
+def test_a_license_of_ones_own_gets_the_hubs_license_name_and_link(tmp_path, caplog, capsys):
+    """`--license other` wrote a card with no `license_name`/`license_link`, the fields the Hub reads for it, and no
+    option set them. Read back with huggingface_hub's metadata_load; push checks the linked file is there; a re-run
+    of `run` keeps both, as it keeps --license."""
+    import logging
+
+    from huggingface_hub import metadata_load
+
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.publish_checks import check_export
+    from hf_gpt_custom.run import _stage_export
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    out = run_dir / "export"
+    with caplog.at_level(logging.WARNING):
+        main(["export", str(run_dir), str(out), "--repo-id", "alice/tiny", "--license", "other",
+              "--license-name", "my-license-1.0", "--license-link", "LICENSE.md"])
+    metadata = metadata_load(out / "README.md")
+    assert (metadata["license"], metadata["license_name"], metadata["license_link"]) == (
+        "other", "my-license-1.0", "LICENSE.md")
+    assert f"put the license's text in {out / 'LICENSE.md'} before you push" in caplog.text
+    with pytest.raises(ValueError, match=r"the card's license_link is LICENSE\.md, which is not in"):
+        check_export(out)
+    (out / "LICENSE.md").write_text("# My license 1.0\n\nYou may use this model for anything.\n")
+    assert "LICENSE.md" in {name for name, _ in check_export(out)}
+    (out / "LICENSE.md").unlink()
+    _stage_export(None, run_dir, {})
+    assert "--license other, --license-name my-license-1.0, --license-link LICENSE.md" in capsys.readouterr().out
+    assert metadata_load(out / "README.md")["license_name"] == "my-license-1.0"
+
+    url = "https://example.org/my-license"  # a URL needs no file
+    export_folder(run_dir, tmp_path / "url", license="other", license_name="my-license-1.0", license_link=url)
+    assert metadata_load(tmp_path / "url" / "README.md")["license_link"] == url
+    check_export(tmp_path / "url")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"license": "mit", "license_name": "x"}, r"--license-name describe a license of your own and go with --license "
+                                              r"other; drop it"),
+    ({"license_link": "LICENSE.md"}, r"--license-link describe a license of your own"),
+    ({"license": "other", "license_name": "My License", "license_link": "LICENSE.md"},
+     r"--license-name 'My License' is not a license id"),
+])
+def test_license_name_and_link_go_with_license_other(tmp_path, options, message):
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    with pytest.raises(ValueError, match=message):
+        export_folder(run_dir, tmp_path / "out", **options)
+    assert not (tmp_path / "out").exists()
+
+
+def test_license_other_without_a_name_warns(tmp_path, caplog):
+    import logging
+
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    with caplog.at_level(logging.WARNING):
+        export_folder(run_dir, tmp_path / "out", license="other")
+    assert "--license other without --license-name and --license-link" in caplog.text

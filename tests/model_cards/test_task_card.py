@@ -254,6 +254,11 @@ def test_the_fine_tuned_card_carries_the_exporters_license(boolq_export, tmp_pat
     run, _ = boolq_export
     out = export_folder(run, tmp_path / "export-mit", license="mit")
     assert metadata_load(out / "README.md")["license"] == "mit"
+    own = export_folder(run, tmp_path / "export-own", license="other", license_name="my-license-1.0",
+                        license_link="https://example.org/my-license")
+    metadata = metadata_load(own / "README.md")
+    assert (metadata["license"], metadata["license_name"], metadata["license_link"]) == (
+        "other", "my-license-1.0", "https://example.org/my-license")
 
 
 def test_the_multiple_choice_cards_snippet_runs_as_written_on_a_context_longer_than_the_context(base_model, tmp_path):
