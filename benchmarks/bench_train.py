@@ -131,7 +131,7 @@ def measure_peak(quick: bool = False) -> float:
 
 def bench_size(size_name: str, modes: list[str], rounds: int, peak_flops: float,
                dropouts: tuple[float | None, ...] = (None,)) -> list[dict]:
-    """Every mode at every dropout (None: the size's own, GPT-2's 0.1). With dropout, torch's CPU sdpa leaves its
+    """Every mode at every dropout (None: the size's own: 0.1 small, 0 for GPT-2 small, as gpt2-124m.yaml). With dropout, torch's CPU sdpa leaves its
     flash kernel for the textbook arithmetic and draws a Bernoulli mask, in both models alike."""
     size = SIZES[size_name]
     batch, seq_len = BATCH_SHAPES[size_name]
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
                         f"(default: {','.join(DEFAULT_MODES)})")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default: 8 small, 3 gpt2; half --quick)")
     parser.add_argument("--small-dropouts", default="0.1,0", help="dropouts to time the small size at (default: "
-                        "0.1,0: GPT-2's, and none, where sdpa keeps its flash kernel); GPT-2 small runs at 0.1")
+                        "0.1,0: GPT-2's, and none, where sdpa keeps its flash kernel); GPT-2 small runs at 0, as gpt2-124m.yaml")
     parser.add_argument("--trajectory-steps", type=int, default=TRAJECTORY_STEPS,
                         help=f"AdamW steps of the loss-trajectory check, 0 to skip (default: {TRAJECTORY_STEPS})")
     args = parser.parse_args(argv)

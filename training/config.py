@@ -122,8 +122,9 @@ class TrainConfig:
     eval_batches: int | None = _setting(None, help="validate on the first eval_batches * batch_size blocks; null = all",
                                         changes_training=False)
     log_with: str | None = _setting("tensorboard", help="tracker: tensorboard, wandb, all, none", changes_training=False)
-    peak_flops: float | None = _setting(None, help="peak FLOP/s for the MFU figure; null = the GPU's datasheet "
-                                        "peak, or a CPU's matmul FLOP/s measured at the run's threads",
+    peak_flops: float | None = _setting(None, help="peak FLOP/s of one device (process) for the MFU figure; null = "
+                                        "the GPU's datasheet peak, or a CPU's matmul FLOP/s measured at the run's "
+                                        "threads",
                                         changes_training=False)
     checkpoint_interval: int = _setting(0, help="steps between checkpoints; 0 = only at the end",
                                         changes_training=False)

@@ -59,6 +59,7 @@ class _StepOnDevice:
     is_diverged: torch.Tensor  # the device's verdict (UpdateGate); the update was skipped when true
     update_skipped: bool  # fp16's gradient scaler found inf/nan gradients and skipped the update (the run goes on)
     tokens: torch.Tensor | int  # this process's trained tokens
+    span_tokens: torch.Tensor | int  # Σ tokens × their batch's length: the positions attention spans, for MFU
     digests: list[int]  # this process's micro-batches
     lr: float
     epoch: int
@@ -158,11 +159,14 @@ def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuar
     accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
     loss_sum = torch.zeros((), device=accelerator.device)
     n_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
+    span_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     digests = []
     for _ in range(accum):
         batch, digest = next(batches)
         digests.append(digest)
-        n_tokens += s.workload.count_tokens(batch)
+        batch_tokens = s.workload.count_tokens(batch)
+        n_tokens += batch_tokens
+        span_tokens += batch_tokens * batch["input_ids"].shape[-1]  # a shape: nothing read from the device
         with accelerator.accumulate(model):
             loss = s.workload.loss(model, batch)
             accelerator.backward(loss)
@@ -180,8 +184,8 @@ def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuar
                 applied_lr = s.scheduler.get_last_lr()[0]  # the rate this update uses (after it: the next one's)
                 update_skipped = _step_unless_the_scaler_skips(s)
                 s.optimizer.zero_grad(set_to_none=True)
-    return _StepOnDevice(step_loss, grad_norm, is_diverged, update_skipped, n_tokens, digests, applied_lr,
-                         s.state.epoch)
+    return _StepOnDevice(step_loss, grad_norm, is_diverged, update_skipped, n_tokens, span_tokens, digests,
+                         applied_lr, s.state.epoch)
 
 
 def _step_unless_the_scaler_skips(s: Session) -> bool:
@@ -212,6 +216,8 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress, warm_u
     steps = window.steps
     tokens = accelerator.reduce(torch.stack([torch.as_tensor(step.tokens, device=accelerator.device)
                                              for step in steps]), reduction="sum")
+    span_tokens = accelerator.reduce(torch.stack([torch.as_tensor(step.span_tokens, device=accelerator.device)
+                                                  for step in steps]), reduction="sum")
     digests = accelerator.gather(torch.tensor([step.digests for step in steps], dtype=torch.int64,
                                               device=accelerator.device))  # (processes * steps, accumulation)
     values = torch.stack([torch.stack([step.loss.double(), step.grad_norm.double(), step.is_diverged.double()])
@@ -219,6 +225,7 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress, warm_u
     tokens, digests = tokens.tolist(), digests.view(accelerator.num_processes, len(steps), -1).tolist()
     elapsed_s = time.perf_counter() - window.started
     tokens_per_s = sum(tokens) / elapsed_s
+    mean_span = sum(span_tokens.tolist()) / max(sum(tokens), 1)  # the window's tokens attend this far on average
     for offset, (step, (loss, grad_norm, is_diverged)) in enumerate(zip(steps, values)):
         number = window.first_step + offset
         problem = guard.problem(loss, grad_norm, overflow_is_normal=accelerator.scaler is not None)
@@ -229,7 +236,7 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress, warm_u
         state.tokens_seen += tokens[offset]
         record = {
             "kind": "train", "step": number, "epoch": step.epoch, "loss": loss, "lr": step.lr,
-            "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s),
+            "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s, mean_span),
             "tokens_seen": state.tokens_seen, "step_time_s": elapsed_s / len(steps),
             "data_digests": [rank[offset] for rank in digests],
             **({"update_skipped": True} if step.update_skipped else {}),  # fp16's scaler: no update, schedule held

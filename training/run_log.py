@@ -114,7 +114,8 @@ def latest_evaluations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | None]:
     """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, without each session's
-    first step, which includes warm-up: compilation, allocator, caches), train_time_s (all steps) and skipped_updates
+    first step, which includes warm-up: compilation, allocator, caches), mfu (the same steps' time-weighted MFU, each
+    by its own session's peak; None if a step has none), train_time_s (all steps) and skipped_updates
     (steps whose update fp16's gradient scaler skipped; the schedule held there) from a run's log records.
 
     Each record carries its logging window's rate and its share of the window's time (step_time_s), so the rate is
@@ -124,14 +125,17 @@ def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | No
     train_losses = [r["loss"] for r in train]
     # (a log written before records had "warm_up" marks step 1 alone; a one-step run: its only step is all there is)
     timed = [r for r in train if r["step"] > 1 and not r.get("warm_up")] or train
-    tokens_per_s = None
+    tokens_per_s = mfu = None
     if timed and all(r.get("step_time_s") is not None for r in timed):
         tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
+        if all(r.get("mfu") is not None for r in timed):  # each session's steps by the peak that session measured
+            mfu = sum(r["mfu"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
     elif timed:  # a log written before records had step_time_s
         tokens_per_s = sum(r["tokens_per_s"] for r in timed) / len(timed)
     return {
         "final_train_loss": sum(train_losses[-10:]) / len(train_losses[-10:]) if train_losses else None,
         "tokens_per_s": tokens_per_s,
+        "mfu": mfu,
         # every step of the run, over all its sessions (a resumed log keeps the steps up to its checkpoint)
         "train_time_s": sum(r["step_time_s"] for r in train)
         if train and all(r.get("step_time_s") is not None for r in train) else None,

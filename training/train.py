@@ -151,10 +151,13 @@ class Session:
             return measured_cpu_peak_flops(self.config.mixed_precision, torch.get_num_threads())
         return None
 
-    def mfu(self, tokens_per_s: float) -> float | None:
+    def mfu(self, tokens_per_s: float, seq_len: float | None = None) -> float | None:
+        """Model FLOPs utilisation at `tokens_per_s`, the tokens attending over `seq_len` positions on average
+        (padded batches are as long as their longest row; packed blocks are block_size long, the default)."""
         if self.peak_flops is None:
             return None
-        flops = flops_per_token(self.model_config, self.n_params, self.config.block_size)
+        flops = flops_per_token(self.model_config, self.n_params, seq_len or self.config.block_size,
+                                lm_head=self.workload.computes_lm_head)
         return flops * tokens_per_s / (self.peak_flops * self.accelerator.num_processes)
 
 
@@ -316,16 +319,18 @@ def build_scheduler(optimizer, config: TrainConfig):
     )
 
 
-def flops_per_token(model_config, n_params: int, seq_len: int) -> float:
+def flops_per_token(model_config, n_params: int, seq_len: float, lm_head: bool = True) -> float:
     """Training FLOPs per token: 6N for the weights plus 12·L·T·H·Q for attention (PaLM appendix B, as nanoGPT's
     estimate_mfu): H query heads of width Q, which is n_embd unless `head_dim` sets another width.
 
     N excludes what is a lookup, not a matmul: the learned position table (rope and sinusoidal positions have none)
-    and, when the head is untied, the input token embedding (a tied one is the head's matmul as well).
+    and, when the head is untied, the input token embedding (a tied one is the head's matmul as well); and the head's
+    matmul itself when the step does not compute it (`lm_head` False: a fine-tuned head with lm_loss_weight 0).
     """
     parts = model_config.parameter_breakdown()
     lookups = parts["position_embedding"] + (0 if model_config.tie_word_embeddings else parts["token_embedding"])
-    n_matmul = n_params - lookups
+    head = 0 if lm_head else model_config.padded_vocab_size * model_config.n_embd
+    n_matmul = n_params - lookups - head
     attention_width = model_config.n_head * model_config.head_dim
     return 6 * n_matmul + 12 * model_config.n_layer * seq_len * attention_width
 
@@ -368,7 +373,9 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "final_train_loss": steps["final_train_loss"],
         "final_val_loss": last_eval["val_loss"],
         "tokens_per_s": steps["tokens_per_s"],
-        "mfu": s.mfu(steps["tokens_per_s"]) if steps["tokens_per_s"] is not None else None,
+        # the logged steps' own figures, time-weighted: each session's by its own peak (a rerun measures another)
+        "mfu": steps["mfu"] if steps["mfu"] is not None or steps["tokens_per_s"] is None
+        else s.mfu(steps["tokens_per_s"]),  # a log written before its records had mfu
         "peak_flops": s.peak_flops,
         "num_processes": accelerator.num_processes,
         **s.workload.summary_fields(last_eval),

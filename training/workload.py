@@ -50,6 +50,9 @@ class Workload(Protocol):
     # Token sequences one example trains on: 1, or one per answer of a multiple-choice example (the most tokens one
     # optimizer step can hold is batch_size x block_size x this x accumulation x processes).
     sequences_per_example: int
+    # Whether a training step computes the language-model head (V·d per token): MFU counts the FLOPs that run, and a
+    # fine-tuned head with lm_loss_weight 0 never computes it
+    computes_lm_head: bool
 
     def prepare(self, config, accelerator) -> PreparedWork:
         """Tokenizer, data, model (after set_seed, so its initialisation is seeded) and the two loaders."""
@@ -92,6 +95,7 @@ class LanguageModelling:
 
     loss_blowup_is_divergence = True
     sequences_per_example = 1  # a packed block
+    computes_lm_head = True
 
     def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
         with accelerator.main_process_first():

@@ -825,3 +825,34 @@ def test_openai_gpts_own_folder_fine_tunes_with_gpt1s_start_token(tmp_path, lear
 
     card = " ".join(build_model_card(run_dir).text.split())  # the card names the start token its template adds
     assert "`<|start|>` starts every sequence" in card and "`<|start|>{premise}<|delim|>" in card
+
+
+@pytest.mark.parametrize("lm_loss_weight", [0.0, 0.5])
+def test_fine_tuning_mfu_counts_the_flops_that_run(tmp_path, base_model_dir, learnable_pairs, lm_loss_weight):
+    """Fine-tuning MFU used pre-training's count: the LM head's 6·V·d a token even with lm_loss_weight 0 (the head
+    never computes LM logits then) and attention over block_size positions, though a batch is padded only to its
+    longest row (1.84x too high on a tiny COPA fine-tune). By PaLM's formula by hand, a step's MFU lies between its
+    count over 0 and over block_size positions, strictly below the latter (these pairs are shorter than 32 tokens),
+    with the head counted exactly when λ > 0. The summary is the steps' time-weighted mean."""
+    import math
+
+    from safetensors.torch import load_file
+
+    from hf_gpt_custom import GPTCustomConfig
+
+    peak = 1e9
+    run_dir = finetune(_config(tmp_path, base_model_dir, learnable_pairs, "max_steps=4", f"peak_flops={peak}",
+                               f"task.lm_loss_weight={lm_loss_weight}"))
+    config = GPTCustomConfig.from_pretrained(run_dir / "final")
+    n_params = sum(tensor.numel() for tensor in load_file(str(run_dir / "final" / "model.safetensors")).values())
+    d, layers = config.n_embd, config.n_layer
+    body = n_params - config.n_positions * d - config.padded_vocab_size * d  # no position table, no head matmul
+    weights = 6 * (body + (config.padded_vocab_size * d if lm_loss_weight > 0 else 0))
+    records = [r for r in _records(run_dir) if r["kind"] == "train"]
+    for record in records:
+        per_token = record["mfu"] * peak / record["tokens_per_s"]
+        assert weights < per_token < weights + 12 * layers * 32 * d, record
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    timed = [r for r in records if not r.get("warm_up")]
+    expected = sum(r["mfu"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
+    assert math.isclose(summary["mfu"], expected, rel_tol=1e-12)

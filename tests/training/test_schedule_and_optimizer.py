@@ -217,3 +217,27 @@ def test_flops_per_token_attention_term_uses_the_attention_width_not_n_embd(head
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, labels=ids).loss.backward()
     assert flops_per_token(config, n_params, seq) == pytest.approx(counter.get_total_flops() / (batch * seq), rel=0.02)
+
+
+def test_flops_per_token_of_a_fine_tuned_head_without_the_lm_loss_leaves_the_lm_head_out():
+    """Fine-tuning MFU charged every token the tied LM head's 6·V·d, though with lm_loss_weight 0 the head never
+    computes LM logits (1.84x too high on a tiny COPA fine-tune). torch's FlopCounterMode over the sequence-classification
+    head's real forward + backward is the reference; the causal LM's count is far from it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForSequenceClassification
+    from hf_gpt_custom.training.train import flops_per_token
+
+    seq, batch = 96, 2
+    config = GPTCustomConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=seq, num_labels=2,
+                             pad_token_id=0, position_embedding_type="rope")
+    model = GPTCustomForSequenceClassification(config)
+    n_params = model.num_parameters()
+    by_hand = 6 * (n_params - 512 * 64) + 12 * 2 * seq * 64  # no position table (RoPE), no LM head matmul
+    assert flops_per_token(config, n_params, seq, lm_head=False) == pytest.approx(by_hand, abs=6 * 64 * 2 + 6 * 2)
+    ids = torch.randint(1, 512, (batch, seq))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=torch.tensor([0, 1]), lm_loss_weight=0.0).loss.backward()
+    measured = counter.get_total_flops() / (batch * seq)
+    assert flops_per_token(config, n_params, seq, lm_head=False) == pytest.approx(measured, rel=0.03)
+    assert flops_per_token(config, n_params, seq) > 1.2 * measured  # the head counted: 1.28x

@@ -567,3 +567,20 @@ def test_data_of_fewer_blocks_than_one_batch_says_why_there_is_no_batch(make_con
     with pytest.raises(UserError, match=r"gave no batch: its blocks after the first 1,000 documents \(held out for "
                                         r"validation\) are fewer than one batch"):
         train(streamed)
+
+
+def test_a_rerun_that_measures_another_peak_keeps_the_runs_mfu(make_config, monkeypatch):
+    """The summary divided the whole run's tokens/s by the peak measured in whichever session wrote it last: a rerun
+    of a finished run (no step trained) on a machine measuring another peak rewrote the run's MFU. Each logged step
+    keeps its own session's MFU; the summary is their time-weighted mean, read here from the log by hand."""
+    from hf_gpt_custom.training import train as train_module
+
+    config = make_config("max_steps=4", "eval_interval=4")
+    run_dir = train(config)
+    records = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()]
+    timed = [r for r in records if r["kind"] == "train" and not r.get("warm_up")]
+    expected = sum(r["mfu"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
+    assert json.loads((run_dir / "training_summary.json").read_text())["mfu"] == pytest.approx(expected, rel=1e-12)
+    monkeypatch.setattr(train_module, "measured_cpu_peak_flops", lambda *args: 1e15)  # another machine's peak
+    train(config)  # the run is complete: evaluated and written again, no step trained
+    assert json.loads((run_dir / "training_summary.json").read_text())["mfu"] == pytest.approx(expected, rel=1e-12)
