@@ -294,14 +294,11 @@ def checkpoint_tokenizer(folder: Path | None) -> Path | None:
     or when that tokenizer is no longer where the run left it (then only --tokenizer can say)."""
     if folder is None:
         return None
-    from hf_gpt_custom.training.checkpoint import checkpoint_step
     from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
 
-    if checkpoint_step(folder) is None or folder.parent.name != "checkpoints":
-        return None
     try:
         return checkpoint_run_tokenizer(folder)
-    except UserError:  # moved or changed since: not found, so nothing to compare with
+    except UserError:  # not a checkpoint (<run>/checkpoints/step_N), or its tokenizer moved or changed since
         return None
 
 

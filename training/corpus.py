@@ -33,7 +33,12 @@ RECORD_READERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".cs
 CORPUS_SUFFIXES = (*TEXT_SUFFIXES, *RECORD_READERS)
 # Words in a file's path (relative to the folder) that name a held-out split: WikiText's wiki.test.raw, the Hub's
 # validation-00000-of-00001.parquet, a valid/ subfolder. A folder is read whole, so one holding these is refused.
-HELD_OUT_SPLIT_WORDS = frozenset({"test", "testing", "val", "valid", "validation", "dev", "eval", "heldout"})
+HELD_OUT_SPLIT_WORDS = frozenset({"test", "testing", "val", "valid", "validation", "dev", "eval", "evaluation",
+                                  "heldout"})
+# Files of a dataset folder that are about the data, not data: datasets' own FILES_TO_IGNORE (its loaders skip them)
+# and save_to_disk's state.json. Read as JSON records, dataset_info.json failed with a CastError naming nothing.
+METADATA_FILES = frozenset({"README.md", "config.json", "dataset_info.json", "dataset_infos.json",
+                            "dataset_dict.json", "state.json"})
 
 # A paragraph break: a line that is empty or holds only spaces/tabs (WikiText's blank lines hold one space). Lines
 # of spaces before a paragraph's text (WikiText's first line) are dropped; empty ones are kept as datasets keeps them
@@ -95,7 +100,9 @@ def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Pat
                                f"{', '.join(CORPUS_SUFFIXES)} files")
     # hidden files and folders are skipped, as datasets skips them: Jupyter's .ipynb_checkpoints/ holds copies of the
     # data, which trained on the validation text of the tail holdout
+    _refuse_a_saved_dataset(path)
     files = sorted(p for p in path.rglob("*") if p.is_file() and kind_suffix(p) in CORPUS_SUFFIXES
+                   and p.name not in METADATA_FILES
                    and not any(part.startswith((".", "__")) for part in p.relative_to(path).parts))
     if not files:
         raise MissingFileError(f"{what} folder {path} has no {', '.join(CORPUS_SUFFIXES)} files; point at the files "
@@ -103,8 +110,19 @@ def list_corpus_files(path: str | os.PathLike, what: str = "corpus") -> list[Pat
     return files
 
 
+def _refuse_a_saved_dataset(folder: Path) -> None:
+    """A folder `Dataset.save_to_disk` wrote holds its data as .arrow files, which no text/JSON/parquet/CSV reader
+    reads: its JSON metadata was read as the corpus instead (a CastError naming nothing)."""
+    if (folder / "dataset_dict.json").is_file() or ((folder / "state.json").is_file() and any(folder.glob("*.arrow"))):
+        raise UserError(f"dataset folder {folder} was written by datasets' save_to_disk (.arrow files); training "
+                        f"reads text, .jsonl, .json, .parquet or .csv files: write the training split with "
+                        f"datasets.load_from_disk(...)['train'].to_parquet('train.parquet') and point dataset at it")
+
+
 def held_out_split_files(path: str | os.PathLike) -> list[Path]:
-    """The corpus files under a folder whose names mark a held-out split (HELD_OUT_SPLIT_WORDS); [] for a file."""
+    """The corpus files under a folder that belong to a held-out split; [] for a file. A split is held out when its
+    files' names say so (HELD_OUT_SPLIT_WORDS) or when `datasets.load_dataset(folder)` would put them in a split
+    other than a training one (_files_of_other_splits)."""
     root = Path(path)
     if not root.is_dir():
         return []  # a file named explicitly is what the user chose, wiki.test.raw included
@@ -112,7 +130,46 @@ def held_out_split_files(path: str | os.PathLike) -> list[Path]:
         files = list_corpus_files(root)
     except UserError:
         return []
-    return [file for file in files if _names_a_split(file.relative_to(root))]
+    other_splits = _files_of_other_splits(root, files)
+    return [file for file in files if _names_a_split(file.relative_to(root)) or file in other_splits]
+
+
+def _files_of_other_splits(root: Path, files: list[Path]) -> set[Path]:
+    """The files `datasets.load_dataset(root)` puts in a split that is not a training one, where the folder names its
+    splits the Hub's way: shards `{split}-00000-of-00002.*` with any split name (MNLI's validation_matched, test_sft),
+    or a README.md whose `configs:` assigns files to splits. Those splits were trained on, in silence. (A split word
+    inside a longer file name, dev_notes.txt, is left to the name rule: datasets' keyword guess would read it as a
+    validation split, but a corpus folder means it as text.)"""
+    sharded = any(re.fullmatch(r".+-\d{5}-of-\d{5}", file.name.split(".")[0]) for file in files)
+    if not sharded and not _readme_assigns_splits(root):
+        return set()
+    import datasets
+
+    try:
+        by_split = datasets.load_dataset_builder(str(root)).config.data_files or {}
+    except Exception:  # noqa: BLE001 — a layout datasets cannot read (mixed kinds, .raw): the name rule alone
+        return set()
+    resolved = {file.resolve(): file for file in files}
+    return {resolved[Path(name).resolve()] for split, names in by_split.items() if not _is_training_split(str(split))
+            for name in names if Path(name).resolve() in resolved}
+
+
+def _readme_assigns_splits(root: Path) -> bool:
+    """Whether root/README.md's YAML front matter has `configs:` (the Hub's way to map files to splits)."""
+    readme = root / "README.md"
+    if not readme.is_file():
+        return False
+    from huggingface_hub import metadata_load
+
+    try:
+        return bool((metadata_load(readme) or {}).get("configs"))
+    except Exception:  # noqa: BLE001 — no front matter or broken YAML: datasets would not read configs either
+        return False
+
+
+def _is_training_split(name: str) -> bool:
+    """train, training, train_sft, train-00001: a split name holding the word train."""
+    return bool({"train", "training"} & set(re.split(r"[-_.\s]+", name.lower())))
 
 
 def _names_a_split(relative: Path) -> bool:
@@ -251,11 +308,17 @@ def load_text_dataset(
     columns = dataset.column_names
     if columns is not None and text_field not in columns:
         raise UserError(f"dataset {description} has no column {text_field!r}; set text_field to one of {columns}")
-    kind = getattr((dataset.features or {}).get(text_field), "dtype", "string")
+    feature = (dataset.features or {}).get(text_field)
+    # a Value has a dtype; a list of strings (a List or Sequence feature) has none and was taken for text: two-item
+    # rows were read as a text pair, trained as one run-on document
+    lists = tuple(getattr(datasets, name) for name in ("List", "LargeList", "Sequence") if hasattr(datasets, name))
+    kind = f"{type(feature).__name__} (list)" if isinstance(feature, lists) else getattr(feature, "dtype", "string")
     if kind not in ("string", "large_string"):  # all numbers or booleans: the tokenizer named neither file nor column
         raise UserError(f"dataset {description}: column {text_field!r} holds {kind} values, not text; set text_field "
                         f"to the column that holds the documents (columns: {', '.join(columns or [])})")
-    if columns is not None:
+    # a streamed CSV knows no columns before it is read: selected lazily all the same, or the rename below met the
+    # file's own "text" column ("Error when renaming ['body'] to ['text']") where the same file loaded whole worked
+    if columns is not None or isinstance(dataset, datasets.IterableDataset):
         dataset = dataset.select_columns([text_field])
     if text_field != "text":
         dataset = dataset.rename_column(text_field, "text")

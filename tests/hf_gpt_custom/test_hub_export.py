@@ -1375,12 +1375,15 @@ def test_license_name_and_link_go_with_license_other(tmp_path, options, message)
     assert not (tmp_path / "out").exists()
 
 
-def test_license_other_without_a_name_warns(tmp_path, caplog):
+@pytest.mark.parametrize("given", [{}, {"license_name": "my-license-1.0"},
+                                   {"license_name": "my-license-1.0", "license_link": "LICENSE.md"}])
+def test_license_other_without_its_name_and_link_warns(tmp_path, caplog, given):
     import logging
 
     from hf_gpt_custom.hub import export_folder
 
     run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
     with caplog.at_level(logging.WARNING):
-        export_folder(run_dir, tmp_path / "out", license="other")
-    assert "--license other without --license-name and --license-link" in caplog.text
+        export_folder(run_dir, tmp_path / "out", license="other", **given)
+    warned = "--license other without --license-name and --license-link" in caplog.text
+    assert warned is (len(given) < 2)

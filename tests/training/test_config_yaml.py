@@ -183,3 +183,106 @@ def test_an_empty_override_of_an_optional_text_setting_is_null():
 
     assert convert_override("tokenizer", "", str | None) is None
     assert read_config_yaml("tokenizer:\n") == {"tokenizer": None}
+
+
+_README_SPLITS = ("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: all.jsonl\n"
+                  "  - split: test\n    path: held.jsonl\n---\n# a dataset card\n")
+
+
+@pytest.mark.parametrize("layout", [
+    {"data/train-00000-of-00001.jsonl": 1, "data/validation_matched-00000-of-00001.jsonl": 0,
+     "data/test_matched-00000-of-00001.jsonl": 0},
+    {"data/train_sft-00000-of-00002.jsonl": 1, "data/train_sft-00001-of-00002.jsonl": 1,
+     "data/test_sft-00000-of-00001.jsonl": 0},
+    {"train.jsonl": 1, "evaluation.jsonl": 0},
+    {"all.jsonl": 1, "held.jsonl": 0, "README.md": None},
+], ids=["mnli-shards", "sft-shards", "evaluation", "readme-configs"])
+def test_a_folder_whose_hub_layout_holds_other_splits_is_refused(tmp_path, layout):
+    """Hub layouts datasets reads as several splits were trained on whole, their test and validation documents too
+    (89 of 100 for MNLI's shards). Reference: datasets.load_dataset on the same folder: every file the refusal names
+    is in one of its non-training splits, and every such file is named."""
+    import json
+
+    import datasets
+
+    folder = tmp_path / "corpus"
+    for name, is_train in layout.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(_README_SPLITS if name == "README.md" else
+                                   "".join(json.dumps({"text": f"{name} document {i}"}) + "\n" for i in range(3)))
+    loaded = datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "cache"))
+    held_by_datasets = {text.split(" document")[0] for split in loaded if "train" not in split
+                        for text in loaded[split]["text"]}
+    assert held_by_datasets == {name for name, is_train in layout.items() if is_train == 0}
+    with pytest.raises(ValueError, match=f"dataset folder {folder} holds .*named as a validation/test split") as caught:
+        load_train_config(SMOKE, [f"dataset={folder}"])
+    for name in held_by_datasets:
+        assert name in str(caught.value) or len(held_by_datasets) > 3
+
+
+def test_a_folder_of_one_hub_training_split_is_read(tmp_path):
+    """train_sft shards alone, and a README.md without `configs`, are one training split: nothing to refuse, and the
+    card's README.md is no training text."""
+    folder = tmp_path / "corpus"
+    (folder / "data").mkdir(parents=True)
+    for shard in range(2):
+        (folder / "data" / f"train_sft-0000{shard}-of-00002.jsonl").write_text('{"text": "a document"}\n')
+    (folder / "README.md").write_text("---\nlicense: mit\n---\n# A dataset\n")
+    assert load_train_config(SMOKE, [f"dataset={folder}"]).dataset == str(folder)
+
+
+def test_a_saved_to_disk_folder_is_refused_naming_the_fix(tmp_path):
+    """Its data is .arrow, which no reader here reads: its dataset_info.json and state.json were read as the corpus
+    and training failed with a CastError naming nothing."""
+    import datasets
+
+    from hf_gpt_custom.training.corpus import load_text_dataset
+
+    datasets.Dataset.from_dict({"text": ["one", "two"]}).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["one"]})}).save_to_disk(str(tmp_path / "dict"))
+    for folder in (tmp_path / "saved", tmp_path / "dict"):
+        with pytest.raises(ValueError, match=rf"dataset folder {folder} was written by datasets' save_to_disk "
+                                             r"\(\.arrow files\).*to_parquet"):
+            load_text_dataset(str(folder))
+
+
+def test_dataset_metadata_files_beside_the_data_are_not_training_text(tmp_path):
+    """A Hub snapshot's dataset_infos.json beside data/train.jsonl was read as records (a CastError); datasets skips
+    it (its FILES_TO_IGNORE). Reference: datasets.load_dataset on the folder."""
+    import datasets
+
+    from hf_gpt_custom.training.corpus import load_text_dataset
+
+    folder = tmp_path / "snapshot"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "train.jsonl").write_text('{"text": "first"}\n{"text": "second"}\n')
+    (folder / "dataset_infos.json").write_text(
+        '{"default": {"description": "", "features": {"text": {"dtype": "string", "_type": "Value"}}}}')
+    reference = datasets.load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "ref"))["text"]
+    assert load_text_dataset(str(folder), cache_dir=str(tmp_path / "cache"))["text"] == reference
+
+
+def test_a_column_of_lists_of_strings_is_refused_as_no_text(tmp_path):
+    """A list column passed the text check (a List has no dtype): two-item rows trained as one run-on document with
+    no separator, other lengths failed with a bare TypeError."""
+    import json
+
+    from hf_gpt_custom.training.corpus import load_text_dataset
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"sentences": [f"Sentence {i}.", f"Sentence {i + 1}."]}) + "\n" for i in range(3)))
+    with pytest.raises(ValueError, match=r"column 'sentences' holds List \(list\) values, not text"):
+        load_text_dataset(str(path), text_field="sentences", cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_streamed_csv_reads_its_text_field_beside_a_text_column(tmp_path):
+    """text_field=body on a CSV that also has a `text` column failed only when streamed (its columns are unknown
+    before reading). Reference: pandas reading the same file."""
+    import pandas
+
+    from hf_gpt_custom.training.corpus import load_text_dataset
+
+    path = tmp_path / "posts.csv"
+    pandas.DataFrame({"text": ["title one", "title two"], "body": ["first body", "second body"]}).to_csv(path, index=False)
+    streamed = load_text_dataset(str(path), text_field="body", streaming=True, cache_dir=str(tmp_path / "cache"))
+    assert [row["text"] for row in streamed] == list(pandas.read_csv(path)["body"])

@@ -79,3 +79,17 @@ def test_the_loss_curve_draws_each_train_loss_at_its_own_step(tmp_path, monkeypa
                {"kind": "train", "step": 21, "loss": 3.5}, {"kind": "train", "step": 31, "loss": 3.2}]
     plot_loss_curve(records, tmp_path / "curve.png")
     assert dict(drawn)["train"] == ((11, 21, 31), (4.0, 3.5, 3.2))
+
+
+def test_the_summary_mfu_weighs_each_step_by_its_time():
+    """Two sessions' steps at other peaks (a resumed run on another thread count): 3 steps of 1 s at MFU 0.30 and one
+    of 0.25 s at 0.10 give (0.9 + 0.025) / 3.25, not the mean of the steps' figures; a step without an MFU (an
+    unknown peak) leaves the run's figure unknown."""
+    records = [{"kind": "train", "step": 1, "loss": 5.0, "tokens_per_s": 10.0, "step_time_s": 9.0, "mfu": 0.01,
+                "warm_up": True}]
+    records += [{"kind": "train", "step": step, "loss": 4.0, "tokens_per_s": 1000.0, "step_time_s": 1.0, "mfu": 0.3}
+                for step in (2, 3, 4)]
+    records += [{"kind": "train", "step": 5, "loss": 3.0, "tokens_per_s": 400.0, "step_time_s": 0.25, "mfu": 0.1}]
+    assert summarize_train_steps(records)["mfu"] == pytest.approx((3 * 0.3 + 0.25 * 0.1) / 3.25)
+    records[-1]["mfu"] = None
+    assert summarize_train_steps(records)["mfu"] is None
