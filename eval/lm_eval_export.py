@@ -75,8 +75,8 @@ def lm_eval_task_config(spec: TaskSpec, task_name: str) -> dict[str, Any]:
         config["description"] = spec.description
     if spec.output_type == "generate_until":  # `until` written out: what stops ours stops lm-eval's
         config["generation_kwargs"] = {**spec.generation_kwargs, "until": list(stop_sequences(spec)), "do_sample": False}
-        # lm-eval's triviaqa filter: our generation_values strips the generation the same way.
-        config["filter_list"] = [{"name": "remove_whitespace", "filter": [{"function": "remove_whitespace"}, {"function": "take_first"}]}]
+        if spec.filter_list is not None:  # the task's own (triviaqa's is lm-eval's); none: scored as generated
+            config["filter_list"] = spec.filter_list
     if spec.count_field is not None:
         if spec.count_field != "page":
             raise UserError(f"{spec.source_file}: count_field {spec.count_field!r} has no lm-eval export; only 'page' has")

@@ -165,7 +165,7 @@ class GenerateUntil(OutputType):
         exact_match_kwargs = next((
             {key: entry[key] for key in EXACT_MATCH_OPTIONS if key in entry}
             for entry in spec.metric_list if entry["metric"] == "exact_match"), {})
-        values = generation_values(one.generation or "", answers, **exact_match_kwargs)
+        values = generation_values(one.generation or "", answers, strip=spec.strips_generation, **exact_match_kwargs)
         return values, {"choices": [], "loglikelihoods": [], "prediction": one.generation, "gold": answers}
 
 

@@ -74,7 +74,12 @@ class TaskSpec:
     uncond_context: str | None = None
     count_field: str | None = None
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
-    metric_list: list[dict[str, Any]] = field(default_factory=list)
+    # lm-eval's filters on a generation before it is scored: remove_whitespace (strip it) and take_first are the ones
+    # applied here. None: the generation is scored as generated, as lm-eval does without filter_list
+    filter_list: list[dict[str, Any]] | None = None
+    # None: lm-eval's defaults for the output type (DEFAULT_METRIC_REGISTRY), as a task file without metric_list
+    # gets there; set in __post_init__
+    metric_list: list[dict[str, Any]] | None = None
     fewshot_fit: str = "drop-examples"
     lm_eval_overrides: dict[str, Any] = field(default_factory=dict)
     source_file: str = ""
@@ -94,8 +99,15 @@ class TaskSpec:
                     f"{self.source_file}: process_docs {name!r} is not a function in eval/doc_transforms.py; "
                     f"known: {', '.join(sorted(DOC_TRANSFORMS))}"
                 )
+        if self.metric_list is None:  # every request was scored, then nothing reported
+            self.metric_list = [{"metric": name} for name in DEFAULT_METRICS[self.output_type]]
+        if not self.metric_list:
+            raise UserError(f"{self.source_file}: metric_list is empty, so nothing would be reported; drop it for "
+                            f"{self.output_type}'s defaults ({', '.join(DEFAULT_METRICS[self.output_type])}) or list "
+                            f"the metrics")
         for entry in self.metric_list:
             _check_metric_entry(entry, self.output_type, self.source_file)
+        _check_filter_list(self.filter_list, self.output_type, self.source_file)
         if self.multiple_input and "acc_uncond" in self.metric_names:  # it failed after every request was scored
             raise UserError(f"{self.source_file}: acc_uncond scores each choice without its context, but a "
                             f"multiple_input task's choices are contexts (one continuation after each): drop "
@@ -104,6 +116,12 @@ class TaskSpec:
             _check_generation_kwargs(self.generation_kwargs, self.source_file)
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:
             raise UserError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
+
+    @property
+    def strips_generation(self) -> bool:
+        """Whether lm-eval's remove_whitespace filter applies: the generation's spaces around it are not scored."""
+        return any(step.get("function") == "remove_whitespace"
+                   for entry in self.filter_list or () for step in entry.get("filter", ()))
 
     @property
     def metric_names(self) -> list[str]:
@@ -188,6 +206,12 @@ class TaskSpec:
             if isinstance(value, str) and (self.doc_to_target in doc or not value.isdigit()):
                 return self.choices(doc).index(value)
             return int(value)
+        if self.output_type == "generate_until":
+            # lm-eval's reading: with doc_to_choice the target is an index into the choices (its mmlu *_generative
+            # tasks), and a number is compared as the text of the generation (str(7) == "7"), never 7 == "7"
+            if self.doc_to_choice is not None and (isinstance(value, int) or str(value).isdigit()):
+                return self.choices(doc)[int(value)]
+            return [str(item) for item in value] if isinstance(value, list) else str(value)
         return value
 
     def gold_index(self, doc: dict) -> int:
@@ -350,6 +374,30 @@ def _check_fields(config: dict, path: Path) -> None:
         bad = sorted(set(config.get(name, {})) - known)
         if bad:
             raise UserError(f"{path}: {name} has unknown key(s) {', '.join(bad)}; allowed: {', '.join(sorted(known))}")
+
+
+# lm-eval's metrics for a task file without metric_list (lm_eval.api.registry.DEFAULT_METRIC_REGISTRY)
+DEFAULT_METRICS = {"loglikelihood": ("perplexity", "acc"), "multiple_choice": ("acc", "acc_norm"),
+                   "loglikelihood_rolling": ("word_perplexity", "byte_perplexity", "bits_per_byte"),
+                   "generate_until": ("exact_match",)}
+FILTER_FUNCTIONS = ("remove_whitespace", "take_first")  # lm-eval filters applied here (one generation a doc)
+
+
+def _check_filter_list(filter_list: list[dict[str, Any]] | None, output_type: str, source_file: str) -> None:
+    """One pipeline of the filters applied here: lm-eval scores each named pipeline as a result of its own (gsm8k's
+    strict-match and flexible-extract), and a regex extraction this evaluator does not do would be skipped."""
+    if filter_list is None:
+        return
+    if output_type != "generate_until":
+        raise UserError(f"{source_file}: filter_list applies to generations; a {output_type} task has none: drop it")
+    if len(filter_list) != 1 or not isinstance(filter_list[0], dict) or not isinstance(filter_list[0].get("filter"), list):
+        raise UserError(f"{source_file}: filter_list must be one pipeline, e.g. [{{name: remove_whitespace, filter: "
+                        f"[{{function: remove_whitespace}}, {{function: take_first}}]}}]; several are not scored here")
+    unknown = [step.get("function") for step in filter_list[0]["filter"]
+               if not isinstance(step, dict) or step.get("function") not in FILTER_FUNCTIONS or set(step) - {"function"}]
+    if unknown:
+        raise UserError(f"{source_file}: filter function {unknown[0]!r} is not one this evaluator applies (only "
+                        f"{', '.join(FILTER_FUNCTIONS)}, without options); its generations would be scored unfiltered")
 
 
 def _check_metric_entry(entry: dict[str, Any], output_type: str, source_file: str) -> None:

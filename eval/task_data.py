@@ -105,8 +105,13 @@ def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
         spec.text(doc)
         if spec.doc_to_target is not None:
             spec.target(doc)
-    except (KeyError, IndexError, ValueError, TypeError, jinja2.UndefinedError) as err:
-        raise UserError(f"{where}: cannot build the prompt for task {spec.task} ({type(err).__name__}: {err})") from err
+    except (KeyError, IndexError, ValueError, TypeError, jinja2.TemplateError) as err:
+        # a template's syntax error or a filter Jinja lacks (lm-eval's regex_replace) too: a raw Jinja traceback
+        # named neither the task file nor the field
+        hint = ("; the templates are Jinja with its own filters (lm-eval's regex_replace is not one)"
+                if isinstance(err, jinja2.TemplateError) and not isinstance(err, jinja2.UndefinedError) else "")
+        raise UserError(f"{where}: cannot build the prompt for task {spec.task} of {spec.source_file} "
+                        f"({type(err).__name__}: {err}){hint}") from err
 
 
 _DOCS_CACHE: dict[tuple, tuple[dict, ...]] = {}

@@ -129,8 +129,11 @@ def test_f1_and_best_alias_by_hand():
     # "the eiffel tower" vs "eiffel tower in paris": articles dropped -> 2 common of 2 predicted, 4 reference
     # tokens: precision 1, recall 1/2, F1 = 2/3.
     assert token_f1("the Eiffel Tower", "Eiffel Tower in Paris") == pytest.approx(2 / 3)
-    values = generation_values("  Onion", ["Allium cepa", "Onion"], ignore_case=True, ignore_punctuation=True)
+    values = generation_values("  Onion", ["Allium cepa", "Onion"], strip=True, ignore_case=True,
+                               ignore_punctuation=True)
     assert values == {"exact_match": 1.0, "f1": 1.0}
+    # without lm-eval's remove_whitespace filter the generation is scored as generated, as lm-eval scores it
+    assert generation_values("  Onion", ["Onion"])["exact_match"] == 0.0
     assert generation_values("red onion", ["Onion"]) == {"exact_match": 0.0, "f1": pytest.approx(2 / 3)}
 
 

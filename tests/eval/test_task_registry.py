@@ -110,7 +110,7 @@ def test_a_missing_required_field_names_the_file_the_field_and_the_fix(tmp_path,
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("metric_list", "acc", r"field 'metric_list' must be list\[dict\[str, Any\]\], got 'acc'"),
+        ("metric_list", "acc", r"field 'metric_list' must be list\[dict\[str, Any\]\] \| None, got 'acc'"),
         ("multiple_input", "yes", r"field 'multiple_input' must be bool, got 'yes'"),
         ("data_files", ["copa/val.jsonl"], r"field 'data_files' must be dict\[str, str \| list\[str\]\], got \['copa/val.jsonl'\]"),
         ("doc_to_text", None, r"field 'doc_to_text' must be str, got None"),

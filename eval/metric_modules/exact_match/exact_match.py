@@ -24,4 +24,4 @@ class ExactMatch(evaluate.Metric):
                  ignore_numbers=False):
         options = {"regexes_to_ignore": regexes_to_ignore, "ignore_case": ignore_case,
                    "ignore_punctuation": ignore_punctuation, "ignore_numbers": ignore_numbers}
-        return aggregated("exact_match", [generation_values(p, r, **options)["exact_match"] for p, r in zip(predictions, references)])
+        return aggregated("exact_match", [generation_values(p, r, strip=True, **options)["exact_match"] for p, r in zip(predictions, references)])

@@ -20,4 +20,4 @@ class TokenF1(evaluate.Metric):
         return metric_info(__doc__, {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))})
 
     def _compute(self, predictions, references):
-        return aggregated("f1", [generation_values(p, r)["f1"] for p, r in zip(predictions, references)])
+        return aggregated("f1", [generation_values(p, r, strip=True)["f1"] for p, r in zip(predictions, references)])
