@@ -237,6 +237,7 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress, warm_u
         record = {
             "kind": "train", "step": number, "epoch": step.epoch, "loss": loss, "lr": step.lr,
             "grad_norm": grad_norm, "tokens_per_s": tokens_per_s, "mfu": s.mfu(tokens_per_s, mean_span),
+            "peak_flops": s.peak_flops,  # the MFU's denominator: a later session may measure another
             "tokens_seen": state.tokens_seen, "step_time_s": elapsed_s / len(steps),
             "data_digests": [rank[offset] for rank in digests],
             **({"update_skipped": True} if step.update_skipped else {}),  # fp16's scaler: no update, schedule held

@@ -112,10 +112,11 @@ def latest_evaluations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | None]:
+def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | None = None) -> dict[str, float | None]:
     """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, without each session's
     first step, which includes warm-up: compilation, allocator, caches), mfu (the same steps' time-weighted MFU, each
-    by its own session's peak; None if a step has none), train_time_s (all steps) and skipped_updates
+    by its own session's peak, or by `peak_flops` when given: a peak the user states holds for the whole run; None
+    if a step has none), train_time_s (all steps) and skipped_updates
     (steps whose update fp16's gradient scaler skipped; the schedule held there) from a run's log records.
 
     Each record carries its logging window's rate and its share of the window's time (step_time_s), so the rate is
@@ -129,7 +130,12 @@ def summarize_train_steps(records: list[dict[str, Any]]) -> dict[str, float | No
     if timed and all(r.get("step_time_s") is not None for r in timed):
         tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
         if all(r.get("mfu") is not None for r in timed):  # each session's steps by the peak that session measured
-            mfu = sum(r["mfu"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
+            # restated by a given peak: a step's model FLOP/s is its MFU times the peak it was computed with
+            rescale = ([r["peak_flops"] / peak_flops for r in timed] if peak_flops
+                       and all(r.get("peak_flops") for r in timed) else [1.0] * len(timed))
+            mfu = (None if peak_flops and not all(r.get("peak_flops") for r in timed) else
+                   sum(r["mfu"] * k * r["step_time_s"] for r, k in zip(timed, rescale))
+                   / sum(r["step_time_s"] for r in timed))
     elif timed:  # a log written before records had step_time_s
         tokens_per_s = sum(r["tokens_per_s"] for r in timed) / len(timed)
     return {

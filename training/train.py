@@ -360,7 +360,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
     accelerator, state, config = s.accelerator, s.state, s.config
     s.run_log.close()
     records = read_run_log(s.run_dir / RUN_LOG_NAME)
-    steps = summarize_train_steps(records)
+    steps = summarize_train_steps(records, peak_flops=config.peak_flops)
     write_training_summary(s.run_dir / SUMMARY_NAME, {
         "run_name": config.run_name,
         "config": config.to_dict(),
@@ -373,9 +373,10 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "final_train_loss": steps["final_train_loss"],
         "final_val_loss": last_eval["val_loss"],
         "tokens_per_s": steps["tokens_per_s"],
-        # the logged steps' own figures, time-weighted: each session's by its own peak (a rerun measures another)
+        # the logged steps' own figures, time-weighted: each session's by its own measured peak (a rerun measures
+        # another), all by peak_flops when it is set
         "mfu": steps["mfu"] if steps["mfu"] is not None or steps["tokens_per_s"] is None
-        else s.mfu(steps["tokens_per_s"]),  # a log written before its records had mfu
+        else s.mfu(steps["tokens_per_s"]),  # a log written before its records had mfu and peak_flops
         "peak_flops": s.peak_flops,
         "num_processes": accelerator.num_processes,
         **s.workload.summary_fields(last_eval),

@@ -93,3 +93,15 @@ def test_the_summary_mfu_weighs_each_step_by_its_time():
     assert summarize_train_steps(records)["mfu"] == pytest.approx((3 * 0.3 + 0.25 * 0.1) / 3.25)
     records[-1]["mfu"] = None
     assert summarize_train_steps(records)["mfu"] is None
+
+
+def test_a_stated_peak_restates_every_steps_mfu_by_it():
+    """peak_flops set on a rerun (`run` re-runs train's finishing step for it) holds for the whole run: each step's
+    model FLOP/s (its MFU times the peak it was computed with) over the stated peak, time-weighted."""
+    records = [{"kind": "train", "step": step, "loss": 4.0, "tokens_per_s": 1000.0, "step_time_s": time,
+                "mfu": mfu, "peak_flops": peak}
+               for step, time, mfu, peak in ((2, 1.0, 0.3, 1e11), (3, 3.0, 0.2, 2e11))]
+    assert summarize_train_steps(records, peak_flops=1e9)["mfu"] == pytest.approx(
+        (1.0 * 0.3 * 1e11 / 1e9 + 3.0 * 0.2 * 2e11 / 1e9) / 4.0)
+    assert summarize_train_steps([{k: v for k, v in r.items() if k != "peak_flops"} for r in records],
+                                 peak_flops=1e9)["mfu"] is None  # an older log: train.py recomputes it
