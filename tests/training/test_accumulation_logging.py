@@ -88,3 +88,4 @@ def test_logged_mfu_is_nanogpts_estimate(make_config, tmp_path, shakespeare_path
     flops_per_token = 6 * n + 12 * layers * config.block_size * d
     for record in train_records(run_dir):
         assert record["mfu"] == pytest.approx(flops_per_token * record["tokens_per_s"] / PEAK_FLOPS, rel=1e-9)
+        assert record["peak_flops"] == PEAK_FLOPS  # the denominator, kept for a rerun that states another peak
