@@ -67,7 +67,7 @@ class FinetuneWorkload:
                             f"({str(err).splitlines()[0][:160]}); save the tokenizer into the folder") from err
         self.tokens = add_task_tokens(self.tokenizer)
         records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split,
-                                        config.dataset_revision)
+                                        config.dataset_revision, task=self.task)
         examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where)
         train_ids, heldout_ids = split_heldout(len(examples), config.val_fraction, config.seed)
         self.train_examples = [examples[i] for i in train_ids]

@@ -68,8 +68,38 @@ def add_task_tokens(tokenizer) -> TaskTokens:
 
 
 def load_labelled_records(dataset: str, dataset_config: str | None = None, split: str = "train",
-                          revision: str | None = None) -> list[dict]:
-    """Every record of a local .jsonl/.json/.csv/.parquet file, or of split `split` of a Hub dataset (at `revision`)."""
+                          revision: str | None = None, task: TaskSection | None = None) -> list[dict]:
+    """Every record of a local .jsonl/.json/.csv/.parquet file, or of split `split` of a Hub dataset (at `revision`).
+
+    With `task`, a label column that is a datasets ClassLabel (a Hub dataset's, a parquet file's) gives its names
+    when task.labels are those names (glue/sst2's negative/positive), as `features[column].int2str` reads them;
+    stored as 0/1, labels written as names were refused as "label=0 is not in the label set"."""
+    rows = _load_records(dataset, dataset_config, split, revision)
+    return rows.to_list() if task is None else _with_class_names(rows, task)
+
+
+def _with_class_names(rows, task: TaskSection) -> list[dict]:
+    import datasets
+
+    feature = rows.features.get(task.label_column) if rows.features else None
+    records = rows.to_list()
+    if not isinstance(feature, datasets.ClassLabel) or not task.labels:
+        return records
+    if set(task.labels) <= set(feature.names) and not set(task.labels) <= {str(i) for i in range(feature.num_classes)}:
+        for record in records:  # -1 (a Hub test split's "no label") stays as it is and is refused by row
+            value = record[task.label_column]
+            if isinstance(value, int) and 0 <= value < feature.num_classes:
+                record[task.label_column] = feature.int2str(value)
+        return records
+    if not set(task.labels) <= {str(i) for i in range(feature.num_classes)}:
+        raise UserError(f"task.labels {list(task.labels)} are neither the names of the dataset's ClassLabel column "
+                        f"{task.label_column!r} ({feature.names}) nor its ids (0..{feature.num_classes - 1}); use the "
+                        f"names, in the order you want as the head's classes")
+    return records
+
+
+def _load_records(dataset: str, dataset_config: str | None, split: str, revision: str | None):
+    """The records as a datasets.Dataset (its features say which columns are ClassLabels)."""
     import datasets
 
     path = Path(dataset)
@@ -86,10 +116,10 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
         except Exception as err:  # datasets wraps parse errors in several types
             raise UserError(f"cannot read {path} as {builder} ({type(err).__name__}: "
                             f"{str(err).strip().splitlines()[0][:200]}); check the file's format") from err
-        return rows.to_list()
+        return rows
     if path.suffix.lower() in RECORD_BUILDERS or dataset.startswith((".", "/", "~")):
         raise MissingFileError(f"dataset={dataset} not found; give a labelled file or a Hub dataset name")
-    return datasets.load_dataset(dataset, dataset_config, split=split, revision=revision).to_list()
+    return datasets.load_dataset(dataset, dataset_config, split=split, revision=revision)
 
 
 def _csv_as_written(path: Path) -> dict[str, Any]:

@@ -856,3 +856,31 @@ def test_fine_tuning_mfu_counts_the_flops_that_run(tmp_path, base_model_dir, lea
     timed = [r for r in records if not r.get("warm_up")]
     expected = sum(r["mfu"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
     assert math.isclose(summary["mfu"], expected, rel_tol=1e-12)
+
+
+def test_a_classlabel_column_is_read_by_its_names(tmp_path, base_model_dir, learnable_pairs):
+    """A parquet (or Hub) label column stored as a datasets ClassLabel arrives as 0/1: task.labels written as its
+    names were refused ("label=0 is not in the label set"). Reference: the feature's own int2str; ids as labels
+    still read the stored ints, and labels that are neither are refused naming both."""
+    import datasets
+
+    rows = [json.loads(line) for line in learnable_pairs.read_text().splitlines()]
+    features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["no", "yes"])})
+    table = datasets.Dataset.from_dict({key: [row[key] for row in rows] for key in ("premise", "hypothesis", "label")},
+                                       features=features)
+    path = tmp_path / "pairs.parquet"
+    table.to_parquet(str(path))
+    by_names = _config(tmp_path, base_model_dir, path, "max_steps=2")
+    records = load_labelled_records(str(path), task=by_names.task_section)
+    assert [r["label"] for r in records] == [features["label"].int2str(i) for i in table["label"]]
+    run_dir = finetune(by_names)
+    assert json.loads((run_dir / "final" / "config.json").read_text())["id2label"] == {"0": "no", "1": "yes"}
+    by_ids = _config(tmp_path / "ids", base_model_dir, path, task={"format": "pair", "text_columns":
+                     "premise,hypothesis", "labels": "0,1"})
+    assert [r["label"] for r in load_labelled_records(str(path), task=by_ids.task_section)] == table["label"]
+    neither = _config(tmp_path / "neither", base_model_dir, path, task={"format": "pair", "text_columns":
+                      "premise,hypothesis", "labels": "false,true"})
+    with pytest.raises(UserError, match=r"task.labels \['false', 'true'\] are neither the names of the dataset's "
+                                        r"ClassLabel column 'label' \(\['no', 'yes'\]\) nor its ids"):
+        load_labelled_records(str(path), task=neither.task_section)
