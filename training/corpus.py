@@ -173,7 +173,8 @@ def _is_training_split(name: str) -> bool:
 
 
 def _names_a_split(relative: Path) -> bool:
-    """A folder named as a split (valid/), or a dot-separated part of the file name where a split word stands as a
+    """A folder named as a split (valid/, or a split word first in its name: test_set/, validation-split/, as datasets'
+    folder patterns read them), or a dot-separated part of the file name where a split word stands as a
     word of its own: alone or after - or _, and then at the end or before a shard number (wiki.test.raw,
     corpus_test.txt, data-test-00000-of-00001.parquet, books_val_part1.txt, test1.txt). Not a word that begins a
     longer name (dev_notes.txt, test_driven_design.txt) or sits inside one (latest.txt, contest/)."""
@@ -181,7 +182,8 @@ def _names_a_split(relative: Path) -> bool:
     dotted = name.split(".")[:-1] or [name]
     words = "|".join(sorted(HELD_OUT_SPLIT_WORDS))
     split_name = rf"(?:.*[-_])?(?:{words})(?:[-_]?(?:part|shard)?[-_]?\d.*)?"
-    return bool(HELD_OUT_SPLIT_WORDS & set(folders)) or any(re.fullmatch(split_name, part) for part in dotted)
+    folder_first_words = {re.split(r"[-_. ]", folder)[0] for folder in folders}
+    return bool(HELD_OUT_SPLIT_WORDS & folder_first_words) or any(re.fullmatch(split_name, part) for part in dotted)
 
 
 # --- reading: files -> documents -------------------------------------------------------------------------------------

@@ -145,7 +145,8 @@ def test_a_records_file_keeps_its_text_field(tmp_path):
 @pytest.mark.parametrize("held_out", ["test.txt", "wiki.valid.raw", "validation/part-0.txt", "dev.txt",
                                       "validation-00000-of-00001.parquet", "corpus_test.txt", "valid/a.txt",
                                       "data-test-00000-of-00001.parquet", "wikitext_test_00000.txt",
-                                      "books_val_part1.txt", "test1.txt", "valid0.txt"])
+                                      "books_val_part1.txt", "test1.txt", "valid0.txt", "test_set/a.txt",
+                                      "validation-split/part-0.txt", "dev.clean/x.txt"])
 def test_a_dataset_folder_holding_split_files_is_refused_not_trained_on_whole(tmp_path, held_out):
     folder = tmp_path / "corpus"
     (folder / held_out).parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +160,8 @@ def test_a_dataset_folder_holding_split_files_is_refused_not_trained_on_whole(tm
 
 def test_a_folder_without_split_names_is_read_whole(tmp_path):
     # "test" inside a word, or a split word beginning a file's name, is no split name (dev_notes.txt was refused)
-    for name in ("latest.txt", "contest/b.txt", "training.txt", "dev_notes.txt", "test_driven_design.txt"):
+    for name in ("latest.txt", "contest/b.txt", "training.txt", "dev_notes.txt", "test_driven_design.txt",
+                 "testimonials/c.txt", "devices/d.txt"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("text\n")
     assert load_train_config(SMOKE, [f"dataset={tmp_path}"]).dataset == str(tmp_path)
