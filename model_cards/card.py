@@ -135,7 +135,7 @@ def build_model_card(
         pipeline_tag="text-generation",
         tags=["hf-gpt-custom", "gpt_custom", "gpt2", "causal-lm", "custom_code", "text-generation"],
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
-        metrics=sorted({row["metric"] for row in eval_rows}) or None,
+        metrics=sorted({row["metric"] for row in eval_rows if row["task"] not in trained_on}) or None,
         # the model-index's name: without one, huggingface_hub writes it as a key of its own, no Hub metadata field
         model_name=run_name if eval_results else None,
         eval_results=eval_results or None,
@@ -217,8 +217,18 @@ def _scored_how(row: dict[str, Any], k: int, limit: int | None) -> tuple[str, di
 
 def tasks_scored_on_training_data(rows: list[dict[str, Any]], summary: dict, train_config: dict) -> list[str]:
     """The tasks whose scored data files are among the model's training files (same sha256): wiki.test.raw trained
-    on, WikiText-2's test perplexity then measures memorised text. Runs from before training_summary.json recorded
-    its files' sha256 are checked against the training data where it still is."""
+    on, WikiText-2's test perplexity then measures memorised text. The model's training files are this run's and
+    those of the runs its init_from came from (trained_file_sha256s)."""
+    trained = trained_file_sha256s(summary, train_config)
+    overlapping = (row["task"] for row in rows if isinstance(row.get("dataset"), dict)
+                   and trained.intersection(row["dataset"].get("local_files_sha256") or ()))
+    return list(dict.fromkeys(overlapping))
+
+
+def trained_file_sha256s(summary: dict, train_config: dict, runs_back: int = 8) -> set[str]:
+    """The sha256 of every file the model was trained on: this run's (training_summary.json records them; a run
+    from before it did is hashed where its data still is), then, through init_from, the earlier runs' (a model
+    continued from the WikiText-2 model of finetune_pretrain_wikitext2.yaml has seen wiki.test.raw too)."""
     trained = summary.get("dataset_files_sha256")
     if trained is None and train_config.get("dataset"):
         from hf_gpt_custom.training.fingerprints import local_file_sha256s
@@ -227,10 +237,24 @@ def tasks_scored_on_training_data(rows: list[dict[str, Any]], summary: dict, tra
             trained = local_file_sha256s(str(train_config["dataset"]))
         except (UserError, OSError):  # moved, unreadable or mixed: nothing left to compare
             trained = None
-    trained = set(trained or ())
-    overlapping = (row["task"] for row in rows if isinstance(row.get("dataset"), dict)
-                   and trained.intersection(row["dataset"].get("local_files_sha256") or ()))
-    return list(dict.fromkeys(overlapping))
+    found = set(trained or ())
+    earlier = _run_of_model_folder(train_config.get("init_from"))
+    if earlier is not None and runs_back > 0:
+        from hf_gpt_custom.hub import read_json
+
+        earlier_summary = read_json(earlier / "training_summary.json")
+        found |= trained_file_sha256s(earlier_summary, _read_train_config(earlier, earlier_summary), runs_back - 1)
+    return found
+
+
+def _run_of_model_folder(init_from: Any) -> Path | None:
+    """The folder holding the training_summary.json of the run that made `init_from`: an export holds its own, a
+    run's final/ sits in its run folder, a checkpoint two levels down; None for a Hub id or a folder of no run."""
+    if not init_from or not Path(str(init_from)).is_dir():
+        return None
+    folder = Path(str(init_from))
+    return next((candidate for candidate in (folder, folder.parent, folder.parent.parent)
+                 if (candidate / "training_summary.json").is_file()), None)
 
 
 def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int | None = None) -> list[EvalResult]:

@@ -158,7 +158,8 @@ def _wikitext_row(sha256: str) -> dict:
                         "local_files_sha256": [sha256]}}
 
 
-@pytest.mark.parametrize("recorded", [True, False], ids=["summary-records-the-files", "older-run-data-still-there"])
+@pytest.mark.parametrize("recorded", ["summary", "older-run", "init-from"],
+                         ids=["summary-records-the-files", "older-run-data-still-there", "through-init-from"])
 def test_a_benchmark_scored_on_the_training_files_is_named_and_left_out_of_the_model_index(tmp_path, caplog,
                                                                                            recorded):
     """finetune_pretrain_wikitext2.yaml trains on wiki.test.raw; with benchmark_tasks=[wikitext] its export published
@@ -170,11 +171,23 @@ def test_a_benchmark_scored_on_the_training_files_is_named_and_left_out_of_the_m
 
     from hf_gpt_custom.model_cards.card import build_model_card
 
-    run_dir = make_tiny_run(tmp_path / "run")
-    summary_path = run_dir / "training_summary.json"
-    summary = json.loads(summary_path.read_text())
-    trained_sha256 = hashlib.sha256(Path(summary["dataset"]).read_bytes()).hexdigest()
-    if recorded:
+    if recorded == "init-from":  # continued from a model trained on the files (finetune_pretrain_wikitext2's)
+        base = make_tiny_run(tmp_path / "base" / "run", with_eval=False)
+        base_summary = json.loads((base / "training_summary.json").read_text())
+        trained_sha256 = hashlib.sha256(Path(base_summary["dataset"]).read_bytes()).hexdigest()
+        (base / "training_summary.json").write_text(json.dumps({**base_summary,
+                                                                "dataset_files_sha256": [trained_sha256]}))
+        run_dir = make_tiny_run(tmp_path / "run", init_from=str(base / "final"))
+        summary_path = run_dir / "training_summary.json"
+        summary = json.loads(summary_path.read_text())
+        summary["dataset_files_sha256"] = ["f" * 64]  # its own data: another file
+        summary_path.write_text(json.dumps(summary))
+    else:
+        run_dir = make_tiny_run(tmp_path / "run")
+        summary_path = run_dir / "training_summary.json"
+        summary = json.loads(summary_path.read_text())
+        trained_sha256 = hashlib.sha256(Path(summary["dataset"]).read_bytes()).hexdigest()
+    if recorded == "summary":
         summary["dataset_files_sha256"] = [trained_sha256]
         summary_path.write_text(json.dumps(summary))
     results_path = run_dir / "eval" / "results.json"
@@ -190,7 +203,7 @@ def test_a_benchmark_scored_on_the_training_files_is_named_and_left_out_of_the_m
     assert "wikitext" not in tasks and {"wikitext_other", "lambada", "arc_easy"} <= tasks
     text = " ".join(card.text.split())
     assert "**Scored on training data:** wikitext scored documents this model was trained on" in text
-    assert "It is left out of the `model-index`" in text and "but those scored on training data," in text
+    assert "It is left out of the `model-index`" in text and "(there without those scored on training data)" in text
     assert "wikitext_other" not in text.split("**Scored on training data:**")[1].split(".")[0]
     assert "wikitext scored documents this model was trained on" in caplog.text
 
@@ -199,7 +212,7 @@ def test_a_run_that_did_not_train_on_a_benchmark_has_no_such_sentence(tmp_path):
     from hf_gpt_custom.model_cards.card import build_model_card
 
     text = build_model_card(make_tiny_run(tmp_path / "run")).text
-    assert "Scored on training data" not in text and "but those scored on training data" not in text
+    assert "Scored on training data" not in text and "without those scored on training data" not in text
 
 
 def test_a_limit_above_the_benchmarks_size_states_the_documents_scored():
