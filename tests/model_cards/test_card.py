@@ -151,8 +151,8 @@ def test_a_score_on_a_sample_of_the_split_says_so_in_the_model_index():
     assert build_eval_results([whole], "m")[0].metric_name == "exact_match (0-shot)"
 
 
-def _wikitext_row(sha256: str) -> dict:
-    return {"task": "wikitext", "num_fewshot": 0, "metric": "word_perplexity", "value": 812.5, "stderr": None,
+def _wikitext_row(sha256: str, metric: str = "word_perplexity") -> dict:
+    return {"task": "wikitext", "num_fewshot": 0, "metric": metric, "value": 812.5, "stderr": None,
             "n": 2, "higher_is_better": False, "n_truncated": 0,
             "dataset": {"path": "EleutherAI/wikitext_document_level", "name": "wikitext-2-raw-v1", "split": "test",
                         "local_files_sha256": [sha256]}}
@@ -192,7 +192,8 @@ def test_a_benchmark_scored_on_the_training_files_is_named_and_left_out_of_the_m
         summary_path.write_text(json.dumps(summary))
     results_path = run_dir / "eval" / "results.json"
     payload = json.loads(results_path.read_text())
-    payload["results"] = payload["results"] + [_wikitext_row(trained_sha256), _wikitext_row("0" * 64) | {"task": "wikitext_other"}]
+    payload["results"] = payload["results"] + [_wikitext_row(trained_sha256, "bits_per_byte"),
+                                               _wikitext_row("0" * 64) | {"task": "wikitext_other"}]
     results_path.write_text(json.dumps(payload))
 
     with caplog.at_level(logging.WARNING):
@@ -201,6 +202,7 @@ def test_a_benchmark_scored_on_the_training_files_is_named_and_left_out_of_the_m
     _, results = model_index_to_eval_results(metadata_load(tmp_path / "README.md")["model-index"])
     tasks = {r.task_name for r in results}
     assert "wikitext" not in tasks and {"wikitext_other", "lambada", "arc_easy"} <= tasks
+    assert "bits_per_byte" not in metadata_load(tmp_path / "README.md")["metrics"]  # only the left-out task's
     text = " ".join(card.text.split())
     assert "**Scored on training data:** wikitext scored documents this model was trained on" in text
     assert "It is left out of the `model-index`" in text and "(there without those scored on training data)" in text
