@@ -90,6 +90,28 @@ def load_model_folder(path: str | os.PathLike, model_class=None, any_causal_lm: 
     return model
 
 
+# The transformers families a folder is converted from on load (auto_classes.CHECKPOINT_CONVERTERS' model types)
+_CHECKPOINT_FAMILIES = {"gpt2": "convert_gpt2.GPT2", "openai-gpt": "convert_openai_gpt.OPENAI_GPT",
+                        "llama": "convert_llama.LLAMA"}
+
+
+def folder_model_config(path: str | os.PathLike):
+    """The GPTCustomConfig a model folder loads as (a GPT-2, OpenAI GPT or Llama config.json converted), its weights
+    unread: what `train init_from=` compares the model: section with before any stage runs. None for another type."""
+    from .auto_classes import resolve
+    from .configuration_gpt_custom import GPTCustomConfig
+
+    folder = Path(path)
+    model_type = _model_type(folder)
+    if model_type == "gpt_custom":
+        return GPTCustomConfig.from_pretrained(folder)
+    if model_type in _CHECKPOINT_FAMILIES:
+        from .convert_common import converted_config
+
+        return converted_config(resolve(_CHECKPOINT_FAMILIES[model_type]), _read_config(folder / "config.json"))
+    return None
+
+
 def saved_task_head_name(folder: str | os.PathLike) -> str | None:
     """The name of the task-head class a model folder was saved from ("GPTCustomForSequenceClassification"), or None
     for a causal LM; read from its config.json alone (no torch)."""

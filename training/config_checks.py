@@ -51,6 +51,7 @@ def check_train_config(config: TrainConfig) -> None:
         check_model_folder(config.init_from, verify_manifest=False)  # a loadable model type, weights: before any import
         if not hasattr(config, "task"):  # language modelling (fine-tuning loads a head folder as its head)
             _refuse_a_task_head_to_train_as_a_language_model(config.init_from)
+            _refuse_a_model_section_that_init_from_contradicts(config)
     if config.block_size < 2:
         raise UserError(f"block_size={config.block_size} must be >= 2: each token is trained to predict the next one "
                         f"in its block, so a block of one token has nothing to predict (256 is typical)")
@@ -267,6 +268,25 @@ def _validate_local_dataset(config: TrainConfig) -> None:
         raise UserError(f"dataset folder {config.dataset} holds {names}{', ...' if len(held_out) > 3 else ''}, named "
                         f"as a validation/test split, and a folder is trained on whole; point dataset at the training "
                         f"file(s) and val_dataset at the validation file")
+
+
+def _refuse_a_model_section_that_init_from_contradicts(config: TrainConfig) -> None:
+    """The architecture comes from init_from: a `model:` field with another value was refused only once the model
+    loaded, after `run` had trained the tokenizer and recorded the settings, so the fix (drop the field) then met
+    "started with a different config". Compared here, from the folder's config.json, before anything runs; the
+    load compares again (training/workload.py) for what this cannot read."""
+    from hf_gpt_custom.model_folder import folder_model_config
+    from hf_gpt_custom.training.model_section import requested_architecture
+
+    requested = requested_architecture(config)
+    folder_config = folder_model_config(config.init_from) if requested else None
+    for key, value in requested.items():
+        if folder_config is not None and hasattr(folder_config, key) and getattr(folder_config, key) != value:
+            raise UserError(
+                f"model.{key}={value!r} but init_from={config.init_from} has {key}={getattr(folder_config, key)!r}; "
+                f"the architecture comes from init_from — drop model.{key} (from the YAML's model: section too; "
+                "the override model={} empties it)"
+            )
 
 
 def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:

@@ -288,3 +288,22 @@ def test_a_streamed_csv_reads_its_text_field_beside_a_text_column(tmp_path):
     pandas.DataFrame({"text": ["title one", "title two"], "body": ["first body", "second body"]}).to_csv(path, index=False)
     streamed = load_text_dataset(str(path), text_field="body", streaming=True, cache_dir=str(tmp_path / "cache"))
     assert [row["text"] for row in streamed] == list(pandas.read_csv(path)["body"])
+
+
+def test_a_model_section_init_from_contradicts_is_refused_before_anything_runs(tmp_path, capsys):
+    """It was refused only once the model loaded: `run` had trained the tokenizer and recorded the settings, so
+    dropping the field as the message said met "was started with a different config". Reference: the folder's
+    config.json (a transformers GPT-2 folder's too, converted as loading converts it)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.cli import main
+
+    folder = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=300, n_positions=64)).save_pretrained(folder)
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as exited:
+        main(["run", str(SMOKE), f"init_from={folder}", "model={n_embd: 64}", f"out_dir={out}"])
+    assert exited.value.code == 2 and not out.exists()
+    assert f"model.n_embd=64 but init_from={folder} has n_embd=32" in capsys.readouterr().err
+    config = load_train_config(SMOKE, [f"init_from={folder}", "model={n_embd: 32, n_layer: 1}", f"out_dir={out}"])
+    assert config.model == {"n_embd": 32, "n_layer": 1}  # what the folder has: no contradiction
