@@ -294,8 +294,11 @@ def checkpoint_tokenizer(folder: Path | None) -> Path | None:
     or when that tokenizer is no longer where the run left it (then only --tokenizer can say)."""
     if folder is None:
         return None
+    from hf_gpt_custom.training.resume import recorded_settings
     from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
 
+    if recorded_settings(folder) is None:  # named like a checkpoint, but no run recorded what trained it
+        return None
     try:
         return checkpoint_run_tokenizer(folder)
     except UserError:  # not a checkpoint (<run>/checkpoints/step_N), or its tokenizer moved or changed since

@@ -406,7 +406,8 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
 # a colon or a slash, so a URL's path ("huggingface.co/docs/hub") and a relative one ("eval/table.md") are not one.
 _ABSOLUTE_PATH_IN_TEXT = re.compile(r"(?<![\w.:/~-])/[\w.@+-]+(?:/[\w.@+-]+)+")
 # Folders every Linux machine has: a path under them ("/usr/bin/env", "/dev/null") tells nothing about this one.
-_SYSTEM_FOLDERS = {"usr", "bin", "sbin", "etc", "dev", "proc", "sys", "lib", "lib32", "lib64", "boot"}
+_SYSTEM_FOLDERS = {"usr", "bin", "sbin", "etc", "dev", "proc", "sys", "lib", "lib32", "lib64", "boot", "var", "run",
+                   "opt", "snap", "Library", "System", "Applications"}
 
 
 def _paths_of_this_machine(text: str):

@@ -218,17 +218,27 @@ def _scored_how(row: dict[str, Any], k: int, limit: int | None) -> tuple[str, di
 def tasks_scored_on_training_data(rows: list[dict[str, Any]], summary: dict, train_config: dict) -> list[str]:
     """The tasks whose scored data files are among the model's training files (same sha256): wiki.test.raw trained
     on, WikiText-2's test perplexity then measures memorised text. The model's training files are this run's and
-    those of the runs its init_from came from (trained_file_sha256s)."""
-    trained = trained_file_sha256s(summary, train_config)
+    those of the runs its init_from came from (training_history)."""
+    files, hub_splits = training_history(summary, train_config)
     overlapping = (row["task"] for row in rows if isinstance(row.get("dataset"), dict)
-                   and trained.intersection(row["dataset"].get("local_files_sha256") or ()))
+                   and (files.intersection(row["dataset"].get("local_files_sha256") or ())
+                        or _hub_split(row["dataset"]) in hub_splits))
     return list(dict.fromkeys(overlapping))
 
 
-def trained_file_sha256s(summary: dict, train_config: dict, runs_back: int = 8) -> set[str]:
-    """The sha256 of every file the model was trained on: this run's (training_summary.json records them; a run
-    from before it did is hashed where its data still is), then, through init_from, the earlier runs' (a model
-    continued from the WikiText-2 model of finetune_pretrain_wikitext2.yaml has seen wiki.test.raw too)."""
+def _hub_split(dataset: dict) -> tuple[str | None, str | None, str | None]:
+    return dataset.get("path"), dataset.get("name"), dataset.get("split")
+
+
+def training_history(summary: dict, train_config: dict, runs_back: int = 8) -> tuple[set[str], set[tuple]]:
+    """What the model was trained on: the sha256 of every local training file (training_summary.json records them;
+    a run from before it did is hashed where its data still is) and every Hub (dataset, config, split) — this run's,
+    then, through init_from, the earlier runs' (a model continued from the WikiText-2 model of
+    finetune_pretrain_wikitext2.yaml has seen wiki.test.raw too)."""
+    dataset = train_config.get("dataset")
+    hub_splits = set()
+    if dataset and not Path(str(dataset)).exists() and not str(dataset).startswith((".", "/", "~")):
+        hub_splits.add((str(dataset), train_config.get("dataset_config"), train_config.get("dataset_split") or "train"))
     trained = summary.get("dataset_files_sha256")
     if trained is None and train_config.get("dataset"):
         from hf_gpt_custom.training.fingerprints import local_file_sha256s
@@ -243,8 +253,9 @@ def trained_file_sha256s(summary: dict, train_config: dict, runs_back: int = 8) 
         from hf_gpt_custom.hub import read_json
 
         earlier_summary = read_json(earlier / "training_summary.json")
-        found |= trained_file_sha256s(earlier_summary, _read_train_config(earlier, earlier_summary), runs_back - 1)
-    return found
+        files, splits = training_history(earlier_summary, _read_train_config(earlier, earlier_summary), runs_back - 1)
+        found, hub_splits = found | files, hub_splits | splits
+    return found, hub_splits
 
 
 def _run_of_model_folder(init_from: Any) -> Path | None:

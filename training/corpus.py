@@ -135,22 +135,28 @@ def held_out_split_files(path: str | os.PathLike) -> list[Path]:
 
 
 def _files_of_other_splits(root: Path, files: list[Path]) -> set[Path]:
-    """The files `datasets.load_dataset(root)` puts in a split that is not a training one, where the folder names its
-    splits the Hub's way: shards `{split}-00000-of-00002.*` with any split name (MNLI's validation_matched, test_sft),
-    or a README.md whose `configs:` assigns files to splits. Those splits were trained on, in silence. (A split word
-    inside a longer file name, dev_notes.txt, is left to the name rule: datasets' keyword guess would read it as a
-    validation split, but a corpus folder means it as text.)"""
-    sharded = any(re.fullmatch(r".+-\d{5}-of-\d{5}", file.name.split(".")[0]) for file in files)
-    if not sharded and not _readme_assigns_splits(root):
-        return set()
+    """The files `datasets.load_dataset(root)` puts in a held-out split, where the folder names its splits the Hub's
+    way: shards `{split}-00000-of-00002.*` (MNLI's validation_matched, test_sft) or a README.md whose `configs:`
+    assigns files to splits. Those splits were trained on, in silence. A split counts as held out when its name
+    holds a split word (test_matched, validation, dev_clean): shards of a corpus (book-00001-of-00020.txt, which
+    datasets names split "book") are training text, and a split word inside a plain file name (dev_notes.txt) is
+    left to the name rule, since datasets' keyword guess over a plain folder would call it a validation split."""
     import datasets
+    from datasets.data_files import get_data_patterns
 
+    if not _readme_assigns_splits(root):
+        try:
+            patterns = get_data_patterns(str(root))
+        except Exception:  # noqa: BLE001 — no data files datasets recognises: the name rule alone
+            return set()
+        if not all("-of-" in pattern for split_patterns in patterns.values() for pattern in split_patterns):
+            return set()  # datasets' keyword guess, not a layout that names its splits
     try:
         by_split = datasets.load_dataset_builder(str(root)).config.data_files or {}
     except Exception:  # noqa: BLE001 — a layout datasets cannot read (mixed kinds, .raw): the name rule alone
         return set()
     resolved = {file.resolve(): file for file in files}
-    return {resolved[Path(name).resolve()] for split, names in by_split.items() if not _is_training_split(str(split))
+    return {resolved[Path(name).resolve()] for split, names in by_split.items() if _is_held_out_split(str(split))
             for name in names if Path(name).resolve() in resolved}
 
 
@@ -167,9 +173,9 @@ def _readme_assigns_splits(root: Path) -> bool:
         return False
 
 
-def _is_training_split(name: str) -> bool:
-    """train, training, train_sft, train-00001: a split name holding the word train."""
-    return bool({"train", "training"} & set(re.split(r"[-_.\s]+", name.lower())))
+def _is_held_out_split(name: str) -> bool:
+    """test, validation_matched, test_sft, dev-clean: a split name holding a split word (HELD_OUT_SPLIT_WORDS)."""
+    return bool(HELD_OUT_SPLIT_WORDS & set(re.split(r"[-_.\s]+", name.lower())))
 
 
 def _names_a_split(relative: Path) -> bool:

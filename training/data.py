@@ -71,13 +71,20 @@ def document_template(tokenizer) -> tuple[list[int], list[int]]:
     (its post-processor's "<s> $A"), nothing for GPT-2's. Continued pre-training of a Llama without its BOS trained
     on documents unlike every prompt its tokenizer then encodes (generation, evaluation and the card's snippets all
     start with BOS)."""
-    probe = "a"
-    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
-    wrapped = tokenizer(probe)["input_ids"]
-    for start in range(len(wrapped) - len(plain) + 1):
-        if wrapped[start:start + len(plain)] == plain:
-            return list(wrapped[:start]), list(wrapped[start + len(plain):])
-    return [], []  # the text itself changed (a normalizer that acts on whole texts): no tokens of its own to add
+    for probe in _TEMPLATE_PROBES:  # the first the tokenizer encodes to something: an empty text locates nothing
+        plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+        if not plain:
+            continue
+        wrapped = tokenizer(probe)["input_ids"]
+        for start in range(len(wrapped) - len(plain) + 1):
+            if wrapped[start:start + len(plain)] == plain:
+                return list(wrapped[:start]), list(wrapped[start + len(plain):])
+        return [], []  # the text itself changed (a normalizer that acts on whole texts): no tokens of its own to add
+    return [], []
+
+
+# Texts whose tokens document_template looks for inside tokenizer(text): Latin, digits, Cyrillic, CJK, a byte
+_TEMPLATE_PROBES = ("a", "The", "0", ".", "Я", "的", "\x00")
 
 
 def document_starts_after(tokenizer) -> tuple[int, ...]:

@@ -329,7 +329,9 @@ def flops_per_token(model_config, n_params: int, seq_len: float, lm_head: bool =
     """
     parts = model_config.parameter_breakdown()
     lookups = parts["position_embedding"] + (0 if model_config.tie_word_embeddings else parts["token_embedding"])
-    head = 0 if lm_head else model_config.padded_vocab_size * model_config.n_embd
+    # a tied embedding is counted as the head's matmul above: out when the head does not run; an untied body's
+    # embedding is already out as a lookup, and a task model has no head of its own then
+    head = model_config.padded_vocab_size * model_config.n_embd if not lm_head and model_config.tie_word_embeddings else 0
     n_matmul = n_params - lookups - head
     attention_width = model_config.n_head * model_config.head_dim
     return 6 * n_matmul + 12 * model_config.n_layer * seq_len * attention_width

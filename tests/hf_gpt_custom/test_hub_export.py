@@ -529,7 +529,8 @@ def test_a_card_naming_a_path_that_exists_on_this_machine_is_refused(exported, t
     card = (folder / "README.md").read_text(encoding="utf-8")
     (folder / "README.md").write_text(card + "\nRun with `/usr/bin/env python` or `python /dev/null`; see "
                                       "https://huggingface.co/docs/hub/model-cards and eval/table.md; data in "
-                                      "/no/such/folder/anywhere, dates 2026/11/28, and/or 1/2.\n")
+                                      "/no/such/folder/anywhere, dates 2026/11/28, and/or 1/2; logs in "
+                                      "/var/log/training.log, /run/user/1000/bus, /opt/conda/bin/python.\n")
     check_export(folder)
     for where in ("README.md", "eval/table.md", "training_summary.json"):
         original = (folder / where).read_text(encoding="utf-8")

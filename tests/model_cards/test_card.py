@@ -498,3 +498,27 @@ def test_the_cards_advice_for_a_long_prompt_generates_from_its_end(tmp_path):
     assert whole["input_ids"][0].tolist() == ids[:n]  # truncation=True alone: the beginning, the whole context
     with pytest.raises(UserError, match="n_positions"):
         model.generate(**whole, max_new_tokens=max_new_tokens, do_sample=False)
+
+
+
+def test_a_benchmark_whose_hub_split_the_model_was_trained_on_is_left_out(tmp_path):
+    """Training on EleutherAI/wikitext_document_level wikitext-2-raw-v1 *test* (a Hub dataset, no local file to
+    hash) published its WikiText-2 test perplexity as held out. The row's dataset is compared with the training
+    dataset, config and split (a review of this round)."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run", dataset="EleutherAI/wikitext_document_level",
+                            dataset_config="wikitext-2-raw-v1", dataset_split="test")
+    results_path = run_dir / "eval" / "results.json"
+    payload = json.loads(results_path.read_text())
+    payload["results"] = payload["results"] + [{**_wikitext_row("0" * 64), "dataset": {
+        "path": "EleutherAI/wikitext_document_level", "name": "wikitext-2-raw-v1", "split": "test"}}]
+    results_path.write_text(json.dumps(payload))
+    card = build_model_card(run_dir)
+    card.save(tmp_path / "README.md")
+    _, results = model_index_to_eval_results(metadata_load(tmp_path / "README.md")["model-index"])
+    assert "wikitext" not in {r.task_name for r in results} and "**Scored on training data:** wikitext" in card.text
+    other_split = make_tiny_run(tmp_path / "train-split", dataset="EleutherAI/wikitext_document_level",
+                                dataset_config="wikitext-2-raw-v1", dataset_split="train")
+    (other_split / "eval" / "results.json").write_text(json.dumps(payload))
+    assert "Scored on training data" not in build_model_card(other_split).text  # trained on train, scored on test

@@ -307,3 +307,19 @@ def test_a_model_section_init_from_contradicts_is_refused_before_anything_runs(t
     assert f"model.n_embd=64 but init_from={folder} has n_embd=32" in capsys.readouterr().err
     config = load_train_config(SMOKE, [f"init_from={folder}", "model={n_embd: 32, n_layer: 1}", f"out_dir={out}"])
     assert config.model == {"n_embd": 32, "n_layer": 1}  # what the folder has: no contradiction
+
+
+
+@pytest.mark.parametrize("layout", [
+    ["data/book-00000-of-00002.txt", "data/book-00001-of-00002.txt"],
+    ["data/train-00000-of-00001.txt", "data/chapter-00000-of-00001.txt"],
+    ["shard-00000-of-00001.txt", "dev_notes.txt", "test_driven_design.txt"],
+], ids=["corpus-shards", "train-and-chapter-shards", "a-shard-beside-plain-names"])
+def test_shards_of_a_corpus_are_training_text(tmp_path, layout):
+    """datasets names a shard's prefix a split ("book"): every shard of a plain corpus was refused as a held-out
+    split, and one shard-named file let datasets' keyword guess refuse dev_notes.txt (a review of this round)."""
+    folder = tmp_path / "corpus"
+    for name in layout:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("some training text\n")
+    assert load_train_config(SMOKE, [f"dataset={folder}"]).dataset == str(folder)

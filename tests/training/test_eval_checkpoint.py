@@ -48,3 +48,22 @@ def test_a_checkpoint_refuses_a_tokenizer_with_another_vocabulary(checkpoint, tm
     with pytest.raises(UserError, match=rf"--tokenizer {other} has another vocabulary \(257 tokens\) than the "
                                         rf"tokenizer {folder} was trained with \({trained_with}\) \(512 tokens\)"):
         evaluate(str(folder), tokenizer=str(other), tasks=["copa"], limit=2, show_progress=False)
+
+
+def test_a_folder_only_named_like_a_checkpoint_uses_no_tokenizer_of_a_run(tmp_path, shakespeare_tokenizer_dir):
+    """`.../checkpoints/step_000010` with no training settings is no run's checkpoint: `../../tokenizer` beside it
+    was taken silently (a review of this round); it needs --tokenizer, as any folder without one does."""
+    import shutil
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.errors import MissingFileError
+    from hf_gpt_custom.eval.runner import checkpoint_tokenizer, evaluate
+
+    folder = tmp_path / "checkpoints" / "step_000010"
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=512, n_positions=64, n_embd=32, n_layer=1, n_head=2)).save_pretrained(folder)
+    shutil.copytree(shakespeare_tokenizer_dir, tmp_path / "tokenizer")
+    assert checkpoint_tokenizer(folder) is None
+    with pytest.raises(MissingFileError, match="tokenizer"):
+        evaluate(str(folder), tasks=["copa"], limit=1, show_progress=False)
+    named = evaluate(str(folder), tokenizer=str(shakespeare_tokenizer_dir), tasks=["copa"], limit=1, show_progress=False)
+    assert named.results

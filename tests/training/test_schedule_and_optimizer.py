@@ -241,3 +241,24 @@ def test_flops_per_token_of_a_fine_tuned_head_without_the_lm_loss_leaves_the_lm_
     measured = counter.get_total_flops() / (batch * seq)
     assert flops_per_token(config, n_params, seq, lm_head=False) == pytest.approx(measured, rel=0.03)
     assert flops_per_token(config, n_params, seq) > 1.2 * measured  # the head counted: 1.28x
+
+
+
+def test_flops_per_token_of_an_untied_fine_tuned_body_counts_its_matmuls_once():
+    """An untied body's input embedding is a lookup, already left out; the head's V·d was taken out a second time
+    when lm_loss_weight is 0 (a converted Llama's fine-tune: 0.75x torch's count on a tiny model). Reference:
+    torch's FlopCounterMode over the classification head's forward + backward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForSequenceClassification
+    from hf_gpt_custom.training.train import flops_per_token
+
+    seq, batch = 96, 2
+    config = GPTCustomConfig(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=seq, num_labels=2,
+                             pad_token_id=0, position_embedding_type="rope", tie_word_embeddings=False)
+    model = GPTCustomForSequenceClassification(config)
+    ids = torch.randint(1, 512, (batch, seq))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=torch.tensor([0, 1]), lm_loss_weight=0.0).loss.backward()
+    measured = counter.get_total_flops() / (batch * seq)
+    assert flops_per_token(config, model.num_parameters(), seq, lm_head=False) == pytest.approx(measured, rel=0.03)

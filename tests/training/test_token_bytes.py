@@ -227,3 +227,22 @@ def test_a_run_with_a_llama_tokenizer_trains_on_bos_and_counts_bytes_after_it(ma
     stream = [i for block in prepare_datasets(config, tokenizer, folder).train for i in block["input_ids"]]
     pairs = [(a, b) for a, b in zip(stream, stream[1:]) if a == eos]
     assert pairs and all(b == bos for _, b in pairs)
+
+
+def test_a_tokenizer_that_cannot_spell_a_finds_its_bos_with_another_probe(tmp_path):
+    """The probe "a" encoded to nothing in a Cyrillic BPE without an unknown token: the empty text matched at 0 and
+    the BOS went after each document. Reference: the tokenizer's own call."""
+    import datasets
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.train_from_iterator(["Привет мир, это тест. Ещё одна строка текста."] * 20,
+                                trainers.BpeTrainer(vocab_size=120, special_tokens=["<s>", "</s>"], show_progress=False))
+    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>")
+    assert tokenizer("a", add_special_tokens=False)["input_ids"] == []
+    texts = ["Привет мир", "это тест"]
+    tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), tokenizer)["input_ids"]
+    assert tokenized == [tokenizer(text)["input_ids"] + [tokenizer.eos_token_id] for text in texts]
