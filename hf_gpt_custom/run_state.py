@@ -236,6 +236,11 @@ def load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[
         state = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
+    if _nothing_trained_under(state, run_dir):
+        # A start that stopped before training wrote anything (the Hub unreachable, bad data, a refused setting) left
+        # only this file and config.yaml: no model was made under its settings, so the corrected config starts
+        # afresh (the tokenizer stage reuses or retrains its folder by its own record) instead of being refused.
+        return {"config": fingerprint, "stages": {}}
     from hf_gpt_custom.training.config import BEHAVIOUR_BEFORE_THE_SETTING
 
     saved = with_model_keys(_with_auto_precision_resolved(state.get("config", {}), config))
@@ -268,6 +273,15 @@ def load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[
         state["stages"].pop(stage, None)
     state["config"] = fingerprint  # a moved path, a resolved auto, a key added since: compared as they are now
     return state
+
+
+def _nothing_trained_under(state: dict[str, Any], run_dir: Path) -> bool:
+    """No checkpoint, no final/ and no finished train stage: a failed start. (An interrupted --start_over is not one:
+    its record says which checkpoints it replaces.)"""
+    from hf_gpt_custom.training.checkpoint import list_checkpoints
+
+    return ("starting_over_from" not in state and "train" not in state.get("stages", {})
+            and not (run_dir / "final").exists() and not list_checkpoints(run_dir / "checkpoints"))
 
 
 def _check_train_can_finish_again(run_dir: Path, state: dict[str, Any], keys: list[str], saved: dict) -> None:

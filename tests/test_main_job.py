@@ -126,9 +126,28 @@ def test_rerun_with_a_different_config_is_refused_naming_the_change(tmp_path):
     run_dir.mkdir(parents=True)
     fingerprint = run_state.fingerprint(config)
     (run_dir / "pipeline_state.json").write_text(json.dumps({"config": fingerprint, "stages": {}}))
+    (run_dir / "final").mkdir()  # a model trained under the saved settings
 
     with pytest.raises(ValueError, match=r"was started with a different config \(max_steps: 40 -> 99\)"):
         run_pipeline(SMOKE_CONFIG, [*overrides, "max_steps=99"])
+
+
+def test_a_start_that_failed_before_training_binds_no_settings(tmp_path, monkeypatch):
+    """A run refused in its tokenizer stage (a Hub tokenizer while offline) left pipeline_state.json: the corrected
+    command, with another model width, was refused as "started with a different config" though nothing was trained
+    (found by the shipped-configs hunt). Reference: the folder afterwards holds the new width's model."""
+    from hf_gpt_custom.run import run_pipeline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run_dir = tmp_path / "runs" / "tiny"
+    quick = [*_overrides(tmp_path), "max_steps=4", "warmup_steps=1", "checkpoint_interval=2", "benchmark_tasks=[]"]
+    with pytest.raises(UserError, match="could not be loaded from the Hub"):
+        run_pipeline(SMOKE_CONFIG, [*quick, "tokenizer=no-such-user/no-such-tokenizer"])
+    assert (run_dir / "pipeline_state.json").is_file()
+    run_pipeline(SMOKE_CONFIG, [*quick, "model.n_embd=48"])
+    assert json.loads((run_dir / "final" / "config.json").read_text())["n_embd"] == 48
+    with pytest.raises(ValueError, match=r"was started with a different config \(model.n_embd: 48 -> 32\)"):
+        run_pipeline(SMOKE_CONFIG, quick)  # trained now: the settings bind
 
 
 def test_changing_only_benchmark_settings_reruns_eval_and_export(tmp_path):

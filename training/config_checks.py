@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once, did_you_mean
 from hf_gpt_custom.training.config_values import declared_types
-from hf_gpt_custom.training.corpus import held_out_split_files, list_corpus_files, reader_for, shared_corpus_file
+from hf_gpt_custom.training.corpus import (files_datasets_guesses_held_out, held_out_split_files, list_corpus_files,
+                                          reader_for, shared_corpus_file)
 from hf_gpt_custom.training.model_section import check_model_section
 
 if TYPE_CHECKING:
@@ -183,6 +184,11 @@ def note_without_effect(name: str, value: Any, why: str) -> None:
     logger.warning("%s=%r has no effect: %s; drop it", name, value, why)
 
 
+@functools.lru_cache(maxsize=None)  # a config is made again by every dataclasses.replace: said once per process
+def _warn_once(message: str) -> None:
+    logger.warning("%s", message)
+
+
 def _validate_run_name(run_name: str) -> None:
     """run_name is one folder name under runs/: empty would be runs/ itself, a path would write outside it."""
     if not run_name.strip() or run_name in (".", "..") or "/" in run_name or "\\" in run_name:
@@ -268,6 +274,14 @@ def _validate_local_dataset(config: TrainConfig) -> None:
         raise UserError(f"dataset folder {config.dataset} holds {names}{', ...' if len(held_out) > 3 else ''}, named "
                         f"as a validation/test split, and a folder is trained on whole; point dataset at the training "
                         f"file(s) and val_dataset at the validation file")
+    guessed = files_datasets_guesses_held_out(config.dataset)
+    if guessed:
+        names = ", ".join(f"{file.relative_to(config.dataset).as_posix()} (split {split!r})"
+                          for file, split in list(guessed.items())[:3])
+        _warn_once(f"dataset folder {config.dataset}: datasets.load_dataset would read {names}"
+                   f"{', ...' if len(guessed) > 3 else ''} as a held-out split from the file names, but a folder is "
+                   f"trained on whole, so they are training text here; if they are held-out data, move them out of "
+                   f"the folder or point dataset at the training file(s)")
 
 
 def _refuse_a_model_section_that_init_from_contradicts(config: TrainConfig) -> None:

@@ -10,6 +10,7 @@ checkpoints record it (it changes training), and a resume reads that same commit
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from pathlib import Path
 
@@ -89,13 +90,20 @@ def _pipeline_config(run_dir: Path) -> dict:
 def current_hub_revision(name: str) -> str | None:
     """The commit sha the Hub's main branch of dataset `name` is at now, or None (with a warning) when it cannot be
     asked."""
+    import textwrap
+
     from huggingface_hub import HfApi
 
     try:
         return HfApi().dataset_info(name).sha
     except Exception as err:  # offline mode, no network, a gated or renamed dataset: datasets' own load names it
-        logger.warning(
-            "could not ask the Hub which commit dataset %s is at (%s: %s): the run is not pinned to one, so a resume "
-            "after an upstream change would read other documents; set dataset_revision=<commit> to pin it",
-            name, type(err).__name__, str(err).splitlines()[0][:120] if str(err) else "")
+        reason = textwrap.shorten(str(err).splitlines()[0], 160, placeholder=" ...") if str(err) else ""
+        _warn_not_pinned(name, f"{type(err).__name__}: {reason}")
         return None
+
+
+@functools.lru_cache(maxsize=None)  # `run` and its train stage both ask: one warning per process
+def _warn_not_pinned(name: str, reason: str) -> None:
+    logger.warning("could not ask the Hub which commit dataset %s is at (%s): the run is not pinned to one, so a "
+                   "resume after an upstream change would read other documents; set dataset_revision=<commit> to pin "
+                   "it", name, reason)

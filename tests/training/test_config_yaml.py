@@ -1,7 +1,9 @@
 """Config files as YAML 1.2: scalars by the core schema, text fields as written, duplicate keys refused, the
 resolved config.yaml read back equal, and local datasets refusing the Hub-only settings they would ignore."""
 
+import logging
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -323,3 +325,25 @@ def test_shards_of_a_corpus_are_training_text(tmp_path, layout):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("some training text\n")
     assert load_train_config(SMOKE, [f"dataset={folder}"]).dataset == str(folder)
+
+
+def test_files_datasets_would_hold_out_by_name_are_named_in_a_warning(tmp_path, caplog):
+    """train.jsonl beside test_matched.jsonl: datasets.load_dataset(folder) reads test_matched.jsonl as the test split,
+    while a folder is trained on whole and the name rule lets "test_matched" pass (a word after the split word). It
+    was trained on in silence; now the warning names each file and the split datasets gives it."""
+    import datasets
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in ("train.jsonl", "test_matched.jsonl", "notes.jsonl"):
+        (folder / name).write_text('{"text": "some text"}\n')
+    reference = datasets.load_dataset_builder(str(folder)).config.data_files
+    assert [Path(name).name for name in reference["test"]] == ["test_matched.jsonl"]
+    with caplog.at_level(logging.WARNING):
+        assert load_train_config(SMOKE, [f"dataset={folder}"]).dataset == str(folder)
+    assert "would read test_matched.jsonl (split 'test') as a held-out split" in caplog.text
+    assert "train.jsonl" not in caplog.text and "notes.jsonl" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_train_config(SMOKE, [f"dataset={folder / 'train.jsonl'}"])
+    assert "held-out split" not in caplog.text

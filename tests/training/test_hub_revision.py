@@ -123,16 +123,24 @@ def test_an_explicit_revision_is_used_as_given(hub, hub_run):
     assert set(hub.revisions_read) == {"bbb"}
 
 
-def test_offline_the_run_is_not_pinned_and_says_so(hub_run, monkeypatch, caplog):
+def test_offline_the_run_is_not_pinned_and_says_so_once(hub_run, monkeypatch, caplog):
+    """`run` and its train stage both pin: the warning printed twice, its reason cut mid-word ("To disable it, plea")."""
+    reason = ("Cannot reach https://huggingface.co/api/datasets/someone/corpus: offline mode is enabled. To disable "
+              "it, please unset the `HF_HUB_OFFLINE` environment variable.")
+
     def offline(api, name, **kwargs):
-        raise huggingface_hub.errors.OfflineModeIsEnabled("Cannot reach https://huggingface.co: offline mode")
+        raise huggingface_hub.errors.OfflineModeIsEnabled(reason)
 
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", offline)
     config = hub_run()
     with caplog.at_level(logging.WARNING):
         assert pin_dataset_revision(config).dataset_revision is None
-    assert "could not ask the Hub which commit dataset someone/corpus is at (OfflineModeIsEnabled" in caplog.text
+        assert pin_dataset_revision(config).dataset_revision is None
+    assert caplog.text.count("could not ask the Hub which commit dataset someone/corpus is at (OfflineModeIsEnabled: "
+                             "Cannot reach") == 1
     assert "set dataset_revision=<commit> to pin it" in caplog.text
+    shown = caplog.text.split("OfflineModeIsEnabled: ")[1].split("): the run")[0]
+    assert shown == reason or (shown.endswith(" ...") and reason.startswith(shown[:-4] + " "))
 
 
 def test_local_data_is_never_looked_up(tmp_path, shakespeare_path, shakespeare_tokenizer_dir, monkeypatch):
