@@ -103,6 +103,7 @@ def build_model_card(
         from hf_gpt_custom.training.finetune_config import PRETRAINING_ONLY_SETTINGS
 
         rows = [row for row in _hyperparameter_rows(train_config) if row[0].split(".")[0] not in PRETRAINING_ONLY_SETTINGS]
+        rows += _dropout_rows(model_config)
         facts = {"model_name": run_name, "n_params_human": _human_count(summary.get("n_params")),
                  "code_files": code_files, "hyperparameters": rows,
                  "transformers_requirement": transformers_requirement(),
@@ -169,7 +170,8 @@ def build_model_card(
         parameters=[(PARAMETER_ROWS.get(name, name), f"{count:,}") for name, count in breakdown.items()],
         tokenizer=_tokenizer_facts(final_dir, summary, run_dir, model_config.n_positions, ships_ours),
         training=_training_facts(summary, train_config),
-        hyperparameters=_hyperparameter_rows(train_config, never_read=_settings_never_read(train_config)),
+        hyperparameters=[*_hyperparameter_rows(train_config, never_read=_settings_never_read(train_config)),
+                         *_dropout_rows(model_config)],
         training_results=_training_result_rows(summary),
         loss_curve="loss_curve.png" if (run_dir / "loss_curve.png").is_file() else None,
         shots_curve="shots_curve.png" if (run_dir / "eval" / "shots_curve.png").is_file() else None,
@@ -485,6 +487,19 @@ def _hyperparameter_rows(train_config: dict, never_read: set[str] = frozenset())
             rows.append((key, ", ".join(str(item) for item in value)))
         else:
             rows.append((key, _format_setting(_public_name(value) if isinstance(value, str) else value)))
+    return rows
+
+
+def _dropout_rows(model_config) -> list[tuple[str, str]]:
+    """The dropout the model trained with, from its config.json (the `model:` section is left out of the rows: a
+    default 0.1 set nowhere in the YAML was in no row at all). A task head's classifier dropout where it has one."""
+    rows = [(f"model.{name}", _format_setting(float(getattr(model_config, name))))
+            for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]
+    classifier = getattr(model_config, "classifier_dropout", None)
+    if classifier is None and "GPTCustomForTokenClassification" in (model_config.architectures or []):
+        classifier = 0.1  # the head's default, as GPT2ForTokenClassification's (heads_gpt_custom.py)
+    if classifier is not None:
+        rows.append(("model.classifier_dropout", _format_setting(float(classifier))))
     return rows
 
 

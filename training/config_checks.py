@@ -154,6 +154,7 @@ def settings_without_effect(config: TrainConfig) -> dict[str, str]:
 
         unused["val_fraction"] = (f"a stream holds out its first {STREAMING_VAL_DOCUMENTS:,} documents for "
                                   f"validation (or give val_dataset or val_split)")
+        unused["val_holdout"] = unused["val_fraction"]
     if config.tokenizer is not None or config.init_from:
         unused["tokenizer_vocab_size"] = "it sizes the tokenizer a run trains when tokenizer and init_from are null"
     if is_local:

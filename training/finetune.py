@@ -55,6 +55,7 @@ class FinetuneWorkload:
 
         self.config, self.task = config, config.task_section
         self.sequences_per_example = len(self.task.choice_columns) if self.task.is_multiple_choice else 1
+        self.packs_blocks = False  # an example padded to its batch's longest, cut at block_size
         self.computes_lm_head = self.task.lm_loss_weight > 0  # GPT-1's λ·L1: the LM logits only when it counts
         where = Path(config.dataset).name if Path(config.dataset).exists() else config.dataset
         folder = check_model_folder(config.init_from)

@@ -85,8 +85,10 @@ def run_loop(s: Session) -> LoopResult:
     """
     config, accelerator, state = s.config, s.accelerator, s.state
     accelerator.print(
-        f"model: {s.n_params:,} parameters; {accelerator.num_processes} process(es); {s.tokens_per_step:,} tokens "
-        f"per optimizer step; {config.max_steps} steps"
+        f"model: {s.n_params:,} parameters; {accelerator.num_processes} process(es); "
+        f"{'' if s.workload.packs_blocks else 'at most '}{s.tokens_per_step:,} tokens per optimizer step"
+        f"{'' if s.workload.packs_blocks else ' (rows are padded to their batch: padding is not trained on)'}; "
+        f"{config.max_steps} steps"
     )
     batches = _next_batches(accelerator, s.train_loader, state)
     progress = progress_bar(show=accelerator.is_local_main_process, total=config.max_steps, initial=state.step,

@@ -250,10 +250,12 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
     changed = changed_settings(config, folder if folder is not None else run_dir / "final")
     if changed:
         what = f"checkpoints up to {folder.name}" if folder is not None else "a trained model in final/"
+        weights = folder if folder is not None else run_dir / "final"
         raise UserError(
             f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)})"
-            f"{_restore_files_hint(changed)}; rerun with those settings to continue that run, give this run its own "
-            f"folder (out_dir=... or run_name=...), or pass --start_over to train from step 0 here (the old "
+            f"{_restore_files_hint(changed)}; rerun with those settings to continue that run, start a new run from "
+            f"its weights (fresh optimizer and schedule) with init_from={weights} run_name=<new name>, give this run "
+            f"its own folder (out_dir=... or run_name=...), or pass --start_over to train from step 0 here (the old "
             f"checkpoints are moved aside, not deleted)"
         )
     if folder is not None:

@@ -129,12 +129,12 @@ def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | Non
     tokens_per_s = mfu = None
     if timed and all(r.get("step_time_s") is not None for r in timed):
         tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
-        if all(r.get("mfu") is not None for r in timed):  # each session's steps by the peak that session measured
-            # restated by a given peak: a step's model FLOP/s is its MFU times the peak it was computed with
-            rescale = ([r["peak_flops"] / peak_flops for r in timed] if peak_flops
-                       and all(r.get("peak_flops") for r in timed) else [1.0] * len(timed))
-            mfu = (None if peak_flops and not all(r.get("peak_flops") for r in timed) else
-                   sum(r["mfu"] * k * r["step_time_s"] for r, k in zip(timed, rescale))
+        # each session's steps by the peak that session measured, or restated by a given peak: a step's model
+        # FLOP/s is its MFU times the peak it was computed with (a record without its peak cannot be restated)
+        restatable = not peak_flops or all(r.get("peak_flops") for r in timed)
+        if restatable and all(r.get("mfu") is not None for r in timed):
+            rescale = [r["peak_flops"] / peak_flops if peak_flops else 1.0 for r in timed]
+            mfu = (sum(r["mfu"] * k * r["step_time_s"] for r, k in zip(timed, rescale))
                    / sum(r["step_time_s"] for r in timed))
     elif timed:  # a log written before records had step_time_s
         tokens_per_s = sum(r["tokens_per_s"] for r in timed) / len(timed)

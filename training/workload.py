@@ -50,6 +50,9 @@ class Workload(Protocol):
     # Token sequences one example trains on: 1, or one per answer of a multiple-choice example (the most tokens one
     # optimizer step can hold is batch_size x block_size x this x accumulation x processes).
     sequences_per_example: int
+    # Whether every row is block_size tokens (packed blocks), or as long as its batch's longest (fine-tuning's padded
+    # examples): tokens_per_step is then exact, else the most a step can hold
+    packs_blocks: bool
     # Whether a training step computes the language-model head (V·d per token): MFU counts the FLOPs that run, and a
     # fine-tuned head with lm_loss_weight 0 never computes it
     computes_lm_head: bool
@@ -95,6 +98,7 @@ class LanguageModelling:
 
     loss_blowup_is_divergence = True
     sequences_per_example = 1  # a packed block
+    packs_blocks = True
     computes_lm_head = True
 
     def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:

@@ -522,3 +522,29 @@ def test_a_benchmark_whose_hub_split_the_model_was_trained_on_is_left_out(tmp_pa
                                 dataset_config="wikitext-2-raw-v1", dataset_split="train")
     (other_split / "eval" / "results.json").write_text(json.dumps(payload))
     assert "Scored on training data" not in build_model_card(other_split).text  # trained on train, scored on test
+
+
+def test_the_hyperparameters_give_the_dropout_the_model_trained_with(tmp_path):
+    """Dropout is in no YAML row when left at GPT-2's default 0.1 (the `model:` section is shown as architecture,
+    which has no dropout): the card said nothing of it. Reference: the folder's own config.json."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "run", with_eval=False)
+    config = json.loads((run_dir / "final" / "config.json").read_text())
+    config.update(resid_pdrop=0.0, embd_pdrop=0.05, attn_pdrop=0.1)
+    (run_dir / "final" / "config.json").write_text(json.dumps(config))
+    text = build_model_card(run_dir).text
+    for row in ("| `model.resid_pdrop` | 0 |", "| `model.embd_pdrop` | 0.05 |", "| `model.attn_pdrop` | 0.1 |"):
+        assert row in text
+    assert "classifier_dropout" not in text
+
+
+def test_a_streamed_runs_card_has_no_val_holdout_row(tmp_path):
+    """A stream holds out its first documents whatever val_holdout says: the card listed `val_holdout | random`."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    streamed = build_model_card(make_tiny_run(tmp_path / "streamed", with_eval=False, streaming=True,
+                                              val_holdout="random", val_fraction=0.1)).text
+    assert "| `val_holdout` |" not in streamed and "| `val_fraction` |" not in streamed
+    whole = build_model_card(make_tiny_run(tmp_path / "whole", with_eval=False, val_holdout="tail")).text
+    assert "| `val_holdout` | tail |" in whole

@@ -44,7 +44,7 @@ def _weights_before_step(step: int, init_dir, run_dir) -> GPTCustomForCausalLM:
     return model
 
 
-def test_logged_loss_and_tokens_seen_count_every_micro_batch(make_config, tmp_path, shakespeare_path):
+def test_logged_loss_and_tokens_seen_count_every_micro_batch(make_config, tmp_path, shakespeare_path, capfd):
     corpus = write_first_speeches(tmp_path / "speeches.txt", shakespeare_path)
     base = make_config(f"dataset={corpus}", f"data_cache_dir={tmp_path / 'cache'}")
     init = save_dropout_free_model(tmp_path / "init", base.tokenizer)
@@ -57,6 +57,8 @@ def test_logged_loss_and_tokens_seen_count_every_micro_batch(make_config, tmp_pa
     run_dir = train(config)
     records = train_records(run_dir)
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    # packed blocks: every step holds exactly this many (fine-tuning's padded rows say "at most")
+    assert f"; {BATCH_SIZE * ACCUMULATION * BLOCK_SIZE} tokens per optimizer step; " in capfd.readouterr().out
 
     blocks = packed_train_blocks(config)
     batch_by_digest = {

@@ -239,7 +239,7 @@ def test_the_heldout_lm_loss_of_multiple_choice_is_every_choices_own(tmp_path, b
     assert summary["val_lm_loss"] == pytest.approx(sum(row_losses) / len(row_losses), rel=1e-5)
     # the most tokens a step holds counts both answers' sequences: 4 examples x 2 answers x 64 (it said 4 x 64, less
     # than the tokens the run's first step had counted)
-    assert "model: " in (printed := capfd.readouterr().out) and "512 tokens per optimizer step" in printed
+    assert "model: " in (printed := capfd.readouterr().out) and "at most 512 tokens per optimizer step" in printed
     first = next(json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()
                  if json.loads(line)["kind"] == "train")
     assert 256 < first["tokens_seen"] <= 512

@@ -218,6 +218,26 @@ def test_the_same_folder_with_other_settings_is_refused_naming_them_and_the_ways
     assert sorted(p.name for p in (crashed / "checkpoints").iterdir()) == before
 
 
+def test_raising_max_steps_is_told_the_way_that_keeps_the_weights(crashed, make_config):
+    """Raising max_steps to train longer changes the cosine schedule, so the resume is refused; the message offered a
+    new folder or --start_over (both from step 0), while resume_from_checkpoint's offered init_from (found by the
+    resume-under-changed-setup hunt). Followed as written, a new run starts from the checkpoint's weights."""
+    from safetensors.torch import load_file
+
+    checkpoint = crashed.absolute() / "checkpoints" / "step_000002"
+    with pytest.raises(ValueError) as err:
+        train(make_config(*STEPS[1:], "max_steps=8"))
+    assert "(max_steps: 4 -> 8)" in str(err.value)
+    advice = f"start a new run from its weights (fresh optimizer and schedule) with init_from={checkpoint} run_name="
+    assert advice in str(err.value)
+    # one step of linear warmup updates with learning rate 0 (transformers' schedule): the checkpoint's weights
+    longer = make_config(*STEPS[1:], "max_steps=1", "warmup_steps=1", f"init_from={checkpoint}", run_name="longer",
+                         with_model_section=False)
+    final = load_file(train(longer) / "final" / "model.safetensors")
+    start = load_file(checkpoint / "model.safetensors")
+    assert start and all(torch.equal(final[name], start[name]) for name in start)
+
+
 def test_the_console_script_names_the_clash_before_torch_loads(crashed, make_config, tmp_path):
     """Was ~6-8 s: the run folder was compared only after torch, transformers and accelerate had loaded."""
     import subprocess
