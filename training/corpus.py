@@ -161,8 +161,8 @@ def _files_of_other_splits(root: Path, files: list[Path]) -> set[Path]:
 
 
 def files_datasets_guesses_held_out(path: str | os.PathLike) -> dict[Path, str]:
-    """Files of a plain folder that datasets' keyword guess (`datasets.data_files.get_data_patterns`) would read as a
-    held-out split, {file: split}, leaving out those held_out_split_files refuses. Their names do not say so to the
+    """Files of a folder that datasets' keyword guess (`datasets.data_files.get_data_patterns`) would read as a
+    held-out split, {file: split}. Asked once held_out_split_files refused nothing: these names do not say so to the
     name rule (test_matched.jsonl, eval_notes.txt), so they are trained on; the caller says so, since a datasets user
     expects `load_dataset(folder)` to keep them out of "train"."""
     from datasets.data_files import DataFilesDict, get_data_patterns
@@ -175,8 +175,7 @@ def files_datasets_guesses_held_out(path: str | os.PathLike) -> dict[Path, str]:
         by_split = DataFilesDict.from_patterns(get_data_patterns(str(root)), base_path=str(root))
     except Exception:  # noqa: BLE001 — no data files datasets recognises, or no files at all: nothing to say
         return {}
-    refused = set(held_out_split_files(root))
-    resolved = {file.resolve(): file for file in files if file not in refused}
+    resolved = {file.resolve(): file for file in files}
     return {resolved[Path(name).resolve()]: str(split) for split, names in by_split.items()
             if _is_held_out_split(str(split)) for name in names if Path(name).resolve() in resolved}
 
