@@ -391,6 +391,27 @@ _AFTER_INTERRUPT = {
 }
 
 
+def _refuse_a_multi_process_launch(command: str) -> None:
+    """eval, export, push, tokenizer and run's later stages work in one process: under `accelerate launch
+    --num_processes 2` every rank scored the whole benchmark and wrote the same folder, and one crashed on the other's
+    half-written files (found by the distributed hunt). Only train and finetune share work between ranks."""
+    from hf_gpt_custom.training.devices import launch_rank, launched_processes
+
+    processes = launched_processes()
+    if command in ("train", "finetune") or processes == 1:
+        return
+    if command == "run":
+        fix = ("train under the launcher (`accelerate launch ... -m hf_gpt_custom.cli train CONFIG`), then evaluate "
+               "and export in one process: `hf-gpt-custom eval --model RUN/final --tasks ... --out RUN/eval` and "
+               "`hf-gpt-custom export RUN RUN/export`")
+    else:
+        fix = f"run it without accelerate launch or torchrun{' (it picks the GPU itself; --device chooses)' if command == 'eval' else ''}"
+    if launch_rank() == 0:  # said once, not by every rank
+        print(f"hf-gpt-custom {command}: error: {command} works in one process, and the launcher started "
+              f"{processes}: {fix}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     # key=value overrides may also follow the options (`train CONFIG --init_from DIR max_steps=5`): argparse stops
@@ -400,6 +421,7 @@ def main(argv: list[str] | None = None) -> None:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    _refuse_a_multi_process_launch(args.command)
     try:
         args.func(args)
     except UserError as err:

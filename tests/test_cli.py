@@ -469,3 +469,36 @@ def test_tokenizer_train_finds_a_relative_input_from_any_folder_as_train_finds_i
     code, _, err = _run_main(["tokenizer", "train", "no_such_dir/sub/corpus.txt", "--out", str(tmp_path / "t2")], capsys)
     _assert_one_line_error(code, err, "tokenizer", f"input 'no_such_dir/sub/corpus.txt' not found in {tmp_path} or "
                            f"{REPO_ROOT}")
+
+
+def test_commands_that_work_in_one_process_refuse_a_launch_of_two_naming_the_way(tmp_path):
+    """`accelerate launch --num_processes 2 -m hf_gpt_custom.cli eval`: each rank scored the whole benchmark into the
+    same folder, and one crashed on the other's half-written report (FileNotFoundError .report.tmp/shots_curve.png;
+    `run`'s eval stage the same; found by the distributed hunt). Launched here by torchrun itself: both ranks stop
+    with exit 2 before writing anything, and the error is said once."""
+    out = tmp_path / "eval"
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+         "hf_gpt_custom.cli", "eval", "--model", str(tmp_path / "model"), "--tasks", "copa", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert completed.returncode != 0 and not out.exists()
+    said = "hf-gpt-custom eval: error: eval works in one process, and the launcher started 2: run it without " \
+           "accelerate launch or torchrun"
+    assert completed.stderr.count(said) == 1, completed.stderr[-3000:]
+
+
+@pytest.mark.parametrize("command", [["run", "training/configs/smoke.yaml"], ["export", "a", "b"],
+                                     ["tokenizer", "train", "x.txt", "--out", "y"]])
+def test_run_export_and_tokenizer_refuse_a_multi_process_launch(command, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")  # another rank: stops without a word
+    with pytest.raises(SystemExit) as exited:
+        main(command)
+    assert exited.value.code == 2 and capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit) as exited:
+        main(command)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"{command[0]} works in one process, and the launcher started 2" in err
+    if command[0] == "run":
+        assert "train under the launcher" in err and "hf-gpt-custom export RUN RUN/export" in err

@@ -34,6 +34,19 @@ def launch_rank() -> int:
     return 0
 
 
+# ...and the number of processes it started
+_WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def launched_processes() -> int:
+    """How many processes the launcher started (accelerate launch, torchrun, MPI); 1 without a launcher."""
+    for name in _WORLD_SIZE_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
 def mixed_precision_for_run(configured: str) -> str:
     """The precision to train in: `configured` (the training YAML's), with a warning when the launcher said otherwise.
 
