@@ -46,8 +46,10 @@ class Results:
     model_weights_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        from hf_gpt_custom.versions import software_versions
+
         return {"model": self.model, "model_weights_sha256": self.model_weights_sha256, "config": self.config,
-                "results": self.results, "skipped": self.skipped}
+                "results": self.results, "skipped": self.skipped, "software": software_versions()}
 
     def value(self, task: str, metric: str, num_fewshot: int = 0) -> float:
         for row in self.results:

@@ -25,6 +25,7 @@ import torch
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.manifest import write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
+from hf_gpt_custom.versions import software_versions
 from hf_gpt_custom.training.checkpoint import (
     TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, set_aside_other_histories,
     set_aside_replaced_outputs, write_errors_named,
@@ -383,6 +384,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "num_processes": accelerator.num_processes,
         **s.workload.summary_fields(last_eval),
         "loss_curve": LOSS_CURVE_NAME,
+        "software": software_versions(),  # of the session that finished the run
     })
     plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
                     title=loss_curve_title(config.run_name, s.n_params))

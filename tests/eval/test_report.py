@@ -26,7 +26,16 @@ def report_dir(tiny_model_folder, tmp_path_factory):
 def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder, shared_data_dir):
     out_dir, results = report_dir
     payload = json.loads((out_dir / "results.json").read_text())
-    assert set(payload) == {"model", "model_weights_sha256", "config", "results", "skipped"}
+    assert set(payload) == {"model", "model_weights_sha256", "config", "results", "skipped", "software"}
+    import importlib.metadata
+
+    import torch
+    import transformers
+
+    # the versions that scored it, as lm-eval records its own (checked against the modules themselves)
+    assert payload["software"]["transformers"] == transformers.__version__
+    assert payload["software"]["torch"] == torch.__version__
+    assert payload["software"]["hf-gpt-custom"] == importlib.metadata.version("hf-gpt-custom")
     from hf_gpt_custom.manifest import sha256_file
 
     weights = sorted(tiny_model_folder.glob("*.safetensors"))  # the fingerprint by hand: name=sha256; per file

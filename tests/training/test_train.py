@@ -77,6 +77,11 @@ def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
     assert SUMMARY_KEYS <= set(summary)
     assert summary["steps"] == 40 and summary["tokens_seen"] == 40 * 4 * 32
     assert summary["config"]["max_steps"] == 40 and summary["loss_curve"] == "loss_curve.png"
+    import accelerate
+    import transformers
+
+    assert summary["software"]["transformers"] == transformers.__version__
+    assert summary["software"]["accelerate"] == accelerate.__version__ and summary["software"]["torch"] == torch.__version__
     assert summary["tokens_per_s"] > 0
     if torch.cuda.is_available():  # trained on the GPU in float32: no datasheet peak to divide by (train.py), no MFU
         assert summary["mfu"] is None and summary["peak_flops"] is None
