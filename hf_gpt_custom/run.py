@@ -159,7 +159,7 @@ def _set_aside_earlier_results(eval_dir: Path) -> None:
 
 def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) -> tuple[Path | None, str]:
     if not config.benchmark_tasks:
-        print("eval skipped: benchmark_tasks is empty (give benchmark_tasks=[copa,piqa] to evaluate)", flush=True)
+        print("eval skipped: benchmark_tasks is empty (give benchmark_tasks=[copa] to evaluate)", flush=True)
         _set_aside_earlier_results(run_dir / "eval")  # results of earlier settings must not reach the card
         return None, "skipped"
     from hf_gpt_custom.eval.runner import evaluate

@@ -93,7 +93,11 @@ def test_h100_figures_are_what_the_result_files_hold():
     assert recipe["overrides"] == {"weight_decay": 2.0} and recipe["device"].startswith("NVIDIA H100")
     assert (f"{recipe['final_bits_per_byte']:.4f}", f"{recipe['training_seconds']:.0f}") == ("2.0821", "110")
     assert "**2.0821 bits/byte** on the same tail, 110 s of training" in flat(README)
-    assert len(sweep) == 42 and "the best of 42 recipes" in flat(README)
+    # its place in the sweep as the README states it, read from the sweep (it said "the best of 42 recipes" while a
+    # 700-step run scored 2.0784)
+    ranked = sorted(sweep.values(), key=lambda run: run["final_bits_per_byte"])
+    assert len(sweep) == 42 and ranked.index(recipe) == 1 and f"{ranked[0]['final_bits_per_byte']:.4f}" == "2.0784"
+    assert "second of 42 sweep runs, behind one single-seed run at 2.0784" in flat(README)
 
 
 def test_a_continued_card_does_not_claim_its_heldout_records_were_never_trained_on():

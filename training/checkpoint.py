@@ -388,18 +388,17 @@ def check_random_states(folder: str | os.PathLike, rank: int, num_processes: int
     path = folder / RANDOM_STATES_NAME.format(rank=rank)
     not_exact = "without it the run would not continue exactly (other dropout masks than an uninterrupted run)"
     saved_by = len(list(folder.glob(RANDOM_STATES_NAME.format(rank="*"))))
-    if not path.is_file():
-        raise UserError(
-            f"checkpoint {folder} has no {path.name}: it was saved by {saved_by} process(es) and this run has "
-            f"{num_processes}; {not_exact} — resume with {saved_by} process(es)"
-        )
     if saved_by != num_processes:  # each rank's place in the data would be another's, the global batch another
-        # (every rank refuses: rank 0, which has its file, went on to rewrite the run log, then died in a collective)
+        # (every rank refuses, with one message: rank 0, which has its file, went on to rewrite the run log, then
+        # died in a collective)
         raise UserError(
             f"checkpoint {folder} was saved by {saved_by} process(es) and this run has {num_processes}: the ranks "
             f"would read other batches than the saved run's, with another global batch size — resume with "
-            f"{saved_by} process(es) (accelerate launch --num_processes {saved_by}), or start a new run"
+            f"{saved_by} process(es) (accelerate launch --num_processes {saved_by}), or start a new run (run_name=...)"
         )
+    if not path.is_file():
+        raise UserError(f"checkpoint {folder} has no {path.name} though {saved_by} process(es) saved it; {not_exact} "
+                        f"— resume from an earlier checkpoint (resume_from_checkpoint=...)")
     needed = ["random_state", "numpy_random_seed", "torch_manual_seed"]
     needed += ["torch_cuda_manual_seed"] if torch.cuda.is_available() else []
     try:

@@ -489,18 +489,21 @@ def test_resume_with_another_number_of_processes_than_saved_the_checkpoint_is_re
     _, run_dir = run_with_checkpoints
     latest = run_dir / "checkpoints" / "step_000008"
     check_random_states(latest, rank=0, num_processes=1)
-    with pytest.raises(UserError, match=r"has no random_states_1\.pkl: it was saved by 1 process\(es\) and this run "
-                                        r"has 2; .* resume with 1 process"):
-        check_random_states(latest, rank=1, num_processes=2)
-    # rank 0 has its file: it went on alone, rewrote the run log, and died in the evaluation's collective
-    with pytest.raises(UserError, match=r"was saved by 1 process\(es\) and this run has 2: the ranks would read other "
-                                        r"batches .* resume with 1 process\(es\)"):
-        check_random_states(latest, rank=0, num_processes=2)
+    # every rank says the same: rank 1 lacks its file, rank 0 has its own (it went on alone, rewrote the run log, and
+    # died in the evaluation's collective); the two ranks said two different things for the one cause (newuser2)
+    for rank in (0, 1):
+        with pytest.raises(UserError, match=r"was saved by 1 process\(es\) and this run has 2: the ranks would read "
+                                            r"other batches .* resume with 1 process\(es\)"):
+            check_random_states(latest, rank=rank, num_processes=2)
     # fewer: a 2-process checkpoint resumed by one process trained the batches rank 1 had read again
     shutil.copy(latest / "random_states_0.pkl", latest / "random_states_1.pkl")
     check_random_states(latest, rank=1, num_processes=2)
     with pytest.raises(UserError, match=r"was saved by 2 process\(es\) and this run has 1: .* resume with 2 "
                                         r"process\(es\) \(accelerate launch --num_processes 2\)"):
+        check_random_states(latest, rank=0, num_processes=1)
+    (latest / "random_states_0.pkl").unlink()  # the count agrees, this rank's own file is gone
+    with pytest.raises(UserError, match=r"has no random_states_0\.pkl though 1 process\(es\) saved it; .*would "
+                                        r"not continue exactly .* resume from an earlier checkpoint"):
         check_random_states(latest, rank=0, num_processes=1)
 
 
