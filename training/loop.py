@@ -160,15 +160,17 @@ def _optimizer_step(s: Session, batches, gate: UpdateGate, guard: DivergenceGuar
     optimizer cannot skip an update on the device: then the step is checked on the host, as it goes)."""
     accelerator, model, accum = s.accelerator, s.model, s.config.gradient_accumulation_steps
     loss_sum = torch.zeros((), device=accelerator.device)
-    n_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
-    span_tokens = torch.zeros((), dtype=torch.int64, device=accelerator.device)
+    # Host integers while the counts are (packed blocks: a shape); device tensors once a count is one (padded rows:
+    # the mask's sum), so no count is read back, and packed blocks add no kernel per micro-batch
+    n_tokens: torch.Tensor | int = 0
+    span_tokens: torch.Tensor | int = 0
     digests = []
     for _ in range(accum):
         batch, digest = next(batches)
         digests.append(digest)
         batch_tokens = s.workload.count_tokens(batch)
-        n_tokens += batch_tokens
-        span_tokens += batch_tokens * batch["input_ids"].shape[-1]  # a shape: nothing read from the device
+        n_tokens = n_tokens + batch_tokens
+        span_tokens = span_tokens + batch_tokens * batch["input_ids"].shape[-1]  # the width is a shape
         with accelerator.accumulate(model):
             loss = s.workload.loss(model, batch)
             accelerator.backward(loss)
