@@ -236,11 +236,6 @@ def load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[
         state = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise UserError(f"{path} is not valid JSON ({err}); delete it to restart the pipeline from the beginning") from err
-    if _nothing_trained_under(state, run_dir):
-        # A start that stopped before training wrote anything (the Hub unreachable, bad data, a refused setting) left
-        # only this file and config.yaml: no model was made under its settings, so the corrected config starts
-        # afresh (the tokenizer stage reuses or retrains its folder by its own record) instead of being refused.
-        return {"config": fingerprint, "stages": {}}
     from hf_gpt_custom.training.config import BEHAVIOUR_BEFORE_THE_SETTING
 
     saved = with_model_keys(_with_auto_precision_resolved(state.get("config", {}), config))
@@ -250,6 +245,11 @@ def load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[
     changed = sorted(key for key in set(fingerprint) & set(saved) if fingerprint[key] != saved[key])
     moved = _moved_inputs(saved, fingerprint)
     refused = [key for key in changed if key not in _NO_WEIGHT_KEYS | set(moved)]
+    if refused and _nothing_trained_under(state, run_dir):
+        # A start that stopped before training wrote anything (the Hub unreachable, bad data, a refused setting) left
+        # only this file and config.yaml: no model was made under its settings, so the corrected config starts
+        # afresh (the tokenizer stage reuses or retrains its folder by its own record) instead of being refused.
+        return {"config": fingerprint, "stages": {}}
     if refused:
         shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in refused[:4])
         elsewhere = "give it another out_dir=..." if config is not None and config.out_dir \
