@@ -201,3 +201,21 @@ def test_readme_config_table_gives_each_main_job_recipes_own_settings(name):
         assert f"dropout {model['resid_pdrop']}" in row
     if config.get("weight_decay", 0.1) != 0.1:  # the project's default is not repeated in the table
         assert f"weight decay {config['weight_decay']}" in row
+
+
+def test_each_training_example_of_a_block_trains_a_folder_of_its_own():
+    """Copied in order, docs/training.md's second example trained into the first one's folder with other settings and
+    was refused, and the launch examples met README's one-process smoke run in runs/smoke (found by a new-user walk).
+    Within a block, two train commands with one config need distinct run_names; a launched one names its own."""
+    for page in [README, *DOCS]:
+        for block in fenced_blocks(page.read_text(encoding="utf-8"), "bash"):
+            commands = [line for line in block.replace("\\\n", " ").splitlines()
+                        if re.search(r"(hf-gpt-custom|hf_gpt_custom\.cli) train ", line)]
+            folders = []
+            for command in commands:
+                config = re.search(r"training/configs/[\w.-]+\.yaml", command)
+                run_name = re.search(r"\brun_name=(\S+)", command)
+                folders.append(run_name.group(1) if run_name else config.group(0) if config else command)
+                if re.search(r"accelerate launch|torchrun", command) and "smoke.yaml" in command:  # README runs it
+                    assert run_name, f"{page.name}: a launch example without a run_name of its own: {command}"
+            assert len(folders) == len(set(folders)), f"{page.name}: two examples train one folder: {folders}"
