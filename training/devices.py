@@ -25,26 +25,27 @@ logger = logging.getLogger(__name__)
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK")
 
 
-def launch_rank() -> int:
-    """This process's global rank as the launcher set it; 0 when started without a launcher."""
-    for name in _RANK_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
 # ...and the number of processes it started
 _WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
+def launch_rank() -> int:
+    """This process's global rank as the launcher set it; 0 when started without a launcher."""
+    return _launcher_value(_RANK_VARIABLES, default=0)
+
+
 def launched_processes() -> int:
     """How many processes the launcher started (accelerate launch, torchrun, MPI); 1 without a launcher."""
-    for name in _WORLD_SIZE_VARIABLES:
+    return _launcher_value(_WORLD_SIZE_VARIABLES, default=1)
+
+
+def _launcher_value(variables: tuple[str, ...], default: int) -> int:
+    """The first of `variables` a launcher set to a number."""
+    for name in variables:
         value = os.environ.get(name, "").strip()
         if value.isdigit():
             return int(value)
-    return 1
+    return default
 
 
 def mixed_precision_for_run(configured: str) -> str:
