@@ -15,15 +15,25 @@ from hf_gpt_custom.manifest import MANIFEST_NAME, cached_sha256, is_documentatio
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source, list_local_files
 
-# The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash).
+# The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash): the
+# byte-level BPE's, then the vocabulary files transformers' other tokenizer classes read (their VOCAB_FILES_NAMES:
+# WordPiece's vocab.txt, SentencePiece models, ...). A WordPiece folder's edited vocab.txt reused the packed data of
+# the old ids, and its resume was not refused (found by the staleness hunt). A name a folder does not hold adds
+# nothing, so the fingerprints of folders that hold only the first names are as before.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "tokenizer.model")  # AutoTokenizer reads the last two too: they change ids
+                   "added_tokens.json", "tokenizer.model",
+                   "vocab.txt", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model", "spm.model",
+                   "source.spm", "target.spm", "bpe.codes", "dict.txt", "entity_vocab.json", "normalizer.json",
+                   "vocab-src.json", "vocab-tgt.json")
 
 
 def tokenizer_file_sha256s(folder: str | os.PathLike) -> dict[str, str]:
-    """name -> sha256 of each of TOKENIZER_FILES present in `folder`, in TOKENIZER_FILES order (empty: none)."""
+    """name -> sha256 of each of TOKENIZER_FILES present in `folder`, in TOKENIZER_FILES order, then its tiktoken
+    vocabularies (*.tiktoken) by name (empty: none)."""
     folder = Path(folder)
-    return {name: cached_sha256(folder / name) for name in TOKENIZER_FILES if (folder / name).is_file()}
+    files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    files += sorted(path.name for path in folder.glob("*.tiktoken") if path.is_file()) if folder.is_dir() else []
+    return {name: cached_sha256(folder / name) for name in files}
 
 
 def run_tokenizer_folder(config: TrainConfig) -> Path:

@@ -345,3 +345,43 @@ def test_an_older_val_dataset_runs_tokenizer_is_kept_when_its_data_moved(make_co
     config = make_config(f"dataset={moved}", f"val_dataset={val_file}", "tokenizer=null", "tokenizer_vocab_size=400",
                          run_name="old")
     assert _tokenizer_json(prepare_tokenizer(config)) == old
+
+
+def test_an_edited_wordpiece_vocab_txt_packs_the_data_again_and_changes_the_runs_fingerprint(make_config, tmp_path):
+    """A WordPiece tokenizer folder (vocab.txt + tokenizer_config.json) with two entries swapped encodes other ids,
+    but the packed-data cache key and the run's tokenizer fingerprint ignored vocab.txt: the old blocks were reused
+    and a resume was not refused (found by the staleness hunt). Reference: the tokenizer's own encoding, and the
+    blocks packed into a fresh cache folder."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    from hf_gpt_custom.model_folder import load_folder_tokenizer
+    from hf_gpt_custom.training.data import prepare_datasets
+    from hf_gpt_custom.training.fingerprints import input_fingerprints
+
+    data = tmp_path / "data.txt"
+    data.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\n" * 40)
+    wordpiece = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wordpiece.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wordpiece.train([str(data)], trainers.WordPieceTrainer(vocab_size=120, special_tokens=["[PAD]", "[UNK]", "[SEP]"]))
+    vocab = [token for token, _ in sorted(wordpiece.get_vocab().items(), key=lambda item: item[1])]
+    folder = tmp_path / "wordpiece"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "BertTokenizer", "do_lower_case": True, "eos_token": "[SEP]", "unk_token": "[UNK]",
+        "pad_token": "[PAD]", "sep_token": "[SEP]"}))
+
+    def packed(cache: str):
+        config = make_config(f"dataset={data}", f"tokenizer={folder}", "block_size=16", f"data_cache_dir={tmp_path / cache}")
+        blocks = prepare_datasets(config, load_folder_tokenizer(folder), folder)
+        return [token for row in blocks.train["input_ids"] for token in row], input_fingerprints(config)["tokenizer"]
+
+    before, fingerprint_before = packed("cache")
+    i, j = vocab.index("first"), vocab.index("citizen")
+    vocab[i], vocab[j] = vocab[j], vocab[i]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    assert load_folder_tokenizer(folder)("first citizen", add_special_tokens=False)["input_ids"] == [j, i]
+    after, fingerprint_after = packed("cache")
+    assert after == packed("fresh_cache")[0] != before  # packed again with the new ids, as a fresh cache packs them
+    assert fingerprint_after != fingerprint_before  # a resume names the tokenizer's contents
