@@ -40,8 +40,9 @@ def pretrained_model(work_dir: Path) -> Path:
     from hf_gpt_custom.training.train import train
 
     run_dir = work_dir / "pretrain"
-    if not (run_dir / "final" / "config.json").is_file():
-        train(load_train_config(PRETRAIN_CONFIG, [f"out_dir={run_dir}"]))
+    # Always through train(): a finished run is only evaluated again, an interrupted one continues, and one trained
+    # with other settings is refused by name (a kept final/ was reused whatever the YAML said)
+    train(load_train_config(PRETRAIN_CONFIG, [f"out_dir={run_dir}"]))
     return run_dir / "final"
 
 
@@ -98,9 +99,10 @@ def run(work_dir: Path) -> dict:
         write_heldout_eval_data(name, heldout, eval_data)
         t0 = time.time()
         eval_dir = work_dir / f"eval_{name}"
-        if (eval_dir / "results.json").is_file():  # a run interrupted after this stage: its results are kept
-            results = json.loads((eval_dir / "results.json").read_text())
-        else:
+        kept = json.loads((eval_dir / "results.json").read_text()) if (eval_dir / "results.json").is_file() else None
+        if kept is not None and _scored_this_base(kept, base):  # a run interrupted after this stage: kept
+            results = kept
+        else:  # none yet, or another base model's or other shots' (the base was trained again since)
             results = evaluate(str(base), tasks=[eval_task], shots=list(SHOTS), data_dir=eval_data,
                                out_dir=eval_dir, show_progress=False, skip_unfittable=True).to_dict()
         rows = {}
@@ -115,9 +117,9 @@ def run(work_dir: Path) -> dict:
                  "skipped": results["skipped"], "finetuned": {}}
         for weight in LM_LOSS_WEIGHTS:
             run_dir = work_dir / f"{name}_lambda{weight}"
-            if not (run_dir / "final" / "config.json").is_file():  # finished runs are kept, as the main job does
-                finetune(load_finetune_config(yaml_path, base_overrides + [
-                    f"out_dir={run_dir}", f"task.lm_loss_weight={weight}"]))
+            # a finished run is evaluated again, one from another base or with other settings refused by name
+            finetune(load_finetune_config(yaml_path, base_overrides + [
+                f"out_dir={run_dir}", f"task.lm_loss_weight={weight}"]))
             summary = json.loads((run_dir / "training_summary.json").read_text())
             assert summary["heldout_examples"] == len(heldout)
             entry["finetuned"][f"lambda={weight}"] = {
@@ -132,6 +134,14 @@ def run(work_dir: Path) -> dict:
     report["wall_time_s"] = time.time() - started
     report["load_average_end"] = load_average()
     return report
+
+
+def _scored_this_base(results: dict, base: Path) -> bool:
+    """Whether kept results.json scored these weights at every K of SHOTS (scored or skipped as unfittable)."""
+    from hf_gpt_custom.manifest import weights_fingerprint
+
+    shots = {row["num_fewshot"] for row in [*results["results"], *results.get("skipped", [])]}
+    return results.get("model_weights_sha256") == weights_fingerprint(base) and set(SHOTS) <= shots
 
 
 def format_markdown(report: dict) -> str:

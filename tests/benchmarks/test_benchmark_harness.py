@@ -2,6 +2,8 @@
 files and the report built from them. Speed is never asserted; tiny models only."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -281,3 +283,45 @@ def test_device_busy_time_counts_each_kernel_once():
             SimpleNamespace(key="aten::argmax", device_type=DeviceType.CPU, self_device_time_total=13.0),
             SimpleNamespace(key="reduce_kernel", device_type=DeviceType.CUDA, self_device_time_total=13.0)]
     assert sum(row.self_device_time_total for row in device_rows(rows)) == 583.0
+
+
+def test_the_finetune_experiment_never_reports_an_earlier_base_models_results(tmp_path, monkeypatch, shared_data_dir):
+    """After the base model was trained again (another pre-training YAML, pretrain/ deleted), the experiment kept
+    eval_boolq/results.json and boolq_lambda*/final of the earlier base and reported them beside the new base's
+    figures (found by the staleness hunt). Now the kept evaluation is used only for the weights it scored (its
+    results.json's fingerprint against the base's own), and fine-tuning always goes through finetune(), whose guard
+    names the changed base."""
+    import hf_gpt_custom.training.finetune_config as finetune_config
+    from benchmarks import finetune_experiment as experiment
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.manifest import weights_fingerprint
+
+    text = tmp_path / "text.txt"
+    text.write_text((shared_data_dir / "tinyshakespeare" / "input.txt").read_text()[:20000])
+
+    def pretrain_yaml(seed: int) -> Path:
+        path = tmp_path / f"pretrain_{seed}.yaml"
+        path.write_text(f"dataset: {text}\ntokenizer_vocab_size: 300\nmodel: {{n_layer: 2, n_head: 2, n_embd: 32}}\n"
+                        f"block_size: 64\nbatch_size: 4\nmax_steps: 4\nwarmup_steps: 1\neval_interval: 4\n"
+                        f"eval_batches: 1\nlog_with: none\nseed: {seed}\ndata_cache_dir: {tmp_path / 'cache'}\n")
+        return path
+
+    load = finetune_config.load_finetune_config
+    monkeypatch.setattr(finetune_config, "load_finetune_config", lambda path, overrides=(): load(path, [
+        *overrides, "block_size=64", "batch_size=4", "max_steps=2", "warmup_steps=1", "eval_interval=2",
+        "checkpoint_interval=2", "val_fraction=0.02"]))
+    monkeypatch.setattr(experiment, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(experiment, "SHOTS", (0,))
+    monkeypatch.setattr(experiment, "LM_LOSS_WEIGHTS", (0.5,))
+    monkeypatch.setattr(experiment, "TASKS", {"boolq": experiment.TASKS["boolq"]})
+    monkeypatch.setattr(experiment, "PRETRAIN_CONFIG", pretrain_yaml(1))
+    work = tmp_path / "experiment"
+    first = experiment.run(work)
+    assert experiment.run(work)["tasks"]["boolq"]["prompting"] == first["tasks"]["boolq"]["prompting"]  # kept
+
+    monkeypatch.setattr(experiment, "PRETRAIN_CONFIG", pretrain_yaml(2))  # the base trained again
+    shutil.rmtree(work / "pretrain")
+    with pytest.raises(UserError, match="init_from"):  # the earlier base's fine-tuned runs are not reported
+        experiment.run(work)
+    scored = json.loads((work / "eval_boolq" / "results.json").read_text())["model_weights_sha256"]
+    assert scored == weights_fingerprint(work / "pretrain" / "final")  # evaluated again: the new base
