@@ -474,6 +474,19 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         )
 
 
+def _unscored_after_padding(labels: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """`labels` with -100 where the predicting position is padding: under left padding the last pad column
+    "predicts" each row's first token, which a row alone never scores, so the batch's loss moved with the pad id and
+    the amount of padding (4.910 to 4.991 against 5.035 for the rows alone; found by the batch-invariance hunt).
+    transformers' GPT-2 scores that prediction; a DataCollatorForLanguageModeling batch from our tokenizers, which
+    pad on the left for generation, then trained on it. No mask, another shape (a cache's), or no padding: as given."""
+    if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape != labels.shape:
+        return labels
+    from_padding = torch.zeros_like(labels, dtype=torch.bool)
+    from_padding[:, 1:] = attention_mask[:, :-1] == 0
+    return labels.masked_fill(from_padding, -100)
+
+
 class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
     """GPTCustomModel plus the language-modelling head: tied to the token embedding (stored once on save) unless
     config.tie_word_embeddings is False (LLaMA). The loss is transformers' ForCausalLMLoss (`self.loss_function`)."""
@@ -547,6 +560,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             check_token_ids("labels", labels, self.config.vocab_size, ignore_index=-100)
+            labels = _unscored_after_padding(labels, attention_mask)
             # transformers' causal-LM loss: shift by one, ignore -100, and honour num_items_in_batch (gradient
             # accumulation) so accumulated losses average over tokens, not micro-batches.
             # On CUDA a compiled copy of it (causal_lm_loss.py): the same float32 arithmetic, fused.

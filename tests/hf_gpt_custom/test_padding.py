@@ -187,3 +187,27 @@ def test_a_4d_bool_mask_masks_under_every_attention_implementation(implementatio
         got = model(input_ids, attention_mask=bool_mask, position_ids=positions).logits
     real = attention_mask.bool()
     torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("pad", [0, 50, 98])
+def test_the_loss_of_a_padded_batch_is_the_rows_alone_whatever_the_pad_id(side, pad):
+    """labels = input ids with -100 on padding (DataCollatorForLanguageModeling's): under left padding the last pad
+    column's prediction of each row's first token was scored, so the loss moved with the pad id (4.910 to 4.991
+    against 5.035; found by the batch-invariance hunt). Reference: transformers' GPT2LMHeadModel on each row alone,
+    unpadded, with the same weights, pooled over the rows' predicted tokens."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    model = from_gpt2_model(gpt2, GPTCustomForCausalLM)
+    input_ids, attention_mask = _batch(side)
+    input_ids = input_ids.masked_fill(attention_mask == 0, pad)
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    with torch.no_grad():
+        batched = model(input_ids, attention_mask=attention_mask, labels=labels).loss
+        sums = [gpt2(torch.tensor([tokens]), labels=torch.tensor([tokens])).loss * (len(tokens) - 1) for tokens in ROWS]
+    torch.testing.assert_close(batched, sum(sums) / sum(len(tokens) - 1 for tokens in ROWS), rtol=1e-5, atol=1e-6)
