@@ -385,3 +385,18 @@ def test_an_edited_wordpiece_vocab_txt_packs_the_data_again_and_changes_the_runs
     after, fingerprint_after = packed("cache")
     assert after == packed("fresh_cache")[0] != before  # packed again with the new ids, as a fresh cache packs them
     assert fingerprint_after != fingerprint_before  # a resume names the tokenizer's contents
+
+
+def test_a_tiktoken_vocabulary_is_part_of_the_tokenizer_fingerprint(tmp_path):
+    """A folder loaded through tiktoken's vocabulary (cl100k_base.tiktoken) changes ids when that file changes; it is
+    hashed with the folder's other tokenizer files (sha256 by hand)."""
+    import hashlib
+
+    from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s
+
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "cl100k_base.tiktoken").write_text("IQ== 0\nIg== 1\n")
+    (tmp_path / "model.safetensors").write_bytes(b"weights are not the tokenizer")
+    hashes = tokenizer_file_sha256s(tmp_path)
+    assert list(hashes) == ["tokenizer_config.json", "cl100k_base.tiktoken"]
+    assert hashes["cl100k_base.tiktoken"] == hashlib.sha256(b"IQ== 0\nIg== 1\n").hexdigest()
