@@ -395,7 +395,7 @@ def _refuse_a_multi_process_launch(command: str) -> None:
     """eval, export, push, tokenizer and run's later stages work in one process: under `accelerate launch
     --num_processes 2` every rank scored the whole benchmark and wrote the same folder, and one crashed on the other's
     half-written files (found by the distributed hunt). Only train and finetune share work between ranks."""
-    from hf_gpt_custom.training.devices import launch_rank, launched_processes
+    from hf_gpt_custom.training.devices import launch_rank, launched_processes, world_size_variable
 
     processes = launched_processes()
     if command in ("train", "finetune") or processes == 1:
@@ -408,7 +408,8 @@ def _refuse_a_multi_process_launch(command: str) -> None:
         fix = f"run it without accelerate launch or torchrun{' (it picks the GPU itself; --device chooses)' if command == 'eval' else ''}"
     if launch_rank() == 0:  # said once, not by every rank
         print(f"hf-gpt-custom {command}: error: {command} works in one process, and the launcher started "
-              f"{processes}: {fix}", file=sys.stderr)
+              f"{processes} ({world_size_variable()}={processes}; unset it if no launcher started this): {fix}",
+              file=sys.stderr)
     sys.exit(2)
 
 

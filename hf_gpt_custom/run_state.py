@@ -223,7 +223,8 @@ def with_model_keys(fingerprint: dict[str, Any]) -> dict[str, Any]:
 def _describe_change(key: str, saved: Any, now: Any, config) -> str:
     if key.startswith(_CONTENTS):
         role = key.removeprefix(_CONTENTS)
-        return f"the contents of {role}={getattr(config, role, '?')} changed since then"
+        setting = "tokenizer" if role == "tokenizer_vocabulary" else role  # its vocabulary files: the same setting
+        return f"the contents of {setting}={getattr(config, setting, '?')} changed since then"
     return f"{key}: {saved!r} -> {now!r}"
 
 
@@ -250,6 +251,10 @@ def load_state(run_dir: Path, fingerprint: dict[str, Any], config=None) -> dict[
         # only this file and config.yaml: no model was made under its settings, so the corrected config starts
         # afresh (the tokenizer stage reuses or retrains its folder by its own record) instead of being refused.
         return {"config": fingerprint, "stages": {}}
+    if refused and still_starting_over(state, run_dir):
+        # the same for a --start_over that failed before its first checkpoint: the corrected command, rerun without
+        # the flag as the failure said, goes on replacing the same run (whose checkpoints are still to set aside)
+        return {"config": fingerprint, "stages": {}, "starting_over_from": state["starting_over_from"]}
     if refused:
         shown = ", ".join(_describe_change(key, saved[key], fingerprint[key], config) for key in refused[:4])
         elsewhere = "give it another out_dir=..." if config is not None and config.out_dir \

@@ -492,13 +492,13 @@ def _hyperparameter_rows(train_config: dict, never_read: set[str] = frozenset())
 
 def _dropout_rows(model_config) -> list[tuple[str, str]]:
     """The dropout the model trained with, from its config.json (the `model:` section is left out of the rows: a
-    default 0.1 set nowhere in the YAML was in no row at all). A task head's classifier dropout where it has one."""
+    default 0.1 set nowhere in the YAML was in no row at all), and the token-classification head's classifier dropout
+    (the other heads have none, as GPT-2's: a classifier_dropout in their config is never applied)."""
     rows = [(f"model.{name}", _format_setting(float(getattr(model_config, name))))
             for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]
-    classifier = getattr(model_config, "classifier_dropout", None)
-    if classifier is None and "GPTCustomForTokenClassification" in (model_config.architectures or []):
-        classifier = 0.1  # the head's default, as GPT2ForTokenClassification's (heads_gpt_custom.py)
-    if classifier is not None:
+    if "GPTCustomForTokenClassification" in (model_config.architectures or []):  # the one head with a dropout
+        classifier = getattr(model_config, "classifier_dropout", None)
+        classifier = 0.1 if classifier is None else classifier  # its default, as GPT2ForTokenClassification's
         rows.append(("model.classifier_dropout", _format_setting(float(classifier))))
     return rows
 

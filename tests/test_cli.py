@@ -482,8 +482,8 @@ def test_commands_that_work_in_one_process_refuse_a_launch_of_two_naming_the_way
          "hf_gpt_custom.cli", "eval", "--model", str(tmp_path / "model"), "--tasks", "copa", "--out", str(out)],
         capture_output=True, text=True, timeout=300)
     assert completed.returncode != 0 and not out.exists()
-    said = "hf-gpt-custom eval: error: eval works in one process, and the launcher started 2: run it without " \
-           "accelerate launch or torchrun"
+    said = "hf-gpt-custom eval: error: eval works in one process, and the launcher started 2 (WORLD_SIZE=2; unset " \
+           "it if no launcher started this): run it without accelerate launch or torchrun"
     assert completed.stderr.count(said) == 1, completed.stderr[-3000:]
 
 
@@ -499,6 +499,6 @@ def test_run_export_and_tokenizer_refuse_a_multi_process_launch(command, monkeyp
     with pytest.raises(SystemExit) as exited:
         main(command)
     err = capsys.readouterr().err
-    assert exited.value.code == 2 and f"{command[0]} works in one process, and the launcher started 2" in err
+    assert exited.value.code == 2 and f"{command[0]} works in one process, and the launcher started 2 (WORLD_SIZE=2" in err
     if command[0] == "run":
         assert "train under the launcher" in err and "hf-gpt-custom export RUN RUN/export" in err

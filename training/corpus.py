@@ -168,7 +168,7 @@ def files_datasets_guesses_held_out(path: str | os.PathLike) -> dict[Path, str]:
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     root = Path(path)
-    if not root.is_dir():
+    if not root.is_dir() or _readme_assigns_splits(root):  # datasets reads the README's split map, not the names
         return {}
     try:
         files = list_corpus_files(root)

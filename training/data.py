@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Sampler
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source, load_text_dataset
-from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s
+from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s, vocabulary_file_sha256s
 from hf_gpt_custom.training.run_lock import claim_build_folder
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
         digest.update(f"{label}={value!r};".encode())
 
     add("format", CACHE_FORMAT_VERSION)
-    for name, sha256 in tokenizer_file_sha256s(tokenizer_dir).items():
+    for name, sha256 in {**tokenizer_file_sha256s(tokenizer_dir), **vocabulary_file_sha256s(tokenizer_dir)}.items():
         add(name, sha256)
     for role, source in (("train", config.dataset), ("val", config.val_dataset)):
         if source is None:

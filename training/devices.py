@@ -39,6 +39,12 @@ def launched_processes() -> int:
     return _launcher_value(_WORLD_SIZE_VARIABLES, default=1)
 
 
+def world_size_variable() -> str | None:
+    """The variable launched_processes read (WORLD_SIZE, an MPI one), None without one: a message names it, since a
+    variable left exported, not a launcher, may have set it."""
+    return next((name for name in _WORLD_SIZE_VARIABLES if os.environ.get(name, "").strip().isdigit()), None)
+
+
 def _launcher_value(variables: tuple[str, ...], default: int) -> int:
     """The first of `variables` a launcher set to a number."""
     for name in variables:

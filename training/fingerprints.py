@@ -15,23 +15,30 @@ from hf_gpt_custom.manifest import MANIFEST_NAME, cached_sha256, is_documentatio
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source, list_local_files
 
-# The files a tokenizer folder is loaded from (what the packed-data cache key and the recorded fingerprint hash): the
-# byte-level BPE's, then the vocabulary files transformers' other tokenizer classes read (their VOCAB_FILES_NAMES:
-# WordPiece's vocab.txt, SentencePiece models, ...). A WordPiece folder's edited vocab.txt reused the packed data of
-# the old ids, and its resume was not refused (found by the staleness hunt). A name a folder does not hold adds
-# nothing, so the fingerprints of folders that hold only the first names are as before.
+# The files a tokenizer folder is loaded from: the byte-level BPE's, what the recorded `tokenizer` fingerprint has
+# hashed since it was first recorded (a run resumes against it).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "tokenizer.model",
-                   "vocab.txt", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model", "spm.model",
-                   "source.spm", "target.spm", "bpe.codes", "dict.txt", "entity_vocab.json", "normalizer.json",
-                   "vocab-src.json", "vocab-tgt.json")
+                   "added_tokens.json", "tokenizer.model")  # AutoTokenizer reads the last two too: they change ids
+# The vocabulary files transformers' other tokenizer classes read (their VOCAB_FILES_NAMES: WordPiece's vocab.txt,
+# SentencePiece models, ...) and *.tiktoken: an edited vocab.txt reused the packed data of the old ids and its resume
+# was not refused (found by the staleness hunt). Recorded as a role of their own, `tokenizer_vocabulary`, so the
+# `tokenizer` fingerprint of a run recorded before stays what it was (a checkpoint without the new role is not
+# compared on it, as for any role added since).
+VOCABULARY_FILES = ("vocab.txt", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model", "spm.model",
+                    "source.spm", "target.spm", "bpe.codes", "dict.txt", "entity_vocab.json", "normalizer.json",
+                    "vocab-src.json", "vocab-tgt.json")
 
 
 def tokenizer_file_sha256s(folder: str | os.PathLike) -> dict[str, str]:
-    """name -> sha256 of each of TOKENIZER_FILES present in `folder`, in TOKENIZER_FILES order, then its tiktoken
-    vocabularies (*.tiktoken) by name (empty: none)."""
+    """name -> sha256 of each of TOKENIZER_FILES present in `folder`, in TOKENIZER_FILES order (empty: none)."""
     folder = Path(folder)
-    files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    return {name: cached_sha256(folder / name) for name in TOKENIZER_FILES if (folder / name).is_file()}
+
+
+def vocabulary_file_sha256s(folder: str | os.PathLike) -> dict[str, str]:
+    """name -> sha256 of each of VOCABULARY_FILES present in `folder`, then its *.tiktoken files by name."""
+    folder = Path(folder)
+    files = [name for name in VOCABULARY_FILES if (folder / name).is_file()]
     files += sorted(path.name for path in folder.glob("*.tiktoken") if path.is_file()) if folder.is_dir() else []
     return {name: cached_sha256(folder / name) for name in files}
 
@@ -77,9 +84,13 @@ def input_fingerprints(config: TrainConfig) -> dict[str, str]:
     for role, source in (("dataset", config.dataset), ("val_dataset", config.val_dataset)):
         if source is not None and Path(source).exists():
             fingerprints[role] = fingerprint_local_source(source)
-    tokenizer_files = tokenizer_file_sha256s(run_tokenizer_folder(config))
+    tokenizer_folder = run_tokenizer_folder(config)
+    tokenizer_files = tokenizer_file_sha256s(tokenizer_folder)
     if tokenizer_files:
         fingerprints["tokenizer"] = combined_sha256(tokenizer_files)
+    vocabulary_files = vocabulary_file_sha256s(tokenizer_folder)
+    if vocabulary_files:
+        fingerprints["tokenizer_vocabulary"] = combined_sha256(vocabulary_files)
     if config.init_from:
         fingerprints["init_from"] = model_folder_fingerprint(config.init_from)
     return fingerprints

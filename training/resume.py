@@ -196,11 +196,22 @@ def _shown(changed: dict[str, tuple[Any, Any]]) -> str:
 
 def _restore_files_hint(changed: dict[str, tuple[Any, Any]]) -> str:
     """'; the files of dataset changed ...' when a contents.* fingerprint differs, else ''."""
-    roles = [key.removeprefix(f"{CONTENTS}.") for key in changed if key.startswith(f"{CONTENTS}.")]
+    roles = sorted({key.removeprefix(f"{CONTENTS}.").removesuffix("_vocabulary") for key in changed
+                    if key.startswith(f"{CONTENTS}.")})  # tokenizer_vocabulary: the tokenizer's vocabulary files
     if not roles:
         return ""
     return (f"; the files of {', '.join(roles)} hold other contents than it was trained on: put back the files it "
             f"was trained with")
+
+
+def _from_its_weights(config: TrainConfig, changed: dict[str, Any], weights: Path) -> str:
+    """The way that keeps the trained weights, as a clause ending in ", ": a new run init_from them in a folder of its
+    own (out_dir, where the config sets one: run_name does not move it). None for another architecture, which the
+    weights cannot load into."""
+    if any(key.startswith("model.") for key in changed):
+        return ""
+    folder = "out_dir=<new folder>" if config.out_dir else "run_name=<new name>"
+    return f"start a new run from its weights (fresh optimizer and schedule) with init_from={weights} {folder}, "
 
 
 def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
@@ -217,8 +228,7 @@ def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
         f"cannot resume from {checkpoint}: these settings differ from the ones it was trained with ({_shown(changed)})"
         f"{_restore_files_hint(changed)}; "
         f"a resumed run continues the same optimizer, schedule and data order, so they must stay as they were. Resume "
-        f"with the original values, or start a new run from its weights (fresh optimizer and schedule) with "
-        f"init_from={checkpoint} run_name=<new name>"
+        f"with the original values, {_from_its_weights(config, changed, checkpoint)}or start a new run"
     )
 
 
@@ -253,10 +263,10 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
         weights = folder if folder is not None else run_dir / "final"
         raise UserError(
             f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)})"
-            f"{_restore_files_hint(changed)}; rerun with those settings to continue that run, start a new run from "
-            f"its weights (fresh optimizer and schedule) with init_from={weights} run_name=<new name>, give this run "
-            f"its own folder (out_dir=... or run_name=...), or pass --start_over to train from step 0 here (the old "
-            f"checkpoints are moved aside, not deleted)"
+            f"{_restore_files_hint(changed)}; rerun with those settings to continue that run, "
+            f"{_from_its_weights(config, changed, weights)}give this run its own folder (out_dir=... or "
+            f"run_name=...), or pass --start_over to train from step 0 here (the old checkpoints are moved aside, not "
+            f"deleted)"
         )
     if folder is not None:
         _refuse_to_continue_into_a_divergence(run_dir, folder)

@@ -105,3 +105,22 @@ def test_a_recorded_shift_block_boundaries_is_compared_as_recorded(tmp_path, sav
             run_state.load_state(tmp_path, with_setting)
         return
     assert run_state.load_state(tmp_path, with_setting)["stages"]["train"] == {"status": "done"}
+
+
+def test_a_start_over_that_failed_before_its_first_checkpoint_takes_the_corrected_config(tmp_path):
+    """`run --start_over` with a tokenizer it could not load stopped in its tokenizer stage and said to rerun without
+    --start_over; the corrected command was then refused as "started with a different config" (found by a review of
+    this round). It goes on as the same start-over: the replaced run's checkpoints are still the ones to set aside."""
+    stages = {"tokenizer": {"status": "done"}}
+    saved = {"config": run_state.fingerprint(FakeConfig(learning_rate=1e-3)), "stages": stages,
+             "starting_over_from": run_state.checkpoint_identities(tmp_path)}
+    run_state.save_state(tmp_path, saved)
+    (tmp_path / "final").mkdir()  # the run being replaced
+    corrected = run_state.fingerprint(FakeConfig())
+    state = run_state.load_state(tmp_path, corrected)
+    assert state == {"config": corrected, "stages": {}, "starting_over_from": saved["starting_over_from"]}
+    assert run_state.still_starting_over(state, tmp_path)
+    del saved["starting_over_from"]  # not a start-over: the trained run's settings bind
+    run_state.save_state(tmp_path, {**saved, "stages": {"train": {"status": "done"}}})
+    with pytest.raises(ValueError, match="was started with a different config"):
+        run_state.load_state(tmp_path, corrected)

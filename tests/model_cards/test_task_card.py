@@ -91,6 +91,7 @@ def test_fine_tuned_card_names_base_data_lambda_and_never_scratch(boolq_export, 
     assert f"(`{transformers_requirement()}`, torch, tokenizers)" in text  # the pin, rendered
     saved = json.loads((export / "config.json").read_text())  # the dropout fine-tuning ran with, as saved
     assert f"| `model.resid_pdrop` | {saved['resid_pdrop']:g} |" in text
+    assert "classifier_dropout" not in text  # a sequence-classification head has no dropout to name (as GPT-2's)
 
 
 def test_a_card_of_fine_tuning_further_says_the_head_was_trained_on_not_drawn_new(boolq_export, tmp_path):

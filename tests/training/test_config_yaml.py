@@ -347,3 +347,21 @@ def test_files_datasets_would_hold_out_by_name_are_named_in_a_warning(tmp_path, 
     with caplog.at_level(logging.WARNING):
         load_train_config(SMOKE, [f"dataset={folder / 'train.jsonl'}"])
     assert "held-out split" not in caplog.text
+
+
+def test_a_readme_that_maps_every_file_to_train_gets_no_held_out_warning(tmp_path, caplog):
+    """A README.md whose `configs:` puts test_matched.jsonl in train: datasets reads that map, not the file names, so
+    the warning that it would hold the file out was false (a review of this round). Reference: datasets' builder."""
+    import datasets
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in ("a.jsonl", "test_matched.jsonl"):
+        (folder / name).write_text('{"text": "some text"}\n')
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                      "    path: ['a.jsonl', 'test_matched.jsonl']\n---\n")
+    reference = datasets.load_dataset_builder(str(folder)).config.data_files
+    assert list(reference) == ["train"] and len(reference["train"]) == 2
+    with caplog.at_level(logging.WARNING):
+        assert load_train_config(SMOKE, [f"dataset={folder}"]).dataset == str(folder)
+    assert "held-out split" not in caplog.text

@@ -81,8 +81,9 @@ def test_the_resume_refusals_advice_to_finetune_from_the_checkpoint_works(tmp_pa
     with pytest.raises(UserError) as refused:
         finetune(_config(run_dir, base_model_dir, data, "learning_rate=1e-3",
                          f"resume_from_checkpoint={checkpoint}"))
-    advised = re.search(r"init_from=(\S+) run_name=", str(refused.value))
+    advised = re.search(r"init_from=(\S+) (?:run_name|out_dir)=", str(refused.value))
     assert advised, str(refused.value)
+    assert "out_dir=<new folder>" in str(refused.value)  # the config sets out_dir, which run_name would not move
     FinetuneWorkload(_config(tmp_path / "new", advised.group(1), data, "learning_rate=1e-3"))  # the advised start
 
 

@@ -356,7 +356,9 @@ def test_an_edited_wordpiece_vocab_txt_packs_the_data_again_and_changes_the_runs
 
     from hf_gpt_custom.model_folder import load_folder_tokenizer
     from hf_gpt_custom.training.data import prepare_datasets
-    from hf_gpt_custom.training.fingerprints import input_fingerprints
+    import hashlib
+
+    from hf_gpt_custom.training.fingerprints import combined_sha256, input_fingerprints
 
     data = tmp_path / "data.txt"
     data.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n\n" * 40)
@@ -375,7 +377,11 @@ def test_an_edited_wordpiece_vocab_txt_packs_the_data_again_and_changes_the_runs
     def packed(cache: str):
         config = make_config(f"dataset={data}", f"tokenizer={folder}", "block_size=16", f"data_cache_dir={tmp_path / cache}")
         blocks = prepare_datasets(config, load_folder_tokenizer(folder), folder)
-        return [token for row in blocks.train["input_ids"] for token in row], input_fingerprints(config)["tokenizer"]
+        fingerprints = input_fingerprints(config)
+        # `tokenizer` hashes what it hashed before this fix (tokenizer_config.json here): a run recorded then resumes
+        assert fingerprints["tokenizer"] == combined_sha256(
+            {"tokenizer_config.json": hashlib.sha256((folder / "tokenizer_config.json").read_bytes()).hexdigest()})
+        return [token for row in blocks.train["input_ids"] for token in row], fingerprints["tokenizer_vocabulary"]
 
     before, fingerprint_before = packed("cache")
     i, j = vocab.index("first"), vocab.index("citizen")
@@ -392,11 +398,11 @@ def test_a_tiktoken_vocabulary_is_part_of_the_tokenizer_fingerprint(tmp_path):
     hashed with the folder's other tokenizer files (sha256 by hand)."""
     import hashlib
 
-    from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s
+    from hf_gpt_custom.training.fingerprints import vocabulary_file_sha256s
 
     (tmp_path / "tokenizer_config.json").write_text("{}")
     (tmp_path / "cl100k_base.tiktoken").write_text("IQ== 0\nIg== 1\n")
     (tmp_path / "model.safetensors").write_bytes(b"weights are not the tokenizer")
-    hashes = tokenizer_file_sha256s(tmp_path)
-    assert list(hashes) == ["tokenizer_config.json", "cl100k_base.tiktoken"]
+    hashes = vocabulary_file_sha256s(tmp_path)
+    assert list(hashes) == ["cl100k_base.tiktoken"]
     assert hashes["cl100k_base.tiktoken"] == hashlib.sha256(b"IQ== 0\nIg== 1\n").hexdigest()
