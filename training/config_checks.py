@@ -186,7 +186,8 @@ def note_without_effect(name: str, value: Any, why: str) -> None:
 
 
 @functools.lru_cache(maxsize=None)  # a config is made again by every dataclasses.replace: said once per process
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
+    """A warning about the run's setup, said once per process however often the config is made or checked."""
     logger.warning("%s", message)
 
 
@@ -279,7 +280,7 @@ def _validate_local_dataset(config: TrainConfig) -> None:
     if guessed:
         names = ", ".join(f"{file.relative_to(config.dataset).as_posix()} (split {split!r})"
                           for file, split in list(guessed.items())[:3])
-        _warn_once(f"dataset folder {config.dataset}: datasets.load_dataset would read {names}"
+        warn_once(f"dataset folder {config.dataset}: datasets.load_dataset would read {names}"
                    f"{', ...' if len(guessed) > 3 else ''} as a held-out split from the file names, but a folder is "
                    f"trained on whole, so they are training text here; if they are held-out data, move them out of "
                    f"the folder or point dataset at the training file(s)")

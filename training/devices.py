@@ -42,16 +42,17 @@ def launched_processes() -> int:
 def world_size_variable() -> str | None:
     """The variable launched_processes read (WORLD_SIZE, an MPI one), None without one: a message names it, since a
     variable left exported, not a launcher, may have set it."""
-    return next((name for name in _WORLD_SIZE_VARIABLES if os.environ.get(name, "").strip().isdigit()), None)
+    return _launcher_variable(_WORLD_SIZE_VARIABLES)
 
 
 def _launcher_value(variables: tuple[str, ...], default: int) -> int:
-    """The first of `variables` a launcher set to a number."""
-    for name in variables:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return default
+    """The number in the first of `variables` a launcher set to one, else `default`."""
+    name = _launcher_variable(variables)
+    return default if name is None else int(os.environ[name].strip())
+
+
+def _launcher_variable(variables: tuple[str, ...]) -> str | None:
+    return next((name for name in variables if os.environ.get(name, "").strip().isdigit()), None)
 
 
 def mixed_precision_for_run(configured: str) -> str:

@@ -10,13 +10,10 @@ checkpoints record it (it changes training), and a resume reads that same commit
 from __future__ import annotations
 
 import dataclasses
-import functools
-import logging
 from pathlib import Path
 
 from hf_gpt_custom.training.config import TrainConfig
-
-logger = logging.getLogger(__name__)
+from hf_gpt_custom.training.config_checks import warn_once
 
 
 def pin_dataset_revision(config: TrainConfig, start_over: bool = False) -> TrainConfig:
@@ -98,12 +95,8 @@ def current_hub_revision(name: str) -> str | None:
         return HfApi().dataset_info(name).sha
     except Exception as err:  # offline mode, no network, a gated or renamed dataset: datasets' own load names it
         reason = textwrap.shorten(str(err).splitlines()[0], 160, placeholder=" ...") if str(err) else ""
-        _warn_not_pinned(name, f"{type(err).__name__}: {reason}")
+        # `run` and its train stage both ask: said once
+        warn_once(f"could not ask the Hub which commit dataset {name} is at ({type(err).__name__}: {reason}): the run "
+                  f"is not pinned to one, so a resume after an upstream change would read other documents; set "
+                  f"dataset_revision=<commit> to pin it")
         return None
-
-
-@functools.lru_cache(maxsize=None)  # `run` and its train stage both ask: one warning per process
-def _warn_not_pinned(name: str, reason: str) -> None:
-    logger.warning("could not ask the Hub which commit dataset %s is at (%s): the run is not pinned to one, so a "
-                   "resume after an upstream change would read other documents; set dataset_revision=<commit> to pin "
-                   "it", name, reason)
