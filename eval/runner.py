@@ -23,7 +23,7 @@ from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
-from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks
+from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
@@ -44,12 +44,19 @@ class Results:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # {"task", "num_fewshot", "reason"} not evaluated
     # manifest.weights_fingerprint of a local folder scored (None: a Hub id or a loaded model); a card checks it
     model_weights_sha256: str | None = None
+    # task.tasks_fingerprint of each of config["tasks"], and the data root they were read from when it is not the
+    # default one: export refuses to publish scores of task or data files edited since
+    # (task.benchmarks_changed_since). The root is a local path: the published results.json leaves it out.
+    benchmarks_sha256: list[str] | None = None
+    data_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from hf_gpt_custom.versions import software_versions
+        from hf_gpt_custom.versions import scoring_code_sha256, software_versions
 
         return {"model": self.model, "model_weights_sha256": self.model_weights_sha256, "config": self.config,
-                "results": self.results, "skipped": self.skipped, "software": software_versions()}
+                "results": self.results, "skipped": self.skipped, "benchmarks_sha256": self.benchmarks_sha256,
+                "data_dir": self.data_dir, "software": software_versions(),
+                "scoring_code_sha256": scoring_code_sha256()}
 
     def value(self, task: str, metric: str, num_fewshot: int = 0) -> float:
         for row in self.results:
@@ -111,6 +118,7 @@ def evaluate(
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
     data_dir = Path(data_dir) if data_dir else default_data_dir()
+    benchmarks = [tasks_fingerprint([name], data_dir, protocol) for name in tasks]  # the files as they are scored
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
     # mix their reports (one's results.json beside the other's table.md)
     with lock_output_folder(out_dir, "the evaluation folder", "another --out") if out_dir is not None else nullcontext():
@@ -158,6 +166,9 @@ def evaluate(
             results=rows,
             examples=examples,
             skipped=skipped,
+            benchmarks_sha256=benchmarks,
+            # (the default root is found again by export; a local path is recorded only where one was given)
+            data_dir=None if data_dir.resolve() == default_data_dir().resolve() else str(data_dir.resolve()),
         )
         if out_dir is not None:
             from hf_gpt_custom.eval.report import write_report

@@ -357,6 +357,32 @@ def tasks_fingerprint(names: list[str], data_dir: str | Path | None = None, prot
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def benchmarks_changed_since(results: dict) -> tuple[list[str], list[str]]:
+    """(tasks whose task file or local data files differ from what an evaluation's `results` (results.json) scored,
+    tasks that cannot be checked here). A results.json records tasks_fingerprint of each task it scored and the data
+    root it read; `export` compares them so that a card never shows scores of files edited since. A task whose file
+    is not found from here, or whose data files are all absent under that root (a run folder copied to another
+    machine), cannot be checked. Results written before evaluations recorded this have no tasks to compare."""
+    recorded = results.get("benchmarks_sha256")
+    config = results.get("config") or {}
+    names, protocol = config.get("tasks") or [], config.get("protocol", "ours")
+    if not isinstance(recorded, list) or len(recorded) != len(names):
+        return [], []
+    root = Path(results["data_dir"]) if results.get("data_dir") else default_data_dir()
+    changed, unchecked = [], []
+    for name, fingerprint in zip(names, recorded):
+        try:
+            spec = load_task(name, protocol=protocol)
+        except UserError:
+            unchecked.append(name)
+            continue
+        if spec.data_file_names() and not any((root / file).is_file() for file in spec.data_file_names()):
+            unchecked.append(name)
+        elif tasks_fingerprint([name], root, protocol) != fingerprint:
+            changed.append(name)
+    return changed, unchecked
+
+
 def _check_fields(config: dict, path: Path) -> None:
     """Unknown, missing and mistyped fields, each named with its file and the fix (not a TypeError)."""
     hints = typing.get_type_hints(TaskSpec)

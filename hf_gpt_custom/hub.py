@@ -141,7 +141,9 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
         from hf_gpt_custom.eval.report import format_table
         from hf_gpt_custom.model_cards.card import read_run_results
 
-        results = _public_value(read_run_results(run_dir), run_dir, local_paths)
+        results = read_run_results(run_dir)
+        results.pop("data_dir", None)  # where the benchmark files were read: a local path, kept for export's check
+        results = _public_value(results, run_dir, local_paths)
         if isinstance(results.get("model"), str) and not is_hub_repo_id(results["model"]):
             # a relative path as `run` or `eval` was given it ("runs/shakespeare/final") is local too
             results["model"] = _public_path(results["model"], run_dir)

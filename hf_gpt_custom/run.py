@@ -64,11 +64,11 @@ def _run_stages(config, start_over: bool = False) -> Path:
         starting_over = start_over or run_state.still_starting_over(state, run_dir)
         if record.get("status") in ("done", "skipped"):
             model_kept = run_state.model_kept(record, run_dir)
-            older_code = run_state.code_changed_since(stage, run_dir)
+            older_code = run_state.made_by_older_code(stage, run_dir)
             if model_kept and run_state.reports_unchanged(record, run_dir, benchmarks) and not older_code:
                 continue
             if older_code:
-                print(f"export/ holds an older version's code ({', '.join(older_code)}): exporting again", flush=True)
+                print(f"{older_code}: running the {stage} stage again", flush=True)
             if stage == "train" and model_kept and not starting_over:  # only its summary changed
                 run_state.refuse_to_train_again_without_checkpoints(
                     run_dir, "training_summary.json was changed or deleted since the train stage wrote it",

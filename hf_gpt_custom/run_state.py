@@ -70,15 +70,27 @@ def model_kept(record: dict[str, Any], run_dir: Path) -> bool:
     return _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir)
 
 
-def code_changed_since(stage: str, run_dir: Path) -> list[str]:
-    """The remote code files an export holds that differ from this package's (an export written by an older
-    version ships that version's modeling code to whoever loads it with trust_remote_code); [] for other stages."""
-    export = run_dir / "export"
-    if stage != "export" or not export.is_dir():
-        return []
-    package = Path(__file__).parent
-    return sorted(path.name for path in export.glob("*.py")
-                  if (package / path.name).is_file() and path.read_bytes() != (package / path.name).read_bytes())
+def made_by_older_code(stage: str, run_dir: Path) -> str | None:
+    """Why what a finished stage wrote came from other code than this package's, None when it did not (or for a
+    stage that leaves no such trace): an export holds remote code files that differ from this package's (whoever
+    loads it with trust_remote_code would run the old version's model), an evaluation recorded another
+    scoring_code_sha256 (the old version's figures would stay in the card after an upgrade that fixed them)."""
+    if stage == "export" and (run_dir / "export").is_dir():
+        package = Path(__file__).parent
+        older = sorted(path.name for path in (run_dir / "export").glob("*.py")
+                       if (package / path.name).is_file() and path.read_bytes() != (package / path.name).read_bytes())
+        return f"export/ holds an older version's code ({', '.join(older)})" if older else None
+    results = run_dir / "eval" / "results.json"
+    if stage == "eval" and results.is_file():
+        from .versions import scoring_code_sha256
+
+        try:
+            recorded = json.loads(results.read_text(encoding="utf-8")).get("scoring_code_sha256")
+        except (ValueError, AttributeError):
+            return None  # not readable as results: reports_unchanged sees the file is not the one eval wrote
+        if recorded is not None and recorded != scoring_code_sha256():
+            return "eval/results.json was scored by another version of the evaluation or model code"
+    return None
 
 
 def reports_unchanged(record: dict[str, Any], run_dir: Path, benchmarks: str | None) -> bool:

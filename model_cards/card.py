@@ -46,14 +46,19 @@ def hub_base_model(summary: dict, train_config: dict) -> str | None:
 
 
 def read_run_results(run_dir: Path) -> dict | None:
-    """The run's eval/results.json, None without one; a UserError when it scored other weights than final/'s.
+    """The run's eval/results.json, None without one; a UserError when it scored other weights than final/'s, or
+    task or data files that changed since.
 
     `hf-gpt-custom eval --model OTHER --out RUN/eval` (another model, or one of the run's checkpoints) overwrote the
     run's scores, and export put them in the card and its model-index as this model's. An evaluation records the
-    weights it scored (manifest.weights_fingerprint); results written before it did, or of a loaded model, carry
-    none and are taken as they are."""
+    weights it scored (manifest.weights_fingerprint), each task's files (task.benchmarks_changed_since) and the
+    scoring code (versions.scoring_code_sha256: other code is a warning, its figures may well be the same); results
+    written before it did, or of a loaded model, carry none and are taken as they are."""
+    from hf_gpt_custom.eval.task import benchmarks_changed_since
     from hf_gpt_custom.hub import read_json
     from hf_gpt_custom.manifest import scored_other_weights
+    from hf_gpt_custom.training.config_checks import warn_once
+    from hf_gpt_custom.versions import scoring_code_sha256
 
     path = Path(run_dir) / "eval" / "results.json"
     if not path.is_file():
@@ -64,6 +69,21 @@ def read_run_results(run_dir: Path) -> dict | None:
                         f"{results.get('model')}), so its numbers would be published as this model's; evaluate "
                         f"this run's model into it (hf-gpt-custom eval --model {Path(run_dir) / 'final'} --out "
                         f"{path.parent} ...), or move {path.parent} aside to export without benchmark scores")
+    changed, unchecked = benchmarks_changed_since(results)
+    if changed:
+        raise UserError(f"{path} scored {', '.join(changed)} on task or data files that have changed since, so its "
+                        f"numbers would be published for files they were not measured on; evaluate again (rerun "
+                        f"`hf-gpt-custom run` with the run's config, or hf-gpt-custom eval --model "
+                        f"{Path(run_dir) / 'final'} --out {path.parent} ...), or move {path.parent} aside to export "
+                        f"without benchmark scores")
+    # export reads the results twice (the card, the published copy): each warning is said once
+    if unchecked:
+        warn_once(f"{path}: the task or data files of {', '.join(unchecked)} are not found here, so the card shows "
+                  f"their scores without checking that those files are unchanged since")
+    if results.get("scoring_code_sha256") not in (None, scoring_code_sha256()):
+        version = (results.get("software") or {}).get("hf-gpt-custom") or "version unknown"
+        warn_once(f"{path} was scored by another version of hf-gpt-custom's evaluation or model code ({version}): "
+                  f"evaluate again to publish this version's figures (`hf-gpt-custom run` does so by itself)")
     return results
 
 

@@ -354,6 +354,40 @@ def test_eval_and_export_run_again_when_a_benchmark_file_changes(tmp_path, monke
     assert ran == []
 
 
+def test_an_evaluation_by_other_scoring_code_is_made_again(tmp_path, monkeypatch, capsys):
+    """After an upgrade (the package says 0.1.0 at every commit), a rerun skipped eval and kept the figures the old
+    evaluation or model code computed, in results.json and the card, however that code was fixed since. results.json
+    records the code's sha256; a rerun under other code evaluates and exports again, then nothing."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom import versions
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    fake_eval = run_module._STAGE_FUNCTIONS["eval"]
+
+    def evaluate_and_record_the_code(config, run_dir, state, start_over=False):
+        output, status = fake_eval(config, run_dir, state, start_over)
+        (output / "results.json").write_text(json.dumps({"scoring_code_sha256": versions.scoring_code_sha256()}))
+        return output, status
+
+    monkeypatch.setitem(run_module._STAGE_FUNCTIONS, "eval", evaluate_and_record_the_code)
+    run_module._run_stages(config)
+    assert ran == list(run_module.STAGES)
+    ran.clear()
+    run_module._run_stages(config)
+    assert ran == []  # the same code: nothing to redo
+    monkeypatch.setattr(versions, "scoring_code_sha256", lambda: "0" * 64)  # as an upgrade changes the code
+    capsys.readouterr()
+    run_module._run_stages(config)
+    assert ran == ["eval", "export"]
+    assert "eval/results.json was scored by another version of the evaluation or model code" in capsys.readouterr().out
+    ran.clear()
+    run_module._run_stages(config)
+    assert ran == []
+
+
 def test_a_copied_run_folder_counts_its_own_outputs(tmp_path, monkeypatch):
     """pipeline_state.json names outputs relative to its run folder: a copy without eval/ evaluates again instead
     of counting the original's eval/ as its own."""

@@ -339,7 +339,7 @@ def test_an_export_holding_an_older_versions_code_is_made_again(overrides, capsy
     capsys.readouterr()
     run_pipeline(SMOKE_CONFIG, overrides)
     out = capsys.readouterr().out
-    assert "export/ holds an older version's code (modeling_gpt_custom.py): exporting again" in out
+    assert "export/ holds an older version's code (modeling_gpt_custom.py): running the export stage again" in out
     assert [line.split()[-1] for line in out.splitlines() if "[running ]" in line] == ["export"]
     package = Path(__import__("hf_gpt_custom").__file__).parent
     assert shipped.read_bytes() == (package / "modeling_gpt_custom.py").read_bytes()

@@ -26,7 +26,15 @@ def report_dir(tiny_model_folder, tmp_path_factory):
 def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder, shared_data_dir):
     out_dir, results = report_dir
     payload = json.loads((out_dir / "results.json").read_text())
-    assert set(payload) == {"model", "model_weights_sha256", "config", "results", "skipped", "software"}
+    assert set(payload) == {"model", "model_weights_sha256", "config", "results", "skipped", "software",
+                            "benchmarks_sha256", "data_dir", "scoring_code_sha256"}
+    from hf_gpt_custom.eval.task import tasks_fingerprint
+    from hf_gpt_custom.versions import scoring_code_sha256
+
+    # one per task as given, the default data root (not recorded: a local path), the code as it is now
+    assert payload["benchmarks_sha256"] == [tasks_fingerprint([name]) for name in payload["config"]["tasks"]]
+    assert len(set(payload["benchmarks_sha256"])) == 5 and payload["data_dir"] is None
+    assert payload["scoring_code_sha256"] == scoring_code_sha256()
     import importlib.metadata
 
     import torch
@@ -241,3 +249,23 @@ def test_a_report_killed_while_writing_leaves_the_previous_one_whole(report_dir,
     assert json.loads((out_dir / "results.json").read_text())["model"] == "another model"
     assert "another model" in (out_dir / "table.md").read_text()
     assert sorted(path.name for path in out_dir.iterdir()) == sorted(before)  # nothing left beside them
+
+
+@pytest.mark.parametrize("edited", ["eval/scoring.py", "eval/tasks/copa.yaml", "modeling_gpt_custom.py",
+                                    "block_variants.py"])
+def test_the_scoring_code_hash_changes_with_the_evaluation_and_the_model_code(edited, monkeypatch):
+    """results.json's scoring_code_sha256 is what `run` compares to evaluate again after an upgrade (the package says
+    0.1.0 at every commit): an edit of the scorer, a task file, the model or a module it imports must change it."""
+    from pathlib import Path
+
+    from hf_gpt_custom.versions import scoring_code_sha256
+
+    before = scoring_code_sha256()
+    read_bytes = Path.read_bytes
+
+    def edited_read(path):
+        data = read_bytes(path)
+        return data + b"\n# edited\n" if path.as_posix().endswith("/" + edited) else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited_read)
+    assert scoring_code_sha256() != before

@@ -1303,6 +1303,54 @@ def test_an_evaluation_of_other_weights_in_the_runs_eval_folder_is_refused_not_p
         "model_weights_sha256"]
 
 
+def test_export_refuses_scores_of_benchmark_files_edited_since_the_evaluation(tmp_path, monkeypatch, caplog):
+    """A standalone `export` published the scores results.json holds even when a task's data file was edited after
+    the evaluation (`run` evaluates again; export did not look): the card showed a perplexity the files it names no
+    longer give. Reference: a fresh evaluation of the edited file. The data folder, a local path results.json records
+    for this check, stays out of the published copy; a folder not found here is a warning, and scores of other
+    scoring code are a warning naming the version."""
+    from hf_gpt_custom import versions
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    data = tmp_path / "benchmarks"
+    data.mkdir()
+    answers = data / "answers.jsonl"
+    answers.write_text('{"q": "ROMEO: what light", "a": " breaks"}\n{"q": "through yonder", "a": " window"}\n')
+    task = tmp_path / "answers.yaml"
+    task.write_text("task: answers\noutput_type: loglikelihood\ndoc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n"
+                    "target_delimiter: ''\ndata_files: {test: answers.jsonl}\nmetric_list: [{metric: perplexity}]\n")
+    settings = dict(tasks=[str(task)], shots=[0], device="cpu", show_progress=False, data_dir=data)
+    scored = evaluate(str(run_dir / "final"), out_dir=run_dir / "eval", **settings).value("answers", "perplexity")
+    export_folder(run_dir, tmp_path / "export")
+    published = json.loads((tmp_path / "export" / "eval" / "results.json").read_text())
+    assert "data_dir" not in published and str(data) not in json.dumps(published)
+    assert published["results"][0]["value"] == scored
+
+    original = answers.read_text()
+    answers.write_text(original.replace(" breaks", " sleeps"))
+    fresh = evaluate(str(run_dir / "final"), **settings).value("answers", "perplexity")
+    assert fresh != pytest.approx(scored)  # what the card would have shown is not what these files give
+    with pytest.raises(UserError, match=r"results\.json scored \S*answers\.yaml on task or data files that have "
+                                        r"changed since.*hf-gpt-custom eval --model .*final"):
+        export_folder(run_dir, tmp_path / "export_edited")
+    assert not (tmp_path / "export_edited").exists()
+    answers.write_text(original)
+    task.write_text(task.read_text().replace("target_delimiter: ''", "target_delimiter: ' '"))
+    with pytest.raises(UserError, match=r"scored \S*answers\.yaml on task or data files that have changed since"):
+        export_folder(run_dir, tmp_path / "export_edited")
+    task.write_text(task.read_text().replace("target_delimiter: ' '", "target_delimiter: ''"))
+
+    data.rename(tmp_path / "moved")  # the run folder on a machine without the files: nothing to compare
+    monkeypatch.setattr(versions, "scoring_code_sha256", lambda: "0" * 64)  # as an upgrade changes the code
+    with caplog.at_level("WARNING"):
+        export_folder(run_dir, tmp_path / "export_elsewhere")
+    assert f"the task or data files of {task} are not found here" in caplog.text
+    assert "scored by another version of hf-gpt-custom's evaluation or model code (0.1.0)" in caplog.text
+
+
 def test_runs_export_stage_keeps_the_repo_id_and_license_a_previous_export_was_given(tmp_path, capsys):
     """After `export RUN RUN/export --repo-id alice/model`, a rerun of `run` that re-exported (new benchmark tasks)
     put your-username/... back in the card in silence (a new-user walkthrough); `push --repo-id alice/model` then
