@@ -1351,6 +1351,21 @@ def test_export_refuses_scores_of_benchmark_files_edited_since_the_evaluation(tm
     assert "scored by another version of hf-gpt-custom's evaluation or model code (0.1.0)" in caplog.text
 
 
+def test_scores_of_the_lm_eval_protocol_are_checked_as_that_protocol_reads_the_task(tmp_path, shared_data_dir):
+    """protocol="lm-eval" scores lambada with lm-eval's target delimiter: its task is that one, not ours, and an
+    export compares it as such (compared as ours, every lm-eval evaluation would be refused as edited since)."""
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.eval.task import tasks_fingerprint
+    from hf_gpt_custom.hub import export_folder
+
+    assert tasks_fingerprint(["lambada"], protocol="lm-eval") != tasks_fingerprint(["lambada"])
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    evaluate(str(run_dir / "final"), tasks=["lambada"], shots=[0], limit=2, device="cpu", show_progress=False,
+             protocol="lm-eval", out_dir=run_dir / "eval")
+    export_folder(run_dir, tmp_path / "export")
+    assert json.loads((tmp_path / "export" / "eval" / "results.json").read_text())["config"]["protocol"] == "lm-eval"
+
+
 def test_runs_export_stage_keeps_the_repo_id_and_license_a_previous_export_was_given(tmp_path, capsys):
     """After `export RUN RUN/export --repo-id alice/model`, a rerun of `run` that re-exported (new benchmark tasks)
     put your-username/... back in the card in silence (a new-user walkthrough); `push --repo-id alice/model` then
