@@ -22,7 +22,8 @@ from hf_gpt_custom.eval.fewshot import ContextTooShortError, Prompt, build_promp
 from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
-from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
+from hf_gpt_custom.eval.scoring import CausalLMScorer
+from hf_gpt_custom.eval.sharding import launched_evaluation, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
@@ -95,9 +96,19 @@ def evaluate(
     `skip_unfittable=True` (used by the main job's sweep over many tasks) it is skipped instead and listed under
     "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
     delimiters, all K examples kept and the prompt cut from the left, generation as the model's generation_config
-    says apart from sampling; eval/tasks/README.md)."""
+    says apart from sampling; eval/tasks/README.md).
+    Started by `accelerate launch --num_processes N` or torchrun, the N processes share the documents out and each
+    returns the whole Results (eval/sharding.py); the main process writes out_dir."""
     # None: a loaded model stays where it is; a folder or Hub id goes to CUDA when there is one
     device = resolve_device(device) if device is not None or isinstance(model, (str, Path)) else None
+    # Under `accelerate launch --num_processes N` (or torchrun) the documents are shared out (eval/sharding.py): each
+    # process on its own GPU where "cuda" (or nothing) was asked for, the main process alone writing the report.
+    on_cpu = torch.device(device).type == "cpu" if device is not None else not torch.cuda.is_available()
+    processes = launched_evaluation(on_cpu)
+    if processes is not None and device == "cuda":  # "cuda:1" asked for by name stays that device
+        device = str(processes.device)
+    writes = out_dir is not None and (processes is None or processes.is_main_process)
+    show_progress = show_progress and (processes is None or processes.is_main_process)
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     shots = [shots] if isinstance(shots, int) else list(shots)
     if not tasks:
@@ -106,7 +117,7 @@ def evaluate(
         raise UserError(f"shots must be non-negative integers like [0, 1, 5], got {shots!r}")
     check_listed_once("tasks", tasks)
     check_listed_once("shots", shots)
-    if out_dir is not None:
+    if writes:
         from hf_gpt_custom.errors import check_writable
 
         check_writable(out_dir, "the --out folder", "choose an --out folder you can write")  # before any scoring
@@ -121,7 +132,7 @@ def evaluate(
     benchmarks = [tasks_fingerprint([name], data_dir, protocol) for name in tasks]  # the files as they are scored
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
     # mix their reports (one's results.json beside the other's table.md)
-    with lock_output_folder(out_dir, "the evaluation folder", "another --out") if out_dir is not None else nullcontext():
+    with lock_output_folder(out_dir, "the evaluation folder", "another --out") if writes else nullcontext():
         model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
         scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
                                 obeys_generation_config=protocol == "lm-eval")
@@ -151,7 +162,7 @@ def evaluate(
                                                                  for row in skipped))
         rows, examples = [], []
         for plan in plans:
-            task_rows, task_examples = score_task(plan, scorer, show_progress)
+            task_rows, task_examples = score_task(plan, scorer, show_progress, processes)
             rows += task_rows
             examples += task_examples
         scored_folder = local_model_path(str(model)) if isinstance(model, (str, Path)) else None
@@ -162,7 +173,8 @@ def evaluate(
             # in their last digits (the data root is a local path: a published results.json carries none)
             config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
                     "protocol": protocol, "dtype": str(next(model_obj.parameters()).dtype).removeprefix("torch."),
-                    "device": str(next(model_obj.parameters()).device.type)},
+                    "device": str(next(model_obj.parameters()).device.type),
+                    "processes": 1 if processes is None else processes.num_processes},
             results=rows,
             examples=examples,
             skipped=skipped,
@@ -170,11 +182,13 @@ def evaluate(
             # (the default root is found again by export; a local path is recorded only where one was given)
             data_dir=None if data_dir.resolve() == default_data_dir().resolve() else str(data_dir.resolve()),
         )
-        if out_dir is not None:
+        if writes:
             from hf_gpt_custom.eval.report import write_report
 
             write_report(results, out_dir)
-        return results
+    if processes is not None:
+        processes.wait_for_everyone()  # the report is written before any process returns
+    return results
 
 
 def resolve_device(device: str | None) -> str:
@@ -386,10 +400,11 @@ def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, 
     return TaskPlan(spec, docs, k, prompts, requests, spec.scored_data_info(data_dir))
 
 
-def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Result rows and example logs of a planned task."""
+def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = True,
+               processes=None) -> tuple[list[dict], list[dict]]:
+    """Result rows and example logs of a planned task (`processes`: the launched ones that share its documents)."""
     spec, docs, k, prompts, output_type = plan.spec, plan.docs, plan.k, plan.prompts, OUTPUT_TYPES[plan.spec.output_type]
-    scored = score_requests(scorer, plan.requests, show_progress=show_progress, desc=f"{spec.task} {k}-shot")
+    scored = score_across_processes(scorer, plan.requests, processes, show_progress, desc=f"{spec.task} {k}-shot")
     by_doc: list[list[ScoredRequest]] = [[] for _ in docs]
     for item in scored:
         by_doc[item.request.doc_id].append(item)

@@ -257,8 +257,9 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         task_file(task)  # an unknown task is named before torch and the model load
     from hf_gpt_custom.eval.report import REPORT_FILES
     from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.training.devices import launch_rank
 
-    evaluate(
+    results = evaluate(
         args.model,
         tokenizer=args.tokenizer,
         tasks=args.tasks,
@@ -272,6 +273,8 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         data_dir=args.data_dir,
         protocol=args.protocol,
     )
+    if results.config["processes"] > 1 and launch_rank() != 0:
+        return  # the main process wrote the report and says so
     out_dir = Path(args.out)
     print((out_dir / "table.md").read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(out_dir / name) for name in REPORT_FILES if (out_dir / name).exists()))
@@ -392,20 +395,20 @@ _AFTER_INTERRUPT = {
 
 
 def _refuse_a_multi_process_launch(command: str) -> None:
-    """eval, export, push, tokenizer and run's later stages work in one process: under `accelerate launch
-    --num_processes 2` every rank scored the whole benchmark and wrote the same folder, and one crashed on the other's
-    half-written files (found by the distributed hunt). Only train and finetune share work between ranks."""
+    """export, push, tokenizer and run work in one process: under `accelerate launch --num_processes 2` every rank
+    wrote the same folder, and one crashed on the other's half-written files (found by the distributed hunt). train
+    and finetune share the batches between ranks, eval the documents (eval/sharding.py)."""
     from hf_gpt_custom.training.devices import launch_rank, launched_processes, world_size_variable
 
     processes = launched_processes()
-    if command in ("train", "finetune") or processes == 1:
+    if command in ("train", "finetune", "eval") or processes == 1:
         return
     if command == "run":
-        fix = ("train under the launcher (`accelerate launch ... -m hf_gpt_custom.cli train CONFIG`), then evaluate "
-               "and export in one process: `hf-gpt-custom eval --model RUN/final --tasks ... --out RUN/eval` and "
-               "`hf-gpt-custom export RUN RUN/export`")
+        fix = ("train and evaluate under the launcher (`accelerate launch ... -m hf_gpt_custom.cli train CONFIG`, "
+               "then `... -m hf_gpt_custom.cli eval --model RUN/final --tasks ... --out RUN/eval`), then export in "
+               "one process: `hf-gpt-custom export RUN RUN/export`")
     else:
-        fix = f"run it without accelerate launch or torchrun{' (it picks the GPU itself; --device chooses)' if command == 'eval' else ''}"
+        fix = "run it without accelerate launch or torchrun"
     if launch_rank() == 0:  # said once, not by every rank
         print(f"hf-gpt-custom {command}: error: {command} works in one process, and the launcher started "
               f"{processes} ({world_size_variable()}={processes}; unset it if no launcher started this): {fix}",

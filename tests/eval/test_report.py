@@ -53,7 +53,7 @@ def test_results_json_has_the_documented_schema(report_dir, tiny_model_folder, s
                                    "reason": "task wikitext (loglikelihood_rolling) is scored without examples: K=0 only"}]
     assert payload["config"] == {"tasks": ["copa", "arc_easy", "wikitext", "triviaqa", "lambada"], "shots": [0, 1],
                                  "limit": 3, "seed": 1234, "batch_size": 8, "protocol": "ours", "dtype": "float32",
-                                 "device": "cpu"}
+                                 "device": "cpu", "processes": 1}
     for row in payload["results"]:
         assert tuple(row) == RESULT_KEYS
         assert row["n"] == 3 and isinstance(row["higher_is_better"], bool) and row["n_truncated"] >= 0

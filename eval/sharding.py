@@ -1,0 +1,65 @@
+"""Data-parallel evaluation under `accelerate launch` or torchrun, as lm-evaluation-harness shards its documents.
+
+Each process scores every N-th document of each task (all the requests of a document together, as lm-eval keeps a
+document's choices on one rank), the scores are gathered onto every process, and each then aggregates the whole
+benchmark; the main process alone writes the report. A request's score does not depend on the batch it is scored in
+(tests/eval/test_scoring.py), so N processes give the figures one process gives.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.eval.requests import Request, ScoredRequest
+from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
+
+
+def launched_evaluation(on_cpu: bool):
+    """accelerate's PartialState when a launcher started more than one process (it joins their process group: NCCL
+    on GPUs, gloo on CPUs), None for a plain process. `on_cpu`: the evaluation runs on the CPU (accelerate looks for
+    a GPU backend otherwise, and without one each process would go on alone, scoring everything)."""
+    from hf_gpt_custom.training.devices import launched_processes, world_size_variable
+
+    if launched_processes() == 1:
+        return None
+    from accelerate import PartialState
+
+    variable, launched = world_size_variable(), launched_processes()
+    fix = f"start eval with accelerate launch or torchrun, or unset {variable} if no launcher started it"
+    try:
+        state = PartialState(cpu=on_cpu)
+    except ValueError as err:  # no MASTER_ADDR, say: accelerate's traceback from deep inside its setup
+        PartialState._reset_state()  # half set up: a later PartialState in this process would fail on it
+        raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but they cannot be "
+                        f"joined ({err}); {fix}") from err
+    if state.num_processes != launched:  # each process would score the whole benchmark on its own
+        raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but this one joined "
+                        f"a group of {state.num_processes}; {fix}")
+    return state
+
+
+def my_documents(requests: Sequence[Request], process_index: int, num_processes: int) -> list[int]:
+    """Indices of the requests this process scores: those of every num_processes-th document from its own index."""
+    return [index for index, request in enumerate(requests) if request.doc_id % num_processes == process_index]
+
+
+def score_across_processes(scorer: CausalLMScorer, requests: Sequence[Request], processes, show_progress: bool = True,
+                           desc: str | None = None) -> list[ScoredRequest]:
+    """score_requests over the launched processes (`processes` from launched_evaluation; None: this one alone):
+    every process returns every request's score, in the order of `requests`."""
+    if processes is None:
+        return score_requests(scorer, requests, show_progress=show_progress, desc=desc)
+    from accelerate.utils import gather_object
+
+    mine = my_documents(requests, processes.process_index, processes.num_processes)
+    scored = score_requests(scorer, [requests[index] for index in mine],
+                            show_progress=show_progress and processes.is_main_process, desc=desc)
+    everyone = gather_object(list(zip(mine, scored)))
+    ordered: list[ScoredRequest | None] = [None] * len(requests)
+    for index, item in everyone:
+        ordered[index] = item
+    missing = [index for index, item in enumerate(ordered) if item is None]
+    if missing:  # a shard lost in the gather would be aggregated as if it had never existed
+        raise RuntimeError(f"{len(missing)} of {len(requests)} requests came back from no process")
+    return ordered  # type: ignore[return-value]

@@ -1,0 +1,117 @@
+"""`eval` under a launcher (torchrun, `accelerate launch --num_processes N`): the processes share the documents out,
+as lm-evaluation-harness does under `accelerate launch -m lm_eval`, and the report is the one a single process writes.
+Before, eval refused a launch of more than one process (each rank had scored the whole benchmark into one folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from hf_gpt_custom.eval.sharding import my_documents
+
+TASKS = ["copa", "lambada", "triviaqa", "wikitext"]  # choices, a target, a generation, a rolling log-likelihood
+
+
+def test_each_document_is_scored_by_exactly_one_process_with_all_its_requests():
+    requests = [SimpleNamespace(doc_id=doc) for doc in range(7) for _choice in range(3)]  # 7 docs x 3 choices
+    shards = [my_documents(requests, rank, 3) for rank in range(3)]
+    assert sorted(index for shard in shards for index in shard) == list(range(len(requests)))
+    for rank, shard in enumerate(shards):
+        docs = {requests[index].doc_id for index in shard}
+        assert docs == set(range(rank, 7, 3))  # every 3rd document from its own index, all its choices
+        assert len(shard) == 3 * len(docs)
+
+
+# Each rank counts the requests it scores, then runs the CLI as `accelerate launch -m hf_gpt_custom.cli` would.
+_COUNTING_CLI = """
+import json, os, sys
+from hf_gpt_custom.eval import sharding
+scored = []
+def counting(scorer, requests, **options):
+    scored.extend(request.doc_id for request in requests)
+    return original(scorer, requests, **options)
+original, sharding.score_requests = sharding.score_requests, counting
+from hf_gpt_custom.cli import main
+main(sys.argv[1:])
+with open(os.path.join(os.environ["COUNTS"], "rank%s.json" % os.environ["RANK"]), "w") as handle:
+    json.dump(len(scored), handle)
+"""
+
+
+@pytest.mark.slow  # three Python processes import torch: ~40 s on the shared 2-core machine
+def test_two_processes_share_the_documents_and_report_what_one_process_reports(tiny_model_folder, tmp_path,
+                                                                               monkeypatch):
+    from hf_gpt_custom.eval import sharding
+    from hf_gpt_custom.eval.runner import evaluate
+
+    requests = []
+    original = sharding.score_requests
+    monkeypatch.setattr(sharding, "score_requests",
+                        lambda scorer, batch, **options: requests.extend(batch) or original(scorer, batch, **options))
+    alone = evaluate(str(tiny_model_folder), tasks=TASKS, shots=[0, 1], limit=5, device="cpu", show_progress=False,
+                     skip_unfittable=True, out_dir=tmp_path / "alone")
+
+    script, counts, out = tmp_path / "counting_cli.py", tmp_path / "counts", tmp_path / "two"
+    script.write_text(_COUNTING_CLI)
+    counts.mkdir()
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), "eval",
+         "--model", str(tiny_model_folder), "--tasks", ",".join(TASKS), "--shots", "0,1", "--limit", "5",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "COUNTS": str(counts), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # each rank scored its share, not the whole benchmark
+    shares = [json.loads((counts / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert sum(shares) == len(requests) and min(shares) > 0
+
+    two = json.loads((out / "results.json").read_text())
+    assert two["config"]["processes"] == 2 and alone.config["processes"] == 1
+    assert [{key: row[key] for key in ("task", "num_fewshot", "metric", "n", "n_truncated")} for row in two["results"]] \
+        == [{key: row[key] for key in ("task", "num_fewshot", "metric", "n", "n_truncated")} for row in alone.results]
+    for ours, reference in zip(two["results"], alone.results):
+        assert ours["value"] == pytest.approx(reference["value"], rel=1e-6), ours
+    assert two["skipped"] == alone.skipped
+    examples = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    assert [(e["task"], e["num_fewshot"], e["doc_id"], e["prompt"]) for e in examples] == \
+        [(e["task"], e["num_fewshot"], e["doc_id"], e["prompt"]) for e in alone.examples]
+    assert completed.stdout.count("wrote ") == 1  # the main process says where the report is; the other is silent
+
+
+def test_a_world_size_left_exported_without_a_launcher_is_one_line_not_a_lone_full_evaluation(tiny_model_folder,
+                                                                                              tmp_path, monkeypatch,
+                                                                                              capsys):
+    """WORLD_SIZE=2 in a plain shell: no process group to join, and the process would score the whole benchmark
+    believing it had half of it."""
+    from hf_gpt_custom.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--device", "cpu", "--out",
+              str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    # (accelerate's process state is made once per process: cannot be joined, or joined alone when it was made)
+    assert exited.value.code == 2 and "WORLD_SIZE=2 says a launcher started 2 processes, but " in err
+    assert "unset WORLD_SIZE if no launcher started it" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_group_smaller_than_the_launch_is_refused_not_evaluated_alone(monkeypatch):
+    """accelerate without a backend for the device (a GPU launch asked of a CPU-only torch) leaves each process on
+    its own: it would score the whole benchmark as if it were one of two."""
+    import accelerate
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval.sharding import launched_evaluation
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(accelerate, "PartialState", lambda cpu: SimpleNamespace(num_processes=1))
+    with pytest.raises(UserError, match=r"WORLD_SIZE=2 says a launcher started 2 processes, but this one joined a "
+                                        r"group of 1; start eval with accelerate launch or torchrun"):
+        launched_evaluation(on_cpu=False)
