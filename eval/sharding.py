@@ -8,6 +8,7 @@ benchmark; the main process alone writes the report. A request's score does not 
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 from hf_gpt_custom.errors import UserError
@@ -27,10 +28,15 @@ def launched_evaluation(on_cpu: bool):
 
     variable, launched = world_size_variable(), launched_processes()
     fix = f"start eval with accelerate launch or torchrun, or unset {variable} if no launcher started it"
+    environment = dict(os.environ)
     try:
         state = PartialState(cpu=on_cpu)
     except ValueError as err:  # no MASTER_ADDR, say: accelerate's traceback from deep inside its setup
-        PartialState._reset_state()  # half set up: a later PartialState in this process would fail on it
+        # accelerate was half way: its state made and RANK, LOCAL_RANK, ... set, which a later PartialState or
+        # Accelerator in this process (a Python caller's) would take for a launch
+        PartialState._reset_state()
+        os.environ.clear()
+        os.environ.update(environment)
         raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but they cannot be "
                         f"joined ({err}); {fix}") from err
     if state.num_processes != launched:  # each process would score the whole benchmark on its own

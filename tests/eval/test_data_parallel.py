@@ -88,18 +88,37 @@ def test_a_world_size_left_exported_without_a_launcher_is_one_line_not_a_lone_fu
                                                                                               capsys):
     """WORLD_SIZE=2 in a plain shell: no process group to join, and the process would score the whole benchmark
     believing it had half of it."""
+    from accelerate import PartialState
+
     from hf_gpt_custom.cli import main
 
+    PartialState._reset_state()  # as in a fresh process: accelerate's state is made once per process
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     with pytest.raises(SystemExit) as exited:
         main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--device", "cpu", "--out",
               str(tmp_path / "out")])
     err = capsys.readouterr().err
-    # (accelerate's process state is made once per process: cannot be joined, or joined alone when it was made)
-    assert exited.value.code == 2 and "WORLD_SIZE=2 says a launcher started 2 processes, but " in err
-    assert "unset WORLD_SIZE if no launcher started it" in err and len(err.splitlines()) == 1
+    assert exited.value.code == 2 and "WORLD_SIZE=2 says a launcher started 2 processes, but they cannot be " \
+        "joined" in err and "unset WORLD_SIZE if no launcher started it" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out" / "results.json").exists()
+    monkeypatch.delenv("WORLD_SIZE")  # fixed: accelerate's state and variables are not left half made
+    assert "LOCAL_RANK" not in os.environ and "RANK" not in os.environ
+    assert PartialState(cpu=True).num_processes == 1
+
+
+def test_a_document_no_process_sent_back_stops_the_evaluation(monkeypatch):
+    """A gather that came back short would be aggregated as if those documents had never been asked for."""
+    import accelerate.utils
+
+    from hf_gpt_custom.eval import sharding
+
+    requests = [SimpleNamespace(doc_id=doc) for doc in range(4)]
+    monkeypatch.setattr(sharding, "score_requests", lambda scorer, batch, **options: [f"scored {r.doc_id}" for r in batch])
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda mine: mine)  # the other process's share lost
+    processes = SimpleNamespace(process_index=0, num_processes=2, is_main_process=True)
+    with pytest.raises(RuntimeError, match="2 of 4 requests came back from no process"):
+        sharding.score_across_processes(None, requests, processes)
 
 
 def test_a_group_smaller_than_the_launch_is_refused_not_evaluated_alone(monkeypatch):
