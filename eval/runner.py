@@ -23,11 +23,12 @@ from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer
-from hf_gpt_custom.eval.sharding import launched_evaluation, score_across_processes
+from hf_gpt_custom.eval.sharding import score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
+from hf_gpt_custom.training.devices import join_launched_processes
 from hf_gpt_custom.training.run_lock import lock_output_folder
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def evaluate(
     # Under `accelerate launch --num_processes N` (or torchrun) the documents are shared out (eval/sharding.py): each
     # process on its own GPU where "cuda" (or nothing) was asked for, the main process alone writing the report.
     on_cpu = torch.device(device).type == "cpu" if device is not None else not torch.cuda.is_available()
-    processes = launched_evaluation(on_cpu)
+    processes = join_launched_processes(on_cpu)
     if processes is not None and device == "cuda":  # "cuda:1" asked for by name stays that device
         device = str(processes.device)
     writes = out_dir is not None and (processes is None or processes.is_main_process)

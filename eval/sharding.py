@@ -8,41 +8,10 @@ benchmark; the main process alone writes the report. A request's score does not 
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
-from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
-
-
-def launched_evaluation(on_cpu: bool):
-    """accelerate's PartialState when a launcher started more than one process (it joins their process group: NCCL
-    on GPUs, gloo on CPUs), None for a plain process. `on_cpu`: the evaluation runs on the CPU (accelerate looks for
-    a GPU backend otherwise, and without one each process would go on alone, scoring everything)."""
-    from hf_gpt_custom.training.devices import launched_processes, world_size_variable
-
-    if launched_processes() == 1:
-        return None
-    from accelerate import PartialState
-
-    variable, launched = world_size_variable(), launched_processes()
-    fix = f"start eval with accelerate launch or torchrun, or unset {variable} if no launcher started it"
-    environment = dict(os.environ)
-    try:
-        state = PartialState(cpu=on_cpu)
-    except ValueError as err:  # no MASTER_ADDR, say: accelerate's traceback from deep inside its setup
-        # accelerate was half way: its state made and RANK, LOCAL_RANK, ... set, which a later PartialState or
-        # Accelerator in this process (a Python caller's) would take for a launch
-        PartialState._reset_state()
-        os.environ.clear()
-        os.environ.update(environment)
-        raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but they cannot be "
-                        f"joined ({err}); {fix}") from err
-    if state.num_processes != launched:  # each process would score the whole benchmark on its own
-        raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but this one joined "
-                        f"a group of {state.num_processes}; {fix}")
-    return state
 
 
 def my_documents(requests: Sequence[Request], process_index: int, num_processes: int) -> list[int]:
@@ -52,7 +21,8 @@ def my_documents(requests: Sequence[Request], process_index: int, num_processes:
 
 def score_across_processes(scorer: CausalLMScorer, requests: Sequence[Request], processes, show_progress: bool = True,
                            desc: str | None = None) -> list[ScoredRequest]:
-    """score_requests over the launched processes (`processes` from launched_evaluation; None: this one alone):
+    """score_requests over the launched processes (`processes` from devices.join_launched_processes; None: this
+    one alone):
     every process returns every request's score, in the order of `requests`."""
     if processes is None:
         return score_requests(scorer, requests, show_progress=show_progress, desc=desc)

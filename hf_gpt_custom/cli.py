@@ -395,20 +395,15 @@ _AFTER_INTERRUPT = {
 
 
 def _refuse_a_multi_process_launch(command: str) -> None:
-    """export, push, tokenizer and run work in one process: under `accelerate launch --num_processes 2` every rank
-    wrote the same folder, and one crashed on the other's half-written files (found by the distributed hunt). train
-    and finetune share the batches between ranks, eval the documents (eval/sharding.py)."""
+    """export, push and tokenizer work in one process: under `accelerate launch --num_processes 2` every rank wrote
+    the same folder, and one crashed on the other's half-written files (found by the distributed hunt). train and
+    finetune share the batches between ranks, eval the documents (eval/sharding.py), run both (run.py)."""
     from hf_gpt_custom.training.devices import launch_rank, launched_processes, world_size_variable
 
     processes = launched_processes()
-    if command in ("train", "finetune", "eval") or processes == 1:
+    if command in ("train", "finetune", "eval", "run") or processes == 1:
         return
-    if command == "run":
-        fix = ("train and evaluate under the launcher (`accelerate launch ... -m hf_gpt_custom.cli train CONFIG`, "
-               "then `... -m hf_gpt_custom.cli eval --model RUN/final --tasks ... --out RUN/eval`), then export in "
-               "one process: `hf-gpt-custom export RUN RUN/export`")
-    else:
-        fix = "run it without accelerate launch or torchrun"
+    fix = "run it without accelerate launch or torchrun"
     if launch_rank() == 0:  # said once, not by every rank
         print(f"hf-gpt-custom {command}: error: {command} works in one process, and the launcher started "
               f"{processes} ({world_size_variable()}={processes}; unset it if no launcher started this): {fix}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +42,40 @@ def run_pipeline(config_path: str | Path, overrides: list[str] | None = None, st
 
     # fp16 on a CPU, cpu=false without a GPU: refused before the tokenizer stage. The config it returns has
     # mixed_precision=auto resolved, as train() records it in config.yaml: that file given back to `run` is this run.
-    config, _ = check_machine_can_train(config)
+    config, device_type = check_machine_can_train(config)
     config = pin_dataset_revision(config, start_over)  # every stage reads a Hub dataset at the same commit
+    from hf_gpt_custom.training.devices import join_launched_processes
+
+    # Under `accelerate launch --num_processes N` (or torchrun): train shares the batches, eval the documents; the
+    # main process alone writes the tokenizer, the pipeline's state and the export (train's Accelerator joins this
+    # process group)
+    processes = join_launched_processes(on_cpu=device_type == "cpu")
     with lock_run_folder(config.run_dir):  # a second main job or `train` on this folder stops, naming this process
-        return _run_stages(config, start_over)
+        return _run_stages(config, start_over, processes)
 
 
-def _run_stages(config, start_over: bool = False) -> Path:
-    """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock."""
+def _run_stages(config, start_over: bool = False, processes=None) -> Path:
+    """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock.
+    `processes`: the launched ones (devices.join_launched_processes), None for this process alone."""
+    main = processes is None or processes.is_main_process
+    say = print if main else _silent
     run_dir = config.run_dir
     fingerprint = run_state.fingerprint(config)
     # A --start_over stays one until its training has written a checkpoint: an interrupted one resumes without the
     # flag (with it, a second --start_over would set the new run's progress aside too).
-    state = {"config": fingerprint, "stages": {}, "starting_over_from": run_state.checkpoint_identities(run_dir)} \
-        if start_over else run_state.load_state(run_dir, fingerprint, config)
-    run_state.save_state(run_dir, state)
+    # Under a launcher the main process reads the state first (a changed benchmark setting is written into config.yaml
+    # as it is read) and saves it; the others then read what it saved.
+    with processes.main_process_first() if processes is not None else nullcontext():
+        state = {"config": fingerprint, "stages": {}, "starting_over_from": run_state.checkpoint_identities(run_dir)} \
+            if start_over else run_state.load_state(run_dir, fingerprint, config)
+        if main:
+            run_state.save_state(run_dir, state)
 
     benchmarks = run_state.benchmarks_identity(config)
     started = time.perf_counter()
     for stage in STAGES:
+        if processes is not None:  # each decides from the folder the stage before left, not one still writing it
+            processes.wait_for_everyone()
         record = state["stages"].get(stage, {})
         starting_over = start_over or run_state.still_starting_over(state, run_dir)
         if record.get("status") in ("done", "skipped"):
@@ -68,7 +84,7 @@ def _run_stages(config, start_over: bool = False) -> Path:
             if model_kept and run_state.reports_unchanged(record, run_dir, benchmarks) and not older_code:
                 continue
             if older_code:
-                print(f"{older_code}: running the {stage} stage again", flush=True)
+                say(f"{older_code}: running the {stage} stage again", flush=True)
             if stage == "train" and model_kept and not starting_over:  # only its summary changed
                 run_state.refuse_to_train_again_without_checkpoints(
                     run_dir, "training_summary.json was changed or deleted since the train stage wrote it",
@@ -79,22 +95,29 @@ def _run_stages(config, start_over: bool = False) -> Path:
             raise UserError(f"{run_dir} holds an interrupted --start_over whose training has written no checkpoint yet: "
                             f"resume_from_checkpoint={config.resume_from_checkpoint} would continue the run it "
                             f"replaces; drop resume_from_checkpoint to start over as asked")
-        _print_stages(run_dir, state, running=stage)
+        if main:
+            _print_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
-            output, status = _STAGE_FUNCTIONS[stage](config, run_dir, state, starting_over)
+            output, status = _run_stage(stage, config, run_dir, state, starting_over, processes)
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
-            _print_stages(run_dir, state, running=stage, failed=True)
+            if main:
+                _print_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             then = "fix what the error below names, then rerun" if isinstance(err, UserError) else "rerun"
             command = "the same command without --start_over" if start_over else "the same command"
-            print(f"stage '{stage}' {what}; finished stages are kept: {then} {command} to resume", flush=True)
+            say(f"stage '{stage}' {what}; finished stages are kept: {then} {command} to resume", flush=True)
             raise
         if stage == "train":
             state.pop("starting_over_from", None)
-        state["stages"][stage] = run_state.stage_record(
-            stage, run_dir, output, status, time.perf_counter() - stage_started, benchmarks)
-        run_state.save_state(run_dir, state)
+        if main:  # the others' stages left nothing of their own to record
+            state["stages"][stage] = run_state.stage_record(
+                stage, run_dir, output, status, time.perf_counter() - stage_started, benchmarks)
+            run_state.save_state(run_dir, state)
+    if processes is not None:
+        processes.wait_for_everyone()  # the export is written before any process returns
+    if not main:
+        return run_dir
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
     run, export = shlex.quote(str(run_dir)), shlex.quote(str(run_dir / "export"))  # commands to paste: quoted
@@ -195,6 +218,25 @@ _STAGE_FUNCTIONS = {
     "eval": _stage_eval,
     "export": _stage_export,
 }
+
+
+def _run_stage(stage: str, config, run_dir: Path, state: dict, start_over: bool, processes) -> tuple[Path | None, str]:
+    """One stage in this process: all of it alone; under a launcher (`processes`) train and eval on every process
+    (they share the work), the tokenizer on the main process first (the others then find it trained), the export
+    (and an eval without benchmarks) on the main process only."""
+    function = _STAGE_FUNCTIONS[stage]
+    if processes is None or stage == "train" or (stage == "eval" and config.benchmark_tasks):
+        return function(config, run_dir, state, start_over)
+    if stage == "tokenizer":
+        with processes.main_process_first():
+            return function(config, run_dir, state, start_over)
+    if processes.is_main_process:  # the export, or an eval stage without benchmarks (it sets old results aside)
+        return function(config, run_dir, state, start_over)
+    return None, "done"  # the main process records what its stage wrote; this process saves no state
+
+
+def _silent(*args, **kwargs) -> None:
+    """print's stand-in on the processes a launcher started besides the main one: the main one reports."""
 
 
 def _print_stages(run_dir: Path, state: dict[str, Any], running: str | None, failed: bool = False) -> None:

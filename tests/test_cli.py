@@ -471,9 +471,8 @@ def test_tokenizer_train_finds_a_relative_input_from_any_folder_as_train_finds_i
                            f"{REPO_ROOT}")
 
 
-@pytest.mark.parametrize("command", [["run", "training/configs/smoke.yaml"], ["export", "a", "b"],
-                                     ["tokenizer", "train", "x.txt", "--out", "y"]])
-def test_run_export_and_tokenizer_refuse_a_multi_process_launch(command, monkeypatch, capsys):
+@pytest.mark.parametrize("command", [["export", "a", "b"], ["tokenizer", "train", "x.txt", "--out", "y"]])
+def test_export_and_tokenizer_refuse_a_multi_process_launch(command, monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")  # another rank: stops without a word
     with pytest.raises(SystemExit) as exited:
@@ -484,5 +483,4 @@ def test_run_export_and_tokenizer_refuse_a_multi_process_launch(command, monkeyp
         main(command)
     err = capsys.readouterr().err
     assert exited.value.code == 2 and f"{command[0]} works in one process, and the launcher started 2 (WORLD_SIZE=2" in err
-    if command[0] == "run":
-        assert "train and evaluate under the launcher" in err and "hf-gpt-custom export RUN RUN/export" in err
+    assert "run it without accelerate launch or torchrun" in err

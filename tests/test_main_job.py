@@ -475,3 +475,57 @@ def test_an_interrupted_start_over_resumes_without_the_flag(tmp_path, monkeypatc
                                         r"resume_from_checkpoint=latest would continue the run it replaces"):
         run_module._run_stages(load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), f"out_dir={copy}",
                                                                "resume_from_checkpoint=latest"]))
+
+
+@pytest.mark.slow  # a one-process run, then two launches of two processes: ~90 s on the shared 2-core machine
+def test_run_under_accelerate_launch_trains_and_evaluates_as_one_process_does(tmp_path):
+    """`accelerate launch -m hf_gpt_custom.cli run` (the shipped two-process CPU config): it refused a launch of
+    more than one process, and ran its training in one. Now the two ranks share training's batches and the
+    evaluation's documents, the main one trains the tokenizer first and alone writes the state and the export.
+    Reference: one process with the same global batch (its validation loss and COPA scores), whose own training and
+    scoring are checked against transformers and lm-eval elsewhere. A rerun under the launcher redoes nothing."""
+    import shutil
+    import socket
+
+    from hf_gpt_custom.run import run_pipeline
+
+    if shutil.which("accelerate") is None:
+        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
+    common = [f"data_cache_dir={tmp_path / 'cache'}", "max_steps=6", "warmup_steps=1", "eval_interval=6",
+              "checkpoint_interval=0", "log_with=none", "torch_threads=1", "model.resid_pdrop=0.0",
+              "model.embd_pdrop=0.0", "model.attn_pdrop=0.0", "benchmark_tasks=[copa]", "benchmark_shots=[0]",
+              "benchmark_limit=6"]
+    alone = run_pipeline(SMOKE_CONFIG, [*common, f"out_dir={tmp_path / 'alone'}", "batch_size=8", "eval_batches=2"])
+
+    def launch() -> subprocess.CompletedProcess:
+        with socket.socket() as probe:  # other test runs share this machine: never assume a port is free
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        return subprocess.run(
+            ["accelerate", "launch", "--config_file", "training/configs/accelerate/cpu_two_processes.yaml",
+             "--main_process_port", str(port), "-m", "hf_gpt_custom.cli", "run", str(SMOKE_CONFIG), *common,
+             f"out_dir={tmp_path / 'two'}", "batch_size=4", "eval_batches=4"],  # the same 16 validation blocks
+            cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True, text=True, timeout=600)
+
+    first = launch()
+    assert first.returncode == 0, first.stderr[-3000:]
+    two = tmp_path / "two"
+    assert first.stdout.count("hf-gpt-custom run: ") == 5  # the stage list, said by the main process alone
+    state = json.loads((two / "pipeline_state.json").read_text())
+    assert [state["stages"][stage]["status"] for stage in ("tokenizer", "train", "eval", "export")] == ["done"] * 4
+    assert (two / "tokenizer" / "vocab.json").read_bytes() == (alone / "tokenizer" / "vocab.json").read_bytes()
+    summary, reference = (json.loads((folder / "training_summary.json").read_text()) for folder in (two, alone))
+    assert summary["num_processes"] == 2 and summary["tokens_seen"] == reference["tokens_seen"]
+    assert summary["final_val_loss"] == pytest.approx(reference["final_val_loss"], abs=1e-5)
+    results, reference_results = (json.loads((folder / "eval" / "results.json").read_text()) for folder in (two, alone))
+    assert results["config"]["processes"] == 2
+    assert [(row["metric"], row["n"]) for row in results["results"]] == \
+        [(row["metric"], row["n"]) for row in reference_results["results"]]
+    for row, reference_row in zip(results["results"], reference_results["results"]):
+        assert row["value"] == pytest.approx(reference_row["value"], abs=1e-4), row
+    assert (two / "export" / "model.safetensors").is_file()
+    assert sorted(path.name for path in two.glob("export*")) == ["export"]
+
+    again = launch()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "[running ]" not in again.stdout and "[  done  ] 4/4 export" in again.stdout

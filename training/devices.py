@@ -7,7 +7,8 @@ An accelerate config (or `--mixed_precision`) that says otherwise is overridden 
 A launcher's `--gradient_accumulation_steps` reaches a run only in a DeepSpeed launch, whose engine then uses it
 whatever the Accelerator is told: one that differs from the YAML's is refused.
 One helper runs after the Accelerator exists: `drop_float32_output_copies`, which keeps its autocast but not its
-float32 copy of the model's outputs.
+float32 copy of the model's outputs. `join_launched_processes` joins a launch's process group for the commands that
+share work between ranks without an Accelerator of their own (eval, and run before its training).
 """
 
 from __future__ import annotations
@@ -53,6 +54,34 @@ def _launcher_value(variables: tuple[str, ...], default: int) -> int:
 
 def _launcher_variable(variables: tuple[str, ...]) -> str | None:
     return next((name for name in variables if os.environ.get(name, "").strip().isdigit()), None)
+
+
+def join_launched_processes(on_cpu: bool):
+    """accelerate's PartialState when a launcher started more than one process (it joins their process group: NCCL
+    on GPUs, gloo on CPUs), None for a plain process: how `run` and `eval` share work between ranks (train's
+    Accelerator joins the same group). `on_cpu`: the work runs on the CPU (accelerate looks for a GPU backend
+    otherwise, and without one each process would go on alone, doing everything)."""
+    if launched_processes() == 1:
+        return None
+    from accelerate import PartialState
+
+    variable, launched = world_size_variable(), launched_processes()
+    fix = f"start the command with accelerate launch or torchrun, or unset {variable} if no launcher started it"
+    environment = dict(os.environ)
+    try:
+        state = PartialState(cpu=on_cpu)
+    except ValueError as err:  # no MASTER_ADDR, say: accelerate's traceback from deep inside its setup
+        # accelerate was half way: its state made and RANK, LOCAL_RANK, ... set, which a later PartialState or
+        # Accelerator in this process (a Python caller's) would take for a launch
+        PartialState._reset_state()
+        os.environ.clear()
+        os.environ.update(environment)
+        raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but they cannot be "
+                        f"joined ({err}); {fix}") from err
+    if state.num_processes != launched:  # each would do all the work on its own
+        raise UserError(f"{variable}={launched} says a launcher started {launched} processes, but this one joined "
+                        f"a group of {state.num_processes}; {fix}")
+    return state
 
 
 def mixed_precision_for_run(configured: str) -> str:

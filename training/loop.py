@@ -349,5 +349,5 @@ def stop_diverged(s: Session, step: int, problem: str, loss: float, grad_norm: f
                          "grad_norm": grad_norm if math.isfinite(grad_norm) else str(grad_norm),
                          "advice": advice})  # repeated by a rerun, which refuses to train into it again (resume.py)
         s.run_log.close()
-    s.accelerator.end_training()
+    s.end_training()
     raise TrainingDivergedError(f"training stopped at step {step}: {problem}; {advice}")

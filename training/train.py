@@ -117,6 +117,16 @@ class Session:
     run_log: RunLog | None  # main process only
     started_at: float = 0.0  # time.time() when this train() call began
     wall_time_before_s: float = 0.0  # the run's earlier sessions, from the checkpoint it resumed
+    made_process_group: bool = True  # False: a launched `run` made it before training, for its eval stage
+
+    def end_training(self) -> None:
+        """accelerate's end_training (trackers finished, the process group destroyed), except that a process group
+        made before this train() call stays: `run` made it, and its eval stage shares the documents over it."""
+        if self.made_process_group:
+            self.accelerator.end_training()
+            return
+        for tracker in self.accelerator.trackers:
+            tracker.finish()
 
     def stamp_wall_time(self) -> TrainingState:
         """The state with the run's wall time so far, the earlier sessions and this one: set before each
@@ -180,6 +190,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
         # this run replaces the one in its folder, whose outputs are set aside below: bad data must stop it first
         for source in (config.dataset, config.val_dataset):
             check_local_source_readable(source)
+    group_before = torch.distributed.is_available() and torch.distributed.is_initialized()
     accelerator = _make_accelerator(config, device_type, run_dir, log_with)
     check_every_process_reads_one_revision(accelerator, config)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
@@ -226,7 +237,8 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     if log_with:
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
     session = Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,
-                      scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log)
+                      scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log,
+                      made_process_group=not group_before)
     _ = session.peak_flops  # a CPU's is measured now, not inside the first logged interval's time
     return session
 
@@ -356,7 +368,7 @@ def _finish(s: Session, loop: LoopResult) -> None:
         with write_errors_named(s.run_dir, None, "the training summary"):
             _write_summary_and_plot(s, loop, last_eval)
         accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
-    accelerator.end_training()
+    s.end_training()
 
 
 def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> None:

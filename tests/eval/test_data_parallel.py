@@ -127,10 +127,10 @@ def test_a_group_smaller_than_the_launch_is_refused_not_evaluated_alone(monkeypa
     import accelerate
 
     from hf_gpt_custom.errors import UserError
-    from hf_gpt_custom.eval.sharding import launched_evaluation
+    from hf_gpt_custom.training.devices import join_launched_processes
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(accelerate, "PartialState", lambda cpu: SimpleNamespace(num_processes=1))
     with pytest.raises(UserError, match=r"WORLD_SIZE=2 says a launcher started 2 processes, but this one joined a "
-                                        r"group of 1; start eval with accelerate launch or torchrun"):
-        launched_evaluation(on_cpu=False)
+                                        r"group of 1; start the command with accelerate launch or torchrun"):
+        join_launched_processes(on_cpu=False)
