@@ -23,12 +23,14 @@ from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer
-from hf_gpt_custom.eval.sharding import score_across_processes
+from hf_gpt_custom.eval.sharding import check_every_process_asks_the_same, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
+from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
 from hf_gpt_custom.training.devices import join_launched_processes
+from hf_gpt_custom.versions import scoring_code_sha256
 from hf_gpt_custom.training.run_lock import lock_output_folder
 
 logger = logging.getLogger(__name__)
@@ -47,18 +49,19 @@ class Results:
     # manifest.weights_fingerprint of a local folder scored (None: a Hub id or a loaded model); a card checks it
     model_weights_sha256: str | None = None
     # task.tasks_fingerprint of each of config["tasks"], and the data root they were read from when it is not the
-    # default one: export refuses to publish scores of task or data files edited since
+    # built-in one: export refuses to publish scores of task or data files edited since
     # (task.benchmarks_changed_since). The root is a local path: the published results.json leaves it out.
     benchmarks_sha256: list[str] | None = None
     data_dir: str | None = None
+    scoring_code_sha256: str | None = None  # versions.scoring_code_sha256 as the evaluation started
 
     def to_dict(self) -> dict[str, Any]:
-        from hf_gpt_custom.versions import scoring_code_sha256, software_versions
+        from hf_gpt_custom.versions import software_versions
 
         return {"model": self.model, "model_weights_sha256": self.model_weights_sha256, "config": self.config,
                 "results": self.results, "skipped": self.skipped, "benchmarks_sha256": self.benchmarks_sha256,
                 "data_dir": self.data_dir, "software": software_versions(),
-                "scoring_code_sha256": scoring_code_sha256()}
+                "scoring_code_sha256": self.scoring_code_sha256}
 
     def value(self, task: str, metric: str, num_fewshot: int = 0) -> float:
         for row in self.results:
@@ -83,6 +86,7 @@ def evaluate(
     share_context: bool = True,
     skip_unfittable: bool = False,
     protocol: str = "ours",
+    data_parallel: bool = False,
 ) -> Results:
     """Evaluate `model` on each task at each K; with out_dir, write results.json, table.md, examples.jsonl and
     shots_curve.png there. `model` is a folder, a Hub id or a loaded causal LM (then pass `tokenizer` unless the
@@ -98,14 +102,16 @@ def evaluate(
     "skipped" in results.json and table.md. protocol="lm-eval" scores every task as lm-eval does (its target
     delimiters, all K examples kept and the prompt cut from the left, generation as the model's generation_config
     says apart from sampling; eval/tasks/README.md).
-    Started by `accelerate launch --num_processes N` or torchrun, the N processes share the documents out and each
-    returns the whole Results (eval/sharding.py); the main process writes out_dir."""
+    `data_parallel=True` in the N processes `accelerate launch --num_processes N` or torchrun started (the `eval`
+    command and `run` pass it) shares the documents out: each returns the whole Results (eval/sharding.py), the main
+    process writes out_dir. Every process must make the same call: one that differs is refused. Without it each
+    process evaluates alone, as a call made on the main process only does."""
     # None: a loaded model stays where it is; a folder or Hub id goes to CUDA when there is one
     device = resolve_device(device) if device is not None or isinstance(model, (str, Path)) else None
     # Under `accelerate launch --num_processes N` (or torchrun) the documents are shared out (eval/sharding.py): each
     # process on its own GPU where "cuda" (or nothing) was asked for, the main process alone writing the report.
     on_cpu = torch.device(device).type == "cpu" if device is not None else not torch.cuda.is_available()
-    processes = join_launched_processes(on_cpu)
+    processes = join_launched_processes(on_cpu) if data_parallel else None
     if processes is not None and device == "cuda":  # "cuda:1" asked for by name stays that device
         device = str(processes.device)
     writes = out_dir is not None and (processes is None or processes.is_main_process)
@@ -131,6 +137,7 @@ def evaluate(
     specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
     data_dir = Path(data_dir) if data_dir else default_data_dir()
     benchmarks = [tasks_fingerprint([name], data_dir, protocol) for name in tasks]  # the files as they are scored
+    code = scoring_code_sha256()  # the code that scores, not the code on disk when the report is written
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
     # mix their reports (one's results.json beside the other's table.md)
     with lock_output_folder(out_dir, "the evaluation folder", "another --out") if writes else nullcontext():
@@ -161,15 +168,20 @@ def evaluate(
         if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
             raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
                                                                  for row in skipped))
+        scored_folder = local_model_path(str(model)) if isinstance(model, (str, Path)) else None
+        weights = weights_fingerprint(scored_folder) if scored_folder is not None else None
+        if processes is not None:  # each scores a share of what it planned: all must have planned the same
+            check_every_process_asks_the_same(processes, {
+                "model": weights or model_name, "tasks": tasks, "shots": shots, "limit": limit, "seed": seed,
+                "protocol": protocol, "benchmarks": benchmarks, "requests": [len(plan.requests) for plan in plans]})
         rows, examples = [], []
         for plan in plans:
             task_rows, task_examples = score_task(plan, scorer, show_progress, processes)
             rows += task_rows
             examples += task_examples
-        scored_folder = local_model_path(str(model)) if isinstance(model, (str, Path)) else None
         results = Results(
             model=model_name,
-            model_weights_sha256=weights_fingerprint(scored_folder) if scored_folder is not None else None,
+            model_weights_sha256=weights,
             # what changes the numbers, as lm-eval records its model arguments: dtype and device change log-likelihoods
             # in their last digits (the data root is a local path: a published results.json carries none)
             config={"tasks": tasks, "shots": shots, "limit": limit, "seed": seed, "batch_size": batch_size,
@@ -180,8 +192,9 @@ def evaluate(
             examples=examples,
             skipped=skipped,
             benchmarks_sha256=benchmarks,
-            # (the default root is found again by export; a local path is recorded only where one was given)
-            data_dir=None if data_dir.resolve() == default_data_dir().resolve() else str(data_dir.resolve()),
+            scoring_code_sha256=code,
+            # (the built-in root is found again by export; any other, $HF_GPT_CUSTOM_DATA_DIR's too, is recorded)
+            data_dir=None if data_dir.resolve() == BUILT_IN_DATA_DIR.resolve() else str(data_dir.resolve()),
         )
         if writes:
             from hf_gpt_custom.eval.report import write_report

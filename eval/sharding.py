@@ -8,8 +8,9 @@ benchmark; the main process alone writes the report. A request's score does not 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
+from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, score_requests
 
@@ -39,3 +40,18 @@ def score_across_processes(scorer: CausalLMScorer, requests: Sequence[Request], 
     if missing:  # a shard lost in the gather would be aggregated as if it had never existed
         raise RuntimeError(f"{len(missing)} of {len(requests)} requests came back from no process")
     return ordered  # type: ignore[return-value]
+
+
+def check_every_process_asks_the_same(processes, call: dict[str, Any]) -> None:
+    """A UserError on every process unless each describes the same evaluation (`call`: the model's weights or name,
+    the tasks, shots, limit, seed, protocol, files and planned requests): shares of different evaluations, gathered,
+    would be aggregated as one (two models' scores blended into one figure, reported by both)."""
+    from accelerate.utils import gather_object
+
+    calls = gather_object([call])
+    differing = sorted({key for other in calls for key in call if other.get(key) != calls[0].get(key)})
+    if differing:
+        raise UserError(f"the {processes.num_processes} launched processes asked for different evaluations (their "
+                        f"{', '.join(differing)} differ): with data_parallel=True each scores a share of one "
+                        f"evaluation, so every process must make the same call; evaluate without data_parallel in "
+                        f"each process, or on the main process only")

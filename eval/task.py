@@ -21,7 +21,7 @@ import yaml
 
 from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
 from hf_gpt_custom.eval.output_types import GENERATION_KWARGS, OUTPUT_TYPES
-from hf_gpt_custom.eval.task_data import default_data_dir, load_docs
+from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR, default_data_dir, load_docs
 from hf_gpt_custom.errors import MissingFileError, UserError, did_you_mean, repeated
 from hf_gpt_custom.manifest import cached_sha256
 
@@ -360,7 +360,7 @@ def tasks_fingerprint(names: list[str], data_dir: str | Path | None = None, prot
 def benchmarks_changed_since(results: dict) -> tuple[list[str], list[str]]:
     """(tasks whose task file or local data files differ from what an evaluation's `results` (results.json) scored,
     tasks that cannot be checked here). A results.json records tasks_fingerprint of each task it scored and the data
-    root it read; `export` compares them so that a card never shows scores of files edited since. A task whose file
+    root it read (unless it was the built-in one); `export` compares them so that a card never shows scores of files edited since. A task whose file
     is not found from here, or whose data files are all absent under that root (a run folder copied to another
     machine), cannot be checked. Results written before evaluations recorded this have no tasks to compare."""
     recorded = results.get("benchmarks_sha256")
@@ -368,7 +368,8 @@ def benchmarks_changed_since(results: dict) -> tuple[list[str], list[str]]:
     names, protocol = config.get("tasks") or [], config.get("protocol", "ours")
     if not isinstance(recorded, list) or len(recorded) != len(names):
         return [], []
-    root = Path(results["data_dir"]) if results.get("data_dir") else default_data_dir()
+    # not recorded: the built-in folder (an export's shell may set $HF_GPT_CUSTOM_DATA_DIR to another one)
+    root = Path(results["data_dir"]) if results.get("data_dir") else BUILT_IN_DATA_DIR
     changed, unchecked = [], []
     for name, fingerprint in zip(names, recorded):
         try:

@@ -26,11 +26,15 @@ if TYPE_CHECKING:
 DATA_DIR_ENV = "HF_GPT_CUSTOM_DATA_DIR"
 
 
+# <repo>/../shared/data, independent of the working directory
+BUILT_IN_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
 def default_data_dir() -> Path:
-    """<repo>/../shared/data, independent of the working directory; $HF_GPT_CUSTOM_DATA_DIR overrides it."""
+    """BUILT_IN_DATA_DIR, unless $HF_GPT_CUSTOM_DATA_DIR names another folder."""
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV])
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return BUILT_IN_DATA_DIR
 
 
 def _read_jsonl(path: Path) -> list[dict]:

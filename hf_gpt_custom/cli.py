@@ -272,6 +272,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         out_dir=args.out,
         data_dir=args.data_dir,
         protocol=args.protocol,
+        data_parallel=True,  # under accelerate launch or torchrun: the processes share the documents out
     )
     if results.config["processes"] > 1 and launch_rank() != 0:
         return  # the main process wrote the report and says so

@@ -21,8 +21,9 @@ def software_versions() -> dict[str, str | None]:
 
 
 def scoring_code_sha256() -> str:
-    """sha256 over the code an evaluation's numbers come from: the evaluation package (its Python and task files) and
-    the model's own code (the modules a model folder ships for trust_remote_code). The package's version stays
+    """sha256 over the code an evaluation's numbers come from: the evaluation package's Python modules and the
+    model's own code (the modules a model folder ships for trust_remote_code). Task files are not code: each scored
+    task's file is in results.json's benchmarks_sha256. The package's version stays
     0.1.0 from commit to commit, so results.json records this too: `run` evaluates again when it changed (an
     upgrade that fixed a scoring bug would otherwise keep publishing the old figures)."""
     import hashlib
@@ -34,7 +35,7 @@ def scoring_code_sha256() -> str:
     package, eval_package = Path(__file__).parent, Path(evaluation.__file__).parent
     files = {name: package / name for name in remote_code_files()}
     files.update({f"eval/{path.relative_to(eval_package).as_posix()}": path for path in eval_package.rglob("*")
-                  if path.suffix in (".py", ".yaml") and path.is_file()})
+                  if path.suffix == ".py" and path.is_file()})
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")

@@ -134,3 +134,66 @@ def test_a_group_smaller_than_the_launch_is_refused_not_evaluated_alone(monkeypa
     with pytest.raises(UserError, match=r"WORLD_SIZE=2 says a launcher started 2 processes, but this one joined a "
                                         r"group of 1; start the command with accelerate launch or torchrun"):
         join_launched_processes(on_cpu=False)
+
+
+_PYTHON_CALLS = """
+import json, os, sys
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.eval.runner import evaluate
+rank, (first, second, out) = int(os.environ["RANK"]), sys.argv[1:]
+mine = [first, second][rank]
+said = {}
+settings = dict(tasks=["lambada"], shots=[0], limit=4, device="cpu", show_progress=False)
+said["own"] = evaluate(mine, **settings).value("lambada", "perplexity")  # each process its own model, alone
+if rank == 0:  # the main process only: nothing to wait for
+    said["main_only"] = evaluate(first, **settings).value("lambada", "perplexity")
+try:
+    evaluate(mine, data_parallel=True, **settings)
+except UserError as err:
+    said["shared"] = str(err)
+with open(os.path.join(out, "rank%d.json" % rank), "w") as handle:
+    json.dump(said, handle)
+"""
+
+
+@pytest.mark.slow  # three Python processes import torch: ~30 s on the shared 2-core machine
+def test_python_calls_under_a_launcher_evaluate_alone_unless_asked_and_a_shared_call_must_be_the_same(
+        tiny_model_folder, tmp_path):
+    """Each launched process evaluating its own model got a blend of both models' scores, and a call made on the main
+    process only waited for the others for ever (found by a review). Sharing is asked for with data_parallel=True
+    (the eval command and run ask for it), and shares of different calls are refused. Reference: each model scored
+    in this one process."""
+    import shutil
+
+    import torch
+
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.model_folder import load_model_folder
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_folder, other)
+    model = load_model_folder(other)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter), alpha=0.5)
+    model.save_pretrained(other)
+    write_manifest(other)
+    settings = dict(tasks=["lambada"], shots=[0], limit=4, device="cpu", show_progress=False)
+    reference = [evaluate(str(folder), **settings).value("lambada", "perplexity")
+                 for folder in (tiny_model_folder, other)]
+    assert reference[0] != pytest.approx(reference[1], rel=1e-3)  # a blend would show
+
+    script, out = tmp_path / "calls.py", tmp_path / "said"
+    script.write_text(_PYTHON_CALLS)
+    out.mkdir()
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+         str(tiny_model_folder), str(other), str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    said = [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [said[rank]["own"] for rank in (0, 1)] == pytest.approx(reference, rel=1e-9)
+    assert said[0]["main_only"] == pytest.approx(reference[0], rel=1e-9)
+    for rank in (0, 1):
+        assert "the 2 launched processes asked for different evaluations (their model differ)" in said[rank]["shared"]

@@ -251,11 +251,12 @@ def test_a_report_killed_while_writing_leaves_the_previous_one_whole(report_dir,
     assert sorted(path.name for path in out_dir.iterdir()) == sorted(before)  # nothing left beside them
 
 
-@pytest.mark.parametrize("edited", ["eval/scoring.py", "eval/tasks/copa.yaml", "modeling_gpt_custom.py",
+@pytest.mark.parametrize("edited", ["eval/scoring.py", "eval/lm_eval_tasks/gptc_data.py", "modeling_gpt_custom.py",
                                     "block_variants.py"])
 def test_the_scoring_code_hash_changes_with_the_evaluation_and_the_model_code(edited, monkeypatch):
     """results.json's scoring_code_sha256 is what `run` compares to evaluate again after an upgrade (the package says
-    0.1.0 at every commit): an edit of the scorer, a task file, the model or a module it imports must change it."""
+    0.1.0 at every commit): an edit of the scorer, the model or a module it imports must change it. A task file is
+    not code (each scored one is in benchmarks_sha256): another task added or edited re-evaluates nothing."""
     from pathlib import Path
 
     from hf_gpt_custom.versions import scoring_code_sha256
@@ -269,3 +270,22 @@ def test_the_scoring_code_hash_changes_with_the_evaluation_and_the_model_code(ed
 
     monkeypatch.setattr(Path, "read_bytes", edited_read)
     assert scoring_code_sha256() != before
+
+
+def test_the_scoring_code_hash_is_of_the_code_that_scored_not_the_code_when_the_report_is_written(
+        tiny_model_folder, tmp_path, monkeypatch):
+    """An upgrade during a long evaluation (a git pull in an editable install) recorded the new code's hash beside the
+    old code's figures, and `run` then kept them (found by a review)."""
+    from hf_gpt_custom import versions
+    from hf_gpt_custom.eval import report
+
+    write_report = report.write_report
+    before = versions.scoring_code_sha256()
+
+    def upgraded_while_scoring(results, out_dir):
+        monkeypatch.setattr(versions, "scoring_code_sha256", lambda: "0" * 64)
+        return write_report(results, out_dir)
+
+    monkeypatch.setattr(report, "write_report", upgraded_while_scoring)
+    evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, out_dir=tmp_path, show_progress=False)
+    assert json.loads((tmp_path / "results.json").read_text())["scoring_code_sha256"] == before

@@ -1351,6 +1351,32 @@ def test_export_refuses_scores_of_benchmark_files_edited_since_the_evaluation(tm
     assert "scored by another version of hf-gpt-custom's evaluation or model code (0.1.0)" in caplog.text
 
 
+def test_a_data_folder_chosen_by_the_environment_is_the_one_export_checks(tmp_path, monkeypatch, shared_data_dir):
+    """HF_GPT_CUSTOM_DATA_DIR chose the benchmark files, and results.json recorded no folder (it was the default one
+    then); an export from a shell without the variable compared the built-in folder's files: scores of a copy
+    edited since were published, and a copy that differs from the built-in one was refused (found by a review)."""
+    import shutil
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(shared_data_dir / "copa", copy / "copa")
+    validation = copy / "copa" / "val.jsonl"
+    lines = validation.read_text().splitlines()
+    validation.write_text("\n".join(lines[1:] + lines[:1]) + "\n")  # another order: differs from the built-in file
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(copy))
+    evaluate(str(run_dir / "final"), tasks=["copa"], shots=[0], limit=3, device="cpu", show_progress=False,
+             out_dir=run_dir / "eval")
+    monkeypatch.delenv("HF_GPT_CUSTOM_DATA_DIR")
+    export_folder(run_dir, tmp_path / "export")  # the copy it scored is as it was: accepted
+    validation.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=r"scored copa on task or data files that have changed since"):
+        export_folder(run_dir, tmp_path / "export_edited")
+
+
 def test_scores_of_the_lm_eval_protocol_are_checked_as_that_protocol_reads_the_task(tmp_path, shared_data_dir):
     """protocol="lm-eval" scores lambada with lm-eval's target delimiter: its task is that one, not ours, and an
     export compares it as such (compared as ours, every lm-eval evaluation would be refused as edited since)."""
