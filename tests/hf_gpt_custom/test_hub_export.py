@@ -1376,6 +1376,14 @@ def test_a_data_folder_chosen_by_the_environment_is_the_one_export_checks(tmp_pa
     with pytest.raises(UserError, match=r"scored copa on task or data files that have changed since"):
         export_folder(run_dir, tmp_path / "export_edited")
 
+    # the other way round: scored on the built-in folder, exported from a shell whose variable names the copy
+    validation.write_text("\n".join(lines[1:] + lines[:1]) + "\n")
+    evaluate(str(run_dir / "final"), tasks=["copa"], shots=[0], limit=3, device="cpu", show_progress=False,
+             out_dir=run_dir / "eval")
+    assert json.loads((run_dir / "eval" / "results.json").read_text())["data_dir"] is None
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(copy))
+    export_folder(run_dir, tmp_path / "export_builtin")  # the built-in files it scored are unchanged: accepted
+
 
 def test_scores_of_the_lm_eval_protocol_are_checked_as_that_protocol_reads_the_task(tmp_path, shared_data_dir):
     """protocol="lm-eval" scores lambada with lm-eval's target delimiter: its task is that one, not ours, and an
