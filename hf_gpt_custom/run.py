@@ -58,7 +58,7 @@ def _run_stages(config, start_over: bool = False, processes=None) -> Path:
     """The stages of run_pipeline in order, skipping finished ones; the caller holds the run folder's lock.
     `processes`: the launched ones (devices.join_launched_processes), None for this process alone."""
     main = processes is None or processes.is_main_process
-    say = print if main else _silent
+    say, show_stages = (print, _print_stages) if main else (_silent, _silent)  # the main process reports
     run_dir = config.run_dir
     fingerprint = run_state.fingerprint(config)
     # A --start_over stays one until its training has written a checkpoint: an interrupted one resumes without the
@@ -95,14 +95,12 @@ def _run_stages(config, start_over: bool = False, processes=None) -> Path:
             raise UserError(f"{run_dir} holds an interrupted --start_over whose training has written no checkpoint yet: "
                             f"resume_from_checkpoint={config.resume_from_checkpoint} would continue the run it "
                             f"replaces; drop resume_from_checkpoint to start over as asked")
-        if main:
-            _print_stages(run_dir, state, running=stage)
+        show_stages(run_dir, state, running=stage)
         stage_started = time.perf_counter()
         try:
             output, status = _run_stage(stage, config, run_dir, state, starting_over, processes)
         except BaseException as err:  # KeyboardInterrupt included: say where the run stopped, then re-raise
-            if main:
-                _print_stages(run_dir, state, running=stage, failed=True)
+            show_stages(run_dir, state, running=stage, failed=True)
             what = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             then = "fix what the error below names, then rerun" if isinstance(err, UserError) else "rerun"
             command = "the same command without --start_over" if start_over else "the same command"

@@ -529,3 +529,39 @@ def test_run_under_accelerate_launch_trains_and_evaluates_as_one_process_does(tm
     again = launch()
     assert again.returncode == 0, again.stderr[-3000:]
     assert "[running ]" not in again.stdout and "[  done  ] 4/4 export" in again.stdout
+
+
+def test_a_launched_process_besides_the_main_one_says_nothing_writes_no_state_and_leaves_the_export(
+        tmp_path, monkeypatch, capsys):
+    """Under a launcher every process runs the stages; only the main one reports, saves pipeline_state.json and
+    exports. Here the second process of a rerun after an upgrade of the scoring code (eval and export to redo)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom import versions
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    fake_eval = run_module._STAGE_FUNCTIONS["eval"]
+
+    def evaluate_and_record_the_code(config, run_dir, state, start_over=False):
+        output, status = fake_eval(config, run_dir, state, start_over)
+        (output / "results.json").write_text(json.dumps({"scoring_code_sha256": versions.scoring_code_sha256()}))
+        return output, status
+
+    monkeypatch.setitem(run_module._STAGE_FUNCTIONS, "eval", evaluate_and_record_the_code)
+    run_module._run_stages(config)
+    state_file = config.run_dir / "pipeline_state.json"
+    saved = state_file.read_bytes()
+    monkeypatch.setattr(versions, "scoring_code_sha256", lambda: "0" * 64)
+    second = SimpleNamespace(is_main_process=False, wait_for_everyone=lambda: None,
+                             main_process_first=contextlib.nullcontext)
+    ran.clear()
+    capsys.readouterr()
+    run_module._run_stages(config, processes=second)
+    assert ran == ["eval"]  # its share of the evaluation; the export is the main process's
+    assert capsys.readouterr().out == ""
+    assert state_file.read_bytes() == saved
