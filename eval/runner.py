@@ -75,7 +75,7 @@ def evaluate(
     tokenizer=None,
     tasks: list[str] | tuple[str, ...] = ("lambada",),
     shots: list[int] | tuple[int, ...] = (0,),
-    limit: int | None = None,
+    limit: int | float | None = None,
     batch_size: int = 16,
     device: str | None = None,
     dtype: str | None = None,
@@ -128,8 +128,7 @@ def evaluate(
         from hf_gpt_custom.errors import check_writable
 
         check_writable(out_dir, "the --out folder", "choose an --out folder you can write")  # before any scoring
-    if limit is not None and limit < 1:
-        raise UserError(f"limit={limit} must be a positive number of documents, or None for all")
+    check_limit(limit)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
     if dtype is not None and dtype not in DTYPES:
@@ -148,7 +147,8 @@ def evaluate(
         # not after them.
         plans, skipped = [], []
         for spec in specs:
-            docs = spec.docs("test", data_dir)[: limit or None]
+            docs = spec.docs("test", data_dir)
+            docs = docs[: documents_to_score(limit, len(docs))]
             if not docs:  # every metric would be the mean of nothing: nan, in a table that looks like a result
                 raise UserError(f"task {spec.task} has no documents in {data_dir} (its data file is empty); restore it "
                                 f"(eval/tasks/README.md names each source), or leave the task out")
@@ -203,6 +203,23 @@ def evaluate(
     if processes is not None:
         processes.wait_for_everyone()  # the report is written before any process returns
     return results
+
+
+def check_limit(limit: int | float | None) -> None:
+    """A UserError unless `limit` is None, a positive count or a fraction between 0 and 1 (lm-eval's --limit)."""
+    if limit is None or (isinstance(limit, int) and limit >= 1) or \
+            (isinstance(limit, float) and (0 < limit < 1 or (limit >= 1 and limit.is_integer()))):
+        return
+    raise UserError(f"limit={limit!r} must be a number of documents (300) or a fraction of each task's documents "
+                    f"between 0 and 1 (0.1), or None for all")
+
+
+def documents_to_score(limit: int | float | None, total: int) -> int:
+    """How many of a task's `total` documents `limit` scores, by lm-eval's rule (evaluator_utils.get_sample_size):
+    below 1 a fraction of them, rounded up; else a count."""
+    if limit is None:
+        return total
+    return min(total, math.ceil(total * limit) if limit < 1 else int(limit))
 
 
 def resolve_device(device: str | None) -> str:

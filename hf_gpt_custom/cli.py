@@ -54,6 +54,16 @@ def _comma_ints(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 0,1,5, got {value!r}") from err
 
 
+def _count_or_fraction(value: str) -> int | float:
+    """--limit: 300 (documents) or 0.1 (a fraction of them); a whole number written 300.0 is the count 300."""
+    try:
+        number = float(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a number of documents like 300 or a fraction like 0.1, got "
+                                         f"{value!r}") from err
+    return int(number) if number.is_integer() else number
+
+
 # --- tokenizer train ---------------------------------------------------------------------------------------------
 
 
@@ -229,7 +239,9 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--tokenizer", default=None,
                         help="the tokenizer folder or Hub id, for a model folder without one (default: the "
                              "model's own; a training checkpoint's: the one its run trained with)")
-    parser.add_argument("--limit", type=int, default=None, help="score at most N documents per task (default: all)")
+    parser.add_argument("--limit", type=_count_or_fraction, default=None,
+                        help="score at most N documents per task, or a fraction of each task's (0.1: a tenth, rounded "
+                             "up, as lm-eval's --limit) (default: all)")
     parser.add_argument("--batch-size", type=int, default=16, help="requests per forward pass (default: 16)")
     parser.add_argument("--device", default=None,
                         help="torch device: cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)")

@@ -215,7 +215,7 @@ def transformers_requirement() -> str:
     raise AssertionError("the hf-gpt-custom package metadata declares no transformers requirement")
 
 
-def _scored_how(row: dict[str, Any], k: int, limit: int | None) -> tuple[str, dict[str, Any]]:
+def _scored_how(row: dict[str, Any], k: int, limit: int | float | None) -> tuple[str, dict[str, Any]]:
     """A metric's display-name suffix and its `args`: K, and what makes the score other than the split's K-shot one —
     the first `limit` documents (eval's --limit), a local file that is a sample of the split (triviaqa), prompts
     cut to fit the context (examples dropped or the context cut from the left: a "2-shot" score with every prompt
@@ -225,7 +225,7 @@ def _scored_how(row: dict[str, Any], k: int, limit: int | None) -> tuple[str, di
     words, args = [f"{k}-shot"], {"num_fewshot": k}
     if limit is not None:
         words.append(f"first {n} documents" + (" of a sample of the split" if sample else ""))
-        args["limit"] = min(limit, n)  # a limit above the benchmark's size (300 of COPA's 100) scores them all
+        args["limit"] = n  # what the limit scored: 100 of a limit of 300 on COPA's 100, 10 of a fraction 0.1
     elif sample:
         words.append(f"a {n:,}-document sample of the split")
     if sample:

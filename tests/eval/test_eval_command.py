@@ -299,3 +299,35 @@ class _SwappedVocabulary:
 
     def __len__(self) -> int:
         return len(self.vocab)
+
+
+@pytest.mark.parametrize("limit", [0.1, 0.33, 0.5, 0.999, 1, 5, 300, 2.0])
+@pytest.mark.parametrize("total", [1, 7, 100, 500])
+def test_a_limit_scores_as_many_documents_as_lm_evals_limit(limit, total):
+    """lm-eval's --limit is a count or, below 1, a fraction of the documents rounded up; `eval --limit 0.1` was an
+    argparse error here. Reference: lm-eval's own get_sample_size (it slices the documents to what it returns)."""
+    from types import SimpleNamespace
+
+    from lm_eval.evaluator_utils import get_sample_size
+
+    expected = min(get_sample_size(SimpleNamespace(eval_docs=[None] * total), limit), total)
+    assert runner.documents_to_score(limit, total) == expected
+
+
+@pytest.mark.parametrize("limit", [0, -1, 0.0, 1.5, 2.5, -0.5, "10"])
+def test_a_limit_that_is_neither_a_count_nor_a_fraction_is_one_line(limit, tiny_model_folder):
+    with pytest.raises(UserError, match=r"must be a number of documents \(300\) or a fraction"):
+        runner.evaluate(str(tiny_model_folder), tasks=["copa"], limit=limit, show_progress=False)
+
+
+def test_eval_limit_as_a_fraction_scores_that_share_of_each_task(tiny_model_folder, tmp_path, capsys):
+    import json
+
+    main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--limit", "0.05", "--device", "cpu",
+          "--out", str(tmp_path)])
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["config"]["limit"] == 0.05 and {row["n"] for row in results["results"]} == {5}  # of COPA's 100
+    with pytest.raises(SystemExit):
+        main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--limit", "a tenth", "--out",
+              str(tmp_path / "x")])
+    assert "expected a number of documents like 300 or a fraction like 0.1, got 'a tenth'" in capsys.readouterr().err
