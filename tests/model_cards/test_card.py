@@ -149,6 +149,10 @@ def test_a_score_on_a_sample_of_the_split_says_so_in_the_model_index():
         "exact_match (0-shot, first 6 documents of a sample of the split)",
         {"num_fewshot": 0, "limit": 6, "sample_of_split": True})
     assert build_eval_results([whole], "m")[0].metric_name == "exact_match (0-shot)"
+    (fraction,) = build_eval_results([{**row, "n": 300}], "m", limit=0.1)  # eval --limit 0.1, as lm-eval's
+    assert (fraction.metric_name, fraction.metric_args) == (
+        "exact_match (0-shot, first 300 documents of a sample of the split)",
+        {"num_fewshot": 0, "limit": 300, "sample_of_split": True})
 
 
 def _wikitext_row(sha256: str, metric: str = "word_perplexity") -> dict:
