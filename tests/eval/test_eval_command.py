@@ -331,3 +331,11 @@ def test_eval_limit_as_a_fraction_scores_that_share_of_each_task(tiny_model_fold
         main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--limit", "a tenth", "--out",
               str(tmp_path / "x")])
     assert "expected a number of documents like 300 or a fraction like 0.1, got 'a tenth'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, parsed", [("300", 300), ("300.0", 300), ("0.1", 0.1), ("1e2", 100)])
+def test_a_whole_limit_is_recorded_as_a_count(given, parsed):
+    from hf_gpt_custom.cli import _count_or_fraction
+
+    value = _count_or_fraction(given)
+    assert value == parsed and type(value) is type(parsed)  # results.json and the card show 300, not 300.0
