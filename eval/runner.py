@@ -18,11 +18,13 @@ from typing import Any
 
 import torch
 
+from hf_gpt_custom.eval.auto_batch import AUTO, largest_batch_that_fits
 from hf_gpt_custom.eval.fewshot import ContextTooShortError, Prompt, build_prompts
 from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer
+from hf_gpt_custom.eval.tokens import resolve_max_length
 from hf_gpt_custom.eval.sharding import check_every_process_asks_the_same, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR
@@ -76,7 +78,7 @@ def evaluate(
     tasks: list[str] | tuple[str, ...] = ("lambada",),
     shots: list[int] | tuple[int, ...] = (0,),
     limit: int | float | None = None,
-    batch_size: int = 16,
+    batch_size: int | str = 16,
     device: str | None = None,
     dtype: str | None = None,
     seed: int = 1234,
@@ -129,8 +131,9 @@ def evaluate(
 
         check_writable(out_dir, "the --out folder", "choose an --out folder you can write")  # before any scoring
     check_limit(limit)
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16")
+    if batch_size != AUTO and (not isinstance(batch_size, int) or batch_size < 1):
+        raise UserError(f"batch_size={batch_size!r} must be a positive number of requests per forward pass, e.g. 16, "
+                        f"or 'auto' (the largest the GPU holds)")
     if dtype is not None and dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
@@ -141,6 +144,8 @@ def evaluate(
     # mix their reports (one's results.json beside the other's table.md)
     with lock_output_folder(out_dir, "the evaluation folder", "another --out") if writes else nullcontext():
         model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
+        if batch_size == AUTO:
+            batch_size = largest_batch_that_fits(model_obj, resolve_max_length(model_obj.config, tokenizer))
         scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
                                 obeys_generation_config=protocol == "lm-eval")
         # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,

@@ -64,6 +64,16 @@ def _count_or_fraction(value: str) -> int | float:
     return int(number) if number.is_integer() else number
 
 
+def _count_or_auto(value: str) -> int | str:
+    """--batch-size: 16, or auto."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a number of requests like 16, or auto, got {value!r}") from err
+
+
 # --- tokenizer train ---------------------------------------------------------------------------------------------
 
 
@@ -242,7 +252,9 @@ def _add_eval(subparsers) -> None:
     parser.add_argument("--limit", type=_count_or_fraction, default=None,
                         help="score at most N documents per task, or a fraction of each task's (0.1: a tenth, rounded "
                              "up, as lm-eval's --limit) (default: all)")
-    parser.add_argument("--batch-size", type=int, default=16, help="requests per forward pass (default: 16)")
+    parser.add_argument("--batch-size", type=_count_or_auto, default=16,
+                        help="requests per forward pass, or 'auto': the largest the GPU holds, as lm-eval's (on a CPU: "
+                             "16) (default: 16)")
     parser.add_argument("--device", default=None,
                         help="torch device: cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype (default: float32)")

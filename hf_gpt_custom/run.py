@@ -196,6 +196,7 @@ def _stage_eval(config, run_dir: Path, state: dict, start_over: bool = False) ->
         device="cpu" if config.cpu or launcher_asks_for_cpu() else None,
         out_dir=out_dir,
         skip_unfittable=True,  # a sweep over many tasks: a K the context cannot hold is reported, not fatal
+        batch_size="auto",  # the largest a GPU holds; 16 on a CPU (scores do not depend on it)
         data_parallel=True,  # under accelerate launch or torchrun: the processes share the documents out
     )
     return out_dir, "done"

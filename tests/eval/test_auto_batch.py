@@ -1,0 +1,67 @@
+"""`--batch-size auto`, as lm-eval's: the largest batch of max_length-token rows whose forward fits, halving on an
+out-of-memory error; 16 on a CPU. The GPU's memory error is simulated here (CI has no GPU): the model raises
+torch.cuda.OutOfMemoryError, with CUDA's own message, for a batch above what the "GPU" holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_gpt_custom.eval.auto_batch import largest_batch_that_fits
+from hf_gpt_custom.eval.runner import evaluate
+
+
+def _holding(model, monkeypatch, rows: int, seen: list[tuple[int, ...]]):
+    forward = model.forward
+
+    def limited(*args, input_ids=None, **kwargs):
+        seen.append(tuple(input_ids.shape))
+        if input_ids.shape[0] > rows:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                                              "capacity of 79.19 GiB")
+        return forward(*args, input_ids=input_ids, **kwargs)
+
+    monkeypatch.setattr(model, "forward", limited)
+
+
+@pytest.mark.parametrize("rows, chosen", [(64, 64), (40, 32), (20, 16), (1, 1)])
+def test_auto_halves_from_64_until_the_forward_of_the_longest_rows_fits(tiny_model_and_tokenizer, monkeypatch,
+                                                                       rows, chosen):
+    model, _ = tiny_model_and_tokenizer
+    seen = []
+    _holding(model, monkeypatch, rows, seen)
+    assert largest_batch_that_fits(model, max_length=48, probe=True) == chosen
+    tried = [64 >> halvings for halvings in range(len(seen))]
+    assert seen == [(size, 48) for size in tried] and tried[-1] == chosen
+
+
+def test_auto_where_not_one_row_fits_is_one_line_and_other_errors_are_not_memory(tiny_model_and_tokenizer,
+                                                                                 monkeypatch):
+    from hf_gpt_custom.errors import UserError
+
+    model, _ = tiny_model_and_tokenizer
+    _holding(model, monkeypatch, 0, [])
+    with pytest.raises(UserError, match=r"--batch-size auto: not even one row of 48 tokens fits on cpu"):
+        largest_batch_that_fits(model, max_length=48, probe=True)
+    monkeypatch.setattr(model, "forward", lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):  # not taken for a full GPU
+        largest_batch_that_fits(model, max_length=48, probe=True)
+
+
+def test_auto_on_a_cpu_is_16_and_scores_as_any_batch_does(tiny_model_folder, tmp_path):
+    auto = evaluate(str(tiny_model_folder), tasks=["copa", "lambada"], shots=[0], limit=5, batch_size="auto",
+                    device="cpu", show_progress=False, out_dir=tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["batch_size"] == 16
+    one = evaluate(str(tiny_model_folder), tasks=["copa", "lambada"], shots=[0], limit=5, batch_size=1, device="cpu",
+                   show_progress=False)
+    assert [row["value"] for row in auto.results] == pytest.approx([row["value"] for row in one.results], rel=1e-6)
+
+
+def test_the_cli_takes_auto_and_names_the_choices_for_anything_else(capsys):
+    from hf_gpt_custom.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--model", "m", "--tasks", "copa", "--batch-size", "max", "--out", "o"])
+    assert "expected a number of requests like 16, or auto, got 'max'" in capsys.readouterr().err
