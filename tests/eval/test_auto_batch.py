@@ -65,3 +65,13 @@ def test_the_cli_takes_auto_and_names_the_choices_for_anything_else(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--model", "m", "--tasks", "copa", "--batch-size", "max", "--out", "o"])
     assert "expected a number of requests like 16, or auto, got 'max'" in capsys.readouterr().err
+
+
+def test_evaluate_scores_in_the_batch_auto_chose_for_the_models_context(tiny_model_folder, monkeypatch):
+    import hf_gpt_custom.eval.runner as runner
+
+    asked = []
+    monkeypatch.setattr(runner, "largest_batch_that_fits", lambda model, max_length: asked.append(max_length) or 3)
+    results = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, batch_size="auto", device="cpu",
+                       show_progress=False)
+    assert results.config["batch_size"] == 3 and asked == [1024]  # the tiny model's n_positions

@@ -323,13 +323,14 @@ def test_the_main_job_with_start_over_runs_every_stage_again_where_it_would_refu
 
 
 def test_the_main_jobs_evaluation_runs_on_the_gpu_when_training_did(tmp_path, monkeypatch):
-    """The main job evaluated on the CPU beside an idle GPU."""
+    """The main job evaluated on the CPU beside an idle GPU, and in batches of 16 however large the GPU."""
     import hf_gpt_custom.eval.runner as runner
     import hf_gpt_custom.run as run_module
     from hf_gpt_custom.training.config import REPO_ROOT
 
     devices = []
-    monkeypatch.setattr(runner, "evaluate", lambda *args, **kwargs: devices.append(kwargs["device"]))
+    monkeypatch.setattr(runner, "evaluate", lambda *args, **kwargs: devices.append(kwargs["device"])
+                        if kwargs["batch_size"] == "auto" and kwargs["data_parallel"] else None)
     smoke = REPO_ROOT / "training" / "configs" / "smoke.yaml"
     for cuda, cpu_setting in ((True, "null"), (False, "null"), (True, "true")):
         monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
