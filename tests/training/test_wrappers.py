@@ -104,7 +104,8 @@ def test_the_update_gate_and_the_finite_weights_check_take_fsdp2s_dtensors(tiny_
             return tensor
 
         one_process = SimpleNamespace(reduce=all_reduce, num_processes=1, end_training=lambda: None)
-        session = SimpleNamespace(accelerator=one_process, model=model, run_log=None, state=SimpleNamespace(step=1))
+        session = SimpleNamespace(accelerator=one_process, model=model, run_log=None, state=SimpleNamespace(step=1),
+                                  end_training=one_process.end_training)
         check_weights_finite(session, "advice", None)
         with torch.no_grad():
             model.transformer.h[0].mlp.c_fc.weight.to_local()[0, 0] = float("nan")
