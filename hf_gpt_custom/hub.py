@@ -352,11 +352,16 @@ def _push_refused_message(repo_id: str, err) -> str:
 
 
 def _is_previous_export(folder: Path) -> bool:
-    config_path = folder / "config.json"
-    if not (config_path.is_file() and (folder / "README.md").is_file()):
-        return False
+    """Our model's config.json beside a card, or beside the manifest an export writes (it records the export's
+    options): an export whose card was deleted is still one, and `run` makes it whole again."""
+    from .manifest import MANIFEST_NAME
+
+    config_path, manifest_path = folder / "config.json", folder / MANIFEST_NAME
     try:
-        return json.loads(config_path.read_text(encoding="utf-8")).get("model_type") == "gpt_custom"
+        exported = (folder / "README.md").is_file() or \
+            (manifest_path.is_file() and "export_options" in json.loads(manifest_path.read_text(encoding="utf-8")))
+        return exported and config_path.is_file() and \
+            json.loads(config_path.read_text(encoding="utf-8")).get("model_type") == "gpt_custom"
     except json.JSONDecodeError:
         return False
 

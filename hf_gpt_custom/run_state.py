@@ -61,8 +61,25 @@ def stored_path(output: Path | None, run_dir: Path) -> str | None:
 
 def _output_still_there(record: dict[str, Any], run_dir: Path) -> bool:
     """A finished stage counts while what it wrote is there: `train --start_over` in this folder moves final/,
-    eval/ and export/ aside (checkpoint.set_aside_replaced_outputs), and those stages then run again."""
-    return record.get("output") is None or (run_dir / record["output"]).exists()  # (an absolute path stays one)
+    eval/ and export/ aside (checkpoint.set_aside_replaced_outputs), and those stages then run again. An export counts
+    only while it is whole: a rerun after files were deleted from it said "Hub-ready" of a folder that no longer
+    loaded (found by a hunt)."""
+    if record.get("output") is None:
+        return True
+    output = run_dir / record["output"]  # (an absolute path stays one)
+    return _export_is_whole(output) if record["output"] == "export" else output.exists()
+
+
+def _export_is_whole(folder: Path) -> bool:
+    """Every file the export's manifest lists there with its size (no hashing: a rerun stays instant; push and
+    from_pretrained check the sha256), and the documentation it wrote (the card, the results) there too, edited or
+    not."""
+    from .manifest import MANIFEST_NAME, verify_manifest
+
+    if not folder.is_dir() or verify_manifest(folder, quick=True) is not None:
+        return False
+    written = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8")).get("documentation") or {}
+    return all((folder / name).is_file() for name in written)
 
 
 def model_kept(record: dict[str, Any], run_dir: Path) -> bool:

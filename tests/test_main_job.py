@@ -220,6 +220,8 @@ def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
         def run_stage(config, run_dir, state, start_over=False):
             ran.append(stage)
             outputs[stage].mkdir(exist_ok=True)
+            if stage == "export":  # an export is whole while its manifest's files are there (none here)
+                (outputs[stage] / "manifest.json").write_text('{"files": {}}')
             return outputs[stage], "done"
         return run_stage
 
@@ -250,6 +252,8 @@ def _fake_stages(run_module, monkeypatch, ran: list[str]) -> None:
             if stage == "train":
                 trained = ran.count("train")  # each training writes another model, as a retrained one may be
                 (output / "manifest.json").write_text(f'{{"files": {{"model.safetensors": "model {trained}"}}}}')
+            if stage == "export":  # an export is whole while its manifest's files are there (none here)
+                (output / "manifest.json").write_text('{"files": {}}')
             return output, "done"
         return run_stage
 

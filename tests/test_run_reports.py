@@ -346,3 +346,21 @@ def test_an_export_holding_an_older_versions_code_is_made_again(overrides, capsy
     assert sorted(path.name for path in run_dir.glob("export*")) == ["export"]  # replaced, not kept as an edit
     run_pipeline(SMOKE_CONFIG, overrides)
     assert _stages_run(capsys) == []  # the same code: nothing to redo
+
+
+@pytest.mark.parametrize("removed", ["model.safetensors", "README.md", "modeling_gpt_custom.py"])
+def test_an_export_missing_a_file_it_wrote_is_made_again(overrides, capsys, removed):
+    """A rerun after files were deleted from export/ redid nothing and called the folder Hub-ready; it no longer
+    loaded ("model.safetensors is missing"), or had no card to push (found by a hunt). Reference: the manifest
+    export wrote, and a load of the folder."""
+    from hf_gpt_custom.manifest import check_manifest
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    (run_dir / "export" / removed).unlink()
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == ["export"]
+    assert (run_dir / "export" / removed).is_file()
+    check_manifest(run_dir / "export")
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == []
