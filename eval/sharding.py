@@ -3,7 +3,8 @@
 Each process scores every N-th document of each task (all the requests of a document together, as lm-eval keeps a
 document's choices on one rank), the scores are gathered onto every process, and each then aggregates the whole
 benchmark; the main process alone writes the report. A request's score does not depend on the batch it is scored in
-(tests/eval/test_scoring.py), so N processes give the figures one process gives.
+beyond float round-off (tests/eval/test_scoring.py; about 1e-7 relative in a log-likelihood), so N processes give the
+figures one process gives to that round-off.
 """
 
 from __future__ import annotations
