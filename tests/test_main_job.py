@@ -242,13 +242,18 @@ def test_the_train_stage_is_done_while_final_is_there(tmp_path, monkeypatch):
     assert (output, status) == (tmp_path / "runs" / "tiny" / "final", "done")
 
 
-def _fake_stages(run_module, monkeypatch, ran: list[str]) -> None:
-    """Stage functions that only write their output folder (train: final/ with a manifest) and record that they ran."""
+def _fake_stages(run_module, monkeypatch, ran: list[str], record_scoring_code: bool = False) -> None:
+    """Stage functions that only write their output folder (train: final/ with a manifest; with record_scoring_code,
+    eval: a results.json with the scoring code's hash, as evaluate writes it) and record that they ran."""
+    from hf_gpt_custom import versions
+
     def stage_function(stage):
         def run_stage(config, run_dir, state, start_over=False):
             ran.append(stage)
             output = run_dir / {"tokenizer": "tokenizer", "train": "final", "eval": "eval", "export": "export"}[stage]
             output.mkdir(parents=True, exist_ok=True)
+            if stage == "eval" and record_scoring_code:
+                (output / "results.json").write_text(json.dumps({"scoring_code_sha256": versions.scoring_code_sha256()}))
             if stage == "train":
                 trained = ran.count("train")  # each training writes another model, as a retrained one may be
                 (output / "manifest.json").write_text(f'{{"files": {{"model.safetensors": "model {trained}"}}}}')
@@ -368,15 +373,7 @@ def test_an_evaluation_by_other_scoring_code_is_made_again(tmp_path, monkeypatch
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
     ran = []
-    _fake_stages(run_module, monkeypatch, ran)
-    fake_eval = run_module._STAGE_FUNCTIONS["eval"]
-
-    def evaluate_and_record_the_code(config, run_dir, state, start_over=False):
-        output, status = fake_eval(config, run_dir, state, start_over)
-        (output / "results.json").write_text(json.dumps({"scoring_code_sha256": versions.scoring_code_sha256()}))
-        return output, status
-
-    monkeypatch.setitem(run_module._STAGE_FUNCTIONS, "eval", evaluate_and_record_the_code)
+    _fake_stages(run_module, monkeypatch, ran, record_scoring_code=True)
     run_module._run_stages(config)
     assert ran == list(run_module.STAGES)
     ran.clear()
@@ -548,15 +545,7 @@ def test_a_launched_process_besides_the_main_one_says_nothing_writes_no_state_an
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
     ran = []
-    _fake_stages(run_module, monkeypatch, ran)
-    fake_eval = run_module._STAGE_FUNCTIONS["eval"]
-
-    def evaluate_and_record_the_code(config, run_dir, state, start_over=False):
-        output, status = fake_eval(config, run_dir, state, start_over)
-        (output / "results.json").write_text(json.dumps({"scoring_code_sha256": versions.scoring_code_sha256()}))
-        return output, status
-
-    monkeypatch.setitem(run_module._STAGE_FUNCTIONS, "eval", evaluate_and_record_the_code)
+    _fake_stages(run_module, monkeypatch, ran, record_scoring_code=True)
     run_module._run_stages(config)
     state_file = config.run_dir / "pipeline_state.json"
     saved = state_file.read_bytes()
