@@ -24,16 +24,16 @@ from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer
-from hf_gpt_custom.eval.tokens import resolve_max_length
 from hf_gpt_custom.eval.sharding import check_every_process_asks_the_same, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR
+from hf_gpt_custom.eval.tokens import resolve_max_length
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
 from hf_gpt_custom.training.devices import join_launched_processes
-from hf_gpt_custom.versions import scoring_code_sha256
 from hf_gpt_custom.training.run_lock import lock_output_folder
+from hf_gpt_custom.versions import scoring_code_sha256
 
 logger = logging.getLogger(__name__)
 

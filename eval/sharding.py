@@ -24,8 +24,7 @@ def my_documents(requests: Sequence[Request], process_index: int, num_processes:
 def score_across_processes(scorer: CausalLMScorer, requests: Sequence[Request], processes, show_progress: bool = True,
                            desc: str | None = None) -> list[ScoredRequest]:
     """score_requests over the launched processes (`processes` from devices.join_launched_processes; None: this
-    one alone):
-    every process returns every request's score, in the order of `requests`."""
+    one alone): every process returns every request's score, in the order of `requests`."""
     if processes is None:
         return score_requests(scorer, requests, show_progress=show_progress, desc=desc)
     from accelerate.utils import gather_object
