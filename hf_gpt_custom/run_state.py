@@ -132,7 +132,7 @@ def stage_record(stage: str, run_dir: Path, output: Path | None, status: str, wa
         record["benchmarks"] = benchmarks
     if stage in _REPORTS_READ:
         record["reports"] = _report_identities(run_dir, _REPORTS_READ[stage])
-    if stage in _REPORTS_WRITTEN and status == "done":
+    if stage in _REPORTS_WRITTEN:  # a skipped eval wrote "nothing": results a hand `eval` puts there make it run again
         record["wrote"] = _report_identities(run_dir, _REPORTS_WRITTEN[stage])
     return record
 

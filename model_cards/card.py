@@ -577,9 +577,19 @@ def _eval_facts(results: dict, format_results_table, trained_on: list[str]) -> d
         "shots": ", ".join(str(k) for k in config.get("shots", [])),
         "seed": config.get("seed", "?"),
         "limit": config.get("limit"),
+        "limit_text": _limit_text(config.get("limit")),
         "protocol": config.get("protocol", "ours"),
         "table": format_results_table(results.get("results", []), results.get("skipped", [])),
     }
+
+
+def _limit_text(limit: int | float | None) -> str | None:
+    """eval's --limit in words: a count of documents, or (below 1, as lm-eval's) a share of them."""
+    if limit is None:
+        return None
+    if limit < 1:
+        return f"the first {limit:.4g} of each task's documents (rounded up)"
+    return f"at most {int(limit)} documents per task"
 
 
 __all__ = ["build_eval_results", "build_model_card"]

@@ -364,3 +364,23 @@ def test_an_export_missing_a_file_it_wrote_is_made_again(overrides, capsys, remo
     check_manifest(run_dir / "export")
     run_pipeline(SMOKE_CONFIG, overrides)
     assert _stages_run(capsys) == []
+
+
+def test_a_hand_evaluation_in_a_run_without_benchmarks_is_set_aside_not_published(overrides, tmp_path, capsys,
+                                                                                  shared_data_dir):
+    """benchmark_tasks is empty, so the eval stage is "skipped"; an `eval --out RUN/eval` by hand afterwards (10% of
+    COPA, another data folder) reached the card on the next rerun, which kept the skipped stage and re-exported (found
+    by a newcomer's walk). The rerun now runs the eval stage again, which sets the hand results aside."""
+    from hf_gpt_custom.eval.runner import evaluate
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    evaluate(str(run_dir / "final"), tasks=["copa"], shots=[0], limit=0.05, device="cpu", show_progress=False,
+             out_dir=run_dir / "eval", data_dir=shared_data_dir)
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == ["eval"]  # the export was made without results, as the run is again
+    assert not (run_dir / "eval").exists() and len(list(run_dir.glob("eval_set_aside_*"))) == 1
+    card = (run_dir / "export" / "README.md").read_text()
+    assert "copa" not in card
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == []

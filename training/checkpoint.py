@@ -394,7 +394,8 @@ def check_random_states(folder: str | os.PathLike, rank: int, num_processes: int
         raise UserError(
             f"checkpoint {folder} was saved by {saved_by} process(es) and this run has {num_processes}: the ranks "
             f"would read other batches than the saved run's, with another global batch size — resume with "
-            f"{saved_by} process(es) (accelerate launch --num_processes {saved_by}), or start a new run (run_name=...)"
+            f"{saved_by} process(es) (accelerate launch --multi_gpu --num_processes {saved_by}; on a CPU, torchrun "
+            f"--standalone --nproc_per_node {saved_by}), or start a new run (run_name=...)"
         )
     if not path.is_file():
         raise UserError(f"checkpoint {folder} has no {path.name} though {saved_by} process(es) saved it; {not_exact} "

@@ -245,7 +245,8 @@ def training_device_type(cpu: bool | None) -> str:
         if local_rank.isdigit() and int(local_rank) >= count:
             raise UserError(f"process with LOCAL_RANK={local_rank} has no GPU of its own: this machine shows {count} "
                             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch at most "
-                            f"{count} process(es) per machine (accelerate launch --num_processes {count}), or, for "
+                            f"{count} process(es) per machine (accelerate launch --multi_gpu --num_processes {count}), "
+                            f"or, for "
                             f"processes on the CPU, hide the GPUs (CUDA_VISIBLE_DEVICES=-1, as "
                             f"training/configs/accelerate/cpu_two_processes.yaml does)")
         return "cuda"

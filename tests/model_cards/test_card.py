@@ -552,3 +552,12 @@ def test_a_streamed_runs_card_has_no_val_holdout_row(tmp_path):
     assert "| `val_holdout` |" not in streamed and "| `val_fraction` |" not in streamed
     whole = build_model_card(make_tiny_run(tmp_path / "whole", with_eval=False, val_holdout="tail")).text
     assert "| `val_holdout` | tail |" in whole
+
+
+@pytest.mark.parametrize("limit, said", [(300, "at most 300 documents per task"),
+                                         (0.1, "the first 0.1 of each task's documents (rounded up)"), (None, None)])
+def test_the_cards_words_for_the_limit_are_a_count_or_a_share(limit, said):
+    """After `eval --limit 0.1` (lm-eval's fraction) the card said "at most 0.1 documents per task"."""
+    from hf_gpt_custom.model_cards.card import _limit_text
+
+    assert _limit_text(limit) == said

@@ -499,7 +499,8 @@ def test_resume_with_another_number_of_processes_than_saved_the_checkpoint_is_re
     shutil.copy(latest / "random_states_0.pkl", latest / "random_states_1.pkl")
     check_random_states(latest, rank=1, num_processes=2)
     with pytest.raises(UserError, match=r"was saved by 2 process\(es\) and this run has 1: .* resume with 2 "
-                                        r"process\(es\) \(accelerate launch --num_processes 2\)"):
+                                        r"process\(es\) \(accelerate launch --multi_gpu --num_processes 2; on a CPU, "
+                                        r"torchrun --standalone --nproc_per_node 2\)"):
         check_random_states(latest, rank=0, num_processes=1)
     (latest / "random_states_0.pkl").unlink()  # the count agrees, this rank's own file is gone
     with pytest.raises(UserError, match=r"has no random_states_0\.pkl though 1 process\(es\) saved it; .*would "
