@@ -190,7 +190,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
         # this run replaces the one in its folder, whose outputs are set aside below: bad data must stop it first
         for source in (config.dataset, config.val_dataset):
             check_local_source_readable(source)
-    group_before = torch.distributed.is_available() and torch.distributed.is_initialized()
+    group_before = _process_group_exists()
     accelerator = _make_accelerator(config, device_type, run_dir, log_with)
     check_every_process_reads_one_revision(accelerator, config)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
@@ -243,6 +243,11 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     return session
 
 
+def _process_group_exists() -> bool:
+    """Whether this process has joined a process group (a launched run's, made by `run` or an earlier Accelerator)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_with: str | None):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -253,7 +258,7 @@ def _make_accelerator(config: TrainConfig, device_type: str, run_dir: Path, log_
     # runtime". Each run starts from a fresh state until a process group exists: a launcher only sets the
     # environment, and the group is made by the first Accelerator of a launched process; after that the state is
     # the group's and stays.
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if not _process_group_exists():
         AcceleratorState._reset_state(reset_partial_state=True)
     return Accelerator(
         cpu=device_type == "cpu",
