@@ -133,7 +133,9 @@ def saved_generation_config(path: str | os.PathLike, **kwargs):
 
     found = cached_file(str(path), GENERATION_CONFIG_NAME, _raise_exceptions_for_missing_entries=False,
                         _raise_exceptions_for_connection_errors=False, **hub_kwargs(kwargs))
-    return GenerationConfig.from_pretrained(path, **hub_kwargs(kwargs)) if found is not None else None
+    # read from the folder the file was found in: transformers 5.24's GenerationConfig.from_pretrained(path,
+    # subfolder=...) reads an absolute path's own generation_config.json instead of its subfolder's
+    return GenerationConfig.from_pretrained(os.path.dirname(found)) if found is not None else None
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -176,6 +177,14 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
     num_labels) is refused naming ignore_mismatched_sizes=True, with which it starts anew, as in transformers.
     """
     refuse_another_head(model_class.__name__, source, config.architectures)
+    if config.tie_word_embeddings and "lm_head.weight" in (getattr(model_class, "_tied_weights_keys", None) or {}) \
+            and holds_a_head_of_its_own(state):
+        # transformers keeps such a head too ("we will NOT tie them"): tying would replace it with wte, changing
+        # every logit in silence. The config says so, so that the model saves and reloads the way it now computes.
+        warnings.warn(f"{source}'s config ties the LM head to the token embedding (tie_word_embeddings=True), but "
+                      "its weights hold an lm_head.weight of its own, with other values: loaded untied, as "
+                      "transformers loads it (config.tie_word_embeddings is now False)", stacklevel=3)
+        config.tie_word_embeddings = False
     model = model_class._from_config(config, dtype=dtype)
     own_state = model.state_dict()
     prefix = model_class.base_model_prefix + "."
@@ -219,6 +228,15 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
         "error_msgs": [],
     }
     return model, loading_info
+
+
+def holds_a_head_of_its_own(state: dict[str, torch.Tensor]) -> bool:
+    """True when `state` (our names) holds an lm_head.weight that is not the token embedding's values (a `.bin`
+    checkpoint of a tied model stores the same matrix under both names)."""
+    head, embedding = state.get("lm_head.weight"), state.get("transformer.wte.weight")
+    if head is None or embedding is None:
+        return False
+    return head.shape != embedding.shape or not torch.equal(head, embedding)
 
 
 def load_converted_checkpoint(path: str | os.PathLike, model_class, family: CheckpointFamily, **kwargs):

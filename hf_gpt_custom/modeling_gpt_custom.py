@@ -13,6 +13,7 @@ transpose (Conv1D -> nn.Linear).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -44,7 +45,7 @@ from .errors import UserError
 from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
 from .model_inputs import check_attention_mask, check_position_ids, check_token_ids, position_ids_for
 from .static_decoding import decode_with_static_cache, uses_static_decoding
-from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache
+from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache, refuse_peft_prompt_with_a_cache
 
 logger = logging.get_logger(__name__)
 
@@ -331,6 +332,9 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         if converter is not None:
             return resolve(converter)(pretrained_model_name_or_path, cls, **kwargs)
         refuse_another_head(cls.__name__, pretrained_model_name_or_path, (saved or {}).get("architectures"))
+        if model_args:  # a config given by position: compare it with the folder's too
+            saved = read_config_dict(pretrained_model_name_or_path, **kwargs)
+        refuse_another_vocabulary(pretrained_model_name_or_path, saved, model_args, kwargs)
         try:
             return from_pretrained_checked(super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:
@@ -341,6 +345,29 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
                 f"cannot read the weights in {pretrained_model_name_or_path} (model.safetensors): {err}. The file is "
                 "truncated or corrupt; save or download it again."
             ) from err
+
+
+def refuse_another_vocabulary(path, saved: dict | None, model_args: tuple, kwargs: dict) -> None:
+    """A UserError when from_pretrained is asked for another vocab_size than the folder was saved with (a
+    `vocab_size=` keyword, or a config given with another one). A padded folder (pad_vocab_size_to_multiple_of) has
+    the same number of rows either way, so its never-trained padding rows would silently become the new tokens (or
+    ids past the smaller size silently drop); an unpadded one fails on the rows' shape. resize_token_embeddings
+    is the way: it starts new rows at the mean of the trained ones."""
+    from transformers import PretrainedConfig
+
+    given_config = kwargs.get("config", model_args[0] if model_args else None)
+    if isinstance(given_config, PretrainedConfig):
+        requested = given_config.vocab_size
+    else:
+        requested = kwargs.get("vocab_size")
+    recorded = (saved or {}).get("vocab_size")
+    if requested is None or recorded is None or requested == recorded:
+        return
+    raise UserError(
+        f"{path} was saved with vocab_size={recorded}, not {requested}: its weights hold rows for {recorded} tokens, "
+        f"so the other ids would get untrained rows or be dropped; load it as saved, then call "
+        f"model.resize_token_embeddings({requested}) (new rows start at the mean of the trained ones)"
+    )
 
 
 class GPTCustomModel(GPTCustomPreTrainedModel):
@@ -479,11 +506,15 @@ def _unscored_after_padding(labels: torch.Tensor, attention_mask: torch.Tensor |
     "predicts" each row's first token, which a row alone never scores, so the batch's loss moved with the pad id and
     the amount of padding (4.910 to 4.991 against 5.035 for the rows alone; found by the batch-invariance hunt).
     transformers' GPT-2 scores that prediction; a DataCollatorForLanguageModeling batch from our tokenizers, which
-    pad on the left for generation, then trained on it. No mask, another shape (a cache's), or no padding: as given."""
-    if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape != labels.shape:
+    pad on the left for generation, then trained on it. A mask over cached and new tokens (a cache, or PEFT's prefix
+    tuning, which adds its virtual tokens' columns in front) is read over its last columns, the new tokens'.
+    No mask, a 4-D one, or no padding: as given."""
+    if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape[0] != labels.shape[0] \
+            or attention_mask.shape[1] < labels.shape[1]:
         return labels
+    new_tokens = attention_mask[:, attention_mask.shape[1] - labels.shape[1]:]
     from_padding = torch.zeros_like(labels, dtype=torch.bool)
-    from_padding[:, 1:] = attention_mask[:, :-1] == 0
+    from_padding[:, 1:] = new_tokens[:, :-1] == 0
     return labels.masked_fill(from_padding, -100)
 
 
@@ -573,6 +604,23 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
+    def adjust_generation_fn(self, generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
+                             *args, subfolder: str = "", **kwargs):
+        """from_pretrained's reading of generation_config.json, from a local folder's subfolder itself: transformers
+        5.24's GenerationConfig.from_pretrained(folder, subfolder=...) reads an absolute folder's own file when it
+        has one, so a model saved in a subfolder of another stopped at the other model's eos."""
+        if subfolder and isinstance(pretrained_model_name_or_path, (str, os.PathLike)) \
+                and os.path.isdir(os.path.join(pretrained_model_name_or_path, subfolder)):
+            pretrained_model_name_or_path, subfolder = os.path.join(pretrained_model_name_or_path, subfolder), ""
+        return super().adjust_generation_fn(generation_config, from_auto_class, from_pipeline,
+                                            pretrained_model_name_or_path, *args, subfolder=subfolder, **kwargs)
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """transformers' cache set-up, after refusing a cache PEFT's prompt learning cannot see (the reason:
+        transformers_compat.refuse_peft_prompt_with_a_cache). generate() calls it once, with or without a cache."""
+        refuse_peft_prompt_with_a_cache(self, generation_config)
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):

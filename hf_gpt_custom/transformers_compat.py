@@ -5,8 +5,9 @@ transformers 5.24 renamed the argument in model forward signatures, model output
 `past_key_values` as its own argument name (what every transformers release before 5.24 and most user code pass)
 and accepts `cache` too; outputs and mask calls use whichever name the installed transformers declares, so neither
 version logs a deprecation warning. Two lists of key names spell out both names themselves: the config's
-`keys_to_ignore_at_inference` and the model's `_skip_keys_device_placement`. Ships with the model as remote code:
-imports only transformers.
+`keys_to_ignore_at_inference` and the model's `_skip_keys_device_placement`. PEFT's prompt learning still looks for
+the cache under the old name, which `refuse_peft_prompt_with_a_cache` turns into a refusal. Ships with the model as
+remote code: imports only transformers and its sibling errors.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import inspect
 from collections.abc import Callable, Mapping
 
 from transformers.modeling_outputs import BaseModelOutputWithPast
+
+from .errors import UserError
 
 # The field name transformers' own outputs declare, hence what generate() reads and passes back.
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
@@ -61,3 +64,25 @@ def accepts_cache_kwarg(method: Callable) -> Callable:
         named = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
         with_cache_kwarg.__signature__ = inspect.signature(method).replace(parameters=[*named, cache, *var_keyword])
     return with_cache_kwarg
+
+
+def refuse_peft_prompt_with_a_cache(model, generation_config) -> None:
+    """A UserError when generate() runs under PEFT's prompt learning (prompt tuning, p-tuning, prefix tuning) with a
+    KV cache on transformers >= 5.24: PEFT (0.21) finds the cache under model_kwargs["past_key_values"], but generate()
+    hands it over as `cache`, so PEFT sees none at any step. Prompt and p-tuning then put their virtual tokens in
+    front of every new token again (the cache grows by num_virtual_tokens + 1 a step) and generate other tokens than
+    the tuned model predicts, without a word (transformers' GPT-2 does the same); prefix tuning passes its prefix
+    beside the cache. generate(use_cache=False) runs PEFT's forward on the whole sequence each step, which is right.
+    PEFT's generate() sets the model's prepare_inputs_for_generation to its own bound method: that is how it is seen."""
+    if CACHE_NAME != "cache" or generation_config.use_cache is False:
+        return
+    peft_model = getattr(model.prepare_inputs_for_generation, "__self__", model)
+    peft_config = getattr(peft_model, "active_peft_config", None) if peft_model is not model else None
+    if peft_config is None or not getattr(peft_config, "is_prompt_learning", False):
+        return
+    kind = getattr(peft_config.peft_type, "value", peft_config.peft_type)
+    raise UserError(
+        f"PEFT's {kind} cannot generate with a KV cache on transformers >= 5.24: PEFT looks for the cache under "
+        "past_key_values while generate() passes cache=, so its virtual tokens would go in again at every step and "
+        "other tokens come out than the tuned model predicts; pass generate(..., use_cache=False)"
+    )

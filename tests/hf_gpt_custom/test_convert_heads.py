@@ -209,4 +209,4 @@ def test_a_new_label_set_on_a_saved_classifier_starts_a_new_head_as_transformers
 
         for model_class in (GPTCustomForSequenceClassification, GPTCustomModel):
             with pytest.raises(UserError, match="does not hold every weight"):
-                model_class.from_pretrained(tmp_path, num_labels=3, vocab_size=120, ignore_mismatched_sizes=True)
+                model_class.from_pretrained(tmp_path, num_labels=3, n_positions=128, ignore_mismatched_sizes=True)

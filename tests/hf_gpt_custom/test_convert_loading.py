@@ -395,3 +395,77 @@ def test_a_config_llama_cannot_express_is_refused_by_name_when_converting_back()
     config = GPTCustomConfig(vocab_size=50, n_positions=32, n_embd=30, n_layer=1, n_head=4, head_dim=8, **LLAMA_BLOCK)
     with pytest.raises(UserError, match="LlamaForCausalLM cannot express this GPTCustom config: .*keep this model"):
         to_llama_model(GPTCustomForCausalLM(config))
+
+
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "LlamaForCausalLM"])
+@pytest.mark.parametrize("how", ["config.json says tied", "tie_word_embeddings=True given"])
+def test_an_lm_head_of_its_own_is_kept_where_the_config_says_tied_as_transformers_keeps_it(tmp_path, class_name, how):
+    """A folder whose weights hold an lm_head.weight unlike the token embedding while its config (or the caller)
+    says tie_word_embeddings=True: transformers keeps the stored head ("we will NOT tie them"); tying it to wte
+    changed every logit in silence. Reference: transformers' own class loading the same folder."""
+    import json
+
+    reference_model(class_name, tie_word_embeddings=False).save_pretrained(tmp_path)
+    kwargs = {"tie_word_embeddings": True}
+    if how == "config.json says tied":
+        config = json.loads((tmp_path / "config.json").read_text())
+        (tmp_path / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+        kwargs = {}
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path, **kwargs).eval()
+    with pytest.warns(UserWarning, match="lm_head.weight of its own.*loaded untied"):
+        ours = GPTCustomForCausalLM.from_pretrained(tmp_path, **kwargs).eval()
+    assert ours.lm_head.weight is not ours.transformer.wte.weight and not ours.config.tie_word_embeddings
+    input_ids = torch.randint(1, 98, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(input_ids).logits, theirs(input_ids).logits, rtol=0, atol=1e-5)
+    ours.save_pretrained(tmp_path / "ours")  # and it saves as it computes
+    reloaded = GPTCustomForCausalLM.from_pretrained(tmp_path / "ours").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids).logits, theirs(input_ids).logits, rtol=0, atol=1e-5)
+
+
+def test_a_tied_checkpoint_storing_the_embedding_twice_stays_tied(tmp_path):
+    """pytorch_model.bin of a tied model stores the same matrix as lm_head.weight and wte: still one, tied."""
+    import json
+
+    reference_model("GPT2LMHeadModel").save_pretrained(tmp_path, safe_serialization=False)
+    assert json.loads((tmp_path / "config.json").read_text()).get("tie_word_embeddings", True)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert ours.lm_head.weight is ours.transformer.wte.weight and ours.config.tie_word_embeddings
+
+
+@pytest.mark.parametrize("converted", [True, False], ids=["gpt2 folder", "our folder"])
+def test_a_subfolder_model_generates_with_its_own_generation_config(tmp_path, converted):
+    """from_pretrained(folder, subfolder="sub") with a model in the folder too: transformers 5.24 reads the folder's
+    generation_config.json for an absolute path (GPT2LMHeadModel then stops at the other model's eos); the
+    subfolder's own is the one its config.json goes with."""
+    outer, inner = reference_model("GPT2LMHeadModel"), reference_model("GPT2LMHeadModel")
+    if not converted:
+        outer, inner = from_gpt2_model(outer, GPTCustomForCausalLM), from_gpt2_model(inner, GPTCustomForCausalLM)
+    outer.generation_config.eos_token_id = outer.generation_config.bos_token_id = 7  # another model's
+    inner.generation_config.repetition_penalty = 1.7  # in its generation_config.json only
+    outer.save_pretrained(tmp_path.absolute())
+    inner.save_pretrained(tmp_path.absolute() / "sub")
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path.absolute(), subfolder="sub")
+    assert loaded.config.eos_token_id == loaded.generation_config.eos_token_id == TINY_GPT2["eos_token_id"]
+    assert loaded.generation_config.repetition_penalty == 1.7
+
+
+@pytest.mark.parametrize("pad_to", [None, 64])
+@pytest.mark.parametrize("how", ["keyword", "config"])
+def test_another_vocab_size_than_the_folders_is_refused_naming_resize(tmp_path, pad_to, how):
+    """from_pretrained(folder, vocab_size=104) after adding tokens: a padded folder has as many rows either way, so
+    the new ids took never-trained padding rows in silence (GPT-2 refuses a size mismatch); the fix is
+    resize_token_embeddings, whose new rows start at the mean of the trained ones."""
+    config = GPTCustomConfig(**TINY_GPT2, pad_vocab_size_to_multiple_of=pad_to)
+    GPTCustomForCausalLM(config).save_pretrained(tmp_path)
+    for size in (104, 70):
+        if how == "keyword":
+            kwargs = {"vocab_size": size}
+        else:
+            kwargs = {"config": AutoConfig.from_pretrained(tmp_path, vocab_size=size)}
+        with pytest.raises(UserError, match=rf"saved with vocab_size=99, not {size}.*resize_token_embeddings\({size}\)"):
+            GPTCustomForCausalLM.from_pretrained(tmp_path, **kwargs)
+    assert GPTCustomForCausalLM.from_pretrained(tmp_path, vocab_size=99).config.vocab_size == 99
+    with pytest.raises(UserError, match="not 104"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path, vocab_size=104)

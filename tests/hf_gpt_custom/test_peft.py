@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hf_gpt_custom.errors import UserError
+
 peft = pytest.importorskip("peft")  # a dev extra: not installed in a user's environment
 
 
@@ -76,7 +78,7 @@ def test_prefix_tuning_generates_what_its_forward_predicts_or_is_refused_by_name
         assert generated.tolist() == sequence.tolist(), name
         decoded[name] = sequence[0, 8:].tolist()
         if name == "ours":
-            with pytest.raises(TypeError, match="got both cache= and past_key_values=.*use_cache=False"):
+            with pytest.raises(UserError, match="PEFT's PREFIX_TUNING cannot generate with a KV cache.*use_cache=False"):
                 model.generate(input_ids=input_ids, max_new_tokens=4, do_sample=False)
     assert decoded["ours"] == decoded["gpt2"]
     untuned = GPT2LMHeadModel.from_pretrained(tmp_path).generate(input_ids=input_ids, max_new_tokens=4, do_sample=False)
@@ -109,3 +111,94 @@ def test_prefix_tuning_of_a_grouped_query_model_with_its_shape_given_equals_llam
                 parameter.copy_(torch.randn(parameter.shape, generator=generator))
             logits.append(prefixed(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits)
     torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-5)
+
+
+def _greedy_through_forward(model, input_ids, steps: int) -> list[int]:
+    """What a PEFT model predicts: greedy decoding through its own forward, which adds the virtual tokens each call."""
+    sequence = input_ids
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(input_ids=sequence, attention_mask=torch.ones_like(sequence)).logits
+            sequence = torch.cat([sequence, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return sequence[0, input_ids.shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("make_config", [
+    lambda: peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4),
+    lambda: peft.PromptEncoderConfig(task_type="CAUSAL_LM", num_virtual_tokens=4, encoder_hidden_size=16),
+], ids=["prompt_tuning", "p_tuning"])
+def test_prompt_learning_generates_what_its_forward_predicts_or_is_refused_by_name(make_config):
+    """PEFT (0.21) looks for the cache under past_key_values, generate() on transformers >= 5.24 passes cache=: with
+    a cache, prompt and p-tuning put their virtual tokens in again at every step (the cache grows by 5 a step here)
+    and, on transformers' GPT-2 with the same weights and prompt, generate other tokens than the tuned model's own
+    forward predicts. Ours refuses by name; use_cache=False gives the forward's tokens, on ours and on GPT-2."""
+    from hf_gpt_custom.transformers_compat import CACHE_NAME
+    from tests.helpers import make_gpt2_pair
+
+    ours, gpt2 = make_gpt2_pair()
+    input_ids = torch.randint(1, 99, (1, 8), generator=torch.Generator().manual_seed(1))
+    decoded = {}
+    for name, model in (("ours", ours), ("gpt2", gpt2)):
+        torch.manual_seed(0)
+        tuned = peft.get_peft_model(model, make_config()).eval()
+        generator = torch.Generator().manual_seed(5)
+        with torch.no_grad():  # a "trained" prompt, the same for both, one that changes the tokens
+            for parameter in tuned.prompt_encoder.parameters():
+                parameter.copy_(2 * torch.randn(parameter.shape, generator=generator))
+        expected = _greedy_through_forward(tuned, input_ids, 6)
+        with torch.no_grad():
+            generated = tuned.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                       max_new_tokens=6, do_sample=False, use_cache=False)
+        assert generated[0, 8:].tolist() == expected, name
+        decoded[name] = expected
+        if CACHE_NAME != "cache":
+            continue
+        with torch.no_grad():
+            if name == "gpt2":  # the silent case this refusal is for
+                cached = tuned.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                        max_new_tokens=6, do_sample=False)
+                assert cached[0, 8:].tolist() != expected
+                continue
+            for cache_options in ({}, {"cache_implementation": "static"}):
+                with pytest.raises(UserError, match="cannot generate with a KV cache.*use_cache=False"):
+                    tuned.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=6,
+                                   do_sample=False, **cache_options)
+    assert decoded["ours"] == decoded["gpt2"]
+
+
+def test_a_plain_model_generates_with_its_cache_after_a_peft_wrapper_let_go():
+    """The refusal looks at the PEFT model generate() runs under, not at the model class: LoRA (not prompt learning)
+    and the base model itself keep their cache, and give the same tokens as without it."""
+    from tests.helpers import make_gpt2_pair
+
+    ours, _ = make_gpt2_pair()
+    input_ids = torch.randint(1, 99, (1, 8), generator=torch.Generator().manual_seed(1))
+    lora = peft.get_peft_model(ours, peft.LoraConfig(task_type="CAUSAL_LM", target_modules=["c_attn"])).eval()
+    with torch.no_grad():
+        for use_cache in (True, False):
+            generated = lora.generate(input_ids=input_ids, max_new_tokens=5, do_sample=False, use_cache=use_cache)
+            assert generated[0, 8:].tolist() == _greedy_through_forward(lora, input_ids, 5)
+
+
+def test_prefix_tuning_scores_a_left_padded_batch_as_its_rows_alone():
+    """PEFT's prefix tuning hands the model a mask with num_virtual_tokens more columns than the labels. The left-pad
+    rule (a pad column's prediction of the row's first token is not scored) reads the mask's last columns, so the
+    batch's loss is the token-weighted mean of the rows' losses alone, as without PEFT. Reference: each row alone."""
+    from tests.helpers import make_gpt2_pair
+
+    ours, _ = make_gpt2_pair()
+    tuned = peft.get_peft_model(ours, peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)).eval()
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for parameter in tuned.prompt_encoder.parameters():
+            parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+    rows = [torch.randint(1, 99, (1, n), generator=torch.Generator().manual_seed(10 + n)) for n in (9, 5)]
+    batch, mask = torch.zeros(2, 9, dtype=torch.long), torch.zeros(2, 9, dtype=torch.long)
+    for i, row in enumerate(rows):
+        batch[i, 9 - row.shape[1]:], mask[i, 9 - row.shape[1]:] = row[0], 1
+    labels = batch.masked_fill(mask == 0, -100)  # as DataCollatorForLanguageModeling makes them
+    with torch.no_grad():
+        alone = sum(tuned(input_ids=row, attention_mask=torch.ones_like(row), labels=row).loss * (row.shape[1] - 1)
+                    for row in rows) / sum(row.shape[1] - 1 for row in rows)
+        together = tuned(input_ids=batch, attention_mask=mask, labels=labels).loss
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
