@@ -91,6 +91,16 @@ class GPTCustomConfig(PretrainedConfig):
     # Task heads (heads_gpt_custom.py).
     max_choices: int | None = None  # the multiple-choice head refuses more choices per example (None: any number)
 
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """transformers' from_dict, with other configs' names among the loading keywords read as construction does
+        (rope_parameters as rope_theta; attention_dropout, hidden_act... refused naming this config's field).
+        transformers sets a keyword on the config only where the config has that attribute and hands the rest to the
+        model's __init__, so `from_pretrained(folder, rope_parameters=...)` was a TypeError from deep inside it."""
+        read_at_construction = {name: kwargs.pop(name) for name in (*UNSUPPORTED_FIELDS, "rope_parameters")
+                                if name in kwargs}
+        return super().from_dict({**config_dict, **read_at_construction}, **kwargs)
+
     def __post_init__(self, **kwargs):
         for name, fix in UNSUPPORTED_FIELDS.items():
             if kwargs.get(name) is not None and kwargs[name] is not False and (name, kwargs[name]) != ("pretraining_tp", 1):

@@ -177,6 +177,13 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
         missing = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
     mismatched = [str(item) for item in info.get("mismatched_keys", ())
                   if not (new_head_allowed and has_head and not _key(item).startswith(f"{model.base_model_prefix}."))]
+    if missing == ["lm_head.weight"] and not mismatched and not model.config.tie_word_embeddings:
+        raise UserError(
+            f"{folder} holds no lm_head.weight: its LM head is the token embedding (tied, stored once), and "
+            "tie_word_embeddings=False asks for a head of its own; load it tied (leave tie_word_embeddings out), "
+            "then untie with model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.clone()) "
+            "and model.config.tie_word_embeddings = False"
+        )
     if missing or mismatched:
         detail = ", ".join([*sorted(missing)[:5], *mismatched[:5]])
         raise UserError(

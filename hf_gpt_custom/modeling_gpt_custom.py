@@ -332,9 +332,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         if converter is not None:
             return resolve(converter)(pretrained_model_name_or_path, cls, **kwargs)
         refuse_another_head(cls.__name__, pretrained_model_name_or_path, (saved or {}).get("architectures"))
-        if model_args:  # a config given by position: compare it with the folder's too
-            saved = read_config_dict(pretrained_model_name_or_path, **kwargs)
-        refuse_another_vocabulary(pretrained_model_name_or_path, saved, model_args, kwargs)
+        refuse_another_vocabulary(pretrained_model_name_or_path, saved, kwargs)
         try:
             return from_pretrained_checked(super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
         except Exception as err:
@@ -347,7 +345,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             ) from err
 
 
-def refuse_another_vocabulary(path, saved: dict | None, model_args: tuple, kwargs: dict) -> None:
+def refuse_another_vocabulary(path, saved: dict | None, kwargs: dict) -> None:
     """A UserError when from_pretrained is asked for another vocab_size than the folder was saved with (a
     `vocab_size=` keyword, or a config given with another one). A padded folder (pad_vocab_size_to_multiple_of) has
     the same number of rows either way, so its never-trained padding rows would silently become the new tokens (or
@@ -355,7 +353,7 @@ def refuse_another_vocabulary(path, saved: dict | None, model_args: tuple, kwarg
     is the way: it starts new rows at the mean of the trained ones."""
     from transformers import PretrainedConfig
 
-    given_config = kwargs.get("config", model_args[0] if model_args else None)
+    given_config = kwargs.get("config")
     if isinstance(given_config, PretrainedConfig):
         requested = given_config.vocab_size
     else:
@@ -508,7 +506,7 @@ def _unscored_after_padding(labels: torch.Tensor, attention_mask: torch.Tensor |
     transformers' GPT-2 scores that prediction; a DataCollatorForLanguageModeling batch from our tokenizers, which
     pad on the left for generation, then trained on it. A mask over cached and new tokens (a cache, or PEFT's prefix
     tuning, which adds its virtual tokens' columns in front) is read over its last columns, the new tokens'.
-    No mask, a 4-D one, or no padding: as given."""
+    No mask, a 4-D one, or no padding: as given. Not applied under Trainer's num_items_in_batch (see forward)."""
     if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape[0] != labels.shape[0] \
             or attention_mask.shape[1] < labels.shape[1]:
         return labels
@@ -591,7 +589,12 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             check_token_ids("labels", labels, self.config.vocab_size, ignore_index=-100)
-            labels = _unscored_after_padding(labels, attention_mask)
+            if kwargs.get("num_items_in_batch") is None:
+                # With num_items_in_batch (transformers' Trainer) the caller has counted the labels it gave as the
+                # loss's denominator, before the model ran, over every micro-batch: leaving one out here made the
+                # loss, eval_loss and gradient of a left-padded batch smaller by that share (4% in the Trainer hunt).
+                # Then every counted label is scored, as in transformers' models.
+                labels = _unscored_after_padding(labels, attention_mask)
             # transformers' causal-LM loss: shift by one, ignore -100, and honour num_items_in_batch (gradient
             # accumulation) so accumulated losses average over tokens, not micro-batches.
             # On CUDA a compiled copy of it (causal_lm_loss.py): the same float32 arithmetic, fused.

@@ -469,3 +469,31 @@ def test_another_vocab_size_than_the_folders_is_refused_naming_resize(tmp_path, 
     assert GPTCustomForCausalLM.from_pretrained(tmp_path, vocab_size=99).config.vocab_size == 99
     with pytest.raises(UserError, match="not 104"):
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path, vocab_size=104)
+
+
+def test_other_configs_names_as_loading_keywords_act_as_at_construction(tmp_path):
+    """from_pretrained(folder, rope_parameters=...) (LlamaConfig's spelling of rope_theta) was a TypeError from the
+    model's __init__: transformers hands a keyword the config has no attribute for to the model. It now sets
+    rope_theta, as LlamaForCausalLM.from_pretrained does (reference: the same folder loaded with rope_theta=), and the
+    names this config does not implement are refused naming its own field."""
+    GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2, position_embedding_type="rope")).save_pretrained(tmp_path)
+    by_llama_name = GPTCustomForCausalLM.from_pretrained(tmp_path, rope_parameters={"rope_type": "default",
+                                                                                     "rope_theta": 50.0}).eval()
+    by_our_name = GPTCustomForCausalLM.from_pretrained(tmp_path, rope_theta=50.0).eval()
+    as_saved = GPTCustomForCausalLM.from_pretrained(tmp_path).eval()
+    input_ids = torch.randint(1, 98, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(by_llama_name(input_ids).logits, by_our_name(input_ids).logits, rtol=0, atol=0)
+        assert not torch.allclose(by_llama_name(input_ids).logits, as_saved(input_ids).logits)
+    for keyword, fix in (({"attention_dropout": 0.3}, "attn_pdrop"), ({"hidden_act": "gelu"}, "activation_function"),
+                         ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "only plain RoPE")):
+        with pytest.raises(UserError, match=fix):
+            GPTCustomForCausalLM.from_pretrained(tmp_path, **keyword)
+
+
+def test_untying_a_tied_folder_on_load_is_refused_naming_how_to_untie(tmp_path):
+    """tie_word_embeddings=False on a tied folder (no lm_head.weight stored): transformers' GPT-2 starts a random
+    head; ours is refused, and the message gave "another architecture or incomplete — save it again"."""
+    GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2)).save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="holds no lm_head.weight.*leave tie_word_embeddings out.*clone"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, tie_word_embeddings=False)

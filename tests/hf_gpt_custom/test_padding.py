@@ -211,3 +211,33 @@ def test_the_loss_of_a_padded_batch_is_the_rows_alone_whatever_the_pad_id(side, 
         batched = model(input_ids, attention_mask=attention_mask, labels=labels).loss
         sums = [gpt2(torch.tensor([tokens]), labels=torch.tensor([tokens])).loss * (len(tokens) - 1) for tokens in ROWS]
     torch.testing.assert_close(batched, sum(sums) / sum(len(tokens) - 1 for tokens in ROWS), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_with_num_items_in_batch_every_counted_label_is_scored_as_in_gpt2(side):
+    """transformers' Trainer counts `labels[..., 1:] != -100` over every micro-batch before the model runs and passes
+    it as num_items_in_batch; leaving the pad column's prediction out then divided a smaller sum by that count, so a
+    left-padded batch's loss, eval_loss and gradient came out smaller by its share (the Trainer hunt: 5.339 against
+    5.562). Reference: GPT2LMHeadModel with the same weights, given the positions our model derives, the same labels
+    and the same count; and the loss is a mean over exactly the counted labels (count * loss is their sum)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from tests.helpers import row_position_ids
+
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    model = from_gpt2_model(gpt2, GPTCustomForCausalLM)
+    input_ids, attention_mask = _batch(side)
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    counted = int((labels[..., 1:] != -100).sum())
+    with torch.no_grad():
+        ours = model(input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=counted).loss
+        theirs = gpt2(input_ids, attention_mask=attention_mask, position_ids=row_position_ids(attention_mask),
+                      labels=labels, num_items_in_batch=counted).loss
+        logits = model(input_ids, attention_mask=attention_mask).logits[:, :-1]
+        by_hand = torch.nn.functional.cross_entropy(logits.reshape(-1, 99), labels[:, 1:].reshape(-1),
+                                                    ignore_index=-100, reduction="sum") / counted
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours, by_hand, rtol=1e-5, atol=1e-6)
