@@ -36,20 +36,26 @@ class BatchEncodingWithLazyEncodings(BatchEncoding):
 
 
 def backend_encodings(tokenizer: PreTrainedTokenizerFast, text, text_pair, options: dict, truncation_side: str,
-                      pipeline_state: tuple | None = None):
+                      pipeline_state: tuple | None = None, pad_token: str | None = None):
     """The Encoding objects of transformers' own `_encode_plus` on the `tokenizers` backend, with the settings of the
-    call whose ids were made elsewhere (`options` and `truncation_side` as they were then). A tokenizer changed since
+    call whose ids were made elsewhere (`options`, `truncation_side` and `pad_token` as they were then: a pad token
+    set to another existing token since gave Encodings padded with it). A tokenizer changed since
     (`pipeline_state` as it was then: a token added, a template installed) would give Encodings of other ids than
     the call returned: refused."""
     if pipeline_state is not None and tokenizer._pipeline_state() != pipeline_state:
         raise UserError("the tokenizer changed (an added token, a template, a normalizer) after this output was made, "
                         "so its tokens, word_ids and offsets would describe other ids than its input_ids; call the "
                         "tokenizer again and read them from the new output")
-    current_side, tokenizer.truncation_side = tokenizer.truncation_side, truncation_side
+    current = tokenizer.truncation_side, tokenizer.pad_token
+    tokenizer.truncation_side = truncation_side
+    if pad_token is not None:
+        tokenizer.pad_token = pad_token
     try:
         return PreTrainedTokenizerFast._encode_plus(tokenizer, text, text_pair, **options).encodings
     finally:
-        tokenizer.truncation_side = current_side
+        tokenizer.truncation_side = current[0]
+        if pad_token is not None:
+            tokenizer.pad_token = current[1]
 
 
 def copy_text_input(text):

@@ -265,7 +265,7 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         settings = {**options, "split_special_tokens": split_special_tokens, "padding_side": padding_side}
         make_encodings = None if template is not None and is_truncated else functools.partial(
             backend_encodings, self, copy_text_input(text), copy_text_input(text_pair), settings, self.truncation_side,
-            state)
+            state, self.pad_token)
         return BatchEncodingWithLazyEncodings(data, make_encodings, return_tensors, 1 if seconds is None else 2)
 
     def _refuse_special_token_text(self, text, text_pair) -> None:

@@ -434,8 +434,9 @@ def test_a_tied_checkpoint_storing_the_embedding_twice_stays_tied(tmp_path):
     assert ours.lm_head.weight is ours.transformer.wte.weight and ours.config.tie_word_embeddings
 
 
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
 @pytest.mark.parametrize("converted", [True, False], ids=["gpt2 folder", "our folder"])
-def test_a_subfolder_model_generates_with_its_own_generation_config(tmp_path, converted):
+def test_a_subfolder_model_generates_with_its_own_generation_config(tmp_path, converted, relative, monkeypatch):
     """from_pretrained(folder, subfolder="sub") with a model in the folder too: transformers 5.24 reads the folder's
     generation_config.json for an absolute path (GPT2LMHeadModel then stops at the other model's eos); the
     subfolder's own is the one its config.json goes with."""
@@ -446,7 +447,9 @@ def test_a_subfolder_model_generates_with_its_own_generation_config(tmp_path, co
     inner.generation_config.repetition_penalty = 1.7  # in its generation_config.json only
     outer.save_pretrained(tmp_path.absolute())
     inner.save_pretrained(tmp_path.absolute() / "sub")
-    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path.absolute(), subfolder="sub")
+    monkeypatch.chdir(tmp_path.parent)
+    folder = tmp_path.name if relative else tmp_path.absolute()
+    loaded = GPTCustomForCausalLM.from_pretrained(folder, subfolder="sub")
     assert loaded.config.eos_token_id == loaded.generation_config.eos_token_id == TINY_GPT2["eos_token_id"]
     assert loaded.generation_config.repetition_penalty == 1.7
 

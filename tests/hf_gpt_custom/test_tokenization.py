@@ -349,6 +349,22 @@ def test_encodings_made_later_leave_the_tokenizers_truncation_side_as_the_caller
         gpt2(texts, truncation=True, max_length=3)["input_ids"]
 
 
+def test_encodings_made_later_pad_with_the_calls_pad_token_and_leave_the_new_one_set(tokenizer_folder):
+    """A pad token set to another existing token after a padded call (nothing added, so the tokenizer's pipeline is
+    the same) gave Encodings padded with the new one: tokens() ['H', 'i', 'a', 'a'] beside input_ids padded with
+    <|endoftext|> (the offsets hunt). Reference: GPT2TokenizerFast, whose Encodings are made during the call."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    gpt2 = GPT2TokenizerFast.from_pretrained(tokenizer_folder, pad_token=ENDOFTEXT)
+    texts = ["ROMEO: But soft, what light", "Hi"]
+    ours, theirs = tokenizer(texts, padding=True), gpt2(texts, padding=True)
+    another = tokenizer.convert_ids_to_tokens(97)
+    tokenizer.pad_token = gpt2.pad_token = another
+    assert [encoding.ids for encoding in ours.encodings] == ours["input_ids"] == theirs["input_ids"]
+    assert ours.tokens(1) == theirs.tokens(1) and ours.tokens(1)[-1] == ENDOFTEXT
+    assert tokenizer.pad_token == another and tokenizer(texts, padding=True)["input_ids"] == \
+        gpt2(texts, padding=True)["input_ids"]
+
+
 @pytest.mark.parametrize("change", ["add_tokens", "task_template", "add_bos_token"])
 def test_encodings_asked_for_after_the_tokenizer_changed_are_refused(tokenizer_folder, change):
     """Made after `add_tokens` (or a task template installed) they described other ids than input_ids: tokens()
