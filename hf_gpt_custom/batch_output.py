@@ -15,8 +15,8 @@ class BatchEncodingWithLazyEncodings(BatchEncoding):
     """A BatchEncoding whose `tokenizers` Encoding objects are made by `make_encodings` on first use: the ids came
     from another engine, and most callers never read `.tokens()`, `.word_ids()` or `batch[0]`."""
 
-    def __init__(self, data: dict, make_encodings, tensor_type, n_sequences: int):
-        self._make_encodings = make_encodings
+    def __init__(self, data: dict, make_encodings, tensor_type, n_sequences: int, why_none: str | None = None):
+        self._make_encodings, self._why_none = make_encodings, why_none
         super().__init__(data, tensor_type=tensor_type, n_sequences=n_sequences)
 
     @property
@@ -33,6 +33,27 @@ class BatchEncodingWithLazyEncodings(BatchEncoding):
 
     def __reduce__(self):  # pickled and copied as the plain BatchEncoding transformers would have returned
         return BatchEncoding, (self.data, self._encodings, None, False, self._n_sequences)
+
+
+def _explained(reader_name: str):
+    """BatchEncoding's `reader_name` (tokens(), word_ids()...), which for an output without Encodings says "not
+    available when using Python based tokenizers": where the output has none for a reason of its own, that reason."""
+    reader = getattr(BatchEncoding, reader_name)
+
+    def read(self, *args, **kwargs):
+        if self._why_none is not None and self._encodings is None:
+            raise UserError(f"{reader_name}() reads the tokenizers backend's Encodings, and this output has none: "
+                            f"{self._why_none}")
+        return reader(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = reader_name
+    read.__doc__ = reader.__doc__
+    return read
+
+
+for _name in ("tokens", "sequence_ids", "word_ids", "token_to_sequence", "token_to_word", "word_to_tokens",
+              "token_to_chars", "char_to_token", "word_to_chars", "char_to_word"):
+    setattr(BatchEncodingWithLazyEncodings, _name, _explained(_name))
 
 
 def backend_encodings(tokenizer: PreTrainedTokenizerFast, text, text_pair, options: dict, truncation_side: str,

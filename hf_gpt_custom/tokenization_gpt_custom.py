@@ -266,7 +266,11 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         make_encodings = None if template is not None and is_truncated else functools.partial(
             backend_encodings, self, copy_text_input(text), copy_text_input(text_pair), settings, self.truncation_side,
             state, self.pad_token)
-        return BatchEncodingWithLazyEncodings(data, make_encodings, return_tensors, 1 if seconds is None else 2)
+        why_none = None if make_encodings is not None else (
+            "a task tokenizer's truncated call cuts the input as fine-tuning did, keeping the template whole, which "
+            "is not the backend's cut; call it without truncation for tokens, word ids and offsets")
+        return BatchEncodingWithLazyEncodings(data, make_encodings, return_tensors, 1 if seconds is None else 2,
+                                              why_none)
 
     def _refuse_special_token_text(self, text, text_pair) -> None:
         specials = [token.content for token in self._tokenizer.get_added_tokens_decoder().values() if token.special]

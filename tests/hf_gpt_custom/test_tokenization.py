@@ -614,6 +614,25 @@ def test_task_tokenizer_without_truncation_gives_transformers_output(task_folder
         assert ours_out.tokens() == gpt2_out.tokens() and ours_out.n_sequences == gpt2_out.n_sequences
 
 
+def test_a_task_tokenizers_truncated_output_says_why_it_has_no_encodings(task_folder):
+    """A truncated call on a task tokenizer cuts as fine-tuning did (docs: `.encodings` is then None); its word_ids()
+    said "not available when using Python based tokenizers", which is not the reason (the offsets hunt). The same
+    call without truncation has them, equal to GPT2TokenizerFast's on the folder."""
+    import pickle
+
+    from hf_gpt_custom.errors import UserError
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(task_folder)
+    cut = tokenizer("short text", truncation=True, max_length=16)
+    assert cut.encodings is None
+    for read in (cut.word_ids, cut.tokens, cut.sequence_ids, lambda: cut.char_to_token(0)):
+        with pytest.raises(UserError, match="truncated call cuts the input as fine-tuning did.*without truncation"):
+            read()
+    assert pickle.loads(pickle.dumps(cut))["input_ids"] == cut["input_ids"]
+    whole = tokenizer("short text")
+    assert whole.word_ids() == GPT2TokenizerFast.from_pretrained(task_folder)("short text").word_ids()
+
+
 @pytest.mark.parametrize("engine", ["tiktoken", "tokenizers"])
 def test_task_template_ids_do_not_depend_on_the_engine(task_folder, call_texts, engine, monkeypatch):
     """The template and its cut on ids from the Rust backend (no tiktoken, as on a machine without it) equal
