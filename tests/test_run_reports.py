@@ -384,3 +384,33 @@ def test_a_hand_evaluation_in_a_run_without_benchmarks_is_set_aside_not_publishe
     assert "copa" not in card
     run_pipeline(SMOKE_CONFIG, overrides)
     assert _stages_run(capsys) == []
+
+
+def test_benchmark_limit_takes_a_fraction_as_eval_limit_and_lm_eval_do(overrides, tmp_path, capsys):
+    """`eval --limit 0.05` (lm-eval's --limit) scores that share of each task's documents, rounded up; run's
+    benchmark_limit took a count only, and refused 0.05. Reference: evaluate() with the count lm-eval's
+    get_sample_size gives for COPA's documents."""
+    from lm_eval.evaluator_utils import get_sample_size
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.eval.task import load_task
+    from hf_gpt_custom.training.config import load_train_config as load_config
+
+    documents = len(load_task("copa").docs())
+    count = get_sample_size(type("Task", (), {"eval_docs": range(documents)})(), 0.05)
+    assert count == math.ceil(documents * 0.05) and count not in (0, documents)
+    settings = [*overrides[:-1], "benchmark_tasks=[copa]", "benchmark_shots=[0]", "benchmark_limit=0.05"]
+    run_dir = run_pipeline(SMOKE_CONFIG, settings)
+    published = json.loads((run_dir / "export" / "eval" / "results.json").read_text())
+    truth = evaluate(str(run_dir / "final"), tasks=["copa"], shots=[0], limit=count, device="cpu", show_progress=False)
+    assert [(row["n"], row["value"]) for row in published["results"]] == \
+        [(row["n"], row["value"]) for row in truth.results]
+    assert {row["n"] for row in published["results"]} == {count} and published["config"]["limit"] == 0.05
+    assert "the first 0.05 of each task's documents" in (run_dir / "export" / "README.md").read_text()
+    for value, parsed in (("300", 300), ("0.1", 0.1), ("300.0", 300)):
+        limit = load_config(SMOKE_CONFIG, [f"benchmark_limit={value}"]).benchmark_limit
+        assert limit == parsed and type(limit) is type(parsed)
+    for value in ("1.5", "0", "-3", "true"):
+        with pytest.raises(UserError, match="benchmark_limit"):
+            load_config(SMOKE_CONFIG, [f"benchmark_limit={value}"])

@@ -136,7 +136,9 @@ class TrainConfig:
                                           factory=list)
     benchmark_shots: list[int] = _setting(help="few-shot K values `hf-gpt-custom run` evaluates",
                                           changes_training=False, factory=lambda: [0])
-    benchmark_limit: int | None = _setting(None, help="documents per benchmark; null = all", changes_training=False)
+    benchmark_limit: int | float | None = _setting(
+        None, help="documents per benchmark, or a fraction of each benchmark's below 1 (0.1: a tenth, rounded up, as "
+                   "lm-eval's --limit); null = all", changes_training=False)
 
     def __post_init__(self) -> None:
         check_train_config(self)

@@ -118,8 +118,10 @@ def check_train_config(config: TrainConfig) -> None:
     for shots in config.benchmark_shots:
         if shots < 0:
             raise UserError(f"benchmark_shots contains {shots}; the number of examples K must be >= 0")
-    if config.benchmark_limit is not None and config.benchmark_limit < 1:
-        raise UserError(f"benchmark_limit={config.benchmark_limit} must be >= 1 or null (all documents)")
+    limit = config.benchmark_limit
+    if limit is not None and not (limit >= 1 and float(limit).is_integer() or 0 < limit < 1):
+        raise UserError(f"benchmark_limit={limit} must be a number of documents (300), a fraction of each benchmark's "
+                        f"documents between 0 and 1 (0.1), or null (all documents)")
     check_model_section(config)
     for name, why in settings_without_effect(config).items():
         value = getattr(config, name)

@@ -213,7 +213,12 @@ def convert_value(key: str, value: Any, declared: Any, from_string: bool = False
         non_none = [arg for arg in args if arg is not type(None)]
         if value is None or (from_string and str(value).strip().lower() in ("null", "none", "~", "")):
             return None
-        return convert_value(key, value, non_none[0], from_string)
+        for alternative in non_none[:-1]:  # int | float: 300 is the count 300, 0.1 the fraction
+            try:
+                return convert_value(key, value, alternative, from_string)
+            except UserError:
+                pass
+        return convert_value(key, value, non_none[-1], from_string)
     if value is None:
         raise UserError(f"{key} must not be null; give a value of type {getattr(declared, '__name__', declared)}")
     try:
