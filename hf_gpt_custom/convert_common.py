@@ -177,10 +177,10 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
     num_labels) is refused naming ignore_mismatched_sizes=True, with which it starts anew, as in transformers.
     """
     refuse_another_head(model_class.__name__, source, config.architectures)
-    if config.tie_word_embeddings and "lm_head.weight" in (getattr(model_class, "_tied_weights_keys", None) or {}) \
-            and holds_a_head_of_its_own(state):
+    if config.tie_word_embeddings and holds_a_head_of_its_own(state):
         # transformers keeps such a head too ("we will NOT tie them"): tying would replace it with wte, changing
-        # every logit in silence. The config says so, so that the model saves and reloads the way it now computes.
+        # every logit in silence. The config says so, so that the model saves and reloads the way it now computes,
+        # and a task head knows its body is untied (GPT-1's auxiliary LM loss through wte is then refused).
         warnings.warn(f"{source}'s config ties the LM head to the token embedding (tie_word_embeddings=True), but "
                       "its weights hold an lm_head.weight of its own, with other values: loaded untied, as "
                       "transformers loads it (config.tie_word_embeddings is now False)", stacklevel=3)

@@ -155,21 +155,27 @@ def from_pretrained_checked(from_pretrained, path, *model_args, **kwargs):
 
     One exception, as in transformers: a task head loaded from a folder another class saved (a causal LM folder into
     ...ForSequenceClassification) gets its new head weights initialised; its body must still be complete."""
+    saved_tied = False
     if path is not None and (folder := Path(path) / (kwargs.get("subfolder") or "")).is_dir():  # None: weights given
         check_manifest(folder)
+        if (folder / "config.json").is_file():
+            saved_tied = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("tie_word_embeddings",
+                                                                                             True)
     wants_info = kwargs.pop("output_loading_info", False)
     model, info = from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
     same_class = type(model).__name__ in (getattr(model.config, "architectures", None) or ())
     raise_if_incomplete(path, model, info, whole_model=same_class,
-                        new_head_allowed=bool(kwargs.get("ignore_mismatched_sizes")))
+                        new_head_allowed=bool(kwargs.get("ignore_mismatched_sizes")), saved_tied=saved_tied is True)
     return (model, info) if wants_info else model
 
 
-def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_allowed: bool = False) -> None:
+def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_allowed: bool = False,
+                        saved_tied: bool = False) -> None:
     """UserError when loading left a weight of `model` uninitialised or of the wrong shape. With whole_model=False
     only the body counts (the weights under base_model_prefix; all of them for a base model). `new_head_allowed`
     (the caller passed ignore_mismatched_sizes=True, e.g. num_labels=3 on a 2-label classifier) lets a head weight
-    of another shape be initialised anew, as transformers does; the body must still match."""
+    of another shape be initialised anew, as transformers does; the body must still match. `saved_tied`: the folder's
+    config.json ties the LM head, so a missing lm_head.weight is a tied head asked to be untied, not a lost one."""
     tied = set(getattr(model, "_tied_weights_keys", None) or {}) if model.config.tie_word_embeddings else set()
     missing = [key for key in info.get("missing_keys", ()) if key not in tied]
     has_head = getattr(model, "base_model", model) is not model
@@ -177,7 +183,7 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
         missing = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
     mismatched = [str(item) for item in info.get("mismatched_keys", ())
                   if not (new_head_allowed and has_head and not _key(item).startswith(f"{model.base_model_prefix}."))]
-    if missing == ["lm_head.weight"] and not mismatched and not model.config.tie_word_embeddings:
+    if saved_tied and missing == ["lm_head.weight"] and not mismatched and not model.config.tie_word_embeddings:
         raise UserError(
             f"{folder} holds no lm_head.weight: its LM head is the token embedding (tied, stored once), and "
             "tie_word_embeddings=False asks for a head of its own; load it tied (leave tie_word_embeddings out), "

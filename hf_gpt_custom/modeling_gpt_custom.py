@@ -12,9 +12,11 @@ transpose (Conv1D -> nn.Linear).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -356,8 +358,12 @@ def refuse_another_vocabulary(path, saved: dict | None, kwargs: dict) -> None:
     given_config = kwargs.get("config")
     if isinstance(given_config, PretrainedConfig):
         requested = given_config.vocab_size
-    else:
-        requested = kwargs.get("vocab_size")
+    else:  # a config given by its folder or file takes the keyword's vocab_size too, as transformers reads it
+        from_path = None
+        if isinstance(given_config, (str, os.PathLike)):
+            from_path = read_config_dict(given_config) if not os.path.isfile(given_config) else \
+                json.loads(Path(given_config).read_text(encoding="utf-8"))
+        requested = kwargs.get("vocab_size", (from_path or {}).get("vocab_size"))
     recorded = (saved or {}).get("vocab_size")
     if requested is None or recorded is None or requested == recorded:
         return

@@ -422,6 +422,13 @@ def test_an_lm_head_of_its_own_is_kept_where_the_config_says_tied_as_transformer
     reloaded = GPTCustomForCausalLM.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids).logits, theirs(input_ids).logits, rtol=0, atol=1e-5)
+    # a task head on the same folder knows its body is untied: GPT-1's auxiliary LM loss through wte would score
+    # with another head than the model's own, and is refused as for any untied body
+    with pytest.warns(UserWarning, match="loaded untied"):
+        classifier = GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=2, pad_token_id=0, **kwargs)
+    assert not classifier.config.tie_word_embeddings
+    with pytest.raises(UserError, match="needs the LM head tied"):
+        classifier(input_ids, labels=torch.tensor([0, 1]), lm_loss_weight=0.5)
 
 
 def test_a_tied_checkpoint_storing_the_embedding_twice_stays_tied(tmp_path):
@@ -455,7 +462,7 @@ def test_a_subfolder_model_generates_with_its_own_generation_config(tmp_path, co
 
 
 @pytest.mark.parametrize("pad_to", [None, 64])
-@pytest.mark.parametrize("how", ["keyword", "config"])
+@pytest.mark.parametrize("how", ["keyword", "config", "config folder"])
 def test_another_vocab_size_than_the_folders_is_refused_naming_resize(tmp_path, pad_to, how):
     """from_pretrained(folder, vocab_size=104) after adding tokens: a padded folder has as many rows either way, so
     the new ids took never-trained padding rows in silence (GPT-2 refuses a size mismatch); the fix is
@@ -465,8 +472,11 @@ def test_another_vocab_size_than_the_folders_is_refused_naming_resize(tmp_path, 
     for size in (104, 70):
         if how == "keyword":
             kwargs = {"vocab_size": size}
-        else:
+        elif how == "config":
             kwargs = {"config": AutoConfig.from_pretrained(tmp_path, vocab_size=size)}
+        else:  # transformers reads a config given by its folder too
+            AutoConfig.from_pretrained(tmp_path, vocab_size=size).save_pretrained(tmp_path / f"config_{size}")
+            kwargs = {"config": str(tmp_path / f"config_{size}")}
         with pytest.raises(UserError, match=rf"saved with vocab_size=99, not {size}.*resize_token_embeddings\({size}\)"):
             GPTCustomForCausalLM.from_pretrained(tmp_path, **kwargs)
     assert GPTCustomForCausalLM.from_pretrained(tmp_path, vocab_size=99).config.vocab_size == 99
@@ -492,6 +502,19 @@ def test_other_configs_names_as_loading_keywords_act_as_at_construction(tmp_path
                          ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "only plain RoPE")):
         with pytest.raises(UserError, match=fix):
             GPTCustomForCausalLM.from_pretrained(tmp_path, **keyword)
+
+
+def test_an_untied_folder_that_lost_its_lm_head_is_called_incomplete_not_tied(tmp_path):
+    """The message for untying a tied folder on load must not reach a folder saved untied (LLaMA-style) whose
+    weights lack lm_head.weight: that file is incomplete, and tying it would silently predict through wte."""
+    from safetensors.torch import load_file, save_file
+
+    GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2, tie_word_embeddings=False)).save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    del state["lm_head.weight"]
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match="does not hold every weight.*lm_head.weight.*incomplete"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path)
 
 
 def test_untying_a_tied_folder_on_load_is_refused_naming_how_to_untie(tmp_path):
