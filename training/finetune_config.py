@@ -80,7 +80,7 @@ def label_key(value: Any) -> str:
     key = str(value).strip()
     if key.lower() in ("true", "false"):
         return key.lower()
-    if re.fullmatch(r"[+-]?\d+(\.0*)?", key):
+    if re.fullmatch(r"[+-]?[0-9]+(\.0*)?", key):  # ASCII digits: int() also reads Arabic-Indic ones as these
         return str(int(key.split(".")[0]))
     return key
 

@@ -74,8 +74,57 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
     With `task`, a label column that is a datasets ClassLabel (a Hub dataset's, a parquet file's) gives its names
     when task.labels are those names (glue/sst2's negative/positive), as `features[column].int2str` reads them;
     stored as 0/1, labels written as names were refused as "label=0 is not in the label set"."""
+    path = Path(dataset)
+    if path.is_file() and path.suffix.lower() in (".jsonl", ".json"):
+        records = _json_records(path)
+        if records is not None:
+            return records
     rows = _load_records(dataset, dataset_config, split, revision)
     return rows.to_list() if task is None else _with_class_names(rows, task)
+
+
+def _json_records(path: Path) -> list[dict] | None:
+    """The objects of a JSON Lines file, or of a JSON array of objects, with every number as the text the file holds
+    (None for another layout, which datasets reads). datasets (pyarrow) gives a column one type: an answer column of 7
+    and 2.5 trained as "7.0" and "2.5", a 20-digit number as "1.2345678901234567e+19", and a column whose type changed
+    after the first ~10 MB was refused as "check the file's format". Labels compare as label_key reads them, so "1"
+    is the label 1; true and false stay booleans."""
+    import json
+
+    def as_written(pairs):
+        keys = [key for key, _ in pairs]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ValueError(f"the key(s) {', '.join(map(repr, repeated))} appear twice in one record")
+        return dict(pairs)
+
+    def parse(text: str):
+        return json.loads(text, parse_int=str, parse_float=str, object_pairs_hook=as_written)
+
+    text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the first record
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        try:
+            records = parse(text)
+        except ValueError as err:
+            raise UserError(f"cannot read {path} as a JSON array of records ({err}); check the file's format") from err
+        where = [f"record {row}" for row in range(1, len(records) + 1)]
+    elif path.suffix.lower() == ".jsonl" or (text.lstrip().startswith("{") and not _one_json_value(text)):
+        records, where = [], []
+        for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: U+2028 may sit in a string
+            if not line.strip():
+                continue
+            try:
+                records.append(parse(line))
+            except ValueError as err:
+                raise UserError(f"{path} line {number} is not a JSON record ({err}); fix the line") from err
+            where.append(f"line {number}")
+    else:  # one object for the whole file (columns, or records under a field): datasets' reading
+        return None
+    for record, place in zip(records, where):
+        if not isinstance(record, dict):
+            raise UserError(f"{path} {place} is {type(record).__name__}, not a record of named fields like "
+                            '{"text": ..., "label": ...}; give one object per record')
+    return records
 
 
 def _with_class_names(rows, task: TaskSection) -> list[dict]:
@@ -120,6 +169,17 @@ def _load_records(dataset: str, dataset_config: str | None, split: str, revision
     if path.suffix.lower() in RECORD_BUILDERS or dataset.startswith((".", "/", "~")):
         raise MissingFileError(f"dataset={dataset} not found; give a labelled file or a Hub dataset name")
     return datasets.load_dataset(dataset, dataset_config, split=split, revision=revision)
+
+
+def _one_json_value(text: str) -> bool:
+    """Whether `text` is a single JSON value (not JSON Lines of several)."""
+    import json
+
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _csv_as_written(path: Path) -> dict[str, Any]:
@@ -211,7 +271,7 @@ def _class_index(value: Any, task: TaskSection, where: str, row: int) -> int:
     if task.is_multiple_choice:
         n_choices = len(task.choice_columns)
         key = label_key(value)
-        if not key.lstrip("-").isdigit() or not 0 <= int(key) < n_choices:
+        if not (key.isascii() and key.lstrip("-").isdigit()) or not 0 <= int(key) < n_choices:
             raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not the index of one of the "
                             f"{n_choices} answers (0..{n_choices - 1}); fix the row")
         return int(key)

@@ -54,6 +54,59 @@ def test_a_csv_is_read_as_the_text_it_holds(tmp_path):
         assert load_labelled_records(str(path)) == list(csv.DictReader(file))
 
 
+def test_a_jsonl_file_is_read_as_the_text_it_holds(tmp_path):
+    """datasets gave a JSON column one type: an answer column of 7 and 2.50 trained as "7.0" and "2.5", a 20-digit
+    number as "1.2345678901234567e+19" (the ftdata hunt), and a column whose type changed after the first ~10 MB was
+    refused as "check the file's format". Reference: each number's text as the file holds it, and Python's json for
+    everything else. true/false stay booleans; a byte-order mark and CRLF line ends are not part of a record."""
+    import re as regex
+
+    lines = ['{"question": "seven", "answer": 7, "label": 1}',
+             '{"question": "two and a half", "answer": 2.50, "label": true}',
+             '{"question": "a big id", "answer": 12345678901234567890, "label": 0.0}',
+             '{"question": "line\u2028separator inside", "answer": "text", "label": "yes"}']
+    path = tmp_path / "answers.jsonl"
+    path.write_text("\ufeff" + "\r\n".join(lines) + "\r\n\n", encoding="utf-8")
+    records = load_labelled_records(str(path))
+    written = [regex.search(r'"answer": ("?)([^,"]*)\1', line).group(2) for line in lines]
+    assert [str(record["answer"]) for record in records] == written == ["7", "2.50", "12345678901234567890", "text"]
+    assert [record["question"] for record in records] == [json.loads(line)["question"] for line in lines]
+    assert records[1]["label"] is True
+    big = tmp_path / "big.jsonl"  # the answer column turns from whole numbers to text after ~11 MB
+    rows = [json.dumps({"question": "q" * 180, "answer": n, "label": 0}) for n in range(60_000)]
+    big.write_text("\n".join([*rows, json.dumps({"question": "last", "answer": "seven", "label": 1})]) + "\n",
+                   encoding="utf-8")
+    assert big.stat().st_size > 11_000_000
+    records = load_labelled_records(str(big))
+    assert len(records) == 60_001 and records[-1]["answer"] == "seven" and records[0]["answer"] == "0"
+
+
+def test_a_jsonl_record_that_is_not_one_object_is_named_by_line(tmp_path):
+    for text, match in (('{"text": "x", "text": "y", "label": 0}\n', r"line 1 .*'text' appear twice"),
+                        ('{"text": "x", "label": 0}\n[1, 2]\n', "line 2 is list, not a record"),
+                        ('{"text": "x", "label": 0}\n\n{"text": "y" "label": 0}\n', "line 3 is not a JSON record")):
+        (tmp_path / "bad.jsonl").write_text(text, encoding="utf-8")
+        with pytest.raises(UserError, match=match):
+            load_labelled_records(str(tmp_path / "bad.jsonl"))
+
+
+def test_labels_in_other_scripts_digits_are_not_read_as_ascii_digits():
+    """label_key read "١" (Arabic-Indic one) as "1", so task.labels ["١", "٢"] were saved as the head's "1" and "2";
+    a multiple-choice label "²" passed the digit check and failed in int() with a bare ValueError."""
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.training.finetune_config import label_key
+    from hf_gpt_custom.training.finetune_data import _class_index
+
+    assert [label_key(value) for value in ("١", "٢", "1", "01", "1.0", 1.0, True)] == \
+        ["١", "٢", "1", "1", "1", "1", "true"]
+    task = SimpleNamespace(is_multiple_choice=True, choice_columns=("a0", "a1", "a2"), label_column="label")
+    assert _class_index("2", task, "data.jsonl", 4) == 2
+    for value in ("²", "١"):
+        with pytest.raises(UserError, match=r"data.jsonl row 4: label=.* is not the index of one of the 3 answers"):
+            _class_index(value, task, "data.jsonl", 4)
+
+
 def test_csv_labels_match_the_label_set_as_json_labels_do():
     """Read as written, a CSV's labels are text: True/False and 1.0 must still match task.labels [false, true] and
     [0, 1], as JSON's booleans and numbers do."""
