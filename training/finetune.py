@@ -21,9 +21,11 @@ from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.heads_gpt_custom import untied_lm_loss_message
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder, set_tokenizer_sides
 from hf_gpt_custom.training.data import build_loaders
+from hf_gpt_custom.training.config_checks import warn_once
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
 from hf_gpt_custom.training.finetune_data import (
-    PadExamples, add_task_tokens, encode_examples, load_labelled_records, load_task_tokenizer, split_heldout,
+    PadExamples, add_task_tokens, encode_examples, heldout_also_trained_on, load_labelled_records, load_task_tokenizer,
+    split_heldout,
 )
 from hf_gpt_custom.training.train import train
 from hf_gpt_custom.training.workload import PreparedWork
@@ -76,6 +78,11 @@ class FinetuneWorkload:
         if len(self.train_examples) < config.batch_size:  # the loop drops a short last batch: nothing to train on
             raise UserError(f"{len(self.train_examples)} training examples, fewer than batch_size={config.batch_size}; "
                             f"lower batch_size or val_fraction, or add data")
+        repeated = heldout_also_trained_on(self.train_examples, self.heldout_examples)
+        if repeated:
+            warn_once(f"{where}: {repeated} of the {len(self.heldout_examples)} held-out examples are also training "
+                      f"examples (the same input, e.g. repeated rows), so the held-out accuracy counts inputs the model "
+                      f"was trained on; remove the repeated rows for a score on unseen data")
         self.n_cut = {"train": sum(e["cut"] for e in self.train_examples),
                       "heldout": sum(e["cut"] for e in self.heldout_examples)}
         set_seed(config.seed)  # the new head's initialisation, as train() seeds a model built from scratch

@@ -229,6 +229,17 @@ def split_heldout(n_records: int, fraction: float, seed: int) -> tuple[list[int]
     return [i for i in range(n_records) if i not in heldout_set], heldout
 
 
+def heldout_also_trained_on(train_examples: list[dict], heldout_examples: list[dict]) -> int:
+    """How many held-out examples are, token for token, also a training example (a file with repeated rows): the
+    split keeps records apart, not texts, so the held-out accuracy would count inputs the model was trained on."""
+    def key(example: dict) -> tuple:
+        ids = example["input_ids"]
+        return tuple(tuple(choice) for choice in ids) if ids and isinstance(ids[0], list) else tuple(ids)
+
+    trained = {key(example) for example in train_examples}
+    return sum(key(example) in trained for example in heldout_examples)
+
+
 # --- sequences -----------------------------------------------------------------------------------------------------
 
 

@@ -937,3 +937,30 @@ def test_a_classlabel_column_is_read_by_its_names(tmp_path, base_model_dir, lear
     with pytest.raises(UserError, match=r"task.labels \['false', 'true'\] are neither the names of the dataset's "
                                         r"ClassLabel column 'label' \(\['no', 'yes'\]\) nor its ids"):
         load_labelled_records(str(path), task=neither.task_section)
+
+
+def test_held_out_rows_repeated_in_training_are_counted_in_a_warning(tmp_path, base_model_dir, caplog):
+    """The split keeps records apart, not texts: a file with repeated rows put 11 of 29 held-out records in training
+    too (the ftdata hunt), and the held-out accuracy counted them as unseen. Reference: the split's indices (drawn as
+    split_heldout draws them) and the rows' texts compared by hand."""
+    import logging
+
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    rows = [{"premise": f"{WORDS[i % 7]} {WORDS[(3 * i) % 11]}", "hypothesis": WORDS[i % 5], "label": ["no", "yes"][i % 2]}
+            for i in range(40)]
+    rows += rows[:12]  # 12 rows twice
+    data = _write_jsonl(tmp_path / "repeated.jsonl", rows)
+    config = _config(tmp_path, base_model_dir, data)
+    train_ids, heldout_ids = split_heldout(len(rows), config.val_fraction, config.seed)
+    texts = [(row["premise"], row["hypothesis"]) for row in rows]
+    expected = sum(texts[i] in {texts[j] for j in train_ids} for i in heldout_ids)
+    assert expected > 0
+    with caplog.at_level(logging.WARNING):
+        FinetuneWorkload(config)
+    assert f"{expected} of the {len(heldout_ids)} held-out examples are also training examples" in caplog.text
+    caplog.clear()
+    unique = _write_jsonl(tmp_path / "unique.jsonl", list({text: row for text, row in zip(texts, rows)}.values()))
+    with caplog.at_level(logging.WARNING):
+        FinetuneWorkload(_config(tmp_path, base_model_dir, unique))
+    assert "held-out examples are also training examples" not in caplog.text
