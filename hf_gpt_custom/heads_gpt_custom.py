@@ -41,9 +41,21 @@ def last_non_padding_index(
     row [5, 7, 0, 0] gives 1. Without a pad_token_id, GPT-2 refuses a batch of several rows, and with inputs_embeds
     it reads every row at its last position; we read the padding from `attention_mask` instead when there is one. A
     single row without either is read at position -1.
+
+    With both, a position must be unmasked too: a row holding only pad ids (pad = eos, a text of `<|endoftext|>`) has
+    no such token, and GPT-2 then reads its position 0, which is the row's first token alone or right-padded, but a
+    pad under left padding (an export's tokenizer pads left): such a row is read at its first unmasked position, as
+    it is alone. Every other row is read where GPT-2 reads it.
     """
     if input_ids is not None and pad_token_id is not None:
-        is_real_token = (input_ids != pad_token_id).to(torch.int32)
+        is_real_token = input_ids != pad_token_id
+        if attention_mask is not None and attention_mask.shape == input_ids.shape:
+            unmasked = attention_mask.bool()
+            is_real_token = is_real_token & unmasked
+            positions = torch.arange(input_ids.shape[-1], device=input_ids.device, dtype=torch.int32)
+            last_real = (positions * is_real_token.to(torch.int32)).argmax(-1)
+            return torch.where(is_real_token.any(-1), last_real, unmasked.to(torch.int32).argmax(-1))
+        is_real_token = is_real_token.to(torch.int32)
     elif attention_mask is not None:  # no pad id to look for, or no ids to look in: the mask says where padding is
         is_real_token = attention_mask.to(torch.int32)
     elif pad_token_id is None:

@@ -241,3 +241,33 @@ def test_with_num_items_in_batch_every_counted_label_is_scored_as_in_gpt2(side):
                                                     ignore_index=-100, reduction="sum") / counted
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ours, by_hand, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_row_of_pad_ids_only_is_pooled_as_alone_under_either_padding(side):
+    """pad = eos and a text of `<|endoftext|>`: the row has no token that is not the pad id, and GPT-2's rule reads
+    its position 0, which under left padding is a pad (the pipelines hunt: label 'pos' 0.498 in a batch, 'neu' 0.507
+    alone). Reference: GPT2ForSequenceClassification with the same weights on each row alone, and right-padded."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from tests.helpers import randomize_
+
+    torch.manual_seed(0)
+    eos = 98
+    gpt2 = randomize_(GPT2ForSequenceClassification(GPT2Config(
+        vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, num_labels=3, pad_token_id=eos,
+        eos_token_id=eos, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))).eval()
+    ours = from_gpt2_model(gpt2, GPTCustomForSequenceClassification)
+    rows = [[5, 6, 7, 8, 9, eos], [eos], [eos, eos], [11, 12]]
+    width = max(map(len, rows))
+    input_ids, attention_mask = torch.full((len(rows), width), eos), torch.zeros(len(rows), width, dtype=torch.long)
+    for row, tokens in enumerate(rows):
+        span = slice(width - len(tokens), width) if side == "left" else slice(0, len(tokens))
+        input_ids[row, span], attention_mask[row, span] = torch.tensor(tokens), 1
+    with torch.no_grad():
+        batched = ours(input_ids, attention_mask=attention_mask).logits
+        alone = torch.cat([gpt2(torch.tensor([tokens])).logits for tokens in rows])
+        torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
+        if side == "right":  # GPT-2's own batch: its rule holds here
+            torch.testing.assert_close(gpt2(input_ids, attention_mask=attention_mask).logits, alone, rtol=0, atol=1e-5)
