@@ -121,6 +121,10 @@ class GPTCustomAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.attention_bias)
         self.c_proj = nn.Linear(query_width, config.n_embd, bias=config.attention_bias)
         self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
+        # Dropout on the attention weights, applied inside the attention function: the module holds its rate, as in
+        # GPT-2, so code that turns dropout off module by module (TRL's disable_dropout_in_model: m.p = 0 for every
+        # nn.Dropout) turns this one off too, and a config edited after the model was built changes nothing.
+        self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(
@@ -152,7 +156,7 @@ class GPTCustomAttention(nn.Module):
             key,
             value,
             attention_mask,
-            dropout=self.config.attn_pdrop if self.training else 0.0,
+            dropout=self.attn_dropout.p if self.training else 0.0,
             scaling=self.scaling,
             **kwargs,
         )

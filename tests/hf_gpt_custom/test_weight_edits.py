@@ -96,3 +96,27 @@ def test_dynamic_quantization_of_a_model_that_ran_quantizes_every_linear_layer()
     assert not any(type(module) is nn.Linear for module in quantized.modules())
     torch.testing.assert_close(_logits(quantized, prompt), _logits(reference, prompt), rtol=0, atol=0)
     assert torch.equal(_generate(quantized, prompt), _generate(reference, prompt))
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_dropout_turned_off_module_by_module_turns_attention_dropout_off_as_in_gpt2(attn_implementation):
+    """TRL's disable_dropout_in_model (and many training scripts) set p = 0 on every nn.Dropout. GPT-2 keeps its
+    attention dropout in such a module; ours read config.attn_pdrop, so attention dropout stayed on and a train-mode
+    forward changed from call to call (the newuser4 walk: 9.718 then 9.743 against 9.646 in eval). Reference:
+    GPT2LMHeadModel with the same weights, whose train-mode forward then equals its eval forward."""
+    dropouts = {"attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
+    ours, gpt2 = make_gpt2_pair(attn_implementation=attn_implementation, **dropouts)
+    input_ids = torch.randint(0, 99, (2, 12), generator=torch.Generator().manual_seed(0))
+    for model in (ours, gpt2):
+        for module in model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0
+    with torch.no_grad():
+        evaluated = gpt2.eval()(input_ids).logits
+        torch.testing.assert_close(ours.eval()(input_ids).logits, evaluated, rtol=0, atol=1e-5)
+        for model in (ours.train(), gpt2.train()):
+            torch.testing.assert_close(model(input_ids).logits, evaluated, rtol=0, atol=1e-5)
+    # and the config edited after the model was built changes nothing in either
+    ours, gpt2 = make_gpt2_pair(attn_implementation=attn_implementation, **dropouts)
+    ours.config.attn_pdrop = gpt2.config.attn_pdrop = 0.0
+    assert ours.transformer.h[0].attn.attn_dropout.p == gpt2.transformer.h[0].attn.attn_dropout.p == 0.1
