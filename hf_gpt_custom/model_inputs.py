@@ -121,6 +121,23 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
         )
 
 
+def check_cache_shape(cache, n_kv_head: int, head_dim: int) -> None:
+    """A UserError when a cache passed in holds keys of another shape than this model's (batch, n_kv_head, seq,
+    head_dim), before the first block's update fails in torch.cat ("Sizes of tensors must match"). PEFT's prefix
+    tuning sizes its prefix from n_embd and n_head, which fits neither grouped-query attention nor a head_dim of the
+    model's own. Reads shapes only (no host sync)."""
+    layers = getattr(cache, "layers", None) or ()
+    keys = getattr(layers[0], "keys", None) if layers else None
+    if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.numel() == 0:
+        return
+    if keys.shape[1] == n_kv_head and keys.shape[-1] == head_dim:
+        return
+    raise UserError(f"the cache passed in holds {keys.shape[1]} key/value heads of width {keys.shape[-1]}, and this "
+                    f"model has n_kv_head={n_kv_head} of head_dim={head_dim}: it was made for another shape. PEFT's "
+                    f"prefix tuning sizes its prefix from n_embd and n_head: give it PrefixTuningConfig(..., "
+                    f"token_dim={n_kv_head * head_dim}, num_attention_heads={n_kv_head})")
+
+
 def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int | None = None,
                        seq_len: int | None = None, columns: int = 0, given: bool = False) -> None:
     """Integer positions of shape (batch or 1, seq_len) that lie in 0..n_positions-1 (the table's rows, the context
@@ -149,6 +166,10 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
     lowest, highest = (int(value) for value in torch.aminmax(position_ids))
     if lowest < 0:
         raise UserError(f"position_ids holds {lowest}; positions start at 0 (pass position_ids=None to derive them)")
+    if highest >= n_positions and given and highest >= columns:  # the caller's own positions, not the input's length
+        raise UserError(f"position_ids hold position {highest}, outside 0..{n_positions - 1} (n_positions="
+                        f"{n_positions}), for an input of {columns} tokens; pass positions the model was trained for, "
+                        f"or position_ids=None to derive them")
     if highest >= n_positions:
         raise UserError(
             f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "

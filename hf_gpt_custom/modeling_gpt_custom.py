@@ -45,7 +45,9 @@ from .checkpoint_files import read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
 from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
-from .model_inputs import check_attention_mask, check_position_ids, check_token_ids, position_ids_for
+from .model_inputs import (
+    check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
+)
 from .static_decoding import decode_with_static_cache, uses_static_decoding
 from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache, refuse_peft_prompt_with_a_cache
 
@@ -459,6 +461,8 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             use_cache, past_key_values = False, None
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
+        elif past_key_values is not None:
+            check_cache_shape(past_key_values, self.config.n_kv_head, self.config.head_dim)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         check_attention_mask(attention_mask, batch, past_length, seq_len)  # also when position_ids are given
         # transformers' mask builder reads given position_ids for packed sequences (positions restarting at 0 inside

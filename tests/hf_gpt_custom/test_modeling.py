@@ -177,8 +177,12 @@ def test_padded_cache_longer_than_n_positions_is_fine_when_every_row_fits(model)
         # Row 1 scored in one pass without padding gives the same logits.
         alone = model(torch.cat([context[1:, 10:], continuation[1:]], dim=1)).logits[:, -4:]
     torch.testing.assert_close(out.logits[1:], alone, rtol=0, atol=1e-5)
-    with pytest.raises(ValueError, match=r"input_ids reach 65 tokens \(position 64\) but n_positions is 64"):
+    # 4 tokens at the caller's positions 61..64: the positions are named, not the input's length (the newuser4 walk)
+    with pytest.raises(ValueError, match=r"position_ids hold position 64, outside 0..63 \(n_positions=64\), for an "
+                                         r"input of 4 tokens"):
         model(continuation, position_ids=torch.tensor([[61, 62, 63, 64]] * 2))
+    with pytest.raises(ValueError, match=r"input_ids reach 65 tokens \(position 64\) but n_positions is 64"):
+        model.generate(context[:1, :60], max_new_tokens=10, do_sample=False)  # generate's positions: the input's
 
 
 def test_safetensors_round_trip_stores_tied_head_once_with_no_key_warnings(tmp_path, model):

@@ -202,3 +202,20 @@ def test_prefix_tuning_scores_a_left_padded_batch_as_its_rows_alone():
                     for row in rows) / sum(row.shape[1] - 1 for row in rows)
         together = tuned(input_ids=batch, attention_mask=mask, labels=labels).loss
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_prefix_tuning_of_a_grouped_query_model_without_its_shape_is_refused_naming_it():
+    """PEFT sizes a prefix from n_embd and n_head: on a grouped-query model the first cache update failed in torch.cat
+    ("Sizes of tensors must match"; the newuser4 walk). Refused naming the two settings, which then work (the test
+    above compares them with LlamaForCausalLM)."""
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    config = GPTCustomConfig(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, n_kv_head=2,
+                             position_embedding_type="rope", tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    prefixed = peft.get_peft_model(GPTCustomForCausalLM(config).eval(),
+                                   peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)).eval()
+    input_ids = torch.randint(1, 97, (1, 8), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(UserError, match=r"holds 4 key/value heads of width 8.*n_kv_head=2 of head_dim=8.*"
+                                        r"token_dim=16, num_attention_heads=2"):
+        prefixed(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
