@@ -960,6 +960,13 @@ def test_held_out_rows_repeated_in_training_are_counted_in_a_warning(tmp_path, b
         FinetuneWorkload(config)
     assert f"{expected} of the {len(heldout_ids)} held-out examples are also training examples" in caplog.text
     caplog.clear()
+    one = rows[:40] + [None]  # 41 rows, exactly one held-out example repeated in training
+    train_ids, heldout_ids = split_heldout(41, config.val_fraction, config.seed)
+    one[40] = rows[train_ids[0]] if 40 in heldout_ids else rows[heldout_ids[0]]
+    with caplog.at_level(logging.WARNING):
+        FinetuneWorkload(_config(tmp_path, base_model_dir, _write_jsonl(tmp_path / "one.jsonl", one)))
+    assert f"1 of the {len(heldout_ids)} held-out examples are also training examples" in caplog.text
+    caplog.clear()
     unique = _write_jsonl(tmp_path / "unique.jsonl", list({text: row for text, row in zip(texts, rows)}.values()))
     with caplog.at_level(logging.WARNING):
         FinetuneWorkload(_config(tmp_path, base_model_dir, unique))
