@@ -271,3 +271,6 @@ def test_a_row_of_pad_ids_only_is_pooled_as_alone_under_either_padding(side):
         torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
         if side == "right":  # GPT-2's own batch: its rule holds here
             torch.testing.assert_close(gpt2(input_ids, attention_mask=attention_mask).logits, alone, rtol=0, atol=1e-5)
+        # padded with another id than config.pad_token_id (a collator's 0): the mask still says where padding is
+        other_pad = input_ids.masked_fill(attention_mask == 0, 0)
+        torch.testing.assert_close(ours(other_pad, attention_mask=attention_mask).logits, alone, rtol=0, atol=1e-5)
