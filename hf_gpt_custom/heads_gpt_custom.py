@@ -45,7 +45,8 @@ def last_non_padding_index(
     With both, a position must be unmasked too: a row holding only pad ids (pad = eos, a text of `<|endoftext|>`) has
     no such token, and GPT-2 then reads its position 0, which is the row's first token alone or right-padded, but a
     pad under left padding (an export's tokenizer pads left): such a row is read at its first unmasked position, as
-    it is alone. Every other row is read where GPT-2 reads it.
+    it is alone. A row padded with another id than pad_token_id is read at its last unmasked token too. Otherwise, and
+    wherever the mask marks the padding GPT-2 finds by its id, the position is GPT-2's.
     """
     if input_ids is not None and pad_token_id is not None:
         is_real_token = input_ids != pad_token_id

@@ -118,7 +118,7 @@ def _json_records(path: Path) -> list[dict] | None:
             except ValueError as err:
                 raise UserError(f"{path} line {number} is not a JSON record ({err}); fix the line") from err
             where.append(f"line {number}")
-    else:  # one object for the whole file (columns, or records under a field): datasets' reading
+    else:  # one object for the whole file (a dict of columns, or anything else): datasets reads it, as before
         return None
     for record, place in zip(records, where):
         if not isinstance(record, dict):
