@@ -366,9 +366,14 @@ def refuse_another_vocabulary(path, saved: dict | None, kwargs: dict) -> None:
         requested = given_config.vocab_size
     else:  # a config given by its folder or file takes the keyword's vocab_size too, as transformers reads it
         from_path = None
-        if isinstance(given_config, (str, os.PathLike)):
-            from_path = read_config_dict(given_config) if not os.path.isfile(given_config) else \
-                json.loads(Path(given_config).read_text(encoding="utf-8"))
+        if isinstance(given_config, (str, os.PathLike)) and os.path.isfile(given_config):
+            try:
+                from_path = json.loads(Path(given_config).read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                raise UserError(f"config={given_config} is not valid JSON ({err}); give a config.json, its folder, or "
+                                "a config object") from err
+        elif isinstance(given_config, (str, os.PathLike)):  # a folder or a Hub id, read as the model's files are
+            from_path = read_config_dict(given_config, **kwargs)
         requested = kwargs.get("vocab_size", (from_path or {}).get("vocab_size"))
     recorded = (saved or {}).get("vocab_size")
     if requested is None or recorded is None or requested == recorded:

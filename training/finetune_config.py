@@ -82,6 +82,8 @@ def label_key(value: Any) -> str:
         return key.lower()
     if re.fullmatch(r"[+-]?[0-9]+(\.0*)?", key):  # ASCII digits: int() also reads Arabic-Indic ones as these
         return str(int(key.split(".")[0]))
+    if re.fullmatch(r"[+-]?[0-9]+(\.[0-9]*)?[eE][+-]?[0-9]+", key) and float(key).is_integer():
+        return str(int(float(key)))  # 1e2, as a JSON file may write a number (read as written): the label 100
     return key
 
 

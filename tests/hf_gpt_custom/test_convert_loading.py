@@ -480,6 +480,9 @@ def test_another_vocab_size_than_the_folders_is_refused_naming_resize(tmp_path, 
         with pytest.raises(UserError, match=rf"saved with vocab_size=99, not {size}.*resize_token_embeddings\({size}\)"):
             GPTCustomForCausalLM.from_pretrained(tmp_path, **kwargs)
     assert GPTCustomForCausalLM.from_pretrained(tmp_path, vocab_size=99).config.vocab_size == 99
+    (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(UserError, match="broken.json is not valid JSON"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, config=str(tmp_path / "broken.json"))
     with pytest.raises(UserError, match="not 104"):
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path, vocab_size=104)
 

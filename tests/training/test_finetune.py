@@ -100,6 +100,8 @@ def test_labels_in_other_scripts_digits_are_not_read_as_ascii_digits():
 
     assert [label_key(value) for value in ("١", "٢", "1", "01", "1.0", 1.0, True)] == \
         ["١", "٢", "1", "1", "1", "1", "true"]
+    # a JSON file's numbers are read as written: 1e2 is the label 100, as datasets read it, and 1e-1 is no integer
+    assert [label_key(value) for value in ("1e2", "1.5E1", "-2e0", "1e-1")] == ["100", "15", "-2", "1e-1"]
     task = SimpleNamespace(is_multiple_choice=True, choice_columns=("a0", "a1", "a2"), label_column="label")
     assert _class_index("2", task, "data.jsonl", 4) == 2
     for value in ("²", "١"):
