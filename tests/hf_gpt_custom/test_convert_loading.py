@@ -526,3 +526,13 @@ def test_untying_a_tied_folder_on_load_is_refused_naming_how_to_untie(tmp_path):
     GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2)).save_pretrained(tmp_path)
     with pytest.raises(UserError, match="holds no lm_head.weight.*leave tie_word_embeddings out.*clone"):
         GPTCustomForCausalLM.from_pretrained(tmp_path, tie_word_embeddings=False)
+
+
+def test_a_config_folder_is_read_with_the_callers_subfolder_for_the_vocab_check(tmp_path):
+    """transformers reads `config=<folder>` with the call's subfolder/revision, so the check must too: reading the
+    folder itself found no config.json and let a padded model load with another vocab_size in silence."""
+    GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2, pad_vocab_size_to_multiple_of=64)).save_pretrained(
+        tmp_path / "model" / "sub")
+    AutoConfig.from_pretrained(tmp_path / "model" / "sub", vocab_size=104).save_pretrained(tmp_path / "cfg" / "sub")
+    with pytest.raises(UserError, match="saved with vocab_size=99, not 104"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path / "model", subfolder="sub", config=str(tmp_path / "cfg"))
