@@ -166,7 +166,10 @@ def test_a_double_heads_summary_that_is_not_our_head_is_refused_by_name(tmp_path
 
 def test_a_transformers_head_folder_loaded_into_another_head_is_refused_by_name(tmp_path):
     reference_model("GPT2ForSequenceClassification").save_pretrained(tmp_path)
-    with pytest.raises(UserError, match="holds a fine-tuned GPTCustomForSequenceClassification, not a GPTCustomForTok"):
+    # named as saved, with our class to load it (AutoModelForSequenceClassification would give transformers' own)
+    with pytest.raises(UserError, match=r"holds a fine-tuned GPT2ForSequenceClassification \(our GPTCustomForSequence"
+                                        r"Classification\), not a GPTCustomForTokenClassification: .* load it with "
+                                        r"GPTCustomForSequenceClassification.from_pretrained,"):
         GPTCustomForTokenClassification.from_pretrained(tmp_path)
 
 
