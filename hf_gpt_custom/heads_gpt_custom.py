@@ -33,7 +33,8 @@ logger = logging.get_logger(__name__)
 
 
 def last_non_padding_index(
-    input_ids: torch.Tensor | None, pad_token_id: int | None, rows: int, attention_mask: torch.Tensor | None = None
+    input_ids: torch.Tensor | None, pad_token_id: int | None, rows: int, attention_mask: torch.Tensor | None = None,
+    seq_len: int | None = None,
 ) -> torch.Tensor | int:
     """Position of each row's last token that is not `pad_token_id`, exactly as GPT2ForSequenceClassification finds it.
 
@@ -47,10 +48,19 @@ def last_non_padding_index(
     pad under left padding (an export's tokenizer pads left): such a row is read at its first unmasked position, as
     it is alone. A row padded with another id than pad_token_id is read at its last unmasked token too. Otherwise, and
     wherever the mask marks the padding GPT-2 finds by its id, the position is GPT-2's.
+
+    The mask read is (batch, seq): with a cache it also covers the cached columns, and its last `seq_len` columns are
+    the input's (`seq_len`, the input's length, defaults to input_ids'). A 4-D mask says which keys each query sees,
+    not which tokens are padding: it is left out, as GPT-2 leaves every mask out.
     """
+    if attention_mask is not None:
+        if attention_mask.dim() == 2:
+            attention_mask = attention_mask[:, -(seq_len if seq_len is not None else input_ids.shape[-1]):]
+        else:
+            attention_mask = None
     if input_ids is not None and pad_token_id is not None:
         is_real_token = input_ids != pad_token_id
-        if attention_mask is not None and attention_mask.shape == input_ids.shape:
+        if attention_mask is not None:
             unmasked = attention_mask.bool()
             is_real_token = is_real_token & unmasked
             positions = torch.arange(input_ids.shape[-1], device=input_ids.device, dtype=torch.int32)
@@ -63,13 +73,13 @@ def last_non_padding_index(
         if rows != 1:
             raise UserError(
                 f"config.pad_token_id is not set, so the last real token of each of the {rows} rows cannot be found; "
-                "set model.config.pad_token_id to the tokenizer's pad_token_id, pass attention_mask, or pass one row "
-                "at a time"
+                "set model.config.pad_token_id to the tokenizer's pad_token_id, pass a (batch, seq) attention_mask, "
+                "or pass one row at a time"
             )
         return -1
     else:
-        logger.warning_once("padding cannot be detected in inputs_embeds without attention_mask; every row is read at "
-                            "its last position")
+        logger.warning_once("padding cannot be detected in inputs_embeds without a (batch, seq) attention_mask; every "
+                            "row is read at its last position")
         return -1
     positions = torch.arange(is_real_token.shape[-1], device=is_real_token.device, dtype=torch.int32)
     return (positions * is_real_token).argmax(-1)  # (rows,)
@@ -202,8 +212,11 @@ def lm_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad
     """(rows, seq): the id each position's output is scored on by the LM loss (the next token), -100 where that token
     or the position predicting it is padding. Without attention_mask a row is real up to its last non-pad token, as
     the heads read it (last_non_padding_index): masking every pad id would also drop a real eos when pad = eos."""
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise UserError(f"lm_loss_weight > 0 reads each row's padding from a (batch, seq) attention_mask; got a mask of "
+                        f"shape {tuple(attention_mask.shape)}: pass the 2-D mask, or lm_loss_weight=0")
     if attention_mask is not None:
-        real = attention_mask.bool()
+        real = attention_mask[:, -input_ids.shape[-1]:].bool()  # with a cache it also covers the cached columns
     elif pad_token_id is not None:
         last = last_non_padding_index(input_ids, pad_token_id, input_ids.shape[0])
         real = torch.arange(input_ids.shape[-1], device=input_ids.device) <= last.unsqueeze(-1)
@@ -246,7 +259,8 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         )
         hidden_states = outputs.last_hidden_state
         rows = hidden_states.shape[0]
-        last = last_non_padding_index(input_ids, self.config.pad_token_id, rows, attention_mask)
+        last = last_non_padding_index(input_ids, self.config.pad_token_id, rows, attention_mask,
+                                      seq_len=hidden_states.shape[1])
         pooled_logits = self.score(hidden_states[torch.arange(rows, device=hidden_states.device), last])
 
         task_loss = None
@@ -381,7 +395,7 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         mc_token_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> GPTCustomMultipleChoiceOutput:
-        """`labels`: (batch,) index of the right choice. `lm_loss_weight` λ >= 0 adds λ × the LM loss over every
+        """`labels`: (batch,) index of the right choice, -100 to skip an example. `lm_loss_weight` λ >= 0 adds λ × the LM loss over every
         choice's sequence to `loss` (GPT-1 trained with 0.5). `mc_token_ids`: (batch, n_choices), the position each
         choice is read at, as GPT2DoubleHeadsModel takes it (which converts to this head); by default each choice's
         last real token."""
@@ -407,6 +421,15 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
                 f"max_choices={self.config.max_choices}; drop choices or raise config.max_choices"
             )
 
+        if position_ids is not None and position_ids.dim() < 3:
+            # (seq,) or (1, seq): one row of positions for every choice, as GPT2DoubleHeadsModel broadcasts it
+            try:
+                position_ids = position_ids.expand(*shaped.shape[:3])
+            except RuntimeError:
+                raise UserError(f"multiple-choice position_ids must be (batch, n_choices, seq) = "
+                                f"{tuple(shaped.shape[:3])}, or one row of seq positions for all; got shape "
+                                f"{tuple(position_ids.shape)}") from None
+
         def flatten(tensor: torch.Tensor | None, trailing: int) -> torch.Tensor | None:  # (batch·n_choices, ...)
             return None if tensor is None else tensor.reshape(batch * n_choices, *tensor.shape[-trailing:])
 
@@ -419,18 +442,26 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
         rows = hidden_states.shape[0]
         if mc_token_ids is None:
-            read_at = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask)
+            read_at = last_non_padding_index(flat_ids, self.config.pad_token_id, rows, flat_mask,
+                                             seq_len=hidden_states.shape[1])
         else:
             read_at = checked_mc_token_ids(mc_token_ids, batch, n_choices, hidden_states.shape[1]).reshape(rows)
         pooled = hidden_states[torch.arange(rows, device=hidden_states.device), read_at]
         logits = self.score(pooled).view(batch, n_choices)
 
-        task_loss = None
+        task_loss = labelled = None
         if labels is not None:
-            check_class_labels("labels", labels, n_choices)
-            task_loss = fixed_cross_entropy(logits, labels.view(-1).to(logits.device), **kwargs)
-        loss, lm_loss = self.add_lm_loss(task_loss, hidden_states, flat_ids, flat_mask, lm_loss_weight,
-                                         examples=batch, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            # -100: the example is skipped (GPT2DoubleHeadsModel's cross-entropy ignores it), by the LM loss too,
+            # and Trainer leaves it out of num_items_in_batch, so `examples` counts only the others
+            check_class_labels("labels", labels, n_choices, ignore_index=-100)
+            labels = labels.view(-1).to(logits.device)
+            task_loss = fixed_cross_entropy(logits, labels, **kwargs)
+            labelled = labels != -100
+        loss, lm_loss = self.add_lm_loss(
+            task_loss, hidden_states, flat_ids, flat_mask, lm_loss_weight,
+            examples=None if labelled is None else labelled.sum(), num_items_in_batch=kwargs.get("num_items_in_batch"),
+            scored_rows=None if labelled is None else labelled.repeat_interleave(n_choices),
+        )
         return GPTCustomMultipleChoiceOutput(
             loss=loss,
             logits=logits,

@@ -49,7 +49,13 @@ from .model_inputs import (
     check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
 )
 from .static_decoding import decode_with_static_cache, uses_static_decoding
-from .transformers_compat import accepts_cache_kwarg, cache_kwarg, output_cache, refuse_peft_prompt_with_a_cache
+from .transformers_compat import (
+    accepts_cache_kwarg,
+    cache_kwarg,
+    output_cache,
+    refuse_peft_prompt_with_a_cache,
+    slice_logits_to_keep,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -477,7 +483,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             position_ids = position_ids_for(attention_mask, past_length, seq_len, self.config.n_positions,
                                             inputs_embeds.device)
         columns = past_length + seq_len  # no position derived from a mask passes the last column
-        if not isinstance(columns, int):  # a static cache counts on the device; the host knows its length
+        if isinstance(past_length, torch.Tensor):  # a static cache counts on the device; the host knows its length
             columns = past_key_values.layers[0].get_max_length()
         check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=columns,
                            given=given_position_ids is not None)
@@ -566,7 +572,9 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         """`labels` are the input ids themselves (-100 to ignore a position); the model shifts them.
 
         `logits_to_keep=k` computes logits for the last k positions only (generation asks for 1, which skips a
-        (batch, seq, vocab) matmul over the whole prompt); 0 keeps all.
+        (batch, seq, vocab) matmul over the whole prompt); 0 keeps all. A tensor is read as transformers reads it
+        (slice_logits_to_keep): 1-D, those positions of every row; 2-D integer (batch, k), each row's own; 2-D bool
+        (batch, seq), the True positions, flattened to (count, vocab).
 
         `return_logits=False` (with `labels`) returns the loss without the logits (`logits` is None), for a training
         step that reads only the loss: under torch.compile every tensor the compiled forward returns is given a
@@ -594,10 +602,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
                 "seq_len); labels are the input ids themselves, -100 where a position is not scored (the model "
                 "shifts them)"
             )
-        if isinstance(logits_to_keep, int):
-            hidden_states = hidden_states[:, -logits_to_keep:, :]  # -0: keeps every position
-        else:
-            hidden_states = hidden_states[:, logits_to_keep, :]
+        hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)  # transformers' reading, as Llama's
         logits = self.lm_head(hidden_states)  # (batch, seq, padded_vocab_size)
         if self.config.padded_vocab_size != self.config.vocab_size:
             # pad_vocab_size_to_multiple_of gave the head padded rows (nanoGPT's 50257 -> 50304 keeps the matmul on

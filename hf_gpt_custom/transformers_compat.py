@@ -6,8 +6,11 @@ transformers 5.24 renamed the argument in model forward signatures, model output
 and accepts `cache` too; outputs and mask calls use whichever name the installed transformers declares, so neither
 version logs a deprecation warning. Two lists of key names spell out both names themselves: the config's
 `keys_to_ignore_at_inference` and the model's `_skip_keys_device_placement`. PEFT's prompt learning still looks for
-the cache under the old name, which `refuse_peft_prompt_with_a_cache` turns into a refusal. Ships with the model as
-remote code: imports only transformers and its sibling errors.py.
+the cache under the old name, which `refuse_peft_prompt_with_a_cache` turns into a refusal.
+
+Also `slice_logits_to_keep`, transformers' reading of `logits_to_keep` from 5.23 (per-row 2-D forms), for the
+earlier 5.x releases the remote code may meet. Ships with the model as remote code: imports only torch, transformers
+and its sibling errors.py.
 """
 
 from __future__ import annotations
@@ -16,12 +19,33 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 
+import torch
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from .errors import UserError
 
 # The field name transformers' own outputs declare, hence what generate() reads and passes back.
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def slice_logits_to_keep_before_5_23(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+    """transformers' `slice_logits_to_keep` (5.23), for the 5.x releases before it: `hidden_states` (batch, seq, n)
+    at the positions `logits_to_keep` names: an int k, the last k (0: all); a 1-D tensor, those positions of every
+    row; a 2-D integer (batch, k), each row's own positions; a 2-D bool (batch, seq), the True positions, flattened
+    to (count, n)."""
+    if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.ndim == 2:
+        if logits_to_keep.dtype == torch.bool:
+            return hidden_states[logits_to_keep]
+        return torch.take_along_dim(hidden_states, logits_to_keep[..., None], dim=1)
+    if isinstance(logits_to_keep, int):
+        logits_to_keep = slice(-logits_to_keep, None)
+    return hidden_states[:, logits_to_keep, :]
+
+
+try:
+    from transformers.modeling_utils import slice_logits_to_keep
+except ImportError:
+    slice_logits_to_keep = slice_logits_to_keep_before_5_23
 
 
 def cache_kwarg(cache: object) -> dict:
