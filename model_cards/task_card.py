@@ -89,7 +89,9 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         pad_token=saved_tokenizer["pad_token"],
         saved_tokenizer=saved_tokenizer,
         heldout={"fraction_percent": f"{fraction:.0%}", "examples": summary["heldout_examples"],
-                 "train_examples": summary["train_examples"], "seed": summary["heldout_seed"]},
+                 "train_examples": summary["train_examples"], "seed": summary["heldout_seed"],
+                 # None in summaries written before the count: nothing known, the card says what it always said
+                 "repeated": summary.get("heldout_repeating_training_inputs")},
         training={"steps": summary.get("steps"), "examples_per_step": _examples_per_step(train_config, summary),
                   "learning_rate": f"{train_config.get('learning_rate', float('nan')):g}",
                   "warmup_steps": train_config.get("warmup_steps"), "duration": facts["duration"]},
@@ -125,7 +127,9 @@ def task_eval_result(summary: dict, dataset: dict, task_type: str) -> EvalResult
         dataset_config=dataset["config"],
         dataset_split=dataset["split"],
         dataset_args={"heldout_fraction": summary["heldout_fraction"], "heldout_seed": summary["heldout_seed"],
-                      "heldout_examples": summary["heldout_examples"]},
+                      "heldout_examples": summary["heldout_examples"],
+                      **({"heldout_repeating_training_inputs": summary["heldout_repeating_training_inputs"]}
+                         if summary.get("heldout_repeating_training_inputs") else {})},
         metric_type="accuracy",
         metric_name="accuracy (held-out)",
         metric_value=round(float(summary["val_accuracy"]), 4),

@@ -412,9 +412,18 @@ def _raise_if_not_utf8(file: Path, data: bytes, err: Exception | None = None) ->
         line = data[: bad.start].count(b"\n") + 1
         raise UserError(
             f"{file} is not UTF-8 text: byte 0x{data[bad.start]:02x} at offset {bad.start} (line {line}) cannot "
-            f"be decoded; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8 {file.name} > "
+            f"be decoded; convert the file to UTF-8 (e.g. iconv -f {likely_encoding(data)} -t utf-8 {file.name} > "
             f"{file.stem}.utf8{file.suffix})"
         ) from err
+
+
+def likely_encoding(data: bytes) -> str:
+    """The encoding the conversion hint names: UTF-16 by its byte-order mark; Windows-1252 where bytes 0x80-0x9F
+    occur (its curly quotes and dashes; latin1 would turn them into invisible control characters, which then train
+    without a word); else latin1."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    return "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin1"
 
 
 def check_record_files_utf8(files: list[Path]) -> None:

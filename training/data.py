@@ -305,6 +305,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
     if marker.is_file():
         stats = json.loads(marker.read_text())
         logger.info("packed data from cache %s", folder)
+        warn_if_validation_outweighs(config, stats)
         return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
                           folder, True, stats)
 
@@ -322,6 +323,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         "block_size": config.block_size,
         "cache_key": key,
     }
+    warn_if_validation_outweighs(config, stats)
     for name in ("train", "val"):
         shutil.rmtree(work / f"{name}_build", ignore_errors=True)
     (work / "complete.json").write_text(json.dumps(stats, indent=2))
@@ -331,6 +333,22 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         shutil.rmtree(work, ignore_errors=True)
     return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
                       folder, False, stats)
+
+
+def warn_if_validation_outweighs(config: TrainConfig, stats: dict) -> None:
+    """val_fraction counts documents, so a few long ones can put most of the text in validation (a folder of two
+    files held out one: 85% of the tokens, and the model trained on the other 15%). Warned when the held-out share of
+    the blocks is more than twice val_fraction; a validation file or split of the user's own is left alone."""
+    if config.val_dataset is not None or config.val_split is not None:
+        return
+    share = stats["val_blocks"] / max(1, stats["train_blocks"] + stats["val_blocks"])
+    if share > 2 * config.val_fraction:
+        logger.warning(
+            "validation holds %.0f%% of the text (%d of %d blocks): val_fraction=%g holds out whole documents, "
+            "%d of %d (text_sample_by=%s), and they are of unequal length; split the text into more documents "
+            "(text_sample_by=paragraph or line), or name a validation file with val_dataset",
+            100 * share, stats["val_blocks"], stats["train_blocks"] + stats["val_blocks"], config.val_fraction,
+            stats["val_documents"], stats["train_documents"] + stats["val_documents"], config.text_sample_by)
 
 
 def _build_packed(config: TrainConfig, tokenizer, work: Path, cache_root: Path):

@@ -59,6 +59,8 @@ class FinetuneWorkload:
         self.sequences_per_example = len(self.task.choice_columns) if self.task.is_multiple_choice else 1
         self.packs_blocks = False  # an example padded to its batch's longest, cut at block_size
         self.computes_lm_head = self.task.lm_loss_weight > 0  # GPT-1's λ·L1: the LM logits only when it counts
+        self.loss_name = "task cross-entropy (nats / example)" + (
+            f" + {self.task.lm_loss_weight:g} × LM loss (nats / token)" if self.computes_lm_head else "")
         where = Path(config.dataset).name if Path(config.dataset).exists() else config.dataset
         folder = check_model_folder(config.init_from)
         # a fine-tuned head of another kind is refused before the data is read; one of this kind is trained further
@@ -72,13 +74,21 @@ class FinetuneWorkload:
         records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split,
                                         config.dataset_revision, task=self.task)
         examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where)
+        if not self.task.is_multiple_choice:
+            seen = {example["label"] for example in examples}
+            unused = [label for index, label in enumerate(self.task.labels) if index not in seen]
+            if unused:  # a misspelt or extra label: a class the head learns never to predict, said nowhere else
+                warn_once(f"{where}: task.labels {unused} occur in no record; the head still gets a class for each "
+                          f"({len(self.task.labels)} classes), which it learns never to predict; drop them from "
+                          f"task.labels unless the task has them")
         train_ids, heldout_ids = split_heldout(len(examples), config.val_fraction, config.seed)
         self.train_examples = [examples[i] for i in train_ids]
         self.heldout_examples = [examples[i] for i in heldout_ids]
         if len(self.train_examples) < config.batch_size:  # the loop drops a short last batch: nothing to train on
             raise UserError(f"{len(self.train_examples)} training examples, fewer than batch_size={config.batch_size}; "
                             f"lower batch_size or val_fraction, or add data")
-        repeated = heldout_also_trained_on(self.train_examples, self.heldout_examples)
+        # the summary and the card say so too: the card's "never trained on" would be wrong for these
+        self.heldout_repeated = repeated = heldout_also_trained_on(self.train_examples, self.heldout_examples)
         if repeated:
             warn_once(f"{where}: {repeated} of the {len(self.heldout_examples)} held-out examples are also training "
                       f"examples (the same input, e.g. repeated rows), so the held-out accuracy counts inputs the model "
@@ -187,6 +197,7 @@ class FinetuneWorkload:
             "heldout_examples": len(self.heldout_examples),
             "heldout_fraction": self.config.val_fraction,
             "heldout_seed": self.config.seed,
+            "heldout_repeating_training_inputs": self.heldout_repeated,  # inputs also trained on (repeated rows)
             "examples_cut_to_block_size": self.n_cut,
             "val_task_loss": last_eval["val_task_loss"],
             "val_lm_loss": last_eval.get("val_lm_loss"),

@@ -21,7 +21,7 @@ import torch
 
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.task_template import TaskTemplate, install_task_template
-from hf_gpt_custom.training.corpus import content_cache_dir, literal_data_files
+from hf_gpt_custom.training.corpus import check_record_files_utf8, content_cache_dir, literal_data_files
 from hf_gpt_custom.training.finetune_config import TaskSection, label_key
 
 # Local labelled files by suffix -> the `datasets` builder that reads them.
@@ -75,6 +75,8 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
     when task.labels are those names (glue/sst2's negative/positive), as `features[column].int2str` reads them;
     stored as 0/1, labels written as names were refused as "label=0 is not in the label set"."""
     path = Path(dataset)
+    if path.is_file():  # a Windows-1252 CSV or a UTF-16 file was a bare UnicodeDecodeError
+        check_record_files_utf8([path])
     if path.is_file() and path.suffix.lower() in (".jsonl", ".json"):
         records = _json_records(path)
         if records is not None:
@@ -209,9 +211,13 @@ def check_columns(records: list[dict], task: TaskSection, where: str) -> None:
     present = set(records[0])
     missing = [column for column in task.columns if column not in present]
     if missing:
+        (only,) = present if len(present) == 1 else (None,)
+        separator = next((mark for mark in (";", "\t", "|") if only and mark in only), None)
+        hint = (f"; its one column {only!r} holds {separator!r}: the file is separated by {separator!r}, and a CSV "
+                f"must be separated by commas (convert it, or save it as .jsonl)") if separator else ""
         raise UserError(f"{where} has no column {', '.join(repr(c) for c in missing)} (configured in the task: "
                         f"section); its columns are {', '.join(sorted(present))} — set task.text_columns / "
-                        f"task.label_column / task.choice_columns to them")
+                        f"task.label_column / task.choice_columns to them{hint}")
 
 
 def split_heldout(n_records: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:

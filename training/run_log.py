@@ -81,8 +81,10 @@ def loss_curve_title(run_name: str, n_params: int) -> str:
     return f"{run_name}: {n_params / 1e6:.2f}M parameters"
 
 
-def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, title: str = "") -> None:
-    """Train loss per step and validation loss at each evaluation, on one axis (nats per token)."""
+def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, title: str = "",
+                    loss_name: str = "cross-entropy loss (nats / token)") -> None:
+    """Train loss per step and validation loss at each evaluation, on one axis named `loss_name` (the workload's:
+    fine-tuning's is a task loss per example, plus λ × the LM loss per token)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,7 +98,7 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
     if val:
         ax.plot(*zip(*val), label="validation", marker="o", markersize=3.5, linewidth=1.5)
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("cross-entropy loss (nats / token)")
+    ax.set_ylabel(loss_name)
     ax.set_title(title or "loss curve")
     ax.grid(True, alpha=0.3)
     ax.legend()

@@ -392,6 +392,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "train_time_s": steps["train_time_s"] if steps["train_time_s"] is not None else loop.train_time_s,
         "final_train_loss": steps["final_train_loss"],
         "final_val_loss": last_eval["val_loss"],
+        "loss_name": s.workload.loss_name,  # what loss and val_loss are (fine-tuning's: task + λ·LM), as plotted
         "tokens_per_s": steps["tokens_per_s"],
         # the logged steps' own figures, time-weighted: each session's by its own measured peak (a rerun measures
         # another), all by peak_flops when it is set
@@ -404,7 +405,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "software": software_versions(),  # of the session that finished the run
     })
     plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
-                    title=loss_curve_title(config.run_name, s.n_params))
+                    title=loss_curve_title(config.run_name, s.n_params), loss_name=s.workload.loss_name)
 
 
 def _save_final_folder(s: Session) -> None:

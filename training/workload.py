@@ -56,6 +56,8 @@ class Workload(Protocol):
     # Whether a training step computes the language-model head (V·d per token): MFU counts the FLOPs that run, and a
     # fine-tuned head with lm_loss_weight 0 never computes it
     computes_lm_head: bool
+    # What `loss` and `val_loss` are, as the loss curve's axis names them
+    loss_name: str
 
     def prepare(self, config, accelerator) -> PreparedWork:
         """Tokenizer, data, model (after set_seed, so its initialisation is seeded) and the two loaders."""
@@ -100,6 +102,7 @@ class LanguageModelling:
     sequences_per_example = 1  # a packed block
     packs_blocks = True
     computes_lm_head = True
+    loss_name = "cross-entropy loss (nats / token)"
 
     def prepare(self, config: TrainConfig, accelerator) -> PreparedWork:
         with accelerator.main_process_first():

@@ -150,3 +150,17 @@ def test_tracing_and_exporting_without_a_cache_give_the_eager_logits():
         batch, seq = torch.export.Dim("batch", max=8), torch.export.Dim("seq", max=64)
         exported = torch.export.export(Logits(ours), (input_ids,), dynamic_shapes={"input_ids": {0: batch, 1: seq}})
         torch.testing.assert_close(exported.module()(longer), reference(longer).logits, rtol=0, atol=1e-5)
+
+
+def test_the_gpt1_lm_loss_of_a_classifier_continuing_a_cache_scores_the_new_tokens_by_hand():
+    """The LM loss read its padding from the whole mask, cached columns too: a shape error. By hand: the new tokens'
+    last hidden states through the tied embedding, each predicting the next new token."""
+    model = _classifier(0)
+    input_ids = torch.randint(1, 99, (1, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        prefix = model(input_ids[:, :4], use_cache=True)
+        continued = model(input_ids[:, 4:], attention_mask=torch.ones_like(input_ids), labels=torch.tensor([1]),
+                          past_key_values=prefix.past_key_values, lm_loss_weight=0.5, output_hidden_states=True)
+    logits = continued.hidden_states[-1][0] @ model.transformer.wte.weight.T  # (5 new tokens, vocab)
+    expected = torch.nn.functional.cross_entropy(logits[:-1], input_ids[0, 5:])
+    torch.testing.assert_close(continued.lm_loss, expected, rtol=0, atol=1e-5)

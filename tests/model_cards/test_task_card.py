@@ -116,6 +116,28 @@ def test_a_card_of_fine_tuning_further_says_the_head_was_trained_on_not_drawn_ne
     assert "were held out and never trained on" in first
 
 
+def test_a_card_says_how_many_held_out_records_repeat_a_training_input(boolq_export, tmp_path):
+    """Its held-out accuracy counted inputs also trained on (a file with repeated rows: 21 of 30 in the newuser5 walk)
+    while the card said "held out and never trained on"; only the terminal warned."""
+    import shutil
+
+    from hf_gpt_custom.hub import export_folder
+
+    run, _ = boolq_export
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    summary_path = copy / "training_summary.json"
+    summary = json.loads(summary_path.read_text())
+    assert summary["heldout_repeating_training_inputs"] == 0  # the run's own count: no repeated rows in its file
+    summary_path.write_text(json.dumps({**summary, "heldout_repeating_training_inputs": 3}))
+    export = export_folder(copy, tmp_path / "export")
+    text = " ".join((export / "README.md").read_text(encoding="utf-8").split())
+    assert "never trained on" not in text
+    assert ("were held out of training, but 3 of them repeat a training input (the same text, e.g. a row the file "
+            "holds twice), so the accuracy below counts inputs the model was trained on;") in text
+    assert "heldout_repeating_training_inputs: 3" in text  # the model-index entry's dataset args
+
+
 def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):
     run, export = boolq_export
     summary = json.loads((run / "training_summary.json").read_text())

@@ -167,6 +167,19 @@ def test_finetuning_lowers_the_loss_and_scores_the_heldout_part(finetuned_run, l
     last = evals[-1]
     assert last["val_loss"] == pytest.approx(last["val_task_loss"] + 0.5 * last["val_lm_loss"])
     assert (finetuned_run / "loss_curve.png").is_file()
+    # and so the curve's axis is named (it said "nats / token", the pre-training loss; the newuser5 walk)
+    assert summary["loss_name"] == "task cross-entropy (nats / example) + 0.5 × LM loss (nats / token)"
+
+
+def test_the_fine_tuning_loss_curve_is_drawn_with_its_own_axis(tmp_path, base_model_dir, learnable_pairs,
+                                                                monkeypatch):
+    import hf_gpt_custom.training.train as train_module
+
+    drawn = []
+    monkeypatch.setattr(train_module, "plot_loss_curve", lambda *args, **kwargs: drawn.append(kwargs))
+    task = {"format": "pair", "text_columns": "premise,hypothesis", "labels": "no,yes", "lm_loss_weight": 0}
+    finetune(_config(tmp_path, base_model_dir, learnable_pairs, "max_steps=2", "eval_interval=2", task=task))
+    assert drawn[0]["loss_name"] == "task cross-entropy (nats / example)"
 
 
 def test_heldout_accuracy_is_the_saved_models_accuracy_on_the_heldout_records(finetuned_run, learnable_pairs):
@@ -959,8 +972,9 @@ def test_held_out_rows_repeated_in_training_are_counted_in_a_warning(tmp_path, b
     expected = sum(texts[i] in {texts[j] for j in train_ids} for i in heldout_ids)
     assert expected > 0
     with caplog.at_level(logging.WARNING):
-        FinetuneWorkload(config)
+        workload = FinetuneWorkload(config)
     assert f"{expected} of the {len(heldout_ids)} held-out examples are also training examples" in caplog.text
+    assert workload.heldout_repeated == expected  # the summary and the card say it too (the newuser5 walk)
     caplog.clear()
     one = rows[:40] + [None]  # 41 rows, exactly one held-out example repeated in training
     train_ids, heldout_ids = split_heldout(41, config.val_fraction, config.seed)
@@ -973,3 +987,54 @@ def test_held_out_rows_repeated_in_training_are_counted_in_a_warning(tmp_path, b
     with caplog.at_level(logging.WARNING):
         FinetuneWorkload(_config(tmp_path, base_model_dir, unique))
     assert "held-out examples are also training examples" not in caplog.text
+
+
+@pytest.mark.parametrize("name, data, encoding", [
+    ("windows.csv", "sentence,label\n\u201cgreat\u201d \u2013 fine,pos\n", "cp1252"),
+    ("latin.jsonl", '{"sentence": "un caf\xe9", "label": "pos"}\n', "latin1"),
+    ("wide.csv", "sentence,label\ngood,pos\n", "utf-16"),
+], ids=["cp1252", "latin1", "utf-16"])
+def test_a_labelled_file_in_another_encoding_is_named_with_the_conversion_that_keeps_its_text(tmp_path, name, data,
+                                                                                            encoding):
+    """Fine-tuning's loaders opened a Windows-1252 CSV, a Latin-1 JSONL or a UTF-16 CSV as UTF-8: a bare
+    UnicodeDecodeError (the newuser5 walk). And the hint always said `iconv -f latin1`, which turns Windows-1252's
+    curly quotes into invisible control characters that then train. Reference: Python's codecs on the bytes."""
+    path = tmp_path / name
+    path.write_bytes(data.encode(encoding))
+    with pytest.raises(UserError, match=rf"{name} is not UTF-8 text: .* \(e.g. iconv -f {encoding} -t utf-8 {name}"):
+        load_labelled_records(str(path))
+    assert path.read_bytes().decode(encoding) == data  # the named encoding gives the text back
+    if encoding == "cp1252":
+        assert path.read_bytes().decode("latin1") != data  # what the old hint gave: \x93 and \x94 for the quotes
+
+
+def test_a_semicolon_separated_csv_is_named_as_such(tmp_path, base_model_dir):
+    """It was "has no column 'sentence'; its columns are sentence;sentiment" (the newuser5 walk)."""
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    path = tmp_path / "semi.csv"
+    path.write_text("sentence;label\n" + "".join(f"{WORDS[i % 7]} {WORDS[i % 5]};{['no', 'yes'][i % 2]}\n"
+                                                 for i in range(20)), encoding="utf-8")
+    config = _config(tmp_path, base_model_dir, path, task={"format": "classification", "text_columns": "sentence",
+                                                          "labels": "no,yes"})
+    with pytest.raises(UserError, match=r"its one column 'sentence;label' holds ';': the file is separated by ';', "
+                                        r"and a CSV must be separated by commas"):
+        FinetuneWorkload(config)
+
+
+def test_a_label_that_occurs_in_no_record_is_warned_about(tmp_path, base_model_dir, caplog):
+    import logging
+
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    rows = [{"sentence": f"{WORDS[i % 7]} {WORDS[i % 5]}", "label": ["neg", "pos"][i % 2]} for i in range(24)]
+    path = _write_jsonl(tmp_path / "two.jsonl", rows)
+    task = {"format": "classification", "text_columns": "sentence", "labels": "neg,pos,neutral"}
+    with caplog.at_level(logging.WARNING):
+        workload = FinetuneWorkload(_config(tmp_path, base_model_dir, path, task=task))
+    assert "task.labels ['neutral'] occur in no record; the head still gets a class for each (3 classes)" in caplog.text
+    assert workload.model.config.num_labels == 3
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        FinetuneWorkload(_config(tmp_path, base_model_dir, path, task={**task, "labels": "neg,pos"}))
+    assert "occur in no record" not in caplog.text

@@ -105,3 +105,16 @@ def test_a_stated_peak_restates_every_steps_mfu_by_it():
         (1.0 * 0.3 * 1e11 / 1e9 + 3.0 * 0.2 * 2e11 / 1e9) / 4.0)
     assert summarize_train_steps([{k: v for k, v in r.items() if k != "peak_flops"} for r in records],
                                  peak_flops=1e9)["mfu"] is None  # an older log: train.py recomputes it
+
+
+def test_the_loss_curve_names_its_axis_as_the_workload_says(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from hf_gpt_custom.training.run_log import plot_loss_curve
+
+    named = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylabel", lambda self, label, *args, **kwargs: named.append(label))
+    records = [{"kind": "train", "step": 1, "loss": 4.0}, {"kind": "eval", "step": 1, "val_loss": 3.9}]
+    plot_loss_curve(records, tmp_path / "curve.png")
+    plot_loss_curve(records, tmp_path / "curve.png", loss_name="task cross-entropy (nats / example)")
+    assert named == ["cross-entropy loss (nats / token)", "task cross-entropy (nats / example)"]

@@ -588,3 +588,38 @@ def test_a_rerun_that_measures_another_peak_keeps_the_runs_mfu(make_config, monk
     monkeypatch.setattr(train_module, "measured_cpu_peak_flops", lambda *args: 1e15)  # another machine's peak
     train(config)  # the run is complete: evaluated and written again, no step trained
     assert json.loads((run_dir / "training_summary.json").read_text())["mfu"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_validation_split_holding_most_of_the_text_is_warned_about(make_config, tmp_path, shakespeare_path,
+                                                                    shakespeare_tokenizer_dir, caplog):
+    """val_fraction counts documents: a folder of a short and a long file held out the long one under
+    text_sample_by=document (85% of the tokens in the newuser5 walk), and nothing said so. Reference: the blocks
+    counted by hand from the packed splits."""
+    import logging
+
+    from transformers import AutoTokenizer
+
+    text = shakespeare_path.read_text(encoding="utf-8")
+    folder = tmp_path / "two_files"
+    folder.mkdir()
+    (folder / "a_short.txt").write_text(text[:3000], encoding="utf-8")
+    (folder / "b_long.txt").write_text(text[3000:40000], encoding="utf-8")
+    tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
+    config = make_config(f"dataset={folder}", "text_sample_by=document", "val_fraction=0.1", "val_holdout=tail",
+                         f"data_cache_dir={tmp_path / 'cache'}")
+    with caplog.at_level(logging.WARNING):
+        data = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    share = len(data.val) / (len(data.train) + len(data.val))
+    assert share > 0.8  # the long file, held out
+    assert (f"validation holds {100 * share:.0f}% of the text ({len(data.val)} of {len(data.train) + len(data.val)} "
+            "blocks): val_fraction=0.1 holds out whole documents, 1 of 2 (text_sample_by=document)") in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # from the cache too
+        prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    assert "validation holds" in caplog.text
+    caplog.clear()
+    by_paragraph = make_config(f"dataset={folder}", "text_sample_by=paragraph", "val_fraction=0.1",
+                               f"data_cache_dir={tmp_path / 'cache'}")
+    with caplog.at_level(logging.WARNING):
+        data = prepare_datasets(by_paragraph, tokenizer, shakespeare_tokenizer_dir)
+    assert len(data.val) / (len(data.train) + len(data.val)) < 0.2 and "validation holds" not in caplog.text
