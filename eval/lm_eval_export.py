@@ -28,6 +28,7 @@ from hf_gpt_custom.errors import UserError
 LM_EVAL_TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
 TASK_PREFIX = "gptc_"
 DATA_MODULE = "gptc_data"  # eval/lm_eval_tasks/gptc_data.py, imported by lm-eval through `!function`
+FEWSHOT_SPLIT = "fewshot"  # gptc_data.load_docs' split of a task's few-shot pool when it is another split's docs
 # Our metrics lm-eval also has under the same name and rule; acc_norm_tokens, acc_uncond and token F1 are ours only.
 LM_EVAL_METRICS = ("acc", "acc_norm", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "exact_match")
 _MEAN_METRICS = ("acc", "acc_norm", "exact_match")
@@ -60,9 +61,12 @@ def lm_eval_task_config(spec: TaskSpec, task_name: str) -> dict[str, Any]:
     config: dict[str, Any] = {
         "task": task_name,
         "test_split": "test",
-        # the only split on disk; lm-eval then leaves out the scored doc, as ours does. Without fewshot_split lm-eval
-        # draws from the test docs keeping it (fewshot_excludes_scored_doc: false, lambada_openai's way).
-        **({"fewshot_split": "test"} if spec.excludes_scored_doc else {}),
+        # The scored docs as the pool: lm-eval then leaves out the scored doc, as ours does; without fewshot_split it
+        # draws from the test docs keeping it (fewshot_excludes_scored_doc: false, lambada_openai's way). A pool of
+        # another split (fewshot_split: train) is load_docs' FEWSHOT_SPLIT: left out, lm-eval drew from the test docs
+        # and a doc could be its own example, showing it its answer.
+        **({"fewshot_split": "test"} if spec.excludes_scored_doc else
+           {} if spec.fewshot_pool_is_the_scored_split else {"fewshot_split": FEWSHOT_SPLIT}),
         "output_type": spec.output_type,
         "doc_to_text": spec.doc_to_text,
         "doc_to_target": spec.doc_to_target,

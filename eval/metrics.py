@@ -91,11 +91,12 @@ def exact_match(prediction: str, reference: str, regexes_to_ignore: Sequence[str
 def generation_values(generation: str, answers: Sequence[str], strip: bool = False,
                       **exact_match_kwargs) -> dict[str, float]:
     """exact_match and F1 of a generation against the best-matching answer (TriviaQA aliases); `strip`: lm-eval's
-    remove_whitespace filter (a task's filter_list), else the generation as generated, as lm-eval scores it."""
+    remove_whitespace filter (a task's filter_list), else the generation as generated, as lm-eval scores it. A doc
+    with no answer (an unanswerable question: []) scores 0, as in lm-eval, whose best match over nothing is 0."""
     prediction = generation.strip() if strip else generation
     return {
-        "exact_match": max(exact_match(prediction, answer, **exact_match_kwargs) for answer in answers),
-        "f1": max(token_f1(prediction, answer) for answer in answers),
+        "exact_match": max((exact_match(prediction, answer, **exact_match_kwargs) for answer in answers), default=0.0),
+        "f1": max((token_f1(prediction, answer) for answer in answers), default=0.0),
     }
 
 

@@ -116,6 +116,13 @@ class TaskSpec:
             _check_generation_kwargs(self.generation_kwargs, self.source_file)
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:
             raise UserError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
+        if self.doc_to_target is None:  # it ended the run at the first doc as "template missing"
+            scored = {"loglikelihood_rolling": "the text to score (e.g. doc_to_target: page); doc_to_text is its "
+                                               "context, usually \"\"",
+                      "multiple_choice": "the right choice's index or text",
+                      "generate_until": "the answer, or a list of accepted answers"}.get(self.output_type, "the answer")
+            raise UserError(f"{self.source_file}: doc_to_target is missing; a {self.output_type} task reads "
+                            f"{scored} from it, as in lm-eval")
 
     @property
     def strips_generation(self) -> bool:
@@ -205,6 +212,9 @@ class TaskSpec:
             # index 2); only a rendered template's digits are an index. lm-eval reads both the same way.
             if isinstance(value, str) and (self.doc_to_target in doc or not value.isdigit()):
                 return self.choices(doc).index(value)
+            if isinstance(value, (list, tuple)):  # lm-eval scores any of several right choices; this evaluator one
+                raise ValueError(f"doc_to_target gives a list, {value!r}: several right choices are not scored here; "
+                                 f"give one index (or choice text) per record")
             return int(value)
         if self.output_type == "generate_until":
             # lm-eval's reading: with doc_to_choice the target is an index into the choices (its mmlu *_generative
@@ -460,6 +470,11 @@ def _check_generation_kwargs(kwargs: dict[str, Any], source_file: str) -> None:
     if unknown:
         raise UserError(f"{source_file}: generation_kwargs {', '.join(unknown)} would be ignored: evaluation decodes "
                         f"greedily and reads only {', '.join(GENERATION_KWARGS)}")
+    until = kwargs.get("until", [])
+    if not (isinstance(until, str) or isinstance(until, list) and all(isinstance(stop, str) for stop in until)):
+        raise UserError(f"{source_file}: generation_kwargs until: {until!r} must be a string or a list of strings "
+                        "(e.g. until: [\"\\n\"]); [] stops at the end-of-text token only, and leaving it out stops at the "
+                        "fewshot_delimiter")
     if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0.0) > 0.0:
         raise UserError(f"{source_file}: generation_kwargs ask for sampling (do_sample: {kwargs.get('do_sample')}, "
                         f"temperature: {kwargs.get('temperature')}), but evaluation decodes greedily; set "

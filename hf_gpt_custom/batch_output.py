@@ -32,7 +32,11 @@ class BatchEncodingWithLazyEncodings(BatchEncoding):
             self._make_encodings = None
 
     def __reduce__(self):  # pickled and copied as the plain BatchEncoding transformers would have returned
-        return BatchEncoding, (self.data, self._encodings, None, False, self._n_sequences)
+        try:
+            encodings = self._encodings
+        except UserError as err:  # the tokenizer changed since the call: the ids stand, their Encodings cannot be made
+            return BatchEncodingWithLazyEncodings, (self.data, None, None, self._n_sequences, str(err))
+        return BatchEncoding, (self.data, encodings, None, False, self._n_sequences)
 
 
 def _explained(reader_name: str):

@@ -107,10 +107,13 @@ def install_task_template(tokenizer) -> TaskTemplate:
     if not getattr(tokenizer, "is_fast", False):
         raise UserError(f"{type(tokenizer).__name__} has no `tokenizers` backend to carry the task template; load the "
                         "model folder's tokenizer with AutoTokenizer (a fast tokenizer)")
-    tokenizer.add_special_tokens({"additional_special_tokens": [DELIMITER_TOKEN, EXTRACT_TOKEN]})
+    # added to the tokenizer's other extra special tokens (a chat template's <|user|>), not in their place: transformers
+    # 5 replaces the list by default, and they dropped out of all_special_tokens and the special-tokens mask
+    tokenizer.add_special_tokens({"additional_special_tokens": [DELIMITER_TOKEN, EXTRACT_TOKEN]},
+                                 replace_extra_special_tokens=False)
     start = tokenizer.bos_token if tokenizer.bos_token is not None else tokenizer.eos_token
     if start is None:
-        tokenizer.add_special_tokens({"additional_special_tokens": [START_TOKEN]})
+        tokenizer.add_special_tokens({"additional_special_tokens": [START_TOKEN]}, replace_extra_special_tokens=False)
         start = START_TOKEN
     template = TaskTemplate(*tokenizer.convert_tokens_to_ids([start, DELIMITER_TOKEN, EXTRACT_TOKEN]))
     tokenizer.backend_tokenizer.post_processor = template.post_processor(start, DELIMITER_TOKEN, EXTRACT_TOKEN)

@@ -171,6 +171,32 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             )
         return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
 
+    def update_post_processor(self) -> None:
+        """transformers rebuilds the post-processor from `add_bos_token` / `add_eos_token` whenever one is set, or
+        given to from_pretrained: on a fine-tuned task tokenizer that removed GPT-1's template without a word
+        (`add_eos_token=False`, meant as "add nothing", gave `text` for `start text extract`), and the task head
+        read the last text token instead of the extract token. A task tokenizer keeps its template; asking it to add
+        bos or eos as well is refused, since the template's start and extract tokens are what the head was trained
+        on."""
+        backend = getattr(self, "_tokenizer", None)
+        if backend is None or read_task_template(backend) is None:
+            super().update_post_processor()
+            return
+        if self.add_bos_token or self.add_eos_token:
+            asked = "add_bos_token" if self.add_bos_token else "add_eos_token"
+            object.__setattr__(self, "_add_bos_token", False)
+            object.__setattr__(self, "_add_eos_token", False)
+            raise UserError(f"{asked}=True on a fine-tuned task tokenizer: it adds GPT-1's template itself (start "
+                            "text extract, the ids its head was trained on), which bos/eos would replace; leave "
+                            f"{asked} unset")
+
+    def save_pretrained(self, *args, **kwargs):
+        # transformers writes a tokenizer's init kwargs, so a side set as an attribute after loading (padding_side =
+        # "left" for batched generation) came back "right" on reload; GPT2TokenizerFast kept it only by way of its
+        # backend's padding state, after a padded call
+        self.init_kwargs.update(padding_side=self.padding_side, truncation_side=self.truncation_side)
+        return super().save_pretrained(*args, **kwargs)
+
     # -- encoding ---------------------------------------------------------------------------------------------------
 
     def _encode_plus(self, text, text_pair=None, **options):

@@ -187,3 +187,48 @@ def test_protocol_lm_eval_generates_what_lm_eval_generates_under_the_models_gene
         answers[protocol] = [(example["prediction"] or "").strip() for example in results.examples]
     assert answers["lm-eval"] == theirs
     assert answers["ours"] != theirs  # the penalty matters for this model: the comparison above can fail
+
+
+def test_a_task_drawing_its_examples_from_another_split_exports_that_split(tiny_model_folder, tmp_path, monkeypatch):
+    """fewshot_split: train was left out of the export, so lm-eval drew gptc_<task>'s examples from the test docs
+    without leaving out the scored one: a doc could be its own example, shown its answer (the lmeval2 hunt).
+    Reference: lm-eval 0.4.13 itself on the exported file, prompt by prompt against `--protocol lm-eval`."""
+    import json
+    import shutil
+
+    import hf_gpt_custom.eval.task as task_module
+    from hf_gpt_custom.eval.runner import evaluate
+
+    colours = ["red", "blue", "green", "black", "white", "gold", "grey", "pink"]
+    for split in ("test", "train"):
+        rows = [{"q": f"{split} item {i} is", "choices": colours[i % 8: i % 8 + 3] or colours[:3], "label": i % 3}
+                for i in range(6)]
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "twosplits.yaml").write_text(
+        "task: twosplits\ndata_files: {test: test.jsonl, train: train.jsonl}\nfewshot_split: train\n"
+        "output_type: multiple_choice\ndoc_to_text: \"Q: {{q}}\\nA:\"\ndoc_to_choice: choices\ndoc_to_target: label\n"
+        "metric_list: [{metric: acc}]\n", encoding="utf-8")
+    monkeypatch.setattr(task_module, "TASKS_DIR", tasks)
+    exported = tmp_path / "lm_eval_tasks"
+    exported.mkdir()
+    (exported / f"{TASK_PREFIX}twosplits.yaml").write_text(render_task_file("twosplits"), encoding="utf-8")
+    shutil.copy(LM_EVAL_TASKS_DIR / "gptc_data.py", exported)
+
+    ours = evaluate(str(tiny_model_folder), tasks=["twosplits"], shots=[2], device="cpu", show_progress=False,
+                    data_dir=tmp_path, protocol="lm-eval")
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    theirs = lm_eval.simple_evaluate(
+        model="hf", model_args={"pretrained": str(tiny_model_folder), "dtype": "float32"},
+        tasks=[f"{TASK_PREFIX}twosplits"], num_fewshot=2, device="cpu", batch_size=4, bootstrap_iters=0,
+        log_samples=True, verbosity="ERROR",
+        task_manager=TaskManager(include_path=str(exported), include_defaults=False,
+                                 metadata={"data_dir": str(tmp_path)}))
+    samples = sorted(theirs["samples"][f"{TASK_PREFIX}twosplits"], key=lambda sample: sample["doc_id"])
+    our_prompts = [example["prompt"] for example in ours.examples]
+    assert [sample["arguments"][0][0] for sample in samples] == our_prompts
+    for prompt in our_prompts:  # every example from the train split, the scored test item once
+        assert prompt.count("train item") == 2 and prompt.count("test item") == 1

@@ -137,6 +137,21 @@ def test_f1_and_best_alias_by_hand():
     assert generation_values("red onion", ["Onion"]) == {"exact_match": 0.0, "f1": pytest.approx(2 / 3)}
 
 
+def test_a_doc_without_answers_scores_zero_as_in_lm_eval():
+    """An unanswerable question (aliases: []) ended the task, after every generation, in `max() arg is an empty
+    sequence`. lm-eval's multiple-target rule: exact_match over no references is nan, and `1.0 if scores > 0.0 else
+    0.0` makes it 0."""
+    import warnings
+
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's mean of an empty list
+        theirs = exact_match_hf_evaluate(predictions=[], references=[])["exact_match"]
+    assert (1.0 if theirs > 0.0 else 0.0) == generation_values("Paris", [])["exact_match"] == 0.0
+    assert generation_values("Paris", [])["f1"] == 0.0
+
+
 def test_unknown_metric_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown metric 'accuracy'; known metrics: acc, acc_norm"):
         aggregate_metric("accuracy", [1.0])

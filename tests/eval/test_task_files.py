@@ -317,7 +317,11 @@ def _triviaqa_variant(tmp_path, **changes) -> Path:
     ({"generation_kwargs": {"until": ["\n"], "top_p": 0.9}}, r"generation_kwargs top_p would be ignored"),
     ({"generation_kwargs": {"until": ["\n"], "do_sample": True, "temperature": 0.7}},
      r"ask for sampling \(do_sample: True, temperature: 0.7\), but evaluation decodes greedily"),
-], ids=["mc_exact_match", "unknown_option", "f1_option", "aggregation", "no_metric", "top_p", "sampling"])
+    ({"generation_kwargs": {"until": None}}, r"generation_kwargs until: None must be a string or a list of strings"),
+    ({"generation_kwargs": {"until": 5}}, r"generation_kwargs until: 5 must be a string or a list of strings"),
+    ({"generation_kwargs": {"until": ["\n", 7]}}, r"until: \['\\n', 7\] must be a string or a list of strings"),
+], ids=["mc_exact_match", "unknown_option", "f1_option", "aggregation", "no_metric", "top_p", "sampling", "until_null",
+        "until_number", "until_list_number"])
 def test_a_task_setting_that_would_be_ignored_or_fail_late_is_refused_when_it_loads(tmp_path, changes, message):
     """Each of these was accepted: exact_match on a multiple_choice task failed with a KeyError after every
     request was scored; an unknown option, an aggregation or sampling settings were silently not applied."""

@@ -113,3 +113,31 @@ def test_a_template_error_names_the_task_file(tmp_path, template, says):
     spec = load_task(str(tmp_path / "mine.yaml"))
     with pytest.raises(UserError, match=rf"cannot build the prompt for task mine of .*mine\.yaml .*{says}"):
         spec.docs("test", tmp_path)
+
+
+@pytest.mark.parametrize("output_type, extra, says", [
+    ("loglikelihood_rolling", {}, r"reads the text to score \(e.g. doc_to_target: page\); doc_to_text is its context"),
+    ("generate_until", {}, "reads the answer, or a list of accepted answers"),
+    ("multiple_choice", {"doc_to_choice": "choices"}, "reads the right choice's index or text"),
+], ids=["rolling", "generation", "multiple_choice"])
+def test_a_task_without_doc_to_target_is_refused_when_it_loads(tmp_path, output_type, extra, says):
+    """A rolling task with its page in doc_to_text (the natural mistake; both harnesses score doc_to_target) ended
+    at the first doc in "error: template missing", naming neither the file nor the field (the lmeval2 hunt)."""
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"task": "mine", "output_type": output_type,
+                                                        "doc_to_text": "{{q}}", **extra,
+                                                        "data_files": {"test": "docs.jsonl"}}))
+    with pytest.raises(UserError, match=rf"mine\.yaml: doc_to_target is missing; a {output_type} task {says}"):
+        load_task(str(tmp_path / "mine.yaml"))
+
+
+def test_a_multiple_choice_gold_given_as_a_list_is_named_as_such(tmp_path):
+    """lm-eval scores any of several right choices; here it was refused as "int() argument must be ... not 'list'"."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text(json.dumps({"q": "red or blue?", "choices": ["red", "blue", "green"], "gold": [0, 1]}) + "\n")
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({
+        "task": "mine", "output_type": "multiple_choice", "doc_to_text": "{{q}}", "doc_to_choice": "choices",
+        "doc_to_target": "gold", "data_files": {"test": str(data)}}))
+    spec = load_task(str(tmp_path / "mine.yaml"))
+    with pytest.raises(UserError, match=r"record 1: cannot build the prompt .*doc_to_target gives a list, \[0, 1\]: "
+                                        r"several right choices are not scored here"):
+        spec.docs("test", tmp_path)

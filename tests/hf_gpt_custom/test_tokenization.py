@@ -686,3 +686,85 @@ def test_remote_code_loads_where_hf_gpt_custom_is_not_installed(tokenizer_folder
     assert loaded["cut_pair"] == tokenizer([text], [text], truncation=True, max_length=9,
                                            split_special_tokens=True)["input_ids"]
     assert loaded["eos_token_id"] == tokenizer.eos_token_id and loaded["len"] == len(tokenizer)
+
+
+# --- found by the tok2 hunt ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["load add_eos_token=False", "set add_bos_token=False", "set add_eos_token=True"])
+def test_a_task_tokenizer_keeps_its_template_whatever_add_bos_or_eos_token_say(tokenizer_folder, tmp_path, how):
+    """transformers rebuilds the post-processor from these flags: `add_eos_token=False` gave `text` for `start text
+    extract`, and a classifier read its last text token, silently. Reference: the template's ids by hand."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.task_template import EXTRACT_TOKEN, install_task_template
+
+    task = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    install_task_template(task)
+    task.save_pretrained(tmp_path)
+    text_ids = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)("a fine play")["input_ids"]
+    expected = [task.eos_token_id, *text_ids, task.convert_tokens_to_ids(EXTRACT_TOKEN)]
+    if how == "load add_eos_token=False":
+        loaded = AutoTokenizer.from_pretrained(tmp_path, add_eos_token=False, trust_remote_code=True)
+    else:
+        loaded = GPTCustomTokenizerFast.from_pretrained(tmp_path)
+        name, value = how.split()[1].split("=")
+        if value == "True":
+            with pytest.raises(UserError, match=f"{name}=True on a fine-tuned task tokenizer: it adds GPT-1's template"):
+                setattr(loaded, name, True)
+        else:
+            setattr(loaded, name, False)
+    assert loaded("a fine play")["input_ids"] == expected
+
+
+def test_the_task_template_keeps_the_tokenizers_other_special_tokens(tokenizer_folder):
+    """transformers 5 replaces the extra special tokens by default: a chat tokenizer's <|user|> dropped out of
+    all_special_tokens and the special-tokens mask when the template was installed."""
+    from hf_gpt_custom.task_template import DELIMITER_TOKEN, EXTRACT_TOKEN, install_task_template
+
+    task = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    task.add_special_tokens({"additional_special_tokens": ["<|user|>"]})
+    install_task_template(task)
+    assert {"<|user|>", DELIMITER_TOKEN, EXTRACT_TOKEN} <= set(task.all_special_tokens)
+    ids = task.convert_tokens_to_ids(["<|user|>", "a"])
+    assert task.get_special_tokens_mask(ids, already_has_special_tokens=True) == [1, 0]
+
+
+def test_an_output_pickles_after_its_tokenizer_changed(tokenizer_folder):
+    """Pickling made the Encodings, whose check refused ("tokens, word_ids and offsets") after a token was added;
+    GPT2TokenizerFast's output pickles. The ids stand; the copy says why it has no Encodings."""
+    import copy
+    import pickle
+
+    from hf_gpt_custom.errors import UserError
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    out = tokenizer(["hello world", "a"], padding=True)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|new|>"]})
+    for copied in (pickle.loads(pickle.dumps(out)), copy.deepcopy(out)):
+        assert copied["input_ids"] == out["input_ids"] and copied["attention_mask"] == out["attention_mask"]
+        with pytest.raises(UserError, match=r"the tokenizer changed \(an added token"):
+            copied.tokens(0)
+    fresh = tokenizer(["hello world"])  # unchanged since: pickled with its Encodings, as GPT2TokenizerFast's
+    assert pickle.loads(pickle.dumps(fresh)).tokens(0) == fresh.tokens(0)
+
+
+def test_sides_set_as_attributes_are_saved(tokenizer_folder, tmp_path):
+    """Set after loading (left padding for batched generation), they came back "right" on reload."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+    tokenizer.save_pretrained(tmp_path)
+    loaded = GPTCustomTokenizerFast.from_pretrained(tmp_path)
+    assert (loaded.padding_side, loaded.truncation_side) == ("left", "left")
+
+
+def test_a_chat_template_keeps_its_own_special_tokens_and_the_messages_text_as_docs_tokenizer_says():
+    """docs/tokenizer.md: for chat, sanitize_control_tokens=True, not a tokenizer loaded with split_special_tokens."""
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}"
+    messages = [{"role": "user", "content": "hi" + ENDOFTEXT}]
+    text_ids = list("hi".encode()) + list(ENDOFTEXT.encode())  # bytes-only: id b is byte b
+    got = tokenizer.apply_chat_template(messages, tokenize=True, sanitize_control_tokens=True)["input_ids"]
+    assert got == text_ids + [tokenizer.eos_token_id]
+    split = GPTCustomTokenizerFast.bytes_only(split_special_tokens=True)
+    split.chat_template = tokenizer.chat_template
+    assert split.apply_chat_template(messages, tokenize=True)["input_ids"] == text_ids + list(ENDOFTEXT.encode())
