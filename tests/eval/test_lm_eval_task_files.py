@@ -200,16 +200,18 @@ def test_a_task_drawing_its_examples_from_another_split_exports_that_split(tiny_
     from hf_gpt_custom.eval.runner import evaluate
 
     colours = ["red", "blue", "green", "black", "white", "gold", "grey", "pink"]
-    for split in ("test", "train"):
+    for split in ("test", "train", "dev"):
         rows = [{"q": f"{split} item {i} is", "choices": colours[i % 8: i % 8 + 3] or colours[:3], "label": i % 3}
                 for i in range(6)]
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     tasks = tmp_path / "tasks"
     tasks.mkdir()
+    # the lm-eval protocol (the exported file's) draws from dev: its docs must come from that protocol too
     (tasks / "twosplits.yaml").write_text(
         "task: twosplits\ndata_files: {test: test.jsonl, train: train.jsonl}\nfewshot_split: train\n"
         "output_type: multiple_choice\ndoc_to_text: \"Q: {{q}}\\nA:\"\ndoc_to_choice: choices\ndoc_to_target: label\n"
-        "metric_list: [{metric: acc}]\n", encoding="utf-8")
+        "metric_list: [{metric: acc}]\nlm_eval_overrides: {data_files: {test: test.jsonl, train: dev.jsonl}}\n",
+        encoding="utf-8")
     monkeypatch.setattr(task_module, "TASKS_DIR", tasks)
     exported = tmp_path / "lm_eval_tasks"
     exported.mkdir()
@@ -230,5 +232,5 @@ def test_a_task_drawing_its_examples_from_another_split_exports_that_split(tiny_
     samples = sorted(theirs["samples"][f"{TASK_PREFIX}twosplits"], key=lambda sample: sample["doc_id"])
     our_prompts = [example["prompt"] for example in ours.examples]
     assert [sample["arguments"][0][0] for sample in samples] == our_prompts
-    for prompt in our_prompts:  # every example from the train split, the scored test item once
-        assert prompt.count("train item") == 2 and prompt.count("test item") == 1
+    for prompt in our_prompts:  # every example from the pool's split, the scored test item once
+        assert prompt.count("dev item") == 2 and prompt.count("test item") == 1
