@@ -231,8 +231,8 @@ def test_benchmark_settings_and_run_name_are_written_where_the_run_records_them(
     from hf_gpt_custom.training.run_log import read_run_log
 
     titles, plot = [], run_log.plot_loss_curve
-    monkeypatch.setattr(run_log, "plot_loss_curve", lambda records, path, title="": titles.append(title) or plot(
-        records, path, title=title))
+    monkeypatch.setattr(run_log, "plot_loss_curve", lambda records, path, title="", **kwargs: titles.append(
+        title) or plot(records, path, title=title, **kwargs))
     run_dir = run_pipeline(SMOKE_CONFIG, overrides)
     weights = (run_dir / "final" / "model.safetensors").read_bytes()
     capsys.readouterr()
