@@ -473,8 +473,8 @@ def _check_generation_kwargs(kwargs: dict[str, Any], source_file: str) -> None:
     until = kwargs.get("until", [])
     if not (isinstance(until, str) or isinstance(until, list) and all(isinstance(stop, str) for stop in until)):
         raise UserError(f"{source_file}: generation_kwargs until: {until!r} must be a string or a list of strings "
-                        "(e.g. until: [\"\\n\"]); [] stops at the end-of-text token only, and leaving it out stops at the "
-                        "fewshot_delimiter")
+                        "(e.g. until: [\"\\n\"]); [] stops at the end-of-text token only, and leaving it out stops "
+                        "at the fewshot_delimiter")
     if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0.0) > 0.0:
         raise UserError(f"{source_file}: generation_kwargs ask for sampling (do_sample: {kwargs.get('do_sample')}, "
                         f"temperature: {kwargs.get('temperature')}), but evaluation decodes greedily; set "

@@ -213,8 +213,8 @@ def lm_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, pad
     or the position predicting it is padding. Without attention_mask a row is real up to its last non-pad token, as
     the heads read it (last_non_padding_index): masking every pad id would also drop a real eos when pad = eos."""
     if attention_mask is not None and attention_mask.dim() != 2:
-        raise UserError(f"lm_loss_weight > 0 reads each row's padding from a (batch, seq) attention_mask; got a mask of "
-                        f"shape {tuple(attention_mask.shape)}: pass the 2-D mask, or lm_loss_weight=0")
+        raise UserError(f"lm_loss_weight > 0 reads each row's padding from a (batch, seq) attention_mask; got a mask "
+                        f"of shape {tuple(attention_mask.shape)}: pass the 2-D mask, or lm_loss_weight=0")
     if attention_mask is not None:
         real = attention_mask[:, -input_ids.shape[-1]:].bool()  # with a cache it also covers the cached columns
     elif pad_token_id is not None:
@@ -395,10 +395,10 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         mc_token_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> GPTCustomMultipleChoiceOutput:
-        """`labels`: (batch,) index of the right choice, -100 to skip an example. `lm_loss_weight` λ >= 0 adds λ × the LM loss over every
-        choice's sequence to `loss` (GPT-1 trained with 0.5). `mc_token_ids`: (batch, n_choices), the position each
-        choice is read at, as GPT2DoubleHeadsModel takes it (which converts to this head); by default each choice's
-        last real token."""
+        """`labels`: (batch,) index of the right choice, -100 to skip an example. `lm_loss_weight` λ >= 0 adds λ × the
+        LM loss over every choice's sequence to `loss` (GPT-1 trained with 0.5). `mc_token_ids`: (batch, n_choices),
+        the position each choice is read at, as GPT2DoubleHeadsModel takes it (which converts to this head); by
+        default each choice's last real token. `position_ids` may be one row for every choice, as in GPT-2."""
         if "mc_labels" in kwargs:  # GPT2DoubleHeadsModel's name; it was swallowed by **kwargs and no loss came back
             raise UserError("mc_labels is GPT2DoubleHeadsModel's name for the right choice; pass it as labels= (this "
                             "head's loss is the choice's; its LM loss comes with lm_loss_weight=)")

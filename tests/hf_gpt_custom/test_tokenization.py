@@ -709,7 +709,7 @@ def test_a_task_tokenizer_keeps_its_template_whatever_add_bos_or_eos_token_say(t
         loaded = GPTCustomTokenizerFast.from_pretrained(tmp_path)
         name, value = how.split()[1].split("=")
         if value == "True":
-            with pytest.raises(UserError, match=f"{name}=True on a fine-tuned task tokenizer: it adds GPT-1's template"):
+            with pytest.raises(UserError, match=f"{name}=True on a fine-tuned task tokenizer: it adds GPT-1's"):
                 setattr(loaded, name, True)
         else:
             setattr(loaded, name, False)

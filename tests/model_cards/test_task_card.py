@@ -136,6 +136,12 @@ def test_a_card_says_how_many_held_out_records_repeat_a_training_input(boolq_exp
     assert ("were held out of training, but 3 of them repeat a training input (the same text, e.g. a row the file "
             "holds twice), so the accuracy below counts inputs the model was trained on;") in text
     assert "heldout_repeating_training_inputs: 3" in text  # the model-index entry's dataset args
+    # fine-tuning further: the sentence of a continued head, and the count beside it
+    summary_path.write_text(json.dumps({**summary, "heldout_repeating_training_inputs": 3,
+                                        "continued_a_fine_tuned_head": True}))
+    text = " ".join((export_folder(copy, tmp_path / "export2") / "README.md").read_text(encoding="utf-8").split())
+    assert ("3 of the held-out records repeat an input of this run's training (the same text). The model it "
+            "continued from was fine-tuned before") in text
 
 
 def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):

@@ -975,7 +975,8 @@ def test_held_out_rows_repeated_in_training_are_counted_in_a_warning(tmp_path, b
         workload = FinetuneWorkload(config)
     assert f"{expected} of the {len(heldout_ids)} held-out examples are also training examples" in caplog.text
     # the summary and the card say it too (the newuser5 walk)
-    last_eval = {"val_examples": len(heldout_ids), "val_task_loss": 0.7, "val_accuracy": 0.5, "val_accuracy_stderr": 0.1}
+    last_eval = {"val_examples": len(heldout_ids), "val_task_loss": 0.7, "val_accuracy": 0.5,
+                 "val_accuracy_stderr": 0.1}
     assert workload.summary_fields(last_eval)["heldout_repeating_training_inputs"] == expected
     caplog.clear()
     one = rows[:40] + [None]  # 41 rows, exactly one held-out example repeated in training
