@@ -47,16 +47,19 @@ def resolve(location: str):
     return getattr(importlib.import_module(f".{module_name}", __package__), name)
 
 
-def refuse_another_head(class_name: str, folder, architectures: list[str] | None, saved_as: str | None = None) -> None:
+def refuse_another_head(class_name: str, folder, architectures: list[str] | None, saved_as: str | None = None,
+                        in_memory: bool = False) -> None:
     """UserError when `folder` holds a fine-tuned task head (its config's `architectures`, in our class names) and
     `class_name` is another head: transformers would drop the saved head's weights (or fail on their shapes).
     `saved_as` is the transformers class a converted checkpoint was saved as: the message names it, and our class
-    to load it with (the Auto class would return transformers' own there)."""
+    to load it with (the Auto class would return transformers' own there); `in_memory`: a model being converted,
+    not a folder, which is converted into that class instead."""
     auto_class_of = {name: auto_class for auto_class, name in TASK_HEAD_AUTO_CLASSES.items()}
     saved = next((name for name in architectures or () if name in auto_class_of), None)
     if saved is not None and class_name in auto_class_of and class_name != saved:
         held = f"{saved_as} (our {saved})" if saved_as else saved
-        load_with = f"{saved}.from_pretrained" if saved_as else f"{saved} ({auto_class_of[saved]})"
+        load_with = (f"{saved} as the class to convert it into" if in_memory else f"{saved}.from_pretrained"
+                     if saved_as else f"{saved} ({auto_class_of[saved]})")
         raise UserError(
             f"{folder} holds a fine-tuned {held}, not a {class_name}: its head weights would be dropped and a new "
             f"head initialised; load it with {load_with}, or start the new task from the pre-trained causal-LM "

@@ -165,12 +165,13 @@ def converted_state_dict(family: CheckpointFamily, state: dict[str, torch.Tensor
 
 def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tensor], model_class, source: str,
                            saved_as: str | None, dtype: torch.dtype | None = None,
-                           ignore_mismatched_sizes: bool = False):
+                           ignore_mismatched_sizes: bool = False, in_memory: bool = False):
     """(`model_class(config)` built in `dtype` and loaded with `state`, its loading info): `state` is in our names,
     with GPTCustomForCausalLM's "transformer." prefix; the info is from_pretrained's output_loading_info dict, in our
     key names: missing_keys (a new head's weights), unexpected_keys (weights this class has no place for, e.g. the
     LM head under a classifier), mismatched_keys ((key, saved shape, new shape) of a head started anew), error_msgs.
-    `saved_as` is the transformers class the checkpoint was saved as, for messages.
+    `saved_as` is the transformers class the checkpoint was saved as, for messages; `in_memory`: a model, not a
+    folder.
 
     Built as from_pretrained builds it (default dtype set during __init__), so buffers that transformers keeps in
     float32, such as RoPE's inv_freq, stay float32. Every body weight must be there, and an untied LM head. The task
@@ -178,7 +179,7 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
     new head, as transformers does, and another task head is refused by name. A saved head of another shape (a new
     num_labels) is refused naming ignore_mismatched_sizes=True, with which it starts anew, as in transformers.
     """
-    refuse_another_head(model_class.__name__, source, config.architectures, saved_as)
+    refuse_another_head(model_class.__name__, source, config.architectures, saved_as, in_memory)
     if config.tie_word_embeddings and holds_a_head_of_its_own(state):
         # transformers keeps such a head too ("we will NOT tie them"): tying would replace it with wte, changing
         # every logit in silence. The config says so, so that the model saves and reloads the way it now computes,
@@ -281,7 +282,7 @@ def convert_model(reference, model_class, family: CheckpointFamily):
     config._attn_implementation = reference.config._attn_implementation
     state = converted_state_dict(family, reference.state_dict(), architecture)
     model, _ = model_and_loading_info(config, state, model_class, f"{family.source} model ({architecture})",
-                                      architecture, dtype=reference.dtype)
+                                      architecture, dtype=reference.dtype, in_memory=True)
     if model.can_generate() and getattr(reference, "generation_config", None) is not None:
         model.generation_config = copy.deepcopy(reference.generation_config)
     return model.eval()

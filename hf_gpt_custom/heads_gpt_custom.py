@@ -422,13 +422,14 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
             )
 
         if position_ids is not None and position_ids.dim() < 3:
-            # (seq,) or (1, seq): one row of positions for every choice, as GPT2DoubleHeadsModel broadcasts it
-            try:
-                position_ids = position_ids.expand(*shaped.shape[:3])
-            except RuntimeError:
+            # (seq,) or (1, seq): one row of positions for every choice, as GPT2DoubleHeadsModel broadcasts it. Only
+            # those: expand() would also take a (batch, seq) tensor where batch == n_choices, one row per *choice*.
+            one_row = position_ids.dim() == 1 or position_ids.dim() == 2 and position_ids.shape[0] == 1
+            if not one_row or position_ids.shape[-1] != shaped.shape[2]:
                 raise UserError(f"multiple-choice position_ids must be (batch, n_choices, seq) = "
                                 f"{tuple(shaped.shape[:3])}, or one row of seq positions for all; got shape "
-                                f"{tuple(position_ids.shape)}") from None
+                                f"{tuple(position_ids.shape)}")
+            position_ids = position_ids.reshape(-1).expand(*shaped.shape[:3])
 
         def flatten(tensor: torch.Tensor | None, trailing: int) -> torch.Tensor | None:  # (batch·n_choices, ...)
             return None if tensor is None else tensor.reshape(batch * n_choices, *tensor.shape[-trailing:])

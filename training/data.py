@@ -345,10 +345,11 @@ def warn_if_validation_outweighs(config: TrainConfig, stats: dict) -> None:
     if share > 2 * config.val_fraction:
         logger.warning(
             "validation holds %.0f%% of the text (%d of %d blocks): val_fraction=%g holds out whole documents, "
-            "%d of %d (text_sample_by=%s), and they are of unequal length; split the text into more documents "
-            "(text_sample_by=paragraph or line), or name a validation file with val_dataset",
+            "%d of %d (the share rounded up to a whole document, and documents differ in length); split the text "
+            "into more documents (a text file: text_sample_by=paragraph or line; a records file: more rows), or "
+            "name a validation file with val_dataset",
             100 * share, stats["val_blocks"], stats["train_blocks"] + stats["val_blocks"], config.val_fraction,
-            stats["val_documents"], stats["train_documents"] + stats["val_documents"], config.text_sample_by)
+            stats["val_documents"], stats["train_documents"] + stats["val_documents"])
 
 
 def _build_packed(config: TrainConfig, tokenizer, work: Path, cache_root: Path):

@@ -212,7 +212,8 @@ def check_columns(records: list[dict], task: TaskSection, where: str) -> None:
     missing = [column for column in task.columns if column not in present]
     if missing:
         (only,) = present if len(present) == 1 else (None,)
-        separator = next((mark for mark in (";", "\t", "|") if only and mark in only), None)
+        separator = next((mark for mark in (";", "\t", "|") if only and mark in only and
+                          str(where).lower().endswith(".csv")), None)
         hint = (f"; its one column {only!r} holds {separator!r}: the file is separated by {separator!r}, and a CSV "
                 f"must be separated by commas (convert it, or save it as .jsonl)") if separator else ""
         raise UserError(f"{where} has no column {', '.join(repr(c) for c in missing)} (configured in the task: "

@@ -171,6 +171,9 @@ def test_a_transformers_head_folder_loaded_into_another_head_is_refused_by_name(
                                         r"Classification\), not a GPTCustomForTokenClassification: .* load it with "
                                         r"GPTCustomForSequenceClassification.from_pretrained,"):
         GPTCustomForTokenClassification.from_pretrained(tmp_path)
+    with pytest.raises(UserError, match=r"load it with GPTCustomForSequenceClassification as the class to convert it "
+                                        r"into,"):  # in memory: there is no folder to call from_pretrained on
+        from_gpt2_model(reference_model("GPT2ForSequenceClassification"), GPTCustomForTokenClassification)
 
 
 @pytest.mark.parametrize("class_name", ["GPT2ForSequenceClassification", "LlamaForQuestionAnswering",

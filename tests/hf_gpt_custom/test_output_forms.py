@@ -108,6 +108,14 @@ def test_multiple_choice_takes_one_row_of_positions_as_gpt2_double_heads(positio
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
     with pytest.raises(UserError, match=r"position_ids must be \(batch, n_choices, seq\) = \(2, 3, 8\)"):
         ours(input_ids, position_ids=torch.arange(5))
+    # one row per example is not one per choice: with batch == n_choices expand() took it as that (the review);
+    # GPT2DoubleHeadsModel refuses it too
+    square = torch.randint(1, 99, (2, 2, 8), generator=torch.Generator().manual_seed(4))
+    with pytest.raises(UserError, match=r"position_ids must be \(batch, n_choices, seq\) = \(2, 2, 8\)"):
+        ours(square, position_ids=torch.stack([torch.arange(8), torch.arange(10, 18)]))
+    with pytest.raises(RuntimeError):
+        reference(square, position_ids=torch.stack([torch.arange(8), torch.arange(10, 18)]),
+                  mc_token_ids=torch.full((2, 2), 7))
 
 
 def test_a_multiple_choice_example_labelled_minus_100_is_skipped_as_in_gpt2_double_heads():

@@ -1023,6 +1023,12 @@ def test_a_semicolon_separated_csv_is_named_as_such(tmp_path, base_model_dir):
     with pytest.raises(UserError, match=r"its one column 'sentence;label' holds ';': the file is separated by ';', "
                                         r"and a CSV must be separated by commas"):
         FinetuneWorkload(config)
+    records = _write_jsonl(tmp_path / "odd.jsonl", [{"sentence|label": "a|no"}] * 20)  # not a CSV: no such hint
+    with pytest.raises(UserError, match="has no column 'sentence'") as refused:
+        FinetuneWorkload(_config(tmp_path, base_model_dir, records, task={"format": "classification",
+                                                                          "text_columns": "sentence",
+                                                                          "labels": "no,yes"}))
+    assert "separated" not in str(refused.value)
 
 
 def test_a_label_that_occurs_in_no_record_is_warned_about(tmp_path, base_model_dir, caplog):
