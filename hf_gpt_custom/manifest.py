@@ -180,7 +180,9 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
     missing = [key for key in info.get("missing_keys", ()) if key not in tied]
     has_head = getattr(model, "base_model", model) is not model
     if not whole_model and has_head:
-        missing = [key for key in missing if key.startswith(f"{model.base_model_prefix}.")]
+        # A task head's own weights may start anew; an untied LM head may not: it is the body's trained output, and a
+        # random one gives fluent-looking wrong tokens (a causal LM from a classifier's or a base model's folder).
+        missing = [key for key in missing if key.startswith((f"{model.base_model_prefix}.", "lm_head."))]
     mismatched = [str(item) for item in info.get("mismatched_keys", ())
                   if not (new_head_allowed and has_head and not _key(item).startswith(f"{model.base_model_prefix}."))]
     if saved_tied and missing == ["lm_head.weight"] and not mismatched and not model.config.tie_word_embeddings:
@@ -189,6 +191,13 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
             "tie_word_embeddings=False asks for a head of its own; load it tied (leave tie_word_embeddings out), "
             "then untie with model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.clone()) "
             "and model.config.tie_word_embeddings = False"
+        )
+    if missing == ["lm_head.weight"] and not mismatched and not whole_model:
+        saved_by = ", ".join(getattr(model.config, "architectures", None) or ()) or "another class"
+        raise UserError(
+            f"{folder} was saved by {saved_by}, which keeps no lm_head.weight, and its LM head is untied "
+            "(tie_word_embeddings=False): loaded as a causal LM its head would be random. Load the causal LM folder "
+            "the body came from, or load this folder with the class that saved it"
         )
     if missing or mismatched:
         detail = ", ".join([*sorted(missing)[:5], *mismatched[:5]])

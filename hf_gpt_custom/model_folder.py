@@ -18,7 +18,8 @@ from .manifest import check_manifest, raise_if_incomplete
 
 # model_type values `GPTCustomForCausalLM.from_pretrained` accepts: ours, and the checkpoints it converts on load.
 LOADABLE_MODEL_TYPES = ("gpt_custom", *CHECKPOINT_CONVERTERS)
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+# What from_pretrained reads, one file or an index of shards (checkpoint_files.py reads each the same way).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, verify_manifest: bool = True) -> Path:

@@ -16,6 +16,7 @@ from hf_gpt_custom import (
 from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 from hf_gpt_custom.convert_llama import from_llama_model
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.model_folder import load_model_folder
 
 from tests.helpers import TINY_GPT2, randomize_
 
@@ -328,10 +329,11 @@ def test_sharded_pytorch_model_bin_checkpoints_load(tmp_path):
     (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(
         {"metadata": {}, "weight_map": {key: shard for shard, keys in shards.items() for key in keys}}))
     theirs = GPT2LMHeadModel.from_pretrained(tmp_path).eval()
-    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
     prompt = torch.randint(3, 99, (1, 7), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=1e-5)
+    # from_pretrained, and our commands' loader (eval --model, init_from, export), which checks the folder first
+    for ours in (GPTCustomForCausalLM.from_pretrained(tmp_path), load_model_folder(tmp_path)):
+        with torch.no_grad():
+            torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=1e-5)
 
 
 def test_an_openai_gpt_config_without_token_ids_has_none_as_transformers_reads_it(tmp_path):

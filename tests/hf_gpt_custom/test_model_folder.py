@@ -167,6 +167,30 @@ def test_a_head_folder_missing_its_own_head_weight_is_refused(saved, tmp_path):
         GPTCustomForSequenceClassification.from_pretrained(tmp_path / "head")
 
 
+@pytest.mark.parametrize("saved_by", ["GPTCustomForSequenceClassification", "GPTCustomModel"])
+def test_an_untied_body_without_its_lm_head_is_refused_as_a_causal_lm(tmp_path, saved_by):
+    """A task head's folder (or a base model's) keeps no lm_head.weight. Tied, the LM head is the embedding and the
+    causal LM loads whole; untied (LLaMA's layout), loading it as a causal LM would start the LM head at random and
+    generate fluent-looking wrong tokens. transformers loads it with a logged report; we refuse it."""
+    import hf_gpt_custom
+    from transformers import AutoModelForCausalLM
+
+    for tied in (True, False):
+        config = GPTCustomConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32, num_labels=2,
+                                 pad_token_id=0, tie_word_embeddings=tied)
+        folder = tmp_path / f"tied_{tied}"
+        body_model = getattr(hf_gpt_custom, saved_by)(config)
+        body_model.save_pretrained(folder)
+        body = getattr(body_model, "transformer", body_model)
+        if tied:
+            loaded = GPTCustomForCausalLM.from_pretrained(folder)
+            assert loaded.lm_head.weight[:64].equal(body.wte.weight[:64])
+            continue
+        for load in (GPTCustomForCausalLM.from_pretrained, AutoModelForCausalLM.from_pretrained, load_model_folder):
+            with pytest.raises(UserError, match=rf"saved by {saved_by}, which keeps no lm_head\.weight.*untied"):
+                load(folder)
+
+
 def test_each_file_is_hashed_once_per_process_until_it_changes(saved, monkeypatch):
     """check_model_folder and from_pretrained both verify: a 500 MB file is not hashed twice per load, nor again on
     the next load; any write (new mtime/ctime, or a new inode) makes the next load hash it again."""
