@@ -163,7 +163,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     if cached:
         raise UserError(f"cannot publish {folder}: {cached[0]} is under a .cache folder, which the Hub does not store; "
                         "remove it")
-    required = {"model.safetensors", "config.json", "README.md", *remote_code_files(uses_our_tokenizer(folder))}
+    required = {"config.json", "README.md", *remote_code_files(uses_our_tokenizer(folder)), *_weight_files(folder)}
     if saved_task_head_class(folder) is None:  # a causal LM generates: its generation settings must ship
         required.add("generation_config.json")
     missing = sorted(required - names)
@@ -180,6 +180,20 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
             _check_no_local_paths(folder / name, name, forbidden)
     _check_card(folder, linked_license_required=require_manifest)
     return files
+
+
+def _weight_files(folder: Path) -> list[str]:
+    """The weight files an export must hold: model.safetensors, or (a model over save_pretrained's max_shard_size)
+    model.safetensors.index.json and every shard its weight_map names."""
+    index = folder / "model.safetensors.index.json"
+    if (folder / "model.safetensors").is_file() or not index.is_file():
+        return ["model.safetensors"]
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UserError(f"cannot publish {folder}: {index.name} is not a shard index ({err}); export the run "
+                        "again") from err
+    return [index.name, *shards]
 
 
 # Git's own files, which every Hub repository has (the Hub writes .gitattributes): copied into an export from a clone

@@ -484,6 +484,33 @@ def test_export_refuses_a_final_folder_with_a_missing_weight(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_saved_as_shards_exports_loads_and_passes_the_publish_check(tmp_path, monkeypatch):
+    """save_pretrained shards a model over max_shard_size (50 GB by default: the large presets in fp32); its export
+    must hold the index and every shard, not a model.safetensors it never writes. Sharding at 20 KB stands in."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomForCausalLM, modeling_gpt_custom
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.publish_checks import check_export
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "sharded", with_eval=False)
+    save = modeling_gpt_custom.GPTCustomPreTrainedModel.save_pretrained
+    monkeypatch.setattr(modeling_gpt_custom.GPTCustomPreTrainedModel, "save_pretrained",
+                        lambda self, *args, **kwargs: save(self, *args, **{"max_shard_size": "20KB", **kwargs}))
+    out = export_folder(run_dir, tmp_path / "out")
+    shards = sorted(path.name for path in out.glob("model-*.safetensors"))
+    assert len(shards) > 1 and not (out / "model.safetensors").exists()
+    assert {name for name, _ in check_export(out)} >= {"model.safetensors.index.json", *shards}
+    prompt = torch.tensor([[5, 9, 3, 7]])
+    with torch.no_grad():
+        expected = GPTCustomForCausalLM.from_pretrained(run_dir / "final")(prompt).logits
+        torch.testing.assert_close(GPTCustomForCausalLM.from_pretrained(out)(prompt).logits, expected, rtol=0, atol=0)
+    (out / shards[-1]).unlink()
+    with pytest.raises(UserError, match=rf"missing {shards[-1]}"):
+        check_export(out)
+
+
 @pytest.mark.parametrize("written", ["/home/alice/data/corpus.txt", "`/Users/bob/runs/x`", "C:\\Users\\carol\\run",
                                      "(/home/dave.smith/tok)"])
 def test_a_card_naming_another_machines_home_is_refused(exported, tmp_path, written, monkeypatch):
