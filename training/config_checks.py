@@ -64,10 +64,14 @@ def check_train_config(config: TrainConfig) -> None:
         if value < 1:
             raise UserError(f"{name}={value} must be >= 1, e.g. {name}={_default_of(config, name)}")
     _validate_tokenizer_vocab_size(config)
-    for name in ("warmup_steps", "checkpoint_interval", "weight_decay", "grad_clip", "adam_eps"):
+    for name in ("warmup_steps", "checkpoint_interval", "weight_decay", "grad_clip"):
         value = getattr(config, name)
         if value < 0:
             raise UserError(f"{name}={value} must be >= 0")
+    # eps 0 divides 0 by 0 for every weight whose gradient is exactly 0 (positions past block_size, padded vocabulary
+    # rows): NaN weights on the first step, at any learning rate
+    if not config.adam_eps > 0:
+        raise UserError(f"adam_eps={config.adam_eps} must be > 0, e.g. adam_eps=1e-8 (AdamW's default)")
     if config.warmup_steps > config.max_steps:
         raise UserError(f"warmup_steps={config.warmup_steps} exceeds max_steps={config.max_steps}; lower warmup_steps")
     if not config.learning_rate > 0:

@@ -146,3 +146,31 @@ def test_left_padded_causal_lm_training_and_eval_loss_equal_gpt2s_under_trainer(
                                  per_device_eval_batch_size=8, remove_unused_columns=False, disable_tqdm=True)
         evaluation[name] = Trainer(model=model, args=args, eval_dataset=_Rows(), data_collator=collate).evaluate()
     assert evaluation["ours"]["eval_loss"] == pytest.approx(evaluation["gpt2"]["eval_loss"], rel=1e-5)
+
+
+def test_the_documented_decay_rule_leaves_rmsnorm_out_of_weight_decay_as_trainer_does_for_llama(tmp_path):
+    """Trainer decides weight decay by nn.LayerNorm type and 'norm' in a name; our RMSNorm is neither (ln_1, ln_2,
+    ln_f), so Trainer decays it where LlamaForCausalLM's is left out. docs/model.md gives the override; with it the
+    decayed weights are LlamaForCausalLM's under Trainer's own rule (compared as a sum of squares: ours fuses q, k
+    and v into one matrix)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hf_gpt_custom.convert_llama import from_llama_model
+
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, max_position_embeddings=32))
+    ours = from_llama_model(llama, GPTCustomForCausalLM)
+    args = TrainingArguments(tmp_path, report_to=[], use_cpu=True)
+
+    class MatrixDecayTrainer(Trainer):  # as docs/model.md gives it
+        def get_decay_parameter_names(self, model):
+            return [name for name, parameter in model.named_parameters() if parameter.dim() >= 2]
+
+    def decayed(trainer, model):
+        names = set(trainer.get_decay_parameter_names(model))
+        return sum(p.double().square().sum().item() for n, p in model.named_parameters() if n in names)
+
+    reference = decayed(Trainer(model=llama, args=args), llama)
+    assert decayed(MatrixDecayTrainer(model=ours, args=args), ours) == pytest.approx(reference, rel=1e-12)
+    # the stock rule also decays 2 layers x 2 norms + the final norm, each 32 ones (the documented difference)
+    assert decayed(Trainer(model=ours, args=args), ours) == pytest.approx(reference + 5 * 32, rel=1e-12)

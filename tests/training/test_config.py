@@ -39,6 +39,7 @@ def test_overrides_are_converted_by_declared_type():
     ("learning_rate=inf", "learning_rate=inf is not a finite number"),
     ("weight_decay=nan", "weight_decay=nan is not a finite number"),
     ("adam_eps=-inf", "adam_eps=-inf is not a finite number"),
+    ("adam_eps=0", "adam_eps=0.0 must be > 0, e.g. adam_eps=1e-8"),  # 0/0 on every weight without a gradient
     ("peak_flops=inf", "peak_flops=inf is not a finite number"),
     ("val_holdout=last", "val_holdout: unknown value 'last'"),
     ("val_split=validation", "val_split='validation' names a split of a Hub dataset, but dataset="),
