@@ -54,13 +54,13 @@ def _normalize_squad(text: str) -> str:
 
 
 def token_f1(prediction: str, reference: str) -> float:
-    """SQuAD token-overlap F1 between two answers after normalisation."""
+    """SQuAD v1.1 token-overlap F1 between two answers after normalisation. No token in common is 0, also when both
+    normalise to nothing (an empty generation against the alias ".a"): v2's 1 for two empty answers marks an
+    unanswerable question answered as such, which a generation task here never asks."""
     prediction_tokens = _normalize_squad(prediction).split()
     reference_tokens = _normalize_squad(reference).split()
     common = collections.Counter(prediction_tokens) & collections.Counter(reference_tokens)
     n_same = sum(common.values())
-    if not prediction_tokens or not reference_tokens:
-        return float(prediction_tokens == reference_tokens)
     if n_same == 0:
         return 0.0
     precision, recall = n_same / len(prediction_tokens), n_same / len(reference_tokens)
@@ -120,14 +120,23 @@ def mean(items: Sequence[float]) -> float:
     return float(np.mean(items))
 
 
+def _exp(value: float) -> float:
+    """math.exp, inf past float's range (a mean log-likelihood under -709 nats: a diverged model) where math.exp
+    raises OverflowError after every request was scored, and every task's results were lost with it."""
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return math.inf
+
+
 def perplexity(items: Sequence[float]) -> float:
     """exp of minus the mean per-doc log-likelihood (LAMBADA: the target word's log-likelihood)."""
-    return math.exp(-mean(items))
+    return _exp(-mean(items))
 
 
 def weighted_perplexity(items: Sequence[tuple[float, int]]) -> float:
     total_ll, total_weight = map(sum, zip(*items))
-    return math.exp(-total_ll / total_weight)
+    return _exp(-total_ll / total_weight)
 
 
 def bits_per_byte(items: Sequence[tuple[float, int]]) -> float:

@@ -107,6 +107,11 @@ class TaskSpec:
                             f"the metrics")
         for entry in self.metric_list:
             _check_metric_entry(entry, self.output_type, self.source_file)
+        if repeated(self.metric_names):  # each doc's value was counted once per entry (a stderr too small)
+            raise UserError(f"{self.source_file}: metric_list names {', '.join(repeated(self.metric_names))} more "
+                            f"than once; a task "
+                            f"reports each metric once (lm-eval keeps the last entry): keep one entry, or write a "
+                            f"second task file (include: this one) for the other options")
         _check_filter_list(self.filter_list, self.output_type, self.source_file)
         if self.multiple_input and "acc_uncond" in self.metric_names:  # it failed after every request was scored
             raise UserError(f"{self.source_file}: acc_uncond scores each choice without its context, but a "
@@ -222,6 +227,11 @@ class TaskSpec:
             if self.doc_to_choice is not None and (isinstance(value, int) or str(value).isdigit()):
                 return self.choices(doc)[int(value)]
             return [str(item) for item in value] if isinstance(value, list) else str(value)
+        if isinstance(value, (list, tuple, dict)):  # str() of it would be scored: its Python text, not a document
+            raise UserError(f"task {self.task}: doc_to_target {self.doc_to_target!r} gives a {type(value).__name__}, "
+                            f"{str(value)[:80]!r}, but a {self.output_type} task scores one text per record; point "
+                            f"doc_to_target at a text field (a template's output that reads as a list literal is "
+                            f"parsed into a list, as in lm-eval, which fails on it too)")
         return value
 
     def gold_index(self, doc: dict) -> int:

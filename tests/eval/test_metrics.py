@@ -155,3 +155,12 @@ def test_a_doc_without_answers_scores_zero_as_in_lm_eval():
 def test_unknown_metric_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown metric 'accuracy'; known metrics: acc, acc_norm"):
         aggregate_metric("accuracy", [1.0])
+
+
+def test_a_perplexity_past_floats_range_is_inf_not_an_overflow_that_loses_the_evaluation():
+    """A diverged model's mean log-likelihood under -709 nats: math.exp raised OverflowError after every request of
+    every task was scored (lm-eval's too). The row says inf (results.json stores non-finite values as null)."""
+    assert aggregate_metric("perplexity", [-800.0, -900.0])[0] == math.inf
+    assert aggregate_metric("word_perplexity", [(-3000.0, 2), (-10.0, 1)])[0] == math.inf
+    assert aggregate_metric("perplexity", [-700.0, -700.0])[0] == pytest.approx(math.exp(700.0))  # still a number
+    assert aggregate_metric("bits_per_byte", [(-1500.0, 2)])[0] == pytest.approx(1500.0 / 2 / math.log(2))

@@ -314,13 +314,15 @@ def _triviaqa_variant(tmp_path, **changes) -> Path:
     ({"metric_list": [{"metric": "exact_match", "aggregation": "median"}]},
      r"metric 'exact_match' has aggregation: 'median', but it is computed with aggregation: 'mean'"),
     ({"metric_list": [{"aggregation": "mean"}]}, r"unknown metric None"),
+    ({"metric_list": [{"metric": "exact_match"}, {"metric": "exact_match", "regexes_to_ignore": [","]}]},
+     r"metric_list names exact_match more than once; a task reports each metric once"),
     ({"generation_kwargs": {"until": ["\n"], "top_p": 0.9}}, r"generation_kwargs top_p would be ignored"),
     ({"generation_kwargs": {"until": ["\n"], "do_sample": True, "temperature": 0.7}},
      r"ask for sampling \(do_sample: True, temperature: 0.7\), but evaluation decodes greedily"),
     ({"generation_kwargs": {"until": None}}, r"generation_kwargs until: None must be a string or a list of strings"),
     ({"generation_kwargs": {"until": 5}}, r"generation_kwargs until: 5 must be a string or a list of strings"),
     ({"generation_kwargs": {"until": ["\n", 7]}}, r"until: \['\\n', 7\] must be a string or a list of strings"),
-], ids=["mc_exact_match", "unknown_option", "f1_option", "aggregation", "no_metric", "top_p", "sampling", "until_null",
+], ids=["mc_exact_match", "unknown_option", "f1_option", "aggregation", "no_metric", "twice", "top_p", "sampling", "until_null",
         "until_number", "until_list_number"])
 def test_a_task_setting_that_would_be_ignored_or_fail_late_is_refused_when_it_loads(tmp_path, changes, message):
     """Each of these was accepted: exact_match on a multiple_choice task failed with a KeyError after every
@@ -388,3 +390,23 @@ def test_lambada_context_is_all_but_the_last_word():
     text = "he looked at the old map and pointed to the harbor"
     [doc] = DOC_TRANSFORMS["lambada_split_last_word"]([{"text": text}])
     assert (doc["context"], doc["target"]) == (" ".join(text.split(" ")[:-1]), " harbor")
+
+
+@pytest.mark.parametrize("output_type, target, expected", [
+    ("loglikelihood", "aliases", r"gives a list, \"\[' blue', ' azure'\]\", but a loglikelihood task scores one text"),
+    ("loglikelihood_rolling", "{{page}}", r"gives a list, \"\['alpha', 'beta'\]\", but a loglikelihood_rolling task"),
+])
+def test_a_list_target_of_a_task_scoring_one_text_is_refused_not_scored_as_its_python_text(tmp_path, output_type,
+                                                                                         target, expected):
+    """str() of a list was scored ("[' blue', ' azure']"), its words and bytes counted: a perplexity of no text.
+    lm-eval fails on both (a TypeError)."""
+    import yaml
+
+    path = tmp_path / "one_text.yaml"
+    path.write_text(yaml.safe_dump({"task": "one_text", "output_type": output_type, "doc_to_text": "{{q}}",
+                                    "doc_to_target": target}))
+    spec = load_task(str(path))
+    doc = {"q": "The sky is", "aliases": [" blue", " azure"], "page": '["alpha", "beta"]'}
+    with pytest.raises(ValueError, match=expected):
+        spec.target(doc)
+    assert spec.target({"q": "x", "aliases": " blue", "page": "alpha beta"}) in (" blue", "alpha beta")
