@@ -81,6 +81,9 @@ def uses_static_decoding(model, input_ids: torch.Tensor, stopping_criteria: Stop
         and not generation_config.return_dict_in_generate
         and generation_config.prefill_chunk_size is None
         and stopping_criteria.max_length is not None  # (generate() always adds one: it sizes the buffers)
+        # a caller's MaxLengthCriteria replaces generate()'s unchecked: at or below the prompt's length, `_sample`
+        # still makes one token, which the buffers sized by it have no slot for
+        and stopping_criteria.max_length > input_ids.shape[1]
     )
 
 
@@ -128,12 +131,16 @@ def _may_run_one_step_more(model, processors: LogitsProcessorList, criteria: Sto
 
 def choose_next_tokens(logits_processor: LogitsProcessorList, stopping_criteria: StoppingCriteriaList,
                        sequences: torch.LongTensor, logits: torch.Tensor, unfinished: torch.LongTensor,
-                       pad_token_id: torch.Tensor | None, has_eos_stopping_criteria: bool, do_sample: bool):
+                       pad_token_id: torch.Tensor | None, has_eos_stopping_criteria: bool, do_sample: bool,
+                       contiguous_ids: bool = False):
     """What `_sample` does between two forwards, op for op: the last position's logits in float32 through the
     processors, the argmax or one draw, pad_token_id for a finished row, the stopping criteria on the sequence with the
     new token. `sequences` holds the ids so far and one slot more, at the end, which the new tokens are written to.
+    `contiguous_ids`: hand processors and criteria contiguous copies, as `_sample`'s torch.cat makes them (a user's
+    class may call .view on them; slices of the buffer are not contiguous when batch > 1).
     Returns (the new tokens, which rows go on, whether none does)."""
-    scores = logits_processor(sequences[:, :-1], logits[:, -1].to(copy=True, dtype=torch.float32))
+    ids = sequences[:, :-1].contiguous() if contiguous_ids else sequences[:, :-1]
+    scores = logits_processor(ids, logits[:, -1].to(copy=True, dtype=torch.float32))
     if do_sample:
         next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
     else:
@@ -142,7 +149,7 @@ def choose_next_tokens(logits_processor: LogitsProcessorList, stopping_criteria:
         next_tokens = next_tokens * unfinished + pad_token_id * (1 - unfinished)
     sequences[:, -1] = next_tokens
     # `_sample` passes its collected scores, which are None unless they are returned (never, here)
-    unfinished = unfinished & ~stopping_criteria(sequences, None)
+    unfinished = unfinished & ~stopping_criteria(sequences.contiguous() if contiguous_ids else sequences, None)
     return next_tokens, unfinished, unfinished.max() == 0
 
 
@@ -236,6 +243,9 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
         ahead = 0 if "position_ids" not in model_kwargs else int(positions.max()) - (prompt_length - 1)
     choose = _choice_to_compile(model, compiled_forward, logits_processor, stopping_criteria, generation_config,
                                 stop_late)
+    # transformers' own processors and criteria read the ids through slices; a user's may need them contiguous
+    contiguous_ids = batch > 1 and not all(type(item).__module__.startswith("transformers.generation.")
+                                           for item in [*logits_processor, *stopping_criteria])
     length = prompt_length
 
     while True:
@@ -243,7 +253,7 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
         chooser = choose if length + 1 < max_length else choose_next_tokens
         next_tokens, unfinished, all_finished = chooser(
             logits_processor, stopping_criteria, tokens[:, :length + 1], outputs.logits, unfinished, pad_token_id,
-            has_eos_stopping_criteria, do_sample)
+            has_eos_stopping_criteria, do_sample, contiguous_ids)
         del outputs  # a compiled forward's outputs are overwritten by its next call
         length += 1
 

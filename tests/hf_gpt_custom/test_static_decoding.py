@@ -423,3 +423,58 @@ def test_late_stop_read_never_runs_a_step_past_the_context_for_caller_positions(
     expected = with_transformers_loop(monkeypatch, ours, prompt, **kwargs)
     assert expected.shape == (1, 15) and expected[0, -1] == eos
     assert ours.generate(prompt, **kwargs).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("stop_late", [False, True], ids=["flag-read-each-step", "flag-read-one-step-late"])
+@pytest.mark.parametrize("max_length", [5, 6, 7, 9])
+def test_a_callers_max_length_criteria_gives_gpt2s_tokens_even_at_or_below_the_prompt(pair, loops, monkeypatch,
+                                                                                       stop_late, max_length):
+    """transformers lets a caller's MaxLengthCriteria replace generate()'s (a warning) and checks only its own
+    max_length against the prompt; at or below the prompt's 7 tokens `_sample` still makes one token. Our loop sized
+    its buffers by it: the last prompt token was overwritten (7) or the call failed on a shape (5, 6)."""
+    if stop_late:
+        monkeypatch.setattr(static_decoding, "STOP_LATE_DEVICES", ("cpu",))
+    ours, reference = pair
+    prompt = torch.randint(0, 98, (2, 7), generator=torch.Generator().manual_seed(3))
+
+    def generate(model):
+        criteria = StoppingCriteriaList([MaxLengthCriteria(max_length=max_length)])
+        return model.generate(prompt, do_sample=False, max_new_tokens=6, stopping_criteria=criteria, **STATIC)
+
+    expected = generate(reference)
+    assert generate(ours).tolist() == expected.tolist()
+    assert expected[:, :7].tolist() == prompt.tolist()
+    assert loops["ours"] == (max_length > 7)  # at or below the prompt: transformers' loop
+
+
+class ViewsTheIds(StoppingCriteria):
+    """A user's criterion that reshapes the ids with .view, as code written against `_sample`'s contiguous ids may."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.seen.append(input_ids.view(-1).tolist())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def test_a_users_processor_and_criterion_get_contiguous_ids_as_in_transformers_loop(pair, loops, monkeypatch):
+    """Slices of the (batch, max_length) buffer are not contiguous when batch > 1: a user's `input_ids.view(-1)`
+    raised in our loop where transformers' torch.cat hands over contiguous ids."""
+    from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
+
+    class BansTheLastIdViewed(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            last = input_ids.view(-1)[input_ids.shape[1] - 1::input_ids.shape[1]]  # each row's last id, via .view
+            return scores.scatter(1, last[:, None], -float("inf"))
+
+    ours, _ = pair
+    prompt = torch.randint(0, 98, (3, 5), generator=torch.Generator().manual_seed(5))
+    kwargs = dict(do_sample=False, max_new_tokens=6, **STATIC)
+    theirs_seen, mine_seen = ViewsTheIds(), ViewsTheIds()
+    expected = with_transformers_loop(monkeypatch, ours, prompt, stopping_criteria=StoppingCriteriaList([theirs_seen]),
+                                      logits_processor=LogitsProcessorList([BansTheLastIdViewed()]), **kwargs)
+    tokens = ours.generate(prompt, stopping_criteria=StoppingCriteriaList([mine_seen]),
+                           logits_processor=LogitsProcessorList([BansTheLastIdViewed()]), **kwargs)
+    assert loops["ours"] == 1
+    assert tokens.tolist() == expected.tolist() and mine_seen.seen == theirs_seen.seen
