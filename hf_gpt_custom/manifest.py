@@ -203,8 +203,25 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
         detail = ", ".join([*sorted(missing)[:5], *mismatched[:5]])
         raise UserError(
             f"{folder} does not hold every weight of its config: missing {len(missing)}, wrong shape "
-            f"{len(mismatched)} ({detail}); the file is from another architecture or incomplete — save it again"
+            f"{len(mismatched)} ({detail}); " + (_wrapper_prefix_hint(info) or
+                                                 "the file is from another architecture or incomplete — save it again")
         )
+
+
+# What wrappers put before every weight name when their state_dict is saved instead of the model's own
+WRAPPER_PREFIXES = {"_orig_mod.": "torch.compile", "module.": "DistributedDataParallel"}
+
+
+def _wrapper_prefix_hint(info: dict) -> str | None:
+    """The fix when the file's names carry a wrapper's prefix (the weights are there, under other names)."""
+    unexpected = list(info.get("unexpected_keys", ()))
+    for prefix, wrapper in WRAPPER_PREFIXES.items():
+        if unexpected and all(key.startswith(prefix) for key in unexpected):
+            pattern = 'r"^' + prefix[:-1] + '\\."'  # a raw string to paste: r"^_orig_mod\."
+            return (f"its weights are named {unexpected[0]!r}…, with {wrapper}'s prefix {prefix!r}: load it with "
+                    f"key_mapping={{{pattern}: \"\"}} and save_pretrained it again, and save the unwrapped model "
+                    f"(accelerator.unwrap_model(model), or model._orig_mod / model.module) in future")
+    return None
 
 
 def _key(mismatched_item) -> str:

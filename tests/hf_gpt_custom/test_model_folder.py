@@ -1,6 +1,7 @@
 """Strict loading for our own commands: what from_pretrained lets through silently is an error here."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,23 @@ def test_an_untied_body_without_its_lm_head_is_refused_as_a_causal_lm(tmp_path, 
         for load in (GPTCustomForCausalLM.from_pretrained, AutoModelForCausalLM.from_pretrained, load_model_folder):
             with pytest.raises(UserError, match=rf"saved by {saved_by}, which keeps no lm_head\.weight.*untied"):
                 load(folder)
+
+
+@pytest.mark.parametrize("prefix", ["_orig_mod.", "module."])
+def test_weights_saved_under_a_wrappers_prefix_are_refused_with_the_key_mapping_that_loads_them(saved, tmp_path,
+                                                                                                prefix):
+    """A compiled or DDP-wrapped model's state_dict names every weight `_orig_mod.…`/`module.…`: GPT2LMHeadModel
+    loads such a file as a random model (a logged report); ours refuses it, and the message's key_mapping, pasted,
+    loads the saved weights."""
+    model, _ = saved
+    model.save_pretrained(tmp_path / "wrapped", state_dict={prefix + k: v for k, v in model.state_dict().items()})
+    hint = r"with \S+ prefix '" + re.escape(prefix) + r"': load it with key_mapping="
+    with pytest.raises(UserError, match=hint) as refused:
+        GPTCustomForCausalLM.from_pretrained(tmp_path / "wrapped")
+    pasted = re.search(r"key_mapping=(\{.*?\})", str(refused.value)).group(1)
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path / "wrapped", key_mapping=eval(pasted))
+    for (name, expected), actual in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert actual.equal(expected), name
 
 
 def test_each_file_is_hashed_once_per_process_until_it_changes(saved, monkeypatch):
