@@ -437,6 +437,18 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise UserError("pass exactly one of input_ids or inputs_embeds")
+        if kwargs.get("is_causal") is False or getattr(self.config, "is_causal", None) is False:
+            # transformers' switch to bidirectional attention (LLM2Vec-style embeddings): GPT-2 and Llama honour it;
+            # here the sdpa causal flag, the eager mask and the cache all assume causal attention, and honouring it
+            # on some paths only gave a padded batch other numbers than the same rows unpadded
+            raise UserError("is_causal=False (bidirectional attention) is not supported: GPTCustom attends causally "
+                            "on every path; drop is_causal from the call and the config")
+        if (self.config._attn_implementation == "flex_attention" and isinstance(attention_mask, torch.Tensor)
+                and attention_mask.dim() == 4):
+            # transformers' flex score_mod indexes the tensor at flex's padded block sizes, past its end: on a CPU
+            # the process aborted on a corrupted heap (LlamaForCausalLM too), and a bool mask would be added as 0/1
+            raise UserError("a 4-D attention_mask tensor is not supported with attn_implementation='flex_attention'; "
+                            "pass a 2-D padding mask (or a flex BlockMask), or use attn_implementation='sdpa'")
         if inputs_embeds is None:
             check_token_ids("input_ids", input_ids, self.config.vocab_size, table_rows=self.config.padded_vocab_size)
             inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)

@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
 from hf_gpt_custom.auto_classes import TASK_HEAD_AUTO_CLASSES
+from hf_gpt_custom.errors import UserError
 
 
 @pytest.fixture
@@ -309,3 +310,40 @@ def test_flex_attention_gives_sdpas_logits_after_transformers_widens_the_heads()
         flex = model(input_ids, attention_mask=attention_mask).logits
     keep = attention_mask.bool()
     torch.testing.assert_close(flex[keep], sdpa[keep], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("where", ["config", "call"])
+def test_bidirectional_attention_is_refused_on_every_path_not_honoured_on_some(where, attn_implementation):
+    """transformers' is_causal=False (config or forward keyword) makes GPT-2 attend both ways; ours honoured it only
+    on some paths (sdpa with padding under the config, sdpa without a mask under the keyword), so a padded batch got
+    other logits than its rows unpadded. Refused on every one; with is_causal left alone GPT-2's numbers hold."""
+    from tests.helpers import make_gpt2_pair
+
+    ours, reference = make_gpt2_pair(attn_implementation, seed=2)
+    ids = torch.randint(0, 98, (2, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]])
+    if where == "config":
+        ours.config.is_causal = False
+    for kwargs in ({}, {"attention_mask": mask}):
+        if where == "call":
+            kwargs["is_causal"] = False
+        with pytest.raises(UserError, match=r"is_causal=False \(bidirectional attention\) is not supported"):
+            ours(ids, **kwargs)
+    ours.config.is_causal = True
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_a_4d_mask_tensor_under_flex_attention_is_refused_before_it_reaches_flex(tiny_config, dtype):
+    """transformers' flex attention reads a 4-D mask tensor at flex's padded block sizes, past its end: the process
+    aborted on a corrupted heap (LlamaForCausalLM's too). A 2-D padding mask is what flex takes here."""
+    model = GPTCustomForCausalLM(tiny_config).eval()
+    model.set_attn_implementation("flex_attention")
+    ids = torch.randint(0, tiny_config.vocab_size, (1, 5))
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril()
+    mask = mask if dtype == torch.bool else torch.zeros(1, 1, 5, 5).masked_fill(~mask, torch.finfo(torch.float32).min)
+    with pytest.raises(UserError, match=r"4-D attention_mask tensor is not supported with attn_implementation="
+                                        r"'flex_attention'; pass a 2-D padding mask"):
+        model(ids, attention_mask=mask)
