@@ -469,7 +469,7 @@ def test_a_users_processor_and_criterion_get_contiguous_ids_as_in_transformers_l
             return scores.scatter(1, last[:, None], -float("inf"))
 
     ours, _ = pair
-    prompt = torch.randint(0, 98, (3, 5), generator=torch.Generator().manual_seed(5))
+    prompt = torch.randint(0, 98, (2, 5), generator=torch.Generator().manual_seed(5))  # 2: the smallest non-contiguous
     kwargs = dict(do_sample=False, max_new_tokens=6, **STATIC)
     theirs_seen, mine_seen = ViewsTheIds(), ViewsTheIds()
     expected = with_transformers_loop(monkeypatch, ours, prompt, stopping_criteria=StoppingCriteriaList([theirs_seen]),
