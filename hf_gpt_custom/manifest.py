@@ -163,14 +163,18 @@ def from_pretrained_checked(from_pretrained, path, *model_args, **kwargs):
                                                                                              True)
     wants_info = kwargs.pop("output_loading_info", False)
     model, info = from_pretrained(path, *model_args, output_loading_info=True, **kwargs)
-    same_class = type(model).__name__ in (getattr(model.config, "architectures", None) or ())
+    saved_by = getattr(model.config, "architectures", None) or ()
+    same_class = type(model).__name__ in saved_by
+    # a base model's folder is transformers' way to start any head, an LM head too (its common tests load one so)
+    base_class = type(getattr(model, "base_model", model)).__name__
     raise_if_incomplete(path, model, info, whole_model=same_class,
-                        new_head_allowed=bool(kwargs.get("ignore_mismatched_sizes")), saved_tied=saved_tied is True)
+                        new_head_allowed=bool(kwargs.get("ignore_mismatched_sizes")), saved_tied=saved_tied is True,
+                        new_lm_head_allowed=base_class in saved_by)
     return (model, info) if wants_info else model
 
 
 def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_allowed: bool = False,
-                        saved_tied: bool = False) -> None:
+                        saved_tied: bool = False, new_lm_head_allowed: bool = False) -> None:
     """UserError when loading left a weight of `model` uninitialised or of the wrong shape. With whole_model=False
     only the body counts (the weights under base_model_prefix; all of them for a base model). `new_head_allowed`
     (the caller passed ignore_mismatched_sizes=True, e.g. num_labels=3 on a 2-label classifier) lets a head weight
@@ -180,9 +184,11 @@ def raise_if_incomplete(folder, model, info: dict, whole_model: bool, new_head_a
     missing = [key for key in info.get("missing_keys", ()) if key not in tied]
     has_head = getattr(model, "base_model", model) is not model
     if not whole_model and has_head:
-        # A task head's own weights may start anew; an untied LM head may not: it is the body's trained output, and a
-        # random one gives fluent-looking wrong tokens (a causal LM from a classifier's or a base model's folder).
-        missing = [key for key in missing if key.startswith((f"{model.base_model_prefix}.", "lm_head."))]
+        # A task head's own weights may start anew; an untied LM head may not, from a task head's folder: it was the
+        # body's trained output, and a random one gives fluent-looking wrong tokens. From a base model's folder
+        # (AutoModel's) it starts anew, as in transformers, whose common tests load it so.
+        kept = (f"{model.base_model_prefix}.",) if new_lm_head_allowed else (f"{model.base_model_prefix}.", "lm_head.")
+        missing = [key for key in missing if key.startswith(kept)]
     mismatched = [str(item) for item in info.get("mismatched_keys", ())
                   if not (new_head_allowed and has_head and not _key(item).startswith(f"{model.base_model_prefix}."))]
     if saved_tied and missing == ["lm_head.weight"] and not mismatched and not model.config.tie_word_embeddings:

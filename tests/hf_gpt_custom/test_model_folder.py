@@ -168,11 +168,12 @@ def test_a_head_folder_missing_its_own_head_weight_is_refused(saved, tmp_path):
         GPTCustomForSequenceClassification.from_pretrained(tmp_path / "head")
 
 
-@pytest.mark.parametrize("saved_by", ["GPTCustomForSequenceClassification", "GPTCustomModel"])
+@pytest.mark.parametrize("saved_by", ["GPTCustomForSequenceClassification", "GPTCustomForTokenClassification"])
 def test_an_untied_body_without_its_lm_head_is_refused_as_a_causal_lm(tmp_path, saved_by):
-    """A task head's folder (or a base model's) keeps no lm_head.weight. Tied, the LM head is the embedding and the
-    causal LM loads whole; untied (LLaMA's layout), loading it as a causal LM would start the LM head at random and
-    generate fluent-looking wrong tokens. transformers loads it with a logged report; we refuse it."""
+    """A task head's folder keeps no lm_head.weight. Tied, the LM head is the embedding and the causal LM loads
+    whole; untied (LLaMA's layout), loading it as a causal LM would start the LM head at random and generate
+    fluent-looking wrong tokens. transformers loads it with a logged report; we refuse it. (A base model's folder
+    starts a new LM head, as in transformers: tests/transformers_common's test_correct_missing_keys.)"""
     import hf_gpt_custom
     from transformers import AutoModelForCausalLM
 
