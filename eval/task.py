@@ -109,9 +109,8 @@ class TaskSpec:
             _check_metric_entry(entry, self.output_type, self.source_file)
         if repeated(self.metric_names):  # each doc's value was counted once per entry (a stderr too small)
             raise UserError(f"{self.source_file}: metric_list names {', '.join(repeated(self.metric_names))} more "
-                            f"than once; a task "
-                            f"reports each metric once (lm-eval keeps the last entry): keep one entry, or write a "
-                            f"second task file (include: this one) for the other options")
+                            f"than once; a task reports each metric once (lm-eval keeps the last entry): keep one "
+                            f"entry, or write a second task file (include: this one) for the other options")
         _check_filter_list(self.filter_list, self.output_type, self.source_file)
         if self.multiple_input and "acc_uncond" in self.metric_names:  # it failed after every request was scored
             raise UserError(f"{self.source_file}: acc_uncond scores each choice without its context, but a "
@@ -231,7 +230,7 @@ class TaskSpec:
             raise UserError(f"task {self.task}: doc_to_target {self.doc_to_target!r} gives a {type(value).__name__}, "
                             f"{str(value)[:80]!r}, but a {self.output_type} task scores one text per record; point "
                             f"doc_to_target at a text field (a template's output that reads as a list literal is "
-                            f"parsed into a list, as in lm-eval, which fails on it too)")
+                            f"parsed into a list, as lm-eval parses it)")
         return value
 
     def gold_index(self, doc: dict) -> int:

@@ -118,13 +118,17 @@ EXACT_WHEN_COMPILED = frozenset({
 COMPILED_CHOICE_DEVICES = ("cuda", "xpu")
 
 
+def _transformers_own(item) -> bool:
+    """Whether a processor or criterion is one of transformers' classes (not a user's, which may run any code)."""
+    return type(item).__module__.startswith("transformers.generation.")
+
+
 def _may_run_one_step_more(model, processors: LogitsProcessorList, criteria: StoppingCriteriaList) -> bool:
     """True when one more step after the last token changes nothing the caller sees: no random draw (greedy, and
     every module in eval mode: a dropout layer left in train mode, as Monte-Carlo dropout does, draws), and only
     transformers' pure processors and criteria."""
     return not any(module.training for module in model.modules()) and all(
-        type(item).__module__.startswith("transformers.generation.")
-        and type(item).__name__ in PURE_PROCESSORS_AND_CRITERIA
+        _transformers_own(item) and type(item).__name__ in PURE_PROCESSORS_AND_CRITERIA
         for item in [*processors, *criteria]
     )
 
@@ -176,8 +180,7 @@ def _choice_to_compile(model, compiled_forward: bool, logits_processor, stopping
     where the caller asked torch to refuse any recompilation (the choice compiles a graph where a minimum length is
     reached). tests/hf_gpt_custom/test_compiled_token_choice.py compiles each of them."""
     items = [*logits_processor, *stopping_criteria]
-    exact = all(type(item).__module__.startswith("transformers.generation.")
-                and type(item).__name__ in EXACT_WHEN_COMPILED for item in items)
+    exact = all(_transformers_own(item) and type(item).__name__ in EXACT_WHEN_COMPILED for item in items)
     if (stop_late and compiled_forward and exact and model.device.type in COMPILED_CHOICE_DEVICES
             and not torch._dynamo.config.error_on_recompile):
         backend = getattr(generation_config.compile_config, "backend", None) or "inductor"
@@ -244,8 +247,7 @@ def decode_with_static_cache(model, input_ids: torch.LongTensor, logits_processo
     choose = _choice_to_compile(model, compiled_forward, logits_processor, stopping_criteria, generation_config,
                                 stop_late)
     # transformers' own processors and criteria read the ids through slices; a user's may need them contiguous
-    contiguous_ids = batch > 1 and not all(type(item).__module__.startswith("transformers.generation.")
-                                           for item in [*logits_processor, *stopping_criteria])
+    contiguous_ids = batch > 1 and not all(map(_transformers_own, [*logits_processor, *stopping_criteria]))
     length = prompt_length
 
     while True:
