@@ -97,10 +97,11 @@ def _add_tokenizer(subparsers) -> None:
 
 def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from .hub import is_hub_repo_id
+    from .model_folder import WEIGHT_FILES
 
     _check_output_folder(args.out, "--out")
     check_writable(args.out, "--out", "choose a folder you can write (nothing was trained)")  # not after training
-    held = [name for name in ("config.json", "manifest.json", "model.safetensors") if (Path(args.out) / name).exists()]
+    held = [name for name in ("config.json", "manifest.json", *WEIGHT_FILES) if (Path(args.out) / name).exists()]
     if held:  # its tokenizer files would be replaced under its weights, and its manifest would no longer match
         raise UserError(f"--out {args.out} holds a model ({', '.join(held)}); a tokenizer written there would replace "
                         "the model's own and damage the folder; choose a new folder")

@@ -42,7 +42,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
                   license_link: str | None = None) -> Path:
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
-    Contents: model.safetensors, config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
+    Contents: model.safetensors (shards and their index past save_pretrained's 50 GB), config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
     generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
     (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
     AutoTokenizer; model_max_length = n_positions, a task head's fine-tuning block_size; a causal LM pads with eos

@@ -354,8 +354,8 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             if type(err).__name__ != "SafetensorError":
                 raise
             raise UserError(
-                f"cannot read the weights in {pretrained_model_name_or_path} (model.safetensors): {err}. The file is "
-                "truncated or corrupt; save or download it again."
+                f"cannot read the safetensors weights in {pretrained_model_name_or_path}: {err}. A weights file "
+                "(model.safetensors or a shard) is truncated or corrupt; save or download it again."
             ) from err
 
 

@@ -30,25 +30,29 @@ from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source, load_text_dataset
 from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s, vocabulary_file_sha256s
 from hf_gpt_custom.training.run_lock import claim_build_folder
+from hf_gpt_custom.training.token_bytes import TokenBytes
 
 logger = logging.getLogger(__name__)
 
 # Bump when the packing or caching logic changes so old caches are not reused. 4: version 3 could store the text of
 # a replaced file's old contents under its new contents' key (the raw-text cache knew files by path and mtime). 5: a
-# byte-order mark, blank records and hidden files in a folder are no longer documents.
-CACHE_FORMAT_VERSION = 6
+# byte-order mark, blank records and hidden files in a folder are no longer documents. 7: validation blocks carry
+# byte_counts (token_bytes.py).
+CACHE_FORMAT_VERSION = 7
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 
 # --- tokenising and packing ----------------------------------------------------------------------------------------
 
 
-def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
+def tokenize_documents(dataset, tokenizer, num_proc: int = 1, count_bytes: bool = False):
     """Dataset{text} -> Dataset{input_ids}: each document's ids as the tokenizer wraps a text, then end-of-text.
 
     The end-of-text token after every document is GPT-2's separator: packed blocks then never run two documents
     together without a boundary the model can see. A tokenizer that puts its own tokens around a text (a Llama's
     BOS) gets them around every document (document_template), as transformers' run_clm.py trains.
+    `count_bytes` (validation): also `byte_counts`, the bytes of text each token stands for, summing to each
+    document's UTF-8 length (token_bytes.py): the denominator of val_bits_per_byte.
     """
     eos_token_id = tokenizer.eos_token_id
     if eos_token_id is None:
@@ -57,8 +61,14 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1):
     before, after = document_template(tokenizer)
     after = after if after[-1:] == [eos_token_id] else [*after, eos_token_id]  # one separator, the tokenizer's own
 
+    table = TokenBytes.of(tokenizer) if count_bytes else None
+
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        return {"input_ids": [before + ids + after for ids in encode_ids(batch["text"])]}
+        documents = [before + ids + after for ids in encode_ids(batch["text"])]
+        if table is None:
+            return {"input_ids": documents}
+        return {"input_ids": documents, "byte_counts": [table.document_counts(ids, text, len(before))
+                                                        for ids, text in zip(documents, batch["text"])]}
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(encode, batched=True, remove_columns=["text"])
@@ -87,17 +97,10 @@ def document_template(tokenizer) -> tuple[list[int], list[int]]:
 _TEMPLATE_PROBES = ("a", "The", "0", ".", "Я", "的", "\x00")
 
 
-def document_starts_after(tokenizer) -> tuple[int, ...]:
-    """The ids after which a document's first text token comes: end-of-text, and the last token the tokenizer puts
-    before a text (a Llama's BOS). token_bytes counts a document's first token by its own table there."""
-    before, _ = document_template(tokenizer)
-    return tuple(dict.fromkeys([tokenizer.eos_token_id, *before[-1:]]))
-
-
 def document_encoder(tokenizer) -> Callable[[list[str]], list[list[int]]]:
     """texts -> each text's ids, no special tokens added, none cut or padded, and special-token text such as a
     literal "<|endoftext|>" kept as text (only the separator tokenize_documents appends is a boundary): how documents
-    are tokenised (token_bytes.py checks its byte counts with it). Ids only, no Python BatchEncoding per document:
+    are tokenised (token_bytes.py checks its table with it). Ids only, no Python BatchEncoding per document:
     our tokenizer's encode_ids_batch (tiktoken's engine when the vocabulary allows, ~4x the Rust batch call), else a
     copy of any fast tokenizer's Rust backend (`_document_backend`)."""
     encode_ids = getattr(tokenizer, "encode_ids_batch", None)
@@ -157,30 +160,38 @@ def _encode_one(tokenizer, text: str) -> list[int]:
                         f"({type(err).__name__}: {err}); split or remove it") from err
 
 
-def _iterate_blocks(token_lists: Iterator[list[int]], block_size: int) -> Iterator[dict[str, list[int]]]:
+def _iterate_blocks(documents: Iterator[dict[str, list[int]]], block_size: int) -> Iterator[dict[str, list[int]]]:
+    """Blocks of `block_size` from documents' `input_ids` (and `byte_counts`, cut at the same places)."""
     buffer: list[int] = []
-    for ids in token_lists:
-        buffer.extend(ids)
+    byte_buffer: list[int] = []
+    for document in documents:
+        buffer.extend(document["input_ids"])
+        byte_buffer.extend(document.get("byte_counts", ()))
         start = 0  # blocks are cut at offsets and the consumed prefix dropped once: slicing off each block from
         while len(buffer) - start >= block_size:  # the front would copy the rest of a long document every time
             block = buffer[start : start + block_size]
+            row = {"input_ids": block, "labels": list(block)}
+            if "byte_counts" in document:
+                row["byte_counts"] = byte_buffer[start : start + block_size]
             start += block_size
-            yield {"input_ids": block, "labels": list(block)}
+            yield row
         del buffer[:start]
+        del byte_buffer[:start]
     # the tail shorter than block_size is dropped: fewer than block_size tokens of the whole corpus
 
 
 def _blocks_from_dataset(dataset, block_size: int) -> Iterator[dict[str, list[int]]]:
-    yield from _iterate_blocks(_token_lists(dataset), block_size)
+    yield from _iterate_blocks(_documents(dataset), block_size)
 
 
-def _token_lists(dataset) -> Iterator[list[int]]:
+def _documents(dataset) -> Iterator[dict[str, list[int]]]:
     if isinstance(dataset, datasets.IterableDataset):
-        for row in dataset:
-            yield row["input_ids"]
+        yield from dataset
         return
+    columns = [name for name in ("input_ids", "byte_counts") if name in dataset.column_names]
     for batch in dataset.iter(batch_size=1000):
-        yield from batch["input_ids"]
+        for values in zip(*(batch[name] for name in columns)):
+            yield dict(zip(columns, values))
 
 
 def pack_into_blocks(dataset, block_size: int, cache_dir: str | os.PathLike | None = None):
@@ -189,7 +200,7 @@ def pack_into_blocks(dataset, block_size: int, cache_dir: str | os.PathLike | No
     Exactly floor(total_tokens / block_size) blocks; block k is tokens [k*block_size, (k+1)*block_size) of the
     concatenation, carried across document (and map-batch) boundaries, so nothing is padded. Example with
     block_size=4: documents [a b EOS] [c d e EOS] -> blocks [a b EOS c] and [d e EOS]-tail dropped (3 < 4 tokens).
-    `labels` equal `input_ids`; the model shifts them.
+    `labels` equal `input_ids`; the model shifts them. Documents with `byte_counts` (validation) keep them, cut alike.
     """
     if block_size < 1:
         raise UserError(f"block_size={block_size} must be >= 1")
@@ -197,10 +208,8 @@ def pack_into_blocks(dataset, block_size: int, cache_dir: str | os.PathLike | No
         return datasets.IterableDataset.from_generator(
             _blocks_from_dataset, gen_kwargs={"dataset": dataset, "block_size": block_size}
         )
-    features = datasets.Features({
-        "input_ids": datasets.List(datasets.Value("int32")),
-        "labels": datasets.List(datasets.Value("int32")),
-    })
+    columns = ["input_ids", "labels"] + (["byte_counts"] if "byte_counts" in dataset.column_names else [])
+    features = datasets.Features({name: datasets.List(datasets.Value("int32")) for name in columns})
     gen_kwargs = {"dataset": dataset, "block_size": block_size}
     if cache_dir is not None:
         return datasets.Dataset.from_generator(_blocks_from_dataset, gen_kwargs=gen_kwargs, features=features,
@@ -357,7 +366,7 @@ def _build_packed(config: TrainConfig, tokenizer, work: Path, cache_root: Path):
     train_documents, val_documents = split_documents(config, raw_cache=cache_root / "raw")
     packed = {}
     for name, docs in (("train", train_documents), ("val", val_documents)):
-        tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc)
+        tokenized = tokenize_documents(docs, tokenizer, num_proc=config.num_proc, count_bytes=name == "val")
         total = _count_tokens(tokenized)
         if total < config.block_size:  # no block: datasets' from_generator would fail ("corresponds to no data")
             source = config.val_dataset if name == "val" and config.val_dataset else config.dataset
@@ -386,7 +395,8 @@ def _prepare_streaming(config: TrainConfig, tokenizer) -> PackedData:
         train_documents = documents.skip(STREAMING_VAL_DOCUMENTS)
     train = pack_into_blocks(tokenize_documents(train_documents, tokenizer), config.block_size)
     # Validation is re-read on every evaluation pass, so it is materialised once (it is small by construction).
-    val_rows = list(pack_into_blocks(tokenize_documents(val_documents, tokenizer), config.block_size))
+    val_rows = list(pack_into_blocks(tokenize_documents(val_documents, tokenizer, count_bytes=True),
+                                     config.block_size))
     if not val_rows:
         raise UserError(f"the streaming validation documents of {config.dataset} give no full block of {config.block_size} tokens")
     val = datasets.Dataset.from_list(val_rows)
@@ -460,7 +470,8 @@ class ShiftedBlocks(torch.utils.data.Dataset):
 
 
 def collate_blocks(rows: list[dict]) -> dict[str, torch.Tensor]:
-    return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in ("input_ids", "labels")}
+    keys = ("input_ids", "labels", "byte_counts") if "byte_counts" in rows[0] else ("input_ids", "labels")
+    return {key: torch.tensor([row[key] for row in rows], dtype=torch.long) for key in keys}
 
 
 def val_blocks_scored(val_blocks: int, config: TrainConfig) -> int:

@@ -26,7 +26,7 @@ from hf_gpt_custom.model_folder import load_model_folder
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
 from hf_gpt_custom.training.fingerprints import local_file_sha256s
-from hf_gpt_custom.training.data import (build_loaders, document_encoder, document_starts_after, prepare_datasets,
+from hf_gpt_custom.training.data import (build_loaders, document_encoder, prepare_datasets,
                                          val_blocks_scored)
 from hf_gpt_custom.training.token_bytes import TokenBytes
 
@@ -117,14 +117,12 @@ class LanguageModelling:
                if config.shift_block_boundaries else "")
         )
         model = _load_model(config, tokenizer)
-        # bytes per token id for bits per byte; ids past the tokenizer (a padded vocabulary) never occur as targets
-        self.token_bytes = TokenBytes.of(tokenizer, model.config.vocab_size)
-        problems = self.token_bytes.check(document_encoder(tokenizer))
-        if problems:
-            logger.warning("val_bits_per_byte is approximate with this tokenizer: its tokens do not stand for fixed "
-                           "bytes of the text (%s); val_loss (nats per token) is exact", "; ".join(problems))
+        problems = TokenBytes.of(tokenizer).check(document_encoder(tokenizer))
+        if problems:  # the validation blocks' byte_counts still sum to each document's bytes as written
+            logger.info("this tokenizer's tokens do not stand for fixed bytes of the text (%s): val_bits_per_byte "
+                        "divides by each validation document's own UTF-8 bytes, split among its tokens approximately "
+                        "where a block cuts it", "; ".join(problems))
         self.config, self.eos_token, self.eos_token_id = config, tokenizer.eos_token, tokenizer.eos_token_id
-        self.document_starts_after = document_starts_after(tokenizer)
         train_loader, val_loader = build_loaders(config, self.data)
         return PreparedWork(tokenizer, model, train_loader, val_loader)
 
@@ -135,7 +133,7 @@ class LanguageModelling:
         return batch["input_ids"].numel()  # packed blocks: no padding
 
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
-        return evaluate_loss(model, val_loader, accelerator, self.token_bytes, self.document_starts_after)
+        return evaluate_loss(model, val_loader, accelerator)
 
     def describe(self, result: dict[str, float]) -> str:
         return (f"val loss {result['val_loss']:.4f}, perplexity {result['val_perplexity']:.2f}, "
@@ -197,26 +195,25 @@ def _load_model(config: TrainConfig, tokenizer):
 
 
 @torch.no_grad()
-def evaluate_loss(model, val_loader, accelerator, token_bytes: TokenBytes,
-                  document_starts_after: int | tuple[int, ...]) -> dict[str, float]:
+def evaluate_loss(model, val_loader, accelerator) -> dict[str, float]:
     """Validation loss (nats/token), perplexity and bits per byte over the whole validation loader.
 
-    Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted tokens) (token_bytes.py). Each block predicts
-    its tokens 1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted but stands
-    for 0 bytes, so the figure is, if anything, slightly pessimistic.
+    Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted text): the blocks' `byte_counts` give each
+    token's bytes, summing to each document's length as written (token_bytes.py). Each block predicts its tokens
+    1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted and carries only what
+    the tokens of its document missed, so the figure is, if anything, slightly pessimistic.
     """
     model.eval()
     # summed on the device and read back once at the end: the GPU never waits for the host between batches
     total_nats = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     total_bytes = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     total_tokens = 0
-    token_bytes = token_bytes.to(accelerator.device)  # once, not per batch
     for batch in val_loader:
         logits = model(input_ids=batch["input_ids"]).logits
         targets = batch["labels"][:, 1:]
         nats = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets.reshape(-1),
                                reduction="none").view(targets.shape).sum(dim=1)
-        n_bytes = token_bytes.count(targets, batch["input_ids"][:, :-1], document_starts_after)
+        n_bytes = batch["byte_counts"][:, 1:].sum(dim=1)
         nats, n_bytes = accelerator.gather_for_metrics((nats, n_bytes))
         total_nats += nats.double().sum()
         total_bytes += n_bytes.sum()

@@ -197,6 +197,9 @@ def test_a_streamed_corpus_validates_on_its_first_documents_and_trains_on_the_re
     val_stream = [token for block in packed.val["input_ids"] for token in block]
     expected_val = stream(speeches[:3])
     assert val_stream == expected_val[: len(val_stream)] and len(expected_val) - len(val_stream) < 8
+    # each validation token's bytes (bits per byte's denominator): a byte-level token's characters, 0 for end-of-text
+    assert [n for block in packed.val["byte_counts"] for n in block] == [
+        0 if token == tokenizer.eos_token_id else len(tokenizer.convert_ids_to_tokens(token)) for token in val_stream]
     train_stream = [token for block in packed.train for token in block["input_ids"]]
     expected_train = stream(speeches[3:])
     assert train_stream == expected_train[: len(train_stream)] and len(expected_train) - len(train_stream) < 8

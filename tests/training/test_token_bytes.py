@@ -1,7 +1,10 @@
 """Bytes per token, the denominator of validation bits per byte: every count is checked against the text's own
-`len(text.encode("utf-8"))`, the denominator lm-evaluation-harness uses, for each kind of tokenizer a run may use."""
+`len(text.encode("utf-8"))` as written, the denominator lm-evaluation-harness uses, for each kind of tokenizer a run
+may use: the table by token id where it is exact, and the validation blocks' byte_counts everywhere."""
 
 import logging
+import unicodedata
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,13 +29,11 @@ def byte_level(shakespeare_tokenizer_dir):
 
 
 def counted_bytes_of_documents(tokenizer, texts: list[str]) -> int:
-    """The bytes evaluate_loss counts for these documents packed as training packs them (each followed by the
-    end-of-text token), every token a prediction target, the stream starting after a separator."""
-    eos = tokenizer.eos_token_id
-    stream = [eos] + [i for ids in document_encoder(tokenizer)(texts) for i in ids + [eos]]
+    """The bytes the table by token id gives these documents' tokens (a document's first by `at_start`), before the
+    per-document correction that byte_counts adds on each separator."""
     table = TokenBytes.of(tokenizer)
-    ids = torch.tensor([stream])
-    return int(table.count(ids[:, 1:], ids[:, :-1], eos)[0])
+    return sum(table.at_start[ids[0]] + sum(table.within[i] for i in ids[1:])
+               for ids in document_encoder(tokenizer)(texts) if ids)
 
 
 def test_byte_level_bpe_counts_every_byte(byte_level):
@@ -104,16 +105,92 @@ def test_a_tokenizer_outside_the_rules_is_reported_not_trusted(shakespeare_path,
     assert TokenBytes.of(byte_level).check(document_encoder(byte_level)) == []
 
 
-def test_training_warns_when_bits_per_byte_cannot_be_exact(shakespeare_path, make_config, tmp_path, caplog,
-                                                           cpu_accelerator):
+def test_training_says_when_the_table_is_not_exact(shakespeare_path, make_config, caplog, cpu_accelerator, tmp_path):
     folder = tmp_path / "stripped"
     sentencepiece_like(shakespeare_path, normalizer=normalizers.Sequence(
         [normalizers.NFD(), normalizers.StripAccents()])).save_pretrained(folder)
     config = make_config(f"tokenizer={folder}")
-    with caplog.at_level(logging.WARNING, logger=workload.__name__):
+    with caplog.at_level(logging.INFO, logger=workload.__name__):
         work = workload.LanguageModelling().prepare(config, cpu_accelerator)
-    assert "val_bits_per_byte is approximate" in caplog.text and "naïve" in caplog.text
+    assert "each validation document's own UTF-8 bytes" in caplog.text and "naïve" in caplog.text
     assert len(work.tokenizer) == 700
+
+
+# Text a normalizer rewrites: decomposed accents (French as macOS writes file names), decomposed Hangul (NFC makes
+# one 3-byte syllable of three 3-byte jamo), a ligature and full-width punctuation (NFKC).
+REWRITTEN = ["cafe\u0301 cre\u0300me bru\u0302le\u0301e, de\u0301ja\u0300 vu",
+             unicodedata.normalize("NFD", "한국어 문장입니다. 안녕하세요"), "the \ufb01rst \ufb02ower\uff0c o\ufb00ered"]
+
+
+def _byte_level_with(shakespeare_tokenizer_dir, normalizer):
+    """Our byte-level BPE as a fast tokenizer with a normalizer in front: what Qwen2's tokenizer is (NFC)."""
+    from transformers import GPT2TokenizerFast
+
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(shakespeare_tokenizer_dir))
+    tokenizer.backend_tokenizer.normalizer = normalizer
+    return tokenizer
+
+
+@pytest.mark.parametrize("normalizer", [normalizers.NFC(), normalizers.NFKC(),
+                                        normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])],
+                         ids=["NFC", "NFKC", "strip-accents"])
+def test_bits_per_byte_divides_by_the_text_as_written_when_a_normalizer_rewrites_it(
+        shakespeare_tokenizer_dir, shakespeare_path, cpu_accelerator, normalizer):
+    """A tokenizer whose normalizer rewrites text spells the normalized text: the table counted those bytes, 2.19x
+    too few for NFD Korean under NFC, and no probe noticed, so val_bits_per_byte was silently too high. Reference:
+    lm-evaluation-harness divides by len(text.encode("utf-8")) of each document as written."""
+    import datasets
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+
+    tokenizer = _byte_level_with(shakespeare_tokenizer_dir, normalizer)
+    documents = REWRITTEN + [s for s in shakespeare_path.read_text(encoding="utf-8")[-2_000:].split("\n\n") if s]
+    as_written = sum(len(document.encode("utf-8")) for document in documents)
+    assert TokenBytes.of(tokenizer).check(document_encoder(tokenizer))  # the probes see the table is not exact
+    assert counted_bytes_of_documents(tokenizer, documents) != as_written  # what the table alone would divide by
+
+    tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": documents}), tokenizer, count_bytes=True)
+    eos = tokenizer.eos_token_id
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=1,
+                                                 n_head=2, eos_token_id=eos, bos_token_id=eos))
+    # one document a block, after a separator: every token of every document is a prediction target
+    batches = [{"input_ids": torch.tensor([[eos] + ids]), "labels": torch.tensor([[eos] + ids]),
+                "byte_counts": torch.tensor([[0] + counts])}
+               for ids, counts in zip(tokenized["input_ids"], tokenized["byte_counts"])]
+    result = workload.evaluate_loss(model, batches, cpu_accelerator)
+    assert result["val_bytes"] == as_written
+
+
+def test_byte_counts_of_the_exact_tables_are_the_tables_own(byte_level, shakespeare_path):
+    """Where the table is exact the per-document correction is 0: each token counts what it spells, so a block cut
+    inside a document divides by the bytes of its own tokens."""
+    import datasets
+
+    for tokenizer in (byte_level, sentencepiece_like(shakespeare_path)):
+        texts = NO_LEADING_SPACE
+        table = TokenBytes.of(tokenizer)
+        tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": texts}), tokenizer, count_bytes=True)
+        for ids, counts, text in zip(tokenized["input_ids"], tokenized["byte_counts"], texts):
+            assert counts == [table.at_start[ids[0]]] + [table.within[i] for i in ids[1:]]
+            assert sum(counts) == len(text.encode("utf-8")) and counts[-1] == 0  # the separator
+
+
+def test_packed_validation_blocks_keep_each_tokens_byte_count(byte_level, shakespeare_tokenizer_dir):
+    """pack_into_blocks cuts byte_counts where it cuts the ids; the streaming path and the cache keep them too."""
+    import datasets
+
+    from hf_gpt_custom.training.data import pack_into_blocks
+
+    tokenizer = _byte_level_with(shakespeare_tokenizer_dir, normalizers.NFC())
+    documents = REWRITTEN * 5
+    tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": documents}), tokenizer, count_bytes=True)
+    ids = [i for row in tokenized["input_ids"] for i in row]
+    counts = [n for row in tokenized["byte_counts"] for n in row]
+    for dataset in (tokenized, tokenized.to_iterable_dataset()):
+        blocks = list(pack_into_blocks(dataset, 7))
+        assert [i for block in blocks for i in block["input_ids"]] == ids[: len(blocks) * 7]
+        assert [n for block in blocks for n in block["byte_counts"]] == counts[: len(blocks) * 7]
 
 
 def test_tokenised_training_documents_are_what_the_check_tokenises(byte_level):
@@ -130,20 +207,21 @@ def test_validation_divides_by_the_bytes_of_the_documents_it_predicts(shakespear
     bytes must be the documents' UTF-8 bytes, the dummy space before each SentencePiece document not counted."""
     import math
 
+    import datasets
+
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 
     tokenizer = sentencepiece_like(shakespeare_path)
     documents = [s for s in shakespeare_path.read_text(encoding="utf-8")[-3_000:].split("\n\n") if s]
     eos = tokenizer.eos_token_id
-    blocks = [[eos] + ids + [eos] for ids in document_encoder(tokenizer)(documents)]
-    width = max(map(len, blocks))
+    tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": documents}), tokenizer, count_bytes=True)
+    blocks = [([eos] + ids, [0] + counts) for ids, counts in zip(tokenized["input_ids"], tokenized["byte_counts"])]
     torch.manual_seed(0)
-    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=width, n_embd=32, n_layer=1,
-                                                 n_head=2, eos_token_id=eos, bos_token_id=eos))
-    batches = []
-    for ids in blocks:  # one block per batch: no padding, every token after the first a target
-        batches.append({"input_ids": torch.tensor([ids]), "labels": torch.tensor([ids])})
-    result = workload.evaluate_loss(model, batches, cpu_accelerator, TokenBytes.of(tokenizer), eos)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=max(len(b) for b, _ in blocks),
+                                                 n_embd=32, n_layer=1, n_head=2, eos_token_id=eos, bos_token_id=eos))
+    batches = [{"input_ids": torch.tensor([ids]), "labels": torch.tensor([ids]), "byte_counts": torch.tensor([counts])}
+               for ids, counts in blocks]  # one block per batch: no padding, every token after the first a target
+    result = workload.evaluate_loss(model, batches, cpu_accelerator)
     assert result["val_bytes"] == sum(len(document.encode("utf-8")) for document in documents)
     assert result["val_bits_per_byte"] == pytest.approx(
         result["val_loss"] * result["val_tokens"] / (math.log(2) * result["val_bytes"]))
@@ -167,8 +245,6 @@ def test_documents_are_encoded_as_the_tokenizer_encodes_a_text(shakespeare_path,
     transformers' run_clm.py encodes documents, then one end-of-text separator (the tokenizer's own, if it adds it)."""
     import datasets
 
-    from hf_gpt_custom.training.data import document_starts_after
-
     tokenizer = _llama_like(shakespeare_path, template)
     eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id
     texts = NO_LEADING_SPACE
@@ -177,56 +253,53 @@ def test_documents_are_encoded_as_the_tokenizer_encodes_a_text(shakespeare_path,
     assert tokenized == [ids if ids[-1] == eos else ids + [eos] for ids in reference]
     assert all(ids.count(eos) == 1 for ids in tokenized)
     assert all((ids[0] == bos) is template.startswith("<s>") for ids in tokenized)
-    assert document_starts_after(tokenizer) == ((eos, bos) if template.startswith("<s>") else (eos,))
 
 
-def test_bits_per_byte_counts_a_documents_first_piece_after_its_bos(shakespeare_path, cpu_accelerator):
+def test_bits_per_byte_counts_a_documents_first_piece_after_its_bos(shakespeare_path):
     """The dummy space SentencePiece puts before a text is no byte of it: a document's first piece is counted one
     byte short. After BOS it was counted whole (the table looked for end-of-text before it), one byte too many a
-    document. Reference: the documents' UTF-8 bytes."""
+    document. Reference: the documents' UTF-8 bytes, with nothing left over for the separator to correct."""
     import datasets
-
-    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
-    from hf_gpt_custom.training.data import document_starts_after
 
     tokenizer = _llama_like(shakespeare_path)
     documents = [s for s in shakespeare_path.read_text(encoding="utf-8")[-3_000:].split("\n\n") if s]
-    eos = tokenizer.eos_token_id
-    blocks = [[eos] + ids for ids in tokenize_documents(datasets.Dataset.from_dict({"text": documents}),
-                                                         tokenizer)["input_ids"]]
-    torch.manual_seed(0)
-    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=max(map(len, blocks)),
-                                                 n_embd=32, n_layer=1, n_head=2, eos_token_id=eos, bos_token_id=eos))
-    batches = [{"input_ids": torch.tensor([ids]), "labels": torch.tensor([ids])} for ids in blocks]
-    result = workload.evaluate_loss(model, batches, cpu_accelerator, TokenBytes.of(tokenizer),
-                                    document_starts_after(tokenizer))
-    assert result["val_bytes"] == sum(len(document.encode("utf-8")) for document in documents)
+    table = TokenBytes.of(tokenizer)
+    tokenized = tokenize_documents(datasets.Dataset.from_dict({"text": documents}), tokenizer, count_bytes=True)
+    for ids, counts, document in zip(tokenized["input_ids"], tokenized["byte_counts"], documents):
+        assert ids[0] == tokenizer.bos_token_id and counts[0] == 0
+        assert counts[1] == table.at_start[ids[1]] == table.within[ids[1]] - 1
+        assert sum(counts) == len(document.encode("utf-8")) and counts[-1] == 0
 
 
-def test_a_run_with_a_llama_tokenizer_trains_on_bos_and_counts_bytes_after_it(make_config, tmp_path, shakespeare_path,
-                                                                               monkeypatch):
-    """The run itself: its packed blocks hold the tokenizer's BOS after every separator, and its validation counts a
-    document's first piece as starting after that BOS."""
+def test_a_run_with_a_llama_tokenizer_trains_on_bos_and_counts_bytes_after_it(make_config, tmp_path, shakespeare_path):
+    """The run itself: its packed blocks hold the tokenizer's BOS after every separator, and its validation blocks
+    count a document's first piece as starting after that BOS."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.training.data import prepare_datasets
     from hf_gpt_custom.training.train import train
 
     folder = tmp_path / "llama_tokenizer"
     _llama_like(shakespeare_path).save_pretrained(folder)
-    seen = []
-    real = workload.evaluate_loss
-    monkeypatch.setattr(workload, "evaluate_loss", lambda *args: seen.append(args[-1]) or real(*args))
     config = make_config(f"tokenizer={folder}", f"data_cache_dir={tmp_path / 'cache'}", "max_steps=2",
                          "eval_interval=2")
     train(config)
-    from transformers import AutoTokenizer
-
-    from hf_gpt_custom.training.data import prepare_datasets
-
     tokenizer = AutoTokenizer.from_pretrained(folder)
     eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id
-    assert seen and all(after == (eos, bos) for after in seen)
-    stream = [i for block in prepare_datasets(config, tokenizer, folder).train for i in block["input_ids"]]
+    data = prepare_datasets(config, tokenizer, folder)
+    assert data.is_cache_hit  # what the run itself packed
+    stream = [i for block in data.train for i in block["input_ids"]]
     pairs = [(a, b) for a, b in zip(stream, stream[1:]) if a == eos]
     assert pairs and all(b == bos for _, b in pairs)
+    table = TokenBytes.of(tokenizer)
+    firsts = [(count, table.at_start[i]) for block in data.val
+              for previous, i, count in zip(block["input_ids"], block["input_ids"][1:], block["byte_counts"][1:])
+              if previous == bos]
+    assert firsts and all(count == expected for count, expected in firsts)
+    summary = json.loads((Path(config.run_dir) / "training_summary.json").read_text())
+    assert summary["val_bits_per_byte"] > 0
 
 
 def test_a_tokenizer_that_cannot_spell_a_finds_its_bos_with_another_probe(tmp_path):
