@@ -17,8 +17,18 @@ RESULT_KEYS = ("task", "dataset", "num_fewshot", "metric", "value", "stderr", "n
 REPORT_FILES = ("results.json", "table.md", "examples.jsonl", "shots_curve.png")
 
 
-def _finite(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+def _json_row(row: dict) -> dict:
+    """A result row for results.json: a non-finite number is null (strict JSON has no inf or nan), and a non-finite
+    value also says which it was in `non_finite` ("inf": a perplexity past float's range; "nan": log-likelihoods
+    that overflowed), so a table rebuilt from the file shows what was measured."""
+    json_row = {key: None if _is_non_finite(row[key]) else row[key] for key in RESULT_KEYS}
+    if _is_non_finite(row["value"]):
+        json_row["non_finite"] = str(float(row["value"]))
+    return json_row
+
+
+def _is_non_finite(value) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def write_report(results, out_dir: str | Path) -> Path:
@@ -36,7 +46,7 @@ def write_report(results, out_dir: str | Path) -> Path:
 def _write_report_files(results, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = results.to_dict()
-    payload["results"] = [{key: _finite(row[key]) for key in RESULT_KEYS} for row in payload["results"]]
+    payload["results"] = [_json_row(row) for row in payload["results"]]
     staging = out_dir / ".report.tmp"
     shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted call
     staging.mkdir()
@@ -74,7 +84,7 @@ def format_results_table(rows: list[dict], skipped: list[dict] = ()) -> str:
     ]
     for row in sorted(rows, key=lambda row: (task_order[row["task"]], int(row["num_fewshot"]))):
         arrow = "↑" if row.get("higher_is_better", True) else "↓"
-        value = "nan" if row["value"] is None else format_metric(row["value"])  # write_report stores non-finite as null
+        value = row.get("non_finite", "nan") if row["value"] is None else format_metric(row["value"])  # _json_row
         cells = (row["task"], row["num_fewshot"], f"{row['metric']} {arrow}", value, format_metric(row.get("stderr")),
                  row.get("n", "–"), row.get("n_truncated", "–"))
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")

@@ -289,3 +289,27 @@ def test_the_scoring_code_hash_is_of_the_code_that_scored_not_the_code_when_the_
     monkeypatch.setattr(report, "write_report", upgraded_while_scoring)
     evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, out_dir=tmp_path, show_progress=False)
     assert json.loads((tmp_path / "results.json").read_text())["scoring_code_sha256"] == before
+
+
+def test_a_non_finite_value_reads_back_as_what_was_measured(tmp_path):
+    """results.json stores an infinite perplexity as null (strict JSON has no inf), and the table rebuilt from it (the
+    model card's) said "nan", as if the log-likelihoods had overflowed. Reference: the values given to write_report."""
+    from hf_gpt_custom.eval.report import format_results_table, write_report
+    from hf_gpt_custom.eval.runner import Results
+
+    def row(metric, value):
+        return {"task": "wikitext", "dataset": None, "num_fewshot": 0, "metric": metric, "value": value,
+                "stderr": None, "n": 2, "higher_is_better": False, "n_truncated": 0}
+
+    results = Results(model="m", config={"limit": None, "seed": 0},
+                      results=[row("word_perplexity", float("inf")), row("bits_per_byte", float("nan")),
+                               row("byte_perplexity", 2.5)])
+    write_report(results, tmp_path)
+    payload = json.loads((tmp_path / "results.json").read_text(),
+                         parse_constant=lambda name: pytest.fail(f"results.json holds {name}: not strict JSON"))
+    assert [r["value"] for r in payload["results"]] == [None, None, 2.5]
+    expected = ["| wikitext | 0 | word_perplexity ↓ | inf | – | 2 | 0 |",
+                "| wikitext | 0 | bits_per_byte ↓ | nan | – | 2 | 0 |",
+                "| wikitext | 0 | byte_perplexity ↓ | 2.5000 | – | 2 | 0 |"]
+    assert format_results_table(payload["results"]).splitlines()[2:5] == expected
+    assert (tmp_path / "table.md").read_text().splitlines()[4:7] == expected
