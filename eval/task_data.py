@@ -104,11 +104,15 @@ def _read_local(spec: TaskSpec, paths: list[Path]) -> list[dict]:
 def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
     """Render every template once so a malformed record fails here, naming its file and record number."""
     try:
+        rendered = [spec.text(doc)]
         if spec.output_type == "multiple_choice":
+            rendered += spec.choices(doc)
             spec.choices(doc)[spec.gold_index(doc)]
-        spec.text(doc)
         if spec.doc_to_target is not None:
-            spec.target(doc)
+            rendered.append(spec.target(doc))
+        for text in rendered:
+            if isinstance(text, str):  # a lone surrogate escape (half an emoji) failed inside the tokenizer, unnamed
+                text.encode("utf-8")
     except (KeyError, IndexError, ValueError, TypeError, jinja2.TemplateError) as err:
         # a template's syntax error or a filter Jinja lacks (lm-eval's regex_replace) too: a raw Jinja traceback
         # named neither the task file nor the field

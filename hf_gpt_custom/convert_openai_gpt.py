@@ -117,7 +117,7 @@ def openai_gpt_config_from(config: GPTCustomConfig):
 
     required = {
         "norm_position": "post", "position_embedding_type": "learned", "norm_type": "layernorm",
-        "mlp_type": "standard", "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True,
+        "mlp_type": "standard", "attention_bias": True, "mlp_bias": True,
         "scale_attn_weights": True, "inner_dim": 4 * config.n_embd, "n_kv_head": config.n_head,
     }
     wrong = {name: getattr(config, name) for name, value in required.items() if getattr(config, name) != value}
@@ -126,15 +126,16 @@ def openai_gpt_config_from(config: GPTCustomConfig):
     if config.head_dim * config.n_head != config.n_embd:  # OpenAIGPTConfig has no head_dim: heads split n_embd
         wrong["head_dim"] = config.head_dim
     refuse_inexpressible("OpenAIGPTLMHeadModel", wrong, "it is a post-LayerNorm block with learned positions, heads "
-                         f"of n_embd / n_head, a {', '.join(AFN_FROM_ACTIVATION)} MLP of 4·n_embd with biases and a "
-                         "tied head; export a model of that block (e.g. the gpt1 preset), or keep this one as "
+                         f"of n_embd / n_head and a {', '.join(AFN_FROM_ACTIVATION)} MLP of 4·n_embd with biases; "
+                         "export a model of that block (e.g. the gpt1 preset), or keep this one as "
                          "GPTCustom")
     fields = {key: getattr(config, key) for key in FIELDS_CARRIED_OVER}
     return OpenAIGPTConfig(**fields, afn=AFN_FROM_ACTIVATION[config.activation_function])
 
 
 def to_openai_gpt_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:
-    """GPTCustomForCausalLM state dict (GPT-1 block) -> OpenAIGPTLMHeadModel state dict (lm_head included, tied).
+    """GPTCustomForCausalLM state dict (GPT-1 block) -> OpenAIGPTLMHeadModel state dict (lm_head included: the token
+    embedding when tied, its own rows when untied, which transformers 5's OpenAIGPTLMHeadModel keeps too).
 
     A padded vocabulary (pad_vocab_size_to_multiple_of) is cut back to vocab_size rows: our padding rows are never
     looked up nor predicted, so the logits stay the same."""
@@ -147,7 +148,9 @@ def to_openai_gpt_state_dict(state: dict[str, torch.Tensor], config: GPTCustomCo
             tensor = tensor[: config.vocab_size]
         name = _renamed(name, {ours: theirs for theirs, ours in EMBEDDING_NAMES.items()})
         converted[f"transformer.{name}"] = tensor.t().contiguous() if name.endswith(CONV1D_SUFFIXES) else tensor
-    converted["lm_head.weight"] = converted["transformer.tokens_embed.weight"]
+    untied = not config.tie_word_embeddings and "lm_head.weight" in state
+    converted["lm_head.weight"] = (state["lm_head.weight"][: config.vocab_size] if untied
+                                   else converted["transformer.tokens_embed.weight"])
     return converted
 
 

@@ -12,6 +12,7 @@ transpose (Conv1D -> nn.Linear).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -176,7 +177,7 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """The MLP's nonlinearity by transformers' name. GPT-2's "gelu_new" is the tanh approximation
     0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), which PyTorch computes as one fused op (approximate="tanh")."""
     if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return lambda x: F.gelu(x, approximate="tanh")
+        return functools.partial(F.gelu, approximate="tanh")  # a partial, not a lambda: torch.save(model) pickles it
     return {"gelu": F.gelu, "relu": F.relu, "silu": F.silu}[name]
 
 
@@ -345,6 +346,16 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         converter = CHECKPOINT_CONVERTERS.get((saved or {}).get("model_type"))
         if converter is not None:
             return resolve(converter)(pretrained_model_name_or_path, cls, **kwargs)
+        model_type = (saved or {}).get("model_type")
+        if model_type not in (None, cls.config_class.model_type) and "config" not in kwargs:
+            # transformers would load it into our layout wherever names and shapes happen to match: a gpt_bigcode
+            # folder (heads interleaved in c_attn) loaded with no error and other logits
+            raise UserError(
+                f"{pretrained_model_name_or_path} holds a {model_type!r} model (config.json's model_type); "
+                f"{cls.__name__} loads {cls.config_class.model_type!r} folders and converts "
+                f"{', '.join(sorted(CHECKPOINT_CONVERTERS))}; load it with its own class "
+                "(AutoModelForCausalLM.from_pretrained)"
+            )
         refuse_another_head(cls.__name__, pretrained_model_name_or_path, (saved or {}).get("architectures"))
         refuse_another_vocabulary(pretrained_model_name_or_path, saved, kwargs)
         try:

@@ -299,7 +299,10 @@ def _read_text_file(path: Path) -> Iterator[str]:
                 block.append(line)
                 block_chars += len(line)
     except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8") from err
+        from hf_gpt_custom.training.corpus import check_local_source_readable
+
+        check_local_source_readable(str(path))  # training's message: the byte's offset in the file, its line, iconv
+        raise UserError(f"{path}: not UTF-8 text ({err.reason}); convert it to UTF-8") from err
     if block:
         yield "".join(block)
 
@@ -322,12 +325,19 @@ def _is_split_space(character: str) -> bool:
 def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]:
     from datasets import load_dataset
 
-    from hf_gpt_custom.training.corpus import check_record_files_utf8, literal_data_files
+    from hf_gpt_custom.training.corpus import raise_first_bad_json_line, check_record_files_utf8, literal_data_files
 
     check_record_files_utf8([path])  # arrow reads latin-1 in, and the first row read failed bare
     # streaming=True reads the file directly: no Arrow cache written next to the user's data or in ~/.cache
     records = load_dataset(loader, data_files=literal_data_files([path]), split="train", streaming=True)
-    yield from _texts_from_records(records, text_field, source=str(path))
+    try:
+        yield from _texts_from_records(records, text_field, source=str(path))
+    except UserError:
+        raise
+    except Exception as err:  # pyarrow's bare ArrowInvalid (a lone surrogate escape): name the file and line
+        if loader != "json":
+            raise
+        raise_first_bad_json_line([path], text_field, err)
 
 
 def _iter_hub_dataset(name: str, text_field: str, dataset_config: str | None, split: str,
@@ -388,6 +398,13 @@ class _CountingIterator:
         text = next(self._texts)
         self.n_texts += 1
         self.n_chars += len(text)
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as bad:  # a lone surrogate ("\ud83d", half an emoji): tokenizers' bare error
+                raise UserError(f"document {self.n_texts} (starting {text[:40]!r}) holds {bad.object[bad.start]!r}, "
+                                f"half of a surrogate pair, at character {bad.start}: not text; fix or remove "
+                                "it") from None
         return text
 
 

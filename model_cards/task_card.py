@@ -169,7 +169,8 @@ def _known_copy(path: Path) -> str | None:
     """The KNOWN_TASK_DATASETS entry whose every record `path` holds (a JSONL file of its record count and fields)."""
     if path.suffix.lower() != ".jsonl" or not path.is_file():
         return None
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # split at "\n" only: splitlines() also breaks at U+2028 and the like, which JSON strings may hold unescaped
+    lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     try:
         fields = set(json.loads(lines[0])) if lines else set()
     except (json.JSONDecodeError, TypeError):

@@ -296,7 +296,7 @@ def load_text_dataset(
             dataset = datasets.load_dataset(builder, **kwargs)
         except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
             if builder == "json":
-                _raise_first_bad_json_line(files, text_field, err)
+                raise_first_bad_json_line(files, text_field, err)
             if builder == "text":
                 _raise_first_unreadable_text_file(files, err)
             raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
@@ -309,7 +309,7 @@ def load_text_dataset(
         if builder != "text" and not streaming and text_field in dataset.column_names \
                 and dataset.data.column(text_field).null_count:  # arrow's count: no pass over the rows
             if builder == "json":
-                _raise_first_bad_json_line(files, text_field, ValueError(f"a null {text_field!r}"))  # file and line
+                raise_first_bad_json_line(files, text_field, ValueError(f"a null {text_field!r}"))  # file and line
             row = dataset.data.column(text_field).is_null().index(True).as_py()
             raise UserError(
                 f"dataset {source}: row {row + 1} (counting from 1 over {', '.join(f.name for f in files)}) has no "
@@ -456,7 +456,7 @@ def check_local_source_readable(source: str | None) -> None:
         check_record_files_utf8(files)
 
 
-def _raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
+def raise_first_bad_json_line(files: list[Path], text_field: str, err: Exception) -> None:
     """Find the first line that is not a JSON object with a string `text_field` and name its file and line."""
     for file in files:
         if kind_suffix(file) == ".json":

@@ -13,6 +13,7 @@ training loop live in finetune.py.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,10 +295,15 @@ def _class_index(value: Any, task: TaskSection, where: str, row: int) -> int:
                             f"{n_choices} answers (0..{n_choices - 1}); fix the row")
         return int(key)
     key = label_key(value)
-    if key not in task.labels:
-        raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not in the label set "
-                        f"{list(task.labels)}; fix the row or add the label to task.labels")
-    return task.labels.index(key)
+    if key in task.labels:
+        return task.labels.index(key)
+    # the same text in another Unicode form is the same label: "ne\u0301gatif" (decomposed, as macOS writes names)
+    # was refused as not in ['négatif', ...], a message showing two identical-looking strings
+    composed = [unicodedata.normalize("NFC", name) for name in task.labels]
+    if unicodedata.normalize("NFC", key) in composed:
+        return composed.index(unicodedata.normalize("NFC", key))
+    raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not in the label set "
+                    f"{list(task.labels)}; fix the row or add the label to task.labels")
 
 
 def _encoder(tokenizer):

@@ -141,3 +141,18 @@ def test_a_multiple_choice_gold_given_as_a_list_is_named_as_such(tmp_path):
     with pytest.raises(UserError, match=r"record 1: cannot build the prompt .*doc_to_target gives a list, \[0, 1\]: "
                                         r"several right choices are not scored here"):
         spec.docs("test", tmp_path)
+
+
+@pytest.mark.parametrize("field", ["q", "choices"])
+def test_a_record_with_half_an_emoji_is_named_when_the_task_loads(tmp_path, field):
+    """A lone surrogate escape ("\\ud83d", a truncated emoji pair in scraped JSON) is valid JSON but no text: scoring
+    failed later inside the tokenizer (with GPT2TokenizerFast a bare TypeError), naming neither file nor record."""
+    bad = {**DOCS[0], **({"q": "bad \ud83d emoji"} if field == "q" else {"choices": ["blue", "\ud83d", "red"]})}
+    data = tmp_path / "docs.jsonl"
+    data.write_text(json.dumps(DOCS[0]) + "\n" + json.dumps(bad) + "\n")
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({
+        "task": "mine", "output_type": "multiple_choice", "doc_to_text": "{{q}}", "doc_to_choice": "choices",
+        "doc_to_target": "label", "data_files": {"test": str(data)}}))
+    spec = load_task(str(tmp_path / "mine.yaml"))
+    with pytest.raises(UserError, match=r"docs\.jsonl record 2: cannot build the prompt .*surrogates not allowed"):
+        spec.docs("test", tmp_path)

@@ -150,6 +150,21 @@ def test_a_config_of_another_family_or_a_name_is_refused_by_name(tmp_path, confi
         GPTCustomForCausalLM.from_pretrained(tmp_path, config=config)
 
 
+def test_a_folder_of_a_family_without_a_converter_is_refused_by_name(tmp_path):
+    """A StarCoder-family folder (gpt_bigcode, multi_query=False) has our weight names and shapes but its heads
+    interleaved in c_attn: it loaded with no error and logits up to 5 away from GPTBigCodeForCausalLM's. Reference:
+    GPTBigCodeForCausalLM with the same folder."""
+    from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM
+
+    torch.manual_seed(0)
+    reference = GPTBigCodeForCausalLM(GPTBigCodeConfig(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                                       initializer_range=0.2, multi_query=False)).eval()
+    reference.save_pretrained(tmp_path)
+    for model_class in (GPTCustomForCausalLM, GPTCustomModel, GPTCustomForSequenceClassification):
+        with pytest.raises(UserError, match=r"holds a 'gpt_bigcode' model .*load it with its own class"):
+            model_class.from_pretrained(tmp_path)
+
+
 # --- output_loading_info ---------------------------------------------------------------------------------------------
 
 LOADING_CASES = {  # name: (the folder's class and config, transformers' class loading it, ours, from_pretrained args)

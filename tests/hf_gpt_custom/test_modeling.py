@@ -347,3 +347,17 @@ def test_a_4d_mask_tensor_under_flex_attention_is_refused_before_it_reaches_flex
     with pytest.raises(UserError, match=r"4-D attention_mask tensor is not supported with attn_implementation="
                                         r"'flex_attention'; pass a 2-D padding mask"):
         model(ids, attention_mask=mask)
+
+
+@pytest.mark.parametrize("activation_function", ["gelu_new", "gelu_pytorch_tanh", "relu"])
+def test_a_model_pickles_as_gpt2lmheadmodel_does(tmp_path, activation_function):
+    """torch.save(model) failed with "Can't pickle local object" for GPT-2's activation (a lambda), where
+    GPT2LMHeadModel pickles. Reference: the unpickled model's logits equal the original's."""
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=50, n_positions=16, n_embd=32, n_layer=1, n_head=2,
+                                                 activation_function=activation_function)).eval()
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False).eval()
+    ids = torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)

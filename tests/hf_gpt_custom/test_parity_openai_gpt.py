@@ -143,6 +143,17 @@ def test_an_untied_openai_gpt_folder_converts_with_its_own_head(tmp_path):
     assert_same_logits(loaded, reference, torch.randint(0, 99, (2, 10)))
 
 
+def test_an_untied_model_converts_back_to_an_untied_openai_gpt():
+    """transformers 5's OpenAIGPTLMHeadModel keeps an untied head (tie_word_embeddings=False); the export refused it
+    as something OpenAI GPT "cannot express". Reference: the untied OpenAIGPTLMHeadModel it came from."""
+    ours, reference = make_openai_gpt_pair(tie_word_embeddings=False)
+    back = to_openai_gpt_model(ours)
+    assert not back.config.tie_word_embeddings
+    assert back.lm_head.weight.data_ptr() != back.transformer.tokens_embed.weight.data_ptr()
+    assert torch.equal(back.lm_head.weight, reference.lm_head.weight)
+    assert_same_logits(back, reference, torch.randint(0, 99, (2, 10)))
+
+
 def test_the_gpt1_preset_is_the_block_of_the_released_openai_gpt():
     """transformers' OpenAIGPTConfig() defaults describe the released openai-gpt checkpoint; converting them must give
     the gpt1 preset (else the released weights would load into a different function)."""
@@ -161,7 +172,7 @@ def test_openai_gpt_options_we_cannot_reproduce_are_refused_by_name():
 
 @pytest.mark.parametrize("option", [
     {"norm_position": "pre"}, {"position_embedding_type": "rope"}, {"norm_type": "rmsnorm"}, {"mlp_type": "swiglu"},
-    {"attention_bias": False}, {"tie_word_embeddings": False}, {"n_kv_head": 2}, {"n_inner": 48},
+    {"attention_bias": False}, {"n_kv_head": 2}, {"n_inner": 48},
     {"activation_function": "gelu"},
 ])
 def test_exporting_a_block_openai_gpt_cannot_express_names_the_field(option):

@@ -278,3 +278,22 @@ def test_cli_special_tokens_may_be_written_with_spaces_after_the_commas(shakespe
               "--special-tokens", "<|pad|>, <|sep|>", "--no-progress"])
     tokenizer = GPTCustomTokenizerFast.from_pretrained(tmp_path / "tok")
     assert tokenizer.convert_tokens_to_ids(["<|pad|>", "<|sep|>"]) == [698, 699]
+
+
+def test_text_that_is_not_text_is_named_as_training_names_it(tmp_path):
+    """The tokenizer trainer reported a non-UTF-8 byte at its offset in the decoder's 8 KB buffer ("byte 1699" for
+    offset 100,003), a lone surrogate escape in a .jsonl as pyarrow's bare ArrowInvalid, and one in a Python document
+    as tokenizers' bare UnicodeEncodeError. Reference: the offset and line counted here, and training's messages."""
+    from hf_gpt_custom.errors import UserError
+
+    data = ("a" * 99 + "\n") * 1000 + "caf\xe9\n"
+    (tmp_path / "latin1.txt").write_bytes(data.encode("latin1"))
+    assert data.encode("latin1").index(b"\xe9") == 100_003
+    with pytest.raises(UserError, match=r"latin1.txt is not UTF-8 text: byte 0xe9 at offset 100003 \(line 1001\)"):
+        train_tokenizer(str(tmp_path / "latin1.txt"), tmp_path / "t1", vocab_size=300, show_progress=False)
+    (tmp_path / "d.jsonl").write_text('{"text": "fine"}\n{"text": "bad \\ud83d emoji"}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"d.jsonl line 2: the 'text' field holds an invalid Unicode escape"):
+        train_tokenizer(str(tmp_path / "d.jsonl"), tmp_path / "t2", vocab_size=300, show_progress=False)
+    with pytest.raises(UserError, match=r"document 6 \(starting 'bad \\ud83d emoji'\) holds '\\ud83d', half of a"):
+        train_tokenizer(["fine text"] * 5 + ["bad \ud83d emoji"], tmp_path / "t3", vocab_size=300,
+                        show_progress=False)

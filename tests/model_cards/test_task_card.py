@@ -380,3 +380,18 @@ def test_the_card_says_the_tokenizer_cuts_as_fine_tuning_did_only_where_it_does(
     # its start token is its bos, where the card named <|endoftext|> for every model
     assert "`<s>{passage}<|delim|>{question}<|extract|>`" in other or "`<s>{premise}" in other
     assert "`<s>` starts every sequence" in other and "`<|endoftext|>` starts every sequence" in ours
+
+
+def test_a_known_dataset_copy_is_recognised_when_a_record_holds_a_line_separator(shared_data_dir, tmp_path):
+    """JSON strings may hold U+2028 unescaped (json.dumps(ensure_ascii=False) leaves it); counting records with
+    splitlines() broke there, so a BoolQ copy with one such passage had one record too many and the card cited "the
+    local file" instead of BoolQ. Reference: the records json.loads reads, one per "\\n"-ended line."""
+    from hf_gpt_custom.model_cards.task_card import _known_copy
+
+    text = (shared_data_dir / "boolq" / "val.jsonl").read_text(encoding="utf-8")
+    records = [json.loads(line) for line in text.split("\n") if line.strip()]
+    records[5]["passage"] += "\u2028Second paragraph."
+    path = tmp_path / "val.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")
+    assert _known_copy(path) == "boolq"

@@ -1047,3 +1047,20 @@ def test_a_label_that_occurs_in_no_record_is_warned_about(tmp_path, base_model_d
     with caplog.at_level(logging.WARNING):
         FinetuneWorkload(_config(tmp_path, base_model_dir, path, task={**task, "labels": "neg,pos"}))
     assert "occur in no record" not in caplog.text
+
+
+def test_a_label_written_decomposed_is_the_composed_label():
+    """"ne\\u0301gatif" (decomposed, as macOS writes names) was refused as not in ['négatif', ...], two strings that
+    look the same. Reference: unicodedata says they are canonically equivalent (the same NFC form)."""
+    import unicodedata
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.training.finetune_data import _class_index
+
+    decomposed, composed = "ne\u0301gatif", "n\u00e9gatif"
+    assert decomposed != composed and unicodedata.normalize("NFC", decomposed) == composed
+    task = SimpleNamespace(is_multiple_choice=False, labels=("positif", composed), label_column="label")
+    assert _class_index(decomposed, task, "data.jsonl", 3) == 1
+    assert _class_index("positif", task, "data.jsonl", 3) == 0
+    with pytest.raises(UserError, match=r"data.jsonl row 3: label='neutre' is not in the label set"):
+        _class_index("neutre", task, "data.jsonl", 3)
