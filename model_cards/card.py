@@ -564,10 +564,18 @@ def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
         "val_bits_per_byte": f"validation bits per byte{part}",
         "tokens_per_s": "throughput (tokens/s)",
         # the denominator named: a GPU's datasheet peak, or on a CPU a matmul measured at the run's threads
-        "mfu": "model FLOPs utilization" + (f" (of {summary['peak_flops'] / 1e12:.3g} TFLOP/s peak)"
-                                             if summary.get("peak_flops") else ""),
+        "mfu": "model FLOPs utilization" + _peak_named(summary),
     }
-    return [(label, _format_number(summary[key])) for key, label in labels.items() if summary.get(key) is not None]
+    shown = {**summary, **summary.get("non_finite", {})}  # a diverged figure reads inf or nan, not left out
+    return [(label, _format_number(shown[key])) for key, label in labels.items() if shown.get(key) is not None]
+
+
+def _peak_named(summary: dict) -> str:
+    """The denominator of the MFU: one peak, or the range of the peaks the sessions measured, each its own steps'."""
+    if summary.get("peak_flops_range"):
+        low, high = (peak / 1e12 for peak in summary["peak_flops_range"])
+        return f" (each session's steps of its own measured peak, {low:.3g}–{high:.3g} TFLOP/s)"
+    return f" (of {summary['peak_flops'] / 1e12:.3g} TFLOP/s peak)" if summary.get("peak_flops") else ""
 
 
 def _eval_facts(results: dict, format_results_table, trained_on: list[str]) -> dict[str, Any]:

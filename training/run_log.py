@@ -72,8 +72,12 @@ def last_run_log_record(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def write_training_summary(path: str | os.PathLike, summary: dict[str, Any]) -> None:
-    clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
-             for key, value in summary.items()}
+    """Strict JSON: a non-finite figure is null, and `non_finite` says which it was ("inf", "nan") for the card."""
+    non_finite = {key: str(value) for key, value in summary.items()
+                  if isinstance(value, float) and not math.isfinite(value)}
+    clean = {key: None if key in non_finite else value for key, value in summary.items()}
+    if non_finite:
+        clean["non_finite"] = non_finite
     Path(path).write_text(json.dumps(clean, indent=2) + "\n")
 
 
@@ -118,7 +122,8 @@ def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | Non
     """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, without each session's
     first step, which includes warm-up: compilation, allocator, caches), mfu (the same steps' time-weighted MFU, each
     by its own session's peak, or by `peak_flops` when given: a peak the user states holds for the whole run; None
-    if a step has none), train_time_s (all steps) and skipped_updates
+    if a step has none) with the peak it is a share of (peak_flops; peak_flops_range where sessions measured
+    different ones), train_time_s (all steps) and skipped_updates
     (steps whose update fp16's gradient scaler skipped; the schedule held there) from a run's log records.
 
     Each record carries its logging window's rate and its share of the window's time (step_time_s), so the rate is
@@ -129,6 +134,9 @@ def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | Non
     # (a log written before records had "warm_up" marks step 1 alone; a one-step run: its only step is all there is)
     timed = [r for r in train if r["step"] > 1 and not r.get("warm_up")] or train
     tokens_per_s = mfu = None
+    # the peak the mfu is a share of: the one given, else the sessions' own when they measured one and the same
+    peaks = sorted({r["peak_flops"] for r in timed if r.get("peak_flops")})
+    peak = peak_flops or (peaks[0] if len(peaks) == 1 else None)
     if timed and all(r.get("step_time_s") is not None for r in timed):
         tokens_per_s = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
         # each session's steps by the peak that session measured, or restated by a given peak: a step's model
@@ -144,6 +152,9 @@ def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | Non
         "final_train_loss": sum(train_losses[-10:]) / len(train_losses[-10:]) if train_losses else None,
         "tokens_per_s": tokens_per_s,
         "mfu": mfu,
+        "peak_flops": peak if mfu is not None else None,
+        # sessions that measured different peaks (a CPU re-measures its matmul each session): their range
+        "peak_flops_range": [peaks[0], peaks[-1]] if mfu is not None and peak is None and len(peaks) > 1 else None,
         # every step of the run, over all its sessions (a resumed log keeps the steps up to its checkpoint)
         "train_time_s": sum(r["step_time_s"] for r in train)
         if train and all(r.get("step_time_s") is not None for r in train) else None,

@@ -398,7 +398,10 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         # another), all by peak_flops when it is set
         "mfu": steps["mfu"] if steps["mfu"] is not None or steps["tokens_per_s"] is None
         else s.mfu(steps["tokens_per_s"]),  # a log written before its records had mfu and peak_flops
-        "peak_flops": s.peak_flops,
+        # the peak that mfu is a share of: a rerun that trained no step measured another, which labelled the
+        # earlier sessions' figure (a CPU's 0.136 TFLOP/s run read "of 0.114 TFLOP/s peak")
+        "peak_flops": steps["peak_flops"] if steps["mfu"] is not None else s.peak_flops,
+        "peak_flops_range": steps["peak_flops_range"],
         "num_processes": accelerator.num_processes,
         **s.workload.summary_fields(last_eval),
         "loss_curve": LOSS_CURVE_NAME,

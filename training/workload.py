@@ -223,7 +223,7 @@ def evaluate_loss(model, val_loader, accelerator) -> dict[str, float]:
     val_loss = total_nats / max(total_tokens, 1)
     return {
         "val_loss": val_loss,
-        "val_perplexity": math.exp(min(val_loss, 700.0)),
+        "val_perplexity": math.inf if val_loss >= 709.0 else math.exp(val_loss),  # past float's range: inf (nan stays nan)
         "val_bits_per_byte": total_nats / (math.log(2) * max(total_bytes, 1)),
         "val_tokens": total_tokens,
         "val_bytes": total_bytes,

@@ -118,3 +118,50 @@ def test_the_loss_curve_names_its_axis_as_the_workload_says(tmp_path, monkeypatc
     plot_loss_curve(records, tmp_path / "curve.png")
     plot_loss_curve(records, tmp_path / "curve.png", loss_name="task cross-entropy (nats / example)")
     assert named == ["cross-entropy loss (nats / token)", "task cross-entropy (nats / example)"]
+
+
+def test_a_non_finite_figure_is_strict_json_and_reads_inf_on_the_card(tmp_path):
+    """A validation loss past 709 nats overflowed exp(): perplexity was capped at exp(700) = 1.01e304, and a non-finite
+    figure became null with nothing saying so, and the card left its row out. Reference: math.exp overflows past
+    709.78 (float's range), and the values given."""
+    import json
+    import math
+
+    from hf_gpt_custom.model_cards.card import _training_result_rows
+    from hf_gpt_custom.training.run_log import write_training_summary
+
+    with pytest.raises(OverflowError):
+        math.exp(750.0)
+    write_training_summary(tmp_path / "s.json", {"steps": 4, "final_val_loss": 750.0, "val_perplexity": math.inf,
+                                                 "val_bits_per_byte": math.nan})
+    summary = json.loads((tmp_path / "s.json").read_text(),
+                         parse_constant=lambda name: pytest.fail(f"{name} in the summary: not strict JSON"))
+    assert summary["val_perplexity"] is None and summary["non_finite"] == {"val_perplexity": "inf",
+                                                                          "val_bits_per_byte": "nan"}
+    rows = dict(_training_result_rows(summary))
+    assert rows["validation perplexity"] == "inf" and rows["validation bits per byte"] == "nan"
+
+
+def test_validation_perplexity_overflows_to_inf_not_a_cap(cpu_accelerator):
+    import math
+
+    import torch
+
+    from hf_gpt_custom.training.workload import evaluate_loss
+
+    class Huge(torch.nn.Module):  # logits that put ~1000 nats on every target
+        def forward(self, input_ids):
+            logits = torch.zeros(*input_ids.shape, 5)
+            logits[..., 0] = 1000.0
+            return type("Out", (), {"logits": logits})()
+
+        def eval(self):
+            return self
+
+        def train(self, mode=True):
+            return self
+
+    ids = torch.tensor([[1, 2, 3, 4]])
+    result = evaluate_loss(Huge(), [{"input_ids": ids, "labels": ids, "byte_counts": torch.ones_like(ids)}],
+                           cpu_accelerator)
+    assert result["val_loss"] == pytest.approx(1000.0) and result["val_perplexity"] == math.inf

@@ -585,9 +585,28 @@ def test_a_rerun_that_measures_another_peak_keeps_the_runs_mfu(make_config, monk
     timed = [r for r in records if r["kind"] == "train" and not r.get("warm_up")]
     expected = sum(r["mfu"] * r["step_time_s"] for r in timed) / sum(r["step_time_s"] for r in timed)
     assert json.loads((run_dir / "training_summary.json").read_text())["mfu"] == pytest.approx(expected, rel=1e-12)
+    peaks = {r["peak_flops"] for r in timed}
     monkeypatch.setattr(train_module, "measured_cpu_peak_flops", lambda *args: 1e15)  # another machine's peak
     train(config)  # the run is complete: evaluated and written again, no step trained
-    assert json.loads((run_dir / "training_summary.json").read_text())["mfu"] == pytest.approx(expected, rel=1e-12)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert summary["mfu"] == pytest.approx(expected, rel=1e-12)
+    # the peak it names is the one its steps were measured against, not the rerun's (the card's "of X TFLOP/s")
+    assert len(peaks) == 1 and summary["peak_flops"] == peaks.pop() != 1e15 and summary["peak_flops_range"] is None
+
+
+def test_sessions_that_measured_different_peaks_are_named_with_their_range():
+    """Two sessions of one run, each step's MFU by its own session's peak: no single peak is the figure's
+    denominator, so the summary names the range (the card then says so) instead of the last session's peak."""
+    from hf_gpt_custom.model_cards.card import _peak_named
+    from hf_gpt_custom.training.run_log import summarize_train_steps
+
+    records = [{"kind": "train", "step": step, "loss": 1.0, "tokens_per_s": 100.0, "step_time_s": 1.0,
+                "mfu": 0.1, "peak_flops": peak} for step, peak in ((2, 1.36e11), (3, 1.36e11), (4, 1.14e11))]
+    steps = summarize_train_steps(records)
+    assert steps["peak_flops"] is None and steps["peak_flops_range"] == [1.14e11, 1.36e11]
+    assert _peak_named(steps) == " (each session's steps of its own measured peak, 0.114–0.136 TFLOP/s)"
+    assert summarize_train_steps(records[:2])["peak_flops"] == 1.36e11
+    assert summarize_train_steps(records, peak_flops=2e11)["peak_flops"] == 2e11  # a stated peak: all restated by it
 
 
 def test_a_validation_split_holding_most_of_the_text_is_warned_about(make_config, tmp_path, shakespeare_path,
