@@ -102,6 +102,8 @@ def format_metric(value) -> str:
     value = float(value)
     if not math.isfinite(value):
         return str(value)
+    if abs(value) >= 1e9:  # a near-overflow perplexity: 1.01e+304, not a 375-character cell
+        return f"{value:.4g}"
     return f"{value:.4f}" if abs(value) < 1e4 else f"{value:,.1f}"
 
 

@@ -313,3 +313,11 @@ def test_a_non_finite_value_reads_back_as_what_was_measured(tmp_path):
                 "| wikitext | 0 | byte_perplexity ↓ | 2.5000 | – | 2 | 0 |"]
     assert format_results_table(payload["results"]).splitlines()[2:5] == expected
     assert (tmp_path / "table.md").read_text().splitlines()[4:7] == expected
+
+
+def test_a_huge_value_is_a_short_cell():
+    """A perplexity near float's range printed every digit (a 375-character table cell)."""
+    from hf_gpt_custom.eval.report import format_metric
+
+    assert format_metric(1.0142320547350045e304) == "1.014e+304"
+    assert format_metric(123456.789) == "123,456.8" and format_metric(2_000_000_000.0) == "2e+09"
