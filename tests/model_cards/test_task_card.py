@@ -382,12 +382,15 @@ def test_the_card_says_the_tokenizer_cuts_as_fine_tuning_did_only_where_it_does(
     assert "`<s>` starts every sequence" in other and "`<|endoftext|>` starts every sequence" in ours
 
 
-def test_a_known_dataset_copy_is_recognised_when_a_record_holds_a_line_separator(shared_data_dir, tmp_path):
+def test_a_known_dataset_copy_is_recognised_when_a_record_holds_a_line_separator(shared_data_dir, tmp_path,
+                                                                                   monkeypatch):
     """JSON strings may hold U+2028 unescaped (json.dumps(ensure_ascii=False) leaves it); counting records with
     splitlines() broke there, so a BoolQ copy with one such passage had one record too many and the card cited "the
     local file" instead of BoolQ. Reference: the records json.loads reads, one per "\\n"-ended line."""
+    from hf_gpt_custom.model_cards import task_card
     from hf_gpt_custom.model_cards.task_card import _known_copy
 
+    monkeypatch.setattr(task_card, "KNOWN_TASK_DATASETS", REAL_KNOWN_TASK_DATASETS)  # (forty_record_splits may be on)
     text = (shared_data_dir / "boolq" / "val.jsonl").read_text(encoding="utf-8")
     records = [json.loads(line) for line in text.split("\n") if line.strip()]
     records[5]["passage"] += "\u2028Second paragraph."

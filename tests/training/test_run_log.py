@@ -14,9 +14,10 @@ def test_summary_averages_skip_the_warm_up_step_and_use_the_last_ten_losses():
     assert summary["tokens_per_s"] == pytest.approx(sum(100.0 * step for step in range(2, 13)) / 11)  # not step 1's
     one_step = summarize_train_steps(records[:1])
     assert one_step == {"final_train_loss": 19.0, "tokens_per_s": 1000.0, "mfu": None,  # no step times
-                        "train_time_s": None, "skipped_updates": 0}
+                        "peak_flops": None, "peak_flops_range": None, "train_time_s": None, "skipped_updates": 0}
     assert summarize_train_steps([]) == {"final_train_loss": None, "tokens_per_s": None, "mfu": None,
-                                         "train_time_s": None, "skipped_updates": 0}
+                                         "peak_flops": None, "peak_flops_range": None, "train_time_s": None,
+                                         "skipped_updates": 0}
 
 
 def test_the_summary_rate_is_all_tokens_over_all_time_not_a_mean_of_window_rates():
