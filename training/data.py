@@ -62,13 +62,30 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1, count_bytes: bool 
     after = after if after[-1:] == [eos_token_id] else [*after, eos_token_id]  # one separator, the tokenizer's own
 
     table = TokenBytes.of(tokenizer) if count_bytes else None
+    # offsets into the text as written: the exact bytes each token covers (a fast tokenizer's backend, as it
+    # encodes documents); without them, the table's counts scaled to each document's length
+    backend = _document_backend(tokenizer.backend_tokenizer) if count_bytes and tokenizer.is_fast else None
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        documents = [before + ids + after for ids in encode_ids(batch["text"])]
+        texts_ids = encode_ids(batch["text"])
+        documents = [before + ids + after for ids in texts_ids]
         if table is None:
             return {"input_ids": documents}
-        return {"input_ids": documents, "byte_counts": [table.document_counts(ids, text, len(before))
-                                                        for ids, text in zip(documents, batch["text"])]}
+        return {"input_ids": documents, "byte_counts": _byte_counts(batch["text"], texts_ids, documents)}
+
+    def _byte_counts(texts: list[str], texts_ids: list[list[int]], documents: list[list[int]]) -> list[list[int]]:
+        encodings = [None] * len(texts)
+        if backend is not None:
+            backend.encode_special_tokens = True  # set on every call: pickling (num_proc workers) drops it
+            encodings = backend.encode_batch(texts, add_special_tokens=False)
+        counts = []
+        for text, ids, document, encoding in zip(texts, texts_ids, documents, encodings):
+            from_table = table.document_counts(document, text, len(before))  # its own counts where it is exact
+            if from_table != table.table_counts(document, len(before)) and encoding is not None \
+                    and encoding.ids == ids:  # a normalizer rewrote the text; the offsets are of these very tokens
+                from_table = table.written_counts(text, encoding.offsets, len(before), len(after))
+            counts.append(from_table)
+        return counts
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(encode, batched=True, remove_columns=["text"])

@@ -118,10 +118,10 @@ class LanguageModelling:
         )
         model = _load_model(config, tokenizer)
         problems = TokenBytes.of(tokenizer).check(document_encoder(tokenizer))
-        if problems:  # the validation blocks' byte_counts still sum to each document's bytes as written
+        if problems:  # the validation blocks' byte_counts are still the text's as written (token_bytes.py)
             logger.info("this tokenizer's tokens do not stand for fixed bytes of the text (%s): val_bits_per_byte "
-                        "divides by each validation document's own UTF-8 bytes, split among its tokens approximately "
-                        "where a block cuts it", "; ".join(problems))
+                        "counts the bytes of each validation document as written that each token covers (the "
+                        "tokenizer's offsets)", "; ".join(problems))
         self.config, self.eos_token, self.eos_token_id = config, tokenizer.eos_token, tokenizer.eos_token_id
         train_loader, val_loader = build_loaders(config, self.data)
         return PreparedWork(tokenizer, model, train_loader, val_loader)
@@ -201,7 +201,7 @@ def evaluate_loss(model, val_loader, accelerator) -> dict[str, float]:
     Bits per byte = total nats / (ln 2 · UTF-8 bytes of the predicted text): the blocks' `byte_counts` give each
     token's bytes, summing to each document's length as written (token_bytes.py). Each block predicts its tokens
     1..T-1 (token 0 has no context inside the block); the end-of-text separator is predicted and carries only what
-    the tokens of its document missed, so the figure is, if anything, slightly pessimistic.
+    no token of its document covered (usually nothing).
     """
     model.eval()
     # summed on the device and read back once at the end: the GPU never waits for the host between batches
