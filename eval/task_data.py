@@ -106,8 +106,9 @@ def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
     try:
         rendered = [spec.text(doc)]
         if spec.output_type == "multiple_choice":
-            rendered += spec.choices(doc)
-            spec.choices(doc)[spec.gold_index(doc)]
+            choices = spec.choices(doc)
+            choices[spec.gold_index(doc)]
+            rendered += choices
         if spec.doc_to_target is not None:
             rendered.append(spec.target(doc))
         for text in rendered:

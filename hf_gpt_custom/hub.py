@@ -42,9 +42,9 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
                   license_link: str | None = None) -> Path:
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
-    Contents: model.safetensors (shards and their index past save_pretrained's 50 GB), config.json (auto_map: AutoConfig, AutoModel, AutoModelForCausalLM),
-    generation_config.json, configuration/modeling/tokenization_gpt_custom.py and the modules they import
-    (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
+    Contents: model.safetensors (shards and their index past save_pretrained's 50 GB), config.json (auto_map:
+    AutoConfig, AutoModel, AutoModelForCausalLM), generation_config.json,
+    configuration/modeling/tokenization_gpt_custom.py and the modules they import (`remote_code_files()`), tokenizer.json, vocab.json, merges.txt, tokenizer_config.json (auto_map:
     AutoTokenizer; model_max_length = n_positions, a task head's fine-tuning block_size; a causal LM pads with eos
     on the left, a task head with the token its config.pad_token_id names on its own side), README.md (the card),
     loss_curve.png, shots_curve.png, training_summary.json and eval/results.json + eval/table.md when the run has

@@ -325,7 +325,7 @@ def _is_split_space(character: str) -> bool:
 def _read_record_file(path: Path, loader: str, text_field: str) -> Iterator[str]:
     from datasets import load_dataset
 
-    from hf_gpt_custom.training.corpus import raise_first_bad_json_line, check_record_files_utf8, literal_data_files
+    from hf_gpt_custom.training.corpus import check_record_files_utf8, literal_data_files, raise_first_bad_json_line
 
     check_record_files_utf8([path])  # arrow reads latin-1 in, and the first row read failed bare
     # streaming=True reads the file directly: no Arrow cache written next to the user's data or in ~/.cache

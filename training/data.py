@@ -74,17 +74,19 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1, count_bytes: bool 
         return {"input_ids": documents, "byte_counts": _byte_counts(batch["text"], texts_ids, documents)}
 
     def _byte_counts(texts: list[str], texts_ids: list[list[int]], documents: list[list[int]]) -> list[list[int]]:
-        encodings = [None] * len(texts)
-        if backend is not None:
-            backend.encode_special_tokens = True  # set on every call: pickling (num_proc workers) drops it
-            encodings = backend.encode_batch(texts, add_special_tokens=False)
         counts = []
-        for text, ids, document, encoding in zip(texts, texts_ids, documents, encodings):
-            from_table = table.document_counts(document, text, len(before))  # its own counts where it is exact
-            if from_table != table.table_counts(document, len(before)) and encoding is not None \
-                    and encoding.ids == ids:  # a normalizer rewrote the text; the offsets are of these very tokens
-                from_table = table.written_counts(text, encoding.offsets, len(before), len(after))
-            counts.append(from_table)
+        for text, ids, document in zip(texts, texts_ids, documents):
+            from_table = table.table_counts(document, len(before))
+            if sum(from_table) == len(text.encode("utf-8")):  # exact (our tokenizer, GPT-2's, SentencePiece)
+                counts.append(from_table)
+                continue
+            encoding = None  # a normalizer rewrote the text: the offsets say what each token covers as written
+            if backend is not None:
+                backend.encode_special_tokens = True  # set on every call: pickling (num_proc workers) drops it
+                encoding = backend.encode(text, add_special_tokens=False)
+            counts.append(table.written_counts(text, encoding.offsets, len(before), len(after))
+                          if encoding is not None and encoding.ids == ids  # the offsets are of these very tokens
+                          else table.document_counts(document, text, len(before)))
         return counts
 
     if isinstance(dataset, datasets.IterableDataset):
