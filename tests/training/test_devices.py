@@ -225,30 +225,39 @@ def test_the_mfu_denominator_on_a_cpu_is_a_matmul_measured_at_the_runs_threads_a
     import time
     from types import SimpleNamespace
 
+    from hf_gpt_custom.training.devices import measured_cpu_peak_flops
     from hf_gpt_custom.training.train import Session
 
     cpu = SimpleNamespace(device=torch.device("cpu"), num_processes=1)
     default = SimpleNamespace(config=SimpleNamespace(peak_flops=None, mixed_precision="no"), accelerator=cpu)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
+    ratios = []
     try:
         a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
         torch.mm(a, b)
-        timed_here = []
 
         def time_here():
+            best = float("inf")
             for _ in range(3):
                 started = time.perf_counter()
                 torch.mm(a, b)
-                timed_here.append(2 * 2048 ** 3 / (time.perf_counter() - started))
+                best = min(best, time.perf_counter() - started)
+            return 2 * 2048 ** 3 / best
 
-        time_here()
-        peak = Session.peak_flops.fget(default)
-        time_here()  # before and after: a neighbour's load comes and goes (0.67 once, beside a CI run)
+        # A neighbour's load comes and goes (0.67 once, 1.49 once beside a CI run), so a pair of measurements taken at
+        # a quiet moment settles it: up to three tries, each timing here before and after a fresh measurement. Two
+        # threads would read ~2x and the old constant 4.4x on every try.
+        for _ in range(3):
+            here = time_here()
+            measured_cpu_peak_flops.cache_clear()
+            peak = Session.peak_flops.fget(default)
+            ratios.append(peak / max(here, time_here()))
+            if 0.5 < ratios[-1] < 1.4:
+                break
     finally:
         torch.set_num_threads(previous)
-    # the same kind of measurement within a shared machine's noise; two threads would give ~2x, a constant far more
-    assert 0.5 < peak / max(timed_here) < 1.4
+    assert 0.5 < ratios[-1] < 1.4, ratios
     given = SimpleNamespace(config=SimpleNamespace(peak_flops=5e12, mixed_precision="no"), accelerator=cpu)
     assert Session.peak_flops.fget(given) == 5e12
 
