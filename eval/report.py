@@ -20,10 +20,13 @@ REPORT_FILES = ("results.json", "table.md", "examples.jsonl", "shots_curve.png")
 def _json_row(row: dict) -> dict:
     """A result row for results.json: a non-finite number is null (strict JSON has no inf or nan), and a non-finite
     value also says which it was in `non_finite` ("inf": a perplexity past float's range; "nan": log-likelihoods
-    that overflowed), so a table rebuilt from the file shows what was measured."""
+    that overflowed), so a table rebuilt from the file shows what was measured; a non-finite stderr (the bootstrap of a
+    perplexity past float's range) says so in `stderr_non_finite`, where null alone would read "no stderr applies"."""
     json_row = {key: None if _is_non_finite(row[key]) else row[key] for key in RESULT_KEYS}
     if _is_non_finite(row["value"]):
         json_row["non_finite"] = str(float(row["value"]))
+    if _is_non_finite(row["stderr"]):
+        json_row["stderr_non_finite"] = str(float(row["stderr"]))
     return json_row
 
 
@@ -85,7 +88,9 @@ def format_results_table(rows: list[dict], skipped: list[dict] = ()) -> str:
     for row in sorted(rows, key=lambda row: (task_order[row["task"]], int(row["num_fewshot"]))):
         arrow = "↑" if row.get("higher_is_better", True) else "↓"
         value = row.get("non_finite", "nan") if row["value"] is None else format_metric(row["value"])  # _json_row
-        cells = (row["task"], row["num_fewshot"], f"{row['metric']} {arrow}", value, format_metric(row.get("stderr")),
+        stderr = row.get("stderr")
+        stderr = row["stderr_non_finite"] if stderr is None and "stderr_non_finite" in row else format_metric(stderr)
+        cells = (row["task"], row["num_fewshot"], f"{row['metric']} {arrow}", value, stderr,
                  row.get("n", "–"), row.get("n_truncated", "–"))
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     lines.extend(

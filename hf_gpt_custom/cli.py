@@ -325,6 +325,9 @@ def _add_export(subparsers) -> None:
     parser.add_argument("--license-link", default=None,
                         help="with --license other: where its text is, a URL or a file you put in OUT_DIR, e.g. "
                              "LICENSE.md (the card's license_link; push checks the file is there)")
+    parser.add_argument("--language", default=None,
+                        help="the card's language, ISO 639 codes, comma-separated, e.g. en or en,fr (default: en for "
+                             "the datasets this project knows, else none)")
     parser.add_argument("--package-source", default=None,
                         help="the pip requirement the card gives for installing hf-gpt-custom, e.g. "
                              "git+https://github.com/you/hf-gpt-custom (default: none given)")
@@ -338,7 +341,8 @@ def _cmd_export(args: argparse.Namespace) -> None:
         check_repo_id(args.repo_id)
     _check_output_folder(args.out_dir, "OUT_DIR")
     out_dir = export_folder(args.run_dir, args.out_dir, repo_id=args.repo_id, package_source=args.package_source,
-                            license=args.license, license_name=args.license_name, license_link=args.license_link)
+                            license=args.license, license_name=args.license_name, license_link=args.license_link,
+                            language=args.language)
     repo_id = args.repo_id or "USER/NAME"
     print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {shlex.quote(str(out_dir))} --repo-id "
           f"{repo_id} --dry-run`"

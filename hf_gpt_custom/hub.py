@@ -25,7 +25,7 @@ from .errors import MissingFileError, UserError
 from .manifest import MANIFEST_NAME, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
-                             hub_license, is_local_path, without_vocabulary)
+                             hub_languages, hub_license, is_local_path, without_vocabulary)
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class HubUnreachableError(ConnectionError, UserError):
 
 def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None = None,
                   package_source: str | None = None, license: str | None = None, license_name: str | None = None,
-                  license_link: str | None = None) -> Path:
+                  license_link: str | None = None, language: str | None = None) -> Path:
     """Write the Hub-ready folder for the run in `run_dir` to `out_dir` and return `out_dir`.
 
     Contents: model.safetensors (shards and their index past save_pretrained's 50 GB), config.json (auto_map:
@@ -61,6 +61,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     if license is not None:
         license = hub_license(license)
     check_license_fields(license, license_name, license_link)
+    if language is not None:
+        language = ",".join(hub_languages(language))  # recorded as given to export, a string like the other options
     final_dir = Path(run_dir) / "final"
     if not (final_dir / "config.json").is_file():
         raise MissingFileError(
@@ -69,11 +71,12 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         )
     with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True):
         return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source,
-                             {"license": license, "license_name": license_name, "license_link": license_link})
+                             {"license": license, "license_name": license_name, "license_link": license_link},
+                             language)
 
 
 def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_source: str | None,
-                  licensing: dict[str, str | None]) -> Path:
+                  licensing: dict[str, str | None], language: str | None) -> Path:
     final_dir = run_dir / "final"  # out_dir is absolute: "." names no folder to stage beside
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"cannot export to {out_dir}: it is a file; choose a folder path")
@@ -95,7 +98,11 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     license = licensing["license"]
     card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source,
                             license=license or DEFAULT_LICENSE, license_name=licensing["license_name"],
-                            license_link=licensing["license_link"])
+                            license_link=licensing["license_link"],
+                            language=language.split(",") if language else None)
+    if not card.data.language:
+        logger.warning("the card names no language: the training data is no dataset this project knows; export with "
+                       "--language CODE (ISO 639, e.g. en, or en,fr) to say which, as the Hub files models by it")
     if license is None and card.data.base_model:  # the base model's license usually binds its fine-tunes
         logger.warning("the card's license is %s (the default); this model was trained from %s, whose license may "
                        "differ: export with --license <that license> if so", DEFAULT_LICENSE, card.data.base_model)
@@ -159,7 +166,8 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     # staging marker is left out of the manifest but stays until the folder is in place: a failure before then
     # (while hashing the weights, say) leaves a staging folder the next export may remove.
     write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging),
-                   export_options={"repo_id": repo_id, "package_source": package_source, **licensing})
+                   export_options={"repo_id": repo_id, "package_source": package_source, "language": language,
+                                   **licensing})
     _make_world_readable(staging)
 
     replaced = None
@@ -186,7 +194,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     return out_dir
 
 
-EXPORT_OPTIONS = ("repo_id", "license", "license_name", "license_link", "package_source")
+EXPORT_OPTIONS = ("repo_id", "license", "license_name", "license_link", "package_source", "language")
 
 
 def previous_export_options(out_dir: str | Path) -> dict[str, str]:

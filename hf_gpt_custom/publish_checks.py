@@ -503,6 +503,19 @@ def hub_license(license: str) -> str:
     return license.strip()
 
 
+def hub_languages(language: str) -> list[str]:
+    """`language` ("en", or several comma-separated: "en,fr") as the card's `language:` list: ISO 639 codes (two or
+    three lowercase letters, "EN" taken as "en"), or the Hub's "multilingual" and "code". Anything else is refused by
+    name, since the Hub files a card's language by these codes and a misspelt one files the model nowhere."""
+    codes = [code.strip().lower() for code in language.split(",") if code.strip()]
+    wrong = [code for code in codes if not (re.fullmatch(r"[a-z]{2,3}", code) or code in ("multilingual", "code"))]
+    if not codes or wrong:
+        raise UserError(f"--language {language!r}: {'no code given' if not codes else 'not an ISO 639 code: ' + ', '.join(wrong)}; "
+                        "give two- or three-letter codes, comma-separated, e.g. --language en or --language en,fr "
+                        "(or multilingual, or code)")
+    return list(dict.fromkeys(codes))
+
+
 def check_license_fields(license: str | None, license_name: str | None, license_link: str | None) -> None:
     """`license_name` and `license_link` are the Hub's fields for `license: other` (an id for the license, and a URL
     or a file of the repository holding its text): refused with another license, where the Hub ignores them; without

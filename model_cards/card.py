@@ -23,11 +23,13 @@ from hf_gpt_custom.errors import MissingFileError, UserError
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
-# Local training corpora (folder name under ../shared/data) -> (Hub dataset id, short name, example prompt).
+# Local training corpora (folder name under ../shared/data) -> (Hub dataset id, short name, example prompt), all
+# English (KNOWN_DATASET_LANGUAGE: the card's `language` when export is given none).
 KNOWN_TRAINING_DATASETS: dict[str, tuple[str, str, str]] = {
     "tinyshakespeare": ("karpathy/tiny_shakespeare", "tiny Shakespeare", "ROMEO:"),
     "wikitext-2-raw": ("Salesforce/wikitext", "WikiText-2 (raw)", "The history of"),
 }
+KNOWN_DATASET_LANGUAGE = ["en"]  # of every dataset this file and task_card.py know by content or folder
 
 
 logger = logging.getLogger(__name__)
@@ -89,13 +91,14 @@ def read_run_results(run_dir: Path) -> dict | None:
 
 def build_model_card(
     run_dir: str | Path, repo_id: str | None = None, license: str = DEFAULT_LICENSE, package_source: str | None = None,
-    license_name: str | None = None, license_link: str | None = None,
+    license_name: str | None = None, license_link: str | None = None, language: list[str] | None = None,
 ) -> ModelCard:
     """The model card for the run in `run_dir` (needs final/ and training_summary.json; eval/ is optional).
 
     `repo_id` is only used in the card's loading snippets (default: "<your-username>/<run_name>"); `package_source`
     is the pip requirement for the hf-gpt-custom package (default: none; the card then says to install it from its
-    source repository, without making up a URL). Image links
+    source repository, without making up a URL). `language` is the card's list of ISO 639 codes (default: English
+    for a dataset this module knows, else none: a local corpus of unknown language is not called English). Image links
     (loss_curve.png, shots_curve.png) are relative to the exported folder, where `export_folder` puts them.
     """
     from hf_gpt_custom.eval.report import format_results_table
@@ -131,7 +134,7 @@ def build_model_card(
                  "duration": _training_facts(summary, train_config)["duration"]}
         return build_task_model_card(run_dir, summary, train_config, model_config, repo_id,
                                      {"license": license, "license_name": license_name, "license_link": license_link},
-                                     facts)
+                                     facts, language)
 
     results = read_run_results(run_dir)
     eval_rows = results["results"] if results else []
@@ -147,7 +150,7 @@ def build_model_card(
     eval_results = build_eval_results([row for row in eval_rows if row["task"] not in trained_on], model_name=run_name,
                                       limit=results.get("config", {}).get("limit")) if eval_rows else []
     card_data = ModelCardData(
-        language="en",
+        language=language or (KNOWN_DATASET_LANGUAGE if dataset["known"] else None),
         license=license,
         license_name=license_name,  # the Hub's fields for `license: other`: an id and a link to its text
         license_link=license_link,
@@ -412,18 +415,21 @@ def _public_name(value: str) -> str:
 
 
 def _training_dataset_facts(dataset: str, train_config: dict) -> dict[str, Any]:
-    """hub_id (or None), description (a readable name), local_file (base name or None), split, example_prompt."""
-    facts = {"hub_id": None, "local_file": None, "split": train_config.get("dataset_split"), "example_prompt": "The"}
+    """hub_id (or None), description (a readable name), local_file (base name or None), split, example_prompt, known
+    (a copy of a KNOWN_TRAINING_DATASETS corpus)."""
+    facts = {"hub_id": None, "local_file": None, "split": train_config.get("dataset_split"), "example_prompt": "The",
+             "known": False}
     if not dataset:
         return {**facts, "description": "an unrecorded dataset"}
     if not _is_local(dataset):
-        return {**facts, "hub_id": dataset, "description": f"the Hub dataset `{dataset}`"}
+        return {**facts, "hub_id": dataset, "description": f"the Hub dataset `{dataset}`",
+                "known": dataset in {hub_id for hub_id, _, _ in KNOWN_TRAINING_DATASETS.values()}}
     path = Path(dataset)
     folder = path.name if path.is_dir() or not path.suffix else path.parent.name  # a folder or a file in one
     facts.update(local_file=path.name, split=None)  # a local file has no splits
     if folder in KNOWN_TRAINING_DATASETS:
         hub_id, description, prompt = KNOWN_TRAINING_DATASETS[folder]
-        return {**facts, "hub_id": hub_id, "description": description, "example_prompt": prompt}
+        return {**facts, "hub_id": hub_id, "description": description, "example_prompt": prompt, "known": True}
     return {**facts, "description": f"the local text corpus `{path.name}`"}
 
 

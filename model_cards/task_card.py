@@ -46,17 +46,18 @@ INPUT_FORMATS = {
 
 
 def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, model_config, repo_id: str | None,
-                          license: dict[str, str | None], facts: dict[str, Any]) -> ModelCard:
+                          license: dict[str, str | None], facts: dict[str, Any],
+                          language: list[str] | None = None) -> ModelCard:
     """The card of a fine-tuned run; `facts` are the ones card.py gathers for every card (name, size, code files)."""
     head_name = next(name for name in (model_config.architectures or []) if name in HEADS)
     auto_class, task_type, pipeline_tag, description = HEADS[head_name]
     task = summary["task"]
     dataset = task_dataset_facts(str(summary.get("dataset") or ""))
     run_name = facts["model_name"]
-    from hf_gpt_custom.model_cards.card import hub_base_model
+    from hf_gpt_custom.model_cards.card import KNOWN_DATASET_LANGUAGE, hub_base_model
 
     card_data = ModelCardData(
-        language="en",
+        language=language or (KNOWN_DATASET_LANGUAGE if dataset["known"] else None),
         **license,  # license, and for `license: other` its license_name and license_link
         base_model=hub_base_model(summary, train_config),
         library_name="transformers",
@@ -150,19 +151,21 @@ def base_model_name(init_from: str) -> str:
 
 
 def task_dataset_facts(dataset: str) -> dict[str, Any]:
-    """hub_id/config/split of a known copy, a readable description, and the local file's base name."""
+    """hub_id/config/split of a known copy, a readable description, the local file's base name, and whether the file
+    is a known copy."""
     path = Path(dataset)
     is_local = dataset.startswith((".", "/", "~")) or path.exists()
     if not is_local:
         return {"hub_id": dataset or None, "config": None, "split": None, "name": dataset or "unrecorded",
-                "description": f"the Hub dataset `{dataset}`", "local_file": None}
+                "description": f"the Hub dataset `{dataset}`", "local_file": None,
+                "known": dataset in {hub_id for hub_id, *_ in KNOWN_TASK_DATASETS.values()}}
     known = _known_copy(path)
     if known is not None:
         hub_id, config, split, description, _, _ = KNOWN_TASK_DATASETS[known]
         return {"hub_id": hub_id, "config": config, "split": split, "name": known, "description": description,
-                "local_file": path.name}
+                "local_file": path.name, "known": True}
     return {"hub_id": None, "config": None, "split": None, "name": path.stem,
-            "description": f"the local file `{path.name}`", "local_file": path.name}
+            "description": f"the local file `{path.name}`", "local_file": path.name, "known": False}
 
 
 def _known_copy(path: Path) -> str | None:

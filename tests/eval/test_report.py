@@ -297,22 +297,27 @@ def test_a_non_finite_value_reads_back_as_what_was_measured(tmp_path):
     from hf_gpt_custom.eval.report import format_results_table, write_report
     from hf_gpt_custom.eval.runner import Results
 
-    def row(metric, value):
+    def row(metric, value, stderr=None):
         return {"task": "wikitext", "dataset": None, "num_fewshot": 0, "metric": metric, "value": value,
-                "stderr": None, "n": 2, "higher_is_better": False, "n_truncated": 0}
+                "stderr": stderr, "n": 2, "higher_is_better": False, "n_truncated": 0}
 
+    # a perplexity's bootstrap stderr overflows before its value does (exp of a resample's mean): it read "–", the
+    # mark of a metric with no stderr at all
     results = Results(model="m", config={"limit": None, "seed": 0},
                       results=[row("word_perplexity", float("inf")), row("bits_per_byte", float("nan")),
-                               row("byte_perplexity", 2.5)])
+                               row("byte_perplexity", 2.5), row("perplexity", 1e300, float("inf"))])
     write_report(results, tmp_path)
     payload = json.loads((tmp_path / "results.json").read_text(),
                          parse_constant=lambda name: pytest.fail(f"results.json holds {name}: not strict JSON"))
-    assert [r["value"] for r in payload["results"]] == [None, None, 2.5]
+    assert [r["value"] for r in payload["results"]] == [None, None, 2.5, 1e300]
+    assert [r["stderr"] for r in payload["results"]] == [None] * 4
+    assert [r.get("stderr_non_finite") for r in payload["results"]] == [None, None, None, "inf"]
     expected = ["| wikitext | 0 | word_perplexity ↓ | inf | – | 2 | 0 |",
                 "| wikitext | 0 | bits_per_byte ↓ | nan | – | 2 | 0 |",
-                "| wikitext | 0 | byte_perplexity ↓ | 2.5000 | – | 2 | 0 |"]
-    assert format_results_table(payload["results"]).splitlines()[2:5] == expected
-    assert (tmp_path / "table.md").read_text().splitlines()[4:7] == expected
+                "| wikitext | 0 | byte_perplexity ↓ | 2.5000 | – | 2 | 0 |",
+                "| wikitext | 0 | perplexity ↓ | 1e+300 | inf | 2 | 0 |"]
+    assert format_results_table(payload["results"]).splitlines()[2:6] == expected
+    assert (tmp_path / "table.md").read_text().splitlines()[4:8] == expected
 
 
 def test_a_huge_value_is_a_short_cell():

@@ -168,6 +168,47 @@ def test_a_license_the_hub_would_refuse_is_named_at_export(exported, tmp_path, c
     assert "license: SomeOrg-Research-7" in (tmp_path / "new" / "README.md").read_text()  # kept as given
 
 
+def test_the_cards_language_is_the_exporters_english_only_for_a_dataset_known_to_be(exported, tmp_path, caplog,
+                                                                                    capsys):
+    """Every card said `language: en`, also for a model trained on a French or Korean corpus, with no way to say
+    otherwise (the unicode hunt). Reference: the Hub's card metadata, `language:` a list of ISO 639 codes; transformers'
+    Trainer writes a language only when it is given one."""
+    import yaml
+
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.run import _stage_export
+
+    def front_matter(folder):
+        return yaml.safe_load((folder / "README.md").read_text().split("---")[1])
+
+    run_dir, _ = exported  # trained on a file in a tinyshakespeare folder: a known, English corpus
+    assert front_matter(export_folder(run_dir, tmp_path / "known"))["language"] == ["en"]
+    main(["export", str(run_dir), str(tmp_path / "two"), "--language", "FR, ko,fr"])
+    assert front_matter(tmp_path / "two")["language"] == ["fr", "ko"]
+
+    own = make_tiny_run(tmp_path / "runs" / "own", with_eval=False)
+    corpus = tmp_path / "runs" / "corpus" / "roman.txt"  # a corpus of the user's own: its language is not known
+    corpus.parent.mkdir(parents=True)
+    corpus.write_text("Il était une fois\n", encoding="utf-8")
+    summary = json.loads((own / "training_summary.json").read_text())
+    summary["dataset"] = summary["config"]["dataset"] = str(corpus)
+    (own / "training_summary.json").write_text(json.dumps(summary))
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.hub"):
+        assert "language" not in front_matter(export_folder(own, own / "export"))
+    assert "the card names no language" in caplog.text and "--language CODE" in caplog.text
+    export_folder(own, own / "export", language="fr")
+    _stage_export(None, own, {})  # `run` re-exporting keeps the language export was given
+    assert front_matter(own / "export")["language"] == ["fr"]
+    assert "--language fr" in capsys.readouterr().out
+
+    for wrong in ("english", "e", "en,,fr1", ","):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["export", str(run_dir), str(tmp_path / "wrong"), "--language", wrong])
+        assert exit_info.value.code == 2 and not (tmp_path / "wrong").exists()
+        assert "give two- or three-letter codes" in capsys.readouterr().err
+
+
 def test_export_into_the_working_directory_as_dot(exported, tmp_path, monkeypatch):
     """`hf-gpt-custom export RUN .` from an empty folder stopped with ValueError: PosixPath('.') has an empty name."""
     from hf_gpt_custom.cli import main
