@@ -113,7 +113,9 @@ def format_metric(value) -> str:
 
 
 def plot_shots_curve(rows: list[dict], path: str | Path) -> Path:
-    """One panel per task: each higher-is-better metric against K (perplexity-only tasks: bits per byte)."""
+    """One panel per task: each higher-is-better metric against K (perplexity-only tasks: bits per byte). A point
+    some of whose prompts were cut to fit the context (n_truncated: examples dropped, so a "K=1" prompt may hold none)
+    is ringed and says how many, as the table does."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,6 +138,12 @@ def plot_shots_curve(rows: list[dict], path: str | Path) -> Path:
             ax.errorbar(ks, values, yerr=errors, marker="o", capsize=3, label=metric)
             if len(ks) == 1:
                 ax.annotate(f"{values[0]:.3g}", (ks[0], values[0]), textcoords="offset points", xytext=(6, 6))
+            for row in task_rows:
+                if row["metric"] == metric and row.get("n_truncated"):
+                    ax.plot(row["num_fewshot"], row["value"], marker="o", markersize=11, fillstyle="none",
+                            color="tab:red", linestyle="none")
+                    ax.annotate(f"{row['n_truncated']} of {row['n']} prompts cut", (row["num_fewshot"], row["value"]),
+                                textcoords="offset points", xytext=(6, -12), fontsize=7, color="tab:red")
         ax.set_title(task)
         ax.set_xlabel("K (examples in the prompt)")
         ax.set_xticks(sorted({row["num_fewshot"] for row in task_rows}))

@@ -560,11 +560,14 @@ def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
     scored, blocks = summary.get("val_blocks_scored"), summary.get("val_blocks")
     # eval_batches scores the first blocks only: the rows say so rather than pass a subset off as the split
     part = f" (first {scored:,} of {blocks:,} blocks: eval_batches)" if scored and blocks and scored < blocks else ""
+    # run_log.summarize_train_steps averages the last 10 steps' losses, all of them in a shorter run
+    averaged = min(10, summary["steps"]) if isinstance(summary.get("steps"), int) and summary["steps"] > 0 else 10
     labels = {
         "steps": "optimizer steps",
         "tokens_seen": "training tokens seen",
         "wall_time_s": "wall time (s)",
-        "final_train_loss": "training loss, mean of the last 10 steps (nats/token)",
+        "final_train_loss": ("training loss of the one step" if averaged == 1 else
+                             f"training loss, mean of the last {averaged} steps") + " (nats/token)",
         "final_val_loss": f"final validation loss{part} (nats/token)",
         "val_perplexity": f"validation perplexity{part}",
         "val_bits_per_byte": f"validation bits per byte{part}",

@@ -95,12 +95,18 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
     import matplotlib.pyplot as plt
 
     train = [(r["step"], r["loss"]) for r in records if r.get("kind") == "train"]
-    val = [(r["step"], r["val_loss"]) for r in latest_evaluations(records)]
+    evaluations = latest_evaluations(records)
+    # a resume or rerun with another eval_batches scores another set of blocks: its points are a line of their own,
+    # never joined to the others as if one loss had moved
+    scored_sets = list(dict.fromkeys(r.get("blocks_scored") for r in evaluations))
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     if train:
         ax.plot(*zip(*train), label="train", linewidth=1.0, alpha=0.8)
-    if val:
-        ax.plot(*zip(*val), label="validation", marker="o", markersize=3.5, linewidth=1.5)
+    for scored in scored_sets:
+        val = [(r["step"], r["val_loss"]) for r in evaluations if r.get("blocks_scored") == scored]
+        label = "validation" if len(scored_sets) == 1 else (
+            f"validation ({scored:,} blocks)" if scored is not None else "validation (blocks unrecorded)")
+        ax.plot(*zip(*val), label=label, marker="o", markersize=3.5, linewidth=1.5)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel(loss_name)
     ax.set_title(title or "loss curve")

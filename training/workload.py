@@ -133,7 +133,11 @@ class LanguageModelling:
         return batch["input_ids"].numel()  # packed blocks: no padding
 
     def evaluate(self, model, val_loader, accelerator) -> dict[str, float]:
-        return evaluate_loss(model, val_loader, accelerator)
+        # the blocks scored go in the run log's eval record: a rerun with another eval_batches scores another set,
+        # which the loss curve draws apart
+        scored = self.data.stats.get("val_blocks")
+        return {**evaluate_loss(model, val_loader, accelerator),
+                **({"blocks_scored": val_blocks_scored(scored, self.config)} if scored is not None else {})}
 
     def describe(self, result: dict[str, float]) -> str:
         return (f"val loss {result['val_loss']:.4f}, perplexity {result['val_perplexity']:.2f}, "

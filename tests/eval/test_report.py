@@ -326,3 +326,26 @@ def test_a_huge_value_is_a_short_cell():
 
     assert format_metric(1.0142320547350045e304) == "1.014e+304"
     assert format_metric(123456.789) == "123,456.8" and format_metric(2_000_000_000.0) == "2e+09"
+
+
+def test_the_shots_curve_marks_a_point_whose_prompts_were_cut(tmp_path, monkeypatch):
+    """copa's K=1 point was drawn as a 1-shot score although 15 of its 20 prompts had dropped their example to fit
+    (the reports hunt); the table said so, the plot did not. Reference: the rows' own n_truncated."""
+    import matplotlib.axes
+
+    from hf_gpt_custom.eval.report import plot_shots_curve
+
+    said = []
+    real_annotate = matplotlib.axes.Axes.annotate
+    monkeypatch.setattr(matplotlib.axes.Axes, "annotate",
+                        lambda self, text, *args, **kwargs: said.append((self, text)) or real_annotate(
+                            self, text, *args, **kwargs))
+
+    def row(task, k, value, cut):
+        return {"task": task, "dataset": None, "num_fewshot": k, "metric": "acc", "value": value, "stderr": 0.1,
+                "n": 20, "higher_is_better": True, "n_truncated": cut}
+
+    plot_shots_curve([row("copa", 0, 0.5, 0), row("copa", 1, 0.55, 15), row("piqa", 0, 0.6, 0),
+                      row("piqa", 1, 0.62, 0)], tmp_path / "shots.png")
+    assert [text for task, text in said if "cut" in text] == ["15 of 20 prompts cut"]
+    assert [axes.get_title() for axes, text in said if "cut" in text] == ["copa"]  # titled once the panel is drawn

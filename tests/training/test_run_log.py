@@ -64,6 +64,32 @@ def test_the_loss_curve_draws_the_last_evaluation_of_a_step(tmp_path, monkeypatc
     assert dict(drawn)["validation"] == ((2, 4), (4.5, 4.3))
 
 
+def test_the_loss_curve_draws_validation_points_of_other_blocks_apart(tmp_path, monkeypatch):
+    """A rerun with another eval_batches scores another set of blocks: its point was joined to the earlier ones in one
+    line, as if the loss had moved (the reports hunt). Hand-written records: steps 2 and 4 on 8 blocks, step 4
+    rescored on 2 (which supersedes the first step-4 record), step 6 on 2."""
+    import matplotlib.axes
+
+    from hf_gpt_custom.training.run_log import plot_loss_curve
+
+    drawn = []
+    real_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, *args, **kwargs: drawn.append((kwargs.get("label"), args)) or real_plot(
+                            self, *args, **kwargs))
+    records = [{"kind": "train", "step": step, "loss": 5.0} for step in range(1, 7)]
+    records += [{"kind": "eval", "step": 2, "val_loss": 4.5, "blocks_scored": 8},
+                {"kind": "eval", "step": 4, "val_loss": 4.2, "blocks_scored": 8},
+                {"kind": "eval", "step": 4, "val_loss": 4.3, "blocks_scored": 2},
+                {"kind": "eval", "step": 6, "val_loss": 4.1, "blocks_scored": 2}]
+    plot_loss_curve(records, tmp_path / "curve.png")
+    lines = dict(drawn)
+    assert lines["validation (8 blocks)"] == ((2,), (4.5,)) and lines["validation (2 blocks)"] == ((4, 6), (4.3, 4.1))
+    drawn.clear()
+    plot_loss_curve([r for r in records if r.get("blocks_scored") != 2], tmp_path / "curve.png")
+    assert dict(drawn)["validation"] == ((2, 4), (4.5, 4.2))  # one set: one line, as before
+
+
 def test_the_loss_curve_draws_each_train_loss_at_its_own_step(tmp_path, monkeypatch):
     """A log that starts at step 11 (logging every 10 steps) with evaluations between: each train point sits at the
     step its record names (hand-written records), not at its position in the file."""
@@ -166,3 +192,18 @@ def test_validation_perplexity_overflows_to_inf_not_a_cap(cpu_accelerator):
     result = evaluate_loss(Huge(), [{"input_ids": ids, "labels": ids, "byte_counts": torch.ones_like(ids)}],
                            cpu_accelerator)
     assert result["val_loss"] == pytest.approx(1000.0) and result["val_perplexity"] == math.inf
+
+
+@pytest.mark.parametrize("steps", [1, 3, 10, 40])
+def test_the_cards_training_loss_row_names_the_steps_the_summary_averaged(steps):
+    """The card said "mean of the last 10 steps" for a 3-step run, whose figure is the mean of its 3. Reference: the
+    summary's own average, from a log of `steps` steps worked out by hand."""
+    from hf_gpt_custom.model_cards.card import _format_number, _training_result_rows
+
+    records = [{"kind": "train", "step": step, "loss": float(step), "tokens_per_s": 100.0}
+               for step in range(1, steps + 1)]
+    averaged = min(10, steps)
+    summary = {"steps": steps, **summarize_train_steps(records)}
+    assert summary["final_train_loss"] == pytest.approx(sum(range(steps - averaged + 1, steps + 1)) / averaged)
+    label = "training loss of the one step" if steps == 1 else f"training loss, mean of the last {averaged} steps"
+    assert dict(_training_result_rows(summary))[label + " (nats/token)"] == _format_number(summary["final_train_loss"])

@@ -52,6 +52,7 @@ def test_the_summary_says_how_many_validation_blocks_its_figures_scored(trained_
                  if json.loads(line)["kind"] == "eval"][-1]
     assert summary["val_blocks"] > 16 and summary["val_blocks_scored"] == 16
     assert last_eval["val_tokens"] == summary["val_blocks_scored"] * (config.block_size - 1)
+    assert last_eval["blocks_scored"] == 16  # each evaluation's own count: the loss curve draws other sets apart
     rows = dict(_training_result_rows(summary))
     assert f"validation bits per byte (first 16 of {summary['val_blocks']:,} blocks: eval_batches)" in rows
     whole = dict(_training_result_rows({**summary, "val_blocks_scored": summary["val_blocks"]}))
