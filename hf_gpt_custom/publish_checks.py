@@ -35,7 +35,7 @@ WEIGHT_SUFFIXES = {".safetensors"}
 # Vocabulary data, not settings: a byte-level vocabulary may hold "/home" or "/usr" as tokens (Llama 3's and Qwen's
 # splits make "#!/usr/bin" into "#!" + "/usr"), which are no local path of the run. These files are vocabulary
 # only; tokenizer.json is checked without its model's vocab and merges (without_vocabulary).
-VOCABULARY_FILES = ("vocab.json", "merges.txt")
+VOCABULARY_FILES = ("vocab.json", "merges.txt", "added_tokens.json")
 # Pickle protocols 2-5 open with the PROTO opcode and the protocol number (pickletools); torch.save writes a zip
 # archive holding archive/data.pkl.
 _PICKLE_OPENINGS = tuple(bytes([0x80, protocol]) for protocol in range(2, 6))

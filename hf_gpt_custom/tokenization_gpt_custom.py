@@ -206,6 +206,10 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             _check_text_input(text_pair, "text_pair")
         template = read_task_template(self._tokenizer) if options.get("add_special_tokens", True) else None
         try:
+            if template is not None and isinstance(text, str) and isinstance(text_pair, str) and not text_pair:
+                # transformers reads tokenizer("a", "") as no pair, but fine-tuning built a record's empty second part
+                # as one (start first delim extract), as the batched call does: a one-row batch, unbatched
+                return _one_row(self._encode_with_template(template, [text], [text_pair], options), options)
             if template is not None:
                 return self._encode_with_template(template, text, text_pair, options)
             adds_tokens = options.get("add_special_tokens", True) and self._tokenizer.num_special_tokens_to_add(False)
@@ -403,9 +407,23 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     # -- saving -----------------------------------------------------------------------------------------------------
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
-        """tokenizer.json (the full pipeline) plus GPT-2-style vocab.json and merges.txt for other tools."""
+        """tokenizer.json (the full pipeline) plus GPT-2-style vocab.json and merges.txt for other tools, and
+        added_tokens.json when tokens were added (`add_tokens`): transformers' legacy file for them, without which a
+        loader of vocab.json + merges.txt (GPT2Tokenizer, this class without tokenizer.json) splits an added token
+        into bytes, other ids in silence. Special tokens need none: tokenizer_config.json names them."""
         file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
-        return file_names + self.save_vocabulary(str(save_directory), filename_prefix)
+        file_names = file_names + self.save_vocabulary(str(save_directory), filename_prefix)
+        base_size = self._tokenizer.get_vocab_size(with_added_tokens=False)
+        added = {token.content: token_id for token_id, token in sorted(self.added_tokens_decoder.items())
+                 if token_id >= base_size and not token.special}
+        if added:
+            prefix = f"{filename_prefix}-" if filename_prefix else ""
+            added_path = os.path.join(str(save_directory), prefix + "added_tokens.json")
+            with open(added_path, "w", encoding="utf-8") as handle:
+                json.dump(added, handle, indent=2, ensure_ascii=False)
+                handle.write("\n")
+            file_names = file_names + (added_path,)
+        return file_names
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, str]:
         prefix = f"{filename_prefix}-" if filename_prefix else ""
@@ -424,6 +442,18 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
             for merge in model["merges"]:
                 handle.write((merge if isinstance(merge, str) else " ".join(merge)) + "\n")
         return vocab_path, merges_path
+
+
+def _one_row(batched: BatchEncoding, options: dict) -> BatchEncoding:
+    """A one-row batch's output as transformers returns a single input's: each list of one row is that row (kept
+    batched under return_tensors or return_overflowing_tokens, as transformers keeps them)."""
+    if options.get("return_tensors") is not None or options.get("return_overflowing_tokens"):
+        return batched
+    data = {key: value[0] if value and isinstance(value[0], list) else value for key, value in batched.items()}
+    if isinstance(batched, BatchEncodingWithLazyEncodings):
+        return BatchEncodingWithLazyEncodings(data, lambda: batched._encodings, None, batched.n_sequences,
+                                              batched._why_none)
+    return BatchEncoding(data, batched.encodings, n_sequences=batched.n_sequences)
 
 
 def _strings_in(*items):

@@ -159,6 +159,31 @@ def test_vocab_json_alone_holds_every_special_token_at_its_id_task_tokens_includ
         assert gpt2.convert_tokens_to_ids(token) == task.convert_tokens_to_ids(token) >= VOCAB_SIZE - 1, token
 
 
+def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(tokenizer_folder, tmp_path):
+    """A token added with add_tokens went into vocab.json as a plain entry and nowhere else: a loader of vocab.json +
+    merges.txt (GPT2Tokenizer, or this class where tokenizer.json is absent) split it into bytes, other ids, with
+    len() unchanged (the tokcall hunt). Reference: transformers' GPT2Tokenizer from the GPT-2-style files, which reads
+    added_tokens.json as transformers' legacy format writes it; a tokenizer without added tokens writes none."""
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    tokenizer.save_pretrained(tmp_path / "plain")
+    assert not (tmp_path / "plain" / "added_tokens.json").exists()
+    tokenizer.add_tokens(["<tag>", "ROMEO-AND-JULIET"])
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|sep|>"]})
+    tokenizer.save_pretrained(tmp_path / "task")
+    added = json.loads((tmp_path / "task" / "added_tokens.json").read_text())
+    assert added == {"<tag>": VOCAB_SIZE, "ROMEO-AND-JULIET": VOCAB_SIZE + 1}  # special ones are in the config
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
+        (legacy / name).write_bytes((tmp_path / "task" / name).read_bytes())
+    text = "a <tag> b ROMEO-AND-JULIET <|sep|>"
+    expected = tokenizer(text)["input_ids"]
+    assert expected[2] == VOCAB_SIZE and VOCAB_SIZE + 1 in expected
+    assert GPT2Tokenizer.from_pretrained(legacy)(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast.from_pretrained(legacy)(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast.from_pretrained(tmp_path / "task")(text)["input_ids"] == expected
+
+
 SPECIAL_TEXT = ["To be." + ENDOFTEXT, "one<|endoftext|>two", ENDOFTEXT, "x<|endoftext|>y <|endoftext|> <|endoftext",
                 "<|endoftext|><|endoftext|> a"]
 
@@ -603,7 +628,7 @@ def test_task_tokenizer_without_truncation_gives_transformers_output(task_folder
     ours = GPTCustomTokenizerFast.from_pretrained(task_folder)
     gpt2 = GPT2TokenizerFast.from_pretrained(task_folder, pad_token=ENDOFTEXT)
     firsts, seconds = call_texts[:20], call_texts[20:40]
-    calls = [((firsts[0],), {}), ((firsts[0], ""), {}), ((firsts[0], seconds[0]), {}), ((firsts,), {"padding": True}),
+    calls = [((firsts[0],), {}), ((firsts[0], seconds[0]), {}), ((firsts,), {"padding": True}),
              ((firsts, seconds), {"padding": True, "return_tensors": "pt"}), ((list(zip(firsts, seconds)),), {}),
              ((firsts,), {"add_special_tokens": False})]
     for args, options in calls:
@@ -612,6 +637,34 @@ def test_task_tokenizer_without_truncation_gives_transformers_output(task_folder
         assert {key: str(value) for key, value in ours_out.items()} == {
             key: str(value) for key, value in gpt2_out.items()}, (args, options)
         assert ours_out.tokens() == gpt2_out.tokens() and ours_out.n_sequences == gpt2_out.n_sequences
+
+
+@pytest.mark.parametrize("options", [{}, {"truncation": True, "max_length": 12}, {"return_offsets_mapping": True},
+                                     {"return_tensors": "pt"}])
+def test_a_task_tokenizer_reads_an_empty_second_text_as_the_pair_fine_tuning_built(task_folder, options):
+    """tokenizer(premise, "") dropped the delimiter (start premise extract), as transformers reads "" as no pair,
+    while fine-tuning built that record as start premise delim extract and the batched call gave that: a
+    text-classification pipeline given text_pair="" scored an input its head never saw (the tokcall hunt).
+    Reference: TaskTemplate.build on the backend's ids of each part (fine-tuning's encoding), and
+    GPT2TokenizerFast's own batched call on the folder."""
+    from hf_gpt_custom.task_template import read_task_template
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(task_folder)
+    template = read_task_template(tokenizer._tokenizer)
+    premise = "A man sleeps."
+    part = tokenizer.backend_tokenizer.encode(premise, add_special_tokens=False).ids
+    trained = template.build(part, [], options.get("max_length"))[0]
+    single, batched = tokenizer(premise, "", **options), tokenizer([premise], [""], **options)
+    ids, batched_ids = single["input_ids"], batched["input_ids"][0]
+    if options.get("return_tensors"):  # kept batched, as transformers keeps a single input's tensors
+        ids, batched_ids = ids.tolist()[0], batched_ids.tolist()
+    assert ids == trained == batched_ids and template.delimiter in ids
+    if not options.get("truncation"):
+        gpt2 = GPT2TokenizerFast.from_pretrained(task_folder)([premise], [""], **options)
+        assert single.tokens() == gpt2.tokens() and single.n_sequences == 2
+        if options.get("return_offsets_mapping"):
+            assert single["offset_mapping"] == gpt2["offset_mapping"][0]
+    assert tokenizer(premise)["input_ids"] != ids  # one text alone is the single template, as before
 
 
 def test_a_task_tokenizers_truncated_output_says_why_it_has_no_encodings(task_folder):
