@@ -75,6 +75,13 @@ def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomCo
             setattr(config, name, config_dict[name])
     if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints
         config.id2label = {int(index): label for index, label in config_dict["id2label"].items()}
+    if str((config_dict.get("architectures") or [""])[0]).endswith("ForTokenClassification"):
+        # transformers' token heads (GPT-2's, and Llama's GenericForTokenClassification) drop out at hidden_dropout
+        # where classifier_dropout is unset, and Llama's may leave out the classifier's bias
+        if config_dict.get("classifier_dropout") is None and config_dict.get("hidden_dropout") is not None:
+            config.classifier_dropout = config_dict["hidden_dropout"]
+        if config_dict.get("token_classification_bias") is False:
+            config.token_classification_bias = False
     config.architectures = our_architectures(family, config_dict)
     return config
 
@@ -233,6 +240,31 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
     return model, loading_info
 
 
+def report_loading(model, path, loading_info: dict) -> None:
+    """transformers' LOAD REPORT, a warning naming the weights started anew and those left unused, as its own
+    from_pretrained gives for the same folder (and ours for a folder of ours): a GPT-2 or Llama LM converted into a
+    task head started its new head in silence, and a Llama's trained lm_head was dropped without a word."""
+    if not (loading_info["missing_keys"] or loading_info["unexpected_keys"] or loading_info["mismatched_keys"]):
+        return
+    from transformers.utils import logging as transformers_logging
+
+    logger = transformers_logging.get_logger("transformers.modeling_utils")  # transformers' verbosity governs it
+    try:
+        from transformers.utils.loading_report import LoadStateDictInfo, log_state_dict_report
+
+        info = LoadStateDictInfo(missing_keys=set(loading_info["missing_keys"]),
+                                 unexpected_keys=set(loading_info["unexpected_keys"]),
+                                 mismatched_keys=set(loading_info["mismatched_keys"]), error_msgs=[],
+                                 conversion_errors={}, skipped_pp_keys=set())
+    except (ImportError, TypeError):  # a transformers 5.x without this report: the same facts, in a line
+        logger.warning("%s from %s: newly initialized %s; unused %s; started anew at another shape %s",
+                       type(model).__name__, path, sorted(loading_info["missing_keys"]),
+                       sorted(loading_info["unexpected_keys"]), sorted(key for key, *_ in loading_info["mismatched_keys"]))
+        return
+    # ignore_mismatched_sizes: a mismatch reaching here was asked for (model_and_loading_info refuses the others)
+    log_state_dict_report(model, str(path), True, info, logger=logger)
+
+
 def holds_a_head_of_its_own(state: dict[str, torch.Tensor]) -> bool:
     """True when `state` (our names) holds an lm_head.weight that is not the token embedding's values (a `.bin`
     checkpoint of a tied model stores the same matrix under both names)."""
@@ -266,6 +298,7 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
     state = converted_state_dict(family, weights, architecture)
     model, loading_info = model_and_loading_info(config, state, model_class, source, architecture, dtype=dtype,
                                                  ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes")))
+    report_loading(model, path, loading_info)
     if device is not None:
         model.to(device)
     if model.can_generate():

@@ -118,12 +118,52 @@ def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore
         )
 
 
+def check_sequence_labels(labels: torch.Tensor, pooled_logits: torch.Tensor, config: GPTCustomConfig) -> None:
+    """Raise a UserError for sequence-classification labels whose shape or dtype the loss would broadcast or refuse
+    from deep inside torch, before transformers' loss sets config.problem_type from them (a failed call left it set
+    for good: uint8 class indices made the model multi-label, and every later call failed). Regression targets of
+    another shape than the logits were broadcast by MSELoss into a loss of every example against every target, in
+    silence (GPT-2's head does the same). Shapes and dtypes only, so nothing syncs with the device; class-index values
+    as check_class_labels reads them."""
+    rows, num_labels = pooled_logits.shape
+    problem = config.problem_type
+    inferred = problem is None
+    if inferred:  # transformers' rule (loss_utils.ForSequenceClassificationLoss), read without setting it
+        problem = ("regression" if num_labels == 1 else "single_label_classification"
+                   if labels.dtype in (torch.long, torch.int) else "multi_label_classification")
+    told = (f"; problem_type is unset, so it was read from the labels as {problem!r} (integer class indices: torch.long; "
+            "set config.problem_type to say which)") if inferred else ""
+    if problem == "single_label_classification":
+        if labels.numel() != rows:
+            raise UserError(f"labels of shape {tuple(labels.shape)} for {rows} examples: single-label classification "
+                            f"takes one class index per example, shape ({rows},){told}")
+        check_class_labels("labels", labels, num_labels, ignore_index=-100)  # -100: skipped, as GPT-2
+        return
+    expected = (rows,) if problem == "regression" and num_labels == 1 else (rows, num_labels)
+    fits = labels.numel() == rows if expected == (rows,) else tuple(labels.shape) == expected
+    what = "one target per example" if expected == (rows,) else f"num_labels={num_labels} targets per example"
+    if not fits:
+        hint = (" (for class indices, convert them with .long())"
+                if inferred and labels.dim() == 1 and num_labels > 1 else "")
+        raise UserError(f"labels of shape {tuple(labels.shape)} for {problem} with {what}: expected shape "
+                        f"{expected}{hint}{told}")
+    if not labels.dtype.is_floating_point:
+        raise UserError(f"{problem} labels must be floats, got dtype {labels.dtype}; convert with .float(){told}")
+
+
 def untied_lm_loss_message(config: GPTCustomConfig) -> str:
     return (
         "lm_loss_weight > 0 (GPT-1's auxiliary LM loss) needs the LM head tied to the token embedding, and this model's "
         "is untied (tie_word_embeddings=False, as LLaMA's); a task head keeps no separate LM head, so that loss cannot "
         "be computed right. Use lm_loss_weight=0 (finetune: task.lm_loss_weight=0)"
     )
+
+
+def _tuple_without_loss_parts(output) -> tuple:
+    """The output as a tuple (return_dict=False, `output[i]`) without task_loss and lm_loss, the loss's parts: GPT-2's
+    own head's tuple, so that out[-1] is still the attentions and a 5-way unpacking still unpacks (the parts stay
+    attributes of the returned object)."""
+    return tuple(output[key] for key in output.keys() if key not in ("task_loss", "lm_loss"))
 
 
 @dataclass
@@ -133,6 +173,8 @@ class GPTCustomSequenceClassifierOutput(SequenceClassifierOutputWithPast):
     task_loss: torch.FloatTensor | None = None
     lm_loss: torch.FloatTensor | None = None
 
+    to_tuple = _tuple_without_loss_parts
+
 
 @dataclass
 class GPTCustomMultipleChoiceOutput(MultipleChoiceModelOutput):
@@ -140,6 +182,8 @@ class GPTCustomMultipleChoiceOutput(MultipleChoiceModelOutput):
 
     task_loss: torch.FloatTensor | None = None
     lm_loss: torch.FloatTensor | None = None
+
+    to_tuple = _tuple_without_loss_parts
 
 
 class GPTCustomTaskHeadModel(GPTCustomPreTrainedModel):
@@ -265,9 +309,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
 
         task_loss = None
         if labels is not None:
-            is_class_index = not labels.dtype.is_floating_point and self.num_labels > 1
-            if is_class_index and self.config.problem_type in (None, "single_label_classification"):
-                check_class_labels("labels", labels, self.num_labels, ignore_index=-100)  # -100: skipped, as GPT-2
+            check_sequence_labels(labels, pooled_logits, self.config)  # before the loss sets config.problem_type
             task_loss = self.loss_function(labels=labels, pooled_logits=pooled_logits, config=self.config, **kwargs)
         # Under gradient accumulation Trainer passes num_items_in_batch (its count of label elements over all the
         # micro-batches) and then sums the micro-batches' losses without dividing by their number. transformers' loss
@@ -296,7 +338,8 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
 
 
 class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
-    """A linear classifier on every position (dropout before it, as GPT2ForTokenClassification)."""
+    """A linear classifier on every position (dropout before it, as GPT2ForTokenClassification); without a bias where
+    config.token_classification_bias is False (a converted LlamaForTokenClassification's option)."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__(config)
@@ -304,7 +347,8 @@ class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
         self.transformer = GPTCustomModel(config)
         classifier_dropout = getattr(config, "classifier_dropout", None)
         self.dropout = nn.Dropout(0.1 if classifier_dropout is None else classifier_dropout)  # GPT-2's default
-        self.classifier = nn.Linear(config.n_embd, self.num_labels)
+        self.classifier = nn.Linear(config.n_embd, self.num_labels,
+                                    bias=getattr(config, "token_classification_bias", True))
         self.post_init()
 
     @can_return_tuple

@@ -216,3 +216,53 @@ def test_a_new_label_set_on_a_saved_classifier_starts_a_new_head_as_transformers
         for model_class in (GPTCustomForSequenceClassification, GPTCustomModel):
             with pytest.raises(UserError, match="does not hold every weight"):
                 model_class.from_pretrained(tmp_path, num_labels=3, n_positions=128, ignore_mismatched_sizes=True)
+
+
+@pytest.mark.parametrize("class_name", ["LlamaForTokenClassification", "GPT2ForTokenClassification"])
+def test_a_token_head_converts_with_its_dropout_and_a_classifier_without_bias(tmp_path, class_name):
+    """transformers' token heads drop out at hidden_dropout where classifier_dropout is unset, and Llama's may leave out
+    the classifier's bias (token_classification_bias=False): the conversion kept 0.1, and refused the bias-less head
+    naming an internal key (the heads3 hunt). Reference: transformers' own head with the same weights."""
+    fields = {"hidden_dropout": 0.3, **({"token_classification_bias": False} if class_name.startswith("Llama") else {})}
+    reference = reference_model(class_name, **fields)
+    reference.save_pretrained(tmp_path / "saved")
+    for ours in (GPTCustomForTokenClassification.from_pretrained(tmp_path / "saved"),
+                 FAMILIES[family_of(class_name)][1](reference, GPTCustomForTokenClassification)):
+        assert ours.dropout.p == reference.dropout.p == 0.3
+        assert (ours.classifier.bias is None) == (reference.score.bias is None if hasattr(reference, "score")
+                                                  else reference.classifier.bias is None)
+        ids = torch.randint(3, 64, (2, 7))
+        torch.testing.assert_close(ours.eval()(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
+        ours.save_pretrained(tmp_path / "ours")
+        again = GPTCustomForTokenClassification.from_pretrained(tmp_path / "ours").eval()
+        torch.testing.assert_close(again(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
+        assert again.dropout.p == 0.3
+
+
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "LlamaForCausalLM"])
+def test_a_causal_lm_converted_into_a_head_reports_its_new_and_unused_weights_as_transformers_does(tmp_path,
+                                                                                                   class_name):
+    """A transformers GPT-2 or Llama LM loaded into a head started a new, random classifier in silence (and dropped
+    a Llama's trained lm_head), where transformers' own head class prints a LOAD REPORT naming score.weight as
+    MISSING (the heads3 hunt). Reference: that report, for GPT2ForSequenceClassification on the same folder."""
+    from transformers import GPT2ForSequenceClassification
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as transformers_logging
+
+    family = "GPT2" if class_name.startswith("GPT2") else "Llama"
+    config = FAMILIES[family][0]()
+    config.tie_word_embeddings = family == "GPT2"
+    torch.manual_seed(0)
+    getattr(transformers, class_name)(config).save_pretrained(tmp_path)
+    logger = transformers_logging.get_logger("transformers.modeling_utils")
+    with CaptureLogger(logger) as ours:
+        GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+    assert "LOAD REPORT" in ours.out and "score.weight" in ours.out and "MISSING" in ours.out
+    assert ("lm_head.weight" in ours.out and "UNEXPECTED" in ours.out) == (family == "Llama")  # untied: dropped
+    if family == "GPT2":
+        with CaptureLogger(logger) as theirs:
+            GPT2ForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+        assert "score.weight" in theirs.out and "MISSING" in theirs.out
+    with CaptureLogger(logger) as whole:  # every weight has its place: nothing to report
+        GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert "LOAD REPORT" not in whole.out

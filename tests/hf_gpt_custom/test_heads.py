@@ -707,3 +707,79 @@ def test_a_multiple_choice_mask_of_another_shape_is_named():
     input_ids, attention_mask, _ = multiple_choice_batch()
     with pytest.raises(UserError, match=r"multiple-choice attention_mask must have the input's shape \(2, 3, 6\)"):
         model(input_ids, attention_mask=attention_mask[:, 0])
+
+
+@pytest.mark.parametrize("problem_type, labels, named", [
+    # one target per example for three regression outputs: MSELoss broadcast (3, 3) against (3,), every example's
+    # outputs against every example's target, with only a torch UserWarning
+    ("regression", torch.tensor([0.5, -1.0, 2.0]), r"labels of shape \(3,\) for regression .* expected shape \(3, 3\)"),
+    ("regression", torch.tensor([[0.5], [-1.0], [2.0]]), r"shape \(3, 1\) .* expected shape \(3, 3\)"),
+    ("regression", torch.ones(3, 3, dtype=torch.long), "regression labels must be floats.*float"),
+    ("multi_label_classification", torch.ones(3, 3, dtype=torch.long), "multi_label_classification labels must be floats"),
+    ("multi_label_classification", torch.ones(3, 2), r"shape \(3, 2\) .* expected shape \(3, 3\)"),
+    ("single_label_classification", torch.tensor([[0, 1], [1, 2], [2, 0]]), r"one class index per example, shape \(3,\)"),
+    # problem_type unset: class indices in a small integer dtype or as floats read as multi-label targets
+    (None, torch.tensor([0, 2, 1], dtype=torch.uint8), r"\(for class indices, convert them with .long\(\)\).*unset"),
+    (None, torch.tensor([0.0, 2.0, 1.0]), r"\(for class indices, convert them with .long\(\)\).*unset"),
+])
+def test_sequence_labels_the_loss_would_broadcast_or_refuse_deep_in_torch_are_named(problem_type, labels, named):
+    """Checked against what transformers' GPT-2 head does with them: a silently broadcast loss, or a bare torch error
+    after which its config.problem_type stayed wrong for good (the heads3 hunt). Ours names the shape and dtype
+    expected and leaves problem_type as it was, so the next call with good labels works."""
+    ours, reference = head_pair(GPT2ForSequenceClassification, GPTCustomForSequenceClassification, {"score"},
+                                num_labels=3, problem_type=problem_type)
+    input_ids, attention_mask = padded_batch("right")
+    with pytest.raises(UserError, match=named):
+        ours(input_ids, attention_mask=attention_mask, labels=labels)
+    assert ours.config.problem_type == problem_type
+    good = {"regression": torch.randn(3, 3), "multi_label_classification": torch.ones(3, 3),
+            "single_label_classification": torch.tensor([0, 2, 1]), None: torch.tensor([0, 2, 1])}[problem_type]
+    with torch.no_grad():
+        expected = reference(input_ids, attention_mask=attention_mask, labels=good).loss
+        torch.testing.assert_close(ours(input_ids, attention_mask=attention_mask, labels=good).loss, expected,
+                                   rtol=0, atol=1e-5)
+    if problem_type == "regression" and labels.dim() == 1:  # what GPT-2's head computes: example i's outputs against
+        with pytest.warns(UserWarning, match="broadcast"), torch.no_grad():  # every example's target, not its own
+            broadcast = reference(input_ids, attention_mask=attention_mask, labels=labels).loss
+            own = F.mse_loss(reference(input_ids, attention_mask=attention_mask).logits, labels[:, None].expand(3, 3))
+        assert not torch.isclose(broadcast, own)
+
+
+@pytest.mark.parametrize("problem_type", [None, "regression"])
+def test_one_regression_target_per_example_takes_either_shape_as_transformers_does(problem_type):
+    ours, reference = head_pair(GPT2ForSequenceClassification, GPTCustomForSequenceClassification, {"score"},
+                                num_labels=1, problem_type=problem_type)
+    input_ids, attention_mask = padded_batch("right")
+    for labels in (torch.tensor([0.5, -1.0, 2.0]), torch.tensor([[0.5], [-1.0], [2.0]])):
+        with torch.no_grad():
+            torch.testing.assert_close(ours(input_ids, attention_mask=attention_mask, labels=labels).loss,
+                                       reference(input_ids, attention_mask=attention_mask, labels=labels).loss,
+                                       rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["sequence", "multiple_choice"])
+def test_return_dict_false_gives_gpt2s_tuple_without_the_loss_parts(head):
+    """With labels and return_dict=False the heads appended task_loss to GPT-2's (loss, logits, cache, hidden_states,
+    attentions): out[-1] was a scalar, not the attentions, and a 5-way unpacking failed (the heads3 hunt). Reference:
+    GPT2ForSequenceClassification's tuple and GPT2DoubleHeadsModel's multiple-choice part, element by element."""
+    options = {"return_dict": False, "output_hidden_states": True, "output_attentions": True}
+    if head == "sequence":
+        ours, reference = head_pair(GPT2ForSequenceClassification, GPTCustomForSequenceClassification, {"score"},
+                                    num_labels=3, attn_implementation="eager")
+        input_ids, attention_mask = padded_batch("right")
+        got = ours(input_ids, labels=torch.tensor([0, 2, 1]), **options)
+        expected = reference(input_ids, labels=torch.tensor([0, 2, 1]), **options)
+        assert len(got) == len(expected) == 5
+        loss, logits, _, hidden_states, attentions = got
+        torch.testing.assert_close(loss, expected[0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(attentions[-1], expected[-1][-1], rtol=0, atol=1e-5)
+        assert len(hidden_states) == len(expected[3])
+    else:
+        config = GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD, max_choices=2, attn_implementation="eager")
+        got = GPTCustomForMultipleChoice(config)(padded_batch("right")[0][None, :2], labels=torch.tensor([1]),
+                                                 lm_loss_weight=0.5, **options)
+        loss, logits, hidden_states, attentions = got  # GPT-2's multiple-choice tuple: no task_loss, no lm_loss
+        assert logits.shape == (1, 2) and len(attentions) == len(hidden_states) - 1 == TINY_GPT2["n_layer"]
+        as_dict = GPTCustomForMultipleChoice(config)(padded_batch("right")[0][None, :2], labels=torch.tensor([1]),
+                                                     lm_loss_weight=0.5)
+        assert as_dict.task_loss is not None and as_dict.lm_loss is not None  # the parts stay attributes
