@@ -75,7 +75,7 @@ def position_ids_for(
 
     mask [[0, 0, 1, 1, 1]] -> [[0, 1, 0, 1, 2]];  mask [[1, 1, 0]] -> [[0, 1, 2]];  no mask, 2 cached, 3 new -> [[2, 3, 4]].
     """
-    if attention_mask is None or attention_mask.dim() != 2:
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:  # none, 4-D or a flex BlockMask
         if isinstance(past_length, torch.Tensor):  # a static cache's count, kept on the device: added, never read
             return (torch.arange(seq_len, device=device) + past_length.to(device))[None]
         if past_length + seq_len > n_positions:
@@ -96,8 +96,9 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
     """A UserError naming a mask that does not fit the input, before it becomes an IndexError or, worse, is
     broadcast: a 2-D (batch, cached + new) mask of 1s and 0s, or a 4-D (batch, 1, new, cached + new) one, bool or
     float. A static cache counts its tokens in a tensor (`past_length`): read where `checks_values`, elsewhere a 2-D
-    mask's length is checked against the new tokens alone, so that a GPU's decoding step never waits for the host."""
-    if attention_mask is None:
+    mask's length is checked against the new tokens alone, so that a GPU's decoding step never waits for the host.
+    A flex BlockMask (what transformers' generate builds for flex attention with a static cache) is taken as built."""
+    if not isinstance(attention_mask, torch.Tensor):
         return
     if isinstance(past_length, torch.Tensor) and checks_values(past_length):
         past_length = int(past_length)
@@ -173,6 +174,6 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
     if highest >= n_positions:
         raise UserError(
             f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "
-            "the input or use a longer-context preset (in generate(), the prompt plus max_new_tokens must fit in "
-            f"{n_positions})"
+            "the input or use a longer-context preset (in generate(), the prompt plus max_new_tokens may be at most "
+            f"{n_positions + 1}: the last new token is read from the logits before it and needs no position)"
         )

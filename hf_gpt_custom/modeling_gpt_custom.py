@@ -555,8 +555,8 @@ def _unscored_after_padding(labels: torch.Tensor, attention_mask: torch.Tensor |
     pad on the left for generation, then trained on it. A mask over cached and new tokens (a cache, or PEFT's prefix
     tuning, which adds its virtual tokens' columns in front) is read over its last columns, the new tokens'.
     No mask, a 4-D one, or no padding: as given. Not applied under Trainer's num_items_in_batch (see forward)."""
-    if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape[0] != labels.shape[0] \
-            or attention_mask.shape[1] < labels.shape[1]:
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2 \
+            or attention_mask.shape[0] != labels.shape[0] or attention_mask.shape[1] < labels.shape[1]:
         return labels
     new_tokens = attention_mask[:, attention_mask.shape[1] - labels.shape[1]:]
     from_padding = torch.zeros_like(labels, dtype=torch.bool)

@@ -5,6 +5,7 @@ import torch
 from transformers import pipeline
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+from hf_gpt_custom.errors import UserError
 
 from tests.helpers import make_gpt2_pair
 
@@ -97,3 +98,48 @@ def test_text_generation_pipeline(tmp_path, shared_data_dir):
     expected_ids = model.generate(**tokenizer("ROMEO:", return_tensors="pt"), max_new_tokens=8, do_sample=False)
     assert output == tokenizer.decode(expected_ids[0], skip_special_tokens=True)
     assert output.startswith("ROMEO:")
+
+
+def test_flex_attention_generates_with_a_static_cache_as_llama_does():
+    """transformers' generate hands flex attention a BlockMask for a static cache: our input checks called .dim() on
+    it, a bare AttributeError (the gen4 hunt), where LlamaForCausalLM generates. Reference: LlamaForCausalLM with the
+    same weights, static cache, flex attention; and our own dynamic-cache run."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hf_gpt_custom.convert_llama import from_llama_model
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1,
+                         eos_token_id=2, attn_implementation="flex_attention")
+    reference = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for weight in reference.parameters():
+            if weight.dim() > 1:
+                weight.normal_(0, 0.3)
+    reference.eval()
+    ours = from_llama_model(reference, GPTCustomForCausalLM).eval()
+    prompt = torch.randint(3, 98, (2, 6))
+    options = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    expected = reference.generate(prompt, cache_implementation="static", **options)
+    assert torch.equal(ours.generate(prompt, cache_implementation="static", **options), expected)
+    assert torch.equal(ours.generate(prompt, **options), expected)
+
+
+def test_generation_past_the_context_names_the_longest_call_that_works():
+    """A 6-token prompt with n_positions=16 generates 11 new tokens (17 in all: the last is read from the logits
+    before it), as GPT2LMHeadModel does; 12 fails, and the message said the prompt plus max_new_tokens "must fit in
+    16", which the 17-token call contradicts (the gen4 hunt)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    torch.manual_seed(0)
+    reference = GPT2LMHeadModel(GPT2Config(vocab_size=99, n_positions=16, n_embd=32, n_layer=2, n_head=4)).eval()
+    ours = from_gpt2_model(reference, GPTCustomForCausalLM).eval()
+    prompt = torch.randint(3, 98, (1, 6))
+    options = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+    longest = reference.generate(prompt, max_new_tokens=11, **options)
+    assert longest.shape[1] == 17 and torch.equal(ours.generate(prompt, max_new_tokens=11, **options), longest)
+    with pytest.raises(UserError, match=r"the prompt plus max_new_tokens may be at most 17"):
+        ours.generate(prompt, max_new_tokens=12, **options)
