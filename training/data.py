@@ -37,8 +37,9 @@ logger = logging.getLogger(__name__)
 # Bump when the packing or caching logic changes so old caches are not reused. 4: version 3 could store the text of
 # a replaced file's old contents under its new contents' key (the raw-text cache knew files by path and mtime). 5: a
 # byte-order mark, blank records and hidden files in a folder are no longer documents. 7: validation blocks carry
-# byte_counts (token_bytes.py).
-CACHE_FORMAT_VERSION = 7
+# byte_counts (token_bytes.py). 8: those counts are the text's as written under a normalizer (offsets), and the
+# table's only where it is exact token by token (a cache of 7 may hold either earlier rule's counts).
+CACHE_FORMAT_VERSION = 8
 # Streaming sources have no length: without a validation split, the first documents are held out.
 STREAMING_VAL_DOCUMENTS = 1000
 
@@ -65,6 +66,13 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1, count_bytes: bool 
     # offsets into the text as written: the exact bytes each token covers (a fast tokenizer's backend, as it
     # encodes documents); without them, the table's counts scaled to each document's length
     backend = _document_backend(tokenizer.backend_tokenizer) if count_bytes and tokenizer.is_fast else None
+    # The table's counts are a document's own only where they are right token by token: every probe counted
+    # exactly, and a text the normalizer leaves as it is. A total that merely matches is no proof (WordPiece's "##"
+    # pieces and dropped spaces; NFKC lengthening "½" and shortening "m²"): a block cut inside the document would
+    # divide by bytes its tokens do not cover. (A document that begins with a space, one byte short under a dummy
+    # prefix, is caught by its total.)
+    table_is_exact = table is not None and not table.check(encode_ids, with_leading_space=False)
+    normalizer = backend.normalizer if backend is not None else None
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         texts_ids = encode_ids(batch["text"])
@@ -77,10 +85,11 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1, count_bytes: bool 
         counts = []
         for text, ids, document in zip(texts, texts_ids, documents):
             from_table = table.table_counts(document, len(before))
-            if sum(from_table) == len(text.encode("utf-8")):  # exact (our tokenizer, GPT-2's, SentencePiece)
-                counts.append(from_table)
+            if (table_is_exact and sum(from_table) == len(text.encode("utf-8"))
+                    and (normalizer is None or normalizer.normalize_str(text) == text)):
+                counts.append(from_table)  # our tokenizer's, GPT-2's, SentencePiece's (no normalizer)
                 continue
-            encoding = None  # a normalizer rewrote the text: the offsets say what each token covers as written
+            encoding = None  # the offsets say what each token covers as written
             if backend is not None:
                 backend.encode_special_tokens = True  # set on every call: pickling (num_proc workers) drops it
                 encoding = backend.encode(text, add_special_tokens=False)
@@ -91,8 +100,10 @@ def tokenize_documents(dataset, tokenizer, num_proc: int = 1, count_bytes: bool 
 
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(encode, batched=True, remove_columns=["text"])
+    # never datasets' own cache of a map: its fingerprint hashes `encode`, not the code it calls (token_bytes.py, the
+    # tokenizer's engine), so a rebuild after CACHE_FORMAT_VERSION moved would read the old results back
     return dataset.map(encode, batched=True, num_proc=num_proc if num_proc > 1 else None, remove_columns=["text"],
-                       desc="tokenizing")
+                       desc="tokenizing", load_from_cache_file=False)
 
 
 def document_template(tokenizer) -> tuple[list[int], list[int]]:

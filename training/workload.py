@@ -227,11 +227,19 @@ def evaluate_loss(model, val_loader, accelerator) -> dict[str, float]:
     val_loss = total_nats / max(total_tokens, 1)
     return {
         "val_loss": val_loss,
-        "val_perplexity": math.inf if val_loss >= 709.0 else math.exp(val_loss),  # past float's range: inf (nan stays nan)
+        "val_perplexity": _exp_or_inf(val_loss),
         "val_bits_per_byte": total_nats / (math.log(2) * max(total_bytes, 1)),
         "val_tokens": total_tokens,
         "val_bytes": total_bytes,
     }
+
+
+def _exp_or_inf(value: float) -> float:
+    """exp(value), inf past float's range (709.78...; nan stays nan)."""
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return math.inf
 
 
 # --- its tokenizer ---------------------------------------------------------------------------------------------------

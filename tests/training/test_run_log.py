@@ -176,10 +176,14 @@ def test_validation_perplexity_overflows_to_inf_not_a_cap(cpu_accelerator):
 
     from hf_gpt_custom.training.workload import evaluate_loss
 
-    class Huge(torch.nn.Module):  # logits that put ~1000 nats on every target
+    class Huge(torch.nn.Module):  # logits that put `nats` (plus log 5, ~1.6) on every target
+        def __init__(self, nats):
+            super().__init__()
+            self.nats = nats
+
         def forward(self, input_ids):
-            logits = torch.zeros(*input_ids.shape, 5)
-            logits[..., 0] = 1000.0
+            logits = torch.zeros(*input_ids.shape, 5, dtype=torch.float64)
+            logits[..., 0] = self.nats
             return type("Out", (), {"logits": logits})()
 
         def eval(self):
@@ -189,9 +193,12 @@ def test_validation_perplexity_overflows_to_inf_not_a_cap(cpu_accelerator):
             return self
 
     ids = torch.tensor([[1, 2, 3, 4]])
-    result = evaluate_loss(Huge(), [{"input_ids": ids, "labels": ids, "byte_counts": torch.ones_like(ids)}],
-                           cpu_accelerator)
-    assert result["val_loss"] == pytest.approx(1000.0) and result["val_perplexity"] == math.inf
+    for nats, expected in ((1000.0, math.inf), (709.5, None)):  # exp is finite up to 709.78
+        result = evaluate_loss(Huge(nats), [{"input_ids": ids, "labels": ids, "byte_counts": torch.ones_like(ids)}],
+                               cpu_accelerator)
+        assert result["val_loss"] == pytest.approx(nats + math.log(4 * math.exp(-nats) + 1), rel=1e-9)
+        assert result["val_perplexity"] == (expected or math.exp(result["val_loss"]))
+    assert 709.0 < result["val_loss"] < math.log(1.7976931348623157e308)  # the old cut at 709.0 read inf here
 
 
 @pytest.mark.parametrize("steps", [1, 3, 10, 40])
