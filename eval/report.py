@@ -7,6 +7,7 @@ shots_curve.png (metric against K for each task, like the GPT-3 paper's few-shot
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -42,8 +43,20 @@ def write_report(results, out_dir: str | Path) -> Path:
     an out_dir at a time (run_lock.lock_output_folder): a second is refused, naming the first."""
     from hf_gpt_custom.training.run_lock import lock_output_folder
 
+    from hf_gpt_custom.errors import UserError, write_failure_cause
+
     with lock_output_folder(out_dir, "the evaluation folder", "another --out"):  # evaluate() holds it already
-        return _write_report_files(results, Path(out_dir))
+        try:
+            return _write_report_files(results, Path(out_dir))
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+                raise
+            shutil.rmtree(Path(out_dir) / ".report.tmp", ignore_errors=True)
+            # a full disk (its error often names no file: matplotlib's close) would lose hours of scoring: the
+            # scores go to the console in the message
+            raise UserError(f"cannot write the evaluation report to {out_dir}: {write_failure_cause(error)}; free "
+                            "space there or choose an --out on another disk. The scores, which were not saved:\n"
+                            + format_results_table(results.results, getattr(results, "skipped", []))) from error
 
 
 def _write_report_files(results, out_dir: Path) -> Path:

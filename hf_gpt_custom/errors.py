@@ -8,6 +8,7 @@ Shipped as remote code with the modeling/configuration/tokenization files, so it
 import difflib
 import errno
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -64,7 +65,19 @@ def check_writable(path: str | os.PathLike, what: str, fix: str) -> None:
 # OSErrors the user fixes by choosing another folder or making room. Only with a filename: an error without one, or
 # any other errno (a path our code got wrong, ENOENT), is a bug and keeps its traceback.
 _DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # EDQUOT: not on Windows
-_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS}
+# A file where a folder belongs (ENOTDIR) or a folder where a file belongs (EISDIR): a user's leftover in an output
+# folder, moved away by hand
+_WRONG_KIND_ERRNOS = {errno.EISDIR, errno.ENOTDIR}
+_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS, *_WRONG_KIND_ERRNOS}
+
+
+def wrong_kind_message(path: Path, number: int) -> str:
+    """A file where a folder belongs, or the reverse, with the fix. ENOTDIR's path may run through the file: the
+    first ancestor that is a file is named."""
+    if number == errno.EISDIR:
+        return f"{path} is a folder where a file belongs: move it away (nothing there is read), then run again"
+    file = next((p for p in (path, *path.parents) if p.is_file()), path)
+    return f"{file} is a file where a folder belongs: move it away, then run again"
 
 
 def file_system_error_message(err: OSError) -> str | None:
@@ -76,11 +89,33 @@ def file_system_error_message(err: OSError) -> str | None:
     folder = next((p for p in (path, *path.parents) if p.is_dir()), path.parent)  # what was to hold the new file
     if err.errno in _DISK_FULL_ERRNOS:
         return f"cannot write {path}: {err.strerror}; free space there or choose an output folder on another disk"
+    if err.errno in _WRONG_KIND_ERRNOS:
+        return wrong_kind_message(path, err.errno)
     is_read = path.exists() and not os.access(path, os.R_OK)
     return (f"cannot {'read' if is_read else 'write'} {path}: {err.strerror}; "
             + ("make it readable for your user" if is_read else
                f"choose an output folder you can write to, or make {folder} writable for your user"))
 
 
+# torch's zip writer's words for a failed write (a full disk under torch.save): a RuntimeError, no OSError
+TORCH_WRITE_FAILURES = ("inline_container", "file write failed", "PytorchStreamWriter")
+
+
+def write_failure_cause(error: Exception) -> str | None:
+    """The cause of a failed write as a phrase ("No space left on device (ENOSPC)"), None for an error that is not
+    one (a bug keeps its traceback)."""
+    if isinstance(error, OSError):
+        code = errno.errorcode.get(error.errno, error.errno)
+        return f"{os.strerror(error.errno)} ({code})" if error.errno else str(error)
+    if isinstance(error, RuntimeError) and any(text in str(error) for text in TORCH_WRITE_FAILURES):
+        return f"torch could not write the file ({str(error).strip().splitlines()[0][:120]})"
+    # safetensors raises its own class (an Exception, no OSError), with the OS's error number in its text
+    found = re.search(r"os error (\d+)", str(error)) if type(error).__name__ == "SafetensorError" else None
+    if found:
+        number = int(found.group(1))
+        return f"{os.strerror(number)} ({errno.errorcode.get(number, number)})"
+    return None
+
+
 __all__ = ["MissingFileError", "UserError", "check_listed_once", "check_writable", "did_you_mean",
-           "file_system_error_message", "repeated"]
+           "file_system_error_message", "repeated", "write_failure_cause"]

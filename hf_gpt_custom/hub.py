@@ -21,7 +21,7 @@ import time
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
-from .errors import MissingFileError, UserError
+from .errors import MissingFileError, UserError, write_failure_cause
 from .manifest import MANIFEST_NAME, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
@@ -70,9 +70,21 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             "(its final/ folder is written at the end of `hf-gpt-custom train`)"
         )
     with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True):
-        return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source,
-                             {"license": license, "license_name": license_name, "license_link": license_link},
-                             language)
+        try:
+            return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source,
+                                 {"license": license, "license_name": license_name, "license_link": license_link},
+                                 language)
+        except UserError:
+            raise
+        except Exception as error:  # a full disk: safetensors' own SafetensorError, or an OSError without a file name
+            cause = write_failure_cause(error)
+            if cause is None:
+                raise
+            staging = Path(out_dir).absolute().with_name(Path(out_dir).absolute().name + ".tmp")
+            if (staging / _STAGING_MARKER).is_file():
+                shutil.rmtree(staging, ignore_errors=True)  # ours, half-written: frees the space it took
+            raise UserError(f"cannot write the export to {out_dir}: {cause}; free space there or choose an OUT_DIR on "
+                            f"another disk ({run_dir} is untouched), then export again") from error
 
 
 def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_source: str | None,
@@ -200,13 +212,19 @@ EXPORT_OPTIONS = ("repo_id", "license", "license_name", "license_link", "package
 def previous_export_options(out_dir: str | Path) -> dict[str, str]:
     """The repo id, license and package source a previous export of `out_dir` was given (its manifest records them),
     for `hf-gpt-custom run`, whose export stage takes none: after `export RUN RUN/export --repo-id alice/model`, a rerun
-    that re-exported (new benchmark tasks, say) put your-username/... back in the card, in silence."""
-    try:
-        recorded = json.loads((Path(out_dir) / MANIFEST_NAME).read_text(encoding="utf-8")).get("export_options")
-    except (OSError, ValueError):
-        return {}
-    return {key: value for key, value in (recorded or {}).items()
-            if key in EXPORT_OPTIONS and isinstance(value, str)}
+    that re-exported (new benchmark tasks, say) put your-username/... back in the card, in silence. A kill between
+    export's two renames leaves no `out_dir`, the previous export moved aside as `<out_dir>.replaced`: its options
+    are read from there (then from the staged `<out_dir>.tmp`), since the next export deletes that folder."""
+    out_dir = Path(out_dir)
+    aside = sorted(out_dir.parent.glob(glob.escape(out_dir.name) + ".replaced*"), key=lambda path: path.stat().st_mtime)
+    for folder in (out_dir, *reversed(aside), out_dir.with_name(out_dir.name + ".tmp")):
+        try:
+            recorded = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8")).get("export_options")
+        except (OSError, ValueError):
+            continue
+        return {key: value for key, value in (recorded or {}).items()
+                if key in EXPORT_OPTIONS and isinstance(value, str)}
+    return {}
 
 
 def _unused_name(path: Path) -> Path:

@@ -113,10 +113,34 @@ def train_tokenizer(
         fast_tokenizer = GPTCustomTokenizerFast(
             vocab=vocab, merges=merges, pad_token=ENDOFTEXT, extra_special_tokens=special_tokens[1:]
         )
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fast_tokenizer.save_pretrained(out_dir)
-        return out_dir
+        return _save_in_place_of(fast_tokenizer, Path(out_dir))
+
+
+def _save_in_place_of(tokenizer, out_dir: Path) -> Path:
+    """Save `tokenizer` into `out_dir` through a staging folder beside it, moving each file in once all are written
+    (tokenizer.json, what AutoTokenizer reads, last): a kill during save_pretrained left a new tokenizer.json beside
+    the previous tokenizer's vocab.json and merges.txt, a folder that loads as one tokenizer and reads as another.
+    A tokenizer file of the previous one that this one does not write (added_tokens.json) goes first; other files in
+    `out_dir` stay."""
+    import shutil
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted call
+    tokenizer.save_pretrained(staging)
+    written = sorted(path.name for path in staging.iterdir())
+    for name in TOKENIZER_FILE_NAMES:
+        if name not in written and (out_dir / name).is_file():
+            (out_dir / name).unlink()
+    for name in sorted(written, key=lambda name: name == "tokenizer.json"):
+        os.replace(staging / name, out_dir / name)
+    staging.rmdir()
+    return out_dir
+
+
+# What a tokenizer folder's loaders read (AutoTokenizer, GPT2Tokenizer): a previous tokenizer's are replaced or removed
+TOKENIZER_FILE_NAMES = ("tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
+                        "tokenizer_config.json")
 
 
 def smallest_vocab_size(num_special_tokens: int = 1) -> int:

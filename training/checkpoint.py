@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.errors import MissingFileError, UserError, write_failure_cause, wrong_kind_message
 # sha256_file is re-exported: data.py hashes the cache key's files with it
 from hf_gpt_custom.manifest import MANIFEST_NAME, verify_manifest, write_manifest
 
@@ -33,8 +33,6 @@ logger = logging.getLogger(__name__)
 TRAINING_STATE_NAME = "training_state.json"
 RANDOM_STATES_NAME = "random_states_{rank}.pkl"  # accelerate's per-rank RNG file (RNG_STATE_NAME + rank)
 _CHECKPOINT_RE = re.compile(r"^step_(\d{6,})$")
-# What torch's zip writer says when a write fails (a full disk, mostly): it raises RuntimeError, not OSError.
-_TORCH_WRITE_FAILURES = ("inline_container", "file write failed", "PytorchStreamWriter")
 
 
 @dataclass
@@ -97,26 +95,32 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
 
 @contextmanager
 def write_errors_named(folder: Path, partial: Path | None, what: str):
-    """Turn an OSError, or torch's RuntimeError for a failed write ("[enforce fail at inline_container.cc] ...",
-    "file write failed"), into a UserError naming `folder` and the cause; delete the partial `partial` folder.
-    The message lists the complete checkpoints (the run's work, untouched) and says how to carry on from them."""
+    """Turn an OSError, torch's RuntimeError for a failed write ("[enforce fail at inline_container.cc] ...",
+    "file write failed") or safetensors' SafetensorError for one ("I/O error: No space left on device (os error
+    28)", what a full disk gives as accelerate writes model.safetensors) into a UserError naming `folder` and the
+    cause; delete the partial `partial` folder. The message lists the complete checkpoints (the run's work,
+    untouched) and says how to carry on from them."""
     try:
         yield
     except UserError:
         raise
-    except (OSError, RuntimeError) as error:
-        if isinstance(error, OSError):
-            code = errno.errorcode.get(error.errno, error.errno)
-            cause = f"{os.strerror(error.errno)} ({code})" if error.errno else str(error)
-        elif any(text in str(error) for text in _TORCH_WRITE_FAILURES):
-            cause = f"torch could not write the file ({str(error).strip().splitlines()[0][:120]})"
-        else:
+    except Exception as error:
+        cause = write_failure_cause(error)
+        if cause is None:
             raise
-        if partial is not None:
+        if partial is not None and partial.is_dir():
             shutil.rmtree(partial, ignore_errors=True)  # frees the space the half-written files took
         checkpoints_dir = folder if folder.name == "checkpoints" else folder / "checkpoints"
         complete = [f.name for f in list_checkpoints(checkpoints_dir) if verify_checkpoint(f, quick=True) is None]
         kept = f"the complete checkpoints {', '.join(complete)} are untouched" if complete else "no checkpoint was lost"
+        in_the_way = Path(os.fsdecode(error.filename)) if isinstance(error, OSError) and error.filename else None
+        if in_the_way is not None and (error.errno in (errno.EISDIR, errno.ENOTDIR)
+                                       or (error.errno == errno.EEXIST and in_the_way.is_file())):
+            # a user's file or folder in the way (a file named final.tmp, a folder named run_log.jsonl): no space
+            # or permission to fix, the path to move
+            number = errno.ENOTDIR if error.errno == errno.EEXIST else error.errno
+            raise UserError(f"cannot write {what} to {folder}: {wrong_kind_message(in_the_way, number)}. "
+                            f"{kept}") from error
         raise UserError(
             f"cannot write {what} to {folder}: {cause}; {_free_space(folder)}. {kept} — make the folder writable or "
             f"free space, then rerun the same command: it resumes from the latest checkpoint"
@@ -351,9 +355,11 @@ def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str, verify: bool
                 "continue its run resume from a step_NNNNNN folder of that run's checkpoints/"
             )
         checkpoints_dir = candidate.parent
-    problem = verify_checkpoint(candidate) if verify else None
+    # sizes only without `verify`: a truncated settings or config file is named here, before anything parses it
+    problem = verify_checkpoint(candidate, quick=not verify)
     if problem is not None:
-        complete = [f for f in list_checkpoints(checkpoints_dir) if f != candidate and verify_checkpoint(f) is None]
+        complete = [f for f in list_checkpoints(checkpoints_dir)
+                    if f != candidate and verify_checkpoint(f, quick=not verify) is None]
         if complete:
             fix = f"the last complete one is {complete[-1]} — resume from it, or delete the damaged folder"
         else:

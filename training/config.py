@@ -291,6 +291,9 @@ def refuse_a_key_given_twice(overrides: list[str]) -> None:
 
 
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
-    """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config)."""
-    with open(path, "w", encoding="utf-8") as f:
+    """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config), through a
+    file beside it renamed into place: a kill while writing left a 0-byte config.yaml (the interrupts hunt)."""
+    partial = Path(f"{path}.partial")
+    with open(partial, "w", encoding="utf-8") as f:
         write_config_yaml(config.to_dict(), f)
+    os.replace(partial, path)

@@ -61,7 +61,7 @@ def recorded_settings(checkpoint: Path) -> dict[str, Any] | None:
     run has no config."""
     settings_file = checkpoint / SETTINGS_NAME
     if settings_file.is_file():
-        return json.loads(settings_file.read_text(encoding="utf-8"))
+        return _read_checkpoint_json(settings_file)
     run_folder = checkpoint.parent if checkpoint.name == "final" else checkpoint.parent.parent
     run_config = run_folder / _RUN_CONFIG_NAME
     if run_config.is_file():
@@ -138,6 +138,16 @@ def note_moved_input(role: str, before: str, now: str) -> None:
                    role, before, now)
 
 
+def _read_checkpoint_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's (or final/'s) JSON file; a damaged one (its size intact, so the quick manifest check passed) is
+    a UserError naming it, not a JSONDecodeError."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise UserError(f"{path} is damaged ({err}); resume from an earlier checkpoint (resume_from_checkpoint="
+                        f"<its folder>), or move {path.parent} away") from err
+
+
 def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
     """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs.
     Compared as plain dicts by the config's own rules (architecture.py), so the check runs before transformers loads."""
@@ -146,7 +156,7 @@ def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tu
     config_file = checkpoint / "config.json"
     if config.init_from or not config_file.is_file():  # with init_from the architecture is init_from's (compared)
         return {}
-    saved_json = json.loads(config_file.read_text(encoding="utf-8"))
+    saved_json = _read_checkpoint_json(config_file)
     if saved_json.get("model_type") != "gpt_custom":
         return {}
     defaults = architecture_defaults()

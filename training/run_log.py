@@ -78,7 +78,9 @@ def write_training_summary(path: str | os.PathLike, summary: dict[str, Any]) -> 
     clean = {key: None if key in non_finite else value for key, value in summary.items()}
     if non_finite:
         clean["non_finite"] = non_finite
-    Path(path).write_text(json.dumps(clean, indent=2) + "\n")
+    partial = Path(f"{path}.partial")  # renamed into place: a kill while writing leaves the previous summary whole
+    partial.write_text(json.dumps(clean, indent=2) + "\n")
+    os.replace(partial, path)
 
 
 def loss_curve_title(run_name: str, n_params: int) -> str:

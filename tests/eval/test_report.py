@@ -349,3 +349,29 @@ def test_the_shots_curve_marks_a_point_whose_prompts_were_cut(tmp_path, monkeypa
                       row("piqa", 1, 0.62, 0)], tmp_path / "shots.png")
     assert [text for task, text in said if "cut" in text] == ["15 of 20 prompts cut"]
     assert [axes.get_title() for axes, text in said if "cut" in text] == ["copa"]  # titled once the panel is drawn
+
+
+def test_a_full_disk_while_writing_the_report_names_it_and_prints_the_scores(tmp_path, monkeypatch):
+    """matplotlib's close raised ENOSPC with no file name: a bare traceback, and the scoring (hours, on a big model)
+    was lost with it (the interrupts hunt). Now a one-line cause, and the table of the scores in the message."""
+    import errno
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval import report
+    from hf_gpt_custom.eval.runner import Results
+
+    row = {"task": "copa", "dataset": None, "num_fewshot": 0, "metric": "acc", "value": 0.625, "stderr": 0.1, "n": 8,
+           "higher_is_better": True, "n_truncated": 0}
+    results = Results(model="m", config={"limit": None, "seed": 0}, results=[row])
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "plot_shots_curve", full)
+    with pytest.raises(UserError) as err:
+        report.write_report(results, tmp_path / "eval")
+    message = str(err.value)
+    assert message.startswith(f"cannot write the evaluation report to {tmp_path / 'eval'}: No space left on device "
+                              "(ENOSPC); free space there")
+    assert "| copa | 0 | acc ↑ | 0.6250 | 0.1000 | 8 | 0 |" in message
+    assert not (tmp_path / "eval" / ".report.tmp").exists() and not (tmp_path / "eval" / "results.json").exists()

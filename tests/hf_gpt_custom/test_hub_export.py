@@ -309,6 +309,31 @@ def test_a_tokenizer_with_its_own_pad_token_keeps_it_in_final_export_and_card(tm
     assert "This tokenizer pads with its own `<unk>` on the **left**" in card and "no padding token" not in card
 
 
+def test_a_full_disk_while_exporting_is_named_and_the_half_written_folder_removed(exported, tmp_path, monkeypatch):
+    """safetensors raises its own SafetensorError (no OSError) when the disk fills under save_pretrained: export
+    ended in a bare traceback and left <out>.tmp holding the space (the interrupts hunt). A bug's error keeps its
+    traceback."""
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir, _ = exported
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)  # what save_pretrained calls
+    with pytest.raises(UserError, match=r"cannot write the export to .*out: No space left on device \(ENOSPC\); "
+                                        r"free space there"):
+        export_folder(run_dir, tmp_path / "out")
+    assert sorted(path.name for path in tmp_path.iterdir()) == []  # neither out/ nor out.tmp/
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", lambda *args, **kwargs: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        export_folder(run_dir, tmp_path / "out")
+
+
 def test_export_of_an_unfinished_run_names_the_missing_folder(tmp_path):
     from hf_gpt_custom.hub import export_folder
 
@@ -1486,6 +1511,22 @@ def test_runs_export_stage_keeps_the_repo_id_and_license_a_previous_export_was_g
     export_folder(run_dir, run_dir / "export")  # export itself takes what it is given: the default again
     _stage_export(None, run_dir, {})
     assert "your-username/tiny-shakespeare" in (run_dir / "export" / "README.md").read_text()
+
+
+def test_runs_export_stage_keeps_the_options_of_an_export_a_kill_moved_aside(tmp_path, capsys):
+    """A kill between export's two renames left no export/, the previous one moved aside as export.replaced: `run`'s
+    next export read no options and put your-username/... back in the card, while the warning said to delete the
+    only folder that held them (the interrupts hunt). Reference: the card of the export the user asked for."""
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.run import _stage_export
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    export_folder(run_dir, run_dir / "export", repo_id="alice/tiny-model", license="mit")
+    asked = (run_dir / "export" / "README.md").read_text()
+    os.replace(run_dir / "export", run_dir / "export.replaced")  # where the kill struck
+    _stage_export(None, run_dir, {})
+    assert (run_dir / "export" / "README.md").read_text() == asked
+    assert "export: keeping --repo-id alice/tiny-model, --license mit" in capsys.readouterr().out
 
 
 def test_a_license_of_ones_own_gets_the_hubs_license_name_and_link(tmp_path, caplog, capsys):

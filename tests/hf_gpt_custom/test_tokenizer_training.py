@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +298,30 @@ def test_text_that_is_not_text_is_named_as_training_names_it(tmp_path):
     with pytest.raises(UserError, match=r"document 6 \(starting 'bad \\ud83d emoji'\) holds '\\ud83d', half of a"):
         train_tokenizer(["fine text"] * 5 + ["bad \ud83d emoji"], tmp_path / "t3", vocab_size=300,
                         show_progress=False)
+
+
+def test_a_kill_while_saving_over_an_earlier_tokenizer_leaves_it_whole(tmp_path, lambada_texts, monkeypatch):
+    """train_tokenizer saved straight into --out: a kill in save_pretrained left the new tokenizer.json beside the
+    earlier tokenizer's vocab.json and merges.txt, which AutoTokenizer loads as one tokenizer while GPT-2-style readers
+    read the other (the interrupts hunt). Reference: each folder's files read back against each other."""
+    from transformers import GPT2Tokenizer
+
+    out = tmp_path / "tok"
+    train_tokenizer(lambada_texts, out, vocab_size=400, show_progress=False)
+    (out / "notes.txt").write_text("mine")
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    real_save = GPTCustomTokenizerFast.save_pretrained
+
+    def killed(self, folder, *args, **kwargs):
+        real_save(self, folder, *args, **kwargs)
+        (Path(folder) / "vocab.json").unlink()  # part of the way through
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GPTCustomTokenizerFast, "save_pretrained", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_tokenizer(lambada_texts, out, vocab_size=300, show_progress=False)
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # the earlier one, whole
+    monkeypatch.undo()
+    train_tokenizer(lambada_texts, out, vocab_size=300, show_progress=False)
+    assert len(GPTCustomTokenizerFast.from_pretrained(out)) == len(GPT2Tokenizer.from_pretrained(out)) == 300
+    assert (out / "notes.txt").read_text() == "mine" and not (tmp_path / "tok.tmp").exists()

@@ -70,3 +70,22 @@ def test_the_card_says_when_the_blocks_were_cut_anew_each_epoch(tmp_path, shifte
     assert "cut into blocks of 64 tokens" in text
     assert ("cut at a new offset each epoch (`shift_block_boundaries`)" in text) is shifted
     assert f"| `shift_block_boundaries` | {str(shifted).lower()} |" in text  # as the YAML writes it
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_moved_or_copied_run_folders_card_still_says_its_tokenizer_was_trained_for_it(tmp_path, how):
+    """The card compared the summary's absolute tokenizer path with the run folder where it is now: after `mv
+    runs/a runs/b` it said the tokenizer was "loaded from `tokenizer`" (the interrupts hunt). Reference: the same
+    run's card before the move."""
+    import shutil
+
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "a")
+    before = build_model_card(run_dir).text
+    assert "trained for this run on its training data" in before
+    moved = tmp_path / "elsewhere" / "b"
+    moved.parent.mkdir()
+    (shutil.move if how == "moved" else shutil.copytree)(run_dir, moved)
+    after = build_model_card(moved).text
+    assert after == before

@@ -251,6 +251,28 @@ def test_damaged_checkpoint_is_refused_naming_the_last_complete_one(run_with_che
     assert latest.is_dir() and (run_dir / "checkpoints" / "step_000006").is_dir()  # nothing deleted
 
 
+@pytest.mark.parametrize("name", ["config.json", "training_settings.json"])
+@pytest.mark.parametrize("damage", ["truncate", "same_size"])
+def test_a_damaged_settings_file_is_named_by_the_console_scripts_first_check(run_with_checkpoints, name, damage):
+    """The console script's check before torch loads (check_run_folder) parsed a checkpoint's config.json and
+    training_settings.json before any manifest check: a truncated one gave a bare JSONDecodeError, where every other
+    damaged file is named with the last complete checkpoint (the interrupts hunt)."""
+    from hf_gpt_custom.training.resume import check_run_folder
+
+    config, run_dir = run_with_checkpoints
+    latest = run_dir / "checkpoints" / "step_000008"
+    text = (latest / name).read_text()
+    (latest / name).write_text(text[: len(text) // 2] if damage == "truncate" else "{" + "x" * (len(text) - 1))
+    with pytest.raises(UserError) as err:
+        check_run_folder(config)
+    if damage == "truncate":  # the manifest's sizes, checked without hashing
+        assert str(err.value).startswith(f"checkpoint {latest} is incomplete: {name} has")
+        assert f"the last complete one is {run_dir / 'checkpoints' / 'step_000006'}" in str(err.value)
+    else:  # a size the manifest cannot tell apart: named when read
+        assert str(err.value).startswith(f"{latest / name} is damaged (")
+        assert "resume from an earlier checkpoint" in str(err.value)
+
+
 def test_resuming_from_an_older_checkpoint_keeps_a_damaged_newer_one_aside(run_with_checkpoints):
     config, run_dir = run_with_checkpoints
     latest = run_dir / "checkpoints" / "step_000008"

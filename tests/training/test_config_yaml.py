@@ -365,3 +365,30 @@ def test_a_readme_that_maps_every_file_to_train_gets_no_held_out_warning(tmp_pat
     with caplog.at_level(logging.WARNING):
         assert load_train_config(SMOKE, [f"dataset={folder}"]).dataset == str(folder)
     assert "held-out split" not in caplog.text
+
+
+def test_a_kill_while_the_config_or_summary_is_written_leaves_the_previous_one_whole(tmp_path, monkeypatch,
+                                                                                    shakespeare_path):
+    """config.yaml and training_summary.json were written in place: a SIGTERM inside the write left a 0-byte
+    config.yaml (the interrupts hunt). Reference: the files as they were before the interrupted write."""
+    from hf_gpt_custom.training import config as config_module
+    from hf_gpt_custom.training.run_log import write_training_summary
+
+    config = TrainConfig(run_name="kept", dataset=str(shakespeare_path))
+    save_train_config(config, tmp_path / "config.yaml")
+    write_training_summary(tmp_path / "summary.json", {"steps": 3})
+    before = {name: (tmp_path / name).read_bytes() for name in ("config.yaml", "summary.json")}
+
+    def killed(values, handle):
+        handle.write("run_name: hal")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(config_module, "write_config_yaml", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_train_config(TrainConfig(run_name="other", dataset=str(shakespeare_path)), tmp_path / "config.yaml")
+    monkeypatch.setattr(Path, "write_text", lambda self, text, *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        write_training_summary(tmp_path / "summary.json", {"steps": 4})
+    monkeypatch.undo()
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["run_name"] == "kept"

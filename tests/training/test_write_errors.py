@@ -112,14 +112,31 @@ def test_a_final_folder_that_cannot_be_written_is_named_and_the_rerun_writes_it(
     assert steps == [1, 2, 3, 4]  # nothing trained twice
 
 
+def _safetensor_error(text: str) -> Exception:
+    """safetensors' own exception class (an Exception, not an OSError), taken from a real failed save_file."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    try:
+        save_file({"x": torch.zeros(1)}, "/nonexistent-folder/x.safetensors")
+    except SafetensorError as error:
+        return type(error)(text)
+    raise AssertionError("save_file wrote into a folder that does not exist")
+
+
 @pytest.mark.parametrize("failure, cause", [
+    # what safetensors raises as accelerate writes model.safetensors on a full disk (the interrupts hunt: a bare
+    # traceback, and the partial folder kept its space)
+    (_safetensor_error("Error while serializing: I/O error: No space left on device (os error 28)"),
+     "No space left on device (ENOSPC)"),
     # what torch's zip writer raises when the disk fills up under it
     (RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file data/3: file "
                   "write failed"), "torch could not write the file ([enforce fail at inline_container.cc:858]"),
     (RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1472 vs 1360"),
      "torch could not write the file ([enforce fail at inline_container.cc:626] . unexpected pos 1472 vs 1360)"),
     (OSError(errno.ENOSPC, "No space left on device"), "No space left on device (ENOSPC)"),
-], ids=["torch_writer", "torch_position", "oserror"])
+], ids=["safetensors", "torch_writer", "torch_position", "oserror"])
 def test_a_full_disk_while_checkpointing_is_named_and_earlier_checkpoints_stay_good(make_config, monkeypatch,
                                                                                     failure, cause):
     real_save_state = Accelerator.save_state
@@ -177,3 +194,36 @@ def test_the_console_scripts_early_check_names_an_out_dir_that_cannot_be_created
         check_run_folder(make_config(f"out_dir={parent / 'deeper' / 'run'}"))
     check_run_folder(make_config(f"out_dir={tmp_path / 'fine' / 'run'}"))  # creatable: passes, creating nothing
     assert not (tmp_path / "fine").exists()
+
+
+def test_a_file_in_the_way_of_final_is_named_with_the_fix_that_applies(make_config):
+    """A file named final.tmp in the run folder (rmtree skipped it in silence): the message said "make the folder
+    writable or free space", which fixes nothing, and named no file (the interrupts hunt). Now it names the file and
+    says to move it; the checkpoints stay."""
+    config = make_config(*CHECKPOINTED)
+    run_dir = config.run_dir.absolute()
+    run_dir.mkdir(parents=True)
+    (run_dir / "final.tmp").write_text("a note of mine")
+    with pytest.raises(UserError) as err:
+        train(config)
+    message = str(err.value)
+    assert message.startswith(f"cannot write final/ to {run_dir}: {run_dir / 'final.tmp'} is a file where a folder "
+                              "belongs: move it away")
+    assert "free space" not in message and "the complete checkpoints step_000002, step_000004 are untouched" in message
+    assert (run_dir / "final.tmp").read_text() == "a note of mine"
+
+
+@pytest.mark.parametrize("kind, number", [("folder", errno.EISDIR), ("file", errno.ENOTDIR)])
+def test_the_cli_names_a_file_or_folder_of_the_wrong_kind(tmp_path, kind, number):
+    """run_log.jsonl as a folder, checkpoints/ as a file: bare IsADirectoryError / NotADirectoryError tracebacks."""
+    from hf_gpt_custom.errors import file_system_error_message
+
+    if kind == "folder":
+        (tmp_path / "run_log.jsonl").mkdir()
+        error = IsADirectoryError(number, os.strerror(number), str(tmp_path / "run_log.jsonl"))
+        expected = f"{tmp_path / 'run_log.jsonl'} is a folder where a file belongs: move it away"
+    else:
+        (tmp_path / "checkpoints").write_text("")
+        error = NotADirectoryError(number, os.strerror(number), str(tmp_path / "checkpoints" / "step_000002"))
+        expected = f"{tmp_path / 'checkpoints'} is a file where a folder belongs: move it away"
+    assert file_system_error_message(error).startswith(expected)
