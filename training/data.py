@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import shutil
+import time
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -342,11 +343,21 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
     folder = cache_root / key[:20]
     marker = folder / "complete.json"
     if marker.is_file():
-        stats = json.loads(marker.read_text())
-        logger.info("packed data from cache %s", folder)
-        warn_if_validation_outweighs(config, stats)
-        return PackedData(datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val")),
-                          folder, True, stats)
+        try:
+            stats = json.loads(marker.read_text())
+            loaded = datasets.load_from_disk(str(folder / "train")), datasets.load_from_disk(str(folder / "val"))
+        except Exception as error:  # noqa: BLE001 — pyarrow's and datasets' errors for a truncated or missing file
+            # derived data only (a disk fault, a file deleted by hand): set aside and built again from the dataset,
+            # where a bare pyarrow "Expected to be able to read ... bytes" stopped the run
+            aside = folder.with_name(f"{folder.name}.damaged-{os.getpid()}-{time.time_ns()}")
+            os.rename(folder, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+            logger.warning("the packed-data cache %s was damaged (%s: %s); building it again", folder,
+                           type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "")
+        else:
+            logger.info("packed data from cache %s", folder)
+            warn_if_validation_outweighs(config, stats)
+            return PackedData(*loaded, folder, True, stats)
 
     work = claim_build_folder(cache_root, key[:20])  # also removes builds of dead processes (run_lock.py)
     try:

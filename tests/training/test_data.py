@@ -1,6 +1,7 @@
 """Data pipeline on real text: documents, end-of-text separators, exact packing, held-out split, cache reuse, bytes."""
 
 import json
+import os
 
 import datasets
 import pytest
@@ -135,6 +136,26 @@ def test_second_run_reuses_the_cache_without_tokenizing(make_config, tokenizer, 
     with pytest.raises(AssertionError, match="tokenize_documents called"):
         prepare_datasets(make_config(f"data_cache_dir={tmp_path / 'cache'}", "block_size=48"), tokenizer,
                          shakespeare_tokenizer_dir)
+
+
+def test_a_damaged_cache_is_built_again_not_a_bare_pyarrow_error(make_config, tokenizer, shakespeare_tokenizer_dir,
+                                                                   tmp_path, caplog):
+    """A truncated .arrow file of the packed cache (a disk fault; the build itself is staged) stopped every later run
+    with pyarrow's "Expected to be able to read ... bytes" (the interrupts hunt). The cache is derived data: it is
+    set aside and built again, with a warning. Reference: the blocks of the first build."""
+    config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
+    first = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    expected = first.train["input_ids"]
+    arrow = sorted((first.cache_dir / "train").glob("*.arrow"))[0]
+    # a new file in its place: the first build's memory map keeps the old one (truncating a mapped file in place
+    # would fault this process, not test the loader)
+    (arrow.parent / "cut").write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 3])
+    os.replace(arrow.parent / "cut", arrow)
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.training.data"):
+        again = prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    assert not again.is_cache_hit and again.train["input_ids"] == expected
+    assert f"the packed-data cache {first.cache_dir} was damaged" in caplog.text
+    assert not [path for path in (tmp_path / "cache").iterdir() if "damaged" in path.name]  # set aside, then deleted
 
 
 def test_jsonl_source_with_text_field(shared_data_dir, tmp_path):

@@ -122,6 +122,20 @@ REWRITTEN = ["cafe\u0301 cre\u0300me bru\u0302le\u0301e, de\u0301ja\u0300 vu",
              unicodedata.normalize("NFD", "한국어 문장입니다. 안녕하세요"), "the \ufb01rst \ufb02ower\uff0c o\ufb00ered"]
 
 
+def _wordpiece(shakespeare_path):
+    """BERT's kind of tokenizer, trained small: WordPiece with "##" continuations, lower-casing."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece()
+    backend.train_from_iterator([shakespeare_path.read_text(encoding="utf-8")[:100_000]], trainers.WordPieceTrainer(
+        vocab_size=300, special_tokens=["[UNK]", "[SEP]"], show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="[SEP]")
+
+
 def _byte_level_with(shakespeare_tokenizer_dir, normalizer):
     """Our byte-level BPE as a fast tokenizer with a normalizer in front: what Qwen2's tokenizer is (NFC)."""
     from transformers import GPT2TokenizerFast
@@ -355,18 +369,28 @@ def test_a_document_cut_into_blocks_divides_by_the_written_bytes_its_scored_toke
 
 
 @pytest.mark.parametrize("blocks_scored", [None, 1], ids=["all-blocks", "eval_batches-cut"])
+@pytest.mark.parametrize("normalizer, text", [
+    # NFKC spells "½" (2 bytes) "1⁄2" (5) and "²" (2) "2" (1): one ½ per three m², and the probes see NFKC too
+    (normalizers.NFKC(), "½ cup, 3 m² 4 m² 5 m² " * 8 + "a plain tail of words to end on. " * 8),
+    # lower-casing keeps every probe's length (the table passes them all) but spells "İ" (2) "i̇" (3), "ẞ" (3) "ß" (2)
+    (normalizers.Lowercase(), "İSTANBUL ẞTRASSE " * 12 + "A PLAIN TAIL OF WORDS TO END ON. " * 8),
+    # WordPiece: "##" counted as 2 bytes a piece, the spaces between words as none; a lower-case text its
+    # normalizer leaves as it is
+    ("wordpiece", "zyxwv " * 10 + "a " * 70),
+], ids=["NFKC", "lowercase", "wordpiece"])
 def test_a_table_whose_total_merely_matches_the_text_is_not_taken_for_its_counts(shakespeare_tokenizer_dir,
-                                                                                  blocks_scored):
-    """Under NFKC "½" (2 bytes) is spelled "1⁄2" (5) and "²" (2) is "2" (1): one ½ per three m² and the table's total
-    equals the text's, so its counts were taken although each is off, and a block cut inside the document divided
-    by bytes its tokens do not cover (the roundreview8 hunt: 7.17 bits per byte for 8.78). Reference: the bytes of the
-    text as written that each scored token covers, from the fast tokenizer's offsets."""
+                                                                                  shakespeare_path, blocks_scored,
+                                                                                  normalizer, text):
+    """A document whose table total equals its text's took the table's counts although each is off, and a block cut
+    inside the document divided by bytes its tokens do not cover (the roundreview8 hunt: 7.17 bits per byte for
+    8.78). Reference: the bytes of the text as written that each scored token covers, from the fast tokenizer's
+    offsets."""
     import datasets
 
     from hf_gpt_custom.training.data import pack_into_blocks
 
-    tokenizer = _byte_level_with(shakespeare_tokenizer_dir, normalizers.NFKC())
-    text = "½ cup, 3 m² 4 m² 5 m² " * 8 + "a plain tail of words to end on. " * 8
+    tokenizer = (_wordpiece(shakespeare_path) if normalizer == "wordpiece"
+                 else _byte_level_with(shakespeare_tokenizer_dir, normalizer))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     table = TokenBytes.of(tokenizer)
     assert sum(table.within[i] for i in ids) == len(text.encode("utf-8"))  # the coincidence
