@@ -113,14 +113,11 @@ def write_errors_named(folder: Path, partial: Path | None, what: str):
         checkpoints_dir = folder if folder.name == "checkpoints" else folder / "checkpoints"
         complete = [f.name for f in list_checkpoints(checkpoints_dir) if verify_checkpoint(f, quick=True) is None]
         kept = f"the complete checkpoints {', '.join(complete)} are untouched" if complete else "no checkpoint was lost"
-        in_the_way = Path(os.fsdecode(error.filename)) if isinstance(error, OSError) and error.filename else None
-        if in_the_way is not None and (error.errno in (errno.EISDIR, errno.ENOTDIR)
-                                       or (error.errno == errno.EEXIST and in_the_way.is_file())):
+        if isinstance(error, OSError) and error.errno in (errno.EISDIR, errno.ENOTDIR) and error.filename:
             # a user's file or folder in the way (a file named final.tmp, a folder named run_log.jsonl): no space
             # or permission to fix, the path to move
-            number = errno.ENOTDIR if error.errno == errno.EEXIST else error.errno
-            raise UserError(f"cannot write {what} to {folder}: {wrong_kind_message(in_the_way, number)}. "
-                            f"{kept}") from error
+            in_the_way = wrong_kind_message(Path(os.fsdecode(error.filename)), error.errno)
+            raise UserError(f"cannot write {what} to {folder}: {in_the_way}. {kept}") from error
         raise UserError(
             f"cannot write {what} to {folder}: {cause}; {_free_space(folder)}. {kept} — make the folder writable or "
             f"free space, then rerun the same command: it resumes from the latest checkpoint"
