@@ -386,7 +386,13 @@ def test_a_kill_while_the_config_or_summary_is_written_leaves_the_previous_one_w
     monkeypatch.setattr(config_module, "write_config_yaml", killed)
     with pytest.raises(KeyboardInterrupt):
         save_train_config(TrainConfig(run_name="other", dataset=str(shakespeare_path)), tmp_path / "config.yaml")
-    monkeypatch.setattr(Path, "write_text", lambda self, text, *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    real_write_text = Path.write_text
+
+    def half_then_killed(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", half_then_killed)
     with pytest.raises(KeyboardInterrupt):
         write_training_summary(tmp_path / "summary.json", {"steps": 4})
     monkeypatch.undo()
