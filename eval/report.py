@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import shutil
@@ -62,6 +63,7 @@ def write_report(results, out_dir: str | Path) -> Path:
 def _write_report_files(results, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = results.to_dict()
+    _warn_if_replacing_another_models_scores(out_dir / "results.json", payload)
     payload["results"] = [_json_row(row) for row in payload["results"]]
     staging = out_dir / ".report.tmp"
     shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted call
@@ -76,6 +78,21 @@ def _write_report_files(results, out_dir: Path) -> Path:
         os.replace(staging / name, out_dir / name)
     staging.rmdir()
     return out_dir
+
+
+def _warn_if_replacing_another_models_scores(path: Path, payload: dict) -> None:
+    """A warning when `path` holds another model's evaluation, which this one replaces (lm-eval writes a new
+    timestamped file each time; `eval --out` keeps one report per folder, so the earlier one goes)."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    same_weights = earlier.get("model_weights_sha256") == payload.get("model_weights_sha256")
+    if earlier.get("model") != payload.get("model") or not same_weights:
+        logging.getLogger(__name__).warning(
+            "%s held the evaluation of %s%s; it is replaced by this one (give --out another folder to keep both)",
+            path.parent, earlier.get("model"), "" if earlier.get("model") != payload.get("model") else
+            " (other weights)")
 
 
 def format_table(payload: dict) -> str:

@@ -375,3 +375,26 @@ def test_a_full_disk_while_writing_the_report_names_it_and_prints_the_scores(tmp
                               "(ENOSPC); free space there")
     assert "| copa | 0 | acc ↑ | 0.6250 | 0.1000 | 8 | 0 |" in message
     assert not (tmp_path / "eval" / ".report.tmp").exists() and not (tmp_path / "eval" / "results.json").exists()
+
+
+def test_replacing_another_models_evaluation_says_so(tmp_path, caplog):
+    """`eval --out X` replaced an earlier evaluation of another model in X without a word (the interrupts hunt;
+    lm-eval writes a new timestamped file each time). The same model evaluated again replaces its own in silence."""
+    from hf_gpt_custom.eval.report import write_report
+    from hf_gpt_custom.eval.runner import Results
+
+    row = {"task": "copa", "dataset": None, "num_fewshot": 0, "metric": "acc", "value": 0.5, "stderr": 0.1, "n": 8,
+           "higher_is_better": True, "n_truncated": 0}
+
+    def results(model, weights):
+        return Results(model=model, config={"limit": None, "seed": 0}, results=[row], model_weights_sha256=weights)
+
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.eval.report"):
+        write_report(results("runs/a/final", "aaa"), tmp_path)
+        write_report(results("runs/a/final", "aaa"), tmp_path)
+        assert caplog.text == ""
+        write_report(results("runs/b/final", "bbb"), tmp_path)
+        assert f"{tmp_path} held the evaluation of runs/a/final; it is replaced" in caplog.text
+        caplog.clear()
+        write_report(results("runs/b/final", "ccc"), tmp_path)  # the same folder, retrained since
+        assert "held the evaluation of runs/b/final (other weights)" in caplog.text
