@@ -7,10 +7,13 @@ Writing happens on the main process only; the caller decides that. Plotting uses
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 RUN_LOG_NAME = "run_log.jsonl"
 SUMMARY_NAME = "training_summary.json"
@@ -32,6 +35,10 @@ class RunLog:
             partial = self.path.with_suffix(".jsonl.partial")
             partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
             os.replace(partial, self.path)
+        elif resume_step and not self.path.exists():
+            logger.warning("%s is missing: the run resumes at step %d with a log of this session's steps only, so the "
+                           "loss curve, train_time_s and the summary's rates leave out the steps before", self.path,
+                           resume_step)
         elif resume_step is None and self.path.exists():
             self.path.unlink()  # a fresh run over an old folder starts a fresh log
         self._file = open(self.path, "a", encoding="utf-8")

@@ -214,3 +214,20 @@ def test_the_cards_training_loss_row_names_the_steps_the_summary_averaged(steps)
     assert summary["final_train_loss"] == pytest.approx(sum(range(steps - averaged + 1, steps + 1)) / averaged)
     label = "training loss of the one step" if steps == 1 else f"training loss, mean of the last {averaged} steps"
     assert dict(_training_result_rows(summary))[label + " (nats/token)"] == _format_number(summary["final_train_loss"])
+
+
+def test_resuming_without_the_run_log_says_what_the_figures_leave_out(tmp_path, caplog):
+    """A run folder whose run_log.jsonl was deleted resumed in silence: the loss curve and train_time_s then cover the
+    resumed session only (the interrupts hunt). A resumed log is kept up to the checkpoint, a fresh run's replaced."""
+    from hf_gpt_custom.training.run_log import RunLog, read_run_log
+
+    path = tmp_path / "run_log.jsonl"
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.training.run_log"):
+        RunLog(path, resume_step=6).close()
+    assert f"{path} is missing: the run resumes at step 6" in caplog.text
+    caplog.clear()
+    path.write_text("".join(f'{{"kind": "train", "step": {step}, "loss": 1.0}}\n' for step in range(1, 9)))
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.training.run_log"):
+        RunLog(path, resume_step=6).close()
+        RunLog(tmp_path / "fresh.jsonl").close()
+    assert caplog.text == "" and [r["step"] for r in read_run_log(path)] == [1, 2, 3, 4, 5, 6]
