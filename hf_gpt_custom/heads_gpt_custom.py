@@ -147,7 +147,7 @@ def check_sequence_labels(labels: torch.Tensor, pooled_logits: torch.Tensor, con
                 if inferred and labels.dim() == 1 and num_labels > 1 else "")
         raise UserError(f"labels of shape {tuple(labels.shape)} for {problem} with {what}: expected shape "
                         f"{expected}{hint}{told}")
-    if not labels.dtype.is_floating_point:
+    if problem == "multi_label_classification" and not labels.dtype.is_floating_point:  # BCE takes float targets
         raise UserError(f"{problem} labels must be floats, got dtype {labels.dtype}; convert with .float(){told}")
 
 

@@ -113,7 +113,7 @@ def train_tokenizer(
         fast_tokenizer = GPTCustomTokenizerFast(
             vocab=vocab, merges=merges, pad_token=ENDOFTEXT, extra_special_tokens=special_tokens[1:]
         )
-        return _save_in_place_of(fast_tokenizer, Path(out_dir))
+        return _save_in_place_of(fast_tokenizer, Path(out_dir).absolute())
 
 
 def _save_in_place_of(tokenizer, out_dir: Path) -> Path:

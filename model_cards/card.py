@@ -191,7 +191,7 @@ def build_model_card(
             "norm_class": "LayerNorm" if model_config.norm_type == "layernorm" else "RMSNorm",
         },
         parameters=[(PARAMETER_ROWS.get(name, name), f"{count:,}") for name, count in breakdown.items()],
-        tokenizer=_tokenizer_facts(final_dir, summary, run_dir, model_config.n_positions, ships_ours),
+        tokenizer=_tokenizer_facts(final_dir, summary, train_config, model_config.n_positions, ships_ours),
         training=_training_facts(summary, train_config),
         hyperparameters=[*_hyperparameter_rows(train_config, never_read=_settings_never_read(train_config)),
                          *_dropout_rows(model_config)],
@@ -433,22 +433,7 @@ def _training_dataset_facts(dataset: str, train_config: dict) -> dict[str, Any]:
     return {**facts, "description": f"the local text corpus `{path.name}`"}
 
 
-def _inside_the_run(path: Path, run_dir: Path, summary: dict) -> bool:
-    """Whether `path`, as the summary recorded it, lies in the run folder: where it is now, or where it was when it
-    trained (the summary's out_dir), so that a moved or copied run folder still says its tokenizer was trained for
-    it."""
-    if path.resolve().is_relative_to(run_dir.resolve()):
-        return True
-    config = summary.get("config") or {}
-    recorded = Path(config["out_dir"]) if config.get("out_dir") else Path("runs") / str(config.get("run_name") or "")
-    if recorded.is_absolute():
-        return path.is_relative_to(recorded)
-    # relative to the folder training ran in: the run folder's own path ends the tokenizer's parent folders
-    return any(path.parents[index].parts[-len(recorded.parts):] == recorded.parts
-               for index in range(len(path.parents)) if len(path.parents[index].parts) >= len(recorded.parts))
-
-
-def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions: int,
+def _tokenizer_facts(final_dir: Path, summary: dict, train_config: dict, n_positions: int,
                      ships_ours: bool) -> dict[str, Any]:
     from hf_gpt_custom.hub import read_json
 
@@ -470,7 +455,9 @@ def _tokenizer_facts(final_dir: Path, summary: dict, run_dir: Path, n_positions:
         "tokenizer_class": tokenizer_config.get("tokenizer_class") or "PreTrainedTokenizerFast",
         "byte_level": ships_ours,  # export keeps another class as it is (publishes_our_tokenizer)
         "vocab_size": vocab_size,
-        "trained_here": bool(source) and _inside_the_run(Path(source), run_dir, summary),
+        # trained by the run itself when it was given no tokenizer and no init_from (workload.prepare_tokenizer),
+        # wherever the run folder is now: a Hub tokenizer saved into <run>/tokenizer was not trained here
+        "trained_here": bool(source) and not train_config.get("tokenizer") and not train_config.get("init_from"),
         "source": _public_name(source) if source else None,
         "eos_token": eos,
         "pad_token": pad,  # export_folder saves the tokenizer with its own pad, else eos, left (GPT-2 recipes)

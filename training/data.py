@@ -350,7 +350,10 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
             # derived data only (a disk fault, a file deleted by hand): set aside and built again from the dataset,
             # where a bare pyarrow "Expected to be able to read ... bytes" stopped the run
             aside = folder.with_name(f"{folder.name}.damaged-{os.getpid()}-{time.time_ns()}")
-            os.rename(folder, aside)
+            try:
+                os.rename(folder, aside)
+            except FileNotFoundError:  # another run found it damaged first and set it aside: build as it does
+                pass
             shutil.rmtree(aside, ignore_errors=True)
             logger.warning("the packed-data cache %s was damaged (%s: %s); building it again", folder,
                            type(error).__name__, str(error).splitlines()[0][:200] if str(error) else "")

@@ -325,3 +325,15 @@ def test_a_kill_while_saving_over_an_earlier_tokenizer_leaves_it_whole(tmp_path,
     train_tokenizer(lambada_texts, out, vocab_size=300, show_progress=False)
     assert len(GPTCustomTokenizerFast.from_pretrained(out)) == len(GPT2Tokenizer.from_pretrained(out)) == 300
     assert (out / "notes.txt").read_text() == "mine" and not (tmp_path / "tok.tmp").exists()
+
+
+def test_tokenizer_train_into_the_working_directory_as_dot(tmp_path, lambada_texts, monkeypatch):
+    """`--out .`: the staging folder beside it took Path(".").with_name, a bare ValueError after all the training
+    (the roundreview9 hunt)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lambada_texts), encoding="utf-8")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    cli_main(["tokenizer", "train", str(corpus), "--out", ".", "--vocab-size", "300"])
+    assert len(GPTCustomTokenizerFast.from_pretrained(tmp_path / "here")) == 300
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "here"]

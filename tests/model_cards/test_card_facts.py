@@ -89,3 +89,13 @@ def test_a_moved_or_copied_run_folders_card_still_says_its_tokenizer_was_trained
     (shutil.move if how == "moved" else shutil.copytree)(run_dir, moved)
     after = build_model_card(moved).text
     assert after == before
+
+
+def test_a_tokenizer_the_run_was_given_is_not_called_trained_for_it(tmp_path):
+    """`tokenizer: gpt2` saves the Hub tokenizer into <run>/tokenizer, and the card said it was "trained for this run
+    ... with hf-gpt-custom tokenizer train" because the folder lies in the run folder (the roundreview9 hunt). What
+    decides it is the run's own settings: no tokenizer and no init_from given (workload.prepare_tokenizer)."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    given = build_model_card(make_tiny_run(tmp_path / "runs" / "given", tokenizer="gpt2")).text
+    assert "trained for this run on its training data" not in given and "loaded from" in given

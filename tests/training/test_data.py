@@ -139,7 +139,7 @@ def test_second_run_reuses_the_cache_without_tokenizing(make_config, tokenizer, 
 
 
 def test_a_damaged_cache_is_built_again_not_a_bare_pyarrow_error(make_config, tokenizer, shakespeare_tokenizer_dir,
-                                                                   tmp_path, caplog):
+                                                                   tmp_path, caplog, monkeypatch):
     """A truncated .arrow file of the packed cache (a disk fault; the build itself is staged) stopped every later run
     with pyarrow's "Expected to be able to read ... bytes" (the interrupts hunt). The cache is derived data: it is
     set aside and built again, with a warning. Reference: the blocks of the first build."""
@@ -156,6 +156,19 @@ def test_a_damaged_cache_is_built_again_not_a_bare_pyarrow_error(make_config, to
     assert not again.is_cache_hit and again.train["input_ids"] == expected
     assert f"the packed-data cache {first.cache_dir} was damaged" in caplog.text
     assert not [path for path in (tmp_path / "cache").iterdir() if "damaged" in path.name]  # set aside, then deleted
+
+    # two runs sharing the cache both find it damaged: the second's rename finds the folder gone (a bare
+    # FileNotFoundError, the roundreview9 hunt) and builds as the first does
+    (again.cache_dir / "complete.json").write_text("{not json")
+    real_rename = os.rename
+
+    def the_other_run_first(source, target):
+        if ".damaged-" in str(target):
+            real_rename(source, str(target) + "-theirs")
+        return real_rename(source, target)
+
+    monkeypatch.setattr(data_module.os, "rename", the_other_run_first)
+    assert prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir).train["input_ids"] == expected
 
 
 def test_jsonl_source_with_text_field(shared_data_dir, tmp_path):
