@@ -266,6 +266,7 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
         return folder
     folder = find_checkpoint(checkpoints_dir, "latest", verify=verify) if list_checkpoints(checkpoints_dir) else None
     if folder is None and not (run_dir / "final").is_dir():
+        _refuse_to_repeat_a_divergence_from_step_0(config, run_dir)
         return None  # nothing trained here yet
     changed = changed_settings(config, folder if folder is not None else run_dir / "final")
     if changed:
@@ -281,6 +282,28 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
     if folder is not None:
         _refuse_to_continue_into_a_divergence(run_dir, folder)
     return folder
+
+
+def _refuse_to_repeat_a_divergence_from_step_0(config: TrainConfig, run_dir: Path) -> None:
+    """Raise a UserError when the run in `run_dir` diverged before its first checkpoint and `config` trains with the
+    settings it ran with (its config.yaml): step 0 with the same seed trains into the same blow-up, and a rerun did
+    so in silence, each time. Other settings (the advice followed) are a new attempt; --start_over runs it anyway."""
+    from hf_gpt_custom.training.run_log import RUN_LOG_NAME, last_run_log_record
+
+    record = last_run_log_record(run_dir / RUN_LOG_NAME)
+    if record is None or record.get("kind") != "error" or not (run_dir / _RUN_CONFIG_NAME).is_file():
+        return
+    recorded = _flatten(recorded_settings(run_dir / "final") or {})  # read from the run folder's config.yaml
+    current = _flatten(json.loads(json.dumps(settings_to_record(config))))  # tuples -> lists, as recorded
+    without_effect = settings_without_effect(config)
+    if any(recorded[key] != value for key, value in current.items() if key in recorded and key not in without_effect):
+        return
+    advice = record.get("advice") or "lower learning_rate or raise warmup_steps and start again"
+    raise UserError(
+        f"the run in {run_dir} stopped at step {record['step']}, before its first checkpoint: "
+        f"{record.get('problem', 'it diverged')}; the same settings from step 0 train into the same blow-up: {advice}; "
+        f"or pass --start_over to run it again anyway"
+    )
 
 
 def _refuse_to_continue_into_a_divergence(run_dir: Path, folder: Path) -> None:

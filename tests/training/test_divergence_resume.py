@@ -119,3 +119,26 @@ def test_the_device_gate_resumes_with_the_runs_best_loss():
         parameter.grad = torch.ones(3)
         optimizer.step()
         assert torch.equal(parameter.detach(), torch.ones(3)) is is_blown_up
+
+
+def test_rerunning_a_run_that_diverged_before_its_first_checkpoint_refuses_unless_the_settings_changed(make_config):
+    """Diverged before any checkpoint, the same command trained again from step 0 into the same blow-up, in silence
+    and every time (docs/training.md said it is refused; the docsclaims2 hunt). The same settings are refused naming
+    the step and the advice; the advice followed (another learning rate) trains; --start_over runs it anyway."""
+    settings = ("learning_rate=1e6", "warmup_steps=3", "max_steps=8", "checkpoint_interval=0", "eval_interval=8")
+    config = make_config(*settings)
+    message = _train_and_get_the_stop_message(config)
+    step = _records(config.run_dir)[-1]["step"]
+    assert not (config.run_dir / "checkpoints").exists() or not list((config.run_dir / "checkpoints").iterdir())
+    log_before = (config.run_dir / "run_log.jsonl").read_text()
+    problem, advice = message.removeprefix(f"training stopped at step {step}: ").split("; ", 1)
+    with pytest.raises(UserError) as err:
+        train(config)
+    assert str(err.value).startswith(f"the run in {config.run_dir.absolute()} stopped at step {step}, before its "
+                                     f"first checkpoint: {problem}; the same settings from step 0 train into the same "
+                                     f"blow-up: {advice}; or pass --start_over")
+    assert (config.run_dir / "run_log.jsonl").read_text() == log_before  # nothing was trained
+    with pytest.raises(TrainingDivergedError, match=f"training stopped at step {step}"):
+        train(config, start_over=True)  # asked for: runs, and blows up where it did
+    train(make_config(*settings[1:], "learning_rate=1e-3"))  # the advice followed: a new attempt, which trains
+    assert _records(config.run_dir)[-1]["kind"] != "error"
