@@ -119,13 +119,15 @@ def _run_stages(config, start_over: bool = False, processes=None) -> Path:
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
     run, export = shlex.quote(str(run_dir)), shlex.quote(str(run_dir / "export"))  # commands to paste: quoted
-    print(
-        f"done in {time.perf_counter() - started:.1f} s this session; Hub-ready folder: {run_dir / 'export'} "
-        f"(to publish it: `hf-gpt-custom export {run} {export} --repo-id USER/NAME` names your "
-        f"repository in the card, then `hf-gpt-custom push {export} --repo-id USER/NAME --dry-run`, "
-        "then without --dry-run)",
-        flush=True,
-    )
+    from .hub import previous_export_options
+
+    repo_id = previous_export_options(run_dir / "export").get("repo_id")  # kept from an export the user ran
+    publish = (f"`hf-gpt-custom push {export} --repo-id {shlex.quote(repo_id)} --dry-run`, then without --dry-run"
+               if repo_id else
+               f"`hf-gpt-custom export {run} {export} --repo-id USER/NAME` names your repository in the card, then "
+               f"`hf-gpt-custom push {export} --repo-id USER/NAME --dry-run`, then without --dry-run")
+    print(f"done in {time.perf_counter() - started:.1f} s this session; Hub-ready folder: {run_dir / 'export'} "
+          f"(to publish it: {publish})", flush=True)
     return run_dir
 
 

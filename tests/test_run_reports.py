@@ -414,3 +414,17 @@ def test_benchmark_limit_takes_a_fraction_as_eval_limit_and_lm_eval_do(overrides
     for value in ("1.5", "0", "-3", "true"):
         with pytest.raises(UserError, match="benchmark_limit"):
             load_config(SMOKE_CONFIG, [f"benchmark_limit={value}"])
+
+
+def test_the_closing_line_names_the_repository_an_earlier_export_was_given(overrides, capsys):
+    """After `export RUN RUN/export --repo-id alice/tiny`, `run` kept alice/tiny in the card but still said to export
+    again with --repo-id USER/NAME (the docsclaims2 hunt). It now gives the push command for that repository."""
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    assert "--repo-id USER/NAME` names your repository in the card" in capsys.readouterr().out
+    export_folder(run_dir, run_dir / "export", repo_id="alice/tiny")
+    run_pipeline(SMOKE_CONFIG, overrides)
+    out = capsys.readouterr().out
+    assert f"(to publish it: `hf-gpt-custom push {run_dir / 'export'} --repo-id alice/tiny --dry-run`" in out
+    assert "USER/NAME" not in out
