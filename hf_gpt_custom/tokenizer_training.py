@@ -117,15 +117,16 @@ def train_tokenizer(
 
 
 def _save_in_place_of(tokenizer, out_dir: Path) -> Path:
-    """Save `tokenizer` into `out_dir` through a staging folder beside it, moving each file in once all are written
+    """Save `tokenizer` into `out_dir` through a staging folder in it, moving each file in once all are written
     (tokenizer.json, what AutoTokenizer reads, last): a kill during save_pretrained left a new tokenizer.json beside
     the previous tokenizer's vocab.json and merges.txt, a folder that loads as one tokenizer and reads as another.
     A tokenizer file of the previous one that this one does not write (added_tokens.json) goes first; other files in
-    `out_dir` stay."""
+    `out_dir` stay. The staging folder is inside `out_dir`, which may be the one writable folder of a read-only
+    parent (a mounted volume)."""
     import shutil
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = out_dir.with_name(out_dir.name + ".tmp")
+    staging = out_dir / ".tokenizer.tmp"
     shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted call
     tokenizer.save_pretrained(staging)
     written = sorted(path.name for path in staging.iterdir())

@@ -255,14 +255,20 @@ def test_a_causal_lm_converted_into_a_head_reports_its_new_and_unused_weights_as
     torch.manual_seed(0)
     getattr(transformers, class_name)(config).save_pretrained(tmp_path)
     logger = transformers_logging.get_logger("transformers.modeling_utils")
-    with CaptureLogger(logger) as ours:
-        GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+    verbosity = transformers_logging.get_verbosity()  # transformers' default, whatever an earlier test left
+    transformers_logging.set_verbosity_warning()
+    try:
+        with CaptureLogger(logger) as ours:
+            GPTCustomForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+        if family == "GPT2":
+            with CaptureLogger(logger) as theirs:
+                GPT2ForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+        with CaptureLogger(logger) as whole:  # every weight has its place: nothing to report
+            GPTCustomForCausalLM.from_pretrained(tmp_path)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     assert "LOAD REPORT" in ours.out and "score.weight" in ours.out and "MISSING" in ours.out
     assert ("lm_head.weight" in ours.out and "UNEXPECTED" in ours.out) == (family == "Llama")  # untied: dropped
     if family == "GPT2":
-        with CaptureLogger(logger) as theirs:
-            GPT2ForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
         assert "score.weight" in theirs.out and "MISSING" in theirs.out
-    with CaptureLogger(logger) as whole:  # every weight has its place: nothing to report
-        GPTCustomForCausalLM.from_pretrained(tmp_path)
     assert "LOAD REPORT" not in whole.out
