@@ -259,7 +259,8 @@ def report_loading(model, path, loading_info: dict) -> None:
     except (ImportError, TypeError):  # a transformers 5.x without this report: the same facts, in a line
         logger.warning("%s from %s: newly initialized %s; unused %s; started anew at another shape %s",
                        type(model).__name__, path, sorted(loading_info["missing_keys"]),
-                       sorted(loading_info["unexpected_keys"]), sorted(key for key, *_ in loading_info["mismatched_keys"]))
+                       sorted(loading_info["unexpected_keys"]),
+                       sorted(key for key, *_ in loading_info["mismatched_keys"]))
         return
     # ignore_mismatched_sizes: a mismatch reaching here was asked for (model_and_loading_info refuses the others)
     log_state_dict_report(model, str(path), True, info, logger=logger)

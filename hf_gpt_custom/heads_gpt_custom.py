@@ -131,8 +131,8 @@ def check_sequence_labels(labels: torch.Tensor, pooled_logits: torch.Tensor, con
     if inferred:  # transformers' rule (loss_utils.ForSequenceClassificationLoss), read without setting it
         problem = ("regression" if num_labels == 1 else "single_label_classification"
                    if labels.dtype in (torch.long, torch.int) else "multi_label_classification")
-    told = (f"; problem_type is unset, so it was read from the labels as {problem!r} (integer class indices: torch.long; "
-            "set config.problem_type to say which)") if inferred else ""
+    told = (f"; problem_type is unset, so it was read from the labels as {problem!r} (integer class indices: "
+            "torch.long; set config.problem_type to say which)") if inferred else ""
     if problem == "single_label_classification":
         if labels.numel() != rows:
             raise UserError(f"labels of shape {tuple(labels.shape)} for {rows} examples: single-label classification "

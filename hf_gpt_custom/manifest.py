@@ -96,10 +96,16 @@ def write_manifest(folder: str | os.PathLike, leave_out: tuple[str, ...] = (), *
             continue
         files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     manifest = {"format": MANIFEST_FORMAT, **fields, "files": files}
-    partial = folder / f"{MANIFEST_NAME}.partial"
-    partial.write_text(json.dumps(manifest, indent=2))
-    os.replace(partial, folder / MANIFEST_NAME)
+    write_text_atomically(folder / MANIFEST_NAME, json.dumps(manifest, indent=2))
     return folder / MANIFEST_NAME
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through `<path>.partial`, renamed into place: a kill while writing leaves the previous
+    file whole (or none), never half of one. (A manifest leaves `.partial` files out.)"""
+    partial = Path(f"{path}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 def verify_manifest(folder: str | os.PathLike, quick: bool = False) -> str | None:

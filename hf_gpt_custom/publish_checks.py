@@ -510,8 +510,8 @@ def hub_languages(language: str) -> list[str]:
     codes = [code.strip().lower() for code in language.split(",") if code.strip()]
     wrong = [code for code in codes if not (re.fullmatch(r"[a-z]{2,3}", code) or code in ("multilingual", "code"))]
     if not codes or wrong:
-        raise UserError(f"--language {language!r}: {'no code given' if not codes else 'not an ISO 639 code: ' + ', '.join(wrong)}; "
-                        "give two- or three-letter codes, comma-separated, e.g. --language en or --language en,fr "
+        what = "no code given" if not codes else "not an ISO 639 code: " + ", ".join(wrong)
+        raise UserError(f"--language {language!r}: {what}; give two- or three-letter codes, comma-separated, e.g. --language en or --language en,fr "
                         "(or multilingual, or code)")
     return list(dict.fromkeys(codes))
 

@@ -9,6 +9,7 @@ are computed, never configured. How raw YAML and `key=value` text become typed v
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.manifest import write_text_atomically
 from hf_gpt_custom.training.config_checks import check_train_config
 from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
     REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, is_text_type, parse_override_value,
@@ -294,7 +296,6 @@ def refuse_a_key_given_twice(overrides: list[str]) -> None:
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config), through a
     file beside it renamed into place: a kill while writing left a 0-byte config.yaml (the interrupts hunt)."""
-    partial = Path(f"{path}.partial")
-    with open(partial, "w", encoding="utf-8") as f:
-        write_config_yaml(config.to_dict(), f)
-    os.replace(partial, path)
+    text = io.StringIO()
+    write_config_yaml(config.to_dict(), text)
+    write_text_atomically(path, text.getvalue())

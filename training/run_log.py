@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hf_gpt_custom.manifest import write_text_atomically
+
 logger = logging.getLogger(__name__)
 
 RUN_LOG_NAME = "run_log.jsonl"
@@ -32,9 +34,7 @@ class RunLog:
             # Steps after the checkpoint were logged by the run that died; they are about to be redone.
             kept = [r for r in read_run_log(self.path) if r.get("step", 0) < resume_step or (
                 r.get("step", 0) == resume_step and not (evaluation_redone and r.get("kind") == "eval"))]
-            partial = self.path.with_suffix(".jsonl.partial")
-            partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
-            os.replace(partial, self.path)
+            write_text_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         elif resume_step and not self.path.exists():
             logger.warning("%s is missing: the run resumes at step %d with a log of this session's steps only, so the "
                            "loss curve, train_time_s and the summary's rates leave out the steps before", self.path,
@@ -85,9 +85,7 @@ def write_training_summary(path: str | os.PathLike, summary: dict[str, Any]) -> 
     clean = {key: None if key in non_finite else value for key, value in summary.items()}
     if non_finite:
         clean["non_finite"] = non_finite
-    partial = Path(f"{path}.partial")  # renamed into place: a kill while writing leaves the previous summary whole
-    partial.write_text(json.dumps(clean, indent=2) + "\n")
-    os.replace(partial, path)
+    write_text_atomically(path, json.dumps(clean, indent=2) + "\n")  # a kill leaves the previous summary whole
 
 
 def loss_curve_title(run_name: str, n_params: int) -> str:
