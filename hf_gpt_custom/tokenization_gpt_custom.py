@@ -407,13 +407,21 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
     # -- saving -----------------------------------------------------------------------------------------------------
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
-        """tokenizer.json (the full pipeline) plus GPT-2-style vocab.json and merges.txt for other tools, and
-        added_tokens.json when tokens were added (`add_tokens`): transformers' legacy file for them, without which a
-        loader of vocab.json + merges.txt (GPT2Tokenizer, this class without tokenizer.json) splits an added token
-        into bytes, other ids in silence. Special tokens need none: tokenizer_config.json names them."""
+        """tokenizer.json (the full pipeline) plus GPT-2-style vocab.json and merges.txt for other tools, and, when
+        tokens were added (`add_tokens`, `add_special_tokens`, a task template), the two records of them that a
+        loader of vocab.json + merges.txt (GPT2Tokenizer, this class without tokenizer.json) reads: without them it
+        splits an added token into bytes, other ids in silence.
+        - added_tokens.json, transformers' legacy file: content -> id of the non-special ones (tokenizer_config.json
+          names the special ones);
+        - `added_tokens_decoder` in tokenizer_config.json, as transformers' Python tokenizers write it: every added
+          token with its lstrip/rstrip/single_word/normalized flags, which added_tokens.json cannot carry (a token
+          added with lstrip=True took the space before it under tokenizer.json only). transformers drops the key for
+          tokenizers-backed classes, whose tokenizer.json holds the same."""
         file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
         file_names = file_names + self.save_vocabulary(str(save_directory), filename_prefix)
         base_size = self._tokenizer.get_vocab_size(with_added_tokens=False)
+        if any(token_id >= base_size for token_id in self.added_tokens_decoder):
+            self._record_added_tokens_in_config(file_names)
         added = {token.content: token_id for token_id, token in sorted(self.added_tokens_decoder.items())
                  if token_id >= base_size and not token.special}
         if added:
@@ -424,6 +432,17 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
                 handle.write("\n")
             file_names = file_names + (added_path,)
         return file_names
+
+    def _record_added_tokens_in_config(self, file_names: tuple[str, ...]) -> None:
+        config_path = next((name for name in file_names if name.endswith("tokenizer_config.json")), None)
+        if config_path is None:
+            return
+        with open(config_path, encoding="utf-8") as handle:
+            config = json.load(handle)
+        config["added_tokens_decoder"] = {str(token_id): token.__getstate__()
+                                          for token_id, token in sorted(self.added_tokens_decoder.items())}
+        with open(config_path, "w", encoding="utf-8") as handle:  # transformers' own layout for this file
+            handle.write(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, str]:
         prefix = f"{filename_prefix}-" if filename_prefix else ""

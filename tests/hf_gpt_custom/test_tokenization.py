@@ -184,6 +184,28 @@ def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(to
     assert GPTCustomTokenizerFast.from_pretrained(tmp_path / "task")(text)["input_ids"] == expected
 
 
+def test_an_added_tokens_strip_flags_reach_a_loader_of_the_gpt2_style_files(tokenizer_folder, tmp_path):
+    """added_tokens.json holds content -> id only, so a token added with lstrip/rstrip=True took the spaces around it
+    under tokenizer.json but not where only the GPT-2-style files are read (roundreview9). Reference: transformers'
+    GPT2Tokenizer from those files and tokenizer_config.json, which reads `added_tokens_decoder` with its flags."""
+    from tokenizers import AddedToken
+
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    tokenizer.add_tokens([AddedToken("<tag>", lstrip=True, rstrip=True)])
+    tokenizer.save_pretrained(tmp_path / "task")
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
+        (legacy / name).write_bytes((tmp_path / "task" / name).read_bytes())
+    text = "a <tag> b"
+    expected = tokenizer(text)["input_ids"]
+    assert expected == tokenizer("a")["input_ids"] + [VOCAB_SIZE] + tokenizer("b")["input_ids"]  # both spaces taken
+    assert GPT2Tokenizer.from_pretrained(legacy)(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast.from_pretrained(legacy)(text)["input_ids"] == expected
+    reloaded = GPTCustomTokenizerFast.from_pretrained(tmp_path / "task")
+    assert reloaded(text)["input_ids"] == expected and reloaded.added_tokens_decoder == tokenizer.added_tokens_decoder
+
+
 SPECIAL_TEXT = ["To be." + ENDOFTEXT, "one<|endoftext|>two", ENDOFTEXT, "x<|endoftext|>y <|endoftext|> <|endoftext",
                 "<|endoftext|><|endoftext|> a"]
 
