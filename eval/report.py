@@ -81,18 +81,30 @@ def _write_report_files(results, out_dir: Path) -> Path:
 
 
 def _warn_if_replacing_another_models_scores(path: Path, payload: dict) -> None:
-    """A warning when `path` holds another model's evaluation, which this one replaces (lm-eval writes a new
-    timestamped file each time; `eval --out` keeps one report per folder, so the earlier one goes)."""
+    """A warning when `path` holds scores this evaluation does not carry over: another model's evaluation, or the
+    same model's on tasks or shot counts this one leaves out (lm-eval writes a new timestamped file each time;
+    `eval --out` keeps one report per folder, so the earlier one goes). The same weights are the same model whatever
+    path named them (`run` names final/ absolute, a later `eval --model runs/x/final` relative)."""
     try:
         earlier = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    same_weights = earlier.get("model_weights_sha256") == payload.get("model_weights_sha256")
-    if earlier.get("model") != payload.get("model") or not same_weights:
+    then, now = earlier.get("model_weights_sha256"), payload.get("model_weights_sha256")
+    same_model = then == now if then and now else earlier.get("model") == payload.get("model") and then == now
+    keep_both = "give --out another folder to keep both"
+    if not same_model:
+        other = " (other weights)" if earlier.get("model") == payload.get("model") else ""
+        logging.getLogger(__name__).warning("%s held the evaluation of %s%s; it is replaced by this one (%s)",
+                                            path.parent, earlier.get("model"), other, keep_both)
+        return
+    scored = {(row.get("task"), row.get("num_fewshot")) for row in payload.get("results", [])}
+    dropped = sorted({(row.get("task"), row.get("num_fewshot")) for row in earlier.get("results", []) if
+                      isinstance(row, dict)} - scored, key=str)
+    if dropped:
         logging.getLogger(__name__).warning(
-            "%s held the evaluation of %s%s; it is replaced by this one (give --out another folder to keep both)",
-            path.parent, earlier.get("model"), "" if earlier.get("model") != payload.get("model") else
-            " (other weights)")
+            "%s held this model's scores on %s, which this evaluation does not include; they are replaced (%s, or "
+            "evaluate every task and shot count in one call)", path.parent,
+            ", ".join(f"{task} ({shots}-shot)" for task, shots in dropped), keep_both)
 
 
 def format_table(payload: dict) -> str:

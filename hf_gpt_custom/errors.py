@@ -80,6 +80,12 @@ def wrong_kind_message(path: Path, number: int) -> str:
     return f"{file} is a file where a folder belongs: move it away, then run again"
 
 
+def path_in_the_way(error: OSError) -> Path:
+    """The path an EISDIR/ENOTDIR error is about: a rename's destination (`filename2`: os.replace names its own
+    source first, and the source is the file the project just wrote), else the one path it names."""
+    return Path(os.fsdecode(error.filename2 if getattr(error, "filename2", None) else error.filename))
+
+
 def file_system_error_message(err: OSError) -> str | None:
     """One line for a file or folder that cannot be written or read (permissions, read-only, disk full), with the
     fix; None for any other OSError (the CLI keeps its traceback)."""
@@ -90,7 +96,7 @@ def file_system_error_message(err: OSError) -> str | None:
     if err.errno in _DISK_FULL_ERRNOS:
         return f"cannot write {path}: {err.strerror}; free space there or choose an output folder on another disk"
     if err.errno in _WRONG_KIND_ERRNOS:
-        return wrong_kind_message(path, err.errno)
+        return wrong_kind_message(path_in_the_way(err), err.errno)
     is_read = path.exists() and not os.access(path, os.R_OK)
     return (f"cannot {'read' if is_read else 'write'} {path}: {err.strerror}; "
             + ("make it readable for your user" if is_read else

@@ -104,8 +104,8 @@ def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore
     """Raise a UserError naming a label outside 0..num_classes-1 (or `ignore_index`) before it reaches the loss,
     where it would be a CUDA assert or a silently wrong loss. The dtype always; the values only where reading them
     costs no device sync (model_inputs.checks_values: the CPU, not while compiling)."""
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise UserError(f"{name} must hold integer class indices, got dtype {labels.dtype}; convert with .long()")
+    if labels.dtype not in (torch.long, torch.uint8):  # what cross_entropy takes: int32 failed deep in torch
+        raise UserError(f"{name} must hold class indices as torch.long, got dtype {labels.dtype}; convert with .long()")
     if labels.numel() == 0 or not checks_values(labels):
         return
     kept = labels[labels != ignore_index] if ignore_index is not None else labels.flatten()

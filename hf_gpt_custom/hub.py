@@ -22,7 +22,7 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from .errors import MissingFileError, UserError, write_failure_cause
-from .manifest import MANIFEST_NAME, write_manifest
+from .manifest import MANIFEST_NAME, sync_to_disk, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
                              hub_languages, hub_license, is_local_path, without_vocabulary)
@@ -181,6 +181,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
                    export_options={"repo_id": repo_id, "package_source": package_source, "language": language,
                                    **licensing})
     _make_world_readable(staging)
+    sync_to_disk(staging)
 
     replaced = None
     if out_dir.exists():
@@ -197,6 +198,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
             os.replace(out_dir, replaced)
     os.replace(staging, out_dir)
     (out_dir / _STAGING_MARKER).unlink()
+    sync_to_disk(out_dir.parent, contents=False)  # the rename itself
     link = licensing["license_link"]
     if link and "://" not in link and not (out_dir / link).is_file():
         logger.warning("the card links its license to %s: put the license's text in %s before you push", link,

@@ -102,10 +102,33 @@ def write_manifest(folder: str | os.PathLike, leave_out: tuple[str, ...] = (), *
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through `<path>.partial`, renamed into place: a kill while writing leaves the previous
-    file whole (or none), never half of one. (A manifest leaves `.partial` files out.)"""
+    file whole (or none), never half of one; flushed to disk before the rename, so a power cut cannot leave the new
+    name on empty contents. (A manifest leaves `.partial` files out.)"""
     partial = Path(f"{path}.partial")
     partial.write_text(text, encoding="utf-8")
+    sync_to_disk(partial)
     os.replace(partial, path)
+    sync_to_disk(Path(path).parent, contents=False)  # the rename itself
+
+
+def sync_to_disk(path: str | os.PathLike, contents: bool = True) -> None:
+    """fsync `path`, and everything under it if it is a folder and `contents`, before it is renamed into place: the
+    rename is atomic against a kill, but after a power cut a file system may keep the new name and lose the data
+    written under it (ext4's delayed allocation, XFS). After the rename, the folder holding it (contents=False: its
+    entries, not every file under it). Best effort: a file system that cannot fsync (some network mounts) is skipped.
+    """
+    path = Path(path)
+    for item in [*path.rglob("*"), path] if path.is_dir() and contents else [path]:
+        try:
+            fd = os.open(item, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def verify_manifest(folder: str | os.PathLike, quick: bool = False) -> str | None:

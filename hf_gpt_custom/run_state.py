@@ -6,8 +6,8 @@ without retraining, and writes those into the run's records.
 
 from __future__ import annotations
 
+import io
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -346,6 +346,7 @@ def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str
     record = state["stages"].get("train", {})
     if not new or record.get("status") != "done" or not _wrote_what_is_there(record, run_dir):
         return
+    from hf_gpt_custom.manifest import write_text_atomically
     from hf_gpt_custom.training.config import read_config_yaml, write_config_yaml
     from hf_gpt_custom.training.run_log import (
         LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, loss_curve_title, plot_loss_curve, read_run_log,
@@ -355,10 +356,9 @@ def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str
     config_path, summary_path = run_dir / "config.yaml", run_dir / SUMMARY_NAME
     if config_path.is_file():
         recorded = read_config_yaml(config_path.read_text(encoding="utf-8"))
-        staging = config_path.with_name(config_path.name + ".tmp")
-        with open(staging, "w", encoding="utf-8") as stream:
-            write_config_yaml({**recorded, **new}, stream)
-        os.replace(staging, config_path)  # the record of the run: the old one or the new one, never half of one
+        text = io.StringIO()
+        write_config_yaml({**recorded, **new}, text)
+        write_text_atomically(config_path, text.getvalue())  # the record of the run: the old or the new, never half
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         summary["config"] = {**summary.get("config", {}), **new}
@@ -398,6 +398,6 @@ def _with_auto_precision_resolved(saved: dict[str, Any], config) -> dict[str, An
 def save_state(run_dir: Path, state: dict[str, Any]) -> None:
     """Write pipeline_state.json atomically: a crash leaves the previous complete file, never half of one."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp_path = run_dir / (STATE_FILE + ".tmp")
-    tmp_path.write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp_path, run_dir / STATE_FILE)
+    from .manifest import write_text_atomically
+
+    write_text_atomically(run_dir / STATE_FILE, json.dumps(state, indent=2, default=str) + "\n")

@@ -562,8 +562,11 @@ def _training_result_rows(summary: dict) -> list[tuple[str, str]]:
     scored, blocks = summary.get("val_blocks_scored"), summary.get("val_blocks")
     # eval_batches scores the first blocks only: the rows say so rather than pass a subset off as the split
     part = f" (first {scored:,} of {blocks:,} blocks: eval_batches)" if scored and blocks and scored < blocks else ""
-    # run_log.summarize_train_steps averages the last 10 steps' losses, all of them in a shorter run
-    averaged = min(10, summary["steps"]) if isinstance(summary.get("steps"), int) and summary["steps"] > 0 else 10
+    # run_log.summarize_train_steps averages the last 10 logged steps' losses: fewer in a shorter run, or in one
+    # resumed without its run log (a summary written before it recorded how many: the steps' rule)
+    averaged = summary.get("final_train_loss_steps")
+    if not isinstance(averaged, int) or averaged < 1:
+        averaged = min(10, summary["steps"]) if isinstance(summary.get("steps"), int) and summary["steps"] > 0 else 10
     labels = {
         "steps": "optimizer steps",
         "tokens_seen": "training tokens seen",

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_gpt_custom.errors import MissingFileError, UserError, write_failure_cause, wrong_kind_message
+from hf_gpt_custom.errors import MissingFileError, UserError, path_in_the_way, write_failure_cause, wrong_kind_message
 # sha256_file is re-exported: data.py hashes the cache key's files with it
-from hf_gpt_custom.manifest import MANIFEST_NAME, verify_manifest, write_manifest
+from hf_gpt_custom.manifest import MANIFEST_NAME, sync_to_disk, verify_manifest, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -83,11 +83,11 @@ def save_checkpoint(accelerator, checkpoints_dir: str | os.PathLike, state: Trai
         if accelerator.is_main_process:
             (temporary / TRAINING_STATE_NAME).write_text(json.dumps(dataclasses.asdict(state), indent=2))
             write_manifest(temporary, step=state.step)
-            _fsync_folder(temporary)
+            sync_to_disk(temporary)
             if final.exists():  # left by an earlier attempt or run in this folder: these weights supersede it
                 _move_aside(final)
             os.rename(temporary, final)
-            _fsync_folder(checkpoints_dir)
+            sync_to_disk(checkpoints_dir, contents=False)
             _delete_old_checkpoints(checkpoints_dir, keep_last)
     accelerator.wait_for_everyone()
     return final
@@ -116,7 +116,7 @@ def write_errors_named(folder: Path, partial: Path | None, what: str):
         if isinstance(error, OSError) and error.errno in (errno.EISDIR, errno.ENOTDIR) and error.filename:
             # a user's file or folder in the way (a file named final.tmp, a folder named run_log.jsonl): no space
             # or permission to fix, the path to move
-            in_the_way = wrong_kind_message(Path(os.fsdecode(error.filename)), error.errno)
+            in_the_way = wrong_kind_message(path_in_the_way(error), error.errno)
             raise UserError(f"cannot write {what} to {folder}: {in_the_way}. {kept}") from error
         raise UserError(
             f"cannot write {what} to {folder}: {cause}; {_free_space(folder)}. {kept} — make the folder writable or "
@@ -180,20 +180,6 @@ def _move_aside(folder: Path) -> None:
         damaged, suffix = folder.with_name(f"{folder.name}.damaged{suffix}"), suffix + 1
     logger.warning("moving the incomplete checkpoint %s aside to %s (kept, not deleted)", folder, damaged)
     os.rename(folder, damaged)
-
-
-def _fsync_folder(folder: Path) -> None:
-    for path in [*folder.rglob("*"), folder] if folder.is_dir() else []:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
 
 def _delete_old_checkpoints(checkpoints_dir: Path, keep_last: int) -> None:

@@ -132,7 +132,8 @@ def latest_evaluations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | None = None) -> dict[str, float | None]:
-    """final_train_loss (mean of the last 10 steps), tokens_per_s (tokens over training time, without each session's
+    """final_train_loss (mean of the last 10 steps logged; final_train_loss_steps: how many that is, fewer in a short
+    run or one resumed without its log), tokens_per_s (tokens over training time, without each session's
     first step, which includes warm-up: compilation, allocator, caches), mfu (the same steps' time-weighted MFU, each
     by its own session's peak, or by `peak_flops` when given: a peak the user states holds for the whole run; None
     if a step has none) with the peak it is a share of (peak_flops; peak_flops_range where sessions measured
@@ -163,6 +164,7 @@ def summarize_train_steps(records: list[dict[str, Any]], peak_flops: float | Non
         tokens_per_s = sum(r["tokens_per_s"] for r in timed) / len(timed)
     return {
         "final_train_loss": sum(train_losses[-10:]) / len(train_losses[-10:]) if train_losses else None,
+        "final_train_loss_steps": len(train_losses[-10:]),
         "tokens_per_s": tokens_per_s,
         "mfu": mfu,
         "peak_flops": peak if mfu is not None else None,

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.manifest import write_manifest
+from hf_gpt_custom.manifest import sync_to_disk, write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.versions import software_versions
 from hf_gpt_custom.training.checkpoint import (
@@ -391,6 +391,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "wall_time_s": s.stamp_wall_time().wall_time_s,  # every session of the run, not only this one
         "train_time_s": steps["train_time_s"] if steps["train_time_s"] is not None else loop.train_time_s,
         "final_train_loss": steps["final_train_loss"],
+        "final_train_loss_steps": steps["final_train_loss_steps"],  # the card's label: a mean of how many steps
         "final_val_loss": last_eval["val_loss"],
         "loss_name": s.workload.loss_name,  # what loss and val_loss are (fine-tuning's: task + λ·LM), as plotted
         "tokens_per_s": steps["tokens_per_s"],
@@ -426,7 +427,9 @@ def _save_final_folder(s: Session) -> None:
         save_model_folder(s.model_class, s.model_config, state_dict, staging)
         s.workload.save_beside_model(staging, s.model_config)
         write_manifest(staging)  # what eval/export verify final/ against
+        sync_to_disk(staging)
         if final_dir.exists():  # deleted in place, a kill left a final/ missing files, its manifest perhaps
             os.replace(final_dir, replaced)
         os.replace(staging, final_dir)
+        sync_to_disk(s.run_dir, contents=False)
         shutil.rmtree(replaced, ignore_errors=True)

@@ -398,3 +398,31 @@ def test_replacing_another_models_evaluation_says_so(tmp_path, caplog):
         caplog.clear()
         write_report(results("runs/b/final", "ccc"), tmp_path)  # the same folder, retrained since
         assert "held the evaluation of runs/b/final (other weights)" in caplog.text
+        caplog.clear()
+        # the same weights named by another path (`run` names final/ absolute, `eval --model` relative): the same
+        # model, no warning (the roundreview10 hunt)
+        write_report(results("/home/me/runs/b/final", "ccc"), tmp_path)
+        assert caplog.text == ""
+
+
+def test_replacing_the_same_models_scores_on_other_tasks_says_which(tmp_path, caplog):
+    """`eval --tasks piqa --out X` after `eval --tasks copa --out X` deleted the copa scores in silence (the
+    roundreview10 hunt). The warning names the task and shot count whose scores go; a run covering them is silent."""
+    from hf_gpt_custom.eval.report import write_report
+    from hf_gpt_custom.eval.runner import Results
+
+    def row(task, shots):
+        return {"task": task, "dataset": None, "num_fewshot": shots, "metric": "acc", "value": 0.5, "stderr": 0.1,
+                "n": 8, "higher_is_better": True, "n_truncated": 0}
+
+    def results(*rows):
+        return Results(model="runs/a/final", config={"limit": None, "seed": 0}, results=list(rows),
+                       model_weights_sha256="aaa")
+
+    with caplog.at_level("WARNING", logger="hf_gpt_custom.eval.report"):
+        write_report(results(row("copa", 0), row("copa", 1)), tmp_path)
+        write_report(results(row("copa", 0), row("copa", 1), row("piqa", 0)), tmp_path)
+        assert caplog.text == ""
+        write_report(results(row("piqa", 0)), tmp_path)
+        assert (f"{tmp_path} held this model's scores on copa (0-shot), copa (1-shot), which this evaluation does "
+                "not include; they are replaced") in caplog.text

@@ -720,6 +720,10 @@ def test_a_multiple_choice_mask_of_another_shape_is_named():
     # problem_type unset: class indices in a small integer dtype or as floats read as multi-label targets
     (None, torch.tensor([0, 2, 1], dtype=torch.uint8), r"\(for class indices, convert them with .long\(\)\).*unset"),
     (None, torch.tensor([0.0, 2.0, 1.0]), r"\(for class indices, convert them with .long\(\)\).*unset"),
+    # int32 reads as single-label in transformers' rule, but cross_entropy takes long or uint8 only: GPT-2's head
+    # fails deep in torch with problem_type left set (the roundreview10 hunt)
+    (None, torch.tensor([0, 2, 1], dtype=torch.int32), r"class indices as torch.long, got dtype torch.int32"),
+    ("single_label_classification", torch.tensor([0, 2, 1], dtype=torch.int16), r"got dtype torch.int16; convert"),
 ])
 def test_sequence_labels_the_loss_would_broadcast_or_refuse_deep_in_torch_are_named(problem_type, labels, named):
     """Checked against what transformers' GPT-2 head does with them: a silently broadcast loss, or a bare torch error

@@ -13,10 +13,10 @@ def test_summary_averages_skip_the_warm_up_step_and_use_the_last_ten_losses():
     assert summary["final_train_loss"] == pytest.approx(sum(20.0 - step for step in range(3, 13)) / 10)
     assert summary["tokens_per_s"] == pytest.approx(sum(100.0 * step for step in range(2, 13)) / 11)  # not step 1's
     one_step = summarize_train_steps(records[:1])
-    assert one_step == {"final_train_loss": 19.0, "tokens_per_s": 1000.0, "mfu": None,  # no step times
+    assert one_step == {"final_train_loss": 19.0, "final_train_loss_steps": 1, "tokens_per_s": 1000.0, "mfu": None,
                         "peak_flops": None, "peak_flops_range": None, "train_time_s": None, "skipped_updates": 0}
-    assert summarize_train_steps([]) == {"final_train_loss": None, "tokens_per_s": None, "mfu": None,
-                                         "peak_flops": None, "peak_flops_range": None, "train_time_s": None,
+    assert summarize_train_steps([]) == {"final_train_loss": None, "final_train_loss_steps": 0, "tokens_per_s": None,
+                                         "mfu": None, "peak_flops": None, "peak_flops_range": None, "train_time_s": None,
                                          "skipped_updates": 0}
 
 
@@ -214,6 +214,11 @@ def test_the_cards_training_loss_row_names_the_steps_the_summary_averaged(steps)
     assert summary["final_train_loss"] == pytest.approx(sum(range(steps - averaged + 1, steps + 1)) / averaged)
     label = "training loss of the one step" if steps == 1 else f"training loss, mean of the last {averaged} steps"
     assert dict(_training_result_rows(summary))[label + " (nats/token)"] == _format_number(summary["final_train_loss"])
+    if steps >= 10:  # resumed 5 steps before the end without its run log: 5 records (the roundreview10 hunt)
+        resumed = {"steps": steps, **summarize_train_steps(records[-5:])}
+        assert resumed["final_train_loss"] == pytest.approx(sum(range(steps - 4, steps + 1)) / 5)
+        assert dict(_training_result_rows(resumed))["training loss, mean of the last 5 steps (nats/token)"] == \
+            _format_number(resumed["final_train_loss"])
 
 
 def test_resuming_without_the_run_log_says_what_the_figures_leave_out(tmp_path, caplog):

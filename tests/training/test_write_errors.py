@@ -213,6 +213,29 @@ def test_a_file_in_the_way_of_final_is_named_with_the_fix_that_applies(make_conf
     assert (run_dir / "final.tmp").read_text() == "a note of mine"
 
 
+@pytest.mark.parametrize("in_the_way", ["file", "folder"])
+def test_a_rename_onto_a_path_of_the_wrong_kind_names_the_destination(tmp_path, in_the_way):
+    """os.replace(final, final.replaced) with the user's file named final.replaced: the OSError names the source first
+    (filename) and the destination second (filename2), and the message said "RUN/final is a file where a folder
+    belongs", of a folder, leaving the file unnamed (the roundreview10 hunt). Now the destination is named, in both
+    directions (a folder moved onto a file: ENOTDIR; a file onto a folder: EISDIR)."""
+    from hf_gpt_custom.errors import file_system_error_message
+    from hf_gpt_custom.training.checkpoint import write_errors_named
+
+    ours, theirs = tmp_path / "final", tmp_path / "final.replaced"
+    if in_the_way == "file":
+        ours.mkdir()
+        theirs.write_text("a note of mine")
+    else:
+        ours.write_text("{}")
+        (theirs / "notes").mkdir(parents=True)
+    expected = f"{theirs} is a {in_the_way} where a {'folder' if in_the_way == 'file' else 'file'} belongs: move it away"
+    with pytest.raises(UserError) as err, write_errors_named(tmp_path, None, "final/"):
+        os.replace(ours, theirs)
+    assert f"cannot write final/ to {tmp_path}: {expected}" in str(err.value)
+    assert file_system_error_message(err.value.__cause__).startswith(expected)
+
+
 @pytest.mark.parametrize("kind, number", [("folder", errno.EISDIR), ("file", errno.ENOTDIR)])
 def test_the_cli_names_a_file_or_folder_of_the_wrong_kind(tmp_path, kind, number):
     """run_log.jsonl as a folder, checkpoints/ as a file: bare IsADirectoryError / NotADirectoryError tracebacks."""
