@@ -283,7 +283,8 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str | 
                     f"model {name!r} is not a local folder and could not be loaded as a Hub id "
                     f"({str(err).splitlines()[0]}); pass a folder written by save_pretrained or a reachable Hub id"
                 ) from err
-        trained_with = folder if folder is not None and has_tokenizer_files(folder) else checkpoint_tokenizer(folder)
+        trained_with = folder if folder is not None and has_tokenizer_files(folder) else checkpoint_tokenizer(
+            folder, given=tokenizer)
         if tokenizer is not None and trained_with is not None:
             tokenizer = load_tokenizer(str(tokenizer)) if isinstance(tokenizer, (str, Path)) else tokenizer
             refuse_another_tokenizer(trained_with, tokenizer, folder)
@@ -351,20 +352,26 @@ def refuse_another_tokenizer(trained_with: Path, tokenizer, folder: Path) -> Non
                         "score ids it was not trained on; drop --tokenizer (the one it was trained with is then used)")
 
 
-def checkpoint_tokenizer(folder: Path | None) -> Path | None:
+def checkpoint_tokenizer(folder: Path | None, given=None) -> Path | None:
     """The tokenizer folder a training checkpoint's run trained with (it has no tokenizer files of its own; its
-    training_settings.json records the run's), as `train init_from=CHECKPOINT` finds it; None for another folder,
-    or when that tokenizer is no longer where the run left it (then only --tokenizer can say)."""
+    training_settings.json records the run's), as `train init_from=CHECKPOINT` finds it; None for another folder.
+    When that tokenizer is no longer where the run left it, or changed: refused by name without `given` (--tokenizer),
+    and a `given` folder is checked against the tokenizer files' sha256 the checkpoint recorded (None then)."""
     if folder is None:
         return None
     from hf_gpt_custom.training.resume import recorded_settings
-    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer, refuse_another_tokenizer_than_init_froms
 
     if recorded_settings(folder) is None:  # named like a checkpoint, but no run recorded what trained it
         return None
     try:
-        return checkpoint_run_tokenizer(folder)
-    except UserError:  # not a checkpoint (<run>/checkpoints/step_N), or its tokenizer moved or changed since
+        return checkpoint_run_tokenizer(folder, fix="pass --tokenizer <the folder it was trained with, or moved to>",
+                                        label="--model ")
+    except UserError:  # its tokenizer moved or changed since, or it is not under <run>/checkpoints any more
+        if given is None:
+            raise
+        if isinstance(given, (str, Path)) and Path(given).is_dir():
+            refuse_another_tokenizer_than_init_froms(folder, Path(given), "--tokenizer ", "drop --tokenizer")
         return None
 
 

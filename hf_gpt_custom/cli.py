@@ -9,11 +9,10 @@ not import them), so `--help` and argument errors answer in a fraction of a seco
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
-from .errors import MissingFileError, UserError, check_writable, file_system_error_message
+from .errors import MissingFileError, UserError, check_writable, file_system_error_message, shell_word
 from .training.config import training_keys_help
 
 
@@ -82,7 +81,7 @@ def _add_tokenizer(subparsers) -> None:
     tokenizer_sub = parser.add_subparsers(dest="tokenizer_command", required=True)
     train = tokenizer_sub.add_parser("train", help="train a tokenizer on text files or a datasets dataset")
     train.add_argument("inputs", nargs="+", help="text files / folders (.txt .text .raw .jsonl .json .parquet .csv) or a Hub dataset name")
-    train.add_argument("--out", required=True, help="output folder that AutoTokenizer.from_pretrained loads")
+    train.add_argument("--out", required=True, type=_user_path, help="output folder that AutoTokenizer.from_pretrained loads")
     train.add_argument("--vocab-size", type=int, default=8192, help="target vocabulary size incl. 256 bytes and specials (default: 8192)")
     train.add_argument("--min-frequency", type=int, default=2, help="minimum pair count to merge (default: 2)")
     train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data (default: text)")
@@ -239,15 +238,21 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
     finetune(config, start_over=args.start_over)
 
 
+def _user_path(value: str) -> str:
+    """A path argument with "~" expanded, as the shell does for a bare ~/x but not for "~/x" in quotes or --out=~/x:
+    outputs went into a folder literally named "~" in the working directory (the paths hunt)."""
+    return str(Path(value).expanduser()) if value.startswith("~") else value
+
+
 # --- eval --------------------------------------------------------------------------------------------------------
 
 
 def _add_eval(subparsers) -> None:
     parser = subparsers.add_parser("eval", help="zero-, one- and few-shot evaluation on benchmarks")
-    parser.add_argument("--model", required=True, help="model folder (any causal LM) or Hub id")
+    parser.add_argument("--model", required=True, type=_user_path, help="model folder (any causal LM) or Hub id")
     parser.add_argument("--tasks", required=True, type=_comma_list, help="comma-separated task names, e.g. lambada,hellaswag")
     parser.add_argument("--shots", type=_comma_ints, default=[0], help="comma-separated K values (default: 0)")
-    parser.add_argument("--tokenizer", default=None,
+    parser.add_argument("--tokenizer", default=None, type=_user_path,
                         help="the tokenizer folder or Hub id, for a model folder without one (default: the "
                              "model's own; a training checkpoint's: the one its run trained with)")
     parser.add_argument("--limit", type=_count_or_fraction, default=None,
@@ -260,9 +265,10 @@ def _add_eval(subparsers) -> None:
                         help="torch device: cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype (default: float32)")
     parser.add_argument("--seed", type=int, default=1234, help="few-shot sampling seed (default: 1234)")
-    parser.add_argument("--data-dir", default=None,
+    parser.add_argument("--data-dir", default=None, type=_user_path,
                         help="benchmark data root (default: $HF_GPT_CUSTOM_DATA_DIR, else ../shared/data beside the repo)")
-    parser.add_argument("--out", required=True, help="output folder for results.json, table.md, examples.jsonl, PNG")
+    parser.add_argument("--out", required=True, type=_user_path,
+                        help="output folder for results.json, table.md, examples.jsonl, PNG")
     parser.add_argument("--protocol", choices=["ours", "lm-eval"], default="ours",
                         help="'lm-eval' scores K > 0 exactly as lm-evaluation-harness does: its target delimiters, all "
                              "K examples kept and the prompt cut from the left (default: ours; see docs/evaluation.md)")
@@ -311,8 +317,9 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
 def _add_export(subparsers) -> None:
     parser = subparsers.add_parser("export", help="write a Hub-ready folder (weights, code, tokenizer, card, plots)")
-    parser.add_argument("run_dir", help="a training run folder (runs/<name>)")
-    parser.add_argument("out_dir", help="where to write the Hub-ready folder (replaced if it is an earlier export)")
+    parser.add_argument("run_dir", type=_user_path, help="a training run folder (runs/<name>)")
+    parser.add_argument("out_dir", type=_user_path,
+                        help="where to write the Hub-ready folder (replaced if it is an earlier export)")
     parser.add_argument("--repo-id", default=None,
                         help="user/name shown in the card's loading snippets (default: your-username/<run_name>; "
                              "push refuses a card that names another repository)")
@@ -344,7 +351,7 @@ def _cmd_export(args: argparse.Namespace) -> None:
                             license=args.license, license_name=args.license_name, license_link=args.license_link,
                             language=args.language)
     repo_id = args.repo_id or "USER/NAME"
-    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {shlex.quote(str(out_dir))} --repo-id "
+    print(f"Hub-ready folder: {out_dir} (check it with `hf-gpt-custom push {shell_word(out_dir)} --repo-id "
           f"{repo_id} --dry-run`"
           + ("; its card names the placeholder your-username/<run_name>: export again with --repo-id USER/NAME first)"
              if args.repo_id is None else ")"))
@@ -352,7 +359,7 @@ def _cmd_export(args: argparse.Namespace) -> None:
 
 def _add_push(subparsers) -> None:
     parser = subparsers.add_parser("push", help="upload an exported folder to the Hugging Face Hub as it is")
-    parser.add_argument("folder", help="a folder written by `hf-gpt-custom export`")
+    parser.add_argument("folder", type=_user_path, help="a folder written by `hf-gpt-custom export`")
     parser.add_argument("--repo-id", required=True, help="user/name on the Hub")
     parser.add_argument("--private", action="store_true", help="create the repository as private (default: public)")
     parser.add_argument("--revision", default=None, help="branch to push to (default: main)")

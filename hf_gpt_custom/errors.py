@@ -9,6 +9,7 @@ import difflib
 import errno
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -125,3 +126,10 @@ def write_failure_cause(error: Exception) -> str | None:
 
 __all__ = ["MissingFileError", "UserError", "check_listed_once", "check_writable", "did_you_mean",
            "file_system_error_message", "repeated", "write_failure_cause"]
+
+
+def shell_word(path: str | os.PathLike) -> str:
+    """A path as one word of a command to paste into a shell: quoted, and "./" before a relative one starting with
+    "-", which the command would read as an option (`hf-gpt-custom export -run -run/export`: the paths hunt)."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)

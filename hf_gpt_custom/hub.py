@@ -56,6 +56,11 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     """
     from hf_gpt_custom.training.run_lock import lock_output_folder
 
+    # One spelling of the folder, before anything is moved: "~" expanded (a YAML value reaches here unexpanded), ".."
+    # resolved while every folder on the way exists ("runs/r/export/../export" stopped naming anything once export/
+    # was moved aside: the export was lost), and a symlink followed, so that its target is the export replaced (the
+    # link itself was, leaving the target's old export in place: the paths hunt)
+    out_dir = Path(os.path.realpath(Path(out_dir).expanduser()))
     if repo_id is not None:
         check_repo_id(repo_id)
     if license is not None:
@@ -71,7 +76,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
         )
     with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True):
         try:
-            return _write_export(Path(run_dir), Path(out_dir).absolute(), repo_id, package_source,
+            return _write_export(Path(run_dir), out_dir, repo_id, package_source,
                                  {"license": license, "license_name": license_name, "license_link": license_link},
                                  language)
         except UserError:
@@ -80,7 +85,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             cause = write_failure_cause(error)
             if cause is None:
                 raise
-            staging = Path(out_dir).absolute().with_name(Path(out_dir).absolute().name + ".tmp")
+            staging = out_dir.with_name(out_dir.name + ".tmp")
             if (staging / _STAGING_MARKER).is_file():
                 shutil.rmtree(staging, ignore_errors=True)  # ours, half-written: frees the space it took
             raise UserError(f"cannot write the export to {out_dir}: {cause}; free space there or choose an OUT_DIR on "
@@ -410,15 +415,22 @@ def _public_path(value: str, run_dir: Path) -> str:
     return run_dir.resolve().name if inside == "." else inside
 
 
-def _public_value(value: Any, run_dir: Path, local_paths: list[str]) -> Any:
+# Settings whose values are local paths as the user typed them, relative ones included ("../home/alice/tasks/x.yaml",
+# "runs/r1"), which is_local_path cannot tell from other text; the inputs (dataset, tokenizer, init_from) are stored
+# absolute, and a Hub name among them must stay as it is.
+_RELATIVE_PATH_KEYS = ("out_dir", "data_cache_dir", "benchmark_tasks", "tasks")
+
+
+def _public_value(value: Any, run_dir: Path, local_paths: list[str], key: str | None = None) -> Any:
     """`value` (parsed JSON) with every local path made public and transformers' load-time keys dropped."""
     if isinstance(value, dict):
-        return {key: _public_value(item, run_dir, local_paths) for key, item in value.items()
-                if key not in LOAD_TIME_KEYS}
+        return {name: _public_value(item, run_dir, local_paths, name) for name, item in value.items()
+                if name not in LOAD_TIME_KEYS}
     if isinstance(value, list):
-        return [_public_value(item, run_dir, local_paths) for item in value]
+        return [_public_value(item, run_dir, local_paths, key) for item in value]
     if isinstance(value, str):
-        if is_local_path(value):
+        if is_local_path(value) or (key in _RELATIVE_PATH_KEYS and ("/" in value or "\\" in value
+                                                                     or value.endswith((".yaml", ".yml")))):
             return _public_path(value, run_dir)
         for path in local_paths:  # a path inside a sentence, e.g. an error message recorded in results.json
             value = value.replace(path, _public_path(path, run_dir))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import run_state
-from .errors import UserError
+from .errors import UserError, shell_word
 
 STAGES = ("tokenizer", "train", "eval", "export")
 
@@ -118,7 +118,7 @@ def _run_stages(config, start_over: bool = False, processes=None) -> Path:
         return run_dir
     _print_stages(run_dir, state, running=None)
     _print_outputs(run_dir)
-    run, export = shlex.quote(str(run_dir)), shlex.quote(str(run_dir / "export"))  # commands to paste: quoted
+    run, export = shell_word(run_dir), shell_word(run_dir / "export")  # commands to paste
     from .hub import previous_export_options
 
     repo_id = previous_export_options(run_dir / "export").get("repo_id")  # kept from an export the user ran

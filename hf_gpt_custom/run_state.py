@@ -105,7 +105,9 @@ def made_by_older_code(stage: str, run_dir: Path) -> str | None:
             recorded = json.loads(results.read_text(encoding="utf-8")).get("scoring_code_sha256")
         except (ValueError, AttributeError):
             return None  # not readable as results: reports_unchanged sees the file is not the one eval wrote
-        if recorded is not None and recorded != scoring_code_sha256():
+        if recorded is None:  # every evaluation records it since it was added: these are older (the upgrade hunt)
+            return "eval/results.json was scored by a version that did not record its evaluation code (an older one)"
+        if recorded != scoring_code_sha256():
             return "eval/results.json was scored by another version of the evaluation or model code"
     return None
 

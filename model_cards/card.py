@@ -54,8 +54,8 @@ def read_run_results(run_dir: Path) -> dict | None:
     `hf-gpt-custom eval --model OTHER --out RUN/eval` (another model, or one of the run's checkpoints) overwrote the
     run's scores, and export put them in the card and its model-index as this model's. An evaluation records the
     weights it scored (manifest.weights_fingerprint), each task's files (task.benchmarks_changed_since) and the
-    scoring code (versions.scoring_code_sha256: other code is a warning, its figures may well be the same); results
-    written before it did, or of a loaded model, carry none and are taken as they are."""
+    scoring code (versions.scoring_code_sha256: other or unrecorded code is a warning, its figures may well be the
+    same); results written before it recorded weights or files carry none of those and are taken as they are."""
     from hf_gpt_custom.eval.task import benchmarks_changed_since
     from hf_gpt_custom.hub import read_json
     from hf_gpt_custom.manifest import scored_other_weights
@@ -82,9 +82,11 @@ def read_run_results(run_dir: Path) -> dict | None:
     if unchecked:
         warn_once(f"{path}: the task or data files of {', '.join(unchecked)} are not found here, so the card shows "
                   f"their scores without checking that those files are unchanged since")
-    if results.get("scoring_code_sha256") not in (None, scoring_code_sha256()):
+    if results.get("scoring_code_sha256") != scoring_code_sha256():
         version = (results.get("software") or {}).get("hf-gpt-custom") or "version unknown"
-        warn_once(f"{path} was scored by another version of hf-gpt-custom's evaluation or model code ({version}): "
+        which = ("another version" if results.get("scoring_code_sha256") else
+                 "an older version (one that did not record its code)")
+        warn_once(f"{path} was scored by {which} of hf-gpt-custom's evaluation or model code ({version}): "
                   f"evaluate again to publish this version's figures (`hf-gpt-custom run` does so by itself)")
     return results
 

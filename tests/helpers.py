@@ -107,6 +107,8 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None =
     `settings` override training settings (e.g. warmup_steps=0)."""
     import matplotlib
 
+    from hf_gpt_custom.versions import scoring_code_sha256
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import torch
@@ -158,6 +160,7 @@ def make_tiny_run(run_dir: Path, with_eval: bool = True, init_from: str | None =
             "model": str(run_dir / "final"),
             "config": {"tasks": ["lambada", "arc_easy"], "shots": [0, 3], "limit": 16, "seed": 1234, "batch_size": 16},
             "results": RESULT_ROWS,
+            "scoring_code_sha256": scoring_code_sha256(),  # as every evaluation records it
         }
         (run_dir / "eval" / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
         (run_dir / "eval" / "table.md").write_text(f"Model: `{run_dir / 'final'}`\n", encoding="utf-8")

@@ -484,3 +484,39 @@ def test_export_and_tokenizer_refuse_a_multi_process_launch(command, monkeypatch
     err = capsys.readouterr().err
     assert exited.value.code == 2 and f"{command[0]} works in one process, and the launcher started 2 (WORLD_SIZE=2" in err
     assert "run it without accelerate launch or torchrun" in err
+
+
+def test_a_home_relative_path_is_expanded_in_outputs_as_in_inputs(tmp_path, monkeypatch, shared_data_dir):
+    """`--out "~/tok"` (quoted, or --out=~/tok) and a YAML `out_dir: ~/runs/x` reach the program unexpanded: inputs
+    were expanded, outputs went into a folder literally named "~" in the working directory (the paths hunt). Reference:
+    the shell's own expansion of a bare ~/x, HOME/x."""
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.training.config import load_train_config
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(elsewhere)
+    text = home / "input.txt"
+    text.write_text((shared_data_dir / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[:20_000])
+    main(["tokenizer", "train", "~/input.txt", "--out", "~/tok", "--vocab-size", "300"])
+    assert (home / "tok" / "tokenizer.json").is_file() and not (elsewhere / "~").exists()
+    config = load_train_config(None, ["dataset=~/input.txt", "out_dir=~/runs/x", "data_cache_dir=~/cache"])
+    assert (config.run_dir, config.data_cache_dir) == (home / "runs" / "x", str(home / "cache"))
+
+
+@pytest.mark.parametrize("name", ["-runR", "my run", "plain"])
+def test_a_suggested_command_reads_each_path_as_the_path_it_names(name):
+    """The closing lines of `run` and `export` print commands to paste; a run folder named "-runR" printed
+    `hf-gpt-custom export -runR -runR/export`, which argparse reads as options (the paths hunt). Reference: the CLI's
+    own parser reading the pasted words as a shell splits them."""
+    import os
+    import shlex
+
+    from hf_gpt_custom.cli import build_parser
+    from hf_gpt_custom.errors import shell_word
+
+    words = shlex.split(f"export {shell_word(name)} {shell_word(os.path.join(name, 'export'))} --repo-id a/b")
+    args = build_parser().parse_args(words)
+    assert (os.path.normpath(args.run_dir), os.path.normpath(args.out_dir)) == (name, os.path.join(name, "export"))

@@ -242,9 +242,10 @@ def test_the_train_stage_is_done_while_final_is_there(tmp_path, monkeypatch):
     assert (output, status) == (tmp_path / "runs" / "tiny" / "final", "done")
 
 
-def _fake_stages(run_module, monkeypatch, ran: list[str], record_scoring_code: bool = False) -> None:
+def _fake_stages(run_module, monkeypatch, ran: list[str], record_scoring_code: bool | None = False) -> None:
     """Stage functions that only write their output folder (train: final/ with a manifest; with record_scoring_code,
-    eval: a results.json with the scoring code's hash, as evaluate writes it) and record that they ran."""
+    eval: a results.json with the scoring code's hash, as evaluate writes it; None: one without, as versions before
+    it wrote) and record that they ran."""
     from hf_gpt_custom import versions
 
     def stage_function(stage):
@@ -254,6 +255,8 @@ def _fake_stages(run_module, monkeypatch, ran: list[str], record_scoring_code: b
             output.mkdir(parents=True, exist_ok=True)
             if stage == "eval" and record_scoring_code:
                 (output / "results.json").write_text(json.dumps({"scoring_code_sha256": versions.scoring_code_sha256()}))
+            if stage == "eval" and record_scoring_code is None:
+                (output / "results.json").write_text(json.dumps({"results": []}))
             if stage == "train":
                 trained = ran.count("train")  # each training writes another model, as a retrained one may be
                 (output / "manifest.json").write_text(f'{{"files": {{"model.safetensors": "model {trained}"}}}}')
@@ -387,6 +390,24 @@ def test_an_evaluation_by_other_scoring_code_is_made_again(tmp_path, monkeypatch
     ran.clear()
     run_module._run_stages(config)
     assert ran == []
+
+
+def test_results_that_record_no_scoring_code_are_scored_again(tmp_path, monkeypatch, capsys):
+    """results.json written before evaluations recorded their scoring code is older code, not "the same": a run
+    finished that way kept, and re-published in its card, stderrs today's scoring no longer gives (the upgrade
+    hunt), while a run with a recorded hash of other code was scored again."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran, record_scoring_code=None)
+    run_module._run_stages(config)
+    ran.clear()
+    capsys.readouterr()
+    run_module._run_stages(config)
+    assert ran[:1] == ["eval"]  # (export too where the new scores differ: these fakes write the same file)
+    assert "eval/results.json was scored by a version that did not record its evaluation code" in capsys.readouterr().out
 
 
 def test_a_copied_run_folder_counts_its_own_outputs(tmp_path, monkeypatch):

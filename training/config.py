@@ -255,6 +255,11 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
+        if is_a_run_folders_config(path):
+            # its out_dir was recorded as typed (relative to that command's working directory, or null for
+            # runs/<run_name>): given back from another directory, or as a copied folder's, it named another run
+            # folder, which was then edited or trained from step 0 (the paths hunt). It is this folder.
+            values["out_dir"] = str(Path(path).parent)
     fields = declared_types(config_class)
     for key in values:
         check_known_key(key, fields)
@@ -277,7 +282,17 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     for key in ("dataset", "val_dataset", "tokenizer", "init_from"):
         if values.get(key):
             values[key] = resolve_local_path(key, str(values[key]))
+    for key in ("out_dir", "data_cache_dir"):  # a YAML value is never expanded by a shell: `~/runs/x` made ./~/runs/x
+        if isinstance(values.get(key), str) and values[key].startswith("~"):
+            values[key] = str(Path(values[key]).expanduser())
     return config_class(**values)
+
+
+def is_a_run_folders_config(path: str | os.PathLike) -> bool:
+    """True for the config.yaml a run writes into its folder (save_train_config), beside what it made there."""
+    path = Path(path)
+    return path.name == "config.yaml" and any((path.parent / name).exists() for name in (
+        "pipeline_state.json", "training_summary.json", "run_log.jsonl", "checkpoints", "final"))
 
 
 def refuse_a_key_given_twice(overrides: list[str]) -> None:

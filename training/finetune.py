@@ -66,10 +66,13 @@ class FinetuneWorkload:
         # a fine-tuned head of another kind is refused before the data is read; one of this kind is trained further
         self.continues_a_head = saved_head(config.init_from, self.task) is not None
         try:
-            self.tokenizer = load_task_tokenizer(folder)
+            self.tokenizer = load_task_tokenizer(_tokenizer_folder_of(folder))
         except (OSError, ValueError) as err:
+            if isinstance(err, UserError) and "init_from=" in str(err):
+                raise
             raise UserError(f"init_from={config.init_from} has no tokenizer files the model can be fine-tuned with "
-                            f"({str(err).splitlines()[0][:160]}); save the tokenizer into the folder") from err
+                            f"({str(err).splitlines()[0]}); save the tokenizer it was trained with into the folder "
+                            f"(tokenizer.save_pretrained)") from err
         self.tokens = add_task_tokens(self.tokenizer)
         records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split,
                                         config.dataset_revision, task=self.task)
@@ -227,6 +230,19 @@ class FinetuneWorkload:
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(model_config.pad_token_id)
         set_tokenizer_sides(tokenizer, padding_side="right")
         tokenizer.save_pretrained(folder)
+
+
+def _tokenizer_folder_of(folder: Path) -> Path:
+    """The folder holding init_from's tokenizer: its own, or for a pre-training checkpoint (accelerate's state, no
+    tokenizer files) the one its run trained with, as `train init_from=CHECKPOINT` and `eval` find it; that was
+    refused with a message cut mid-word (the upgrade and paths hunts)."""
+    from hf_gpt_custom.training.resume import recorded_settings
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    if any((folder / name).is_file() for name in ("tokenizer.json", "vocab.json")) or recorded_settings(folder) is None:
+        return folder
+    return checkpoint_run_tokenizer(folder, fix="save the tokenizer it was trained with into the checkpoint folder, "
+                                                "or fine-tune from the run's final/")
 
 
 def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):

@@ -71,10 +71,26 @@ def recorded_settings(checkpoint: Path) -> dict[str, Any] | None:
 
 
 def settings_to_record(config: TrainConfig) -> dict[str, Any]:
-    """training_settings(config) and, as its `contents` section, the fingerprints of the files the run reads."""
+    """training_settings(config), the objective it trains (`objective`) and, as its `contents` section, the
+    fingerprints of the files the run reads."""
     from hf_gpt_custom.training.fingerprints import input_fingerprints
 
-    return {**training_settings(config), CONTENTS: input_fingerprints(config)}
+    return {**training_settings(config), OBJECTIVE: objective(config), CONTENTS: input_fingerprints(config)}
+
+
+OBJECTIVE = "objective"
+# The loss a run optimises, with the version of its definition: a resume by a version that redefined it trained the
+# steps after the checkpoint on another objective than those before, in silence (the upgrade hunt: GPT-1's auxiliary
+# LM loss became each row's mean over its tokens, pooled over the batch's tokens before, and a fine-tune begun before
+# resumed after). Give a definition that changes what is optimised a new version.
+_LM_LOSS_PER_ROW = "lm loss as each row's mean over its tokens, averaged over the rows (2)"
+
+
+def objective(config: TrainConfig) -> str:
+    """The definition only (the settings in it, lm_loss_weight, are compared as settings)."""
+    if getattr(config, "task_section", None) is None:
+        return "causal language modelling: cross-entropy averaged over the predicted tokens (1)"
+    return f"task cross-entropy (1) + lm_loss_weight x {_LM_LOSS_PER_ROW}"
 
 
 def training_settings_keys() -> set[str]:
@@ -101,6 +117,9 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     # tokenizer, trained again from the data and settings compared here).
     # A setting the run never reads (val_fraction beside a val_dataset) may change: the settings that decide whether
     # it is read are compared themselves.
+    lm_loss_counts = (recorded.get("task.lm_loss_weight") or 0) > 0 and current.get("task.lm_loss_weight")
+    if OBJECTIVE not in recorded and lm_loss_counts:  # a checkpoint written before the record: which one is unknown
+        note_unrecorded_objective(str(checkpoint))
     without_effect = settings_without_effect(config)
     changed = {key: (recorded[key], current.get(key)) for key in sorted(current.keys() | recorded.keys())
                if key in recorded and current.get(key) != recorded[key] and key not in without_effect
@@ -130,6 +149,14 @@ def note_unchecked_contents(checkpoint: str) -> None:
     logger.warning("%s records the paths of its data and tokenizer but not their contents (an older checkpoint, or "
                    "final/ read through config.yaml): whether those files changed since cannot be checked; if they "
                    "did, start over (--start_over)", checkpoint)
+
+
+@functools.lru_cache(maxsize=None)
+def note_unrecorded_objective(checkpoint: str) -> None:
+    logger.warning("%s was written before checkpoints recorded their objective: if a version before 2026-11-26 began "
+                   "this fine-tune, its steps so far pooled the auxiliary LM loss over the batch's tokens, and the "
+                   "steps from here take each row's mean (GPT-1's λ·L1 as documented); to keep one objective, finish "
+                   "it with the version that began it or start it over (--start_over)", checkpoint)
 
 
 @functools.lru_cache(maxsize=None)
@@ -204,6 +231,13 @@ def _shown(changed: dict[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{key}: {value(key, before)} -> {value(key, now)}" for key, (before, now) in changed.items())
 
 
+def _redefined_objective_hint(changed: dict[str, tuple[Any, Any]]) -> str:
+    if OBJECTIVE not in changed or changed[OBJECTIVE][0] is None or changed[OBJECTIVE][1] is None:
+        return ""
+    return ("; the objective is the version of the loss this code trains: the version of hf-gpt-custom that wrote the "
+            "checkpoint defined it otherwise, so finish the run with that version")
+
+
 def _restore_files_hint(changed: dict[str, tuple[Any, Any]]) -> str:
     """'; the files of dataset changed ...' when a contents.* fingerprint differs, else ''."""
     roles = sorted({key.removeprefix(f"{CONTENTS}.").removesuffix("_vocabulary") for key in changed
@@ -236,7 +270,7 @@ def check_resume_settings(config: TrainConfig, checkpoint: Path) -> None:
         return
     raise UserError(
         f"cannot resume from {checkpoint}: these settings differ from the ones it was trained with ({_shown(changed)})"
-        f"{_restore_files_hint(changed)}; "
+        f"{_restore_files_hint(changed)}{_redefined_objective_hint(changed)}; "
         f"a resumed run continues the same optimizer, schedule and data order, so they must stay as they were. Resume "
         f"with the original values, {_from_its_weights(config, changed, checkpoint)}or start a new run"
     )
@@ -274,7 +308,8 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
         weights = folder if folder is not None else run_dir / "final"
         raise UserError(
             f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)})"
-            f"{_restore_files_hint(changed)}; rerun with those settings to continue that run, "
+            f"{_restore_files_hint(changed)}{_redefined_objective_hint(changed)}; rerun with those settings to "
+            f"continue that run, "
             f"{_from_its_weights(config, changed, weights)}give this run its own folder (out_dir=... or "
             f"run_name=...), or pass --start_over to train from step 0 here (the old checkpoints are moved aside, not "
             f"deleted)"

@@ -279,6 +279,9 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     target = run_dir / "tokenizer"
     if config.tokenizer:
         if Path(config.tokenizer).is_dir():
+            if config.init_from:
+                refuse_another_tokenizer_than_init_froms(Path(config.init_from), Path(config.tokenizer),
+                                                         "tokenizer=", "leave tokenizer unset")
             return Path(config.tokenizer)
         import hf_gpt_custom  # noqa: F401  (registers our tokenizer class with AutoTokenizer)
         from transformers import AutoTokenizer
@@ -422,7 +425,8 @@ def _path_of_the_same_contents_aside(recorded: dict, source: dict) -> tuple[dict
     return recorded, source
 
 
-def checkpoint_run_tokenizer(init_from: Path) -> Path:
+def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the folder the model was trained with>",
+                             label: str = "init_from=") -> Path:
     """The tokenizer that the run of checkpoint `init_from` (<run>/checkpoints/step_NNNNNN, no tokenizer files of its
     own) trained with: the folder its recorded `tokenizer:` setting names, else <run>/tokenizer (trained there, or a
     Hub tokenizer saved there), else that of the run's own init_from. Refused when it is not found, is not the one
@@ -432,9 +436,8 @@ def checkpoint_run_tokenizer(init_from: Path) -> Path:
     from hf_gpt_custom.training.fingerprints import combined_sha256, tokenizer_file_sha256s
     from hf_gpt_custom.training.resume import CONTENTS, recorded_settings
 
-    fix = "pass tokenizer=<the folder the model was trained with>"
     if checkpoint_step(init_from) is None or init_from.parent.name != "checkpoints":
-        raise UserError(f"init_from={init_from} has no tokenizer.json and is not a checkpoint of a run; {fix}")
+        raise UserError(f"{label}{init_from} has no tokenizer.json and is not a checkpoint of a run; {fix}")
     run_dir = init_from.parent.parent
     recorded = recorded_settings(init_from) or {}
     setting, parent = recorded.get("tokenizer"), recorded.get("init_from")
@@ -442,24 +445,57 @@ def checkpoint_run_tokenizer(init_from: Path) -> Path:
         folder = Path(setting)
     elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
-        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else checkpoint_run_tokenizer(Path(parent))
+        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else checkpoint_run_tokenizer(Path(parent), fix, label)
     else:
         folder = run_dir / "tokenizer"
     tokenizer_files = tokenizer_file_sha256s(folder)
     if not tokenizer_files:
-        raise MissingFileError(f"init_from={init_from} is a checkpoint without tokenizer files, and {folder}, where "
+        raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and {folder}, where "
                                f"its run's tokenizer should be, has none; {fix}")
     trained_with = recorded.get(CONTENTS, {}).get("tokenizer")  # absent in checkpoints older than the record
     if trained_with is not None and combined_sha256(tokenizer_files) != trained_with:
-        raise UserError(f"init_from={init_from} was trained with another tokenizer than the one now in {folder} (its "
+        raise UserError(f"{label}{init_from} was trained with another tokenizer than the one now in {folder} (its "
                         f"files changed since); {fix}")
     vocab_size = json.loads((init_from / "config.json").read_text(encoding="utf-8"))["vocab_size"]
     size = len(load_run_tokenizer(folder))
     # model.vocab_size may have been set above the tokenizer's size; otherwise the run built it from the tokenizer
     if size > vocab_size or (size != vocab_size and "vocab_size" not in recorded.get("model", {})):
-        raise UserError(f"init_from={init_from} has vocab_size={vocab_size} but its run's tokenizer in {folder} has "
+        raise UserError(f"{label}{init_from} has vocab_size={vocab_size} but its run's tokenizer in {folder} has "
                         f"{size} tokens; {fix}")
     return folder
+
+
+def refuse_another_tokenizer_than_init_froms(init_from: Path, tokenizer_dir: Path, option: str, unset: str) -> None:
+    """A tokenizer given beside a model folder or checkpoint (`train init_from=M tokenizer=T`, `eval --model M
+    --tokenizer T`) with another vocabulary than the model was trained with gave the weights other ids than they
+    learnt, in silence (the paths hunt: a moved tokenizer's stand-in of the same size scored copa 0.80, the right one
+    0.75). Compared with the folder's own tokenizer, else with the one the checkpoint's run trained with, else (that
+    one moved) with the tokenizer files' sha256 the checkpoint recorded; a checkpoint older than that record, whose
+    tokenizer is gone, cannot be checked."""
+    from hf_gpt_custom.training.fingerprints import combined_sha256, tokenizer_file_sha256s
+    from hf_gpt_custom.training.resume import CONTENTS, recorded_settings
+
+    if any((init_from / name).is_file() for name in ("tokenizer.json", "vocab.json")):
+        trained_with, where = init_from, f"the tokenizer saved in {init_from}"
+    else:
+        recorded = (recorded_settings(init_from) or {}).get(CONTENTS, {}).get("tokenizer")
+        if recorded is not None and combined_sha256(tokenizer_file_sha256s(tokenizer_dir)) == recorded:
+            return  # the very files it was trained with, wherever they are now
+        try:
+            trained_with = checkpoint_run_tokenizer(init_from)
+            where = f"the tokenizer {init_from} was trained with ({trained_with})"
+        except UserError:
+            if recorded is None:
+                return
+            raise UserError(f"{option}{tokenizer_dir} is not the tokenizer {init_from} was trained with (its files "
+                            f"differ from those the checkpoint recorded, and that tokenizer is not where its run left "
+                            f"it); give the folder that tokenizer was moved to") from None
+    own, given = load_run_tokenizer(trained_with), load_run_tokenizer(tokenizer_dir)
+    if own.get_vocab() != given.get_vocab():
+        differs = (f"({len(given)} tokens) than {where} ({len(own)} tokens)" if len(given) != len(own) else
+                   f"(the same {len(own)} ids for other tokens) than {where}")
+        raise UserError(f"{option}{tokenizer_dir} has another vocabulary {differs}, so the model would read ids it "
+                        f"was not trained on; {unset} (the one it was trained with is then used)")
 
 
 def _outputs_trained_with_tokenizer(run_dir: Path, tokenizer_dir: Path) -> list[str]:

@@ -507,6 +507,47 @@ def test_export_publishes_no_local_path(exported):
     assert "`input.txt`" in card and "karpathy/tiny_shakespeare" in card
 
 
+def test_export_publishes_relative_local_paths_by_their_base_name(tmp_path):
+    """out_dir and task files given as relative paths are recorded as typed ("../home/alice/tasks/mycopa.yaml"), which
+    the rule for absolute paths let through into the published JSON (the paths hunt; docs/hub.md: a local file becomes
+    its base name). A built-in task name and a Hub dataset name stay as they are."""
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "r1")
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    summary["config"].update(out_dir="../home/alice/runs/r1", data_cache_dir="../home/alice/.cache/packed",
+                             benchmark_tasks=["copa", "../home/alice/tasks/mycopa.yaml"])
+    (run_dir / "training_summary.json").write_text(json.dumps(summary))
+    results = json.loads((run_dir / "eval" / "results.json").read_text())
+    results["config"]["tasks"] = ["lambada", "tasks/arc.yaml"]
+    (run_dir / "eval" / "results.json").write_text(json.dumps(results))
+    out_dir = export_folder(run_dir, tmp_path / "export")
+    published = json.loads((out_dir / "training_summary.json").read_text())["config"]
+    assert (published["out_dir"], published["data_cache_dir"], published["benchmark_tasks"]) == (
+        "r1", "packed", ["copa", "mycopa.yaml"])
+    assert json.loads((out_dir / "eval" / "results.json").read_text())["config"]["tasks"] == ["lambada", "arc.yaml"]
+    assert "alice" not in "".join(path.read_text(errors="replace") for path in out_dir.rglob("*.json"))
+
+
+def test_export_through_a_symlink_or_a_dotdot_spelling_replaces_the_export_it_names(tmp_path):
+    """OUT_DIR a symlink to an earlier export (a Hub clone kept elsewhere): the link was moved aside and replaced by a
+    new folder, the target kept its old card, and a leftover link warned on every later export. OUT_DIR spelt
+    `runs/r/export/../export`: once export/ was moved aside the spelling named nothing, the export was lost and the
+    error blamed disk space (the paths hunt). Reference: the folder each spelling names before the export."""
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "r")
+    target = export_folder(run_dir, run_dir / "export")
+    link = tmp_path / "hub_clone"
+    link.symlink_to(target, target_is_directory=True)
+    assert export_folder(run_dir, link, repo_id="alice/tiny") == target
+    assert link.is_symlink() and "alice/tiny" in (target / "README.md").read_text()
+    assert not list(tmp_path.glob("hub_clone.*")) and not list(run_dir.glob("export.*"))
+    dotted = run_dir / "export" / ".." / "export"
+    assert export_folder(run_dir, dotted, repo_id="bob/tiny") == target
+    assert "bob/tiny" in (target / "README.md").read_text() and not list(run_dir.glob("export.*"))
+
+
 def test_export_weights_are_readable_by_others(exported, tmp_path):
     from hf_gpt_custom.hub import export_folder
 
@@ -1442,6 +1483,14 @@ def test_export_refuses_scores_of_benchmark_files_edited_since_the_evaluation(tm
         export_folder(run_dir, tmp_path / "export_elsewhere")
     assert f"the task or data files of {task} are not found here" in caplog.text
     assert "scored by another version of hf-gpt-custom's evaluation or model code (0.1.0)" in caplog.text
+    # results of a version from before evaluations recorded their code: older code, said as such (the upgrade hunt)
+    results = json.loads((run_dir / "eval" / "results.json").read_text())
+    del results["scoring_code_sha256"]
+    (run_dir / "eval" / "results.json").write_text(json.dumps(results))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        export_folder(run_dir, tmp_path / "export_older")
+    assert "scored by an older version (one that did not record its code) of hf-gpt-custom's evaluation" in caplog.text
 
 
 def test_a_data_folder_chosen_by_the_environment_is_the_one_export_checks(tmp_path, monkeypatch, shared_data_dir):

@@ -398,3 +398,25 @@ def test_a_kill_while_the_config_or_summary_is_written_leaves_the_previous_one_w
     monkeypatch.undo()
     assert {name: (tmp_path / name).read_bytes() for name in before} == before
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["run_name"] == "kept"
+
+
+def test_a_run_folders_config_yaml_names_that_folder_from_anywhere(tmp_path, monkeypatch):
+    """config.yaml records out_dir as typed (relative to that command's directory; null: runs/<run_name> there), so
+    a run folder's own config.yaml given back to `run` from another directory, or a copied folder's, named another
+    folder: the original run was re-evaluated in the copy's stead, and from inside the folder a new run was trained
+    from step 0 in runs/orig/runs/orig (the paths hunt). Reference: the folder the file is in. An explicit out_dir=
+    still wins, and a config.yaml outside a run folder keeps its out_dir."""
+    config = load_train_config(SMOKE, ["run_name=orig"])
+    assert config.out_dir is None
+    folder = tmp_path / "runs" / "copy"
+    folder.mkdir(parents=True)
+    save_train_config(config, folder / "config.yaml")
+    assert load_train_config(folder / "config.yaml").run_dir == Path("runs") / "orig"  # not a run folder (yet)
+    (folder / "pipeline_state.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_train_config(folder / "config.yaml").run_dir.resolve() == folder.resolve()
+    monkeypatch.chdir(folder)
+    assert load_train_config("config.yaml").run_dir.resolve() == folder.resolve()
+    assert load_train_config("config.yaml", [f"out_dir={tmp_path / 'new'}"]).run_dir == tmp_path / "new"

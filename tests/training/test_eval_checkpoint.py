@@ -67,3 +67,102 @@ def test_a_folder_only_named_like_a_checkpoint_uses_no_tokenizer_of_a_run(tmp_pa
         evaluate(str(folder), tasks=["copa"], limit=1, show_progress=False)
     named = evaluate(str(folder), tokenizer=str(shakespeare_tokenizer_dir), tasks=["copa"], limit=1, show_progress=False)
     assert named.results
+
+
+@pytest.fixture(scope="module")
+def same_size_other_tokenizer(tmp_path_factory, shared_data_dir, checkpoint):
+    """A tokenizer of the run's size (512) with other merges: trained on other text."""
+    from hf_gpt_custom.tokenizer_training import train_tokenizer
+
+    text = (shared_data_dir / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")[-300_000:].lower()
+    folder = train_tokenizer([text], tmp_path_factory.mktemp("other_tokenizer"), vocab_size=512, show_progress=False)
+    from hf_gpt_custom import GPTCustomTokenizerFast
+
+    sizes = {len(GPTCustomTokenizerFast.from_pretrained(f)) for f in (folder, checkpoint[1])}
+    assert sizes == {512}
+    return folder
+
+
+def test_a_checkpoint_away_from_its_runs_tokenizer_checks_the_one_given_against_its_record(
+        checkpoint, same_size_other_tokenizer, tmp_path):
+    """A checkpoint whose run's tokenizer is no longer where the run left it (moved, or the checkpoint copied out of
+    its run): the error said "no tokenizer vocabulary" and any --tokenizer of the same size was then scored unchecked
+    (the paths hunt: copa 0.80 with a stand-in, 0.75 with the right one). The checkpoint's record of its tokenizer
+    files' sha256 now decides: the files it was trained with are accepted wherever they are, others refused."""
+    import shutil
+
+    from hf_gpt_custom.eval.runner import evaluate
+
+    folder, trained_with = checkpoint
+    copied = tmp_path / "kept" / "step_000002"
+    shutil.copytree(folder, copied)
+    with pytest.raises(UserError, match=rf"--model {copied} has no tokenizer.json and is not a checkpoint of a run; "
+                                        r"pass --tokenizer <the folder it was trained with, or moved to>"):
+        evaluate(str(copied), tasks=["copa"], limit=2, show_progress=False)
+    moved = tmp_path / "moved_tokenizer"
+    shutil.copytree(trained_with, moved)
+    scored = evaluate(str(copied), tokenizer=str(moved), tasks=["copa"], limit=2, show_progress=False)
+    reference = evaluate(str(folder), tasks=["copa"], limit=2, show_progress=False)
+    assert [e["loglikelihoods"] for e in scored.examples] == [e["loglikelihoods"] for e in reference.examples]
+    with pytest.raises(UserError, match=rf"--tokenizer {same_size_other_tokenizer} is not the tokenizer {copied} "
+                                        r"was trained with \(its files differ from those the checkpoint recorded"):
+        evaluate(str(copied), tokenizer=str(same_size_other_tokenizer), tasks=["copa"], limit=2, show_progress=False)
+
+
+def test_train_refuses_a_tokenizer_other_than_the_one_init_from_was_trained_with(
+        checkpoint, same_size_other_tokenizer, tmp_path, shakespeare_path, shared_data_cache):
+    """`train init_from=M tokenizer=T` took T as given: a stand-in of the same size gave the loaded weights other ids
+    than they learnt, in silence (the paths hunt). Refused by vocabulary for a model folder (its own tokenizer) and a
+    checkpoint (its run's); the tokenizer it was trained with, given by name, is accepted."""
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    from tests.helpers import tiny_run_overrides
+
+    folder, trained_with = checkpoint
+    final = folder.parent.parent / "final"
+
+    def prepare(init_from, tokenizer):
+        overrides = [o for o in tiny_run_overrides(tmp_path / "next", shakespeare_path, trained_with, shared_data_cache)
+                     if not o.startswith(("model.", "tokenizer="))]
+        return prepare_tokenizer(load_train_config(None, overrides + [f"init_from={init_from}",
+                                                                      f"tokenizer={tokenizer}"]))
+
+    for init_from in (folder, final):
+        assert prepare(init_from, trained_with) == trained_with
+        with pytest.raises(UserError, match=rf"tokenizer={same_size_other_tokenizer} has another vocabulary \(the "
+                                            r"same 512 ids for other tokens\) than the tokenizer"):
+            prepare(init_from, same_size_other_tokenizer)
+
+
+def test_finetuning_from_a_checkpoint_uses_the_tokenizer_its_run_trained_with(checkpoint, tmp_path):
+    """init_from's help offers a checkpoint folder, but fine-tuning looked for tokenizer files in it only and stopped
+    with a message cut mid-word (the upgrade and paths hunts). Reference: the same weights in a model folder beside a
+    copy of the run's tokenizer, fine-tuned with the same settings: the same losses step by step."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.training.finetune import finetune
+    from hf_gpt_custom.training.finetune_config import load_finetune_config
+
+    from tests.helpers import write_learnable_pairs
+
+    folder, trained_with = checkpoint
+    reference = tmp_path / "as_a_folder"
+    reference.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copyfile(folder / name, reference / name)
+    for path in trained_with.iterdir():
+        if path.is_file():
+            shutil.copyfile(path, reference / path.name)
+    pairs = write_learnable_pairs(tmp_path / "pairs.jsonl")
+    losses = []
+    for init_from, name in ((folder, "from_checkpoint"), (reference, "from_folder")):
+        run_dir = finetune(load_finetune_config(None, [
+            f"init_from={init_from}", f"dataset={pairs}", f"out_dir={tmp_path / name}", "block_size=32",
+            "batch_size=8", "max_steps=3", "warmup_steps=1", "eval_interval=3", "checkpoint_interval=0",
+            "val_fraction=0.25", "log_with=none", "seed=7", "task.format=pair",
+            "task.text_columns=premise,hypothesis", "task.labels=no,yes"]))
+        records = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()]
+        losses.append([record["loss"] for record in records if record["kind"] == "train"])
+    assert len(losses[0]) == 3 and losses[0] == losses[1]

@@ -1064,3 +1064,40 @@ def test_a_label_written_decomposed_is_the_composed_label():
     assert _class_index("positif", task, "data.jsonl", 3) == 0
     with pytest.raises(UserError, match=r"data.jsonl row 3: label='neutre' is not in the label set"):
         _class_index("neutre", task, "data.jsonl", 3)
+
+
+def test_resume_across_a_redefined_objective_is_refused_and_an_unrecorded_one_warned(finetuned_run, base_model_dir,
+                                                                                       learnable_pairs, caplog):
+    """A fine-tune begun by a version that pooled GPT-1's auxiliary LM loss over the batch's tokens, resumed by one
+    that takes each row's mean (d105e70), trained its later steps on another objective in silence (the upgrade hunt).
+    Checkpoints now record the objective's definition: another is refused naming it, a checkpoint without the record
+    (written before it) is a warning when the LM loss counts."""
+    import shutil
+
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.training import resume
+
+    checkpoint = sorted((finetuned_run / "checkpoints").glob("step_*"))[-1]
+    settings_path = checkpoint / "training_settings.json"
+    original = settings_path.read_text()
+    settings = json.loads(original)
+    assert settings["objective"] == resume.objective(_config(finetuned_run.parent, base_model_dir, learnable_pairs))
+    try:
+        settings["objective"] = "task cross-entropy (1) + lm_loss_weight x lm loss pooled over the batch's tokens (1)"
+        settings_path.write_text(json.dumps(settings))
+        write_manifest(checkpoint, step=int(checkpoint.name.split("_")[1]))
+        config = _config(finetuned_run.parent, base_model_dir, learnable_pairs, f"resume_from_checkpoint={checkpoint}")
+        with pytest.raises(UserError, match=r"objective: .*pooled over the batch's tokens \(1\)\" -> .*each row's mean "
+                                            r".*the version of hf-gpt-custom that wrote the checkpoint defined it"):
+            finetune(config)
+        del settings["objective"]
+        settings_path.write_text(json.dumps(settings))
+        write_manifest(checkpoint, step=int(checkpoint.name.split("_")[1]))
+        resume.note_unrecorded_objective.cache_clear()
+        with caplog.at_level("WARNING"):
+            assert resume.changed_settings(config, checkpoint) == {}
+        assert "was written before checkpoints recorded their objective" in caplog.text
+    finally:
+        settings_path.write_text(original)
+        write_manifest(checkpoint, step=int(checkpoint.name.split("_")[1]))
+    shutil.rmtree(finetuned_run.parent / "unused", ignore_errors=True)

@@ -18,6 +18,7 @@ from tests.helpers import save_tiny_model
 from tests.helpers import tiny_run_overrides
 
 SUMMARY_KEYS = {"run_name", "config", "n_params", "tokens_seen", "steps", "wall_time_s", "final_train_loss",
+                "final_train_loss_steps",
                 "final_val_loss", "val_perplexity", "val_bits_per_byte", "tokens_per_s", "mfu", "dataset", "tokenizer",
                 "loss_curve"}
 
@@ -77,6 +78,9 @@ def test_run_folder_has_config_log_summary_plot_and_final_model(trained_run):
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["steps"] == 40 and summary["tokens_seen"] == 40 * 4 * 32
+    losses = [record["loss"] for record in map(json.loads, (run_dir / "run_log.jsonl").read_text().splitlines())
+              if record["kind"] == "train"]
+    assert summary["final_train_loss_steps"] == 10 and summary["final_train_loss"] == pytest.approx(sum(losses[-10:]) / 10)
     assert summary["config"]["max_steps"] == 40 and summary["loss_curve"] == "loss_curve.png"
     import accelerate
     import transformers
