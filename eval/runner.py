@@ -143,7 +143,17 @@ def evaluate(
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
     # mix their reports (one's results.json beside the other's table.md)
     with lock_output_folder(out_dir, "the evaluation folder", "another --out") if writes else nullcontext():
+        # The weights scored, taken as they are loaded: taken after planning (seconds to minutes), a training run
+        # writing a new final/ meanwhile gave the old model's scores the new weights' name, and export published them
+        # as the new model's (the concurrency hunt). Taken before and after loading: the same, or refused.
+        scored_folder = Path(model).expanduser() if isinstance(model, (str, Path)) else None
+        scored_folder = scored_folder if scored_folder is not None and scored_folder.is_dir() else None  # else a Hub id
+        weights = weights_fingerprint(scored_folder) if scored_folder is not None else None
         model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
+        if weights is not None and weights_fingerprint(scored_folder) != weights:
+            raise UserError(f"{scored_folder} was replaced while it was being read (a training run wrote a new one): "
+                            f"the scores would be named after weights they are not of; evaluate again once that run "
+                            f"has finished")
         if batch_size == AUTO:
             batch_size = largest_batch_that_fits(model_obj, resolve_max_length(model_obj.config, tokenizer))
         scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
@@ -173,8 +183,6 @@ def evaluate(
         if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
             raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
                                                                  for row in skipped))
-        scored_folder = local_model_path(str(model)) if isinstance(model, (str, Path)) else None
-        weights = weights_fingerprint(scored_folder) if scored_folder is not None else None
         if processes is not None:  # each scores a share of what it planned: all must have planned the same
             check_every_process_asks_the_same(processes, {
                 "model": weights or model_name, "tasks": tasks, "shots": shots, "limit": limit, "seed": seed,

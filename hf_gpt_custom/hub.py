@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
@@ -74,7 +75,14 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             f"cannot export: {final_dir / 'config.json'} not found; {run_dir} must be a finished training run "
             "(its final/ folder is written at the end of `hf-gpt-custom train`)"
         )
-    with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True):
+    # The run's eval/ is read twice (the card, the published copy) and its plot copied at the end: an `eval --out
+    # RUN/eval` finishing meanwhile gave a card of one evaluation beside the results of another (the concurrency
+    # hunt). Held as an evaluation holds it: whichever of the two comes second is refused, naming the first.
+    evaluation = Path(run_dir) / "eval"
+    reading_eval = lock_output_folder(evaluation, "the run's evaluation folder", "", busy_fix=(
+        "export reads it: wait for that evaluation to finish, then export again")) if evaluation.is_dir() \
+        else nullcontext()
+    with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True), reading_eval:
         try:
             return _write_export(Path(run_dir), out_dir, repo_id, package_source,
                                  {"license": license, "license_name": license_name, "license_link": license_link},
@@ -429,8 +437,7 @@ def _public_value(value: Any, run_dir: Path, local_paths: list[str], key: str | 
     if isinstance(value, list):
         return [_public_value(item, run_dir, local_paths, key) for item in value]
     if isinstance(value, str):
-        if is_local_path(value) or (key in _RELATIVE_PATH_KEYS and ("/" in value or "\\" in value
-                                                                     or value.endswith((".yaml", ".yml")))):
+        if is_local_path(value) or (key in _RELATIVE_PATH_KEYS and ("/" in value or "\\" in value)):
             return _public_path(value, run_dir)
         for path in local_paths:  # a path inside a sentence, e.g. an error message recorded in results.json
             value = value.replace(path, _public_path(path, run_dir))

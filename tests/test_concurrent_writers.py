@@ -225,6 +225,81 @@ def test_eval_never_pairs_one_final_weights_with_the_next_finals_tokenizer(tmp_p
         f"weights with {model.config.vocab_size} token embeddings scored with a {len(tokenizer)}-token tokenizer")
 
 
+def test_an_evaluations_weights_record_names_the_weights_it_scored(tmp_path, monkeypatch):
+    """The record of the weights scored was taken after every task was planned (seconds to minutes after loading): a
+    training run writing a new final/ meanwhile gave the old model's scores the new weights' fingerprint, and export
+    published them as the new model's (the concurrency hunt). Reference: the fingerprint of the weights loaded,
+    taken before anything changed; a folder replaced while it loads is refused."""
+    import hf_gpt_custom.eval.runner as runner
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.manifest import weights_fingerprint, write_manifest
+
+    final = _model_folder_with_tokenizer(tmp_path / "run" / "final", None)
+    scored = weights_fingerprint(final)
+    from safetensors.torch import load_file, save_file
+
+    retrained = _model_folder_with_tokenizer(tmp_path / "next", None)
+    weights = {name: tensor + 1.0 for name, tensor in load_file(retrained / "model.safetensors").items()}
+    save_file(weights, retrained / "model.safetensors", metadata={"format": "pt"})
+    write_manifest(retrained)  # another model, whole
+    original_plan = runner.plan_task
+
+    def retrained_while_planning(*args, **kwargs):  # train's _save_final_folder: final/ replaced whole
+        if retrained.exists():
+            shutil.rmtree(final)
+            os.replace(retrained, final)
+        return original_plan(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "plan_task", retrained_while_planning)
+    results = evaluate(str(final), tasks=["copa"], limit=2, show_progress=False)
+    assert results.model_weights_sha256 == scored != weights_fingerprint(final)
+
+    again = _model_folder_with_tokenizer(tmp_path / "again", None)
+    save_file({name: tensor * 2.0 for name, tensor in load_file(again / "model.safetensors").items()},
+              again / "model.safetensors", metadata={"format": "pt"})
+    write_manifest(again)
+    original_load = runner.load_model_and_tokenizer
+
+    def retrained_while_loading(*args, **kwargs):
+        loaded = original_load(*args, **kwargs)
+        shutil.rmtree(final)
+        os.replace(again, final)
+        return loaded
+
+    monkeypatch.setattr(runner, "plan_task", original_plan)
+    monkeypatch.setattr(runner, "load_model_and_tokenizer", retrained_while_loading)
+    with pytest.raises(UserError, match="was replaced while it was being read"):
+        evaluate(str(final), tasks=["copa"], limit=2, show_progress=False)
+
+
+def test_an_export_reads_one_evaluation_of_the_run(tmp_path):
+    """export reads eval/results.json for the card and again for the published copy: an `eval --out RUN/eval`
+    finishing between the two gave a card of one evaluation beside the results of another (the concurrency hunt).
+    Each holds the evaluation folder: whichever comes second is refused, naming the first."""
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.training.run_lock import lock_output_folder
+    from tests.helpers import make_tiny_run
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "r")
+    go, ready = tmp_path / "go", tmp_path / "ready"
+    holder = _start("""
+        from hf_gpt_custom.training.run_lock import lock_output_folder
+        with lock_output_folder(sys.argv[1], "the evaluation folder", "another --out"):
+            wait_for(sys.argv[2], sys.argv[3])
+    """, run_dir / "eval", go, ready)
+    _wait_ready(holder, ready)
+    try:
+        with pytest.raises(UserError, match=r"the run's evaluation folder .* is being written by .*; export reads it: "
+                                            r"wait for that evaluation to finish, then export again"):
+            export_folder(run_dir, tmp_path / "export")
+    finally:
+        assert _let_go_and_wait(go, holder)[0] == 0
+    assert export_folder(run_dir, tmp_path / "export").is_dir()
+    with lock_output_folder(run_dir / "eval", "x", "y"):  # released: no lock file left behind in eval/
+        pass
+    assert sorted(path.name for path in (run_dir / "eval").iterdir()) == ["results.json", "shots_curve.png", "table.md"]
+
+
 # --- tokenizer train: two trainings into one --out -----------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.heads_gpt_custom import untied_lm_loss_message
+from hf_gpt_custom.manifest import weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, load_model_folder, set_tokenizer_sides
 from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.config_checks import warn_once
@@ -65,6 +66,9 @@ class FinetuneWorkload:
         folder = check_model_folder(config.init_from)
         # a fine-tuned head of another kind is refused before the data is read; one of this kind is trained further
         self.continues_a_head = saved_head(config.init_from, self.task) is not None
+        # the weights as the tokenizer is read: a base retrained in between (train --start_over in its run) gave a
+        # fine-tune of the new weights under the old tokenizer, its embedding resized in silence (the concurrency hunt)
+        init_weights = weights_fingerprint(folder)
         try:
             self.tokenizer = load_task_tokenizer(_tokenizer_folder_of(folder))
         except (OSError, ValueError) as err:
@@ -100,6 +104,10 @@ class FinetuneWorkload:
                       "heldout": sum(e["cut"] for e in self.heldout_examples)}
         set_seed(config.seed)  # the new head's initialisation, as train() seeds a model built from scratch
         self.model = build_task_model(config, self.task, self.tokenizer)
+        if weights_fingerprint(folder) != init_weights:
+            raise UserError(f"init_from={config.init_from} was replaced while it was being read (a training run wrote "
+                            f"a new one): its tokenizer and weights may be two models'; fine-tune again once that run "
+                            f"has finished")
 
     # --- the Workload protocol (training/workload.py) ---
 

@@ -64,13 +64,14 @@ def lock_run_folder(run_dir: str | os.PathLike) -> Iterator[None]:
 
 
 @contextmanager
-def lock_output_folder(folder: str | os.PathLike, what: str, other: str, replaced_whole: bool = False
-                       ) -> Iterator[None]:
+def lock_output_folder(folder: str | os.PathLike, what: str, other: str, replaced_whole: bool = False,
+                       busy_fix: str | None = None) -> Iterator[None]:
     """Hold the output `folder` (`what`: "the evaluation folder") for the block; a UserError naming the holder, and
     `other` ("another --out"), if another process writes it. The lock file is OUTPUT_LOCK_NAME inside the folder
     (created), or, for a folder the command replaces whole by a rename (`replaced_whole`: an export), .<name>.lock
     beside it; either is deleted when released (one a killed holder left is taken over). The folder is the one the
-    path resolves to: a symlink to it is the same folder."""
+    path resolves to: a symlink to it is the same folder. `busy_fix` replaces "wait for it to finish, or give this
+    one {other}" for a command that only reads the folder."""
     folder = Path(folder).resolve()
     lock_file = folder.with_name(f".{folder.name}.lock") if replaced_whole else folder / OUTPUT_LOCK_NAME
     made = None if lock_file.parent.exists() else lock_file.parent  # removed again if the command leaves it empty
@@ -86,7 +87,8 @@ def lock_output_folder(folder: str | os.PathLike, what: str, other: str, replace
 
     try:
         with _held_lock(lock_file, open_lock_file, lambda who, pid: (
-                f"{what} {folder} is being written by {who}; wait for it to finish, or give this one {other}"),
+                f"{what} {folder} is being written by {who}; "
+                f"{busy_fix or f'wait for it to finish, or give this one {other}'}"),
                 remove_when_released=True):
             yield
     finally:

@@ -105,6 +105,33 @@ def test_encode_pairs_matches_lm_eval_encode_pair(tiny_model_folder, tiny_model_
     assert encode_pairs(tokenizer, pairs) == [lm._encode_pair(c, x) for c, x in pairs]
 
 
+def test_an_empty_context_with_a_bos_adding_tokenizer_scores_as_lm_eval_does():
+    """An empty context (acc_uncond without uncond_context, a doc_to_text that renders ""): lm-eval scores the
+    continuation after [prefix], and where a tokenizer that adds BOS (Llama's) already starts it with that token, the
+    token is the context, not a scored one. No test had such a tokenizer, so dropping that rule passed the suite with
+    the BOS scored as an answer token, 5.4 nats off (the mutsweep hunt). Reference: lm-eval's HFLM on the same model."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.tokens import encode_pair
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only(add_bos_token=True)  # <|endoftext|> before every text, as Llama's
+    assert tokenizer(" yes")["input_ids"][0] == tokenizer.bos_token_id
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2,
+                                                 n_head=2, bos_token_id=tokenizer.bos_token_id,
+                                                 eos_token_id=tokenizer.eos_token_id)).eval()
+    assert encode_pair(tokenizer, "", " yes") == ([tokenizer.bos_token_id],
+                                                  tokenizer(" yes", add_special_tokens=False)["input_ids"])
+    pairs = [("", " yes"), ("Q:", " yes")]
+    ours = CausalLMScorer(model, tokenizer, batch_size=4).loglikelihood(
+        [Request(0, context, continuation) for context, continuation in pairs], show_progress=False)
+    theirs = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4, max_length=64, device="cpu").loglikelihood(
+        [Instance("loglikelihood", {}, pair, index) for index, pair in enumerate(pairs)], disable_tqdm=True)
+    assert [score.loglikelihood for score in ours] == pytest.approx([value for value, _ in theirs], abs=1e-4)
+
+
 def test_shared_context_scoring_equals_one_row_per_choice(tiny_model_and_tokenizer, shared_data_dir):
     """Choices scored from one pass over their context (KV cache copied per choice) equal the straightforward
     way within 1e-4 — on real ARC items (3, 4 and 5 choices, plus the "Answer:" context shared by all of them),

@@ -97,3 +97,24 @@ def test_an_untied_gpt2_keeps_its_own_lm_head(tmp_path):
         assert ours.lm_head.weight.data_ptr() != ours.transformer.wte.weight.data_ptr()
         with torch.no_grad():
             torch.testing.assert_close(ours.eval()(input_ids).logits, reference(input_ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["GPT2Model", "GPT2ForSequenceClassification"])
+def test_an_untied_gpt2_without_an_lm_head_converts_untied(tmp_path, kind):
+    """A GPT-2 body or classifier saved with tie_word_embeddings=False holds no lm_head, so nothing in its weights says
+    it is untied: only the config carries it. Dropped by the converter, it loaded as tied and GPT-1's auxiliary LM
+    loss was computed through a token embedding never trained as an output layer, where it is refused for an untied
+    body (the mutsweep hunt). Reference: GPT-2's own config."""
+    import transformers
+
+    from hf_gpt_custom import GPTCustomForSequenceClassification
+    from hf_gpt_custom.errors import UserError
+
+    reference = getattr(transformers, kind)(GPT2Config(**TINY_GPT2, tie_word_embeddings=False, num_labels=2,
+                                                       pad_token_id=0))
+    reference.save_pretrained(tmp_path)
+    ours = (GPTCustomModel if kind == "GPT2Model" else GPTCustomForSequenceClassification).from_pretrained(tmp_path)
+    assert reference.config.tie_word_embeddings is False and ours.config.tie_word_embeddings is False
+    if kind != "GPT2Model":
+        with pytest.raises(UserError, match="needs the LM head tied to the token embedding"):
+            ours(torch.tensor([[5, 6, 7]]), labels=torch.tensor([1]), lm_loss_weight=0.5)

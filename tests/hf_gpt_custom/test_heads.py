@@ -132,7 +132,7 @@ def test_token_classification_matches_transformers_gpt2(side):
     torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("classifier_dropout", [0.0, 0.5])
+@pytest.mark.parametrize("classifier_dropout", [None, 0.0, 0.5])  # None: GPT-2 drops 0.1 (the mutsweep hunt)
 def test_token_classification_takes_classifier_dropout_from_the_config_as_gpt2_does(classifier_dropout):
     """GPT2ForTokenClassification reads config.classifier_dropout (0.1 only when it is unset). In train mode with every
     other dropout off, 0.0 must give GPT-2's train-mode logits exactly, and 0.5 must drop as GPT-2 drops (same

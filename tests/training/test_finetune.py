@@ -1101,3 +1101,38 @@ def test_resume_across_a_redefined_objective_is_refused_and_an_unrecorded_one_wa
         settings_path.write_text(original)
         write_manifest(checkpoint, step=int(checkpoint.name.split("_")[1]))
     shutil.rmtree(finetuned_run.parent / "unused", ignore_errors=True)
+
+
+def test_a_base_replaced_while_fine_tuning_reads_it_is_refused(tmp_path, base_model_dir, learnable_pairs, monkeypatch,
+                                                               shakespeare_tokenizer_dir):
+    """Fine-tuning reads init_from's tokenizer, encodes the data, then loads the weights: a base retrained in between
+    (train --start_over in its run) was fine-tuned under the previous base's tokenizer, its embedding resized in
+    silence (the concurrency hunt). Reference: the weights' fingerprint as the tokenizer was read."""
+    import os
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.training import finetune as finetune_module
+    from tests.helpers import save_tiny_base_model
+
+    base = tmp_path / "base"
+    shutil.copytree(base_model_dir, base)
+    retrained = save_tiny_base_model(tmp_path / "retrained", shakespeare_tokenizer_dir)
+    save_file({name: tensor + 1.0 for name, tensor in load_file(retrained / "model.safetensors").items()},
+              retrained / "model.safetensors", metadata={"format": "pt"})
+    write_manifest(retrained)
+    real = finetune_module.load_task_tokenizer
+
+    def retrained_meanwhile(folder):
+        tokenizer = real(folder)
+        if retrained.exists():  # train's _save_final_folder: final/ replaced whole
+            shutil.rmtree(base)
+            os.replace(retrained, base)
+        return tokenizer
+
+    monkeypatch.setattr(finetune_module, "load_task_tokenizer", retrained_meanwhile)
+    with pytest.raises(UserError, match=rf"init_from={base} was replaced while it was being read"):
+        finetune(_config(tmp_path, base, learnable_pairs, "max_steps=2", "checkpoint_interval=0"))
+    finetune(_config(tmp_path, base, learnable_pairs, "max_steps=2", "checkpoint_interval=0", "eval_interval=2"))

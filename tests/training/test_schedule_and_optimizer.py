@@ -106,6 +106,32 @@ def test_weight_decay_applies_to_every_2d_weight_and_to_no_bias_or_layer_norm(sm
     assert {name for name, decay in decay_of.items() if decay == 0.0} == set(names.values()) - decayed
 
 
+def test_the_optimizer_steps_as_adamw_built_by_hand_from_the_config(small_run, tiny_config):
+    """adam_beta1, adam_beta2 and adam_eps reach the optimizer as named: swapped betas trained every run with another
+    momentum and second-moment horizon, and no test read them (the mutsweep hunt). Reference: torch's own AdamW
+    built from the config's numbers on a copy of the model, three steps on the same gradients, bit for bit."""
+    import copy
+
+    config = small_run("weight_decay=0.1", "adam_beta1=0.8", "adam_beta2=0.97", "adam_eps=1e-6", "learning_rate=0.01")
+    model = GPTCustomForCausalLM(tiny_config)
+    reference_model = copy.deepcopy(model)
+    optimizer = build_optimizer(model, config)
+    params = list(reference_model.parameters())
+    reference = torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=0.01, betas=(0.8, 0.97), eps=1e-6, fused=True)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for ours, theirs in zip(model.parameters(), reference_model.parameters()):
+            ours.grad = torch.randn(ours.shape, generator=generator)
+            theirs.grad = ours.grad.clone()
+        optimizer.step()
+        reference.step()
+    for (name, ours), theirs in zip(model.named_parameters(), reference_model.parameters()):
+        assert torch.equal(ours, theirs), name
+
+
 def test_every_epoch_is_a_fresh_seeded_permutation_of_the_training_blocks(small_run):
     blocks = packed_train_blocks(small_run())
     position = {batch_digest(row[None]): i for i, row in enumerate(blocks)}
