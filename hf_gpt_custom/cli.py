@@ -81,7 +81,8 @@ def _add_tokenizer(subparsers) -> None:
     tokenizer_sub = parser.add_subparsers(dest="tokenizer_command", required=True)
     train = tokenizer_sub.add_parser("train", help="train a tokenizer on text files or a datasets dataset")
     train.add_argument("inputs", nargs="+", help="text files / folders (.txt .text .raw .jsonl .json .parquet .csv) or a Hub dataset name")
-    train.add_argument("--out", required=True, type=_user_path, help="output folder that AutoTokenizer.from_pretrained loads")
+    train.add_argument("--out", required=True, type=_user_path,
+                       help="output folder that AutoTokenizer.from_pretrained loads")
     train.add_argument("--vocab-size", type=int, default=8192, help="target vocabulary size incl. 256 bytes and specials (default: 8192)")
     train.add_argument("--min-frequency", type=int, default=2, help="minimum pair count to merge (default: 2)")
     train.add_argument("--text-field", default="text", help="column holding the text in .jsonl/.json/.parquet/.csv/Hub data (default: text)")

@@ -407,7 +407,8 @@ def test_results_that_record_no_scoring_code_are_scored_again(tmp_path, monkeypa
     capsys.readouterr()
     run_module._run_stages(config)
     assert ran[:1] == ["eval"]  # (export too where the new scores differ: these fakes write the same file)
-    assert "eval/results.json was scored by a version that did not record its evaluation code" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "eval/results.json was scored by a version that did not record its evaluation code" in printed
 
 
 def test_a_copied_run_folder_counts_its_own_outputs(tmp_path, monkeypatch):

@@ -445,7 +445,8 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
         folder = Path(setting)
     elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
-        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else checkpoint_run_tokenizer(Path(parent), fix, label)
+        folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else \
+            checkpoint_run_tokenizer(Path(parent), fix, label)
     else:
         folder = run_dir / "tokenizer"
     tokenizer_files = tokenizer_file_sha256s(folder)

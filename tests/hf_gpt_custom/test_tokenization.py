@@ -2,6 +2,7 @@
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -159,6 +160,14 @@ def test_vocab_json_alone_holds_every_special_token_at_its_id_task_tokens_includ
         assert gpt2.convert_tokens_to_ids(token) == task.convert_tokens_to_ids(token) >= VOCAB_SIZE - 1, token
 
 
+def _gpt2_style_files(saved: Path, into: Path) -> Path:
+    """The files a loader without tokenizer.json reads (GPT2Tokenizer, or ours without it), copied from `saved`."""
+    into.mkdir()
+    for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
+        (into / name).write_bytes((saved / name).read_bytes())
+    return into
+
+
 def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(tokenizer_folder, tmp_path):
     """A token added with add_tokens went into vocab.json as a plain entry and nowhere else: a loader of vocab.json +
     merges.txt (GPT2Tokenizer, or this class where tokenizer.json is absent) split it into bytes, other ids, with
@@ -172,10 +181,7 @@ def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(to
     tokenizer.save_pretrained(tmp_path / "task")
     added = json.loads((tmp_path / "task" / "added_tokens.json").read_text())
     assert added == {"<tag>": VOCAB_SIZE, "ROMEO-AND-JULIET": VOCAB_SIZE + 1}  # special ones are in the config
-    legacy = tmp_path / "legacy"
-    legacy.mkdir()
-    for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
-        (legacy / name).write_bytes((tmp_path / "task" / name).read_bytes())
+    legacy = _gpt2_style_files(tmp_path / "task", tmp_path / "legacy")
     text = "a <tag> b ROMEO-AND-JULIET <|sep|>"
     expected = tokenizer(text)["input_ids"]
     assert expected[2] == VOCAB_SIZE and VOCAB_SIZE + 1 in expected
@@ -193,10 +199,7 @@ def test_an_added_tokens_strip_flags_reach_a_loader_of_the_gpt2_style_files(toke
     tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
     tokenizer.add_tokens([AddedToken("<tag>", lstrip=True, rstrip=True)])
     tokenizer.save_pretrained(tmp_path / "task")
-    legacy = tmp_path / "legacy"
-    legacy.mkdir()
-    for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
-        (legacy / name).write_bytes((tmp_path / "task" / name).read_bytes())
+    legacy = _gpt2_style_files(tmp_path / "task", tmp_path / "legacy")
     text = "a <tag> b"
     expected = tokenizer(text)["input_ids"]
     assert expected == tokenizer("a")["input_ids"] + [VOCAB_SIZE] + tokenizer("b")["input_ids"]  # both spaces taken

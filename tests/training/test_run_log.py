@@ -16,8 +16,8 @@ def test_summary_averages_skip_the_warm_up_step_and_use_the_last_ten_losses():
     assert one_step == {"final_train_loss": 19.0, "final_train_loss_steps": 1, "tokens_per_s": 1000.0, "mfu": None,
                         "peak_flops": None, "peak_flops_range": None, "train_time_s": None, "skipped_updates": 0}
     assert summarize_train_steps([]) == {"final_train_loss": None, "final_train_loss_steps": 0, "tokens_per_s": None,
-                                         "mfu": None, "peak_flops": None, "peak_flops_range": None, "train_time_s": None,
-                                         "skipped_updates": 0}
+                                         "mfu": None, "peak_flops": None, "peak_flops_range": None,
+                                         "train_time_s": None, "skipped_updates": 0}
 
 
 def test_the_summary_rate_is_all_tokens_over_all_time_not_a_mean_of_window_rates():

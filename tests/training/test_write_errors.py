@@ -229,7 +229,8 @@ def test_a_rename_onto_a_path_of_the_wrong_kind_names_the_destination(tmp_path, 
     else:
         ours.write_text("{}")
         (theirs / "notes").mkdir(parents=True)
-    expected = f"{theirs} is a {in_the_way} where a {'folder' if in_the_way == 'file' else 'file'} belongs: move it away"
+    belongs = "folder" if in_the_way == "file" else "file"
+    expected = f"{theirs} is a {in_the_way} where a {belongs} belongs: move it away"
     with pytest.raises(UserError) as err, write_errors_named(tmp_path, None, "final/"):
         os.replace(ours, theirs)
     assert f"cannot write final/ to {tmp_path}: {expected}" in str(err.value)
