@@ -79,9 +79,10 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     # RUN/eval` finishing meanwhile gave a card of one evaluation beside the results of another (the concurrency
     # hunt). Held as an evaluation holds it: whichever of the two comes second is refused, naming the first.
     evaluation = Path(run_dir) / "eval"
+    # (a folder this user cannot write, a shared run's, no evaluation of theirs can write either: read as it is)
     reading_eval = lock_output_folder(evaluation, "the run's evaluation folder", "", busy_fix=(
-        "export reads it: wait for that evaluation to finish, then export again")) if evaluation.is_dir() \
-        else nullcontext()
+        "export reads it: wait for that evaluation to finish, then export again")) \
+        if evaluation.is_dir() and os.access(evaluation, os.W_OK) else nullcontext()
     with lock_output_folder(out_dir, "the export folder", "another OUT_DIR", replaced_whole=True), reading_eval:
         try:
             return _write_export(Path(run_dir), out_dir, repo_id, package_source,

@@ -6,7 +6,6 @@ without retraining, and writes those into the run's records.
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -349,7 +348,7 @@ def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str
     if not new or record.get("status") != "done" or not _wrote_what_is_there(record, run_dir):
         return
     from hf_gpt_custom.manifest import write_text_atomically
-    from hf_gpt_custom.training.config import read_config_yaml, write_config_yaml
+    from hf_gpt_custom.training.config import read_config_yaml, run_config_text
     from hf_gpt_custom.training.run_log import (
         LOSS_CURVE_NAME, RUN_LOG_NAME, SUMMARY_NAME, loss_curve_title, plot_loss_curve, read_run_log,
         write_training_summary,
@@ -358,9 +357,8 @@ def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str
     config_path, summary_path = run_dir / "config.yaml", run_dir / SUMMARY_NAME
     if config_path.is_file():
         recorded = read_config_yaml(config_path.read_text(encoding="utf-8"))
-        text = io.StringIO()
-        write_config_yaml({**recorded, **new}, text)
-        write_text_atomically(config_path, text.getvalue())  # the record of the run: the old or the new, never half
+        # the record of the run: the old or the new, never half
+        write_text_atomically(config_path, run_config_text({**recorded, **new}))
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         summary["config"] = {**summary.get("config", {}), **new}

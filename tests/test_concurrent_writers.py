@@ -334,3 +334,27 @@ def test_two_tokenizer_trainings_into_one_folder_never_mix_their_files(tmp_path,
     fast = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
     vocab = len(json.loads((out / "vocab.json").read_text()))
     assert fast == vocab, f"tokenizer.json has {fast} entries, vocab.json {vocab} (second refused: {second_error})"
+
+
+def test_a_run_whose_evaluation_folder_this_user_cannot_write_still_exports(tmp_path):
+    """Export holds the run's eval/ while it reads it; on a shared run whose eval/ this user cannot write, taking
+    that hold refused the export ("choose a folder you can write"), which only reads there (the roundreview11 hunt).
+    Reference: the same export of the folder when it is writable."""
+    from tests.helpers import make_tiny_run
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "r")
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: chmod cannot make a folder read-only for this process")
+        prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+    (run_dir / "eval").chmod(0o555)
+    try:
+        script = "import sys; from hf_gpt_custom.hub import export_folder; print(export_folder(sys.argv[1], sys.argv[2]))"
+        result = subprocess.run([*prefix, sys.executable, "-c", script, str(run_dir), str(tmp_path / "export")],
+                                cwd=REPO_ROOT, capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    finally:
+        (run_dir / "eval").chmod(0o755)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((tmp_path / "export" / "eval" / "results.json").read_text())["results"]

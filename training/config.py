@@ -255,16 +255,19 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: expected a mapping of key: value at the top level, got {type(loaded).__name__}")
         values.update(loaded)
-        if is_a_run_folders_config(path):
-            # its out_dir was recorded as typed (relative to that command's working directory, or null for
-            # runs/<run_name>): given back from another directory, or as a copied folder's, it named another run
-            # folder, which was then edited or trained from step 0 (the paths hunt). It is this folder.
-            values["out_dir"] = str(Path(path).parent)
     fields = declared_types(config_class)
     for key in values:
         check_known_key(key, fields)
     values = {key: convert_value(key, written[key] if key in written and is_text_type(fields[key]) else value,
                                  fields[key]) for key, value in values.items()}
+    moves_the_run = any(override.partition("=")[0].strip().lstrip("-") in ("out_dir", "run_name")
+                        for override in overrides or [])
+    if path is not None and is_a_run_folders_config(path) and not moves_the_run:
+        # its out_dir was recorded as typed (relative to that command's working directory, or null for
+        # runs/<run_name>): given back from another directory, or as a copied folder's, it named another run
+        # folder, which was then edited or trained from step 0 (the paths hunt). It is this folder, unless the
+        # command names another (out_dir=, or run_name= where the file records no out_dir)
+        values["out_dir"] = str(Path(path).parent)
     sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
     for name in sections:
         values[name] = dict(values.get(name) or {})
@@ -288,11 +291,24 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
     return config_class(**values)
 
 
+# The first line of the config.yaml a run writes into its folder: what tells it from a user's own config.yaml (a
+# project folder may hold checkpoints/ or final/ of its own: taken for a run folder, it was trained into)
+RUN_CONFIG_HEADER = "# hf-gpt-custom: the resolved config of the run in this folder"
+
+
 def is_a_run_folders_config(path: str | os.PathLike) -> bool:
-    """True for the config.yaml a run writes into its folder (save_train_config), beside what it made there."""
+    """True for the config.yaml a run wrote into its folder (save_train_config: its header; one written before the
+    header, beside the pipeline_state.json of `run`)."""
     path = Path(path)
-    return path.name == "config.yaml" and any((path.parent / name).exists() for name in (
-        "pipeline_state.json", "training_summary.json", "run_log.jsonl", "checkpoints", "final"))
+    if path.name != "config.yaml":
+        return False
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.readline().startswith(RUN_CONFIG_HEADER):
+                return True
+    except (OSError, UnicodeDecodeError):
+        return False
+    return (path.parent / "pipeline_state.json").is_file()
 
 
 def refuse_a_key_given_twice(overrides: list[str]) -> None:
@@ -311,6 +327,12 @@ def refuse_a_key_given_twice(overrides: list[str]) -> None:
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
     """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config), through a
     file beside it renamed into place: a kill while writing left a 0-byte config.yaml (the interrupts hunt)."""
+    write_text_atomically(path, run_config_text(config.to_dict()))
+
+
+def run_config_text(values: dict[str, Any]) -> str:
+    """A run folder's config.yaml: RUN_CONFIG_HEADER, then `values` as YAML."""
     text = io.StringIO()
-    write_config_yaml(config.to_dict(), text)
-    write_text_atomically(path, text.getvalue())
+    text.write(f"{RUN_CONFIG_HEADER} (given back to run or train, it names this folder)\n")
+    write_config_yaml(values, text)
+    return text.getvalue()

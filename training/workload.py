@@ -446,7 +446,7 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
         folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else \
-            checkpoint_run_tokenizer(Path(parent), fix, label)
+            checkpoint_run_tokenizer(Path(parent), fix, label="the folder it started from, ")
     else:
         folder = run_dir / "tokenizer"
     tokenizer_files = tokenizer_file_sha256s(folder)
@@ -488,11 +488,13 @@ def refuse_another_tokenizer_than_init_froms(init_from: Path, tokenizer_dir: Pat
         except UserError:
             if recorded is None:
                 return
-            raise UserError(f"{option}{tokenizer_dir} is not the tokenizer {init_from} was trained with (its files "
+            raise UserError(f"{option}{tokenizer_dir} is not the tokenizer {init_from} was trained with: its files "
                             f"differ from those the checkpoint recorded, and that tokenizer is not where its run left "
-                            f"it); give the folder that tokenizer was moved to") from None
+                            f"it; give the folder it was moved to, with its files as the run left them (a copy saved "
+                            f"again by save_pretrained differs in tokenizer_config.json)") from None
     own, given = load_run_tokenizer(trained_with), load_run_tokenizer(tokenizer_dir)
-    if own.get_vocab() != given.get_vocab():
+    given_vocab = given.get_vocab()  # tokens added after the model's keep its ids: the same ids for what it learnt
+    if any(given_vocab.get(token) != index for token, index in own.get_vocab().items()):
         differs = (f"({len(given)} tokens) than {where} ({len(own)} tokens)" if len(given) != len(own) else
                    f"(the same {len(own)} ids for other tokens) than {where}")
         raise UserError(f"{option}{tokenizer_dir} has another vocabulary {differs}, so the model would read ids it "

@@ -1,6 +1,7 @@
 """Config files as YAML 1.2: scalars by the core schema, text fields as written, duplicate keys refused, the
 resolved config.yaml read back equal, and local datasets refusing the Hub-only settings they would ignore."""
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -86,7 +87,8 @@ def test_saved_config_reads_back_equal_for_text_that_looks_like_another_type(tmp
     config = TrainConfig(dataset="someone/corpus", run_name=run_name, dataset_config=text, text_field=text,
                          dataset_split=text)
     save_train_config(config, tmp_path / "config.yaml")
-    assert load_train_config(tmp_path / "config.yaml", []) == config
+    # (a run folder's config.yaml names the folder it is in: out_dir aside, the config it was written from)
+    assert load_train_config(tmp_path / "config.yaml", []) == dataclasses.replace(config, out_dir=str(tmp_path))
     keys = ("run_name", "dataset_config", "text_field", "dataset_split")
     recorded = read_config_yaml((tmp_path / "config.yaml").read_text())  # as a resume reads the run's config.yaml
     assert [recorded[key] for key in keys] == [run_name] + [text] * 3
@@ -411,8 +413,6 @@ def test_a_run_folders_config_yaml_names_that_folder_from_anywhere(tmp_path, mon
     folder = tmp_path / "runs" / "copy"
     folder.mkdir(parents=True)
     save_train_config(config, folder / "config.yaml")
-    assert load_train_config(folder / "config.yaml").run_dir == Path("runs") / "orig"  # not a run folder (yet)
-    (folder / "pipeline_state.json").write_text("{}")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -420,3 +420,33 @@ def test_a_run_folders_config_yaml_names_that_folder_from_anywhere(tmp_path, mon
     monkeypatch.chdir(folder)
     assert load_train_config("config.yaml").run_dir.resolve() == folder.resolve()
     assert load_train_config("config.yaml", [f"out_dir={tmp_path / 'new'}"]).run_dir == tmp_path / "new"
+
+
+def test_only_a_config_yaml_a_run_wrote_names_its_folder(tmp_path, monkeypatch):
+    """The rule above, held to the files a run wrote (its header, or `run`'s pipeline_state.json beside it): a user's
+    own config.yaml in a project folder that holds checkpoints/ and final/ of its own was taken for a run folder's, and
+    `train config.yaml` trained into the project folder, over the user's file (the roundreview11 hunt). A recorded
+    out_dir path is replaced too (it came back through the values-as-written map), and a command that names another
+    folder (out_dir=, run_name=) is obeyed, as before the rule."""
+    own = tmp_path / "project"
+    (own / "checkpoints").mkdir(parents=True)
+    (own / "final").mkdir()
+    (own / "config.yaml").write_text(SMOKE.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert load_train_config(own / "config.yaml").run_dir == Path("runs") / "smoke"
+
+    folder = tmp_path / "runs" / "copy"
+    folder.mkdir(parents=True)
+    save_train_config(load_train_config(SMOKE, ["out_dir=runs/orig"]), folder / "config.yaml")
+    assert (folder / "config.yaml").read_text().startswith("# hf-gpt-custom: the resolved config of the run")
+    monkeypatch.chdir(tmp_path / "runs")
+    assert load_train_config(folder / "config.yaml").run_dir.resolve() == folder.resolve()
+    assert load_train_config(folder / "config.yaml", ["run_name=new"]).run_dir == Path("runs/orig")
+    save_train_config(load_train_config(SMOKE, ["run_name=orig"]), folder / "config.yaml")
+    assert load_train_config(folder / "config.yaml", ["run_name=new"]).run_dir == Path("runs") / "new"
+    older = tmp_path / "older_run"  # written before the header: known by `run`'s pipeline_state.json beside it
+    older.mkdir()
+    (older / "config.yaml").write_text("\n".join((folder / "config.yaml").read_text().splitlines()[1:]) + "\n")
+    assert load_train_config(older / "config.yaml").run_dir == Path("runs") / "orig"
+    (older / "pipeline_state.json").write_text("{}")
+    assert load_train_config(older / "config.yaml").run_dir.resolve() == older.resolve()

@@ -105,7 +105,7 @@ def test_a_checkpoint_away_from_its_runs_tokenizer_checks_the_one_given_against_
     reference = evaluate(str(folder), tasks=["copa"], limit=2, show_progress=False)
     assert [e["loglikelihoods"] for e in scored.examples] == [e["loglikelihoods"] for e in reference.examples]
     with pytest.raises(UserError, match=rf"--tokenizer {same_size_other_tokenizer} is not the tokenizer {copied} "
-                                        r"was trained with \(its files differ from those the checkpoint recorded"):
+                                        r"was trained with: its files differ from those the checkpoint recorded"):
         evaluate(str(copied), tokenizer=str(same_size_other_tokenizer), tasks=["copa"], limit=2, show_progress=False)
 
 
@@ -128,8 +128,15 @@ def test_train_refuses_a_tokenizer_other_than_the_one_init_from_was_trained_with
         return prepare_tokenizer(load_train_config(None, overrides + [f"init_from={init_from}",
                                                                       f"tokenizer={tokenizer}"]))
 
+    from hf_gpt_custom import GPTCustomTokenizerFast
+
+    extended = tmp_path / "extended"  # tokens added after the model's keep every id it learnt: accepted
+    with_more = GPTCustomTokenizerFast.from_pretrained(trained_with)
+    with_more.add_tokens(["<new>"])
+    with_more.save_pretrained(extended)
     for init_from in (folder, final):
         assert prepare(init_from, trained_with) == trained_with
+        assert prepare(init_from, extended) == extended
         with pytest.raises(UserError, match=rf"tokenizer={same_size_other_tokenizer} has another vocabulary \(the "
                                             r"same 512 ids for other tokens\) than the tokenizer"):
             prepare(init_from, same_size_other_tokenizer)
