@@ -353,9 +353,10 @@ def refuse_another_tokenizer(trained_with: Path, tokenizer, folder: Path) -> Non
     own = load_tokenizer(str(trained_with))
     where = (f"the tokenizer {folder} was saved with" if trained_with == folder
              else f"the tokenizer {folder} was trained with ({trained_with})")
-    if own.get_vocab() != tokenizer.get_vocab():
-        differs = (f"({len(tokenizer)} tokens) than {where} ({len(own)} tokens)" if len(tokenizer) != len(own) else
-                   f"(the same {len(own)} ids for other tokens) than {where}")
+    from hf_gpt_custom.training.workload import vocabulary_difference
+
+    differs = vocabulary_difference(own, tokenizer, where)
+    if differs:
         raise UserError(f"--tokenizer {tokenizer.name_or_path} has another vocabulary {differs}, so the model would "
                         "score ids it was not trained on; drop --tokenizer (the one it was trained with is then used)")
 

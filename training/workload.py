@@ -492,13 +492,25 @@ def refuse_another_tokenizer_than_init_froms(init_from: Path, tokenizer_dir: Pat
                             f"differ from those the checkpoint recorded, and that tokenizer is not where its run left "
                             f"it; give the folder it was moved to, with its files as the run left them (a copy saved "
                             f"again by save_pretrained differs in tokenizer_config.json)") from None
-    own, given = load_run_tokenizer(trained_with), load_run_tokenizer(tokenizer_dir)
-    given_vocab = given.get_vocab()  # tokens added after the model's keep its ids: the same ids for what it learnt
-    if any(given_vocab.get(token) != index for token, index in own.get_vocab().items()):
-        differs = (f"({len(given)} tokens) than {where} ({len(own)} tokens)" if len(given) != len(own) else
-                   f"(the same {len(own)} ids for other tokens) than {where}")
+    # tokens added after the model's keep its ids: the same ids for what it learnt
+    differs = vocabulary_difference(load_run_tokenizer(trained_with), load_run_tokenizer(tokenizer_dir), where,
+                                    added_tokens_allowed=True)
+    if differs:
         raise UserError(f"{option}{tokenizer_dir} has another vocabulary {differs}, so the model would read ids it "
                         f"was not trained on; {unset} (the one it was trained with is then used)")
+
+
+def vocabulary_difference(own, given, where: str, added_tokens_allowed: bool = False) -> str | None:
+    """How `given`'s vocabulary differs from `own` (the tokenizer a model was trained with, `where` naming it), as
+    "(N tokens) than ..." or "(the same N ids for other tokens) than ...", None where it is the same (or, with
+    `added_tokens_allowed`, `own`'s with tokens added after it)."""
+    own_vocab, given_vocab = own.get_vocab(), given.get_vocab()
+    same = all(given_vocab.get(token) == index for token, index in own_vocab.items()) if added_tokens_allowed \
+        else own_vocab == given_vocab
+    if same:
+        return None
+    return (f"({len(given)} tokens) than {where} ({len(own)} tokens)" if len(given) != len(own) else
+            f"(the same {len(own)} ids for other tokens) than {where}")
 
 
 def _outputs_trained_with_tokenizer(run_dir: Path, tokenizer_dir: Path) -> list[str]:
