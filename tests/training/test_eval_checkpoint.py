@@ -173,3 +173,41 @@ def test_finetuning_from_a_checkpoint_uses_the_tokenizer_its_run_trained_with(ch
         records = [json.loads(line) for line in (run_dir / "run_log.jsonl").read_text().splitlines()]
         losses.append([record["loss"] for record in records if record["kind"] == "train"])
     assert len(losses[0]) == 3 and losses[0] == losses[1]
+
+
+def test_a_tokenizer_whose_ids_differ_is_refused_where_its_size_and_tokens_agree(
+        checkpoint, same_size_other_tokenizer, tmp_path, shakespeare_path, shared_data_cache):
+    """The vocabulary comparison shared by eval's --tokenizer check and train's init_from check: the same size with
+    other tokens, the same tokens under other ids, and (for eval, which scores ids the model has) tokens added after
+    the model's are each told apart from the tokenizer it was trained with. Reference: the ids each assigns."""
+    import json
+    import shutil
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.training.config import load_train_config
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    from tests.helpers import tiny_run_overrides
+
+    folder, trained_with = checkpoint
+    swapped = tmp_path / "swapped"  # the same tokens, two of them under each other's id
+    shutil.copytree(trained_with, swapped)
+    pipeline = json.loads((swapped / "tokenizer.json").read_text())
+    vocab = pipeline["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[300:302]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (swapped / "tokenizer.json").write_text(json.dumps(pipeline))
+    (swapped / "vocab.json").unlink()
+    extended = tmp_path / "extended"
+    with_more = GPTCustomTokenizerFast.from_pretrained(trained_with)
+    with_more.add_tokens(["<new>"])
+    with_more.save_pretrained(extended)
+    for other in (same_size_other_tokenizer, swapped, extended):
+        with pytest.raises(UserError, match=rf"--tokenizer {other} has another vocabulary"):
+            evaluate(str(folder), tokenizer=str(other), tasks=["copa"], limit=2, show_progress=False)
+    overrides = [o for o in tiny_run_overrides(tmp_path / "next", shakespeare_path, trained_with, shared_data_cache)
+                 if not o.startswith(("model.", "tokenizer="))]
+    with pytest.raises(UserError, match=rf"tokenizer={swapped} has another vocabulary \(the same 512 ids"):
+        prepare_tokenizer(load_train_config(None, overrides + [f"init_from={folder.parent.parent / 'final'}",
+                                                               f"tokenizer={swapped}"]))
