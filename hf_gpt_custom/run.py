@@ -170,12 +170,19 @@ def _stage_train(config, run_dir: Path, state: dict, start_over: bool = False) -
 def _set_aside_earlier_results(eval_dir: Path) -> None:
     """Move an earlier run's evaluation out of the card's way, not into the bin: hours of scoring were deleted when a
     rerun asked for no benchmarks."""
+    from hf_gpt_custom.training.run_lock import OUTPUT_LOCK_NAME, lock_output_folder
+
     if not eval_dir.exists():
         return
     aside = eval_dir.with_name(f"eval_set_aside_{time.strftime('%Y%m%d-%H%M%S')}")
     while aside.exists():
         aside = aside.with_name(aside.name + "_")
-    eval_dir.rename(aside)
+    # not from under an `eval --out <run>/eval` still writing there: its lock would move with the folder
+    with lock_output_folder(eval_dir, "the evaluation folder", "", busy_fix=(
+            "wait for it to finish, then run this command again (it sets that evaluation aside: benchmark_tasks is "
+            "empty)")):
+        eval_dir.rename(aside)
+        (aside / OUTPUT_LOCK_NAME).unlink(missing_ok=True)
     print(f"benchmark_tasks is empty: the earlier evaluation in {eval_dir} was moved to {aside} (the card leaves it "
           f"out)", flush=True)
 

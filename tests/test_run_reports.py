@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,34 @@ def test_a_rerun_without_benchmarks_sets_the_earlier_evaluation_aside_and_says_w
     (aside,) = run_dir.glob("eval_set_aside_*")
     assert (aside / "results.json").read_text() == '{"results": []}'
     assert f"the earlier evaluation in {run_dir / 'eval'} was moved to {aside}" in capsys.readouterr().out
+    assert sorted(path.name for path in aside.iterdir()) == ["results.json"]  # its lock, taken to move it, is gone
+
+
+def test_a_rerun_without_benchmarks_leaves_an_evaluation_still_writing_in_place(tmp_path):
+    """Found reading the code: an `eval --out <run>/eval` still writing went on writing into the folder moved aside
+    (its lock moved with it). Now the stage stops, naming the writer; the folder stays where it is."""
+    import signal
+    import subprocess
+    from types import SimpleNamespace
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.run import _stage_eval
+    from hf_gpt_custom.training.run_lock import OUTPUT_LOCK_NAME
+
+    eval_dir = tmp_path / "run" / "eval"
+    eval_dir.mkdir(parents=True)
+    script = 'printf \'{"pid": %d}\' $$ > "$0"; exec flock -o "$0" sh -c "echo held; exec sleep 120"'
+    holder = subprocess.Popen(["sh", "-c", script, str(eval_dir / OUTPUT_LOCK_NAME)], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        with pytest.raises(UserError, match=rf"^the evaluation folder {eval_dir} is being written by process "
+                                            rf"{holder.pid} .*wait for it to finish, then run this command again"):
+            _stage_eval(SimpleNamespace(benchmark_tasks=[]), eval_dir.parent, {})
+        assert eval_dir.is_dir() and not list(eval_dir.parent.glob("eval_set_aside_*"))
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
 
 
 def test_the_model_section_is_compared_field_by_field_as_train_compares_it(overrides, capsys):

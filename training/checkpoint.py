@@ -20,13 +20,14 @@ import os
 import re
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from hf_gpt_custom.errors import MissingFileError, UserError, path_in_the_way, write_failure_cause, wrong_kind_message
 # sha256_file is re-exported: data.py hashes the cache key's files with it
 from hf_gpt_custom.manifest import MANIFEST_NAME, sync_to_disk, verify_manifest, write_manifest
+from hf_gpt_custom.training.run_lock import OUTPUT_LOCK_NAME, lock_output_folder
 
 logger = logging.getLogger(__name__)
 
@@ -268,9 +269,12 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     into = abandoned
     if present:
-        into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
-        for path in present:
-            os.rename(path, into / path.name)
+        with _not_being_written(present, abandoned):
+            into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
+            for path in present:
+                os.rename(path, into / path.name)
+            if (run_dir / "eval") in present:  # the evaluation lock this process holds moved with its folder
+                (into / "eval" / OUTPUT_LOCK_NAME).unlink(missing_ok=True)
         why = "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}"
         logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted", why,
                        ", ".join(path.name for path in present), into)
@@ -284,6 +288,24 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
         if log is not None:
             shutil.copyfile(log, run_dir / RUN_LOG_NAME)
     return into
+
+
+@contextmanager
+def _not_being_written(outputs: list[Path], abandoned: Path | None):
+    """Hold the output locks of the evaluation and export folders among `outputs` while they are moved aside: an
+    `eval --out <run>/eval` or an `export` still writing would otherwise go on writing into the moved folder (its
+    lock moved with it) while a second one began beside the new run. A UserError naming the writer if one is busy."""
+    moved_already = f" (the replaced run's checkpoints are already set aside in {abandoned})" if abandoned else ""
+    busy_fix = (f"wait for it to finish, then run this command again: it replaces the run in this folder and sets "
+                f"that run's outputs aside{moved_already}; nothing was trained")
+    kinds = {"eval": ("the evaluation folder", False), "export": ("the export folder", True)}
+    with ExitStack() as held:
+        for path in outputs:
+            if path.name in kinds and path.is_dir():
+                what, replaced_whole = kinds[path.name]
+                held.enter_context(lock_output_folder(path, what, "", replaced_whole=replaced_whole,
+                                                      busy_fix=busy_fix))
+        yield
 
 
 # --- finding and verifying -----------------------------------------------------------------------------------------

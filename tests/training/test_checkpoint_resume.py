@@ -460,6 +460,41 @@ def test_starting_over_moves_the_replaced_runs_outputs_aside_so_nothing_pairs_th
         export_folder(run_dir, tmp_path / "exported")
 
 
+@pytest.mark.parametrize("busy", ["eval", "export"])
+def test_starting_over_while_an_evaluation_or_export_writes_the_old_outputs_waits_for_it(make_config, busy):
+    """Found reading the code: `--start_over` moved eval/ aside with an `eval --out <run>/eval` still writing in it
+    (the writer's lock moved with the folder), and a second evaluation could begin beside the new run. Now it
+    stops, naming the writer, before it moves or trains anything; once the writer is gone it sets both aside and
+    leaves no lock file behind."""
+    from hf_gpt_custom.training.run_lock import OUTPUT_LOCK_NAME
+
+    run_dir = train(make_config("max_steps=2", "eval_interval=2", "eval_batches=1", run_name="busy"))
+    for name in ("eval", "export"):
+        (run_dir / name).mkdir()
+        (run_dir / name / "README.md").write_text(f"the old run's {name}")
+    lock_file = run_dir / "eval" / OUTPUT_LOCK_NAME if busy == "eval" else run_dir / ".export.lock"
+    script = 'printf \'{"pid": %d}\' $$ > "$0"; exec flock -o "$0" sh -c "echo held; exec sleep 120"'
+    holder = subprocess.Popen(["sh", "-c", script, str(lock_file)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        what = "the evaluation folder" if busy == "eval" else "the export folder"
+        with pytest.raises(UserError, match=rf"^{what} {run_dir / busy} is being written by process {holder.pid} .*"
+                                            rf"wait for it to finish, then run this command again.*nothing was trained"):
+            train(make_config("max_steps=3", "eval_interval=3", "eval_batches=1", run_name="busy"), start_over=True)
+        assert (run_dir / busy / "README.md").read_text() == f"the old run's {busy}"  # not moved under its writer
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    lock_file.unlink()
+    train(make_config("max_steps=3", "eval_interval=3", "eval_batches=1", run_name="busy"), start_over=True)
+    assert not (run_dir / "eval").exists() and not (run_dir / "export").exists()
+    set_aside = list((run_dir / "checkpoints").glob("abandoned_*/eval")) + \
+        list((run_dir / "checkpoints").glob("abandoned_*/export"))
+    assert sorted(path.name for path in set_aside) == ["eval", "export"]
+    assert not list(run_dir.rglob(OUTPUT_LOCK_NAME)) and not list(run_dir.rglob(".export.lock"))
+
+
 def test_resuming_a_set_aside_checkpoint_continues_its_own_log_not_the_other_runs(make_config):
     """Run A, then `--start_over` with another learning rate (run B, shorter), then A resumed from its set-aside
     step 8: the weights were A's, but the log kept B's records below step 8 (another learning rate's losses) and
