@@ -97,11 +97,11 @@ def build_prompts(
 
 
 def _render(spec: TaskSpec, doc_id: int, doc: dict, examples: list[str], n_dropped: int) -> Prompt:
-    prefix = spec.description_for(doc) + "".join(example + spec.fewshot_delimiter for example in examples)
+    prefix = spec.description_for(doc) + "".join(examples)  # each example ends in its fewshot_delimiter
     if spec.multiple_input:
         contexts = tuple(prefix + choice for choice in spec.choices(doc))
     else:
-        contexts = (prefix + str(spec.text(doc)),)
+        contexts = (prefix + spec.text(doc),)
     return Prompt(doc_id, contexts, len(examples), n_dropped)
 
 

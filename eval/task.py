@@ -85,6 +85,18 @@ class TaskSpec:
     source_file: str = ""
 
     def __post_init__(self) -> None:
+        if self.test_split != "test" and self.test_split in self.data_files:
+            # lm-eval's reading of such a file: data_files' keys are split names and test_split the one scored. Here
+            # data_files' `test` entry is the scored one: the test.jsonl of {test: ..., validation: ...} was scored
+            # while results.json said "validation".
+            if "test" in self.data_files and self.data_files["test"] != self.data_files[self.test_split]:
+                raise UserError(
+                    f"{self.source_file}: data_files has both a `test` and a `{self.test_split}` entry, and "
+                    f"test_split: {self.test_split}; lm-eval would score `{self.test_split}`, this evaluator scores "
+                    f"data_files' `test` entry (test_split names the Hub split read when the local files are "
+                    f"absent). Put the file to score under `test` and drop the other, or give only "
+                    f"`{self.test_split}`")
+            self.data_files = {**self.data_files, "test": self.data_files[self.test_split]}
         if self.fewshot_fit not in FEWSHOT_FIT_MODES:
             raise UserError(
                 f"{self.source_file}: fewshot_fit {self.fewshot_fit!r} is not one of {', '.join(FEWSHOT_FIT_MODES)}"
@@ -121,8 +133,8 @@ class TaskSpec:
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:
             raise UserError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
         if self.doc_to_target is None:  # it ended the run at the first doc as "template missing"
-            scored = {"loglikelihood_rolling": "the text to score (e.g. doc_to_target: page); doc_to_text is its "
-                                               "context, usually \"\"",
+            scored = {"loglikelihood_rolling": "the text to score (e.g. doc_to_target: page; it is scored from an "
+                                               "empty context, doc_to_text is not read)",
                       "multiple_choice": "the right choice's index or text",
                       "generate_until": "the answer, or a list of accepted answers"}.get(self.output_type, "the answer")
             raise UserError(f"{self.source_file}: doc_to_target is missing; a {self.output_type} task reads "
@@ -193,12 +205,33 @@ class TaskSpec:
     # --- doc -> prompt pieces ------------------------------------------------------------------------------------
 
     def text(self, doc: dict) -> str | int:
-        return _resolve(self.doc_to_text, doc, literal_lists=False)  # prompt text stays text, as lm-eval keeps it
+        """The prompt's text (a multiple_input task's: the gold index). Refused unless it is text: str() of a list
+        field was scored as its Python text, and an int is lm-eval's sign of a multiple-input task."""
+        value = _resolve(self.doc_to_text, doc, literal_lists=False)  # prompt text stays text, as lm-eval keeps it
+        if self.multiple_input:
+            return value
+        # lm-eval reads a template's digits as an index when there are choices (then a multiple-input task)
+        index = isinstance(value, int) or (isinstance(value, str) and value.isdigit() and self.doc_to_text not in doc)
+        if index and not isinstance(value, bool) and self.doc_to_choice is not None:
+            raise TypeError(f"doc_to_text {self.doc_to_text!r} gives the number {value!r} and the task has choices: "
+                            f"lm-eval reads that as a multiple-input task (Winogrande's layout: each choice a "
+                            f"context, doc_to_text the right one's index); add `multiple_input: true`")
+        if not isinstance(value, str):
+            raise TypeError(f"doc_to_text {self.doc_to_text!r} gives a {type(value).__name__}, {str(value)[:80]!r}, "
+                            f"not text: its Python text would be the prompt (lm-eval refuses it too); point "
+                            f"doc_to_text at a text field or a template")
+        return value
 
     def description_for(self, doc: dict) -> str:
         """The description before the examples: a field name or a Jinja template over the doc, as lm-eval reads it
         (`{{subject}}` in MMLU-style descriptions), or "" without one."""
-        return str(_resolve(self.description, doc, literal_lists=False)) if self.description else ""
+        if not self.description:
+            return ""
+        value = _resolve(self.description, doc, literal_lists=False)
+        if not isinstance(value, str):
+            raise TypeError(f"description {self.description!r} names a field holding a {type(value).__name__}, "
+                            f"{str(value)[:80]!r}, not text (lm-eval refuses it too); give a text field or a template")
+        return value
 
     def choices(self, doc: dict) -> list[str]:
         if isinstance(self.doc_to_choice, list):
@@ -238,18 +271,28 @@ class TaskSpec:
         return int(self.text(doc)) if self.multiple_input else int(self.target(doc))
 
     def fewshot_example(self, doc: dict) -> str:
-        """A solved example exactly as lm-eval renders it: question + target_delimiter + answer."""
+        """A solved example exactly as lm-eval renders it (build_qa_turn): question + target_delimiter + answer +
+        fewshot_delimiter. A doc whose answer is "" or null is its question alone, with neither delimiter, as there."""
+        question = self.choices(doc)[self.gold_index(doc)] if self.multiple_input else self.text(doc)
+        raw = _resolve(self.doc_to_target, doc)
+        if raw is None or raw == "":
+            return question
         if self.multiple_input:
-            question, answer = self.choices(doc)[self.gold_index(doc)], str(self.target(doc))
+            answer = str(self.target(doc))
         else:
-            question, target = str(self.text(doc)), self.target(doc)
+            target = self.target(doc)
             if self.output_type == "multiple_choice":
                 answer = self.choices(doc)[target]
             elif isinstance(target, list):
+                if not target:  # lm-eval fails on it too (a[0]), with a bare IndexError
+                    raise UserError(f"task {self.task}: a doc with no answer (doc_to_target gives []) was drawn as a "
+                                    f"few-shot example ({question[:60]!r}); it has no answer to show. Score this "
+                                    f"task zero-shot, or draw examples from a split whose docs all have one "
+                                    f"(fewshot_split)")
                 answer = target[0]
             else:
                 answer = str(target)
-        return question + self.target_delimiter + answer
+        return question + self.target_delimiter + answer + self.fewshot_delimiter
 
 
 @lru_cache(maxsize=256)
@@ -454,7 +497,10 @@ def _check_metric_entry(entry: dict[str, Any], output_type: str, source_file: st
 
     name = entry.get("metric")
     if name not in METRICS:
-        raise UserError(f"{source_file}: unknown metric {name!r}; known metrics: {', '.join(METRICS)}")
+        # lm-eval's acc_mutual_info is log P(choice | context) - log P(choice | "") per doc: acc_uncond with that
+        # empty unconditional context gives the same
+        same = (" (the same figure: acc_uncond with uncond_context: \"\")" if name == "acc_mutual_info" else "")
+        raise UserError(f"{source_file}: unknown metric {name!r}{same}; known metrics: {', '.join(METRICS)}")
     produced = OUTPUT_TYPES[output_type].metrics
     if name not in produced:
         raise UserError(f"{source_file}: metric {name!r} is not one an output_type {output_type} task gives; "

@@ -104,7 +104,7 @@ def _read_local(spec: TaskSpec, paths: list[Path]) -> list[dict]:
 def _check_record(spec: TaskSpec, doc: dict, where: str) -> None:
     """Render every template once so a malformed record fails here, naming its file and record number."""
     try:
-        rendered = [spec.text(doc)]
+        rendered = [spec.text(doc), spec.description_for(doc)]
         if spec.output_type == "multiple_choice":
             choices = spec.choices(doc)
             choices[spec.gold_index(doc)]

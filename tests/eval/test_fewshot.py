@@ -36,7 +36,7 @@ def test_examples_never_include_the_scored_doc(copa, tiny_model_and_tokenizer):
     # K = pool size - 1: every other doc must be drawn, so the scored doc would show up if it could.
     prompts = build_prompts(spec, docs[:10], docs, len(docs) - 1, 0, tokenizer, 100_000)
     for doc, prompt in zip(docs, prompts):
-        own_example = spec.fewshot_example(doc)
+        own_example = spec.fewshot_example(doc).removesuffix(spec.fewshot_delimiter)
         context = prompt.contexts[0]
         assert context.endswith(spec.text(doc))  # the target question is last and intact
         examples = context[: -len(spec.text(doc))].split(spec.fewshot_delimiter)[:-1]
@@ -107,7 +107,7 @@ def test_context_too_small_for_one_example_is_a_clear_error(shared_data_dir, tin
 
     rnd = random.Random(1234)
     examples = [sample_fewshot_examples(docs, 1, rnd, exclude=doc) for doc in docs[:3]]
-    lengths = [len(tokenizer(spec.fewshot_example(ex[0]) + spec.fewshot_delimiter + spec.text(doc))["input_ids"])
+    lengths = [len(tokenizer(spec.fewshot_example(ex[0]) + spec.text(doc))["input_ids"])
                for doc, ex in zip(docs[:3], examples)]
     best = min(range(3), key=lengths.__getitem__)
     assert int(match.group(1)) == best and 200 < lengths[best] <= int(match.group(2)) <= lengths[best] + 20
@@ -145,7 +145,7 @@ def test_triviaqa_examples_show_the_answer_lm_eval_shows(shared_data_dir):
         # picks it
         turn = ConfigurableTask.build_qa_turn(None, q=row["context"].removesuffix("\nAnswer:") + "?\nAnswer:",
                                               a=row["aliases"])
-        assert spec.fewshot_example(doc) + "\n\n" == messages_to_text(turn)  # lm-eval's few-shot delimiter after it
+        assert spec.fewshot_example(doc) == messages_to_text(turn)  # lm-eval's few-shot delimiter after it
         assert set(spec.target(doc)) == set(row["aliases"])
         differs += row["aliases"][0] != row["answer"]
     assert differs > 100  # the canonical answer is often not lm-eval's first alias: the test can tell them apart

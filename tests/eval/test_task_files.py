@@ -287,10 +287,10 @@ def test_a_hub_task_whose_fewshot_split_is_its_test_split_never_shows_the_scored
     sampler = ContextSampler(pool, rnd=1234)
     for doc, prompt in zip(docs, prompts):
         examples = sampler.sample(5, eval_doc=doc if fewshot_split == spec.test_split else None)
-        expected = "".join(spec.fewshot_example(e) + spec.fewshot_delimiter for e in examples) + spec.text(doc)
+        expected = "".join(spec.fewshot_example(e) for e in examples) + spec.text(doc)
         assert prompt.contexts[0] == expected
         if excludes:
-            assert spec.fewshot_example(doc) + spec.fewshot_delimiter not in prompt.contexts[0]
+            assert spec.fewshot_example(doc) not in prompt.contexts[0]
 
 
 def _triviaqa_variant(tmp_path, **changes) -> Path:

@@ -22,12 +22,12 @@ GENERATE = {"task": "mine", "output_type": "generate_until", "doc_to_text": "Q: 
             "generation_kwargs": {"until": ["\n"], "max_gen_toks": 8, "do_sample": False}}
 
 
-def _both(tmp_path, fields: dict):
-    """(our TaskSpec, lm-eval's ConfigurableTask) of one YAML over DOCS in a local JSONL file."""
+def _both(tmp_path, fields: dict, docs: list[dict] = DOCS):
+    """(our TaskSpec, lm-eval's ConfigurableTask) of one YAML over `docs` in a local JSONL file."""
     from lm_eval.api.task import ConfigurableTask
 
     data = tmp_path / "docs.jsonl"
-    data.write_text("".join(json.dumps(doc) + "\n" for doc in DOCS))
+    data.write_text("".join(json.dumps(doc) + "\n" for doc in docs))
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump({**fields, "data_files": {"test": str(data)}}))
     spec = load_task(str(tmp_path / "mine.yaml"))
     logging.disable(logging.WARNING)
@@ -70,7 +70,7 @@ def test_a_generative_choice_tasks_few_shot_answer_is_the_choice_text(tmp_path):
     spec, theirs = _both(tmp_path, {**GENERATE, "doc_to_target": "{{label}}", "doc_to_choice": "choices"})
     for doc, their_doc in zip(spec.docs("test", tmp_path), theirs.test_docs()):
         ((_, answer),) = [(None, theirs.doc_to_choice(their_doc)[theirs.doc_to_target(their_doc)])]
-        assert spec.fewshot_example(doc) == spec.text(doc) + spec.target_delimiter + answer
+        assert spec.fewshot_example(doc) == spec.text(doc) + spec.target_delimiter + answer + spec.fewshot_delimiter
 
 
 @pytest.mark.parametrize("output_type, extra", [
@@ -116,7 +116,8 @@ def test_a_template_error_names_the_task_file(tmp_path, template, says):
 
 
 @pytest.mark.parametrize("output_type, extra, says", [
-    ("loglikelihood_rolling", {}, r"reads the text to score \(e.g. doc_to_target: page\); doc_to_text is its context"),
+    ("loglikelihood_rolling", {}, r"reads the text to score \(e.g. doc_to_target: page; it is scored from an empty context, doc_to_text is not "
+                                     r"read\)"),
     ("generate_until", {}, "reads the answer, or a list of accepted answers"),
     ("multiple_choice", {"doc_to_choice": "choices"}, "reads the right choice's index or text"),
 ], ids=["rolling", "generation", "multiple_choice"])
@@ -156,3 +157,92 @@ def test_a_record_with_half_an_emoji_is_named_when_the_task_loads(tmp_path, fiel
     spec = load_task(str(tmp_path / "mine.yaml"))
     with pytest.raises(UserError, match=r"docs\.jsonl record 2: cannot build the prompt .*surrogates not allowed"):
         spec.docs("test", tmp_path)
+
+
+# --- found by the lmeval3 hunt, each against lm-eval's own code -----------------------------------------------------
+
+
+@pytest.mark.parametrize("output_type, extra", [
+    ("generate_until", {"doc_to_target": "ans", "generation_kwargs": {"until": ["\n"]}}),
+    ("loglikelihood", {"doc_to_target": "ans"}),
+])
+def test_a_few_shot_example_without_an_answer_is_its_question_alone_as_in_lm_eval(tmp_path, output_type, extra):
+    """lm-eval's build_qa_turn gives a doc whose answer is "" or null its question alone: no target_delimiter, no
+    answer, no fewshot_delimiter. Ours wrote `A: ` + "\n\n" (and `A: None` for null): 4 of 5 prompts differed."""
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.api.utils import messages_to_text
+
+    from hf_gpt_custom.eval.fewshot import build_prompts
+
+    docs = [*DOCS, {**DOCS[0], "q": "Blood is", "ans": ""}, {**DOCS[1], "q": "Coal is", "ans": None}]
+    spec, theirs = _both(tmp_path, {**GENERATE, "output_type": output_type, **extra,
+                                    "target_delimiter": " -> ", "fewshot_delimiter": "\n##\n", "fewshot_split": "test"}, docs)
+    ours = spec.docs("test", tmp_path)
+    for doc, their_doc in zip(ours, theirs.test_docs()):
+        turn = ConfigurableTask.build_qa_turn(theirs, q=theirs.doc_to_text(their_doc),
+                                              a=theirs.doc_to_target(their_doc), tgt_delim=" -> ", few_delim="\n##\n")
+        assert spec.fewshot_example(doc) == messages_to_text(turn)
+    assert spec.fewshot_example(ours[2]) == "Q: Blood is\nA:" and spec.fewshot_example(ours[3]) == "Q: Coal is\nA:"
+
+    class Words:  # a tokenizer is only asked for lengths, and every prompt fits
+        def __call__(self, texts, **kwargs):
+            return {"input_ids": [text.split() for text in texts]}
+
+    prompts = build_prompts(spec, ours, ours, 3, 1234, Words(), 10**6)
+    theirs.set_fewshot_seed(1234)
+    for doc, their_doc, prompt in zip(ours, theirs.test_docs(), prompts):
+        assert prompt.contexts[0] == theirs.fewshot_context(their_doc, 3)
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"doc_to_text": "choices"}, r"doc_to_text 'choices' gives a list, \"\['blue', 'green', 'red'\]\", not text"),
+    ({"doc_to_text": "q", "description": "choices"}, r"description 'choices' names a field holding a list"),
+    ({"doc_to_text": "n"}, r"doc_to_text 'n' gives the number 7 and the task has choices: lm-eval reads that as a "
+                           r"multiple-input task .*add `multiple_input: true`"),
+    ({"doc_to_text": "{{label}}"}, r"doc_to_text '\{\{label\}\}' gives the number '0' .*add `multiple_input: true`"),
+], ids=["list-text", "list-description", "int-text", "digits-template"])
+def test_a_prompt_field_that_is_not_text_is_refused_naming_it(tmp_path, fields, says):
+    """`doc_to_text: choices` (a list field) was scored as the prompt "['blue', 'green', 'red']", and an int
+    doc_to_text, lm-eval's sign of a multiple-input task (Winogrande's layout), as the prompt "7"."""
+    spec, theirs = _both(tmp_path, {"task": "mine", "output_type": "multiple_choice", "doc_to_choice": "choices",
+                                    "doc_to_target": "label", **fields})
+    with pytest.raises(UserError, match=rf"record 1: cannot build the prompt for task mine .*{says}"):
+        spec.docs("test", tmp_path)
+    if "number" in says:  # what the message says lm-eval does with it
+        assert theirs.multiple_input == 3
+    else:
+        with pytest.raises((AssertionError, TypeError)):  # lm-eval refuses it too
+            theirs.fewshot_context(theirs.test_docs()[0], 0)
+
+
+def test_test_split_naming_a_data_files_entry_scores_that_entry_or_is_refused_when_both_are_there(tmp_path):
+    """`data_files: {test: a, validation: b}` with `test_split: validation` scored a while results.json said
+    "validation"; lm-eval scores b. Given alone, the named entry is scored (and is the split few-shot examples of
+    `fewshot_split: validation` leave the scored doc out of); with both, the file is refused."""
+    for name, docs in (("a", DOCS[:1]), ("b", DOCS)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+    fields = {"task": "mine", "output_type": "multiple_choice", "doc_to_text": "q", "doc_to_choice": "choices",
+              "doc_to_target": "label", "test_split": "validation", "fewshot_split": "validation"}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({**fields, "data_files": {"validation": "b.jsonl"}}))
+    spec = load_task(str(tmp_path / "one.yaml"))
+    assert spec.docs("test", tmp_path) == DOCS and spec.excludes_scored_doc
+    assert spec.scored_data_info(tmp_path)["split"] == "validation" and len(
+        spec.scored_data_info(tmp_path)["local_files_sha256"]) == 1
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump({**fields, "data_files": {"test": "a.jsonl",
+                                                                               "validation": "b.jsonl"}}))
+    with pytest.raises(UserError, match=r"two\.yaml: data_files has both a `test` and a `validation` entry, and "
+                                        r"test_split: validation; lm-eval would score `validation`"):
+        load_task(str(tmp_path / "two.yaml"))
+
+
+def test_a_doc_without_answers_drawn_as_a_few_shot_example_is_named(tmp_path):
+    """`[]` (an unanswerable question) scores 0 at K=0; drawn as an example it ended in a bare IndexError (lm-eval's
+    too)."""
+    from hf_gpt_custom.eval.fewshot import build_prompts
+
+    spec, _ = _both(tmp_path, {**GENERATE, "doc_to_target": "answers"},
+                    [{**DOCS[0], "answers": ["blue"]}, {**DOCS[1], "answers": []}])
+    docs = spec.docs("test", tmp_path)
+    with pytest.raises(UserError, match=r"task mine: a doc with no answer \(doc_to_target gives \[\]\) was drawn as "
+                                        r"a few-shot example \('Q: Grass is\\nA:'\).*zero-shot"):
+        build_prompts(spec, docs, docs, 1, 0, None, 10**6)
