@@ -138,7 +138,7 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
 # What train, finetune and run do with a run folder that already holds a run: one behaviour, said in each --help.
 RESUME_HELP = ("A run folder that already holds checkpoints is continued from its latest one when its settings match "
                "this config, and refused, naming each differing setting, when they don't: then give the run its own "
-               "folder (out_dir=... or run_name=...) or pass --start_over.")
+               "folder (out_dir=..., or run_name=... where the config sets no out_dir) or pass --start_over.")
 
 
 def _add_train(subparsers) -> None:

@@ -260,14 +260,15 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
         check_known_key(key, fields)
     values = {key: convert_value(key, written[key] if key in written and is_text_type(fields[key]) else value,
                                  fields[key]) for key, value in values.items()}
-    moves_the_run = any(override.partition("=")[0].strip().lstrip("-") in ("out_dir", "run_name")
-                        for override in overrides or [])
-    if path is not None and is_a_run_folders_config(path) and not moves_the_run:
-        # its out_dir was recorded as typed (relative to that command's working directory, or null for
+    given = {override.partition("=")[0].strip().lstrip("-") for override in overrides or []}
+    if path is not None and "out_dir" not in given and is_a_run_folders_config(path):
+        # Its out_dir was recorded as typed (relative to that command's working directory, or null for
         # runs/<run_name>): given back from another directory, or as a copied folder's, it named another run
-        # folder, which was then edited or trained from step 0 (the paths hunt). It is this folder, unless the
-        # command names another (out_dir=, or run_name= where the file records no out_dir)
-        values["out_dir"] = str(Path(path).parent)
+        # folder, which was then edited or trained from step 0 (the paths hunt). It is this folder (a link's
+        # target's), absolute: recorded as "." from inside it, it meant the working directory of a later command.
+        # With run_name= the command names a new run, runs/<run_name>, whatever the file recorded: its recorded
+        # out_dir renamed this run in place, or (".") trained into the working directory.
+        values["out_dir"] = None if "run_name" in given else str(Path(os.path.realpath(path)).parent)
     sections = [name for name, declared in fields.items() if typing.get_origin(declared) is dict]  # model: ...
     for name in sections:
         values[name] = dict(values.get(name) or {})
@@ -325,9 +326,18 @@ def refuse_a_key_given_twice(overrides: list[str]) -> None:
 
 
 def save_train_config(config: TrainConfig, path: str | os.PathLike) -> None:
-    """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config), through a
-    file beside it renamed into place: a kill while writing left a 0-byte config.yaml (the interrupts hunt)."""
-    write_text_atomically(path, run_config_text(config.to_dict()))
+    """Write the resolved config as YAML (what `load_train_config(path, [])` reads back to an equal config, but for
+    resume_from_checkpoint), through a file beside it renamed into place: a kill while writing left a 0-byte
+    config.yaml (the interrupts hunt). resume_from_checkpoint is one command's instruction, not the run's setting:
+    recorded, the file given back later resumed that old checkpoint again, setting every later one aside."""
+    write_text_atomically(path, run_config_text({**config.to_dict(), "resume_from_checkpoint": None}))
+
+
+def own_folder_fix(config: TrainConfig) -> str:
+    """How a refusal tells the user to give this run another folder: run_name= names runs/<name> only where no
+    out_dir is set (following "run_name=" beside an out_dir gave the same refusal again)."""
+    return ("give this run its own folder (out_dir=<new folder>)" if config.out_dir
+            else "give this run its own folder (run_name=<new name> or out_dir=...)")
 
 
 def run_config_text(values: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import (
-    BEHAVIOUR_BEFORE_THE_SETTING, TrainConfig, read_config_yaml, training_settings,
+    BEHAVIOUR_BEFORE_THE_SETTING, TrainConfig, own_folder_fix, read_config_yaml, training_settings,
 )
 from hf_gpt_custom.training.config_checks import settings_without_effect
 from hf_gpt_custom.training.model_section import architecture_defaults, model_config_kwargs
@@ -127,7 +127,13 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     for role in moved_inputs(recorded, current):
         note_moved_input(role, recorded[role], current[role])
         del changed[role]
-    changed.update(_architecture_changes(config, checkpoint))
+    architecture = _architecture_changes(config, checkpoint)
+    if architecture is not None:
+        # Its fields compared resolved, not as written: a field given at its default once and left out after
+        # (model.activation_function=gelu_new) builds the same model, but was refused as "'gelu_new' -> None".
+        resolved = {f"model.{key}" for key in architecture_defaults()} | {"model.preset"}
+        changed = {key: values for key, values in changed.items() if key not in resolved}
+        changed.update(architecture)
     return dict(sorted(changed.items()))
 
 
@@ -175,17 +181,19 @@ def _read_checkpoint_json(path: Path) -> dict[str, Any]:
                         f"<its folder>), or move {path.parent} away") from err
 
 
-def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]]:
-    """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs.
-    Compared as plain dicts by the config's own rules (architecture.py), so the check runs before transformers loads."""
+def _architecture_changes(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[Any, Any]] | None:
+    """model.<field>: (checkpoint's, this config's) for each GPTCustomConfig field whose resolved value differs;
+    None where the checkpoint has no config.json of this model to compare with (or init_from gives the architecture,
+    compared as a setting). Compared as plain dicts by the config's own rules (architecture.py), so the check runs
+    before transformers loads."""
     from hf_gpt_custom.architecture import check_architecture, fields_without_effect
 
     config_file = checkpoint / "config.json"
-    if config.init_from or not config_file.is_file():  # with init_from the architecture is init_from's (compared)
-        return {}
+    if config.init_from or not config_file.is_file():
+        return None
     saved_json = _read_checkpoint_json(config_file)
     if saved_json.get("model_type") != "gpt_custom":
-        return {}
+        return None
     defaults = architecture_defaults()
     saved = {**defaults, **{key: value for key, value in saved_json.items() if key in defaults}}
     current = {**defaults, **model_config_kwargs(config, vocab_size=saved["vocab_size"],
@@ -310,9 +318,8 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
             f"the run folder {run_dir} holds {what} trained with other settings ({_shown(changed)})"
             f"{_restore_files_hint(changed)}{_redefined_objective_hint(changed)}; rerun with those settings to "
             f"continue that run, "
-            f"{_from_its_weights(config, changed, weights)}give this run its own folder (out_dir=... or "
-            f"run_name=...), or pass --start_over to train from step 0 here (the old checkpoints are moved aside, not "
-            f"deleted)"
+            f"{_from_its_weights(config, changed, weights)}{own_folder_fix(config)}, or pass --start_over to train "
+            f"from step 0 here (the old checkpoints are moved aside, not deleted)"
         )
     if folder is not None:
         _refuse_to_continue_into_a_divergence(run_dir, folder)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from hf_gpt_custom.errors import MissingFileError, UserError
 from hf_gpt_custom.model_folder import load_model_folder
-from hf_gpt_custom.training.config import TrainConfig
+from hf_gpt_custom.training.config import TrainConfig, own_folder_fix
 from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
 from hf_gpt_custom.training.fingerprints import local_file_sha256s
 from hf_gpt_custom.training.data import (build_loaders, document_encoder, prepare_datasets,
@@ -393,8 +393,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
             raise UserError(
                 f"the run folder {run_dir} holds {', '.join(trained_with_old)} trained with the tokenizer in {target}, "
                 f"and the data it would be trained on now ({what} changed) gives another one; put back the data it "
-                f"was trained on, give this run its own folder (out_dir=... or run_name=...), or pass --start_over "
-                f"to train from step 0 (the old checkpoints are moved aside, not deleted)"
+                f"was trained on, {own_folder_fix(config)}, or pass --start_over to train from step 0 (the old "
+                f"checkpoints are moved aside, not deleted)"
             )
         folder = target
     Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_gpt_custom.training.config import REPO_ROOT, TrainConfig, load_train_config, save_train_config
+from hf_gpt_custom.training.config import (
+    REPO_ROOT, TrainConfig, load_train_config, run_config_text, save_train_config,
+)
 from hf_gpt_custom.training.config_values import read_config_yaml
 
 SMOKE = REPO_ROOT / "training" / "configs" / "smoke.yaml"
@@ -441,7 +443,7 @@ def test_only_a_config_yaml_a_run_wrote_names_its_folder(tmp_path, monkeypatch):
     assert (folder / "config.yaml").read_text().startswith("# hf-gpt-custom: the resolved config of the run")
     monkeypatch.chdir(tmp_path / "runs")
     assert load_train_config(folder / "config.yaml").run_dir.resolve() == folder.resolve()
-    assert load_train_config(folder / "config.yaml", ["run_name=new"]).run_dir == Path("runs/orig")
+    assert load_train_config(folder / "config.yaml", ["run_name=new"]).run_dir == Path("runs") / "new"
     save_train_config(load_train_config(SMOKE, ["run_name=orig"]), folder / "config.yaml")
     assert load_train_config(folder / "config.yaml", ["run_name=new"]).run_dir == Path("runs") / "new"
     older = tmp_path / "older_run"  # written before the header: known by `run`'s pipeline_state.json beside it
@@ -450,3 +452,50 @@ def test_only_a_config_yaml_a_run_wrote_names_its_folder(tmp_path, monkeypatch):
     assert load_train_config(older / "config.yaml").run_dir == Path("runs") / "orig"
     (older / "pipeline_state.json").write_text("{}")
     assert load_train_config(older / "config.yaml").run_dir.resolve() == older.resolve()
+
+
+def test_a_run_folders_config_yaml_given_back_with_run_name_starts_that_run_wherever_its_out_dir_was_recorded(
+        tmp_path, monkeypatch):
+    """The folder a run folder's config.yaml names is written back into it (absolute now; it was as typed): recorded
+    as `runs/base` (a benchmark change rewrote config.yaml) `run_name=second` renamed that run in place, and recorded
+    as `.` (resumed from inside the folder) `run_name=new` trained a whole run into the working directory (the
+    roundreview12 and orchread hunts). run_name= names runs/<name>, as with no out_dir; out_dir= names a folder."""
+    folder = tmp_path / "runs" / "base"
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(folder)
+    resumed_inside = load_train_config(SMOKE, ["out_dir=."])
+    save_train_config(resumed_inside, folder / "config.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_train_config(folder / "config.yaml")
+    assert config.out_dir == str(folder.resolve())  # absolute: the same folder from anywhere
+    save_train_config(config, folder / "config.yaml")
+    assert yaml.safe_load((folder / "config.yaml").read_text())["out_dir"] == str(folder.resolve())
+    for recorded in (".", "runs/base", str(folder.resolve())):
+        (folder / "config.yaml").write_text(run_config_text({**config.to_dict(), "out_dir": recorded}))
+        assert load_train_config(folder / "config.yaml", ["run_name=second"]).run_dir == Path("runs") / "second"
+        assert load_train_config(folder / "config.yaml").run_dir == folder.resolve()
+        assert load_train_config(folder / "config.yaml", ["run_name=x", f"out_dir={tmp_path / 'o'}"]).run_dir == \
+            tmp_path / "o"
+
+
+def test_a_link_to_a_run_folders_config_yaml_names_the_linked_run_folder(tmp_path):
+    """`configs/config.yaml -> ../runs/base/config.yaml` trained a second model from step 0 into configs/ (the
+    roundreview12 hunt): the folder is the linked file's."""
+    folder = tmp_path / "runs" / "base"
+    folder.mkdir(parents=True)
+    save_train_config(load_train_config(SMOKE, ["run_name=base"]), folder / "config.yaml")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "config.yaml").symlink_to(folder / "config.yaml")
+    assert load_train_config(tmp_path / "configs" / "config.yaml").run_dir == folder.resolve()
+
+
+def test_a_resume_point_is_not_recorded_as_the_runs_setting(tmp_path):
+    """`train ... resume_from_checkpoint=runs/t/checkpoints/step_000002` was written into config.yaml: given back
+    later, the file resumed that checkpoint again and set every later one and final/ aside (the orchread hunt)."""
+    config = load_train_config(SMOKE, ["resume_from_checkpoint=latest", f"out_dir={tmp_path / 'r'}"])
+    save_train_config(config, tmp_path / "config.yaml")
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["resume_from_checkpoint"] is None
+    assert dataclasses.replace(load_train_config(tmp_path / "config.yaml"), resume_from_checkpoint="latest") == \
+        dataclasses.replace(config, out_dir=str(tmp_path.resolve()))  # the rest read back as it was (out_dir: the file's folder)

@@ -1,6 +1,7 @@
 """Resuming continues the same run: a changed recipe, data or architecture is refused naming each change and the
 way out (init_from the checkpoint's weights); settings that only change speed, saving or logging stay changeable."""
 
+import dataclasses
 import json
 import shutil
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 import yaml
 
-from hf_gpt_custom.training.config import load_train_config
+from hf_gpt_custom.training.config import load_train_config, own_folder_fix
+from hf_gpt_custom.training.resume import changed_settings
 from hf_gpt_custom.training.train import train
 
 from tests.helpers import tiny_run_overrides
@@ -216,8 +218,23 @@ def test_the_same_folder_with_other_settings_is_refused_naming_them_and_the_ways
     assert message.startswith(f"the run folder {crashed.absolute()} holds checkpoints up to step_000002 trained with "
                               f"other settings (learning_rate: 0.003 -> 0.001, model.activation_function: "
                               f"'gelu_new' -> 'relu')")
-    assert "give this run its own folder (out_dir=... or run_name=...), or pass --start_over" in message
+    # run_name= does not move a run whose config sets out_dir (following it gave the same refusal: orchread hunt)
+    assert "give this run its own folder (out_dir=<new folder>), or pass --start_over" in message
     assert sorted(p.name for p in (crashed / "checkpoints").iterdir()) == before
+    without_out_dir = dataclasses.replace(make_config(), out_dir=None)
+    assert "(run_name=<new name> or out_dir=...)" in own_folder_fix(without_out_dir)
+
+
+def test_a_model_field_given_at_its_default_then_left_out_is_the_same_model(crashed, make_config):
+    """The model section was also compared as written: model.activation_function=gelu_new (GPT-2's default) given
+    once and left out after was refused as "'gelu_new' -> None", though both build the same model, and `run`, which
+    compares it resolved, then stuck on a finished run (the orchread hunt). A real change is still refused."""
+    defaults = ("model.activation_function=gelu_new", "model.layer_norm_epsilon=1e-05")
+    run_dir = train(make_config(*STEPS, *defaults, run_name="defaults"))
+    assert changed_settings(make_config(*STEPS, run_name="defaults"), run_dir / "final") == {}
+    assert changed_settings(make_config(*STEPS, "model.activation_function=relu", run_name="defaults"),
+                            run_dir / "final") == {"model.activation_function": ("gelu_new", "relu")}
+    train(make_config(*STEPS, run_name="defaults"))  # the same command without the defaults: resumed, complete
 
 
 def test_raising_max_steps_is_told_the_way_that_keeps_the_weights(crashed, make_config):
