@@ -7,13 +7,14 @@ shots_curve.png (metric against K for each task, like the GPT-3 paper's few-shot
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
 import os
 import shutil
 from pathlib import Path
+
+from hf_gpt_custom.manifest import save_figure_atomically
 
 RESULT_KEYS = ("task", "dataset", "num_fewshot", "metric", "value", "stderr", "n", "higher_is_better", "n_truncated")
 REPORT_FILES = ("results.json", "table.md", "examples.jsonl", "shots_curve.png")
@@ -44,20 +45,20 @@ def write_report(results, out_dir: str | Path) -> Path:
     an out_dir at a time (run_lock.lock_output_folder): a second is refused, naming the first."""
     from hf_gpt_custom.training.run_lock import lock_output_folder
 
-    from hf_gpt_custom.errors import UserError, write_failure_cause
+    from hf_gpt_custom.errors import UserError, write_failure_cause, write_failure_fix
 
     with lock_output_folder(out_dir, "the evaluation folder", "another --out"):  # evaluate() holds it already
         try:
             return _write_report_files(results, Path(out_dir))
         except OSError as error:
-            if error.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-                raise
             shutil.rmtree(Path(out_dir) / ".report.tmp", ignore_errors=True)
-            # a full disk (its error often names no file: matplotlib's close) would lose hours of scoring: the
-            # scores go to the console in the message
-            raise UserError(f"cannot write the evaluation report to {out_dir}: {write_failure_cause(error)}; free "
-                            "space there or choose an --out on another disk. The scores, which were not saved:\n"
-                            + format_results_table(results.results, getattr(results, "skipped", []))) from error
+            # Any failed write (a full disk, whose error often names no file: matplotlib's close; a quota, a file
+            # size limit, a folder made read-only meanwhile) would lose hours of scoring: the scores go to the
+            # console in the message
+            why = f"{write_failure_cause(error) or error}; {write_failure_fix(error, out_dir)}"
+            raise UserError(f"cannot write the evaluation report to {out_dir}: {why}. The scores, which were not "
+                            "saved:\n" + format_results_table(results.results, getattr(results, "skipped", []))
+                            ) from error
 
 
 def _write_report_files(results, out_dir: Path) -> Path:
@@ -195,6 +196,6 @@ def plot_shots_curve(rows: list[dict], path: str | Path) -> Path:
         ax.axis("off")
     figure.suptitle("zero-, one- and few-shot results")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure_atomically(figure, path, dpi=100)
     plt.close(figure)
     return Path(path)

@@ -63,13 +63,16 @@ def check_writable(path: str | os.PathLike, what: str, fix: str) -> None:
         raise UserError(f"cannot write to {what} {path}: {where}; {fix}") from err
 
 
-# OSErrors the user fixes by choosing another folder or making room. Only with a filename: an error without one, or
-# any other errno (a path our code got wrong, ENOENT), is a bug and keeps its traceback.
+# OSErrors the user fixes by choosing another folder or making room. Any other errno (a path our code got wrong,
+# ENOENT) is a bug and keeps its traceback; so does a permission error without a filename.
 _DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}  # EDQUOT: not on Windows
+# A file past the size a file system (FAT32, exFAT: 4 GiB) or `ulimit -f` allows
+_FILE_TOO_LARGE_ERRNOS = {errno.EFBIG}
 # A file where a folder belongs (ENOTDIR) or a folder where a file belongs (EISDIR): a user's leftover in an output
 # folder, moved away by hand
 _WRONG_KIND_ERRNOS = {errno.EISDIR, errno.ENOTDIR}
-_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS, *_WRONG_KIND_ERRNOS}
+_FILE_SYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, *_DISK_FULL_ERRNOS, *_FILE_TOO_LARGE_ERRNOS,
+                       *_WRONG_KIND_ERRNOS}
 
 
 def wrong_kind_message(path: Path, number: int) -> str:
@@ -88,20 +91,49 @@ def path_in_the_way(error: OSError) -> Path:
 
 
 def file_system_error_message(err: OSError) -> str | None:
-    """One line for a file or folder that cannot be written or read (permissions, read-only, disk full), with the
-    fix; None for any other OSError (the CLI keeps its traceback)."""
-    if err.errno not in _FILE_SYSTEM_ERRNOS or not err.filename:
+    """One line for a file or folder that cannot be written or read (permissions, read-only, disk full, a file too
+    large), with the fix; None for any other OSError (the CLI keeps its traceback).
+
+    A write that fails after open() (a full disk, a quota: write, flush and close report them) carries no file name:
+    the line then says what happened and the fix without one, rather than a traceback. A copy's or rename's error
+    names its source first (shutil.copy: the package's own installed file) and the file being written second."""
+    if err.errno not in _FILE_SYSTEM_ERRNOS:
         return None
-    path = Path(os.fsdecode(err.filename))
+    if not err.filename:
+        if err.errno in _DISK_FULL_ERRNOS | _FILE_TOO_LARGE_ERRNOS:
+            return (f"a file could not be written: {err.strerror}; {_room_fix(err.errno, 'the output folder')}, then "
+                    f"run the same command again (finished stages and checkpoints are kept)")
+        return None
+    path = Path(os.fsdecode(err.filename2 if getattr(err, "filename2", None) else err.filename))
     folder = next((p for p in (path, *path.parents) if p.is_dir()), path.parent)  # what was to hold the new file
-    if err.errno in _DISK_FULL_ERRNOS:
-        return f"cannot write {path}: {err.strerror}; free space there or choose an output folder on another disk"
+    if err.errno in _DISK_FULL_ERRNOS | _FILE_TOO_LARGE_ERRNOS:
+        return f"cannot write {path}: {err.strerror}; {_room_fix(err.errno, folder)}"
     if err.errno in _WRONG_KIND_ERRNOS:
         return wrong_kind_message(path_in_the_way(err), err.errno)
     is_read = path.exists() and not os.access(path, os.R_OK)
     return (f"cannot {'read' if is_read else 'write'} {path}: {err.strerror}; "
             + ("make it readable for your user" if is_read else
                f"choose an output folder you can write to, or make {folder} writable for your user"))
+
+
+def _room_fix(number: int, where) -> str:
+    """The fix for a write refused for want of room: a full disk, a quota (whose limit is not the disk's free space),
+    or a size limit per file (no amount of free space helps)."""
+    if number in _FILE_TOO_LARGE_ERRNOS:
+        return (f"the file system of {where} (FAT32 and exFAT: 4 GiB), or the shell's `ulimit -f`, limits the size of "
+                f"one file: choose an output folder on another file system, or raise the limit")
+    if number == getattr(errno, "EDQUOT", None):
+        return f"your disk quota is used up: free space within it, or choose an output folder outside {where}'s quota"
+    return f"free space on the disk of {where}, or choose an output folder on another disk"
+
+
+def write_failure_fix(error: Exception, where) -> str:
+    """What to do about a failed write into `where` (an output folder): room for a full disk, a quota or a size
+    limit; write permission for a read-only or forbidden folder (an export said "free space" for those too)."""
+    number = getattr(error, "errno", None)
+    if number in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"make {where} writable for your user, or choose an output folder you can write to"
+    return _room_fix(number, where)
 
 
 # torch's zip writer's words for a failed write (a full disk under torch.save): a RuntimeError, no OSError
@@ -125,7 +157,7 @@ def write_failure_cause(error: Exception) -> str | None:
 
 
 __all__ = ["MissingFileError", "UserError", "check_listed_once", "check_writable", "did_you_mean",
-           "file_system_error_message", "repeated", "write_failure_cause"]
+           "file_system_error_message", "repeated", "write_failure_cause", "write_failure_fix"]
 
 
 def shell_word(path: str | os.PathLike) -> str:

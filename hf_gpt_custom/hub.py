@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
-from .errors import MissingFileError, UserError, write_failure_cause
+from .errors import MissingFileError, UserError, write_failure_cause, write_failure_fix
 from .manifest import MANIFEST_NAME, sync_to_disk, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
@@ -97,8 +97,8 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
             staging = out_dir.with_name(out_dir.name + ".tmp")
             if (staging / _STAGING_MARKER).is_file():
                 shutil.rmtree(staging, ignore_errors=True)  # ours, half-written: frees the space it took
-            raise UserError(f"cannot write the export to {out_dir}: {cause}; free space there or choose an OUT_DIR on "
-                            f"another disk ({run_dir} is untouched), then export again") from error
+            raise UserError(f"cannot write the export to {out_dir}: {cause}; {write_failure_fix(error, out_dir)} "
+                            f"({run_dir} is untouched), then export again") from error
 
 
 def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_source: str | None,

@@ -389,7 +389,7 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(command, patched, t
 
     monkeypatch.setattr(patched, fill)
     code, _, err = _run_main(argv, capsys)
-    _assert_one_line_error(code, err, command[0], "No space left on device", "free space there")
+    _assert_one_line_error(code, err, command[0], "No space left on device", "free space on the disk of")
 
 
 def test_tokenizer_train_refuses_an_out_folder_it_cannot_write_before_training(tmp_path, capsys, monkeypatch):

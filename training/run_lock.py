@@ -123,7 +123,10 @@ def _held_lock(lock_file: Path, open_lock_file, busy: Callable[[str, str], str],
     finally:
         del _held[key]
         if remove_when_released:
-            Path(lock_file).unlink(missing_ok=True)
+            try:
+                Path(lock_file).unlink(missing_ok=True)
+            except OSError:  # the folder made read-only meanwhile: a leftover lock file is taken over later, and
+                pass         # an error here would hide the one the block raised
         handle.close()  # closing the file releases the lock
 
 
@@ -169,9 +172,17 @@ def _acquire(lock_file: Path, handle, busy: Callable[[str, str], str]):
                     lock_file, previous["pid"])
     handle.seek(0)
     handle.truncate()
-    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}))
-    handle.flush()
+    try:
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}))
+        handle.flush()
+    except OSError as err:  # the first write of every command on a full disk: a traceback naming no file
+        try:
+            handle.close()  # which writes what is left in its buffer: fails again
+        except OSError:
+            pass
+        err.filename = err.filename or str(lock_file)
+        raise
     return handle
 
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hf_gpt_custom.manifest import write_text_atomically
+from hf_gpt_custom.manifest import save_figure_atomically, write_text_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,12 @@ class RunLog:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as err:  # a full disk: the error names no file (the CLI then names this one)
+            err.filename = err.filename or str(self.path)
+            raise
 
     def close(self) -> None:
         self._file.close()
@@ -120,7 +124,7 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure_atomically(fig, path)
     plt.close(fig)
 
 

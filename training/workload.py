@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.manifest import write_text_atomically
 from hf_gpt_custom.model_folder import load_model_folder
 from hf_gpt_custom.training.config import TrainConfig, own_folder_fix
 from hf_gpt_custom.training.model_section import build_model_config, requested_architecture
@@ -288,17 +289,18 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
 
         # Called under main_process_first: the main process saves, the others find the marker and read the files.
         marker, source = target / _TOKENIZER_SOURCE_NAME, {"tokenizer": config.tokenizer}
-        if not (marker.is_file() and json.loads(marker.read_text()) == source):
+        if _read_marker(marker) != source:
             marker.unlink(missing_ok=True)  # a kill while saving must not leave new files under the old marker
             try:
-                AutoTokenizer.from_pretrained(config.tokenizer).save_pretrained(target)
+                tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
             except OSError as err:  # not a local folder, and the Hub is unreachable or has no such repository
                 raise MissingFileError(
                     f"tokenizer={config.tokenizer!r} is not a local folder and could not be loaded from the Hub "
                     f"({str(err).strip().splitlines()[0][:200]}); give a tokenizer folder, or download it while "
                     f"online"
                 ) from err
-            marker.write_text(json.dumps(source))
+            tokenizer.save_pretrained(target)  # its errors are the run folder's (a full disk), not the Hub's
+            write_text_atomically(marker, json.dumps(source))
         return target
     if config.init_from and Path(config.init_from, "tokenizer.json").is_file():
         return Path(config.init_from)
@@ -330,7 +332,7 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     elif local:  # validation is val_dataset: every document, as training splits them
         source["trained_on"] = {"documents": "all", "text_sample_by": config.text_sample_by}
     marker = target / _TOKENIZER_SOURCE_NAME
-    recorded = json.loads(marker.read_text()) if marker.is_file() else None
+    recorded = _read_marker(marker)
     if recorded is not None and _same_source(recorded, source):
         return target
     if recorded is not None and not start_over and _recorded_by_the_old_rule(recorded, source) \
@@ -397,8 +399,22 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
                 f"checkpoints are moved aside, not deleted)"
             )
         folder = target
-    Path(folder, _TOKENIZER_SOURCE_NAME).write_text(json.dumps(source, indent=2))
+    write_text_atomically(Path(folder, _TOKENIZER_SOURCE_NAME), json.dumps(source, indent=2))
     return Path(folder)
+
+
+def _read_marker(marker: Path) -> dict | None:
+    """What a tokenizer folder's marker records, None without one. One a full disk left empty or cut (written in
+    place by older versions) records nothing: every later train of the folder ended in a JSONDecodeError."""
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        logger.warning("%s is damaged (empty or cut short): the tokenizer beside it is checked as one without a record",
+                       marker)
+        return None
+    return recorded if isinstance(recorded, dict) else None
 
 
 def _recorded_by_the_old_rule(recorded: dict, source: dict) -> bool:

@@ -372,9 +372,35 @@ def test_a_full_disk_while_writing_the_report_names_it_and_prints_the_scores(tmp
         report.write_report(results, tmp_path / "eval")
     message = str(err.value)
     assert message.startswith(f"cannot write the evaluation report to {tmp_path / 'eval'}: No space left on device "
-                              "(ENOSPC); free space there")
+                              "(ENOSPC); free space on the disk of")
     assert "| copa | 0 | acc ↑ | 0.6250 | 0.1000 | 8 | 0 |" in message
     assert not (tmp_path / "eval" / ".report.tmp").exists() and not (tmp_path / "eval" / "results.json").exists()
+
+
+@pytest.mark.parametrize("error", [OSError(28 - 1, "File too large"), PermissionError(30, "Read-only file system")],
+                         ids=["size-limit", "read-only"])
+def test_any_failed_report_write_keeps_the_scores_in_the_message(tmp_path, monkeypatch, error):
+    """Only a full disk kept the scores: a size limit (EFBIG) or a folder made read-only meanwhile lost them in a
+    bare traceback (the diskfull hunt)."""
+    import errno
+
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval import report
+    from hf_gpt_custom.eval.runner import Results
+
+    assert error.errno in (errno.EFBIG, errno.EROFS)
+    row = {"task": "copa", "dataset": None, "num_fewshot": 0, "metric": "acc", "value": 0.625, "stderr": 0.1, "n": 8,
+           "higher_is_better": True, "n_truncated": 0}
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(report, "plot_shots_curve", fail)
+    with pytest.raises(UserError) as err:
+        report.write_report(Results(model="m", config={"limit": None, "seed": 0}, results=[row]), tmp_path / "eval")
+    assert str(err.value).startswith(f"cannot write the evaluation report to {tmp_path / 'eval'}: ")
+    assert ("limits the size of one file" if error.errno == errno.EFBIG else "make ") in str(err.value)
+    assert "| copa | 0 | acc ↑ | 0.6250 | 0.1000 | 8 | 0 |" in str(err.value)
 
 
 def test_replacing_another_models_evaluation_says_so(tmp_path, caplog):

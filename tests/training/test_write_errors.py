@@ -251,3 +251,136 @@ def test_the_cli_names_a_file_or_folder_of_the_wrong_kind(tmp_path, kind, number
         error = NotADirectoryError(number, os.strerror(number), str(tmp_path / "checkpoints" / "step_000002"))
         expected = f"{tmp_path / 'checkpoints'} is a file where a folder belongs: move it away"
     assert file_system_error_message(error).startswith(expected)
+
+
+# --- found by the diskfull hunt (real small tmpfs disks, read-only mounts, ulimit -f) ---------------------------------
+
+
+def test_a_full_disk_quota_or_size_limit_is_one_line_with_the_fix_that_applies_even_without_a_file_name(tmp_path):
+    """write(), flush() and close() report ENOSPC with no file name (only open() names one): the CLI printed a bare
+    traceback at the first write of every command (the lock file). A copy's error names its source first (the
+    package's own installed file, "free space there") and the file being written second. EDQUOT's limit is the
+    quota, not the disk; EFBIG's no free space lifts."""
+    from hf_gpt_custom.errors import file_system_error_message, write_failure_fix
+
+    nameless = file_system_error_message(OSError(errno.ENOSPC, "No space left on device"))
+    assert nameless.startswith("a file could not be written: No space left on device; free space on the disk of the "
+                               "output folder") and "run the same command again" in nameless
+    copied = OSError(errno.ENOSPC, "No space left on device", "/site-packages/x.py", None, str(tmp_path / "out.py"))
+    assert file_system_error_message(copied).startswith(f"cannot write {tmp_path / 'out.py'}: No space left on device")
+    assert "quota" in file_system_error_message(OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp_path / "f")))
+    too_large = file_system_error_message(OSError(errno.EFBIG, "File too large", str(tmp_path / "f")))
+    assert "limits the size of one file" in too_large and "free space" not in too_large
+    assert file_system_error_message(PermissionError(errno.EACCES, "Permission denied")) is None  # a bug: traceback
+    assert write_failure_fix(PermissionError(errno.EROFS, "Read-only file system"), tmp_path).startswith(
+        f"make {tmp_path} writable")
+
+
+def test_the_files_written_after_open_name_themselves_when_a_write_fails(tmp_path):
+    """The run log's flush, config.yaml / pipeline_state.json (write_text_atomically) and the lock file's record failed
+    with no file name (a full disk fails the write, not the open): a bare traceback; the atomic writes also left their
+    .partial behind. Here a real failing write: a process whose file size limit (`ulimit -f`) is 20 bytes."""
+    script = f"""
+import errno, resource, signal, sys
+from pathlib import Path
+from hf_gpt_custom.errors import file_system_error_message
+from hf_gpt_custom.manifest import write_text_atomically
+from hf_gpt_custom.training.run_lock import lock_output_folder
+from hf_gpt_custom.training.run_log import RunLog
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write then fails with EFBIG instead of killing the process
+resource.setrlimit(resource.RLIMIT_FSIZE, (20, 20))
+root = Path({str(tmp_path)!r})
+attempts = [lambda: write_text_atomically(root / "config.yaml", "x" * 100),
+            lambda: RunLog(root / "run_log.jsonl").write({{"kind": "train", "step": 1, "loss": 1.0}})]
+def lock():
+    with lock_output_folder(root / "eval", "the evaluation folder", "another --out"):
+        pass
+for attempt in [*attempts, lock]:
+    try:
+        attempt()
+    except OSError as err:
+        print(file_system_error_message(err))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    for line, name in zip(lines, ("config.yaml", "run_log.jsonl", "eval/.hf-gpt-custom-writing.lock")):
+        assert line.startswith(f"cannot write {tmp_path / name}: File too large; "), line
+        assert "limits the size of one file" in line
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_plot_cut_by_a_full_disk_never_takes_the_plots_name(tmp_path, monkeypatch):
+    """savefig wrote straight to loss_curve.png: a full disk left a cut PNG there, which an export then published and
+    its card showed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hf_gpt_custom.manifest import save_figure_atomically
+
+    figure = plt.figure()
+    path = tmp_path / "loss_curve.png"
+    path.write_bytes(b"the previous curve")
+
+    def cut(self, fname, **kwargs):
+        Path(fname).write_bytes(b"\x89PNG cut")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(figure), "savefig", cut)
+    with pytest.raises(OSError) as err:
+        save_figure_atomically(figure, path)
+    assert err.value.filename == str(path) and path.read_bytes() == b"the previous curve"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loss_curve.png"]
+    monkeypatch.undo()
+    save_figure_atomically(figure, path)
+    assert path.read_bytes().startswith(b"\x89PNG") and len(path.read_bytes()) > 100
+    plt.close(figure)
+
+
+def test_an_empty_tokenizer_record_left_by_a_full_disk_does_not_block_the_folder(make_config, caplog):
+    """tokenizer/training_source.json left at 0 bytes made every later train of the folder end in a bare
+    JSONDecodeError, space freed or not. Now it counts as no record: the tokenizer is checked again (trained beside
+    the run's checkpoints and kept: the same), and the record is written whole."""
+    import logging
+
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    config = make_config("max_steps=2", "eval_interval=2", "eval_batches=1", "tokenizer=null",
+                         "tokenizer_vocab_size=300", run_name="marker")
+    folder = prepare_tokenizer(config)
+    record = (folder / "training_source.json").read_text()
+    (folder / "training_source.json").write_text("")
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.training.workload"):
+        assert prepare_tokenizer(config) == folder
+    assert "training_source.json is damaged (empty or cut short)" in caplog.text
+    assert json.loads((folder / "training_source.json").read_text()) == json.loads(record)
+
+
+def test_a_hub_tokenizer_that_cannot_be_saved_is_not_called_unreachable(make_config, monkeypatch):
+    """`tokenizer=<Hub name>` on a full run-folder disk said the tokenizer "could not be loaded from the Hub ...
+    download it while online": the load and the save shared one `except OSError`."""
+    import transformers
+
+    from hf_gpt_custom.errors import MissingFileError, file_system_error_message
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    class Loaded:
+        def save_pretrained(self, folder):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    config = make_config("tokenizer=someone/their-tokenizer", run_name="hub")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name: Loaded())
+    with pytest.raises(OSError) as err:
+        prepare_tokenizer(config)
+    assert not isinstance(err.value, MissingFileError) and "No space left" in file_system_error_message(err.value)
+
+    def unreachable(name):
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", unreachable)
+    with pytest.raises(MissingFileError, match="could not be loaded from the Hub"):
+        prepare_tokenizer(config)
