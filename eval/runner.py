@@ -8,9 +8,9 @@ classes with the Auto classes), a Hub id or an already-loaded model with its tok
 from __future__ import annotations
 
 import copy
-
 import logging
 import math
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +146,7 @@ def evaluate(
         # The weights scored, taken as they are loaded: taken after planning (seconds to minutes), a training run
         # writing a new final/ meanwhile gave the old model's scores the new weights' name, and export published them
         # as the new model's (the concurrency hunt). Taken before and after loading: the same, or refused.
-        scored_folder = Path(model).expanduser() if isinstance(model, (str, Path)) else None
+        scored_folder = Path(os.path.expanduser(model)) if isinstance(model, (str, Path)) else None
         scored_folder = scored_folder if scored_folder is not None and scored_folder.is_dir() else None  # else a Hub id
         weights = weights_fingerprint(scored_folder) if scored_folder is not None else None
         model_obj, tokenizer, model_name = load_model_and_tokenizer(model, tokenizer, device, dtype)
@@ -332,7 +332,7 @@ def local_model_path(name: str) -> Path | None:
     A name that cannot be a Hub id ("runs/smoke/final", "./model", "/abs/path") is a local path even if it does not
     exist, so that the error names the missing folder instead of complaining about the id's format.
     """
-    path = Path(name).expanduser()
+    path = Path(os.path.expanduser(name))
     if path.exists():
         return path
     if not is_hub_repo_id(name):
@@ -388,7 +388,7 @@ def load_tokenizer(source: str):
     """AutoTokenizer for a local folder (refused without vocabulary files, see check_tokenizer_files) or a Hub id."""
     from transformers import AutoTokenizer
 
-    path = Path(source).expanduser()
+    path = Path(os.path.expanduser(source))
     if path.exists():
         check_tokenizer_files(path)
         source = str(path)

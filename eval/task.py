@@ -8,6 +8,7 @@ live elsewhere.
 from __future__ import annotations
 
 import ast
+import os
 import types
 import typing
 from dataclasses import dataclass, field, replace
@@ -331,7 +332,7 @@ def task_file(name: str, tasks_dir: str | Path | None = None) -> Path:
     package. Anything else that looks like a path (no .yaml suffix) is refused, so a name never reaches a
     file outside the tasks folder by accident."""
     if name.endswith((".yaml", ".yml")):
-        path = Path(name).expanduser()
+        path = Path(os.path.expanduser(name))
         if not path.is_file():
             raise MissingFileError(f"task file {name} not found; give an existing .yaml file or a task name")
         return path

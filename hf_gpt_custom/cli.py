@@ -9,6 +9,7 @@ not import them), so `--help` and argument errors answer in a fraction of a seco
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -242,7 +243,7 @@ def _cmd_finetune(args: argparse.Namespace) -> None:
 def _user_path(value: str) -> str:
     """A path argument with "~" expanded, as the shell does for a bare ~/x but not for "~/x" in quotes or --out=~/x:
     outputs went into a folder literally named "~" in the working directory (the paths hunt)."""
-    return str(Path(value).expanduser()) if value.startswith("~") else value
+    return os.path.expanduser(value) if value.startswith("~") else value
 
 
 # --- eval --------------------------------------------------------------------------------------------------------

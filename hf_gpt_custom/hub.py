@@ -61,7 +61,7 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     # resolved while every folder on the way exists ("runs/r/export/../export" stopped naming anything once export/
     # was moved aside: the export was lost), and a symlink followed, so that its target is the export replaced (the
     # link itself was, leaving the target's old export in place: the paths hunt)
-    out_dir = Path(os.path.realpath(Path(out_dir).expanduser()))
+    out_dir = Path(os.path.realpath(os.path.expanduser(out_dir)))
     if repo_id is not None:
         check_repo_id(repo_id)
     if license is not None:
@@ -416,7 +416,7 @@ def _public_path(value: str, run_dir: Path) -> str:
     other local path as its base name ("input.txt", also of a Windows path recorded elsewhere)."""
     if re.match(r"^[A-Za-z]:[\\/]", value):
         return PureWindowsPath(value).name
-    path, root = Path(value).expanduser(), run_dir.resolve()
+    path, root = Path(os.path.expanduser(value)), run_dir.resolve()
     try:
         inside = path.resolve().relative_to(root).as_posix()
     except ValueError:

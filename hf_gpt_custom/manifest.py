@@ -6,6 +6,7 @@ Shipped as remote code beside the modeling file: imports only the standard libra
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -130,11 +131,17 @@ def save_figure_atomically(figure, path: str | os.PathLike, **savefig_options) -
     os.replace(partial, path)
 
 
+# What fsync reports when the data written is not on disk: the write must count as failed
+_DATA_LOST_ERRNOS = {errno.EIO, errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
 def sync_to_disk(path: str | os.PathLike, contents: bool = True) -> None:
     """fsync `path`, and everything under it if it is a folder and `contents`, before it is renamed into place: the
     rename is atomic against a kill, but after a power cut a file system may keep the new name and lose the data
     written under it (ext4's delayed allocation, XFS). After the rename, the folder holding it (contents=False: its
-    entries, not every file under it). Best effort: a file system that cannot fsync (some network mounts) is skipped.
+    entries, not every file under it). A file system that cannot fsync (some network mounts: EINVAL, ENOTSUP) is
+    skipped; one that reports the data lost (EIO, or a full disk or quota found only now: NFS, quota file systems)
+    raises, naming the file, before the rename makes it look saved.
     """
     path = Path(path)
     for item in [*path.rglob("*"), path] if path.is_dir() and contents else [path]:
@@ -144,8 +151,10 @@ def sync_to_disk(path: str | os.PathLike, contents: bool = True) -> None:
             continue
         try:
             os.fsync(fd)
-        except OSError:
-            pass
+        except OSError as err:
+            if err.errno in _DATA_LOST_ERRNOS:
+                err.filename = err.filename or str(item)
+                raise
         finally:
             os.close(fd)
 

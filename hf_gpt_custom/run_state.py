@@ -254,7 +254,13 @@ def _describe_change(key: str, saved: Any, now: Any, config) -> str:
     if key.startswith(_CONTENTS):
         role = key.removeprefix(_CONTENTS)
         setting = "tokenizer" if role == "tokenizer_vocabulary" else role  # its vocabulary files: the same setting
-        return f"the contents of {setting}={getattr(config, setting, '?')} changed since then"
+        value = getattr(config, setting, None)
+        if setting == "tokenizer" and not value and config is not None:  # the run's own tokenizer/ (or init_from's)
+            from hf_gpt_custom.training.fingerprints import run_tokenizer_folder
+
+            return (f"the files of its tokenizer in {run_tokenizer_folder(config)} changed since then: put back the "
+                    f"files it was trained with")
+        return f"the contents of {setting}={value if value is not None else '?'} changed since then"
     return f"{key}: {saved!r} -> {now!r}"
 
 

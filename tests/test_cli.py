@@ -504,6 +504,18 @@ def test_a_home_relative_path_is_expanded_in_outputs_as_in_inputs(tmp_path, monk
     assert (home / "tok" / "tokenizer.json").is_file() and not (elsewhere / "~").exists()
     config = load_train_config(None, ["dataset=~/input.txt", "out_dir=~/runs/x", "data_cache_dir=~/cache"])
     assert (config.run_dir, config.data_cache_dir) == (home / "runs" / "x", str(home / "cache"))
+    # `~name` of no user stays as written, as the shell leaves it (pathlib raised "Could not determine home
+    # directory": a bare traceback from export, eval --model and out_dir=; the roundreview12 hunt)
+    from hf_gpt_custom.cli import build_parser
+
+    nobody = "~no_such_user_hf_gpt_custom"
+    assert build_parser().parse_args(["eval", "--model", f"{nobody}/m", "--tasks", "copa", "--out", "o"]).model == f"{nobody}/m"
+    assert load_train_config(None, ["dataset=~/input.txt", f"out_dir={nobody}/x"]).run_dir == Path(f"{nobody}/x")
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import export_folder
+
+    with pytest.raises(UserError, match="no_such_user"):
+        export_folder(f"{nobody}/run", tmp_path / "out")
 
 
 @pytest.mark.parametrize("name", ["-runR", "my run", "plain"])

@@ -290,6 +290,26 @@ def test_new_contents_at_the_data_path_are_refused_naming_the_file(tmp_path, mon
     assert ran == list(run_module.STAGES)
 
 
+def test_edited_files_of_the_runs_own_tokenizer_are_named_with_their_folder(tmp_path, monkeypatch):
+    """An edited file in <run>/tokenizer was reported as "the contents of tokenizer=None changed since then; rerun with
+    the original settings", naming no folder and a setting no one changed (the orchread hunt)."""
+    from hf_gpt_custom import run as run_module
+    from hf_gpt_custom.training.config import load_train_config
+
+    config = load_train_config(SMOKE_CONFIG, [*_overrides(tmp_path), "tokenizer=null"])
+    tokenizer = config.run_dir / "tokenizer"
+    tokenizer.mkdir(parents=True)
+    (tokenizer / "tokenizer.json").write_text('{"model": "as trained"}')
+    ran = []
+    _fake_stages(run_module, monkeypatch, ran)
+    run_module._run_stages(config)
+    run_module._run_stages(config)
+    (tokenizer / "tokenizer.json").write_text('{"model": "edited"}')
+    with pytest.raises(ValueError, match=rf"the files of its tokenizer in {tokenizer} changed since then: put back "
+                                         rf"the files it was trained with"):
+        run_module._run_stages(config)
+
+
 def test_the_same_data_file_at_another_path_is_the_same_run(tmp_path, monkeypatch, caplog):
     """Paths are stored absolute: a data folder (or the checkout holding it) moved elsewhere was refused as
     'dataset: ... -> ...' although its contents are compared on their own. Moved, it continues; edited, refused."""

@@ -288,7 +288,7 @@ def load_train_config(path: str | os.PathLike | None, overrides: list[str] | Non
             values[key] = resolve_local_path(key, str(values[key]))
     for key in ("out_dir", "data_cache_dir"):  # a YAML value is never expanded by a shell: `~/runs/x` made ./~/runs/x
         if isinstance(values.get(key), str) and values[key].startswith("~"):
-            values[key] = str(Path(values[key]).expanduser())
+            values[key] = os.path.expanduser(values[key])
     return config_class(**values)
 
 

@@ -6,6 +6,7 @@ resolved. What the values may be is checked in config.py, which calls these; not
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import types
 import typing
@@ -149,7 +150,7 @@ def find_local_path(value: str) -> Path | None:
     """The existing file or folder `value` names, looked up in the working directory, then in the repository root
     (so ../shared/data/... works from anywhere); None when neither has it. train's data paths and tokenizer train's
     inputs both use this rule."""
-    candidate = Path(value).expanduser()
+    candidate = Path(os.path.expanduser(value))
     for base in (Path.cwd(), REPO_ROOT):
         full = candidate if candidate.is_absolute() else base / candidate
         if full.exists():

@@ -321,8 +321,15 @@ def find_resume_point(config: TrainConfig, run_dir: Path, start_over: bool = Fal
             f"{_from_its_weights(config, changed, weights)}{own_folder_fix(config)}, or pass --start_over to train "
             f"from step 0 here (the old checkpoints are moved aside, not deleted)"
         )
-    if folder is not None:
-        _refuse_to_continue_into_a_divergence(run_dir, folder)
+    if folder is None:
+        # `run` refuses this too: the same command trained the whole run again from step 0, in silence
+        raise UserError(
+            f"the run folder {run_dir} holds a trained model in final/ but no checkpoint to continue from "
+            f"(deleted since: a run always keeps its last), so this command would train it again from "
+            f"step 0; the model in final/ is this config's. To train it again, pass --start_over (final/ is moved "
+            f"aside, not deleted), or {own_folder_fix(config)}"
+        )
+    _refuse_to_continue_into_a_divergence(run_dir, folder)
     return folder
 
 

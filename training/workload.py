@@ -192,9 +192,10 @@ def _load_model(config: TrainConfig, tokenizer):
                                           eos_token_id=tokenizer.eos_token_id)
         model = GPTCustomForCausalLM(model_config)
     if model.config.vocab_size < len(tokenizer):
+        fix = "leave tokenizer unset (init_from's own is used)" if config.init_from else "raise model.vocab_size"
         raise UserError(
             f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {model.config.vocab_size}; "
-            f"use the model's own tokenizer or raise model.vocab_size"
+            f"use the model's own tokenizer or {fix}"
         )
     return model
 
@@ -459,6 +460,10 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     setting, parent = recorded.get("tokenizer"), recorded.get("init_from")
     if setting and Path(setting).is_dir():
         folder = Path(setting)
+    elif setting and Path(setting).is_absolute():  # a local folder (stored absolute), moved or deleted since: it is
+        # the one to find again, not <run>/tokenizer, which such a run never had
+        raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and the tokenizer its "
+                               f"run was trained with, tokenizer={setting}, is no longer there; {fix}")
     elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
         folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else \
@@ -509,11 +514,20 @@ def refuse_another_tokenizer_than_init_froms(init_from: Path, tokenizer_dir: Pat
                             f"it; give the folder it was moved to, with its files as the run left them (a copy saved "
                             f"again by save_pretrained differs in tokenizer_config.json)") from None
     # tokens added after the model's keep its ids: the same ids for what it learnt
-    differs = vocabulary_difference(load_run_tokenizer(trained_with), load_run_tokenizer(tokenizer_dir), where,
-                                    added_tokens_allowed=True)
+    given = load_run_tokenizer(tokenizer_dir)
+    differs = vocabulary_difference(load_run_tokenizer(trained_with), given, where, added_tokens_allowed=True)
     if differs:
         raise UserError(f"{option}{tokenizer_dir} has another vocabulary {differs}, so the model would read ids it "
                         f"was not trained on; {unset} (the one it was trained with is then used)")
+    config_file = init_from / "config.json"
+    vocab_size = json.loads(config_file.read_text(encoding="utf-8")).get("vocab_size") if config_file.is_file() \
+        else None
+    if isinstance(vocab_size, int) and len(given) > vocab_size:  # found only after the data was tokenized, with a
+        # fix (raise model.vocab_size) that init_from refuses
+        ids = f"id {vocab_size} has" if len(given) == vocab_size + 1 else f"ids {vocab_size}..{len(given) - 1} have"
+        raise UserError(f"{option}{tokenizer_dir} adds tokens past the vocab_size={vocab_size} of {init_from} (it "
+                        f"has {len(given)}): {ids} no embedding row, and the model is not resized here; {unset}, or "
+                        f"remove the added tokens")
 
 
 def vocabulary_difference(own, given, where: str, added_tokens_allowed: bool = False) -> str | None:

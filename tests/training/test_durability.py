@@ -80,3 +80,32 @@ def test_an_export_is_on_disk_before_its_rename(tmp_path, disk_syncs):
     run_dir = make_tiny_run(tmp_path / "runs" / "tiny")
     out_dir = export_folder(run_dir, tmp_path / "hub" / "tiny", repo_id="alice/tiny")
     disk_syncs.assert_synced_into_place(out_dir)
+
+
+@pytest.mark.parametrize("number, raised", [(5, True), (28, True), (22, False)], ids=["EIO", "ENOSPC", "EINVAL"])
+def test_an_fsync_that_reports_the_data_lost_fails_the_write_before_its_rename(tmp_path, monkeypatch, number,
+                                                                               raised):
+    """Every fsync error was swallowed, EIO and ENOSPC too: how NFS and quota file systems report data that never
+    reached the disk. A checkpoint was then renamed into place, older ones deleted, the run reported done (the
+    diskfull hunt). Now those fail the write, naming the file, and the previous file stays; a file system that cannot
+    fsync at all (EINVAL) is still skipped."""
+    import errno
+
+    from hf_gpt_custom.manifest import write_text_atomically
+
+    assert errno.errorcode[number] in ("EIO", "ENOSPC", "EINVAL")
+    target = tmp_path / "pipeline_state.json"
+    target.write_text("previous")
+
+    def fsync(fd):
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if raised:
+        with pytest.raises(OSError) as err:
+            write_text_atomically(target, "new")
+        assert err.value.errno == number and err.value.filename == f"{target}.partial"
+        assert target.read_text() == "previous"
+    else:
+        write_text_atomically(target, "new")
+        assert target.read_text() == "new"

@@ -130,13 +130,21 @@ def test_train_refuses_a_tokenizer_other_than_the_one_init_from_was_trained_with
 
     from hf_gpt_custom import GPTCustomTokenizerFast
 
-    extended = tmp_path / "extended"  # tokens added after the model's keep every id it learnt: accepted
+    from hf_gpt_custom.training.workload import load_run_tokenizer, vocabulary_difference
+
+    extended = tmp_path / "extended"  # tokens added after the model's keep every id it learnt...
     with_more = GPTCustomTokenizerFast.from_pretrained(trained_with)
     with_more.add_tokens(["<new>"])
     with_more.save_pretrained(extended)
+    assert vocabulary_difference(load_run_tokenizer(trained_with), load_run_tokenizer(extended), "it",
+                                 added_tokens_allowed=True) is None
     for init_from in (folder, final):
         assert prepare(init_from, trained_with) == trained_with
-        assert prepare(init_from, extended) == extended
+        # ...but past its vocab_size they have no embedding row: accepted here, it was refused after the data was
+        # tokenized, with a fix (raise model.vocab_size) that init_from refuses (the roundreview12 hunt)
+        with pytest.raises(UserError, match=r"tokenizer=.*extended adds tokens past the vocab_size=512 of .* \(it has "
+                                            r"513\): id 512 has no embedding row, and the model is not resized here"):
+            prepare(init_from, extended)
         with pytest.raises(UserError, match=rf"tokenizer={same_size_other_tokenizer} has another vocabulary \(the "
                                             r"same 512 ids for other tokens\) than the tokenizer"):
             prepare(init_from, same_size_other_tokenizer)
@@ -211,3 +219,25 @@ def test_a_tokenizer_whose_ids_differ_is_refused_where_its_size_and_tokens_agree
     with pytest.raises(UserError, match=rf"tokenizer={swapped} has another vocabulary \(the same 512 ids"):
         prepare_tokenizer(load_train_config(None, overrides + [f"init_from={folder.parent.parent / 'final'}",
                                                                f"tokenizer={swapped}"]))
+
+
+def test_a_moved_tokenizer_folder_is_named_as_the_one_to_find_again(checkpoint, tmp_path):
+    """A run trained with tokenizer=<folder> that was moved since: the message said <run>/tokenizer, "where its run's
+    tokenizer should be, has none", a folder such a run never had, and left the recorded one out (the roundreview12
+    hunt)."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.errors import MissingFileError
+    from hf_gpt_custom.training.resume import SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, _ = checkpoint
+    copy = tmp_path / "run" / "checkpoints" / folder.name
+    shutil.copytree(folder, copy)
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    moved = tmp_path / "mytok"  # not there any more
+    (copy / SETTINGS_NAME).write_text(json.dumps({**settings, "tokenizer": str(moved)}))
+    with pytest.raises(MissingFileError, match=rf"the tokenizer its run was trained with, tokenizer={moved}, is no "
+                                               rf"longer there; pass tokenizer="):
+        checkpoint_run_tokenizer(copy)

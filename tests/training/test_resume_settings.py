@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.training.config import load_train_config, own_folder_fix
 from hf_gpt_custom.training.resume import changed_settings
 from hf_gpt_custom.training.train import train
@@ -371,3 +372,19 @@ def test_the_console_scripts_check_resolves_mixed_precision_auto_as_training_did
     check_run_folder(make_config(*STEPS, "mixed_precision=auto"))
     with pytest.raises(ValueError, match=r"mixed_precision: 'no' -> 'bf16'"):
         check_run_folder(make_config(*STEPS, "mixed_precision=bf16"))
+
+
+def test_a_finished_run_without_checkpoints_is_not_trained_again_in_silence(make_config):
+    """With final/ kept and the checkpoints deleted for space, the same command trained the whole run again from
+    step 0, with only an unrelated warning; `run` refuses it (the orchread hunt)."""
+    config = make_config("max_steps=2", "eval_interval=2", "eval_batches=1", run_name="once")
+    run_dir = train(config)
+    shutil.rmtree(run_dir / "checkpoints")
+    weights = (run_dir / "final" / "model.safetensors").read_bytes()
+    with pytest.raises(UserError, match=rf"the run folder {run_dir.absolute()} holds a trained model in final/ but no "
+                                        r"checkpoint to continue from .*this command would train it again from step "
+                                        r"0; .*pass --start_over .*give this run its own folder \(out_dir=<new folder>\)"):
+        train(config)
+    assert (run_dir / "final" / "model.safetensors").read_bytes() == weights
+    train(config, start_over=True)  # asked for: trained again
+    assert list((run_dir / "checkpoints").glob("abandoned_*/final"))
