@@ -52,7 +52,8 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
     head_name = next(name for name in (model_config.architectures or []) if name in HEADS)
     auto_class, task_type, pipeline_tag, description = HEADS[head_name]
     task = summary["task"]
-    dataset = task_dataset_facts(str(summary.get("dataset") or ""))
+    dataset = task_dataset_facts(str(summary.get("dataset") or ""), train_config.get("dataset_config"),
+                                 train_config.get("dataset_split") or "train")
     run_name = facts["model_name"]
     from hf_gpt_custom.model_cards.card import KNOWN_DATASET_LANGUAGE, hub_base_model
 
@@ -80,7 +81,8 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         repo_id=repo_id or f"your-username/{run_name}",
         head={"auto_class": auto_class, "description": description, "format_name": FORMAT_NAMES[task["format"]],
               # summaries written before the field: always a new head
-              "continued": bool(summary.get("continued_a_fine_tuned_head"))},
+              "continued": bool(summary.get("continued_a_fine_tuned_head")),
+              "tokens": _task_token_facts(summary)},
         base_model=base_model_name(str(summary.get("fine_tuned_from") or train_config.get("init_from") or "")),
         dataset=dataset,
         task=task,
@@ -104,6 +106,18 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         **{key: facts[key] for key in ("model_name", "n_params_human", "code_files", "loss_curve",
                                        "transformers_requirement")},
     )
+
+
+def _task_token_facts(summary: dict) -> dict[str, Any] | None:
+    """The task tokens added to the tokenizer (`names`), how many rows the embedding grew by for them (`drawn`), and
+    how many took rows it already had (`reused`: a base whose vocab_size exceeds its tokenizer, which is not
+    resized). "Two new embeddings drawn" was said of every run: OpenAI GPT's folder gets four tokens, and a padded
+    vocabulary none. None for a summary written before the record (the card then says what it always said)."""
+    added = summary.get("task_tokens_added")
+    if added is None:
+        return None
+    drawn = max(0, int(summary.get("new_embedding_rows") or 0))
+    return {"names": ", ".join(f"`{token}`" for token in added), "drawn": drawn, "reused": max(0, len(added) - drawn)}
 
 
 def _examples_per_step(train_config: dict, summary: dict) -> str:
@@ -150,14 +164,16 @@ def base_model_name(init_from: str) -> str:
     return path.name
 
 
-def task_dataset_facts(dataset: str) -> dict[str, Any]:
-    """hub_id/config/split of a known copy, a readable description, the local file's base name, and whether the file
-    is a known copy."""
+def task_dataset_facts(dataset: str, hub_config: str | None = None, hub_split: str | None = None) -> dict[str, Any]:
+    """hub_id/config/split of a known copy (of a Hub dataset: the run's dataset_config and dataset_split, without
+    which a model-index entry of nyu-mll/glue named none of its ten configs), a readable description, the local
+    file's base name, and whether the file is a known copy."""
     path = Path(dataset)
     is_local = dataset.startswith((".", "/", "~")) or path.exists()
     if not is_local:
-        return {"hub_id": dataset or None, "config": None, "split": None, "name": dataset or "unrecorded",
-                "description": f"the Hub dataset `{dataset}`", "local_file": None,
+        named = "".join(f", {what} `{value}`" for what, value in (("config", hub_config), ("split", hub_split)) if value)
+        return {"hub_id": dataset or None, "config": hub_config, "split": hub_split, "name": dataset or "unrecorded",
+                "description": f"the Hub dataset `{dataset}`{named}", "local_file": None,
                 "known": dataset in {hub_id for hub_id, *_ in KNOWN_TASK_DATASETS.values()}}
     known = _known_copy(path)
     if known is not None:

@@ -10,6 +10,7 @@ below; input sequences and batches are finetune_data.py's, the config finetune_c
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -77,7 +78,10 @@ class FinetuneWorkload:
             raise UserError(f"init_from={config.init_from} has no tokenizer files the model can be fine-tuned with "
                             f"({str(err).splitlines()[0]}); save the tokenizer it was trained with into the folder "
                             f"(tokenizer.save_pretrained)") from err
+        known = set(self.tokenizer.get_vocab())
         self.tokens = add_task_tokens(self.tokenizer)
+        # what the card says of the task tokens: how many, and whether the embedding grew for them
+        self.task_tokens_added = sorted(set(self.tokenizer.get_vocab()) - known, key=self.tokenizer.convert_tokens_to_ids)
         records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split,
                                         config.dataset_revision, task=self.task)
         examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where)
@@ -103,7 +107,9 @@ class FinetuneWorkload:
         self.n_cut = {"train": sum(e["cut"] for e in self.train_examples),
                       "heldout": sum(e["cut"] for e in self.heldout_examples)}
         set_seed(config.seed)  # the new head's initialisation, as train() seeds a model built from scratch
+        base_vocab_size = json.loads(Path(config.init_from, "config.json").read_text(encoding="utf-8"))["vocab_size"]
         self.model = build_task_model(config, self.task, self.tokenizer)
+        self.new_embedding_rows = self.model.config.vocab_size - base_vocab_size  # 0: the rows were there already
         if weights_fingerprint(folder) != init_weights:
             raise UserError(f"init_from={config.init_from} was replaced while it was being read (a training run wrote "
                             f"a new one): its tokenizer and weights may be two models'; fine-tune again once that run "
@@ -202,6 +208,8 @@ class FinetuneWorkload:
             # init_from held a head of this kind already (fine-tuning further): its head and task tokens were trained
             # on, not drawn new (the model card says which)
             "continued_a_fine_tuned_head": self.continues_a_head,
+            "task_tokens_added": self.task_tokens_added,  # to the tokenizer, with their ids
+            "new_embedding_rows": self.new_embedding_rows,  # drawn by resize_token_embeddings for them
             "dataset": self.config.dataset,
             "task": self.task.to_dict(),
             "train_examples": len(self.train_examples),

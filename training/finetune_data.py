@@ -263,6 +263,12 @@ def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: T
         for column in task.columns:
             if record.get(column) is None or (column != task.label_column and not str(record[column]).strip()):
                 raise UserError(f"{where} row {row}: column {column!r} is empty; fill it in or drop the row")
+            value = record[column]
+            if column != task.label_column and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+                # str() of it was trained on: its Python text ("['fire']", "True"), not the record's words
+                raise UserError(f"{where} row {row}: column {column!r} holds a {type(value).__name__}, "
+                                f"{str(value)[:60]!r}, not text; give text (join a list of words into one string), "
+                                f"or name another column in task.text_columns")
     labels = [_class_index(record[task.label_column], task, where, row) for row, record in enumerate(records, start=1)]
     n_special = tokens.template.n_special_tokens(is_pair=len(task.text_columns) == 2 or task.is_multiple_choice)
     if max_length - n_special < 1:

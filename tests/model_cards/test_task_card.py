@@ -112,7 +112,8 @@ def test_a_card_of_fine_tuning_further_says_the_head_was_trained_on_not_drawn_ne
     # its held-out records are this run's: the run it continued may have trained on them (a docs pass)
     assert "never trained on" not in text and "is held out from this run only" in text
     first = " ".join((export / "README.md").read_text(encoding="utf-8").split())
-    assert "a new linear head read at the extract token" in first and "the two new token embeddings drawn" in first
+    assert "a new linear head read at the extract token" in first
+    assert "2 new token embeddings (`<|delim|>`, `<|extract|>`) drawn" in first
     assert "were held out and never trained on" in first
 
 
@@ -353,6 +354,41 @@ def test_a_file_is_not_claimed_as_a_hub_split_for_the_name_of_its_folder(tmp_pat
     joined = _write_jsonl(tmp_path / "runs" / "data" / "piqa_valid_labelled.jsonl",
                           [{**json.loads(goal), "label": int(label)} for goal, label in zip(goals, labels)])
     assert task_dataset_facts(str(joined))["hub_id"] == "baber/piqa"
+
+
+def test_a_hub_datasets_config_and_split_reach_its_model_index_entry():
+    """A fine-tune on nyu-mll/glue sst2 wrote a model-index entry with no config and no split: ambiguous across GLUE's
+    ten configs (the ftread hunt). Reference: the run's dataset_config and dataset_split, as the pre-training card
+    reads them."""
+    from hf_gpt_custom.model_cards.task_card import task_dataset_facts, task_eval_result
+
+    facts = task_dataset_facts("nyu-mll/glue", "sst2", "train")
+    summary = {"heldout_fraction": 0.1, "heldout_seed": 0, "heldout_examples": 10, "val_accuracy": 0.5}
+    entry = task_eval_result(summary, facts, "text-classification")
+    assert (entry.dataset_type, entry.dataset_config, entry.dataset_split) == ("nyu-mll/glue", "sst2", "train")
+    assert facts["description"] == "the Hub dataset `nyu-mll/glue`, config `sst2`, split `train`"
+
+
+def test_a_fine_tuned_runs_card_names_the_hub_config_and_split_it_read(boolq_export, tmp_path):
+    """The same through the card of a run folder: its recorded dataset settings made Hub ones (no network here)."""
+    import re
+    import shutil
+
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run = tmp_path / "hub_run"
+    shutil.copytree(boolq_export[0], run)
+    hub = {"dataset": "nyu-mll/glue", "dataset_config": "sst2", "dataset_split": "validation"}
+    summary = json.loads((run / "training_summary.json").read_text())
+    summary["dataset"] = hub["dataset"]
+    summary.get("config", {}).update(hub)
+    (run / "training_summary.json").write_text(json.dumps(summary))
+    text = (run / "config.yaml").read_text()
+    for key, value in hub.items():
+        text = re.sub(rf"(?m)^{key}:.*$", f"{key}: {value}", text)
+    (run / "config.yaml").write_text(text)
+    (entry,) = build_model_card(run).data.eval_results
+    assert (entry.dataset_type, entry.dataset_config, entry.dataset_split) == ("nyu-mll/glue", "sst2", "validation")
 
 
 def test_the_card_says_the_tokenizer_cuts_as_fine_tuning_did_only_where_it_does(boolq_export, monkeypatch):

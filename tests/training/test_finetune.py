@@ -655,11 +655,56 @@ def _refused(config, match):
     assert not config.run_dir.exists(), "a refused run must leave nothing on disk"
 
 
+def test_the_card_says_how_many_task_token_embeddings_were_drawn_and_which_rows_were_already_there(
+        tmp_path, shakespeare_tokenizer_dir, learnable_pairs):
+    """The card said "the two new token embeddings drawn ... at the mean" of every new head: a base whose vocab_size
+    exceeds its tokenizer (a padded vocabulary, as nanoGPT's 50304 for 50257) is not resized, its task tokens taking
+    rows it had, as they were (the ftread hunt). Reference: the embedding's rows before and after, by hand."""
+    import shutil
+
+    from hf_gpt_custom.model_cards.card import build_model_card
+    from tests.helpers import save_tiny_base_model, save_tiny_model
+
+    base = save_tiny_base_model(tmp_path / "base", shakespeare_tokenizer_dir)
+    n_tokens = json.loads((base / "config.json").read_text())["vocab_size"]
+    padded = tmp_path / "padded"
+    shutil.copytree(base, padded)
+    save_tiny_model(padded, n_tokens + 64, seed=0, bos_token_id=0, eos_token_id=0)
+    from hf_gpt_custom.manifest import write_manifest
+
+    write_manifest(padded)
+    for folder, rows in ((base, 2), (padded, 0)):
+        run_dir = finetune(_config(tmp_path / folder.name, folder, learnable_pairs, "max_steps=2", "eval_interval=2",
+                                   "checkpoint_interval=0"))
+        summary = json.loads((run_dir / "training_summary.json").read_text())
+        assert summary["task_tokens_added"] == ["<|delim|>", "<|extract|>"]
+        assert summary["new_embedding_rows"] == rows
+        assert json.loads((run_dir / "final" / "config.json").read_text())["vocab_size"] == n_tokens + (2, 64)[rows == 0]
+        text = " ".join(build_model_card(run_dir).text.split())
+        if rows:
+            assert "2 new token embeddings (`<|delim|>`, `<|extract|>`) drawn by transformers'" in text
+        else:
+            assert ("no new token embedding: the task tokens (`<|delim|>`, `<|extract|>`) took rows the base's "
+                    "embedding already had past its tokenizer") in text and "drawn by" not in text
+
+
 def test_a_label_outside_the_label_set_names_the_row(tmp_path, base_model_dir):
     rows = [{"premise": "a b", "hypothesis": "a", "label": "yes"}] * 5 + [{"premise": "c", "hypothesis": "d",
                                                                           "label": "maybe"}]
     data = _write_jsonl(tmp_path / "d.jsonl", rows)
     _refused(_config(tmp_path, base_model_dir, data), r"d\.jsonl row 6: label='maybe' is not in the label set \['no', 'yes'\]")
+
+
+@pytest.mark.parametrize("value, kind", [(["fire"], "list"), ({"words": ["stone"]}, "dict"), (True, "bool")])
+def test_a_text_column_that_is_not_text_is_refused_naming_the_row(tmp_path, base_model_dir, value, kind):
+    """A hypothesis of ["fire"] was trained on as the text "['fire']" (and true as "True"), with no message; an
+    empty one is refused, and evaluation refuses a prompt field that is not text (the ftread hunt). Numbers are text
+    a CSV gives: kept."""
+    rows = [{"premise": "a b", "hypothesis": "a", "label": "yes"}] * 5 + [{"premise": "c", "hypothesis": value,
+                                                                          "label": "no"}]
+    data = _write_jsonl(tmp_path / "d.jsonl", rows)
+    _refused(_config(tmp_path, base_model_dir, data), rf"d\.jsonl row 6: column 'hypothesis' holds a {kind}, .*not "
+                                                      rf"text")
 
 
 def test_data_without_the_configured_columns_is_refused_naming_them(tmp_path, base_model_dir):
