@@ -232,6 +232,10 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_dataset is not None and config.val_split is not None:
         raise UserError(f"val_dataset={config.val_dataset} and val_split={config.val_split!r} both name the validation "
                         f"data; keep one")
+    if config.val_split is not None and config.val_split == config.dataset_split:
+        raise UserError(f"val_split={config.val_split!r} is the split training reads (dataset_split), so validation "
+                        f"would score the documents the model trains on; name another split of {config.dataset} "
+                        f"(validation, test), or drop val_split to hold out val_fraction of the documents")
     if config.val_dataset is not None and not Path(config.val_dataset).exists():
         raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
     if config.val_dataset is not None and dataset_is_local:

@@ -69,6 +69,15 @@ def test_bad_keys_and_values_fail_at_start_up_naming_the_key(override, message):
     assert message in str(err.value)
 
 
+def test_a_hub_validation_split_that_is_the_training_split_is_refused():
+    """val_split=train beside dataset_split=train (both Hub splits) was taken: validation then scored the documents
+    the model trains on (the dataread hunt). Another split is taken."""
+    with pytest.raises(ValueError, match=r"val_split='train' is the split training reads \(dataset_split\), so "
+                                         r"validation would score the documents the model trains on"):
+        load_train_config(SMOKE, ["dataset=someone/corpus", "val_split=train"])
+    assert load_train_config(SMOKE, ["dataset=someone/corpus", "val_split=validation"]).val_split == "validation"
+
+
 def test_two_benchmark_files_with_one_task_name_are_refused_at_config_load(tmp_path):
     """Was refused only by the eval stage, after the whole training run."""
     mine = tmp_path / "my_copa.yaml"  # another prompt, the same `task:` name as the built-in copa
