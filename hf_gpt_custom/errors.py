@@ -136,6 +136,18 @@ def write_failure_fix(error: Exception, where) -> str:
     return _room_fix(number, where)
 
 
+def no_room_cause(error: BaseException) -> OSError | None:
+    """The full disk, quota or file size limit somewhere in `error`'s chain (datasets and fsspec wrap it, often
+    in an error of their own that says "could not read" or "An error occurred while generating"), else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS | _FILE_TOO_LARGE_ERRNOS:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
 # torch's zip writer's words for a failed write (a full disk under torch.save): a RuntimeError, no OSError
 TORCH_WRITE_FAILURES = ("inline_container", "file write failed", "PytorchStreamWriter")
 

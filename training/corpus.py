@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.errors import MissingFileError, UserError, no_room_cause, write_failure_fix
 from hf_gpt_custom.manifest import cached_sha256, sha256_file
 
 if TYPE_CHECKING:
@@ -299,6 +299,11 @@ def load_text_dataset(
                 raise_first_bad_json_line(files, text_field, err)
             if builder == "text":
                 _raise_first_unreadable_text_file(files, err)
+            full = no_room_cause(err)
+            if full is not None and kwargs.get("cache_dir"):  # datasets writes its arrow copy there: not a read error
+                raise UserError(f"could not prepare dataset {source} in the cache {kwargs['cache_dir']}: "
+                                f"{full.strerror}; {write_failure_fix(full, 'that folder')}, or set "
+                                f"data_cache_dir=<a folder on another disk> (nothing was trained)") from err
             raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
         if builder == "text" and sample_by == "paragraph":
             dataset = _split_paragraphs_at_whitespace_lines(dataset)

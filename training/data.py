@@ -26,7 +26,7 @@ import datasets
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.errors import UserError, no_room_cause, write_failure_fix
 from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.corpus import fingerprint_local_source, load_text_dataset
 from hf_gpt_custom.training.fingerprints import tokenizer_file_sha256s, vocabulary_file_sha256s
@@ -365,21 +365,26 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
     work = claim_build_folder(cache_root, key[:20])  # also removes builds of dead processes (run_lock.py)
     try:
         train_documents, val_documents, packed = _build_packed(config, tokenizer, work, cache_root)
-    except Exception:  # bad data (UserError) or a bug: the half-built folder is ours to remove, not the next run's
+        stats = {
+            "train_documents": len(train_documents),
+            "val_documents": len(val_documents),
+            "train_blocks": len(packed["train"]),
+            "val_blocks": len(packed["val"]),
+            "block_size": config.block_size,
+            "cache_key": key,
+        }
+        for name in ("train", "val"):
+            shutil.rmtree(work / f"{name}_build", ignore_errors=True)
+        (work / "complete.json").write_text(json.dumps(stats, indent=2))
+    except Exception as err:  # bad data (UserError) or a bug: the half-built folder is ours to remove, not the next run's
         shutil.rmtree(work, ignore_errors=True)
+        full = no_room_cause(err)
+        if full is not None and not isinstance(err, UserError):  # a bare traceback from inside datasets / fsspec
+            raise UserError(f"the packed-data cache {cache_root} could not be written: {full.strerror}; "
+                            f"{write_failure_fix(full, 'that folder')}, or set data_cache_dir=<a folder on another "
+                            f"disk> (nothing was trained)") from err
         raise
-    stats = {
-        "train_documents": len(train_documents),
-        "val_documents": len(val_documents),
-        "train_blocks": len(packed["train"]),
-        "val_blocks": len(packed["val"]),
-        "block_size": config.block_size,
-        "cache_key": key,
-    }
     warn_if_validation_outweighs(config, stats)
-    for name in ("train", "val"):
-        shutil.rmtree(work / f"{name}_build", ignore_errors=True)
-    (work / "complete.json").write_text(json.dumps(stats, indent=2))
     try:
         os.rename(work, folder)
     except OSError:  # another process finished the same cache first: use theirs

@@ -489,6 +489,35 @@ def test_data_smaller_than_one_block_is_named(make_config, tokenizer, shakespear
     assert (tmp_path / "cache").is_dir() and not list((tmp_path / "cache").glob("*.tmp*"))
 
 
+def test_a_full_cache_disk_names_the_cache_and_data_cache_dir(make_config, tokenizer, shakespeare_tokenizer_dir,
+                                                              tmp_path, monkeypatch):
+    """A full disk under data_cache_dir ended in a bare traceback from inside datasets/fsspec, or in "could not read
+    dataset <the input file>" (datasets writes its arrow copy into the cache): neither named the cache or
+    data_cache_dir (the diskfull hunt, on real 2 MiB and 600 KiB disks). The half-built folder is removed."""
+    import datasets
+
+    import hf_gpt_custom.training.data as data_module
+
+    def full(*args, **kwargs):
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as err:  # as datasets wraps it
+            raise datasets.exceptions.DatasetGenerationError("An error occurred while generating the dataset") from err
+
+    config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
+    monkeypatch.setattr(data_module, "_build_packed", full)
+    with pytest.raises(ValueError, match=rf"the packed-data cache {tmp_path / 'cache'}.* could not be written: No space "
+                                         r"left on device; free space on the disk of that folder.*or set "
+                                         r"data_cache_dir=<a folder on another disk> \(nothing was trained\)"):
+        prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    assert not list((tmp_path / "cache").rglob("*.tmp*"))
+    monkeypatch.undo()
+    monkeypatch.setattr(datasets, "load_dataset", full)
+    with pytest.raises(ValueError, match=r"could not prepare dataset .*input.txt in the cache .*: No space left on "
+                                         r"device; .*data_cache_dir="):
+        prepare_datasets(make_config(f"data_cache_dir={tmp_path / 'cache2'}"), tokenizer, shakespeare_tokenizer_dir)
+
+
 def test_one_document_says_how_to_split_it(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
     one = tmp_path / "one.txt"
     one.write_text("a single speech without any blank line, long enough to train on " * 20, encoding="utf-8")
