@@ -281,8 +281,12 @@ def compute_cache_key(config: TrainConfig, tokenizer_dir: str | os.PathLike) -> 
             add(f"{role}:hub", (source, config.dataset_config, config.dataset_split))
             if config.dataset_revision is not None:  # without one: the key of caches built before revisions
                 add(f"{role}:revision", config.dataset_revision)
+    # the split's settings only where they pick the documents (split_documents): a seed sweep with val_holdout=tail
+    # or a val_dataset tokenized the corpus again for each seed, into identical copies (the dataread hunt)
+    holds_out = config.val_dataset is None and config.val_split is None
+    used = {"val_fraction": holds_out, "val_holdout": holds_out, "seed": holds_out and config.val_holdout != "tail"}
     for name in ("text_field", "text_sample_by", "val_split", "val_fraction", "val_holdout", "seed", "block_size"):
-        add(name, getattr(config, name))
+        add(name, getattr(config, name) if used.get(name, True) else None)
     return digest.hexdigest()
 
 

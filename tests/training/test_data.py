@@ -583,3 +583,22 @@ def test_added_tokens_json_is_part_of_the_cache_key(make_config, shakespeare_tok
     before = compute_cache_key(config, folder)
     (folder / "added_tokens.json").write_text(json.dumps({"ROMEO:": 512}), encoding="utf-8")
     assert compute_cache_key(config, folder) != before
+
+
+def test_the_cache_key_holds_the_split_settings_only_where_they_pick_the_documents(make_config, tmp_path,
+                                                                                  shakespeare_tokenizer_dir):
+    """A seed sweep with val_holdout=tail (or a val_dataset) tokenized the corpus again for every seed, into identical
+    copies (the dataread hunt). Reference: split_documents, which reads the seed only for a random holdout, and
+    val_fraction and val_holdout only when it holds documents out."""
+    from hf_gpt_custom.training.data import compute_cache_key
+
+    def key(*overrides):
+        return compute_cache_key(make_config(*overrides), shakespeare_tokenizer_dir)
+
+    assert key("seed=1") != key("seed=2")  # random holdout: the seed picks the validation documents
+    assert key("val_holdout=tail", "seed=1") == key("val_holdout=tail", "seed=2")
+    assert key("val_holdout=tail", "val_fraction=0.1") != key("val_holdout=tail", "val_fraction=0.2")
+    valid = tmp_path / "valid.txt"
+    valid.write_text("Another text.\n\nOf its own.\n")
+    assert key(f"val_dataset={valid}", "seed=1", "val_fraction=0.1") == \
+        key(f"val_dataset={valid}", "seed=2", "val_fraction=0.3")
