@@ -271,6 +271,8 @@ def test_a_full_disk_quota_or_size_limit_is_one_line_with_the_fix_that_applies_e
     assert "quota" in file_system_error_message(OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp_path / "f")))
     too_large = file_system_error_message(OSError(errno.EFBIG, "File too large", str(tmp_path / "f")))
     assert "limits the size of one file" in too_large and "free space" not in too_large
+    assert file_system_error_message(OSError(errno.EFBIG, "File too large")).startswith(
+        "a file could not be written: File too large; the file system of the output folder")
     assert file_system_error_message(PermissionError(errno.EACCES, "Permission denied")) is None  # a bug: traceback
     assert write_failure_fix(PermissionError(errno.EROFS, "Read-only file system"), tmp_path).startswith(
         f"make {tmp_path} writable")
