@@ -229,6 +229,8 @@ class TaskSpec:
         if not self.description:
             return ""
         value = _resolve(self.description, doc, literal_lists=False)
+        if value is None:  # lm-eval: `resolve_field(doc, description) or ""` (it was the text "None" here)
+            return ""
         if not isinstance(value, str):
             raise TypeError(f"description {self.description!r} names a field holding a {type(value).__name__}, "
                             f"{str(value)[:80]!r}, not text (lm-eval refuses it too); give a text field or a template")

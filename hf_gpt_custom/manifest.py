@@ -152,7 +152,9 @@ def sync_to_disk(path: str | os.PathLike, contents: bool = True) -> None:
         try:
             os.fsync(fd)
         except OSError as err:
-            if err.errno in _DATA_LOST_ERRNOS:
+            # a file's data lost fails the write; a folder's fsync (its entries) stays best effort: some mounts
+            # (WSL's DrvFs over Samba) answer EIO to every one
+            if err.errno in _DATA_LOST_ERRNOS and not item.is_dir():
                 err.filename = err.filename or str(item)
                 raise
         finally:

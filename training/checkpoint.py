@@ -236,6 +236,17 @@ def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
     return abandoned
 
 
+def replaces_the_run(run_dir: Path, resume_folder: Path | None) -> bool:
+    """Whether training from `resume_folder` (None: step 0) replaces the run in `run_dir`, so that
+    set_aside_replaced_outputs moves its outputs: a new run, a checkpoint of another folder, or one of this folder's
+    with later checkpoints (an older branch)."""
+    checkpoints_dir = (run_dir / "checkpoints").resolve()
+    if resume_folder is None or Path(resume_folder).resolve().parent != checkpoints_dir:
+        return True
+    resumed_step = checkpoint_step(Path(resume_folder))
+    return any(checkpoint_step(folder) > resumed_step for folder in list_checkpoints(checkpoints_dir))
+
+
 def _new_abandoned_folder(checkpoints_dir: Path, reason: str) -> Path:
     abandoned = checkpoints_dir / f"abandoned_{reason}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     suffix = 1
@@ -291,13 +302,25 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
 
 
 @contextmanager
+def outputs_not_being_written(run_dir: Path, replacing: bool = True):
+    """Hold the output locks of `run_dir`'s eval/ and export while a new run (`replacing`) sets them aside, taken
+    before anything is moved (checkpoints included): refused with the checkpoints already moved, the folder was
+    left with final/ and no checkpoint. Nothing is held for a run that replaces nothing."""
+    if not replacing:
+        yield
+        return
+    with _not_being_written([run_dir / name for name in RUN_OUTPUTS], None):
+        yield
+
+
+@contextmanager
 def _not_being_written(outputs: list[Path], abandoned: Path | None):
     """Hold the output locks of the evaluation and export folders among `outputs` while they are moved aside: an
     `eval --out <run>/eval` or an `export` still writing would otherwise go on writing into the moved folder (its
     lock moved with it) while a second one began beside the new run. A UserError naming the writer if one is busy."""
     moved_already = f" (the replaced run's checkpoints are already set aside in {abandoned})" if abandoned else ""
     busy_fix = (f"wait for it to finish, then run this command again: it replaces the run in this folder and sets "
-                f"that run's outputs aside{moved_already}; nothing was trained")
+                f"that run's outputs aside{moved_already}; nothing was moved or trained")
     kinds = {"eval": ("the evaluation folder", False), "export": ("the export folder", True)}
     with ExitStack() as held:
         for path in outputs:

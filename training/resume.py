@@ -131,7 +131,10 @@ def changed_settings(config: TrainConfig, checkpoint: Path) -> dict[str, tuple[A
     if architecture is not None:
         # Its fields compared resolved, not as written: a field given at its default once and left out after
         # (model.activation_function=gelu_new) builds the same model, but was refused as "'gelu_new' -> None".
-        resolved = {f"model.{key}" for key in architecture_defaults()} | {"model.preset"}
+        # (vocab_size and the bos/eos ids come from the tokenizer when the section leaves them out: compared there
+        # against the checkpoint's own, so compared as written here)
+        stand_ins = {"model.vocab_size", "model.bos_token_id", "model.eos_token_id"}
+        resolved = ({f"model.{key}" for key in architecture_defaults()} | {"model.preset"}) - stand_ins
         changed = {key: values for key, values in changed.items() if key not in resolved}
         changed.update(architecture)
     return dict(sorted(changed.items()))

@@ -27,8 +27,8 @@ from hf_gpt_custom.manifest import sync_to_disk, write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.versions import software_versions
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, list_checkpoints, load_checkpoint, save_checkpoint, set_aside_other_histories,
-    set_aside_replaced_outputs, write_errors_named,
+    TrainingState, list_checkpoints, load_checkpoint, outputs_not_being_written, replaces_the_run, save_checkpoint,
+    set_aside_other_histories, set_aside_replaced_outputs, write_errors_named,
 )
 from hf_gpt_custom.training.config import TrainConfig, save_train_config
 from hf_gpt_custom.training.corpus import check_local_source_readable
@@ -197,8 +197,9 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     # Checkpoint rotation then sees only this branch, and no output of a replaced run passes for this one's. Before
     # config.yaml is rewritten: a kill in between left the replaced run's final/ and summary under the new settings
     # (an export then gave the old model a card of the new hyperparameters).
-    abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)
-    set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)
+    with outputs_not_being_written(run_dir, accelerator.is_main_process and replaces_the_run(run_dir, resume_folder)):
+        abandoned = set_aside_other_histories(accelerator, run_dir / "checkpoints", resume_folder)
+        set_aside_replaced_outputs(accelerator, run_dir, resume_folder, abandoned)
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_train_config(config, run_dir / "config.yaml")

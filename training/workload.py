@@ -460,8 +460,10 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     setting, parent = recorded.get("tokenizer"), recorded.get("init_from")
     if setting and Path(setting).is_dir():
         folder = Path(setting)
-    elif setting and Path(setting).is_absolute():  # a local folder (stored absolute), moved or deleted since: it is
-        # the one to find again, not <run>/tokenizer, which such a run never had
+    elif setting and Path(setting).is_absolute() and not tokenizer_file_sha256s(run_dir / "tokenizer"):
+        # a local folder (stored absolute), moved or deleted since: it is the one to find again, not <run>/tokenizer,
+        # which such a run never had (one that has it, a moved run trained with tokenizer=<its own tokenizer/>, is
+        # checked below by the files' sha256)
         raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and the tokenizer its "
                                f"run was trained with, tokenizer={setting}, is no longer there; {fix}")
     elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):

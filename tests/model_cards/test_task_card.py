@@ -113,7 +113,7 @@ def test_a_card_of_fine_tuning_further_says_the_head_was_trained_on_not_drawn_ne
     assert "never trained on" not in text and "is held out from this run only" in text
     first = " ".join((export / "README.md").read_text(encoding="utf-8").split())
     assert "a new linear head read at the extract token" in first
-    assert "2 new token embeddings (`<|delim|>`, `<|extract|>`) drawn" in first
+    assert "for the task tokens (`<|delim|>`, `<|extract|>`), 2 new token embeddings drawn" in first
     assert "were held out and never trained on" in first
 
 

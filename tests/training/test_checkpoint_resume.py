@@ -480,9 +480,14 @@ def test_starting_over_while_an_evaluation_or_export_writes_the_old_outputs_wait
     try:
         what = "the evaluation folder" if busy == "eval" else "the export folder"
         with pytest.raises(UserError, match=rf"^{what} {run_dir / busy} is being written by process {holder.pid} .*"
-                                            rf"wait for it to finish, then run this command again.*nothing was trained"):
+                                            rf"wait for it to finish, then run this command again.*nothing was moved or trained"):
             train(make_config("max_steps=3", "eval_interval=3", "eval_batches=1", run_name="busy"), start_over=True)
         assert (run_dir / busy / "README.md").read_text() == f"the old run's {busy}"  # not moved under its writer
+        # nor the checkpoints: refused after they were moved, the folder was left with final/ and none (the
+        # roundreview13 hunt)
+        assert [path.name for path in (run_dir / "checkpoints").iterdir()] == ["step_000002"]
+        # a resume that replaces nothing takes no lock: the same command goes on while the writer writes
+        train(make_config("max_steps=2", "eval_interval=2", "eval_batches=1", run_name="busy"))
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()

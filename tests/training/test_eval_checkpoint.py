@@ -241,3 +241,22 @@ def test_a_moved_tokenizer_folder_is_named_as_the_one_to_find_again(checkpoint, 
     with pytest.raises(MissingFileError, match=rf"the tokenizer its run was trained with, tokenizer={moved}, is no "
                                                rf"longer there; pass tokenizer="):
         checkpoint_run_tokenizer(copy)
+
+
+def test_a_moved_run_trained_with_its_own_tokenizer_folder_finds_it_where_the_run_is_now(checkpoint, tmp_path):
+    """A run trained with tokenizer=<its own folder>/tokenizer, then moved: the recorded path is gone, but the run's
+    tokenizer/ holds the very files (checked by their sha256). The check above refused it (the roundreview13 hunt)."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.training.resume import SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, trained_with = checkpoint
+    moved = tmp_path / "moved_run"
+    shutil.copytree(folder, moved / "checkpoints" / folder.name)
+    shutil.copytree(trained_with, moved / "tokenizer")
+    copy = moved / "checkpoints" / folder.name
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    (copy / SETTINGS_NAME).write_text(json.dumps({**settings, "tokenizer": str(tmp_path / "old_place" / "tokenizer")}))
+    assert checkpoint_run_tokenizer(copy) == moved / "tokenizer"

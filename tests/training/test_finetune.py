@@ -682,7 +682,7 @@ def test_the_card_says_how_many_task_token_embeddings_were_drawn_and_which_rows_
         assert json.loads((run_dir / "final" / "config.json").read_text())["vocab_size"] == n_tokens + (2, 64)[rows == 0]
         text = " ".join(build_model_card(run_dir).text.split())
         if rows:
-            assert "2 new token embeddings (`<|delim|>`, `<|extract|>`) drawn by transformers'" in text
+            assert "for the task tokens (`<|delim|>`, `<|extract|>`), 2 new token embeddings drawn by transformers'" in text
         else:
             assert ("no new token embedding: the task tokens (`<|delim|>`, `<|extract|>`) took rows the base's "
                     "embedding already had past its tokenizer") in text and "drawn by" not in text
