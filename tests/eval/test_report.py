@@ -182,6 +182,19 @@ def test_one_renderer_formats_rows_by_hand():
     ]
 
 
+def test_the_rows_of_a_task_are_in_the_numeric_order_of_k():
+    """GPT-3's curve (shots 0, 1, 2, 5, 10, 25) has two-digit K; every test used K <= 5, where sorting K as text
+    (0, 10, 2, 25) agrees with numbers, so table.md and the card could show the 10-shot row where a reader looks for
+    the 2-shot one (found by the mutsweep2 hunt). Reference: the integers, in order by hand."""
+    from hf_gpt_custom.eval.report import format_results_table
+
+    rows = [{"task": "copa", "num_fewshot": k, "metric": "acc", "value": 0.5 + k / 100, "stderr": 0.01, "n": 100,
+             "higher_is_better": True, "n_truncated": 0} for k in (10, 0, 25, 2, 1, 5)]
+    lines = format_results_table(rows).splitlines()[2:]
+    assert [line.split(" | ")[1] for line in lines] == ["0", "1", "2", "5", "10", "25"]
+    assert lines[4] == "| copa | 10 | acc ↑ | 0.6000 | 0.0100 | 100 | 0 |"
+
+
 def test_the_card_shows_the_table_md_rows(report_dir, tmp_path):
     """table.md and the model card render the same rows with the same function: the card's lines are table.md's."""
     from hf_gpt_custom.model_cards.card import build_model_card

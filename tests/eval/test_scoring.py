@@ -132,6 +132,67 @@ def test_an_empty_context_with_a_bos_adding_tokenizer_scores_as_lm_eval_does():
     assert [score.loglikelihood for score in ours] == pytest.approx([value for value, _ in theirs], abs=1e-4)
 
 
+def test_a_tokenizer_whose_bos_is_not_its_eos_starts_windows_and_empty_contexts_with_bos_as_lm_eval_does():
+    """A converted Llama's BOS (<s>) is not its EOS (</s>); every other eval test's tokenizer has one token for both,
+    so taking EOS first went unnoticed: each perplexity document's first token and each empty-context request scored
+    after </s> (found by the mutsweep2 hunt). Reference: lm-eval's HFLM (prefix_token_id, loglikelihood_rolling over
+    several windows, loglikelihood of an empty context) on the same model."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.tokens import prefix_token_id
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    tokenizer.add_special_tokens({"bos_token": "<s>"})
+    assert tokenizer.bos_token_id != tokenizer.eos_token_id
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=2,
+                                                 n_head=2, bos_token_id=tokenizer.bos_token_id,
+                                                 eos_token_id=tokenizer.eos_token_id)).eval()
+    text = "The quick brown fox jumps over the lazy dog, twice over."  # 56 byte tokens: two windows of 32
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4, max_length=32, device="cpu")
+    assert prefix_token_id(tokenizer) == lm.prefix_token_id == tokenizer.bos_token_id
+    scorer = CausalLMScorer(model, tokenizer, batch_size=4)
+    (rolling,) = scorer.loglikelihood_rolling([Request(0, "", text, request_type="loglikelihood_rolling")],
+                                              show_progress=False)
+    (empty,) = scorer.loglikelihood([Request(0, "", " yes")], show_progress=False)
+    (their_rolling,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)], disable_tqdm=True)
+    ((their_empty, _),) = lm.loglikelihood([Instance("loglikelihood", {}, ("", " yes"), 0)], disable_tqdm=True)
+    assert rolling.n_tokens == len(text.encode())
+    assert (rolling.loglikelihood, empty.loglikelihood) == pytest.approx((their_rolling, their_empty), abs=1e-4)
+
+
+def test_a_context_ending_in_a_newline_or_tab_is_split_as_lm_eval_splits_it(tiny_model_folder):
+    """lm-eval moves ALL trailing whitespace of a context (str.rstrip(): newlines and tabs too) to the continuation;
+    every tested context ended in a space or in text, so moving spaces only went unnoticed: a prompt ending in "\\n"
+    (a doc_to_text "...\\nAnswer:\\n" with target_delimiter "") scored without the newline token, about 6 nats off
+    (found by the mutsweep2 hunt). Reference: lm-eval's HFLM._encode_pair and HFLM.loglikelihood on the same model,
+    with a byte tokenizer (the split is visible in the ids) and with the BPE tokenizer of the tiny model folder."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    pairs = [("Question: is it?\nAnswer:\n", "yes"), ("Name:\t", "Bob"), ("Q: two words \n", "no"),
+             ("Lines\n\n", "next one")]
+    bpe = AutoTokenizer.from_pretrained(str(tiny_model_folder))
+    bpe_lm = HFLM(pretrained=str(tiny_model_folder), batch_size=1, device="cpu")
+    assert encode_pairs(bpe, pairs) == [bpe_lm._encode_pair(c, x) for c, x in pairs]
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2,
+                                                 n_head=2)).eval()
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4, max_length=64, device="cpu")
+    assert encode_pairs(tokenizer, pairs) == [lm._encode_pair(c, x) for c, x in pairs]
+    ours = CausalLMScorer(model, tokenizer, batch_size=4).loglikelihood(
+        [Request(i, context, continuation) for i, (context, continuation) in enumerate(pairs)], show_progress=False)
+    theirs = lm.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)],
+                              disable_tqdm=True)
+    assert [score.loglikelihood for score in ours] == pytest.approx([value for value, _ in theirs], abs=1e-4)
+
+
 def test_shared_context_scoring_equals_one_row_per_choice(tiny_model_and_tokenizer, shared_data_dir):
     """Choices scored from one pass over their context (KV cache copied per choice) equal the straightforward
     way within 1e-4 — on real ARC items (3, 4 and 5 choices, plus the "Answer:" context shared by all of them),

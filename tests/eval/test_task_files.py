@@ -260,6 +260,41 @@ def test_a_split_reads_its_own_data_files(tmp_path):
     assert same_file.excludes_scored_doc
 
 
+def test_editing_a_tasks_few_shot_file_changes_its_fingerprint(tmp_path, short_context_model):
+    """A task of one's own with its examples in their own file (data_files {test, train}, fewshot_split: train): every
+    shipped task has one split file, so a fingerprint of the scored split's files only went unnoticed, and fixing a
+    wrong example answer left `run` keeping, and `export` publishing, K-shot scores of prompts the files no longer
+    give (found by the mutsweep2 hunt). Reference: the edited file's new answer, seen in a fresh evaluation's 1-shot
+    prompt and score."""
+    import json
+
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.eval.task import benchmarks_changed_since, tasks_fingerprint
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.jsonl").write_text('{"q": "2+2=", "a": " 4"}\n{"q": "3+3=", "a": " 6"}\n')
+    shots = data / "shots.jsonl"
+    shots.write_text('{"q": "1+1=", "a": " 2"}\n')
+    task = tmp_path / "sums.yaml"
+    task.write_text("task: sums\noutput_type: loglikelihood\ndoc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n"
+                    "target_delimiter: ''\ndata_files: {test: test.jsonl, train: shots.jsonl}\nfewshot_split: train\n"
+                    "metric_list: [{metric: perplexity}]\n")
+    settings = dict(tasks=[str(task)], shots=[1], device="cpu", show_progress=False, data_dir=data)
+    scored = evaluate(str(short_context_model), out_dir=tmp_path / "eval", **settings)
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert benchmarks_changed_since(results) == ([], [])
+    before = tasks_fingerprint([str(task)], data)
+
+    shots.write_text('{"q": "1+1=", "a": " 3"}\n')  # only the examples' file: the scored file is as it was
+    fresh = evaluate(str(short_context_model), **settings)
+    assert [e["prompt"] for e in fresh.examples] != [e["prompt"] for e in scored.examples]
+    assert all(e["prompt"].startswith("1+1= 3") for e in fresh.examples)
+    assert fresh.value("sums", "perplexity", 1) != pytest.approx(scored.value("sums", "perplexity", 1))
+    assert tasks_fingerprint([str(task)], data) != before
+    assert benchmarks_changed_since(results) == ([str(task)], [])
+
+
 @pytest.mark.parametrize("fewshot_split, excludes", [("validation", True), ("train", False)])
 def test_a_hub_task_whose_fewshot_split_is_its_test_split_never_shows_the_scored_doc(
     fewshot_split, excludes, tmp_path, monkeypatch, tiny_model_and_tokenizer, shared_data_dir
@@ -381,6 +416,56 @@ def test_hellaswag_hub_rows_become_the_docs_lm_evals_process_docs_makes():
     theirs = process_docs(datasets.Dataset.from_list(rows))
     assert DOC_TRANSFORMS["hellaswag_hub_to_choices"](rows) == [
         {key: doc[key] for key in ("query", "choices", "gold")} for doc in theirs]
+
+
+def test_wikihow_rows_with_several_markers_lose_only_the_markers_as_lm_evals_process_docs():
+    """The WikiHow half of Rowan/hellaswag carries several [header]/[title]/[step]/[substeps] markers per field; a
+    greedy bracket regex removed the text between two markers ("Home and Garden: wait ten minutes."), where rows with
+    one marker agree (found by the mutsweep2 hunt). Reference: lm-eval's own hellaswag/utils.py process_docs."""
+    import datasets
+    from lm_eval.tasks.hellaswag.utils import process_docs
+
+    from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
+
+    rows = [
+        {"activity_label": "Home and Garden", "ctx_a": "[header] How to clean a grill [title] Heat the grill.",
+         "ctx_b": "[step] turn it on [substeps] wait ten minutes.", "label": "2",
+         "endings": ["[step] Scrub it [substeps] with a brush.", "[title] Rinse it [step] with water.",
+                     "Let it cool [substeps] then wipe [step] the grates.", "Cover it."]},
+        {"activity_label": "Pets and Animals", "ctx_a": "[header] How to bathe a cat [title] Fill the tub.",
+         "ctx_b": "use warm water [title] Wet the cat [step] slowly.", "label": "0",
+         "endings": ["[substeps] Lather [step] rinse [title] dry.", "b", "c", "d"]},
+    ]
+    theirs = process_docs(datasets.Dataset.from_list(rows))
+    ours = DOC_TRANSFORMS["hellaswag_hub_to_choices"](rows)
+    assert ours == [{key: doc[key] for key in ("query", "choices", "gold")} for doc in theirs]
+    assert "Heat the grill" in ours[0]["query"] and "[" not in ours[0]["query"]  # the text between markers stays
+
+
+def test_wikitext_pages_are_detokenized_as_lm_evals_wikitext_detokenizer(shared_data_dir):
+    """Word/byte perplexity are of the detokenized page; a change to any one of its replacement rules (" @,@ " to
+    "." instead of ",", the " N " rule dropped) went unnoticed (found by the mutsweep2 hunt). Reference: lm-eval's
+    own wikitext/preprocess_wikitext.py wikitext_detokenizer, on every page of the real wiki.test.raw (numbers with
+    @,@ and @.@, degrees, headings, brackets, quotes) and, through the Hub rows' path, on a page that reaches every
+    rule."""
+    from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
+
+    from hf_gpt_custom.eval.doc_transforms import DOC_TRANSFORMS
+
+    docs = load_task("wikitext").docs("test", shared_data_dir)
+    assert len(docs) == 62 and sum(" @,@ " in doc["page"] for doc in docs) > 0
+    for doc in docs:
+        assert doc["text"] == wikitext_detokenizer({"page": doc["page"]})
+    # the real pages never reach the " N " rule (their N stands before "@-@" or after " ° "): a page that reaches
+    # every rule, through the Hub rows' path
+    page = (" = Robert Boulton = \n \n Robert Boulton is an English film , television and theatre actor . He had a "
+            "guest @-@ starring role in 2000 , with 1 @,@ 000 @,@ 000 viewers ; a score of 3 @.@ 5 : fine ! Why ? "
+            "The N players ' s text ( a note ) [ 1 ] { x } \" quoted \" ' single ' at 5 ° C . \n \n = = Career = = "
+            "\n = = = Early = = = \n = = = = Late = = = = \n It 's done . \n")
+    hub_rows = [{"page": page}] + [{"page": doc["page"]} for doc in docs[:3]]
+    texts = [doc["text"] for doc in DOC_TRANSFORMS["wikitext_hub_pages"](hub_rows)]
+    assert texts == [wikitext_detokenizer(row) for row in hub_rows]
+    assert "1,000,000" in texts[0] and "The 1 players" in texts[0]
 
 
 def test_lambada_context_is_all_but_the_last_word():

@@ -617,6 +617,35 @@ def test_vocab_json_without_merges_is_refused(tokenizer_folder, tmp_path):
         GPTCustomTokenizerFast.from_pretrained(tmp_path)
 
 
+def test_merges_of_hash_tokens_are_read_from_merges_txt_as_the_tokenizers_library_reads_them(tmp_path):
+    """Only merges.txt's "#version" header is a comment: a tokenizer trained on Markdown or code learns merges of "#"
+    tokens ("# #", "## #"), and reading every line starting with "#" as a comment encoded "### Usage" as three bytes
+    from vocab.json + merges.txt, other ids than the model was trained on (found by the mutsweep2 hunt). No other
+    tested vocabulary had such a merge. Reference: the `tokenizers` library (BPE.from_file) and transformers'
+    GPT2TokenizerFast reading the same two files, and the tokenizer.json of the same training."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import BPE
+
+    trained = train_tokenizer(["## Install\n### Usage\n#### Notes\n# comment ## more ### headings"] * 200
+                              + ["plain words here"] * 50, tmp_path / "trained", vocab_size=300, show_progress=False)
+    merges = (trained / "merges.txt").read_text(encoding="utf-8").split("\n")
+    assert merges[0].startswith("#version") and "# #" in merges[1:]
+    files = tmp_path / "files"
+    files.mkdir()
+    for name in ("vocab.json", "merges.txt"):
+        (files / name).write_bytes((trained / name).read_bytes())
+    reference = Tokenizer(BPE.from_file(str(files / "vocab.json"), str(files / "merges.txt")))
+    reference.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    text = "### Usage\n## Install # one\n#### Notes"
+    expected = reference.encode(text).ids
+    assert len(expected) < len(text.encode()) - 5  # the "#" merges apply
+    assert GPT2TokenizerFast.from_pretrained(str(files))(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast.from_pretrained(trained)(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast.from_pretrained(files)(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast(vocab=str(files / "vocab.json"), merges=str(files / "merges.txt"))(
+        text)["input_ids"] == expected
+
+
 @pytest.mark.parametrize("trust_remote_code", [False, True])
 def test_tokenizer_json_alone_is_enough(tokenizer_folder, tokenizer, held_out_text, tmp_path, trust_remote_code):
     for name in ("tokenizer.json", "tokenizer_config.json"):

@@ -290,8 +290,12 @@ def test_without_tiktoken_the_rust_path_gives_the_same_ids(tokenizer_folder, cor
 
 
 @pytest.mark.parametrize("change", ["prefix_space", "prefix_space_after_first_use", "plain_added_token",
-                                    "stripping_special_token"])
+                                    "stripping_special_token", "single_word_special_token"])
 def test_pipelines_tiktoken_cannot_copy_fall_back(tokenizer_folder, change):
+    """Reference: the `tokenizers` backend itself (backend_tokenizer.encode), besides the ids of __call__.
+    single_word_special_token: tiktoken matches a special token anywhere, `tokenizers` one added with single_word=True
+    only as a whole word ("x <|x|>y" keeps it as text); no test looked at single_word, so an engine check that
+    ignored it went unnoticed, with __call__ on tiktoken too (found by the mutsweep2 hunt)."""
     texts = ["Romeo, Romeo!", " wherefore <|x|> art <|endoftext|> thou", "x <|x|>y"]
     if change == "prefix_space":
         tokenizer = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder, add_prefix_space=True)
@@ -308,12 +312,16 @@ def test_pipelines_tiktoken_cannot_copy_fall_back(tokenizer_folder, change):
         else:
             from tokenizers import AddedToken
 
-            tokenizer.add_special_tokens({"additional_special_tokens": [AddedToken("<|x|>", lstrip=True)]})
+            flag = {"stripping_special_token": "lstrip", "single_word_special_token": "single_word"}[change]
+            tokenizer.add_special_tokens({"additional_special_tokens": [AddedToken("<|x|>", **{flag: True})]})
             assert tokenizer.encode_ids_engine(split_special_tokens=True) == "tiktoken"  # special tokens are text
+    backend = [tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids for text in texts]
+    assert tokenizer(texts, split_special_tokens=False)["input_ids"] == backend
     assert tokenizer.encode_ids_engine(split_special_tokens=False) == "tokenizers"
     for split_special_tokens in (True, False):
         expected = rust_ids(tokenizer, texts, split_special_tokens)
         assert tokenizer.encode_ids_batch(texts, split_special_tokens) == expected
+    assert tokenizer.encode_ids_batch(texts, split_special_tokens=False) == backend
 
 
 # --- the engine follows the backend's BPE model, not only its added tokens ---------------------------------------

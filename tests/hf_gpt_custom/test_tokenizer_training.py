@@ -168,6 +168,32 @@ def test_a_text_is_not_given_a_leading_space_before_training(tmp_path):
     assert merges == [["Ġ", "b"]]
 
 
+def test_min_frequency_reaches_the_trainer(tmp_path):
+    """Every test trained with the default 2, so a min_frequency that never reached the BPE trainer went unnoticed:
+    `--min-frequency 10` learned merges of pairs seen twice (found by the mutsweep2 hunt). Reference by hand: "abc abc
+    abc" splits into "abc", " abc", " abc": (a, b) and then (ab, c) occur 3 times, (space, abc) twice, so 3 merges
+    at min_frequency 1, 2 at 3 and none at 4; and the `tokenizers` library's BpeTrainer run directly with the same
+    settings on a larger corpus."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import BPE
+    from tokenizers.trainers import BpeTrainer
+
+    for min_frequency, n_merges in ((1, 3), (3, 2), (4, 0)):
+        folder = train_tokenizer(["abc abc abc"], tmp_path / f"tok{min_frequency}", vocab_size=300,
+                                 min_frequency=min_frequency, show_progress=False)
+        merges = json.loads((folder / "tokenizer.json").read_text())["model"]["merges"]
+        assert len(merges) == n_merges, min_frequency
+    texts = [f"the cat sat on mat number {i % 7} while dogs ran" for i in range(30)] + ["rare words appear twice"] * 2
+    folder = train_tokenizer(texts, tmp_path / "larger", vocab_size=400, min_frequency=10, show_progress=False)
+    reference = Tokenizer(BPE())
+    reference.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    reference.train_from_iterator(texts, trainer=BpeTrainer(vocab_size=399, min_frequency=10, show_progress=False,
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    ours = json.loads((folder / "tokenizer.json").read_text())["model"]["merges"]
+    assert ours == json.loads(reference.to_str())["model"]["merges"]
+    assert (folder / "merges.txt").read_text(encoding="utf-8").split("\n")[1:-1] == [" ".join(m) for m in ours]
+
+
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 

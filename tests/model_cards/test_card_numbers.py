@@ -44,3 +44,25 @@ def test_card_states_tokens_per_step_and_tokens_seen_of_the_run(tmp_path, accumu
     assert _card_number(text, r"([\d,]+)\s+tokens\s+per\s+(?:optimizer\s+)?step") == 4 * accumulation * 64 * processes
     assert _card_number(text, r"([\d,]+)\s+training\s+tokens") == summary["tokens_seen"]
     assert _card_number(text, r"([\d,]+)\s+optimizer\s+steps") == summary["steps"]
+
+
+def test_the_training_results_rows_print_the_summarys_figures_by_their_size():
+    """Figures below 1 (bits per byte, a validation loss under 1 nat, MFU) keep four decimals, as the eval table's
+    do; 1 to 100 three; from 100 one, with thousands separators. The only test of the rows compared them with
+    _format_number, the function under test, so two decimals ("0.99" for 0.9877) went unnoticed (found by the
+    mutsweep2 hunt). Reference: the summary's numbers rounded by hand."""
+    from hf_gpt_custom.model_cards.card import _training_result_rows
+
+    summary = {"steps": 200, "tokens_seen": 1_638_400, "final_train_loss": 0.8123456, "final_train_loss_steps": 10,
+               "final_val_loss": 0.95432, "val_perplexity": 12.3456, "val_bits_per_byte": 0.987654,
+               "tokens_per_s": 1234.54, "mfu": 0.0412345, "peak_flops": 1e12}
+    assert dict(_training_result_rows(summary)) == {
+        "optimizer steps": "200",
+        "training tokens seen": "1,638,400",
+        "training loss, mean of the last 10 steps (nats/token)": "0.8123",
+        "final validation loss (nats/token)": "0.9543",
+        "validation perplexity": "12.346",
+        "validation bits per byte": "0.9877",
+        "throughput (tokens/s)": "1,234.5",
+        "model FLOPs utilization (of 1 TFLOP/s peak)": "0.0412",
+    }

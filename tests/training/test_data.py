@@ -381,6 +381,37 @@ def test_the_holdout_mode_is_part_of_the_cache_key(numbered_corpus, make_config,
     assert [t for block in tail_split.val["input_ids"] for t in block] == expected[: len(tail_split.val) * 8]
 
 
+@pytest.mark.parametrize("changed", ["text_sample_by=line", "val_fraction=0.25", "block_size=12"])
+def test_every_setting_that_changes_the_blocks_is_part_of_the_cache_key(changed, numbered_corpus, make_config,
+                                                                        tokenizer, shakespeare_tokenizer_dir,
+                                                                        tmp_path):
+    """A second run on the same file and cache with one block-changing setting changed got the first run's blocks
+    (text_sample_by was not in the key: `line` trained on the paragraphs of the earlier run; found by the mutsweep2
+    hunt). Reference: the file split by hand into its speeches (or lines), the last ceil(n * val_fraction) held
+    out, each tokenised and ended with <|endoftext|>, packed by hand."""
+    import math
+
+    train_file, _, speeches, _ = numbered_corpus
+    common = [f"dataset={train_file}", "val_holdout=tail", f"data_cache_dir={tmp_path / 'shared'}"]
+    base = ["text_sample_by=paragraph", "val_fraction=0.1", "block_size=8"]
+    prepare_datasets(make_config(*common, *base), tokenizer, shakespeare_tokenizer_dir)
+    settings = dict(item.split("=") for item in base + [changed])
+    second = prepare_datasets(make_config(*common, *(f"{k}={v}" for k, v in settings.items())), tokenizer,
+                              shakespeare_tokenizer_dir)
+    documents = [line for s in speeches for line in s.split("\n")] if settings["text_sample_by"] == "line" \
+        else speeches
+    assert len(documents) == {"line": 80, "paragraph": 40}[settings["text_sample_by"]]  # 40 speeches of 2 lines
+    n_val = math.ceil(len(documents) * float(settings["val_fraction"]))
+    block_size = int(settings["block_size"])
+    assert not second.is_cache_hit
+    assert (second.stats["train_documents"], second.stats["val_documents"]) == (len(documents) - n_val, n_val)
+    for split, texts in (("train", documents[:-n_val]), ("val", documents[-n_val:])):
+        stream = [t for text in texts for t in tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]]
+        blocks = getattr(second, split)["input_ids"]
+        assert len(blocks) == len(stream) // block_size and all(len(block) == block_size for block in blocks)
+        assert [t for block in blocks for t in block] == stream[: len(blocks) * block_size], split
+
+
 def test_a_file_replaced_with_its_mtime_kept_is_read_anew(make_config, tokenizer, shakespeare_tokenizer_dir,
                                                            tmp_path):
     """cp -p, rsync -t and tar keep a file's mtime; datasets' raw-text cache knew local files by path and mtime, so
