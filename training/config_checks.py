@@ -220,6 +220,17 @@ def _default_of(config: TrainConfig, name: str) -> Any:
     return declared.default
 
 
+def _splits_overlap(first: str, second: str) -> bool:
+    """Whether two Hub split names (datasets' slicing syntax: `train[:5%]`, `train+test`) surely share documents:
+    the same name, or a whole split and a part of it. Two slices of one split (`train[:90%]`, `train[90%:]`) may
+    be disjoint and are not judged."""
+    def parts(name: str) -> list[tuple[str, bool]]:  # (split, whole?) of each part joined by "+"
+        return [(part.split("[")[0].strip(), "[" not in part) for part in name.split("+")]
+
+    return first.strip() == second.strip() or any(
+        a == b and (whole_a or whole_b) for a, whole_a in parts(first) for b, whole_b in parts(second))
+
+
 def _validate_validation_source(config: TrainConfig) -> None:
     """Validation documents come from exactly one place, and never from the training documents by accident."""
     dataset_is_local = Path(config.dataset).exists()
@@ -232,10 +243,11 @@ def _validate_validation_source(config: TrainConfig) -> None:
     if config.val_dataset is not None and config.val_split is not None:
         raise UserError(f"val_dataset={config.val_dataset} and val_split={config.val_split!r} both name the validation "
                         f"data; keep one")
-    if config.val_split is not None and config.val_split == config.dataset_split:
-        raise UserError(f"val_split={config.val_split!r} is the split training reads (dataset_split), so validation "
-                        f"would score the documents the model trains on; name another split of {config.dataset} "
-                        f"(validation, test), or drop val_split to hold out val_fraction of the documents")
+    if config.val_split is not None and _splits_overlap(config.val_split, config.dataset_split):
+        raise UserError(f"val_split={config.val_split!r} reads documents of the split training reads "
+                        f"(dataset_split={config.dataset_split!r}), so validation would score the documents the model "
+                        f"trains on; name another split of {config.dataset} (validation, test), or drop val_split to "
+                        f"hold out val_fraction of the documents")
     if config.val_dataset is not None and not Path(config.val_dataset).exists():
         raise MissingFileError(f"val_dataset={config.val_dataset!r} not found; give a local validation file or folder")
     if config.val_dataset is not None and dataset_is_local:
