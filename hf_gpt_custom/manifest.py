@@ -10,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import UserError
@@ -106,27 +107,33 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     file whole (or none), never half of one; flushed to disk before the rename, so a power cut cannot leave the new
     name on empty contents. (A manifest leaves `.partial` files out.)"""
     partial = Path(f"{path}.partial")
-    try:
+    with failed_write_named(path, partial):
         partial.write_text(text, encoding="utf-8")
-    except OSError as err:  # a full disk fails the write, not the open: its error names no file
-        partial.unlink(missing_ok=True)
-        err.filename = err.filename or str(path)
-        raise
     sync_to_disk(partial)
     os.replace(partial, path)
     sync_to_disk(Path(path).parent, contents=False)  # the rename itself
+
+
+@contextmanager
+def failed_write_named(path: str | os.PathLike, partial: Path | None = None):
+    """An OSError of the block names `path` when it names no file (a full disk fails the write or the flush, not
+    the open, and Python names the file only for the open: the CLI then printed a traceback), and the `partial` file
+    it was writing is removed."""
+    try:
+        yield
+    except OSError as err:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        err.filename = err.filename or str(path)
+        raise
 
 
 def save_figure_atomically(figure, path: str | os.PathLike, **savefig_options) -> None:
     """matplotlib's savefig through `<path>.partial`, renamed into place: written straight to `path`, a full disk
     left a cut PNG there that an export then published, its card showing it."""
     partial = Path(f"{path}.partial")
-    try:
+    with failed_write_named(path, partial):
         figure.savefig(partial, format=Path(path).suffix.lstrip(".") or "png", **savefig_options)
-    except OSError as err:
-        partial.unlink(missing_ok=True)
-        err.filename = err.filename or str(path)
-        raise
     sync_to_disk(partial)
     os.replace(partial, path)
 

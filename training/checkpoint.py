@@ -279,13 +279,12 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
     names = [name for name in RUN_OUTPUTS if not resumed_here or name not in _CONTINUED_WHEN_RESUMING]
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     into = abandoned
-    if present:
-        with _not_being_written(present, abandoned):
-            into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
-            for path in present:
-                os.rename(path, into / path.name)
-            if (run_dir / "eval") in present:  # the evaluation lock this process holds moved with its folder
-                (into / "eval" / OUTPUT_LOCK_NAME).unlink(missing_ok=True)
+    if present:  # the caller holds eval/'s and export's locks (outputs_not_being_written)
+        into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
+        for path in present:
+            os.rename(path, into / path.name)
+        if (run_dir / "eval") in present:  # the evaluation lock this process holds moved with its folder
+            (into / "eval" / OUTPUT_LOCK_NAME).unlink(missing_ok=True)
         why = "starting a new run in this folder" if resume_folder is None else f"resuming from {resume_folder}"
         logger.warning("%s: moved the outputs of the run it replaces (%s) to %s — kept, not deleted", why,
                        ", ".join(path.name for path in present), into)
@@ -306,27 +305,15 @@ def outputs_not_being_written(run_dir: Path, replacing: bool = True):
     """Hold the output locks of `run_dir`'s eval/ and export while a new run (`replacing`) sets them aside, taken
     before anything is moved (checkpoints included): refused with the checkpoints already moved, the folder was
     left with final/ and no checkpoint. Nothing is held for a run that replaces nothing."""
-    if not replacing:
-        yield
-        return
-    with _not_being_written([run_dir / name for name in RUN_OUTPUTS], None):
-        yield
-
-
-@contextmanager
-def _not_being_written(outputs: list[Path], abandoned: Path | None):
-    """Hold the output locks of the evaluation and export folders among `outputs` while they are moved aside: an
-    `eval --out <run>/eval` or an `export` still writing would otherwise go on writing into the moved folder (its
-    lock moved with it) while a second one began beside the new run. A UserError naming the writer if one is busy."""
-    moved_already = f" (the replaced run's checkpoints are already set aside in {abandoned})" if abandoned else ""
-    busy_fix = (f"wait for it to finish, then run this command again: it replaces the run in this folder and sets "
-                f"that run's outputs aside{moved_already}; nothing was moved or trained")
-    kinds = {"eval": ("the evaluation folder", False), "export": ("the export folder", True)}
+    busy_fix = ("wait for it to finish, then run this command again: it replaces the run in this folder and sets "
+                "that run's outputs aside; nothing was moved or trained")
     with ExitStack() as held:
-        for path in outputs:
-            if path.name in kinds and path.is_dir():
-                what, replaced_whole = kinds[path.name]
-                held.enter_context(lock_output_folder(path, what, "", replaced_whole=replaced_whole,
+        # an `eval --out <run>/eval` or an `export` still writing would otherwise go on writing into the moved
+        # folder (its lock moved with it) while a second one began beside the new run
+        for name, what, replaced_whole in (("eval", "the evaluation folder", False),
+                                           ("export", "the export folder", True)):
+            if replacing and (run_dir / name).is_dir():
+                held.enter_context(lock_output_folder(run_dir / name, what, "", replaced_whole=replaced_whole,
                                                       busy_fix=busy_fix))
         yield
 

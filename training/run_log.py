@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hf_gpt_custom.manifest import save_figure_atomically, write_text_atomically
+from hf_gpt_custom.manifest import failed_write_named, save_figure_atomically, write_text_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +44,9 @@ class RunLog:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        try:
+        with failed_write_named(self.path):
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()
-        except OSError as err:  # a full disk: the error names no file (the CLI then names this one)
-            err.filename = err.filename or str(self.path)
-            raise
 
     def close(self) -> None:
         self._file.close()
