@@ -263,9 +263,9 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str | 
     """(model in eval mode on device, tokenizer, display name) from a local folder, a Hub id or loaded objects
     (device None: a loaded model stays on its device).
 
-    A local folder loads strictly (hf_gpt_custom.model_folder: our model or a transformers GPT-2 converted on
-    load; a missing tensor, another model_type or a damaged file is an error) and must hold its tokenizer's
-    vocabulary files. A Hub id goes through AutoModelForCausalLM.from_pretrained, as lm-eval loads it.
+    A local folder loads strictly (hf_gpt_custom.model_folder: ours, a transformers GPT-2, OpenAI GPT or Llama
+    folder converted on load, or any other causal LM through AutoModelForCausalLM; a missing tensor or a damaged
+    file is an error) and must hold its tokenizer's vocabulary files. A Hub id goes through AutoModelForCausalLM.from_pretrained, as lm-eval loads it.
     """
     from transformers import AutoModelForCausalLM
 

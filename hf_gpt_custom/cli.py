@@ -391,8 +391,9 @@ def _add_run(subparsers) -> None:
                     "an interruption to skip finished stages and resume training from its latest checkpoint. "
                     "A run folder started with other training settings is refused naming them; give the run its "
                     "own folder or pass --start_over. Changes that keep the trained model are taken: benchmark_* "
-                    "(evaluation and export run again), eval_batches, peak_flops and run_name (train's finishing "
-                    "step and export run again), speed and logging settings (docs/training.md, the main job).",
+                    "(evaluation and export run again), eval_batches and peak_flops (train's finishing step and "
+                    "export run again), run_name (written into config.yaml and the summary; export runs again), "
+                    "speed and logging settings (docs/training.md, the main job).",
         epilog=training_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="run YAML, e.g. training/configs/shakespeare.yaml")

@@ -196,8 +196,6 @@ def _weight_files(folder: Path) -> list[str]:
     return [index.name, *shards]
 
 
-# Git's own files, which every Hub repository has (the Hub writes .gitattributes): copied into an export from a clone
-# of the repository, they describe how git stores the files, not what the model is.
 # Files a repository holds beside the model that no export writes: git's own, and the license text a card with
 # `license: other` points to (export's warning for a license the Hub does not list asks for one).
 REPOSITORY_FILES = (".gitattributes", ".gitignore", "LICENSE", "LICENSE.txt")
