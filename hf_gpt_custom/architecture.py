@@ -2,7 +2,7 @@
 
 GPTCustomConfig (configuration_gpt_custom.py) declares the fields and runs `check_architecture` on construction. The
 rules live here, apart from the class, because the class needs transformers (and so torch, ~5 s to import) while the
-CLI must name a bad `model:` value in a training config at once (training/config.py checks it with this module
+CLI must name a bad `model:` value in a training config at once (training/model_section.py checks it with this module
 alone). Ships as remote code beside configuration_gpt_custom.py: imports only the standard library and errors.py.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 from .errors import UserError, did_you_mean
 
-# GELU variants by transformers' names. "gelu_new" is GPT-2's tanh approximation; we compute it with PyTorch's fused
-# kernel (same formula, one op instead of five). "gelu" is the exact erf form.
+# The MLP's activations by transformers' names. "gelu_new" is GPT-2's tanh approximation; we compute it with PyTorch's
+# fused kernel (same formula, one op instead of five). "gelu" is the exact erf form.
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
 # The block variants, each a choice of one field (the first value of each is GPT-2's, the default).
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal", "rope")

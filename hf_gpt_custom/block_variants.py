@@ -1,4 +1,5 @@
-"""The pieces GPTCustomConfig's block variants choose from: the two norms and the three kinds of positions.
+"""The pieces GPTCustomConfig's block variants choose from: the two norms, the three kinds of positions (with RoPE's
+rotation of queries and keys) and grouped-query attention's repeat_kv.
 
 modeling_gpt_custom.py picks one of each in `__init__`. Every positions module has the same call,
 `(token embeddings, position_ids) -> (first hidden state, RoPE's (cos, sin) or None)`, so the model calls whichever it

@@ -7,7 +7,9 @@ log-probabilities (benchmarks/results/gpu_probe.json). torch.compile of the same
 softmax's reductions — the same float32 arithmetic in 2.4 ms — so on CUDA an eager model computes its loss through
 a compiled copy of its loss function. Where the whole model is being compiled, the function is traced with it.
 
-On the CPU the loss stays eager: there each new shape would cost seconds of compilation for no measured gain. If
+On the CPU the loss stays eager: compiled it is ~1.9x faster there (benchmarks/results/loss_threads2.json), but each
+new shape costs a compilation (~13 s the first time, again for eval's shapes), which a CPU run of a few hundred steps
+barely earns back. If
 compiling fails (no working compiler, e.g. Triton missing), the loss is computed eagerly from then on, with one
 warning naming the cause.
 """

@@ -63,7 +63,7 @@ class GPTCustomConfig(PretrainedConfig):
     n_embd: int = 768
     n_layer: int = 12
     n_head: int = 12
-    n_inner: int | None = None  # None means 4 * n_embd, as in GPT-2
+    n_inner: int | None = None  # None: 4 * n_embd (GPT-2); with swiglu LLaMA's rule (inner_dim)
     activation_function: str = "gelu_new"
     resid_pdrop: float = 0.1
     embd_pdrop: float = 0.1

@@ -180,11 +180,11 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
     `saved_as` is the transformers class the checkpoint was saved as, for messages; `in_memory`: a model, not a
     folder.
 
-    Built as from_pretrained builds it (default dtype set during __init__), so buffers that transformers keeps in
-    float32, such as RoPE's inv_freq, stay float32. Every body weight must be there, and an untied LM head. The task
-    head the checkpoint was saved with (config.architectures) loads into that class only; any other class starts a
-    new head, as transformers does, and another task head is refused by name. A saved head of another shape (a new
-    num_labels) is refused naming ignore_mismatched_sizes=True, with which it starts anew, as in transformers.
+    Built as from_pretrained builds it (default dtype set during __init__); the sinusoid table, the only floating
+    buffer, stays float32 (block_variants.GPTCustomSinusoidalPositions). Every body weight must be there, and an untied
+    LM head. The task head the checkpoint was saved with (config.architectures) loads into that class only; any other
+    class starts a new head, as transformers does, and another task head is refused by name. A saved head of another
+    shape (a new num_labels) is refused naming ignore_mismatched_sizes=True, with which it starts anew, as in transformers.
     """
     refuse_another_head(model_class.__name__, source, config.architectures, saved_as, in_memory)
     if config.tie_word_embeddings and holds_a_head_of_its_own(state):

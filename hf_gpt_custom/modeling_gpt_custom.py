@@ -2,12 +2,12 @@
 
 Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-norm, RMSNorm,
 SwiGLU, sinusoidal or rotary positions, no biases, grouped-query attention, untied or padded head) choose their modules
-once in `__init__` (norms and positions live in block_variants.py; the checks of ids, masks and positions, and
-the positions a padding mask implies, in model_inputs.py). Everything transformers users expect plugs in
-here: the attention interface (eager = the textbook formula, sdpa, flash, flex), transformers' masks and Cache
+once in `__init__` (norms, positions, RoPE's rotation and repeat_kv live in block_variants.py; the checks of ids, masks
+and positions, and the positions a padding mask implies, in model_inputs.py). Everything transformers users expect plugs
+in here: the attention interface (eager = the textbook formula, sdpa, flash, flex), transformers' masks and Cache
 classes, GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings, and
-transformers' own causal-LM loss. Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one
-transpose (Conv1D -> nn.Linear).
+transformers' own causal-LM loss. Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose
+(Conv1D -> nn.Linear).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def uses_sdpa_causal_flag(
     transformers' create_causal_mask returns no mask in this case too, except under torch.compile before torch 2.14:
     there dynamo turned its `torch.compiler.is_exporting()` check into a constant True, so the compiled step built a
     (batch, 1, seq, seq) mask and SDPA ran its masked, non-causal kernels — on an H200 (torch 2.11) the attention's
-    backward took 2.3x as long and the whole compiled step 12% longer (benchmarks/results/gpu_probe.json).
+    backward took 2.3x as long and the compiled step ran at 0.88x nanoGPT's speed (benchmarks/results/gpu_probe.json).
     """
     return (
         config._attn_implementation == "sdpa"

@@ -15,12 +15,13 @@ ids, positions and mask values; the logits processors and stopping criteria run 
 the token is the argmax or one `torch.multinomial` draw; a finished row gets `pad_token_id`.
 
 What changes: ids, positions and the key mask live in buffers allocated once. The mask over a static cache's slots is
-the prompt's padding mask plus each slot as it is written — decoding one token at a time, that is exactly the causal
-and padding mask transformers builds. For greedy decoding with every module in eval mode and transformers' pure
-processors and criteria (no random draw, no state, no user code) the stop flag is copied without waiting and read
-one step late, and the extra step's token is dropped: the host queues the next step while the device runs this one.
-Everything else (sampling, a dropout layer in train mode, a user's processor or criterion, or one that calls user
-code) reads the flag every step, as `_sample` does; so does a step whose position would pass n_positions.
+the prompt's padding mask plus each slot as it is written — decoding one token at a time, that is exactly the causal and
+padding mask transformers builds. On CUDA and XPU (STOP_LATE_DEVICES), for greedy decoding with every module in eval
+mode and transformers' pure processors and criteria (no random draw, no state, no user code) the stop flag is copied
+without waiting and read one step late, and the extra step's token is dropped: the host queues the next step while the
+device runs this one. Everything else (the CPU, sampling, a dropout layer in train mode, a user's processor or
+criterion, or one that calls user code) reads the flag every step, as `_sample` does; so does a step whose position
+would pass n_positions.
 
 On a GPU (CUDA or XPU), greedy decoding with transformers' processors and criteria that only select, mask or fill
 (`EXACT_WHEN_COMPILED`: min lengths, banned n-grams, forced and suppressed tokens, eos and max length) also compiles
@@ -87,7 +88,8 @@ def uses_static_decoding(model, input_ids: torch.Tensor, stopping_criteria: Stop
     )
 
 
-# transformers' processors and stopping criteria that are functions of (ids, scores) alone: calling them once more
+# transformers' processors and stopping criteria that are functions of (ids, scores) (MaxTimeCriteria: and the clock,
+# harmless, as the extra step's token is dropped): calling them once more
 # after the last token changes nothing. Not here: those that run a user's function (prefix_allowed_tokens_fn), a
 # model (unbatched classifier-free guidance) or keep state (watermarking) — and any user class.
 PURE_PROCESSORS_AND_CRITERIA = frozenset({
