@@ -48,6 +48,21 @@ RETIRED_FIELDS = {
 }
 
 
+def refuse_unsupported_fields(values: dict, where: str) -> None:
+    """A UserError for the first of UNSUPPORTED_FIELDS set in `values` (None, False and pretraining_tp=1 are unset)."""
+    for name, fix in UNSUPPORTED_FIELDS.items():
+        value = values.get(name)
+        if value is not None and value is not False and (name, value) != ("pretraining_tp", 1):
+            raise UserError(f"{where} {name}={value!r}, which other transformers configs have and this model does not "
+                            f"implement: it would be stored and ignored; {fix}")
+
+
+def refuse_rope_scaling(rope: dict, name: str) -> None:
+    if set(rope) - {"rope_type", "rope_theta"} or rope.get("rope_type", "default") != "default":
+        raise UserError(f"{name}={rope!r}: only plain RoPE is implemented (rope_type 'default', rope_theta); drop the "
+                        "scaling, or set rope_theta")
+
+
 class GPTCustomConfig(PretrainedConfig):
     """Configuration of a GPT-2 family decoder. Defaults are GPT-2 small (124M)."""
 
@@ -102,18 +117,13 @@ class GPTCustomConfig(PretrainedConfig):
         return super().from_dict({**config_dict, **read_at_construction}, **kwargs)
 
     def __post_init__(self, **kwargs):
-        for name, fix in UNSUPPORTED_FIELDS.items():
-            if kwargs.get(name) is not None and kwargs[name] is not False and (name, kwargs[name]) != ("pretraining_tp", 1):
-                raise UserError(f"GPTCustomConfig got {name}={kwargs[name]!r}, which other transformers configs have "
-                                f"and this model does not implement: it would be stored and ignored; {fix}")
+        refuse_unsupported_fields(kwargs, "GPTCustomConfig got")
         for name, meaning in RETIRED_FIELDS.items():
             if kwargs.get(name) not in (None, 0, 0.0):
                 warnings.warn(f"this config sets {name}={kwargs[name]!r}, saved by an older version: "
                               + meaning.format(value=kwargs[name]), stacklevel=2)
         rope = kwargs.pop("rope_parameters", None) or {}  # transformers 5's spelling of rope_theta (LlamaConfig)
-        if set(rope) - {"rope_type", "rope_theta"} or rope.get("rope_type", "default") != "default":
-            raise UserError(f"rope_parameters={rope!r}: only plain RoPE is implemented (rope_type 'default', "
-                            f"rope_theta); drop the scaling, or set rope_theta")
+        refuse_rope_scaling(rope, "rope_parameters")
         if "rope_theta" in rope:
             self.rope_theta = float(rope["rope_theta"])
         super().__post_init__(**kwargs)
@@ -124,7 +134,19 @@ class GPTCustomConfig(PretrainedConfig):
 
     def check_architecture(self) -> None:
         """Refuse a bad combination of fields (a UserError naming it) and fill in head_dim and n_kv_head where None.
-        Run on construction, and by the model on a config edited since (see __setattr__)."""
+        Run on construction, and by the model on a config edited since (see __setattr__).
+
+        Other configs' fields assigned since (`config.rope_scaling = {...}` or `config.sliding_window = 4` before
+        from_pretrained(..., config=config), the usual context-extension recipe) are refused as construction refuses
+        them: the model was built ignoring them, with the logits of the unscaled model, and saved them."""
+        refuse_unsupported_fields({name: getattr(self, name, None) for name in UNSUPPORTED_FIELDS
+                                   if name != "rope_scaling"},  # a property of rope_parameters, checked next
+                                  "this GPTCustomConfig has")
+        rope = vars(self).get("rope_parameters") or {}
+        refuse_rope_scaling(rope, "config.rope_parameters (or rope_scaling)")
+        if "rope_theta" in rope and float(rope["rope_theta"]) != float(self.rope_theta):
+            raise UserError(f"config.rope_parameters={rope!r} disagrees with config.rope_theta={self.rope_theta}; "
+                            "this model reads rope_theta: set config.rope_theta and delete config.rope_parameters")
         derived = check_architecture({name: getattr(self, name) for name in GPTCustomConfig.__annotations__})
         self.head_dim, self.n_kv_head = derived["head_dim"], derived["n_kv_head"]
 

@@ -290,6 +290,49 @@ def test_rope_parameters_set_rope_theta_and_scaling_is_refused():
         GPTCustomConfig(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 4.0})
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("rope_parameters", {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}, "only plain RoPE"),
+    ("rope_scaling", {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}, "only plain RoPE"),
+    ("rope_parameters", {"rope_type": "default", "rope_theta": 5e5}, "disagrees with config.rope_theta"),
+    ("sliding_window", 4, "sliding_window=4, which other transformers configs have"),
+])
+def test_other_configs_fields_set_on_a_built_config_are_refused_when_the_model_is_built(tmp_path, field, value, message):
+    """The usual context-extension recipe: load the config, set rope scaling (or a sliding window) on it, pass it to
+    from_pretrained. Construction refuses these fields, but set afterwards they were built past and ignored: the
+    model gave the unscaled model's logits, and save_pretrained wrote the setting into config.json. Reference:
+    transformers' Llama, which honours the same assignment (its logits change), so the setting is not a no-op."""
+    import warnings
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama_config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                               num_attention_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(llama_config).eval()
+    llama.save_pretrained(tmp_path / "llama")
+    edited = LlamaConfig.from_pretrained(tmp_path / "llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # rope_scaling's deprecation
+        setattr(edited, field, value)
+    ids = torch.arange(40)[None] % 64
+    with torch.no_grad():
+        edited_logits = LlamaForCausalLM.from_pretrained(tmp_path / "llama", config=edited).eval()(ids).logits
+    if field != "sliding_window":  # Llama reads sliding_window only through layer_types
+        assert not torch.allclose(edited_logits, llama(ids).logits, atol=1e-4)
+
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=64, n_layer=1, n_embd=32, n_head=2, n_positions=64,
+                                         position_embedding_type="rope")).save_pretrained(tmp_path / "ours")
+    config = GPTCustomConfig.from_pretrained(tmp_path / "ours")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        setattr(config, field, value)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config)
+    config = GPTCustomConfig.from_pretrained(tmp_path / "ours")
+    config.rope_parameters = {"rope_type": "default", "rope_theta": config.rope_theta}  # what the model does: taken
+    GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config)
+
+
 @pytest.mark.parametrize("edits", [{"n_head": 8}, {"n_head": 2}, {"n_embd": 64}, {"hidden_size": 64, "n_head": 8},
                                    {"num_attention_heads": 8}])
 def test_a_config_edited_after_it_was_built_builds_gpt2s_model_of_the_edited_fields(edits):
