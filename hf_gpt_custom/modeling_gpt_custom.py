@@ -60,27 +60,6 @@ from .transformers_compat import (
 
 logger = logging.get_logger(__name__)
 
-def uses_sdpa_causal_flag(
-    config: GPTCustomConfig,
-    attention_mask: torch.Tensor | None,
-    past_key_values: Cache | None,
-    given_position_ids: torch.Tensor | None,
-) -> bool:
-    """True when attention needs no mask tensor: sdpa, no padding mask, no cache holding anything, no caller positions
-    (which can mark packed sequences) — a training step, an eval forward. Then SDPA's `is_causal=True` is the mask.
-
-    transformers' create_causal_mask returns no mask in this case too, except under torch.compile before torch 2.14:
-    there dynamo turned its `torch.compiler.is_exporting()` check into a constant True, so the compiled step built a
-    (batch, 1, seq, seq) mask and SDPA ran its masked, non-causal kernels — on an H200 (torch 2.11) the attention's
-    backward took 2.3x as long and the compiled step ran at 0.88x nanoGPT's speed (benchmarks/results/gpu_probe.json).
-    """
-    return (
-        config._attn_implementation == "sdpa"
-        and attention_mask is None
-        and past_key_values is None
-        and given_position_ids is None
-    )
-
 
 def eager_attention_forward(
     module: nn.Module,
@@ -402,6 +381,28 @@ def refuse_another_vocabulary(path, saved: dict | None, kwargs: dict) -> None:
     )
 
 
+def uses_sdpa_causal_flag(
+    config: GPTCustomConfig,
+    attention_mask: torch.Tensor | None,
+    past_key_values: Cache | None,
+    given_position_ids: torch.Tensor | None,
+) -> bool:
+    """True when attention needs no mask tensor: sdpa, no padding mask, no cache holding anything, no caller positions
+    (which can mark packed sequences) — a training step, an eval forward. Then SDPA's `is_causal=True` is the mask.
+
+    transformers' create_causal_mask returns no mask in this case too, except under torch.compile before torch 2.14:
+    there dynamo turned its `torch.compiler.is_exporting()` check into a constant True, so the compiled step built a
+    (batch, 1, seq, seq) mask and SDPA ran its masked, non-causal kernels — on an H200 (torch 2.11) the attention's
+    backward took 2.3x as long and the compiled step ran at 0.88x nanoGPT's speed (benchmarks/results/gpu_probe.json).
+    """
+    return (
+        config._attn_implementation == "sdpa"
+        and attention_mask is None
+        and past_key_values is None
+        and given_position_ids is None
+    )
+
+
 class GPTCustomModel(GPTCustomPreTrainedModel):
     """The decoder stack: token embeddings and positions, n_layer blocks, final norm (pre-norm blocks only).
     Returns hidden states."""
@@ -446,6 +447,32 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         gives the logits it gives alone, for every position type. transformers' GPT-2 numbers positions 0..n-1
         whatever the padding.
         """
+        self._refuse_what_is_not_supported(input_ids, inputs_embeds, attention_mask, kwargs)
+        inputs_embeds = self._embed(input_ids, inputs_embeds, token_type_ids)  # (batch, seq, n_embd)
+        batch, seq_len = inputs_embeds.shape[:2]
+        use_cache, past_key_values = self._cache_for_this_call(use_cache, past_key_values)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_attention_mask(attention_mask, batch, past_length, seq_len)  # also when position_ids are given
+        positions_given = position_ids is not None
+        position_ids = self._positions(position_ids, attention_mask, past_key_values, past_length, inputs_embeds)
+        causal_mask = self._causal_mask(attention_mask, past_key_values, past_length,
+                                        position_ids if positions_given else None, inputs_embeds)
+        kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
+        self._warn_if_attentions_cannot_be_returned(kwargs.pop("output_attentions", None))
+
+        hidden_states, position_embeddings = self.wpe(inputs_embeds, position_ids)  # RoPE: (cos, sin) for attention
+        hidden_states = self.drop(hidden_states)
+        for block in self.h:
+            hidden_states = block(hidden_states, position_embeddings=position_embeddings, attention_mask=causal_mask,
+                                  past_key_values=past_key_values, position_ids=position_ids, **kwargs)
+        hidden_states = self.ln_f(hidden_states)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states, **cache_kwarg(past_key_values if use_cache else None)
+        )
+
+    # The steps of forward, in its order: each checks its own inputs before torch would fail on them opaquely.
+
+    def _refuse_what_is_not_supported(self, input_ids, inputs_embeds, attention_mask, kwargs) -> None:
         if (input_ids is None) == (inputs_embeds is None):
             raise UserError("pass exactly one of input_ids or inputs_embeds")
         if kwargs.get("is_causal") is False or getattr(self.config, "is_causal", None) is False:
@@ -460,26 +487,29 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             # the process aborted on a corrupted heap (LlamaForCausalLM too), and a bool mask would be added as 0/1
             raise UserError("a 4-D attention_mask tensor is not supported with attn_implementation='flex_attention'; "
                             "pass a 2-D padding mask (or a flex BlockMask), or use attn_implementation='sdpa'")
+
+    def _embed(self, input_ids, inputs_embeds, token_type_ids) -> torch.Tensor:
+        """The token embeddings (plus GPT-1's and GPT-2's segment embeddings), their ids and shapes checked."""
         if inputs_embeds is None:
             check_token_ids("input_ids", input_ids, self.config.vocab_size, table_rows=self.config.padded_vocab_size)
-            inputs_embeds = self.wte(input_ids)  # (batch, seq, n_embd)
+            inputs_embeds = self.wte(input_ids)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.n_embd:
             raise UserError(f"inputs_embeds must be (batch, seq_len, n_embd={self.config.n_embd}), got shape "
                             f"{tuple(inputs_embeds.shape)}; for one sequence add the batch dimension")
+        if token_type_ids is None:
+            return inputs_embeds
         batch, seq_len = inputs_embeds.shape[:2]
-        # One row of positions or types for every row, as GPT-2 takes them (it broadcasts a (seq_len,) tensor).
-        if position_ids is not None and position_ids.dim() == 1:
-            position_ids = position_ids.unsqueeze(0)
-        if token_type_ids is not None and token_type_ids.dim() == 1:
+        if token_type_ids.dim() == 1:  # one row of types for every row, as GPT-2 takes them
             token_type_ids = token_type_ids.unsqueeze(0).expand(batch, -1)
-        if token_type_ids is not None:  # GPT-2's and GPT-1's segment embeddings: rows of the token table, added
-            if tuple(token_type_ids.shape) != (batch, seq_len):
-                raise UserError(f"token_type_ids has shape {tuple(token_type_ids.shape)} but the input has {batch} "
-                                f"row(s) of {seq_len} tokens; give one type id per input token")
-            check_token_ids("token_type_ids", token_type_ids, self.config.vocab_size,
-                            table_rows=self.config.padded_vocab_size)
-            inputs_embeds = inputs_embeds + self.wte(token_type_ids)
+        if tuple(token_type_ids.shape) != (batch, seq_len):
+            raise UserError(f"token_type_ids has shape {tuple(token_type_ids.shape)} but the input has {batch} "
+                            f"row(s) of {seq_len} tokens; give one type id per input token")
+        check_token_ids("token_type_ids", token_type_ids, self.config.vocab_size,
+                        table_rows=self.config.padded_vocab_size)
+        return inputs_embeds + self.wte(token_type_ids)  # GPT-2's and GPT-1's segments: rows of the token table
 
+    def _cache_for_this_call(self, use_cache: bool | None, past_key_values: Cache | None):
+        """(use_cache, past_key_values) as this call uses them: a new DynamicCache when caching starts here."""
         # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
@@ -492,27 +522,46 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             if use_cache:
                 logger.warning_once("use_cache=True is incompatible with gradient checkpointing in training: setting "
                                     "use_cache=False (transformers' behaviour)")
-            use_cache, past_key_values = False, None
+            return False, None
         if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        elif past_key_values is not None:
+            return use_cache, DynamicCache(config=self.config)
+        if past_key_values is not None:
             check_cache_shape(past_key_values, self.config.n_kv_head, self.config.head_dim)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        check_attention_mask(attention_mask, batch, past_length, seq_len)  # also when position_ids are given
-        # transformers' mask builder reads given position_ids for packed sequences (positions restarting at 0 inside
-        # a row, as DataCollatorWithFlattening makes them): a host read, done only for positions the caller passed.
-        given_position_ids = position_ids
-        if position_ids is None:
+        return use_cache, past_key_values
+
+    def _positions(self, position_ids, attention_mask, past_key_values, past_length, inputs_embeds) -> torch.Tensor:
+        """The given positions, checked, or each row's count of its real tokens (`position_ids_for`)."""
+        batch, seq_len = inputs_embeds.shape[:2]
+        given = position_ids is not None
+        if given and position_ids.dim() == 1:  # one row of positions for every row, as GPT-2 takes them
+            position_ids = position_ids.unsqueeze(0)
+        if not given:
             position_ids = position_ids_for(attention_mask, past_length, seq_len, self.config.n_positions,
                                             inputs_embeds.device)
         columns = past_length + seq_len  # no position derived from a mask passes the last column
         if isinstance(past_length, torch.Tensor):  # a static cache counts on the device; the host knows its length
             columns = past_key_values.layers[0].get_max_length()
-        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=columns,
-                           given=given_position_ids is not None)
+        check_position_ids(position_ids, self.config.n_positions, batch, seq_len, columns=columns, given=given)
+        return position_ids
 
-        kwargs.pop("output_hidden_states", None)  # collected by capture_outputs' hooks
-        output_attentions = kwargs.pop("output_attentions", None)
+    def _causal_mask(self, attention_mask, past_key_values, past_length, given_position_ids, inputs_embeds):
+        """The mask the attention layers get: None where sdpa's is_causal flag is the whole mask, else transformers'."""
+        # An empty dynamic cache (a forward in eval mode, a prefill) masks exactly as no cache; shown as none, the
+        # mask builder also honours packed positions there, so eval mode gives the logits train mode gives.
+        mask_cache = None if isinstance(past_key_values, DynamicCache) and past_length == 0 else past_key_values
+        if uses_sdpa_causal_flag(self.config, attention_mask, mask_cache, given_position_ids):
+            return None  # sdpa then runs is_causal=True: the flash/cuDNN kernels, no (seq x seq) mask
+        # transformers' mask builder reads given position_ids for packed sequences (positions restarting at 0 inside
+        # a row, as DataCollatorWithFlattening makes them): a host read, done only for positions the caller passed.
+        return create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            **cache_kwarg(mask_cache),
+            position_ids=given_position_ids,
+        )
+
+    def _warn_if_attentions_cannot_be_returned(self, output_attentions: bool | None) -> None:
         if output_attentions is None:
             output_attentions = self.config.output_attentions
         if output_attentions and self.config._attn_implementation != "eager":
@@ -522,29 +571,6 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
                 f"{self.config._attn_implementation!r}; load the model with attn_implementation='eager' or call "
                 "model.set_attn_implementation('eager') to get them"
             )
-
-        # An empty dynamic cache (a forward in eval mode, a prefill) masks exactly as no cache; shown as none, the
-        # mask builder also honours packed positions there, so eval mode gives the logits train mode gives.
-        mask_cache = None if isinstance(past_key_values, DynamicCache) and past_length == 0 else past_key_values
-        if uses_sdpa_causal_flag(self.config, attention_mask, mask_cache, given_position_ids):
-            causal_mask = None  # sdpa then runs is_causal=True: the flash/cuDNN kernels, no (seq x seq) mask
-        else:
-            causal_mask = create_causal_mask(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                **cache_kwarg(mask_cache),
-                position_ids=given_position_ids,
-            )
-        hidden_states, position_embeddings = self.wpe(inputs_embeds, position_ids)
-        hidden_states = self.drop(hidden_states)
-        for block in self.h:
-            hidden_states = block(hidden_states, position_embeddings=position_embeddings, attention_mask=causal_mask,
-                                  past_key_values=past_key_values, position_ids=position_ids, **kwargs)
-        hidden_states = self.ln_f(hidden_states)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, **cache_kwarg(past_key_values if use_cache else None)
-        )
 
 
 def _unscored_after_padding(labels: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
