@@ -101,6 +101,23 @@ def test_output_attentions_with_sdpa_warns_and_goes_on_like_transformers(model, 
         torch.testing.assert_close(out.logits, model(input_ids).logits, rtol=0, atol=0)
     assert out.attentions == ()
     assert "attn_implementation='eager'" in caplog.text
+    # transformers' eager-vs-sdpa common test has an output_attentions case (a left-padded batch) that it skips for
+    # models whose **kwargs carry no annotation: here it is. The eager model (textbook formula) returns weights.
+    import copy
+
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    input_ids = torch.randint(0, 99, (2, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        sdpa_out = model(input_ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+        eager_out = eager(input_ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+    real = mask.bool()
+    torch.testing.assert_close(sdpa_out.logits[real], eager_out.logits[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sdpa_out.hidden_states[-1][real], eager_out.hidden_states[-1][real], rtol=1e-5,
+                               atol=1e-5)
+    assert len(eager_out.attentions) == model.config.n_layer
+    assert torch.all(eager_out.attentions[0][0, :, 2:, :2] == 0)  # real tokens give the padding no attention
 
 
 def test_return_dict_false_gives_a_tuple(model):
