@@ -458,15 +458,19 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     run_dir = init_from.parent.parent
     recorded = recorded_settings(init_from) or {}
     setting, parent = recorded.get("tokenizer"), recorded.get("init_from")
+    trained_with = recorded.get(CONTENTS, {}).get("tokenizer")  # absent in checkpoints older than the record
+    own_files = tokenizer_file_sha256s(run_dir / "tokenizer")
     if setting and Path(setting).is_dir():
         folder = Path(setting)
-    elif setting and Path(setting).is_absolute() and not tokenizer_file_sha256s(run_dir / "tokenizer"):
-        # a local folder (stored absolute), moved or deleted since: it is the one to find again, not <run>/tokenizer,
-        # which such a run never had (one that has it, a moved run trained with tokenizer=<its own tokenizer/>, is
-        # checked below by the files' sha256)
+    elif setting and Path(setting).is_absolute() and not (
+            own_files and trained_with is not None and combined_sha256(own_files) == trained_with):
+        # a local folder (stored absolute), moved or deleted since: it is the one to find again. <run>/tokenizer
+        # stands in only where the checkpoint's record proves it holds the same files (a moved run trained with
+        # tokenizer=<its own tokenizer/>): an earlier run's tokenizer left there (train --start_over keeps it) may
+        # have the same size and other merges
         raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and the tokenizer its "
                                f"run was trained with, tokenizer={setting}, is no longer there; {fix}")
-    elif not setting and parent and not tokenizer_file_sha256s(run_dir / "tokenizer"):
+    elif not setting and parent and not own_files:
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
         folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else \
             checkpoint_run_tokenizer(Path(parent), fix, label="the folder it started from, ")
@@ -476,7 +480,6 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     if not tokenizer_files:
         raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and {folder}, where "
                                f"its run's tokenizer should be, has none; {fix}")
-    trained_with = recorded.get(CONTENTS, {}).get("tokenizer")  # absent in checkpoints older than the record
     if trained_with is not None and combined_sha256(tokenizer_files) != trained_with:
         raise UserError(f"{label}{init_from} was trained with another tokenizer than the one now in {folder} (its "
                         f"files changed since); {fix}")

@@ -260,3 +260,32 @@ def test_a_moved_run_trained_with_its_own_tokenizer_folder_finds_it_where_the_ru
     settings = json.loads((copy / SETTINGS_NAME).read_text())
     (copy / SETTINGS_NAME).write_text(json.dumps({**settings, "tokenizer": str(tmp_path / "old_place" / "tokenizer")}))
     assert checkpoint_run_tokenizer(copy) == moved / "tokenizer"
+
+
+@pytest.mark.parametrize("record", ["kept", "older checkpoint without it"])
+def test_an_earlier_runs_tokenizer_left_in_the_folder_does_not_stand_in_for_a_moved_one(
+        checkpoint, same_size_other_tokenizer, tmp_path, record):
+    """An earlier run in the folder trained its own tokenizer/ (train --start_over leaves it), a later run trained with
+    tokenizer=<an external folder>, and that folder moved: <run>/tokenizer, of the same size with other merges, was
+    taken in silence where the checkpoint has no sha256 record of its tokenizer (eval then scored with other ids),
+    and named as "changed since" where it has one (the roundreview14 hunt). The moved folder is the one to find."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.errors import MissingFileError
+    from hf_gpt_custom.training.resume import CONTENTS, SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, _ = checkpoint
+    run = tmp_path / "run"
+    copy = run / "checkpoints" / folder.name
+    shutil.copytree(folder, copy)
+    shutil.copytree(same_size_other_tokenizer, run / "tokenizer")  # the earlier run's: 512 tokens, other merges
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    external = tmp_path / "external_tokenizer"  # moved away since
+    settings["tokenizer"] = str(external)
+    if record != "kept":
+        settings.get(CONTENTS, {}).pop("tokenizer")
+    (copy / SETTINGS_NAME).write_text(json.dumps(settings))
+    with pytest.raises(MissingFileError, match=rf"tokenizer={external}, is no longer there"):
+        checkpoint_run_tokenizer(copy)
