@@ -116,24 +116,25 @@ def file_system_error_message(err: OSError) -> str | None:
                f"choose an output folder you can write to, or make {folder} writable for your user"))
 
 
-def _room_fix(number: int, where) -> str:
+def _room_fix(number: int, where, elsewhere: str = "choose an output folder") -> str:
     """The fix for a write refused for want of room: a full disk, a quota (whose limit is not the disk's free space),
-    or a size limit per file (no amount of free space helps)."""
+    or a size limit per file (no amount of free space helps). `elsewhere`: how to write somewhere else instead."""
     if number in _FILE_TOO_LARGE_ERRNOS:
         return (f"the file system of {where} (FAT32 and exFAT: 4 GiB), or the shell's `ulimit -f`, limits the size of "
-                f"one file: choose an output folder on another file system, or raise the limit")
+                f"one file: {elsewhere} on another file system, or raise the limit")
     if number == getattr(errno, "EDQUOT", None):
-        return f"your disk quota is used up: free space within it, or choose an output folder outside {where}'s quota"
-    return f"free space on the disk of {where}, or choose an output folder on another disk"
+        return f"your disk quota is used up: free space within it, or {elsewhere} outside {where}'s quota"
+    return f"free space on the disk of {where}, or {elsewhere} on another disk"
 
 
-def write_failure_fix(error: Exception, where) -> str:
-    """What to do about a failed write into `where` (an output folder): room for a full disk, a quota or a size
-    limit; write permission for a read-only or forbidden folder (an export said "free space" for those too)."""
+def write_failure_fix(error: Exception, where, elsewhere: str = "choose an output folder") -> str:
+    """What to do about a failed write into `where` (an output folder, or a cache: then `elsewhere` says which
+    setting moves it): room for a full disk, a quota or a size limit; write permission for a read-only or forbidden
+    folder (an export said "free space" for those too)."""
     number = getattr(error, "errno", None)
     if number in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"make {where} writable for your user, or choose an output folder you can write to"
-    return _room_fix(number, where)
+        return f"make {where} writable for your user, or {elsewhere} you can write to"
+    return _room_fix(number, where, elsewhere)
 
 
 def no_room_cause(error: BaseException) -> OSError | None:

@@ -295,15 +295,17 @@ def load_text_dataset(
         try:
             dataset = datasets.load_dataset(builder, **kwargs)
         except Exception as err:  # datasets wraps parse errors in several types; find the file and line ourselves
+            full = no_room_cause(err)
+            if full is not None and kwargs.get("cache_dir"):  # datasets writes its arrow copy there: not a read error
+                # (checked first: the JSON diagnosis ends in "could not read <file>" when no line is bad)
+                setting = "data_cache_dir" if cache_dir is not None else "HF_DATASETS_CACHE"  # who chose the folder
+                raise UserError(f"could not prepare dataset {source} in the cache {kwargs['cache_dir']}: "
+                                f"{full.strerror}; {write_failure_fix(full, 'that folder', f'set {setting} to a folder')}"
+                                " (nothing was trained)") from err
             if builder == "json":
                 raise_first_bad_json_line(files, text_field, err)
             if builder == "text":
                 _raise_first_unreadable_text_file(files, err)
-            full = no_room_cause(err)
-            if full is not None and kwargs.get("cache_dir"):  # datasets writes its arrow copy there: not a read error
-                raise UserError(f"could not prepare dataset {source} in the cache {kwargs['cache_dir']}: "
-                                f"{full.strerror}; {write_failure_fix(full, 'that folder')}, or set "
-                                f"data_cache_dir=<a folder on another disk> (nothing was trained)") from err
             raise UserError(f"could not read dataset {source}: {_cause(err)}") from err
         if builder == "text" and sample_by == "paragraph":
             dataset = _split_paragraphs_at_whitespace_lines(dataset)

@@ -303,14 +303,25 @@ def default_data_cache_dir() -> Path:
     return hf_home / "hf_gpt_custom" / "packed"
 
 
+def data_cache_root(config: TrainConfig) -> Path:
+    """The folder `data_cache_dir` names (else the default): packed blocks, and under raw/ datasets' copies of the
+    local files, so that one setting decides where the data stage writes (and its message's fix is true)."""
+    return Path(config.data_cache_dir) if config.data_cache_dir else default_data_cache_dir()
+
+
 def split_documents(config: TrainConfig, raw_cache: str | os.PathLike | None = None):
-    """(train documents, validation documents) as Dataset{text}; no document is in both.
+    """(train documents, validation documents) as Dataset{text}; no document is in both. `raw_cache`: where datasets
+    keeps its copy of local files (default: raw/ under the data cache, so the tokenizer stage and the data stage
+    read one copy, in the folder data_cache_dir names).
 
     Validation comes from `val_dataset` (a separate local file/folder), else from the Hub dataset's `val_split`,
     else from holding out `val_fraction` of the documents: a seeded random sample (`val_holdout: random`) or the
     last ones in file order (`val_holdout: tail`: like nanoGPT's split, but of whole documents, not of characters).
     Either way ceil(n * val_fraction) documents.
     """
+    if raw_cache is None:
+        raw_cache = data_cache_root(config) / "raw"
+
     def load(source: str, split: str):
         return load_text_dataset(source, config.text_field, config.dataset_config, split,
                                  sample_by=config.text_sample_by, cache_dir=raw_cache,
@@ -342,7 +353,7 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
     """
     if config.streaming:
         return _prepare_streaming(config, tokenizer)
-    cache_root = Path(config.data_cache_dir) if config.data_cache_dir else default_data_cache_dir()
+    cache_root = data_cache_root(config)
     key = compute_cache_key(config, tokenizer_dir)
     folder = cache_root / key[:20]
     marker = folder / "complete.json"
@@ -385,8 +396,8 @@ def prepare_datasets(config: TrainConfig, tokenizer, tokenizer_dir: str | os.Pat
         full = no_room_cause(err)
         if full is not None and not isinstance(err, UserError):  # a bare traceback from inside datasets / fsspec
             raise UserError(f"the packed-data cache {cache_root} could not be written: {full.strerror}; "
-                            f"{write_failure_fix(full, 'that folder')}, or set data_cache_dir=<a folder on another "
-                            f"disk> (nothing was trained)") from err
+                            f"{write_failure_fix(full, 'that folder', 'set data_cache_dir to a folder')} (nothing was "
+                            f"trained)") from err
         raise
     warn_if_validation_outweighs(config, stats)
     try:

@@ -538,15 +538,41 @@ def test_a_full_cache_disk_names_the_cache_and_data_cache_dir(make_config, token
     config = make_config(f"data_cache_dir={tmp_path / 'cache'}")
     monkeypatch.setattr(data_module, "_build_packed", full)
     with pytest.raises(ValueError, match=rf"the packed-data cache {tmp_path / 'cache'}.* could not be written: No space "
-                                         r"left on device; free space on the disk of that folder.*or set "
-                                         r"data_cache_dir=<a folder on another disk> \(nothing was trained\)"):
+                                         r"left on device; free space on the disk of that folder, or set "
+                                         r"data_cache_dir to a folder on another disk \(nothing was trained\)$"):
         prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
     assert not list((tmp_path / "cache").rglob("*.tmp*"))
     monkeypatch.undo()
     monkeypatch.setattr(datasets, "load_dataset", full)
-    with pytest.raises(ValueError, match=r"could not prepare dataset .*input.txt in the cache .*: No space left on "
-                                         r"device; .*data_cache_dir="):
+    with pytest.raises(ValueError, match=rf"could not prepare dataset .*input.txt in the cache {tmp_path / 'cache2'}"
+                                         r".*: No space left on device; .*set data_cache_dir to a folder on another"):
         prepare_datasets(make_config(f"data_cache_dir={tmp_path / 'cache2'}"), tokenizer, shakespeare_tokenizer_dir)
+    # A .jsonl file: the JSON diagnosis (no bad line) said "could not read <file>" first (the roundreview14 hunt).
+    records = tmp_path / "speeches.jsonl"
+    records.write_text('{"text": "ROMEO: But soft!"}\n{"text": "JULIET: Ay me."}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"could not prepare dataset .*speeches.jsonl in the cache .*cache3.*No space"):
+        prepare_datasets(make_config(f"dataset={records}", f"data_cache_dir={tmp_path / 'cache3'}"), tokenizer,
+                         shakespeare_tokenizer_dir)
+    # Outside training (`tokenizer train`, no data_cache_dir) the copy goes to datasets' cache: the fix names it.
+    from hf_gpt_custom.training.corpus import load_text_dataset
+
+    with pytest.raises(ValueError, match=r"No space left on device; .*set HF_DATASETS_CACHE to a folder on another"):
+        load_text_dataset(str(records))
+
+
+def test_the_tokenizer_stage_reads_the_corpus_into_the_data_cache(make_config, tmp_path, monkeypatch):
+    """The tokenizer stage's split_documents left datasets' copy of the local corpus in ~/.cache/huggingface/datasets,
+    so data_cache_dir, which a full disk's message offers, did not move it, and the corpus was copied twice (the
+    roundreview14 hunt). Its default is now raw/ under the data cache, as the data stage's."""
+    import datasets
+
+    import hf_gpt_custom.training.data as data_module
+
+    seen = []
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: seen.append(k.get("cache_dir")) or real(*a, **k))
+    data_module.split_documents(make_config(f"data_cache_dir={tmp_path / 'cache'}"))
+    assert seen and all(str(folder).startswith(str(tmp_path / "cache" / "raw")) for folder in seen)
 
 
 def test_one_document_says_how_to_split_it(make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
