@@ -229,7 +229,7 @@ class TaskSpec:
         if not self.description:
             return ""
         value = _resolve(self.description, doc, literal_lists=False)
-        if value is None:  # lm-eval: `resolve_field(doc, description) or ""` (it was the text "None" here)
+        if not value:  # lm-eval: `resolve_field(doc, description) or ""` (None was the text "None" here; 0, [] none)
             return ""
         if not isinstance(value, str):
             raise TypeError(f"description {self.description!r} names a field holding a {type(value).__name__}, "

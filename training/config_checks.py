@@ -222,13 +222,14 @@ def _default_of(config: TrainConfig, name: str) -> Any:
 
 def _splits_overlap(first: str, second: str) -> bool:
     """Whether two Hub split names (datasets' slicing syntax: `train[:5%]`, `train+test`) surely share documents:
-    the same name, or a whole split and a part of it. Two slices of one split (`train[:90%]`, `train[90%:]`) may
-    be disjoint and are not judged."""
+    the same name, or a whole split and a part of it; `all` is every split joined (datasets' Split.ALL). Two slices
+    of one split (`train[:90%]`, `train[90%:]`) may be disjoint and are not judged."""
     def parts(name: str) -> list[tuple[str, bool]]:  # (split, whole?) of each part joined by "+"
         return [(part.split("[")[0].strip(), "[" not in part) for part in name.split("+")]
 
     return first.strip() == second.strip() or any(
-        a == b and (whole_a or whole_b) for a, whole_a in parts(first) for b, whole_b in parts(second))
+        (a == b or "all" in (a, b)) and (whole_a or whole_b)
+        for a, whole_a in parts(first) for b, whole_b in parts(second))
 
 
 def _validate_validation_source(config: TrainConfig) -> None:

@@ -218,14 +218,17 @@ def test_a_prompt_field_that_is_not_text_is_refused_naming_it(tmp_path, fields, 
 def test_a_description_field_that_is_null_in_a_doc_is_no_description_as_in_lm_eval(tmp_path):
     """lm-eval reads `resolve_field(doc, description) or ""`: a null description is none. Here it put the text
     "None" before the prompt, then (refusing non-text) refused the file (the roundreview13 hunt)."""
-    docs = [{**DOCS[0], "about": "Colours. "}, {**DOCS[1], "about": None}]
-    spec, theirs = _both(tmp_path, {"task": "mine", "output_type": "multiple_choice", "doc_to_text": "q",
-                                    "doc_to_choice": "choices", "doc_to_target": "label", "description": "about"}, docs)
     from hf_gpt_custom.eval.fewshot import build_prompts
 
-    prompts = build_prompts(spec, spec.docs("test", tmp_path), [], 0, 0, None, 10**6)
-    assert [prompt.contexts[0] for prompt in prompts] == [theirs.fewshot_context(doc, 0) for doc in theirs.test_docs()]
-    assert prompts[1].contexts[0] == "Grass is"
+    for empty in (None, 0, [], False):  # every value `or ""` turns into no description (the roundreview14 hunt)
+        docs = [{**DOCS[0], "about": "Colours. "}, {**DOCS[1], "about": empty}]
+        spec, theirs = _both(tmp_path, {"task": "mine", "output_type": "multiple_choice", "doc_to_text": "q",
+                                        "doc_to_choice": "choices", "doc_to_target": "label", "description": "about"},
+                             docs)
+        prompts = build_prompts(spec, spec.docs("test", tmp_path), [], 0, 0, None, 10**6)
+        assert [prompt.contexts[0] for prompt in prompts] == [theirs.fewshot_context(doc, 0)
+                                                              for doc in theirs.test_docs()]
+        assert prompts[1].contexts[0] == "Grass is"
 
 
 def test_test_split_naming_a_data_files_entry_scores_that_entry_or_is_refused_when_both_are_there(tmp_path):

@@ -80,6 +80,10 @@ def test_a_hub_validation_split_that_is_the_training_split_is_refused():
     # two slices of one split may be disjoint (datasets' own way of making a validation split): not judged
     assert load_train_config(SMOKE, ["dataset=someone/corpus", "dataset_split=train[:90%]",
                                      "val_split=train[90%:]"]).val_split == "train[90%:]"
+    # datasets reads "all" as every split joined (builder._build_single_dataset; Split.ALL): it holds validation too
+    with pytest.raises(ValueError, match=r"val_split='validation' reads documents of the split training reads "
+                                         r"\(dataset_split='all'\)"):
+        load_train_config(SMOKE, ["dataset=someone/corpus", "dataset_split=all", "val_split=validation"])
 
 
 def test_two_benchmark_files_with_one_task_name_are_refused_at_config_load(tmp_path):

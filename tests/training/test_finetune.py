@@ -673,7 +673,11 @@ def test_the_card_says_how_many_task_token_embeddings_were_drawn_and_which_rows_
     from hf_gpt_custom.manifest import write_manifest
 
     write_manifest(padded)
-    for folder, rows in ((base, 2), (padded, 0)):
+    one_spare = tmp_path / "one_spare"  # one row past the tokenizer: one task token takes it, one is drawn
+    shutil.copytree(base, one_spare)
+    save_tiny_model(one_spare, n_tokens + 1, seed=0, bos_token_id=0, eos_token_id=0)
+    write_manifest(one_spare)
+    for folder, rows in ((base, 2), (padded, 0), (one_spare, 1)):
         run_dir = finetune(_config(tmp_path / folder.name, folder, learnable_pairs, "max_steps=2", "eval_interval=2",
                                    "checkpoint_interval=0"))
         summary = json.loads((run_dir / "training_summary.json").read_text())
@@ -681,8 +685,11 @@ def test_the_card_says_how_many_task_token_embeddings_were_drawn_and_which_rows_
         assert summary["new_embedding_rows"] == rows
         assert json.loads((run_dir / "final" / "config.json").read_text())["vocab_size"] == n_tokens + (2, 64)[rows == 0]
         text = " ".join(build_model_card(run_dir).text.split())
-        if rows:
+        if rows == 2:
             assert "for the task tokens (`<|delim|>`, `<|extract|>`), 2 new token embeddings drawn by transformers'" in text
+        elif rows == 1:
+            assert "1 new token embedding drawn by transformers'" in text
+            assert "and 1 row the base's embedding already had past its tokenizer, taken as it was)" in text
         else:
             assert ("no new token embedding: the task tokens (`<|delim|>`, `<|extract|>`) took rows the base's "
                     "embedding already had past its tokenizer") in text and "drawn by" not in text
