@@ -107,12 +107,25 @@ class GPTCustomModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestC
 
         from transformers import PreTrainedModel
 
+        import copy
+
+        from .modeling_common import seeded_weight_init
+
         transformers_loader = classmethod(PreTrainedModel.from_pretrained.__func__)
         with mock.patch.object(self, "test_can_init_all_missing_weights_before_2023", True, create=True):
             for model_class in self.all_model_classes:
                 with mock.patch.object(model_class, "from_pretrained", transformers_loader):
                     with mock.patch.object(self, "all_model_classes", (model_class,)):
                         super().test_can_init_all_missing_weights()
+                # transformers compares the state dict only: a buffer kept out of it (the sinusoid table) too
+                config, _ = self.model_tester.prepare_config_and_inputs_for_common()
+                with seeded_weight_init():
+                    from_init = model_class(copy.deepcopy(config))
+                    loaded = transformers_loader.__func__(model_class, None, config=copy.deepcopy(config),
+                                                          state_dict={})
+                loaded_buffers = dict(loaded.named_buffers())
+                for name, buffer in from_init.named_buffers():
+                    torch.testing.assert_close(loaded_buffers[name], buffer, rtol=0, atol=0, msg=name)
 
     def test_model_weights_reload_no_missing_tied_weights(self):
         """A deliberate departure from transformers: a weight missing from the file is an error naming it, not a
