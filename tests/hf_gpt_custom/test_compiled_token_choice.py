@@ -223,11 +223,13 @@ def test_first_generate_call_does_not_recompile(gpu_code_path, monkeypatch):
 def test_recompiles_of_the_choice_stay_below_the_recompile_limit(gpu_code_path, monkeypatch):
     """Same batch, same prompt length, same max_new_tokens; only ordinary generation options differ between five
     calls. With one compiled function for all of them the fifth hit torch._dynamo's recompile_limit (8), and every
-    later option set ran the choice eagerly for the rest of the process; each set now compiles its own function."""
+    later option set ran the choice eagerly for the rest of the process; each set now compiles its own function.
+    (The eager backend: dynamo's guards and recompile_limit are every backend's alike; inductor's tokens are the
+    tests above.)"""
     ours, _ = make_gpt2_pair("sdpa", seed=8)
     prompt = torch.randint(1, 98, (2, 10), generator=torch.Generator().manual_seed(1))
     base = dict(do_sample=False, max_new_tokens=8, pad_token_id=0, cache_implementation="static",
-                compile_config=compiled_forward())
+                compile_config=compiled_forward("eager"))
     counts = []
     for options in (dict(eos_token_id=5), dict(eos_token_id=[5, 6]), dict(bad_words_ids=[[3]]),
                     dict(min_new_tokens=4, eos_token_id=5), dict(no_repeat_ngram_size=2), dict(suppress_tokens=[4]),
