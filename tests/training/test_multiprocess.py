@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -81,41 +82,57 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_the_shipped_cpu_config_hides_the_gpus_from_every_rank(tmp_path):
-    """accelerate tells the processes a multi-process launch starts nothing of use_cpu (ACCELERATE_USE_CPU reaches
-    one-process launches only): on a GPU machine the second rank of cpu_two_processes.yaml looked for a GPU of its
-    own and the run stopped. Its gpu_ids must hide every GPU from each rank by torch's own reading of
-    CUDA_VISIBLE_DEVICES, and the trainer must take that as a request for the CPU (no 'sees no GPU' warning)."""
-    if shutil.which("accelerate") is None:
-        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
-    probe = tmp_path / "probe.py"
-    probe.write_text("import json, os, torch\n"
-                     "from hf_gpt_custom.training.devices import gpus_hidden_on_purpose\n"
-                     "print(json.dumps([os.environ['LOCAL_RANK'], torch.cuda._parse_visible_devices(),\n"
-                     "                  gpus_hidden_on_purpose()]))\n")
-    command = ["accelerate", "launch", "--config_file", "training/configs/accelerate/cpu_two_processes.yaml",
-               "--main_process_port", str(_free_port()), str(probe)]
-    environment = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
-    result = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = sorted(json.loads(line) for line in result.stdout.splitlines() if line.startswith("["))
-    assert ranks == [["0", [], True], ["1", [], True]]
+# Each rank of the launch below says what it sees, then runs the CLI exactly as `-m hf_gpt_custom.cli` would.
+_PROBE_THEN_CLI = """
+import json, os, runpy, sys
+import torch
+from hf_gpt_custom.training.devices import gpus_hidden_on_purpose
+print("probe:", json.dumps([os.environ["LOCAL_RANK"], torch.cuda._parse_visible_devices(), gpus_hidden_on_purpose()]),
+      flush=True)
+sys.argv = ["hf_gpt_custom.cli", *sys.argv[1:]]
+runpy.run_module("hf_gpt_custom.cli", run_name="__main__", alter_sys=True)
+"""
 
 
-@pytest.mark.slow  # three Python processes start torch: ~60 s on the shared 2-core machine
-def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(tmp_path, shakespeare_tokenizer_dir,
-                                                                  shared_data_cache):
+@pytest.fixture(scope="module")
+def shipped_cpu_config_smoke_launch(tmp_path_factory, shakespeare_tokenizer_dir, shared_data_cache):
+    """One launch of training/configs/accelerate/cpu_two_processes.yaml training the smoke config for 2 steps, with
+    CUDA_VISIBLE_DEVICES unset (the config alone must hide the GPUs); each rank first prints what it sees. Shared by
+    the two tests below (one 2-rank launch instead of two)."""
     if shutil.which("accelerate") is None:
         pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
-    run_dir = tmp_path / "smoke"
+    folder = tmp_path_factory.mktemp("shipped_cpu_config")
+    probe = folder / "probe_then_cli.py"
+    probe.write_text(_PROBE_THEN_CLI)
+    run_dir = folder / "smoke"
     command = ["accelerate", "launch", "--config_file", "training/configs/accelerate/cpu_two_processes.yaml",
-               "--main_process_port", str(_free_port()), "-m", "hf_gpt_custom.cli", "train",
+               "--main_process_port", str(_free_port()), str(probe), "train",
                "training/configs/smoke.yaml", f"out_dir={run_dir}", f"tokenizer={shakespeare_tokenizer_dir}",
                f"data_cache_dir={shared_data_cache}", "max_steps=2", "warmup_steps=1", "eval_interval=2",
                "eval_batches=2",
                "checkpoint_interval=1"]
-    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1"}, capture_output=True,
+    environment = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**environment, "TQDM_DISABLE": "1"}, capture_output=True,
                             text=True, timeout=300)
+    return result, run_dir
+
+
+def test_the_shipped_cpu_config_hides_the_gpus_from_every_rank(shipped_cpu_config_smoke_launch):
+    """accelerate tells the processes a multi-process launch starts nothing of use_cpu (ACCELERATE_USE_CPU reaches
+    one-process launches only): on a GPU machine the second rank of cpu_two_processes.yaml looked for a GPU of its
+    own and the run stopped. Its gpu_ids must hide every GPU from each rank by torch's own reading of
+    CUDA_VISIBLE_DEVICES, and the trainer must take that as a request for the CPU (no 'sees no GPU' warning)."""
+    result, _ = shipped_cpu_config_smoke_launch
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = sorted(json.loads(line.removeprefix("probe: ")) for line in result.stdout.splitlines()
+                   if line.startswith("probe: "))
+    assert ranks == [["0", [], True], ["1", [], True]]
+    assert "sees no GPU" not in result.stderr
+
+
+@pytest.mark.slow  # three Python processes start torch: ~60 s on the shared 2-core machine
+def test_shipped_cpu_config_starts_two_ranks_on_the_smoke_config(shipped_cpu_config_smoke_launch):
+    result, run_dir = shipped_cpu_config_smoke_launch
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["num_processes"] == 2
@@ -184,46 +201,93 @@ def test_a_plain_launch_of_a_bf16_yaml_is_noted_not_warned(monkeypatch, caplog):
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
 
 
-@pytest.mark.slow
-def test_two_ranks_resumed_inside_the_second_epoch_train_on_that_epochs_blocks(make_config, tmp_path,
-                                                                                shakespeare_path,
-                                                                                shakespeare_tokenizer_dir):
-    """The resumed loader skips into the epoch one wrapper deeper than Accelerate's set_epoch reaches: two ranks
-    resumed inside epoch 1 went on in epoch 0's order (some blocks twice, others never). Reference: the epoch's
-    permutation from EpochShuffleSampler itself, batch j of the epoch on rank j % 2, as Accelerate shards it."""
+def _launch_two_ranks(*arguments):
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               *map(str, arguments)]
+    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1",
+                                                          "CUDA_VISIBLE_DEVICES": ""},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+_FIRST_MASK_THEN_CLI = """
+import hashlib, os, pathlib, runpy, sys
+import torch
+from hf_gpt_custom.training.workload import LanguageModelling
+
+plain_loss, seen, mask_dir = LanguageModelling.loss, [], pathlib.Path(sys.argv[1])
+
+def loss(self, model, batch):  # the dropout mask this rank's first micro-batch draws: the next draw of its RNG
+    if not seen:
+        state = torch.get_rng_state()
+        mask = torch.nn.functional.dropout(torch.ones(64), 0.5)
+        torch.set_rng_state(state)
+        seen.append(hashlib.sha1(mask.numpy().tobytes()).hexdigest()[:12])
+        (mask_dir / f"rank{os.environ['RANK']}").write_text(seen[0])  # not stdout: lines interleave
+    return plain_loss(self, model, batch)
+
+LanguageModelling.loss = loss
+sys.argv = ["hf_gpt_custom.cli", *sys.argv[2:]]
+runpy.run_module("hf_gpt_custom.cli", run_name="__main__", alter_sys=True)  # as `-m hf_gpt_custom.cli` runs it
+"""
+
+
+@pytest.fixture(scope="module")
+def two_ranks_across_an_epoch(tmp_path_factory, shakespeare_path, shakespeare_tokenizer_dir, shared_data_cache):
+    """One 2-rank launch (dropout on) of a few steps past the end of the first epoch of a small text, with a
+    checkpoint inside epoch 1; each rank also writes the dropout mask its first micro-batch draws to mask_dir/rank<r>.
+    Shared by the resume test and the dropout test below (one 2-rank launch instead of two)."""
     if shutil.which("accelerate") is None:
         pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
     import hf_gpt_custom  # noqa: F401
     from transformers import AutoTokenizer
 
-    small = tmp_path / "small.txt"  # ~60 training blocks of 32 tokens: an epoch is a few steps of 2 ranks × 4 blocks
+    from hf_gpt_custom.training.config import load_train_config
+    from tests.helpers import tiny_run_overrides
+
+    folder = tmp_path_factory.mktemp("two_ranks_across_an_epoch")
+
+    def make_config(*overrides, run_name):
+        return load_train_config(None, tiny_run_overrides(folder / run_name, shakespeare_path,
+                                                          shakespeare_tokenizer_dir, shared_data_cache, run_name)
+                                 + list(overrides))
+
+    small = folder / "small.txt"  # ~60 training blocks of 32 tokens: an epoch is a few steps of 2 ranks × 4 blocks
     small.write_text(shakespeare_path.read_text(encoding="utf-8")[:5_000], encoding="utf-8")
     tokenizer = AutoTokenizer.from_pretrained(str(shakespeare_tokenizer_dir))
-    blocks = prepare_datasets(make_config(f"dataset={small}", "val_holdout=tail"), tokenizer,
+    blocks = prepare_datasets(make_config(f"dataset={small}", "val_holdout=tail", run_name="blocks"), tokenizer,
                               shakespeare_tokenizer_dir).train
     steps_per_epoch = len(blocks) // 8
     checkpoint_step, max_steps = steps_per_epoch + 2, steps_per_epoch + 5  # a checkpoint inside epoch 1
     settings = [f"max_steps={max_steps}", "warmup_steps=1", "eval_interval=100",
-                f"checkpoint_interval={checkpoint_step}", "keep_checkpoints=5", f"dataset={small}", "val_holdout=tail"]
+                f"checkpoint_interval={checkpoint_step}", "keep_checkpoints=5", f"dataset={small}", "val_holdout=tail",
+                "model.resid_pdrop=0.1"]
     whole = make_config(*settings, run_name="whole")
-    save_train_config(whole, tmp_path / "whole.yaml")
+    save_train_config(whole, folder / "whole.yaml")
+    mask_dir = folder / "masks"
+    mask_dir.mkdir()
+    script = folder / "first_mask_then_cli.py"
+    script.write_text(_FIRST_MASK_THEN_CLI)
+    _launch_two_ranks(script, mask_dir, "train", folder / "whole.yaml")
+    return SimpleNamespace(whole=whole, settings=settings, blocks=blocks, steps_per_epoch=steps_per_epoch,
+                           max_steps=max_steps, mask_dir=mask_dir)
 
-    def launch(config_file):
-        command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-                   "-m", "hf_gpt_custom.cli", "train", str(config_file)]
-        result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1",
-                                                              "CUDA_VISIBLE_DEVICES": ""},
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
 
-    launch(tmp_path / "whole.yaml")
-    resumed = make_config(*settings, run_name="resumed")
+@pytest.mark.slow
+def test_two_ranks_resumed_inside_the_second_epoch_train_on_that_epochs_blocks(make_config, tmp_path,
+                                                                                two_ranks_across_an_epoch):
+    """The resumed loader skips into the epoch one wrapper deeper than Accelerate's set_epoch reaches: two ranks
+    resumed inside epoch 1 went on in epoch 0's order (some blocks twice, others never). Reference: the epoch's
+    permutation from EpochShuffleSampler itself, batch j of the epoch on rank j % 2, as Accelerate shards it."""
+    shared = two_ranks_across_an_epoch
+    whole, blocks, steps_per_epoch, max_steps = shared.whole, shared.blocks, shared.steps_per_epoch, shared.max_steps
+    resumed = make_config(*shared.settings, run_name="resumed")
     shutil.copytree(whole.run_dir, resumed.run_dir)  # as a crash right after the checkpoint inside epoch 1 leaves it
     shutil.rmtree(resumed.run_dir / "final")
     shutil.rmtree(resumed.run_dir / "checkpoints" / f"step_{max_steps:06d}")
     save_train_config(resumed, tmp_path / "resumed.yaml")
-    launch(tmp_path / "resumed.yaml")
+    _launch_two_ranks("-m", "hf_gpt_custom.cli", "train", tmp_path / "resumed.yaml")
 
     assert steps_per_epoch >= 3
     sampler = EpochShuffleSampler(len(blocks), whole.seed)
@@ -238,48 +302,13 @@ def test_two_ranks_resumed_inside_the_second_epoch_train_on_that_epochs_blocks(m
             assert record["epoch"] == epoch and record["data_digests"] == expected, (run_dir.name, record["step"])
 
 
-_FIRST_MASK_SCRIPT = """
-import hashlib, os, pathlib, sys
-import torch
-from hf_gpt_custom.training.config import load_train_config
-from hf_gpt_custom.training.train import train
-from hf_gpt_custom.training.workload import LanguageModelling
-
-plain_loss, seen = LanguageModelling.loss, []
-
-def loss(self, model, batch):  # the dropout mask this rank's first micro-batch draws: the next draw of its RNG
-    if not seen:
-        state = torch.get_rng_state()
-        mask = torch.nn.functional.dropout(torch.ones(64), 0.5)
-        torch.set_rng_state(state)
-        seen.append(hashlib.sha1(mask.numpy().tobytes()).hexdigest()[:12])
-        pathlib.Path(sys.argv[2], f"rank{os.environ['RANK']}").write_text(seen[0])  # not stdout: lines interleave
-    return plain_loss(self, model, batch)
-
-LanguageModelling.loss = loss
-train(load_train_config(sys.argv[1], []))
-"""
-
-
 @pytest.mark.slow
-def test_each_rank_draws_its_own_dropout_masks(make_config, tmp_path):
+def test_each_rank_draws_its_own_dropout_masks(two_ranks_across_an_epoch):
     """One seed on every rank drew the same dropout masks for different blocks, where one process with the same
     global batch draws one per row (nanoGPT seeds rank r with seed + r). Initialisation stays shared: both ranks'
     checkpoints hold one model."""
-    if shutil.which("accelerate") is None:
-        pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
-    config = make_config("max_steps=1", "warmup_steps=1", "eval_interval=100", "model.resid_pdrop=0.1",
-                         run_name="dropout")
-    save_train_config(config, tmp_path / "dropout.yaml")
-    script = tmp_path / "first_mask.py"
-    script.write_text(_FIRST_MASK_SCRIPT)
-    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-               str(script), str(tmp_path / "dropout.yaml"), str(tmp_path)]
-    result = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, "TQDM_DISABLE": "1", "CUDA_VISIBLE_DEVICES": ""},
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    masks = [(tmp_path / f"rank{rank}").read_text() for rank in (0, 1)]
+    assert two_ranks_across_an_epoch.whole.model["resid_pdrop"] == 0.1  # a run that draws dropout masks
+    masks = [(two_ranks_across_an_epoch.mask_dir / f"rank{rank}").read_text() for rank in (0, 1)]
     assert masks[0] != masks[1]
 
 
