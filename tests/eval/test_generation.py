@@ -141,3 +141,40 @@ def test_the_models_sampling_settings_do_not_change_greedy_generation(tiny_model
     sampling.generation_config.repetition_penalty = 5.0
     expected = [cut(tokenizer.decode(greedy_reference(model, tokenizer, c, 8)), [tokenizer.eos_token]) for c in CONTEXTS]
     assert [g.generation for g in generate(sampling, tokenizer, CONTEXTS)] == expected
+
+
+def test_a_context_that_fits_the_window_is_not_reported_as_truncated(tiny_model_and_tokenizer):
+    """The report counts the docs whose context was cut: a context of a few tokens in a 24-token window with 8 new
+    tokens (16 kept) is whole, so no request says it was cut."""
+    model, tokenizer = tiny_model_and_tokenizer
+    short = ["Q: 2+2?\nA:", "Hi"]
+    assert all(len(tokenizer.encode(c)) <= 16 for c in short)
+    requests = [Request(i, c, "", request_type="generate_until", max_gen_toks=8) for i, c in enumerate(short)]
+    results = CausalLMScorer(model, tokenizer, max_length=24).generate_until(requests, show_progress=False)
+    assert [r.is_truncated for r in results] == [False, False]
+
+
+def test_generation_ends_at_the_one_eos_id_the_models_generation_config_names(tiny_model_and_tokenizer):
+    """A generation_config whose eos_token_id is one id (not a list) other than the tokenizer's eos: transformers'
+    generate, which lm-eval calls, stops there, so ours must too."""
+    tokenizer, end_of_turn = _with_special_token(tiny_model_and_tokenizer[1], "<|eot|>")
+    model = constant_model(tokenizer, end_of_turn)
+    model.generation_config.eos_token_id = end_of_turn
+    (result,) = generate(model, tokenizer, ["Answer:"], until=("\n",), max_gen_toks=5)
+    assert (result.generation, result.n_tokens) == ("", 1)
+
+
+def test_the_lm_eval_protocol_decodes_greedily_whatever_the_generation_config_samples(tiny_model_and_tokenizer):
+    """protocol="lm-eval" keeps the model's generation_config apart from sampling, as lm-eval's HFLM passes
+    do_sample=False: a config asking for sampling at temperature 3 still gives the independent greedy loop's text."""
+    model, tokenizer = tiny_model_and_tokenizer
+    sampling = copy.deepcopy(model)
+    sampling.generation_config.do_sample = True
+    sampling.generation_config.temperature = 3.0
+    sampling.generation_config.top_k = 0
+    expected = [cut(tokenizer.decode(greedy_reference(model, tokenizer, c, 8)), [tokenizer.eos_token]) for c in CONTEXTS]
+    requests = [Request(i, c, "", request_type="generate_until", max_gen_toks=8) for i, c in enumerate(CONTEXTS)]
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        scorer = CausalLMScorer(sampling, tokenizer, batch_size=8, obeys_generation_config=True)
+        assert [g.generation for g in scorer.generate_until(requests, show_progress=False)] == expected

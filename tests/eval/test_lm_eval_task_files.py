@@ -234,3 +234,22 @@ def test_a_task_drawing_its_examples_from_another_split_exports_that_split(tiny_
     assert [sample["arguments"][0][0] for sample in samples] == our_prompts
     for prompt in our_prompts:  # every example from the pool's split, the scored test item once
         assert prompt.count("dev item") == 2 and prompt.count("test item") == 1
+
+
+def test_the_fit_check_refuses_exactly_where_lm_evals_assertions_fail(short_context_model, shared_data_dir):
+    """At the boundary, as lm-eval 0.4.13's HFLM asserts: an answer of max_length tokens still fits
+    (`len(continuation_enc) <= self.max_length`), one token fewer of context does not; a generation budget as long
+    as the context leaves none for the prompt (`max_ctx_len = max_length - max_gen_toks`, asserted > 0), one shorter
+    does. PIQA's doc 314 has a 1,065-token answer with this byte tokenizer (the test above); lm-eval's TriviaQA
+    generates up to 256 tokens."""
+    from hf_gpt_custom.eval.lm_eval_export import check_lm_eval_fit
+    from hf_gpt_custom.errors import UserError
+
+    piqa = [load_task("piqa").docs("test", shared_data_dir)[314]]
+    check_lm_eval_fit("piqa", piqa, str(short_context_model), max_length=1065)
+    with pytest.raises(UserError, match="is 1065 tokens, longer than the model's context of 1064"):
+        check_lm_eval_fit("piqa", piqa, str(short_context_model), max_length=1064)
+    triviaqa = load_task("triviaqa").docs("test", shared_data_dir)[:1]
+    check_lm_eval_fit("triviaqa", triviaqa, str(short_context_model), max_length=257)
+    with pytest.raises(UserError, match="generates up to 256 tokens, which leaves no room"):
+        check_lm_eval_fit("triviaqa", triviaqa, str(short_context_model), max_length=256)

@@ -58,6 +58,24 @@ def test_gpt2_options_we_do_not_implement_are_refused_by_name():
         config_from_gpt2({**TINY_GPT2, "model_type": "gpt2", "reorder_and_upcast_attn": True})
 
 
+def test_a_gpt2_scaled_by_the_inverse_layer_index_is_refused_not_given_other_logits(tmp_path):
+    """transformers' GPT-2 divides layer i's attention scores by i + 1 under scale_attn_by_inverse_layer_idx: its
+    logits are not those of the same weights without it, which is what our block computes."""
+    from transformers import GPT2LMHeadModel
+
+    _, plain = make_gpt2_pair()
+    scaled = GPT2LMHeadModel(GPT2Config(**TINY_GPT2, scale_attn_by_inverse_layer_idx=True)).eval()
+    scaled.load_state_dict(plain.state_dict())
+    input_ids = torch.randint(0, 99, (1, 12))
+    with torch.no_grad():
+        assert not torch.allclose(scaled(input_ids).logits, plain(input_ids).logits, atol=1e-4)
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        from_gpt2_model(scaled, GPTCustomForCausalLM)
+    scaled.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path)
+
+
 def test_gpt2_folder_without_weights_names_the_missing_files(tmp_path):
     GPT2Config(**TINY_GPT2).save_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match="model.safetensors or pytorch_model.bin"):

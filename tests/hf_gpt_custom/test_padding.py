@@ -274,3 +274,28 @@ def test_a_row_of_pad_ids_only_is_pooled_as_alone_under_either_padding(side):
         # padded with another id than config.pad_token_id (a collator's 0): the mask still says where padding is
         other_pad = input_ids.masked_fill(attention_mask == 0, 0)
         torch.testing.assert_close(ours(other_pad, attention_mask=attention_mask).logits, alone, rtol=0, atol=1e-5)
+
+
+def test_a_sequence_classified_in_two_steps_through_a_cache_is_pooled_as_the_row_alone():
+    """A left-padded batch classified in two calls: the prefix into a cache, then the last tokens with the mask over
+    the cached and new columns. The head reads each row at its last real token among the new ones (the mask's last
+    columns), as GPT2ForSequenceClassification with the same weights reads the whole row alone."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from tests.helpers import randomize_
+
+    torch.manual_seed(0)
+    pad = 98
+    gpt2 = randomize_(GPT2ForSequenceClassification(GPT2Config(
+        vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, num_labels=3, pad_token_id=pad,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))).eval()
+    ours = from_gpt2_model(gpt2, GPTCustomForSequenceClassification)
+    rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    input_ids = torch.tensor([rows[0], [pad, pad, pad, *rows[1]]])
+    attention_mask = (input_ids != pad).long()
+    with torch.no_grad():
+        cache = ours(input_ids[:, :4], attention_mask=attention_mask[:, :4], use_cache=True).past_key_values
+        stepped = ours(input_ids[:, 4:], attention_mask=attention_mask, past_key_values=cache).logits
+        alone = torch.cat([gpt2(torch.tensor([tokens])).logits for tokens in rows])
+    torch.testing.assert_close(stepped, alone, rtol=0, atol=1e-5)

@@ -11,6 +11,8 @@ SHAPES = {
     "tiny-gelu-exact": dict(n_embd=32, n_layer=2, n_head=4, activation_function="gelu"),
     "wide-n_inner": dict(n_embd=48, n_layer=3, n_head=6, n_inner=80),
     "one-head-deep": dict(n_embd=24, n_layer=4, n_head=1, activation_function="gelu"),
+    # GPT2Config's switch for the 1/sqrt(head_dim) scale: a checkpoint trained without it must load without it
+    "unscaled-attention": dict(n_embd=32, n_layer=2, n_head=4, scale_attn_weights=False),
 }
 
 

@@ -38,7 +38,7 @@ def make_openai_gpt_pair(attn_implementation: str = "sdpa", seed: int = 0, **ove
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
-@pytest.mark.parametrize("afn", AFNS)
+@pytest.mark.parametrize("afn", [*AFNS, "swish"])  # "swish" is silu in transformers' ACT_FNS
 # eps this large moves every LayerNorm's output by percent: a converter that dropped it would be far off.
 @pytest.mark.parametrize("layer_norm_epsilon", [1e-5, 0.3])
 def test_logits_match_openai_gpt(attn_implementation, afn, layer_norm_epsilon):

@@ -366,3 +366,36 @@ def test_measuring_the_cpu_roof_leaves_the_training_random_stream_alone(make_con
     weights = [load_file(folder / "final" / "model.safetensors") for folder in (measured, given)]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+@pytest.mark.parametrize("name, expected", [
+    # NVIDIA's datasheets, dense bf16 tensor-core TFLOP/s (the "with sparsity" figures are twice these)
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
+    ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12), ("NVIDIA GH200 480GB", 989e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A100 80GB PCIe", 312e12), ("NVIDIA L40S", 362e12),
+    ("NVIDIA L4", 121e12),
+    ("NVIDIA L40", None),  # not listed (not "L4", not "L40S"): no MFU rather than another GPU's peak
+])
+def test_every_row_of_the_peak_table_is_the_datasheets_dense_figure(name, expected):
+    from hf_gpt_custom.training.devices import peak_bf16_flops
+
+    assert peak_bf16_flops(name) == expected
+
+
+def test_the_mfu_of_a_launch_is_its_global_rate_over_the_peak_of_every_process():
+    """MFU (PaLM, appendix B) is the FLOPs achieved over the peak of all the chips used: the logged tokens_per_s is
+    summed over the launch's processes (loop.py reduces the tokens), so the denominator is num_processes x one
+    device's peak. By hand for a 2-layer, 32-wide GPT-2: 6 x (parameters - the position table) + 12 L T d."""
+    from types import SimpleNamespace
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.training.train import Session
+
+    config = GPTCustomConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+    n_params = GPTCustomForCausalLM(config).num_parameters()
+    by_hand = 6 * (n_params - 32 * 32) + 12 * 2 * 32 * 32
+    for processes in (1, 4):
+        session = SimpleNamespace(peak_flops=1e12, model_config=config, n_params=n_params,
+                                  config=SimpleNamespace(block_size=32), workload=SimpleNamespace(computes_lm_head=True),
+                                  accelerator=SimpleNamespace(num_processes=processes))
+        assert Session.mfu(session, 5e4) == pytest.approx(by_hand * 5e4 / (1e12 * processes), rel=1e-12)

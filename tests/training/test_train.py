@@ -482,6 +482,50 @@ def test_without_the_blowup_rule_only_a_non_finite_loss_or_gradient_is_divergenc
     assert pretraining.problem(1.35859, 14.0).endswith("(diverged)")
 
 
+def test_under_fp16_an_overflowing_gradient_is_the_scalers_business_not_divergence():
+    """torch's GradScaler skips a step whose scaled gradients overflowed and lowers its scale (the first steps of an
+    fp16 run do so by design): an inf gradient norm there is no divergence, on the host nor on the device, and the
+    fused optimizer's found_inf input stays the scaler's (the gate leaves it and the host checks each step). A
+    non-finite or blown-up loss still is divergence."""
+    from hf_gpt_custom.training.divergence import DivergenceGuard, UpdateGate
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([parameter], lr=0.1)
+    scaler.scale((parameter * torch.tensor([float("inf"), 1.0, 1.0])).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.equal(parameter.detach(), torch.ones(3)) and scaler.get_scale() == 2.0 ** 15  # skipped, scale lowered
+
+    guard = DivergenceGuard()
+    guard.record_healthy_step(5.0)
+    assert guard.problem(5.1, float("inf"), overflow_is_normal=True) is None
+    assert guard.problem(float("nan"), float("inf"), overflow_is_normal=True) == "loss became nan"
+    assert guard.problem(1e12, float("inf"), overflow_is_normal=True).endswith("(diverged)")
+    fused = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))], lr=0.1, fused=True)
+    gate = UpdateGate(fused, "cpu", overflow_is_normal=True, best_loss=5.0)
+    assert not gate.skips_on_device and not hasattr(fused, "found_inf")
+    assert not bool(gate.check(torch.tensor(5.1), torch.tensor(float("inf"))))
+    assert bool(gate.check(torch.tensor(float("nan")), torch.tensor(1.0)))
+
+
+def test_once_a_step_diverged_the_device_skips_every_later_update_even_a_healthy_looking_one():
+    """From the first diverged step every update is held back on the device until the host reads the window and
+    stops: a later step whose loss looks healthy (the bad update was skipped) must not move the weights either, or a
+    checkpoint saved before the read holds weights trained past the divergence."""
+    from hf_gpt_custom.training.divergence import UpdateGate
+
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([parameter], lr=0.1, fused=True)
+    gate = UpdateGate(optimizer, "cpu", best_loss=5.0)
+    assert bool(gate.check(torch.tensor(float("nan")), torch.tensor(1.0)))
+    parameter.grad = torch.ones(3)
+    optimizer.step()
+    assert not bool(gate.check(torch.tensor(5.0), torch.tensor(1.0)))  # this step alone looks healthy
+    optimizer.step()
+    assert torch.equal(parameter.detach(), torch.ones(3))
+
+
 def test_the_advice_names_every_newer_checkpoint_by_step_number_past_step_999999(tmp_path):
     """Checkpoint folders are ordered by step number: as text "step_1000000" sorts before "step_999999", and the
     advice left the newer checkpoint, which holds diverging weights, unnamed. A folder mid-write or mid-deletion is
