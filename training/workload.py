@@ -460,17 +460,17 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     setting, parent = recorded.get("tokenizer"), recorded.get("init_from")
     trained_with = recorded.get(CONTENTS, {}).get("tokenizer")  # absent in checkpoints older than the record
     own_files = tokenizer_file_sha256s(run_dir / "tokenizer")
+    # <run>/tokenizer stands in for a folder the run read from elsewhere only where the checkpoint's record proves it
+    # holds the same files (a moved run trained with tokenizer=<its own tokenizer/>): otherwise it is an earlier
+    # run's, left there by train --start_over, which may have the same size and other merges
+    own_proven = bool(own_files) and trained_with is not None and combined_sha256(own_files) == trained_with
     if setting and Path(setting).is_dir():
         folder = Path(setting)
-    elif setting and Path(setting).is_absolute() and not (
-            own_files and trained_with is not None and combined_sha256(own_files) == trained_with):
-        # a local folder (stored absolute), moved or deleted since: it is the one to find again. <run>/tokenizer
-        # stands in only where the checkpoint's record proves it holds the same files (a moved run trained with
-        # tokenizer=<its own tokenizer/>): an earlier run's tokenizer left there (train --start_over keeps it) may
-        # have the same size and other merges
+    elif setting and Path(setting).is_absolute() and not own_proven:
+        # a local folder (stored absolute), moved or deleted since: it is the one to find again
         raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and the tokenizer its "
                                f"run was trained with, tokenizer={setting}, is no longer there; {fix}")
-    elif not setting and parent and not own_files:
+    elif not setting and parent and not own_proven:
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
         folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else \
             checkpoint_run_tokenizer(Path(parent), fix, label="the folder it started from, ")

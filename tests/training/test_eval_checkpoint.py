@@ -289,3 +289,30 @@ def test_an_earlier_runs_tokenizer_left_in_the_folder_does_not_stand_in_for_a_mo
     (copy / SETTINGS_NAME).write_text(json.dumps(settings))
     with pytest.raises(MissingFileError, match=rf"tokenizer={external}, is no longer there"):
         checkpoint_run_tokenizer(copy)
+
+
+@pytest.mark.parametrize("record", ["kept", "older checkpoint without it"])
+def test_a_run_started_from_a_model_folder_takes_its_tokenizer_not_an_earlier_runs_left_in_the_folder(
+        checkpoint, same_size_other_tokenizer, tmp_path, record):
+    """A run trained with init_from=<a model folder> (no tokenizer setting) writes no tokenizer/ of its own: one found
+    in its folder is an earlier run's (train --start_over keeps it). It was taken in silence for checkpoints without
+    the sha256 record (other ids, same size), and named "changed since" for newer ones (the roundreview15 hunt)."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.training.resume import CONTENTS, SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, trained_with = checkpoint
+    base_model = tmp_path / "base_model"  # the folder the run started from, with the tokenizer it trained with
+    shutil.copytree(trained_with, base_model)
+    run = tmp_path / "run"
+    copy = run / "checkpoints" / folder.name
+    shutil.copytree(folder, copy)
+    shutil.copytree(same_size_other_tokenizer, run / "tokenizer")  # the earlier run's: 512 tokens, other merges
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    settings.update(tokenizer=None, init_from=str(base_model))
+    if record != "kept":
+        settings.get(CONTENTS, {}).pop("tokenizer")
+    (copy / SETTINGS_NAME).write_text(json.dumps(settings))
+    assert checkpoint_run_tokenizer(copy) == base_model
