@@ -117,6 +117,7 @@ def shipped_cpu_config_smoke_launch(tmp_path_factory, shakespeare_tokenizer_dir,
     return result, run_dir
 
 
+@pytest.mark.slow  # its launch trains the smoke config on two ranks (the fixture, shared with the test below)
 def test_the_shipped_cpu_config_hides_the_gpus_from_every_rank(shipped_cpu_config_smoke_launch):
     """accelerate tells the processes a multi-process launch starts nothing of use_cpu (ACCELERATE_USE_CPU reaches
     one-process launches only): on a GPU machine the second rank of cpu_two_processes.yaml looked for a GPU of its
