@@ -138,15 +138,18 @@ class GPTCustomConfig(PretrainedConfig):
 
         Other configs' fields assigned since (`config.rope_scaling = {...}` or `config.sliding_window = 4` before
         from_pretrained(..., config=config), the usual context-extension recipe) are refused as construction refuses
-        them: the model was built ignoring them, with the logits of the unscaled model, and saved them."""
+        them: the model was built ignoring them, with the logits of the unscaled model, and saved them. A plain
+        `config.rope_parameters = {"rope_type": "default", "rope_theta": ...}` sets rope_theta, as at construction."""
         refuse_unsupported_fields({name: getattr(self, name, None) for name in UNSUPPORTED_FIELDS
                                    if name != "rope_scaling"},  # a property of rope_parameters, checked next
                                   "this GPTCustomConfig has")
         rope = vars(self).get("rope_parameters") or {}
         refuse_rope_scaling(rope, "config.rope_parameters (or rope_scaling)")
-        if "rope_theta" in rope and float(rope["rope_theta"]) != float(self.rope_theta):
-            raise UserError(f"config.rope_parameters={rope!r} disagrees with config.rope_theta={self.rope_theta}; "
-                            "this model reads rope_theta: set config.rope_theta and delete config.rope_parameters")
+        if rope:  # plain RoPE in transformers 5's spelling, set since: read as construction reads it, then dropped,
+            # so that a later `config.rope_theta = ...` is not overwritten by this stale copy
+            if "rope_theta" in rope:
+                self.rope_theta = float(rope["rope_theta"])
+            del self.__dict__["rope_parameters"]
         derived = check_architecture({name: getattr(self, name) for name in GPTCustomConfig.__annotations__})
         self.head_dim, self.n_kv_head = derived["head_dim"], derived["n_kv_head"]
 

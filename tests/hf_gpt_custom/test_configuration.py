@@ -293,7 +293,6 @@ def test_rope_parameters_set_rope_theta_and_scaling_is_refused():
 @pytest.mark.parametrize("field, value, message", [
     ("rope_parameters", {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}, "only plain RoPE"),
     ("rope_scaling", {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}, "only plain RoPE"),
-    ("rope_parameters", {"rope_type": "default", "rope_theta": 5e5}, "disagrees with config.rope_theta"),
     ("sliding_window", 4, "sliding_window=4, which other transformers configs have"),
 ])
 def test_other_configs_fields_set_on_a_built_config_are_refused_when_the_model_is_built(tmp_path, field, value, message):
@@ -328,9 +327,18 @@ def test_other_configs_fields_set_on_a_built_config_are_refused_when_the_model_i
         setattr(config, field, value)
     with pytest.raises(ValueError, match=re.escape(message)):
         GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config)
+    # plain RoPE in transformers 5's spelling (its own advice) is what the model does: read as construction reads it
     config = GPTCustomConfig.from_pretrained(tmp_path / "ours")
-    config.rope_parameters = {"rope_type": "default", "rope_theta": config.rope_theta}  # what the model does: taken
-    GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config)
+    config.rope_parameters = {"rope_type": "default", "rope_theta": 5e5}
+    model = GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config).eval()
+    assert model.config.rope_theta == 5e5 and "rope_parameters" not in model.config.to_dict()
+    built = GPTCustomConfig.from_pretrained(tmp_path / "ours", rope_parameters={"rope_type": "default",
+                                                                                "rope_theta": 5e5})
+    reference = GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=built).eval()
+    ids = torch.arange(40)[None] % 64
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+        assert not torch.allclose(model(ids).logits, GPTCustomForCausalLM.from_pretrained(tmp_path / "ours")(ids).logits)
 
 
 @pytest.mark.parametrize("edits", [{"n_head": 8}, {"n_head": 2}, {"n_embd": 64}, {"hidden_size": 64, "n_head": 8},
