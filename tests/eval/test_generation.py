@@ -133,14 +133,24 @@ def test_special_tokens_are_no_text_of_the_answer_as_lm_eval_decodes_it(tiny_mod
     assert result.generation == tokenizer.decode([marker] * 3, skip_special_tokens=True)  # lm-eval's tok_decode
 
 
-def test_the_models_sampling_settings_do_not_change_greedy_generation(tiny_model_and_tokenizer):
-    model, tokenizer = tiny_model_and_tokenizer
+def _asking_for_sampling(model, **settings):
+    """A copy of `model` whose generation_config asks for sampling at temperature 3 (and `settings`)."""
     sampling = copy.deepcopy(model)
     sampling.generation_config.do_sample = True
     sampling.generation_config.temperature = 3.0
-    sampling.generation_config.repetition_penalty = 5.0
-    expected = [cut(tokenizer.decode(greedy_reference(model, tokenizer, c, 8)), [tokenizer.eos_token]) for c in CONTEXTS]
-    assert [g.generation for g in generate(sampling, tokenizer, CONTEXTS)] == expected
+    for name, value in settings.items():
+        setattr(sampling.generation_config, name, value)
+    return sampling
+
+
+def _greedy_texts(model, tokenizer):
+    return [cut(tokenizer.decode(greedy_reference(model, tokenizer, c, 8)), [tokenizer.eos_token]) for c in CONTEXTS]
+
+
+def test_the_models_sampling_settings_do_not_change_greedy_generation(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    sampling = _asking_for_sampling(model, repetition_penalty=5.0)
+    assert [g.generation for g in generate(sampling, tokenizer, CONTEXTS)] == _greedy_texts(model, tokenizer)
 
 
 def test_a_context_that_fits_the_window_is_not_reported_as_truncated(tiny_model_and_tokenizer):
@@ -168,11 +178,8 @@ def test_the_lm_eval_protocol_decodes_greedily_whatever_the_generation_config_sa
     """protocol="lm-eval" keeps the model's generation_config apart from sampling, as lm-eval's HFLM passes
     do_sample=False: a config asking for sampling at temperature 3 still gives the independent greedy loop's text."""
     model, tokenizer = tiny_model_and_tokenizer
-    sampling = copy.deepcopy(model)
-    sampling.generation_config.do_sample = True
-    sampling.generation_config.temperature = 3.0
-    sampling.generation_config.top_k = 0
-    expected = [cut(tokenizer.decode(greedy_reference(model, tokenizer, c, 8)), [tokenizer.eos_token]) for c in CONTEXTS]
+    sampling = _asking_for_sampling(model, top_k=0)
+    expected = _greedy_texts(model, tokenizer)
     requests = [Request(i, c, "", request_type="generate_until", max_gen_toks=8) for i, c in enumerate(CONTEXTS)]
     for seed in (0, 1):
         torch.manual_seed(seed)
