@@ -37,6 +37,8 @@ UNSUPPORTED_FIELDS = {
     "attention_dropout": "this config's name for it is attn_pdrop",
     "hidden_dropout": "this config's names are resid_pdrop and embd_pdrop",
     "hidden_act": "this config's name for it is activation_function",
+    "afn": "this config's name for it is activation_function (OpenAI GPT's afn='gelu' is gelu_new); a folder of "
+           "OpenAI GPT's loads with GPTCustomForCausalLM.from_pretrained, which converts it",
 }
 # Fields an older version of this config had and read, which nothing reads now: a folder saved then still holds them
 # (and keeps them), and is named on load with what to do instead.
@@ -57,8 +59,14 @@ def refuse_unsupported_fields(values: dict, where: str) -> None:
                             f"implement: it would be stored and ignored; {fix}")
 
 
+def _is_plain_rope(rope) -> bool:
+    """rope_parameters without scaling: {} or {"rope_type": "default", "rope_theta": ...}, either key optional."""
+    return isinstance(rope, dict) and not set(rope) - {"rope_type", "rope_theta"} \
+        and rope.get("rope_type", "default") == "default"
+
+
 def refuse_rope_scaling(rope: dict, name: str) -> None:
-    if set(rope) - {"rope_type", "rope_theta"} or rope.get("rope_type", "default") != "default":
+    if not _is_plain_rope(rope):
         raise UserError(f"{name}={rope!r}: only plain RoPE is implemented (rope_type 'default', rope_theta); drop the "
                         "scaling, or set rope_theta")
 
@@ -139,17 +147,13 @@ class GPTCustomConfig(PretrainedConfig):
         Other configs' fields assigned since (`config.rope_scaling = {...}` or `config.sliding_window = 4` before
         from_pretrained(..., config=config), the usual context-extension recipe) are refused as construction refuses
         them: the model was built ignoring them, with the logits of the unscaled model, and saved them. A plain
-        `config.rope_parameters = {"rope_type": "default", "rope_theta": ...}` sets rope_theta, as at construction."""
+        `config.rope_parameters = {"rope_type": "default", "rope_theta": ...}` sets rope_theta when it is assigned
+        (__setattr__), as at construction."""
         refuse_unsupported_fields({name: getattr(self, name, None) for name in UNSUPPORTED_FIELDS
                                    if name != "rope_scaling"},  # a property of rope_parameters, checked next
                                   "this GPTCustomConfig has")
         rope = vars(self).get("rope_parameters") or {}
         refuse_rope_scaling(rope, "config.rope_parameters (or rope_scaling)")
-        if rope:  # plain RoPE in transformers 5's spelling, set since: read as construction reads it, then dropped,
-            # so that a later `config.rope_theta = ...` is not overwritten by this stale copy
-            if "rope_theta" in rope:
-                self.rope_theta = float(rope["rope_theta"])
-            del self.__dict__["rope_parameters"]
         derived = check_architecture({name: getattr(self, name) for name in GPTCustomConfig.__annotations__})
         self.head_dim, self.n_kv_head = derived["head_dim"], derived["n_kv_head"]
 
@@ -160,6 +164,14 @@ class GPTCustomConfig(PretrainedConfig):
         head_dim or n_kv_head of its own (LLaMA's kind) is kept, as LlamaConfig keeps it. Where n_head does not
         divide n_embd, head_dim is None until it does, and building a model then refuses it (check_architecture)."""
         key = self.attribute_map.get(key, key)
+        if key == "rope_parameters" and getattr(self, "_post_init_done", False) and _is_plain_rope(value):
+            # transformers 5's spelling of rope_theta (what its rope_scaling setter writes too, with the current
+            # theta): read now, as construction reads it, and not kept, so that whichever of the two is set last
+            # holds (a copy read at build overwrote a later rope_theta). Scaling is stored, and refused at build.
+            if value.get("rope_theta") is not None:
+                super().__setattr__("rope_theta", float(value["rope_theta"]))
+            self.__dict__.pop("rope_parameters", None)
+            return
         if key in ("head_dim", "n_kv_head") and value is None and getattr(self, "_post_init_done", False):
             # None is "derive it" (to_dict writes derived values as null, and config.update(other.to_dict()) or
             # from_pretrained(..., head_dim=None) sets it back): a None held here read as "None key/value heads"

@@ -445,10 +445,11 @@ def _path_of_the_same_contents_aside(recorded: dict, source: dict) -> tuple[dict
 def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the folder the model was trained with>",
                              label: str = "init_from=") -> Path:
     """The tokenizer that the run of checkpoint `init_from` (<run>/checkpoints/step_NNNNNN, no tokenizer files of its
-    own) trained with: the folder its recorded `tokenizer:` setting names, else <run>/tokenizer (trained there, or a
-    Hub tokenizer saved there), else that of the run's own init_from. Refused when it is not found, is not the one
-    the checkpoint recorded, or its size is not the checkpoint's vocab_size; any other init_from without
-    tokenizer.json is refused too."""
+    own) trained with: the folder its recorded `tokenizer:` setting names; for a run without that setting started
+    from a model folder or checkpoint of its own (init_from), that one's tokenizer, unless <run>/tokenizer is proven
+    the run's (below); else <run>/tokenizer (trained there, or a Hub tokenizer saved there). Refused when it is not
+    found, is not the one the checkpoint recorded, or its size is not the checkpoint's vocab_size; any other
+    init_from without tokenizer.json is refused too."""
     from hf_gpt_custom.training.checkpoint import checkpoint_step
     from hf_gpt_custom.training.fingerprints import combined_sha256, tokenizer_file_sha256s
     from hf_gpt_custom.training.resume import CONTENTS, recorded_settings
@@ -464,13 +465,18 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     # holds the same files (a moved run trained with tokenizer=<its own tokenizer/>): otherwise it is an earlier
     # run's, left there by train --start_over, which may have the same size and other merges
     own_proven = bool(own_files) and trained_with is not None and combined_sha256(own_files) == trained_with
+    # ...except in a checkpoint older than the record whose run started from a folder without tokenizer.json (a
+    # checkpoint, a GPT-2 folder of vocab.json/merges.txt): the versions that wrote those trained the run's own
+    # tokenizer into <run>/tokenizer, and its weights learnt those ids
+    parent_is_the_tokenizer = bool(parent) and not own_proven and (
+        trained_with is not None or not own_files or Path(parent, "tokenizer.json").is_file())
     if setting and Path(setting).is_dir():
         folder = Path(setting)
     elif setting and Path(setting).is_absolute() and not own_proven:
         # a local folder (stored absolute), moved or deleted since: it is the one to find again
         raise MissingFileError(f"{label}{init_from} is a checkpoint without tokenizer files, and the tokenizer its "
                                f"run was trained with, tokenizer={setting}, is no longer there; {fix}")
-    elif not setting and parent and not own_proven:
+    elif not setting and parent_is_the_tokenizer:
         # that run started from a model folder too, and used its tokenizer: the same rule one run back
         folder = Path(parent) if Path(parent, "tokenizer.json").is_file() else \
             checkpoint_run_tokenizer(Path(parent), fix, label="the folder it started from, ")

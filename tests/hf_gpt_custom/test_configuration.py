@@ -271,6 +271,7 @@ def test_the_block_is_described_from_the_fields(preset, expected):
     ("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "only plain RoPE is implemented"),
     ("attention_dropout", 0.0, "this config's name for it is attn_pdrop"),
     ("hidden_act", "silu", "this config's name for it is activation_function"),
+    ("afn", "relu", "this config's name for it is activation_function"),
 ])
 def test_fields_of_other_configs_this_model_does_not_implement_are_refused(field, value, fix):
     """Stored and ignored, they changed nothing: sliding_window=4 even made DynamicCache(config=...) build sliding
@@ -441,3 +442,52 @@ def test_an_edited_config_keeps_a_head_width_and_kv_heads_of_its_own_and_refuses
     loaded = GPTCustomConfig.from_pretrained(tmp_path, n_head=5)
     assert (loaded.head_dim, loaded.n_kv_head) == (6, 5)
     assert "_post_init_done" not in json.loads((tmp_path / "config.json").read_text())
+
+
+def test_afn_is_refused_at_construction_and_when_set_on_a_built_config(tmp_path):
+    """OpenAIGPTConfig's name for the activation: stored and ignored, the model kept gelu_new where OpenAI GPT with the
+    same weights computes relu (the roundreview16 hunt). Refused as hidden_act is, naming activation_function."""
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    from hf_gpt_custom.convert_openai_gpt import from_openai_gpt_model
+
+    def openai_gpt(afn):
+        torch.manual_seed(0)
+        return OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                                    afn=afn)).eval()
+
+    ids = torch.arange(20)[None] % 64
+    with torch.no_grad():  # the field changes what OpenAI GPT computes: not a no-op
+        assert not torch.allclose(openai_gpt("relu")(ids).logits, openai_gpt("gelu")(ids).logits, atol=1e-4)
+    from_openai_gpt_model(openai_gpt("gelu"), GPTCustomForCausalLM).save_pretrained(tmp_path)
+    config = GPTCustomConfig.from_pretrained(tmp_path)
+    config.afn = "relu"
+    with pytest.raises(ValueError, match="afn='relu'.*name for it is activation_function"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, config=config)
+
+
+@pytest.mark.parametrize("first", ["rope_parameters", "rope_scaling"])
+def test_the_rope_theta_set_last_is_the_one_built_on_every_reuse_of_the_config(tmp_path, first):
+    """`config.rope_parameters = {..., "rope_theta": 1e6}` (or a plain `rope_scaling`, whose transformers setter writes
+    the current theta into rope_parameters), then `config.rope_theta = 5e5`: the model was built with the older 1e6
+    (the copy was read at build, on from_pretrained's deep copy, so the user's config kept it for every later build).
+    The reference is a model whose config is constructed with rope_theta=5e5 (the roundreview16 hunt)."""
+    import warnings
+
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=64, n_layer=1, n_embd=32, n_head=2, n_positions=64,
+                                         position_embedding_type="rope")).save_pretrained(tmp_path / "ours")
+    config = GPTCustomConfig.from_pretrained(tmp_path / "ours")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # rope_scaling's deprecation
+        setattr(config, first, {"rope_type": "default", **({"rope_theta": 1e6} if first == "rope_parameters" else {})})
+    ids = torch.arange(40)[None] % 64
+    for theta in (5e5, 2e5):  # a sweep reusing one config
+        config.rope_theta = theta
+        model = GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config).eval()
+        reference = GPTCustomForCausalLM.from_pretrained(
+            tmp_path / "ours", config=GPTCustomConfig.from_pretrained(tmp_path / "ours", rope_theta=theta)).eval()
+        assert model.config.rope_theta == theta
+        with torch.no_grad():
+            torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+    config.save_pretrained(tmp_path / "saved")
+    assert GPTCustomConfig.from_pretrained(tmp_path / "saved").rope_theta == 2e5

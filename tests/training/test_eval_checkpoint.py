@@ -316,3 +316,33 @@ def test_a_run_started_from_a_model_folder_takes_its_tokenizer_not_an_earlier_ru
         settings.get(CONTENTS, {}).pop("tokenizer")
     (copy / SETTINGS_NAME).write_text(json.dumps(settings))
     assert checkpoint_run_tokenizer(copy) == base_model
+
+
+@pytest.mark.parametrize("parent", ["a checkpoint", "a folder without tokenizer.json"])
+def test_an_older_checkpoint_of_a_run_from_a_folder_without_tokenizer_json_keeps_the_tokenizer_it_trained(
+        checkpoint, same_size_other_tokenizer, tmp_path, parent):
+    """Before the sha256 record, a run started from a checkpoint or a GPT-2 folder of vocab.json/merges.txt (no
+    tokenizer.json) trained its own tokenizer into <run>/tokenizer, and its weights learnt those ids: that one, not the
+    parent run's of the same size (taken in silence), nor a refusal (the roundreview16 hunt)."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.training.resume import CONTENTS, SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, _ = checkpoint  # run A's checkpoint
+    if parent == "a checkpoint":
+        started_from = folder
+    else:
+        started_from = tmp_path / "gpt2_folder"
+        started_from.mkdir()
+        (started_from / "vocab.json").write_text("{}")
+    run = tmp_path / "run_b"
+    copy = run / "checkpoints" / folder.name
+    shutil.copytree(folder, copy)
+    shutil.copytree(same_size_other_tokenizer, run / "tokenizer")  # run B's own, trained by that version
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    settings.update(tokenizer=None, init_from=str(started_from))
+    settings.get(CONTENTS, {}).pop("tokenizer", None)  # older than the record
+    (copy / SETTINGS_NAME).write_text(json.dumps(settings))
+    assert checkpoint_run_tokenizer(copy) == run / "tokenizer"
