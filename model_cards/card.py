@@ -175,6 +175,7 @@ def build_model_card(
         code_files=code_files,
         transformers_requirement=transformers_requirement(),
         example_prompt=dataset["example_prompt"],
+        example_max_new_tokens=_example_max_new_tokens(dataset["example_prompt"], model_config.n_positions),
         n_params_human=_human_count(breakdown["total"]),
         tokens_seen_human=_human_count(summary.get("tokens_seen")),
         dataset=dataset,
@@ -433,6 +434,13 @@ def _training_dataset_facts(dataset: str, train_config: dict) -> dict[str, Any]:
         hub_id, description, prompt = KNOWN_TRAINING_DATASETS[folder]
         return {**facts, "hub_id": hub_id, "description": description, "example_prompt": prompt, "known": True}
     return {**facts, "description": f"the local text corpus `{path.name}`"}
+
+
+def _example_max_new_tokens(prompt: str, n_positions: int) -> int:
+    """40 new tokens, or fewer where the prompt and 40 do not fit the context (a short-context run's card snippet was
+    refused past n_positions as written). The prompt counted at its most tokens for any tokenizer the card may ship:
+    one per byte (byte-level BPE's worst case) plus a BOS and a leading-space piece."""
+    return max(1, min(40, n_positions - len(prompt.encode("utf-8")) - 2))
 
 
 def _tokenizer_facts(final_dir: Path, summary: dict, train_config: dict, n_positions: int,

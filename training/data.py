@@ -339,8 +339,16 @@ def split_documents(config: TrainConfig, raw_cache: str | os.PathLike | None = N
                if config.text_sample_by != "line" else "; add text, ")
             + "or name a validation file with val_dataset"
         )
+    n_val = math.ceil(len(documents) * config.val_fraction)
+    if n_val >= len(documents):  # datasets' train_test_split refused it in its own words, the tail split read none
+        raise UserError(
+            f"val_fraction={config.val_fraction} holds out all {len(documents)} documents of dataset {config.dataset} "
+            f"(ceil({len(documents)} x {config.val_fraction}) = {n_val}), leaving none to train on; lower val_fraction "
+            f"below {(len(documents) - 1) / len(documents):.3g}, split the text into more documents"
+            + (f" with text_sample_by=line (now {config.text_sample_by})" if config.text_sample_by != "line" else "")
+            + ", or name a validation file with val_dataset")
     if config.val_holdout == "tail":
-        n_train = len(documents) - math.ceil(len(documents) * config.val_fraction)
+        n_train = len(documents) - n_val
         return documents.select(range(n_train)), documents.select(range(n_train, len(documents)))
     split = documents.train_test_split(test_size=config.val_fraction, seed=config.seed, shuffle=True)
     return split["train"], split["test"]

@@ -561,3 +561,31 @@ def test_the_cards_words_for_the_limit_are_a_count_or_a_share(limit, said):
     from hf_gpt_custom.model_cards.card import _limit_text
 
     assert _limit_text(limit) == said
+
+
+def test_the_cards_first_snippet_runs_as_written_on_a_short_context(tmp_path):
+    """The snippet asked for 40 new tokens whatever the context: on a 32-position model (the prompt's 6 byte tokens
+    + 40 > 32) it was refused past n_positions as written (the boundaries hunt; GPT-2 fails the same way). It is run
+    here as the card writes it, the repo id replaced by the export folder."""
+    import re
+    import subprocess
+    import sys
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.hub import export_folder
+    from model_cards.card import _example_max_new_tokens
+    from tests.helpers import save_tiny_model
+
+    assert _example_max_new_tokens("ROMEO:", 64) == 40  # where it fits, as before
+    run = make_tiny_run(tmp_path / "run", with_eval=False)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run / "final")
+    save_tiny_model(run / "final", len(tokenizer), n_positions=32, seed=0, bos_token_id=tokenizer.eos_token_id,
+                    eos_token_id=tokenizer.eos_token_id)
+    out = export_folder(run, tmp_path / "export")
+    snippet = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(encoding="utf-8"), re.S).group(1)
+    assert "max_new_tokens=24," in snippet  # 32 positions - 6 byte tokens of "ROMEO:" - 2
+    repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
+    result = subprocess.run([sys.executable, "-c", snippet.replace(f'"{repo_id}"', repr(str(out)))],
+                            capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("ROMEO:")

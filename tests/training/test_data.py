@@ -584,6 +584,26 @@ def test_one_document_says_how_to_split_it(make_config, tokenizer, shakespeare_t
         prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
 
 
+@pytest.mark.parametrize("holdout", ["tail", "random"])
+def test_a_val_fraction_that_holds_out_every_document_names_it(make_config, tokenizer, shakespeare_tokenizer_dir,
+                                                               tmp_path, holdout):
+    """Two documents and val_fraction=0.6 hold out ceil(1.2) = 2: the tail split read no training tokens (the message
+    offered a smaller block_size), the random one was datasets' own ValueError naming none of our settings (the
+    boundaries hunt). One document fewer than all still trains."""
+    two = tmp_path / "two.txt"
+    two.write_text("first speech, long enough to train on " * 20 + "\n\n" + "second speech " * 40, encoding="utf-8")
+    config = make_config(f"dataset={two}", "val_fraction=0.6", f"val_holdout={holdout}",
+                         f"data_cache_dir={tmp_path / 'cache'}")
+    with pytest.raises(ValueError, match=r"val_fraction=0.6 holds out all 2 documents .*\(ceil\(2 x 0.6\) = 2\), "
+                                         r"leaving none to train on; lower val_fraction below 0.5"):
+        prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    from hf_gpt_custom.training.data import split_documents
+
+    train, val = split_documents(make_config(f"dataset={two}", "val_fraction=0.5", f"val_holdout={holdout}",
+                                             f"data_cache_dir={tmp_path / 'cache'}"))
+    assert (len(train), len(val)) == (1, 1)
+
+
 # --- what the data-pipeline hunt found ------------------------------------------------------------------------------
 
 
