@@ -58,6 +58,12 @@ def same_names(*keys: str) -> dict[str, str]:
 
 # Config fields the task heads read, the same in every transformers config.
 TASK_CONFIG_FIELDS = ("id2label", "label2id", "problem_type", "classifier_dropout")
+# PretrainedConfig's own fields, which every transformers config carries and generic code reads from the model's
+# config: the text-generation pipeline prepends `prefix`, forward returns hidden states per output_hidden_states,
+# AutoTokenizer reads tokenizer_class. Dropped, a converted GPT-2 folder generated from another prompt than
+# GPT2LMHeadModel on the same folder, in silence (the pipelines hunt).
+GENERIC_CONFIG_FIELDS = ("prefix", "output_hidden_states", "output_attentions", "return_dict", "sep_token_id",
+                         "decoder_start_token_id", "finetuning_task", "task_specific_params", "tokenizer_class")
 
 
 def our_architectures(family: CheckpointFamily, config_dict: dict) -> list[str] | None:
@@ -67,10 +73,10 @@ def our_architectures(family: CheckpointFamily, config_dict: dict) -> list[str] 
 
 
 def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomConfig:
-    """Our config for a transformers config dict: the family's fields, the task fields, and `architectures` in our
-    class names (None for a transformers class without a counterpart here)."""
+    """Our config for a transformers config dict: the family's fields, the task fields, PretrainedConfig's generic
+    fields, and `architectures` in our class names (None for a transformers class without a counterpart here)."""
     config = family.config_from(config_dict)
-    for name in TASK_CONFIG_FIELDS:
+    for name in (*TASK_CONFIG_FIELDS, *GENERIC_CONFIG_FIELDS):
         if config_dict.get(name) is not None:
             setattr(config, name, config_dict[name])
     if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints

@@ -24,8 +24,9 @@ from .convert_common import (
 
 # Buffers old GPT-2 checkpoints carry (the causal mask); we build masks on the fly.
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
-# GPT2Config fields that carry over unchanged (convert_common.converted_config adds the task fields; the options in
-# UNSUPPORTED_GPT2_OPTIONS are refused; the rest, e.g. the double-heads summary_* fields, is dropped).
+# GPT2Config fields that carry over unchanged (convert_common.converted_config adds the task fields and
+# PretrainedConfig's generic ones; the options in UNSUPPORTED_GPT2_OPTIONS are refused; the rest, e.g. the
+# double-heads summary_* fields, is dropped).
 GPT2_CONFIG_FIELDS = (
     "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "resid_pdrop",
     "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range", "scale_attn_weights", "use_cache",

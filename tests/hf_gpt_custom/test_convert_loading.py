@@ -553,3 +553,29 @@ def test_a_config_folder_is_read_with_the_callers_subfolder_for_the_vocab_check(
     AutoConfig.from_pretrained(tmp_path / "model" / "sub", vocab_size=104).save_pretrained(tmp_path / "cfg" / "sub")
     with pytest.raises(UserError, match="saved with vocab_size=99, not 104"):
         GPTCustomForCausalLM.from_pretrained(tmp_path / "model", subfolder="sub", config=str(tmp_path / "cfg"))
+
+
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "LlamaForCausalLM"])
+def test_a_converted_folder_keeps_the_generic_config_fields_transformers_reads(tmp_path, class_name):
+    """Every transformers config carries PretrainedConfig's own fields, and generic code reads them from the model:
+    the text-generation pipeline prepends config.prefix, forward returns hidden states per output_hidden_states. The
+    conversion dropped them, so the pipeline generated from another prompt than transformers' class on the same
+    folder (the pipelines hunt). Reference: transformers' class loading the same folder."""
+    from transformers import pipeline
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+
+    generic = dict(prefix="ROMEO: ", output_hidden_states=True, sep_token_id=7, finetuning_task="lm",
+                   task_specific_params={"text-generation": {"max_length": 20}}, tokenizer_class="GPTCustomTokenizer")
+    saved_folder(tmp_path, class_name, **generic)
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    for name in generic:
+        assert getattr(ours.config, name) == getattr(theirs.config, name), name
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert len(ours(ids).hidden_states) == len(theirs(ids).hidden_states) == 3
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    texts = [pipeline("text-generation", model=model, tokenizer=tokenizer)("ABC", max_new_tokens=4, do_sample=False)
+             for model in (ours, theirs)]
+    assert texts[0] == texts[1]
+    assert pipeline("text-generation", model=ours, tokenizer=tokenizer).prefix == "ROMEO: "
