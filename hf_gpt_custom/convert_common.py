@@ -66,6 +66,12 @@ GENERIC_CONFIG_FIELDS = ("prefix", "output_hidden_states", "output_attentions", 
                          "decoder_start_token_id", "finetuning_task", "task_specific_params", "tokenizer_class")
 
 
+def generic_config_fields(config) -> dict:
+    """PretrainedConfig's generic fields set on `config`, for the transformers config it converts to (the reverse of
+    converted_config's copy)."""
+    return {name: getattr(config, name) for name in GENERIC_CONFIG_FIELDS if getattr(config, name, None) is not None}
+
+
 def our_architectures(family: CheckpointFamily, config_dict: dict) -> list[str] | None:
     """A transformers config dict's `architectures` in our class names (None for a class without a counterpart)."""
     ours = family.classes.get((config_dict.get("architectures") or [None])[0])

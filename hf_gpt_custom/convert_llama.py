@@ -21,6 +21,7 @@ from .configuration_gpt_custom import GPTCustomConfig
 from .convert_common import (
     CheckpointFamily,
     convert_model,
+    generic_config_fields,
     load_converted_checkpoint,
     refuse_inexpressible,
     refuse_options,
@@ -155,7 +156,8 @@ def llama_config_from(config: GPTCustomConfig):
     fields = {theirs: getattr(config, ours) for theirs, ours in LLAMA_FIELDS.items()}
     fields.update(num_key_value_heads=config.n_kv_head, intermediate_size=config.inner_dim)
     try:
-        return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
+        return LlamaConfig(**fields, **generic_config_fields(config),
+                           rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta})
     except Exception as err:  # noqa: BLE001  LlamaConfig's own validators (huggingface_hub's strict dataclass)
         reason = str(err.__cause__ or err).strip().splitlines()[-1].strip().rstrip(".")  # "The hidden size (30)..."
         raise UserError(f"LlamaForCausalLM cannot express this GPTCustom config: {reason}; keep this model as "

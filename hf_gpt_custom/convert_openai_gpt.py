@@ -16,6 +16,7 @@ from .convert_common import (
     CONV1D_SUFFIXES,
     CheckpointFamily,
     convert_model,
+    generic_config_fields,
     load_converted_checkpoint,
     refuse_inexpressible,
     refuse_options,
@@ -130,7 +131,8 @@ def openai_gpt_config_from(config: GPTCustomConfig):
                          "export a model of that block (e.g. the gpt1 preset), or keep this one as "
                          "GPTCustom")
     fields = {key: getattr(config, key) for key in FIELDS_CARRIED_OVER}
-    return OpenAIGPTConfig(**fields, afn=AFN_FROM_ACTIVATION[config.activation_function])
+    return OpenAIGPTConfig(**fields, **generic_config_fields(config),
+                           afn=AFN_FROM_ACTIVATION[config.activation_function])
 
 
 def to_openai_gpt_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig) -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ from hf_gpt_custom import (
     GPTCustomModel,
 )
 from hf_gpt_custom.convert_gpt2 import from_gpt2_model
-from hf_gpt_custom.convert_llama import from_llama_model
+from hf_gpt_custom.convert_llama import from_llama_model, to_llama_model
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.model_folder import load_model_folder
 
@@ -579,3 +579,14 @@ def test_a_converted_folder_keeps_the_generic_config_fields_transformers_reads(t
              for model in (ours, theirs)]
     assert texts[0] == texts[1]
     assert pipeline("text-generation", model=ours, tokenizer=tokenizer).prefix == "ROMEO: "
+    if class_name.startswith("Llama"):  # and back: the converted-back config holds them too
+        back = to_llama_model(ours).config
+        assert {name: getattr(back, name) for name in generic} == generic
+
+
+def test_converting_back_to_openai_gpt_keeps_the_generic_config_fields():
+    from hf_gpt_custom.convert_openai_gpt import GPT1_BLOCK, openai_gpt_config_from
+
+    config = GPTCustomConfig(**TINY_GPT2, **GPT1_BLOCK, prefix="ROMEO: ", output_hidden_states=True, sep_token_id=7)
+    back = openai_gpt_config_from(config)
+    assert (back.prefix, back.output_hidden_states, back.sep_token_id) == ("ROMEO: ", True, 7)
