@@ -298,6 +298,9 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
     source = f"{family.source} checkpoint {path}"
     config_dict = read_config_dict(path, **kwargs)
     config = config_for_loading(family, config_dict, kwargs.get("config"), path)
+    # where it was loaded from, as transformers records it: PEFT's adapter_config.json names it as the base model,
+    # lm-eval's HFLM(pretrained=model) loads the tokenizer from it (save_pretrained leaves it out of config.json)
+    config.name_or_path = str(path)
     apply_config_overrides(config, kwargs, source)
     device = single_device(kwargs.get("device_map"), source)
     if kwargs.get("attn_implementation"):
@@ -326,6 +329,7 @@ def convert_model(reference, model_class, family: CheckpointFamily):
     architecture = type(reference).__name__
     config = converted_config(family, {**reference.config.to_dict(), "architectures": [architecture]})
     config._attn_implementation = reference.config._attn_implementation
+    config.name_or_path = reference.config.name_or_path
     state = converted_state_dict(family, reference.state_dict(), architecture)
     model, _ = model_and_loading_info(config, state, model_class, f"{family.source} model ({architecture})",
                                       architecture, dtype=reference.dtype, in_memory=True)

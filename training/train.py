@@ -118,6 +118,7 @@ class Session:
     started_at: float = 0.0  # time.time() when this train() call began
     wall_time_before_s: float = 0.0  # the run's earlier sessions, from the checkpoint it resumed
     made_process_group: bool = True  # False: a launched `run` made it before training, for its eval stage
+    generation_config: Any = None  # the model's before any wrapper: what final/ saves beside it
 
     def end_training(self) -> None:
         """accelerate's end_training (trackers finished, the process group destroyed), except that a process group
@@ -216,6 +217,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     # the class and config before any wrapper (DDP, FSDP2's in-place class swap, torch.compile) touches the model:
     # what every saved folder is written as (unwrapped.save_model_folder)
     model_class, model_config, n_params = type(model), model.config, model.num_parameters()
+    generation_config = getattr(model, "generation_config", None)  # an init_from folder's, kept in final/
     if config.compile:
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
@@ -239,7 +241,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
         accelerator.init_trackers(config.run_name, config=_tracker_config(config))
     session = Session(config, workload, accelerator, run_dir, tokenizer, model, model_class, model_config, optimizer,
                       scheduler, train_loader, val_loader, n_params, state, resume_folder, run_log,
-                      made_process_group=not group_before)
+                      made_process_group=not group_before, generation_config=generation_config)
     _ = session.peak_flops  # a CPU's is measured now, not inside the first logged interval's time
     return session
 
@@ -425,7 +427,7 @@ def _save_final_folder(s: Session) -> None:
     with write_errors_named(s.run_dir, staging, "final/"):
         for leftover in (staging, replaced):  # left by an interrupted call
             shutil.rmtree(leftover, ignore_errors=True)
-        save_model_folder(s.model_class, s.model_config, state_dict, staging)
+        save_model_folder(s.model_class, s.model_config, state_dict, staging, s.generation_config)
         s.workload.save_beside_model(staging, s.model_config)
         write_manifest(staging)  # what eval/export verify final/ against
         sync_to_disk(staging)

@@ -6,6 +6,7 @@ resume live in checkpoint.py; this module only decides what the weights are call
 from __future__ import annotations
 
 import collections
+import copy
 from pathlib import Path
 
 # What wrappers put in front of the model's own parameter names: DDP, torch.compile's OptimizedModule.
@@ -26,8 +27,11 @@ def _strip_wrapper_prefixes(key: str) -> str:
     return key.replace("._orig_mod.", ".")
 
 
-def save_model_folder(model_class: type, model_config, state_dict: dict, folder: Path) -> None:
-    """save_pretrained as an unwrapped `model_class` would write it (weights, config.json, the remote-code files).
+def save_model_folder(model_class: type, model_config, state_dict: dict, folder: Path,
+                      generation_config=None) -> None:
+    """save_pretrained as an unwrapped `model_class` would write it (weights, config.json, the remote-code files,
+    generation_config.json: the trained model's, e.g. an init_from folder's eos list and penalties, which transformers
+    keeps when it saves a model it loaded; the one config.json implies was written in its place).
 
     Saved from a fresh instance on the meta device, not from the trained module: FSDP2 swaps that module's class
     for a generated FSDP<name> subclass, and save_pretrained would then map AutoModelForCausalLM to torch's own
@@ -38,6 +42,8 @@ def save_model_folder(model_class: type, model_config, state_dict: dict, folder:
 
     with torch.device("meta"):
         clean = model_class(model_config)
+    if generation_config is not None and clean.can_generate():
+        clean.generation_config = copy.deepcopy(generation_config)
     clean.save_pretrained(folder, state_dict=state_dict)
 
 

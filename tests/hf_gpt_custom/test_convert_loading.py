@@ -572,6 +572,10 @@ def test_a_converted_folder_keeps_the_generic_config_fields_transformers_reads(t
     ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
     for name in generic:
         assert getattr(ours.config, name) == getattr(theirs.config, name), name
+    # where it came from (PEFT's base_model_name_or_path, lm-eval's tokenizer source), as transformers records it
+    assert ours.name_or_path == theirs.name_or_path == str(tmp_path)
+    convert = from_gpt2_model if class_name.startswith("GPT2") else from_llama_model
+    assert convert(theirs, GPTCustomForCausalLM).name_or_path == str(tmp_path)  # in memory: the reference's
     ids = torch.tensor([[5, 6, 7, 8]])
     assert len(ours(ids).hidden_states) == len(theirs(ids).hidden_states) == 3
     tokenizer = GPTCustomTokenizerFast.bytes_only()

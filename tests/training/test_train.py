@@ -271,11 +271,16 @@ def test_init_from_a_bf16_folder_trains_float32_weights_from_its_values(make_con
 
 
 def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_config, tmp_path, shakespeare_tokenizer_dir):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """...and final/ keeps the folder's generation settings, as transformers keeps them when it saves a model it
+    loaded: final/generation_config.json was the one config.json implies, the eos list and penalties dropped (the
+    siblings hunt)."""
+    from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+    reference.generation_config.update(eos_token_id=[511, 0], repetition_penalty=1.3, no_repeat_ngram_size=3,
+                                       max_new_tokens=40)
     reference.save_pretrained(tmp_path / "gpt2-tiny")
     config = make_config(f"init_from={tmp_path / 'gpt2-tiny'}", "max_steps=2", "warmup_steps=0",
                          run_name="finetune", with_model_section=False)
@@ -284,6 +289,9 @@ def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_confi
     assert first_loss == pytest.approx(_first_batch_loss(reference, config, shakespeare_tokenizer_dir), abs=1e-5)
     summary = json.loads((run_dir / "training_summary.json").read_text())
     assert summary["n_params"] == reference.num_parameters()
+    kept = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2-tiny").generation_config.to_diff_dict()
+    assert kept["eos_token_id"] == [511, 0]
+    assert GenerationConfig.from_pretrained(run_dir / "final").to_diff_dict() == kept
 
     # a model: section may stay if it agrees with the folder; a different size is named
     agreeing = make_config(f"init_from={tmp_path / 'gpt2-tiny'}", "max_steps=1", "warmup_steps=0", "model.n_embd=32",
