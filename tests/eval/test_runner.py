@@ -261,3 +261,31 @@ def test_a_model_object_is_never_cast_in_place(tiny_model_and_tokenizer, tiny_mo
     assert as_bf16.config["dtype"] == "bfloat16"
     folder = evaluate(str(tiny_model_folder), tasks=["copa"], limit=4, show_progress=False)
     assert folder.config["dtype"] == "float32"  # a folder loads in float32 unless told otherwise
+
+
+def test_a_rope_model_object_scored_in_bfloat16_keeps_its_rotary_frequencies_in_float32(tiny_model_and_tokenizer,
+                                                                                        tmp_path):
+    """The bfloat16 copy was copy.deepcopy(model).to(bfloat16), which also rounded transformers' Llama's float32
+    inv_freq buffer: the rotary angles drifted with the position (the dtypes2 hunt). Reference: the same weights as
+    transformers loads them in bfloat16 (from_pretrained(dtype=bfloat16) keeps inv_freq in float32), scored alike."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tokenizer = tiny_model_and_tokenizer
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=1024,
+                                         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                                         tie_word_embeddings=False)).eval()
+    with torch.no_grad():
+        for parameter in llama.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.1)
+    llama.save_pretrained(tmp_path)
+    loaded_bf16 = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert loaded_bf16.model.rotary_emb.inv_freq.dtype == torch.float32
+    settings = dict(tasks=["wikitext"], limit=2, batch_size=2, show_progress=False)
+    copied = evaluate(llama, tokenizer, dtype="bfloat16", **settings)
+    reference = evaluate(loaded_bf16, tokenizer, **settings)
+    assert llama.model.rotary_emb.inv_freq.dtype == torch.float32 and next(llama.parameters()).dtype == torch.float32
+    assert [row["value"] for row in copied.results] == [row["value"] for row in reference.results]
