@@ -1,13 +1,17 @@
 """The GPT family as a native transformers model: attention, MLPs, block, GPTCustomModel, GPTCustomForCausalLM.
 
-Read top to bottom like nanoGPT's model.py. The default config is GPT-2's block; the variants (post-norm, RMSNorm,
-SwiGLU, sinusoidal or rotary positions, no biases, grouped-query attention, untied or padded head) choose their modules
-once in `__init__` (norms, positions, RoPE's rotation and repeat_kv live in block_variants.py; the checks of ids, masks
-and positions, and the positions a padding mask implies, in model_inputs.py). Everything transformers users expect plugs
-in here: the attention interface (eager = the textbook formula, sdpa, flash, flex), transformers' masks and Cache
-classes, GenerationMixin, gradient checkpointing, `_no_split_modules` for device_map="auto", tied embeddings, and
-transformers' own causal-LM loss. Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose
-(Conv1D -> nn.Linear).
+Read top to bottom like nanoGPT's model.py: the block first (eager_attention_forward, GPTCustomAttention, the MLPs,
+GPTCustomBlock), then loading and weight init (GPTCustomPreTrainedModel), then GPTCustomModel (embeddings, positions,
+the mask, the stack of blocks) and GPTCustomForCausalLM (the LM head, the loss, generation).
+
+- The default config is GPT-2's block. The variants (post-norm, RMSNorm, SwiGLU, sinusoidal or rotary positions, no
+  biases, grouped-query attention, untied or padded head) choose their modules once in `__init__`; norms, positions,
+  RoPE's rotation and repeat_kv live in block_variants.py; the checks of ids, masks and positions, and the positions
+  a padding mask implies, in model_inputs.py.
+- Everything transformers users expect plugs in here: the attention interface (eager = the textbook formula, sdpa,
+  flash, flex), transformers' masks and Cache classes, GenerationMixin, gradient checkpointing, `_no_split_modules`
+  for device_map="auto", tied embeddings, and transformers' own causal-LM loss.
+- Weight names are GPT-2's, so convert_gpt2.py is a key-for-key map with one transpose (Conv1D -> nn.Linear).
 """
 
 from __future__ import annotations
@@ -83,9 +87,12 @@ def eager_attention_forward(
     value = repeat_kv(value, module.num_key_value_groups)
     scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, q_len, kv_len)
     if attention_mask is not None and attention_mask.dtype == torch.bool:  # a 4-D mask the caller passed: True = attend
-        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)  # (adding it would mask nothing)
+        # masked scores set to the dtype's minimum: added as 0/1, a bool mask would mask nothing
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
     elif attention_mask is not None:
         scores = scores + attention_mask
+    # softmax in float32, then back to the values' dtype: in bf16/fp16 the small weights would round away (as
+    # Llama's eager path does)
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     weights = F.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value)  # (batch, heads, q_len, head_dim)
@@ -102,16 +109,17 @@ class GPTCustomAttention(nn.Module):
         self.layer_idx = layer_idx  # which slot of the KV cache this layer owns
         self.head_dim = config.head_dim
         self.num_key_value_groups = config.n_head // config.n_kv_head  # read by transformers' sdpa integration
+        # 1/√head_dim; GPT-2's scale_attn_weights=False (unscaled scores) only for checkpoints trained that way
         self.scaling = self.head_dim**-0.5 if config.scale_attn_weights else 1.0
         self.is_causal = True  # read by transformers' sdpa/flash integrations
         query_width, kv_width = config.n_head * self.head_dim, config.n_kv_head * self.head_dim
         self.split_sizes = [query_width, kv_width, kv_width]  # q, k, v in c_attn's output
         self.c_attn = nn.Linear(config.n_embd, sum(self.split_sizes), bias=config.attention_bias)
         self.c_proj = nn.Linear(query_width, config.n_embd, bias=config.attention_bias)
-        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
-        # Dropout on the attention weights, applied inside the attention function: the module holds its rate, as in
-        # GPT-2, so code that turns dropout off module by module (TRL's disable_dropout_in_model: m.p = 0 for every
-        # nn.Dropout) turns this one off too, and a config edited after the model was built changes nothing.
+        self.c_proj.is_residual_projection = True  # init std / √(2·n_layer), GPT-2's (see _init_weights)
+        # Never called: its rate (.p) goes to the attention function, which drops attention weights. Kept as a
+        # module, as in GPT-2, so code that turns dropout off module by module (TRL's disable_dropout_in_model: m.p = 0
+        # for every nn.Dropout) turns this one off too; like every layer's, the rate is fixed when the model is built.
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
@@ -124,17 +132,23 @@ class GPTCustomAttention(nn.Module):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Output (batch, seq, n_embd) and the attention weights (None from sdpa/flash).
-        `position_embeddings`: RoPE's (cos, sin) for these positions, None for learned/sinusoidal positions."""
+        `position_embeddings`: RoPE's (cos, sin) for these positions, None for learned/sinusoidal positions.
+        `attention_mask`: transformers' 4-D mask, causality and padding combined (GPTCustomModel._causal_mask); None
+        where the kernel's causal flag is the whole mask (sdpa without a padding mask, a cache or given positions:
+        uses_sdpa_causal_flag).
+        `kwargs`: the attention interface's other arguments (position_ids, which flash/flex read for packed rows)."""
         batch, seq_len, _ = hidden_states.shape
         query, key, value = self.c_attn(hidden_states).split(self.split_sizes, dim=-1)
         query = query.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)  # (batch, heads, seq, head_dim)
         key = key.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)  # (batch, kv_heads, seq, head_dim)
         value = value.view(batch, seq_len, -1, self.head_dim).transpose(1, 2)
-        if position_embeddings is not None:
+        if position_embeddings is not None:  # rotated before caching: the cache holds rotated keys, as Llama's does
             query, key = apply_rotary(query, key, *position_embeddings)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)  # (batch, kv_heads, past + seq, head_dim)
 
+        # eager_attention_forward above, or sdpa (the default), flash or flex by config._attn_implementation: the same
+        # shapes in and out
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -161,14 +175,14 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class GPTCustomMLP(nn.Module):
-    """n_embd -> n_inner -> n_embd with `activation_function` (GELU in GPT-1/2/3, ReLU in the original Transformer),
-    the position-wise feed-forward network."""
+    """n_embd -> inner_dim -> n_embd with `activation_function` (GELU in GPT-1/2/3, ReLU in the original Transformer),
+    the position-wise feed-forward network. inner_dim: n_inner, else 4·n_embd."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
         self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
-        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
+        self.c_proj.is_residual_projection = True  # init std / √(2·n_layer), GPT-2's (see _init_weights)
         self.act = activation(config.activation_function)
         self.dropout = nn.Dropout(config.resid_pdrop)
 
@@ -178,14 +192,15 @@ class GPTCustomMLP(nn.Module):
 
 class GPTCustomSwiGLU(nn.Module):
     """LLaMA's feed-forward (Shazeer 2020): c_proj(silu(c_gate(x)) * c_fc(x)), three matrices. The names map to
-    LlamaMLP's as c_fc = up_proj, c_gate = gate_proj, c_proj = down_proj."""
+    LlamaMLP's as c_fc = up_proj, c_gate = gate_proj, c_proj = down_proj. inner_dim: n_inner, else LLaMA's
+    2/3·4·n_embd rounded up to multiple_of."""
 
     def __init__(self, config: GPTCustomConfig):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
         self.c_gate = nn.Linear(config.n_embd, config.inner_dim, bias=config.mlp_bias)
         self.c_proj = nn.Linear(config.inner_dim, config.n_embd, bias=config.mlp_bias)
-        self.c_proj.is_residual_projection = True  # scaled at init, see _init_weights
+        self.c_proj.is_residual_projection = True  # init std / √(2·n_layer), GPT-2's (see _init_weights)
         self.dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -193,7 +208,8 @@ class GPTCustomSwiGLU(nn.Module):
 
 
 class GPTCustomBlock(GradientCheckpointingLayer):
-    """Transformer block: attention then MLP, each with a residual connection and a norm (LayerNorm or RMSNorm)."""
+    """Transformer block: attention then MLP, each with a residual connection and a norm (LayerNorm or RMSNorm).
+    GradientCheckpointingLayer: model.gradient_checkpointing_enable() recomputes the block in the backward pass."""
 
     def __init__(self, config: GPTCustomConfig, layer_idx: int):
         super().__init__()
@@ -211,6 +227,8 @@ class GPTCustomBlock(GradientCheckpointingLayer):
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
+        # The attention weights (its second output) reach output_attentions through transformers' capture_outputs
+        # hook on GPTCustomAttention (_can_record_outputs), so the block drops them.
         if self.pre_norm:
             # GPT-2/3 and LLaMA: x + attn(ln_1(x)), then x + mlp(ln_2(x)); the model ends with ln_f.
             attn_output, _ = self.attn(self.ln_1(hidden_states), position_embeddings, attention_mask,
