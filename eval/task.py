@@ -86,6 +86,9 @@ class TaskSpec:
     source_file: str = ""
 
     def __post_init__(self) -> None:
+        # the two fields derived below, as the file wrote them: as_lm_eval's overrides are applied to these (a plain
+        # attribute, not a field, so the tasks' fingerprints stay as they were)
+        self._as_written = {"data_files": self.data_files, "metric_list": self.metric_list}
         if self.test_split != "test" and self.test_split in self.data_files:
             # lm-eval's reading of such a file: data_files' keys are split names and test_split the one scored. Here
             # data_files' `test` entry is the scored one: the test.jsonl of {test: ..., validation: ...} was scored
@@ -169,7 +172,9 @@ class TaskSpec:
     def as_lm_eval(self) -> TaskSpec:
         """This task as lm-eval's task of the same benchmark scores it: `lm_eval_overrides` applied, all K
         examples kept and the prompt cut from the left when it does not fit (see eval/tasks/README.md)."""
-        return replace(self, **self.lm_eval_overrides, fewshot_fit="lm-eval")
+        # from the fields as written, so an override of output_type gets that type's default metrics and one of
+        # test_split its own data_files entry (derived values passed back in were refused as the file's own)
+        return replace(self, **{**self._as_written, **self.lm_eval_overrides}, fewshot_fit="lm-eval")
 
     # --- data ----------------------------------------------------------------------------------------------------
 

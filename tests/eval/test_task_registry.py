@@ -183,3 +183,28 @@ def test_docs_read_from_the_hub_are_the_whole_split_so_no_sample_or_files_are_re
     assert local["sample_of_split"] is True
     assert local["local_files_sha256"] == [hashlib.sha256(file.read_bytes()).hexdigest()]
     assert spec.scored_data_info(tmp_path) == spec.dataset_info()  # an empty data root: the Hub would be read
+
+
+def test_lm_eval_overrides_apply_to_the_fields_as_the_file_wrote_them(tmp_path):
+    """as_lm_eval replaced fields on the derived spec: an output_type override kept the other type's default metrics
+    (refused as 'acc_norm is not one a loglikelihood task gives', a metric the file never named), and a test_split
+    override met the test entry derived from the old split (refused as two entries). lm-eval builds its task from
+    the merged YAML: the overridden type's own defaults (lm-eval's DEFAULT_METRIC_REGISTRY), the new split's file
+    (the siblings hunt)."""
+    from lm_eval.api.registry import DEFAULT_METRIC_REGISTRY
+
+    (tmp_path / "mc_to_ll.yaml").write_text(
+        "task: mc_to_ll\ndata_files: {test: copa/val.jsonl}\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{premise}}"\ndoc_to_target: gold\ndoc_to_choice: choices\n'
+        'lm_eval_overrides: {output_type: loglikelihood, doc_to_target: "{{choices[gold]}}"}\n', encoding="utf-8")
+    ours, as_lm_eval = (load_task("mc_to_ll", tmp_path, protocol=protocol) for protocol in ("ours", "lm-eval"))
+    assert ours.metric_names == ["acc", "acc_norm"]
+    assert as_lm_eval.output_type == "loglikelihood"
+    assert as_lm_eval.metric_names == DEFAULT_METRIC_REGISTRY["loglikelihood"]
+
+    (tmp_path / "splits.yaml").write_text(
+        "task: splits\ndata_files: {validation: v.jsonl, train: t.jsonl}\ntest_split: validation\n"
+        "output_type: loglikelihood\ndoc_to_text: q\ndoc_to_target: a\nlm_eval_overrides: {test_split: train}\n",
+        encoding="utf-8")
+    assert load_task("splits", tmp_path).data_files["test"] == "v.jsonl"
+    assert load_task("splits", tmp_path, protocol="lm-eval").data_files["test"] == "t.jsonl"
