@@ -38,11 +38,12 @@ _RUN_CONFIG_NAME = "config.yaml"  # the run folder's resolved config: what check
 
 
 def record_settings_in_checkpoints(accelerator, config: TrainConfig, model_class: type, model_config,
-                                   save_into_checkpoint: Callable[[Path, Any], None]) -> None:
+                                   save_into_checkpoint: Callable[[Path, Any], None], generation_config=None) -> None:
     """Make every `accelerator.save_state` also write training_settings.json, config.json as save_pretrained writes
     it (`architectures` naming the trained class: a fine-tuning run's head, not the body it started from, so a
-    checkpoint as init_from keeps its head) and what the workload puts in a checkpoint (a fine-tuning run's
-    tokenizer)."""
+    checkpoint as init_from keeps its head), a causal LM's generation_config.json (an init_from folder's eos list and
+    penalties, which a run continued from the checkpoint keeps in its final/) and what the workload puts in a
+    checkpoint (a fine-tuning run's tokenizer)."""
     settings = settings_to_record(config)  # once, after the workload prepared its data and tokenizer: what it read
     checkpoint_config = copy.deepcopy(model_config)
     checkpoint_config.architectures = [model_class.__name__]
@@ -51,6 +52,8 @@ def record_settings_in_checkpoints(accelerator, config: TrainConfig, model_class
         if accelerator.is_main_process:
             Path(output_dir, SETTINGS_NAME).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
             checkpoint_config.to_json_file(str(Path(output_dir, "config.json")))
+            if generation_config is not None:
+                generation_config.save_pretrained(output_dir)
             save_into_checkpoint(Path(output_dir), checkpoint_config)
 
     accelerator.register_save_state_pre_hook(write)

@@ -217,7 +217,8 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     # the class and config before any wrapper (DDP, FSDP2's in-place class swap, torch.compile) touches the model:
     # what every saved folder is written as (unwrapped.save_model_folder)
     model_class, model_config, n_params = type(model), model.config, model.num_parameters()
-    generation_config = getattr(model, "generation_config", None)  # an init_from folder's, kept in final/
+    # an init_from folder's eos list and penalties, kept in checkpoints and final/ (a task head has none)
+    generation_config = model.generation_config if model.can_generate() else None
     if config.compile:
         model = torch.compile(model)
     optimizer = build_optimizer(model, config)
@@ -227,7 +228,8 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     drop_float32_output_copies(given_to_prepare)  # accelerate's float32 copy of the logits, every step
     train_loader.pin_memory = accelerator.device.type == "cuda"  # for the non-blocking copies of _next_batches
     train_loader = accelerator.prepare_data_loader(train_loader, device_placement=False)
-    record_settings_in_checkpoints(accelerator, config, model_class, model_config, workload.save_into_checkpoint)
+    record_settings_in_checkpoints(accelerator, config, model_class, model_config, workload.save_into_checkpoint,
+                                   generation_config)
     save_checkpoints_without_wrappers(accelerator)
 
     state = TrainingState() if resume_folder is None else _restore(accelerator, resume_folder)

@@ -276,6 +276,8 @@ def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_confi
     siblings hunt)."""
     from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
+    from hf_gpt_custom import GPTCustomForCausalLM
+
     torch.manual_seed(0)
     reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
@@ -292,6 +294,9 @@ def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_confi
     kept = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2-tiny").generation_config.to_diff_dict()
     assert kept["eos_token_id"] == [511, 0]
     assert GenerationConfig.from_pretrained(run_dir / "final").to_diff_dict() == kept
+    checkpoint = sorted((run_dir / "checkpoints").glob("step_*"))[-1]  # a run continued from it keeps them too
+    assert GenerationConfig.from_pretrained(checkpoint).to_diff_dict() == kept
+    assert GPTCustomForCausalLM.from_pretrained(checkpoint).generation_config.eos_token_id == [511, 0]
 
     # a model: section may stay if it agrees with the folder; a different size is named
     agreeing = make_config(f"init_from={tmp_path / 'gpt2-tiny'}", "max_steps=1", "warmup_steps=0", "model.n_embd=32",
