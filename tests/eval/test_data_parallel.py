@@ -27,9 +27,28 @@ def test_each_document_is_scored_by_exactly_one_process_with_all_its_requests():
         assert len(shard) == 3 * len(docs)
 
 
-# Each rank counts the requests it scores, then runs the CLI as `accelerate launch -m hf_gpt_custom.cli` would.
-_COUNTING_CLI = """
+# One torchrun launch of two ranks serves both launched tests (each launch costs two Python processes importing
+# torch). Each rank first makes the Python calls (its own model alone; the main process's call alone; a shared call
+# of different models, refused), then counts the requests it scores while it runs the CLI as `accelerate launch -m
+# hf_gpt_custom.cli` would.
+_LAUNCHED = """
 import json, os, sys
+from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.eval.runner import evaluate
+rank, (first, second, said_dir, counts, *cli) = int(os.environ["RANK"]), sys.argv[1:]
+mine = [first, second][rank]
+said = {}
+settings = dict(tasks=["lambada"], shots=[0], limit=4, device="cpu", show_progress=False)
+said["own"] = evaluate(mine, **settings).value("lambada", "perplexity")  # each process its own model, alone
+if rank == 0:  # the main process only: nothing to wait for
+    said["main_only"] = evaluate(first, **settings).value("lambada", "perplexity")
+try:
+    evaluate(mine, data_parallel=True, **settings)
+except UserError as err:
+    said["shared"] = str(err)
+with open(os.path.join(said_dir, "rank%d.json" % rank), "w") as handle:
+    json.dump(said, handle)
+
 from hf_gpt_custom.eval import sharding
 scored = []
 def counting(scorer, requests, **options):
@@ -37,15 +56,49 @@ def counting(scorer, requests, **options):
     return original(scorer, requests, **options)
 original, sharding.score_requests = sharding.score_requests, counting
 from hf_gpt_custom.cli import main
-main(sys.argv[1:])
-with open(os.path.join(os.environ["COUNTS"], "rank%s.json" % os.environ["RANK"]), "w") as handle:
+main(cli)
+with open(os.path.join(counts, "rank%s.json" % os.environ["RANK"]), "w") as handle:
     json.dump(len(scored), handle)
 """
 
 
-@pytest.mark.slow  # three Python processes import torch: ~40 s on the shared 2-core machine
+@pytest.fixture(scope="module")
+def launched(tiny_model_folder, tmp_path_factory):
+    """The two-rank launch: (the other model's folder, the Python calls' records, the counts, the CLI's report
+    folder, the completed process)."""
+    import shutil
+
+    import torch
+
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.model_folder import load_model_folder
+
+    tmp_path = tmp_path_factory.mktemp("launched")
+    other = tmp_path / "other"  # a second model: a blend of the two models' scores would show
+    shutil.copytree(tiny_model_folder, other)
+    model = load_model_folder(other)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter), alpha=0.5)
+    model.save_pretrained(other)
+    write_manifest(other)
+    script, said, counts, out = tmp_path / "launched.py", tmp_path / "said", tmp_path / "counts", tmp_path / "two"
+    script.write_text(_LAUNCHED)
+    said.mkdir()
+    counts.mkdir()
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+         str(tiny_model_folder), str(other), str(said), str(counts), "eval", "--model", str(tiny_model_folder),
+         "--tasks", ",".join(TASKS), "--shots", "0,1", "--limit", "5", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return SimpleNamespace(other=other, said=said, counts=counts, out=out, completed=completed)
+
+
+@pytest.mark.slow  # the shared two-rank launch: three Python processes import torch on the shared 2-core machine
 def test_two_processes_share_the_documents_and_report_what_one_process_reports(tiny_model_folder, tmp_path,
-                                                                               monkeypatch):
+                                                                               monkeypatch, launched):
     from hf_gpt_custom.eval import sharding
     from hf_gpt_custom.eval.runner import evaluate
 
@@ -56,16 +109,7 @@ def test_two_processes_share_the_documents_and_report_what_one_process_reports(t
     alone = evaluate(str(tiny_model_folder), tasks=TASKS, shots=[0, 1], limit=5, device="cpu", show_progress=False,
                      skip_unfittable=True, out_dir=tmp_path / "alone")
 
-    script, counts, out = tmp_path / "counting_cli.py", tmp_path / "counts", tmp_path / "two"
-    script.write_text(_COUNTING_CLI)
-    counts.mkdir()
-    completed = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), "eval",
-         "--model", str(tiny_model_folder), "--tasks", ",".join(TASKS), "--shots", "0,1", "--limit", "5",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "COUNTS": str(counts), "CUDA_VISIBLE_DEVICES": "", "TQDM_DISABLE": "1"})
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    counts, out, completed = launched.counts, launched.out, launched.completed
     # each rank scored its share, not the whole benchmark
     shares = [json.loads((counts / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert sum(shares) == len(requests) and min(shares) > 0
@@ -136,63 +180,20 @@ def test_a_group_smaller_than_the_launch_is_refused_not_evaluated_alone(monkeypa
         join_launched_processes(on_cpu=False)
 
 
-_PYTHON_CALLS = """
-import json, os, sys
-from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.eval.runner import evaluate
-rank, (first, second, out) = int(os.environ["RANK"]), sys.argv[1:]
-mine = [first, second][rank]
-said = {}
-settings = dict(tasks=["lambada"], shots=[0], limit=4, device="cpu", show_progress=False)
-said["own"] = evaluate(mine, **settings).value("lambada", "perplexity")  # each process its own model, alone
-if rank == 0:  # the main process only: nothing to wait for
-    said["main_only"] = evaluate(first, **settings).value("lambada", "perplexity")
-try:
-    evaluate(mine, data_parallel=True, **settings)
-except UserError as err:
-    said["shared"] = str(err)
-with open(os.path.join(out, "rank%d.json" % rank), "w") as handle:
-    json.dump(said, handle)
-"""
-
-
-@pytest.mark.slow  # three Python processes import torch: ~30 s on the shared 2-core machine
+@pytest.mark.slow  # the shared two-rank launch
 def test_python_calls_under_a_launcher_evaluate_alone_unless_asked_and_a_shared_call_must_be_the_same(
-        tiny_model_folder, tmp_path):
+        tiny_model_folder, launched):
     """Each launched process evaluating its own model got a blend of both models' scores, and a call made on the main
     process only waited for the others for ever (found by a review). Sharing is asked for with data_parallel=True
     (the eval command and run ask for it), and shares of different calls are refused. Reference: each model scored
     in this one process."""
-    import shutil
-
-    import torch
-
     from hf_gpt_custom.eval.runner import evaluate
-    from hf_gpt_custom.manifest import write_manifest
-    from hf_gpt_custom.model_folder import load_model_folder
 
-    other = tmp_path / "other"
-    shutil.copytree(tiny_model_folder, other)
-    model = load_model_folder(other)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter), alpha=0.5)
-    model.save_pretrained(other)
-    write_manifest(other)
     settings = dict(tasks=["lambada"], shots=[0], limit=4, device="cpu", show_progress=False)
     reference = [evaluate(str(folder), **settings).value("lambada", "perplexity")
-                 for folder in (tiny_model_folder, other)]
+                 for folder in (tiny_model_folder, launched.other)]
     assert reference[0] != pytest.approx(reference[1], rel=1e-3)  # a blend would show
-
-    script, out = tmp_path / "calls.py", tmp_path / "said"
-    script.write_text(_PYTHON_CALLS)
-    out.mkdir()
-    completed = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
-         str(tiny_model_folder), str(other), str(out)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    said = [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    said = [json.loads((launched.said / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [said[rank]["own"] for rank in (0, 1)] == pytest.approx(reference, rel=1e-9)
     assert said[0]["main_only"] == pytest.approx(reference[0], rel=1e-9)
     for rank in (0, 1):
