@@ -172,21 +172,62 @@ def test_compile_without_its_compiler_is_named(monkeypatch):
         check_compiler_available("cuda")
 
 
-@pytest.mark.parametrize("command", ["train", "run"])  # run: before its tokenizer stage, not after it
-@pytest.mark.parametrize("override, message", [
-    ("cpu=false", "cpu=false asks for a GPU, but"),
-    ("mixed_precision=fp16", "mixed_precision=fp16 needs a GPU"),
-    ("mixed_precision=fp32", "mixed_precision: unknown value 'fp32'"),
-])
-def test_the_cli_names_a_device_request_this_machine_cannot_meet_in_one_line(tmp_path, override, message, command):
+DEVICE_REQUESTS = {  # override -> what the one line says
+    "cpu=false": "cpu=false asks for a GPU, but",
+    "mixed_precision=fp16": "mixed_precision=fp16 needs a GPU",
+    "mixed_precision=fp32": "mixed_precision: unknown value 'fp32'",
+}
+COMMANDS = ("train", "run")  # run: refused before its tokenizer stage, not after it
+
+# Each case in a process of its own, as a user's command runs (no accelerate state made before it): one driver
+# imports the CLI and the libraries it loads once, then forks a child per case with its stderr in a file.
+_DRIVER = """
+import json, os, sys
+import accelerate, datasets, torch, transformers  # noqa: F401  (loaded once, before the children are forked)
+import hf_gpt_custom.run, hf_gpt_custom.training.train  # noqa: F401
+from hf_gpt_custom.cli import main
+for index, args in enumerate(json.loads(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(os.open(os.path.join(sys.argv[2], "%d.err" % index), os.O_WRONLY | os.O_CREAT), 2)
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exited:
+            code = exited.code if isinstance(exited.code, int) else 1
+        sys.stderr.flush()
+        os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def device_requests(tmp_path_factory):
+    """{(command, override): (exit status, stderr, the run folder)} for every case, from one driver process."""
+    import json
+
+    tmp_path = tmp_path_factory.mktemp("device_requests")
+    cases = [(command, override) for command in COMMANDS for override in DEVICE_REQUESTS]
+    arguments = [[command, str(REPO_ROOT / "training" / "configs" / "smoke.yaml"), f"out_dir={tmp_path / str(index)}",
+                  override] for index, (command, override) in enumerate(cases)]
+    (tmp_path / "driver.py").write_text(_DRIVER)
+    completed = subprocess.run([sys.executable, str(tmp_path / "driver.py"), json.dumps(arguments), str(tmp_path)],
+                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    codes = [int(line) for line in completed.stdout.split()]
+    return {case: (codes[index], (tmp_path / f"{index}.err").read_text(), tmp_path / str(index))
+            for index, case in enumerate(cases)}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("override", DEVICE_REQUESTS)
+def test_the_cli_names_a_device_request_this_machine_cannot_meet_in_one_line(device_requests, override, command):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the requests are valid here")
-    completed = subprocess.run(
-        [sys.executable, "-m", "hf_gpt_custom.cli", command, str(REPO_ROOT / "training" / "configs" / "smoke.yaml"),
-         f"out_dir={tmp_path / 'run'}", override], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert completed.returncode == 2, completed.stderr[-2000:]
-    assert message in completed.stderr and len(completed.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "run").exists()  # refused before the run folder was made
+    code, stderr, run_folder = device_requests[command, override]
+    assert code == 2, stderr[-2000:]
+    assert DEVICE_REQUESTS[override] in stderr and len(stderr.strip().splitlines()) == 1
+    assert not run_folder.exists()  # refused before the run folder was made
 
 
 def test_auto_trains_in_fp32_on_a_cpu_and_records_what_it_chose(make_config):
