@@ -11,20 +11,16 @@ last tokens that can hold a new occurrence, so each step costs the same however 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.eval.batching import pad_rows
 from hf_gpt_custom.eval.requests import Request
 from hf_gpt_custom.eval.tokens import encode_texts
 
-# Plain argmax decoding whatever the model's generation_config asks for (sampling, beams, penalties): these
-# override its values, while settings it leaves unset keep transformers' own (greedy) defaults.
-GREEDY_SETTINGS = {"do_sample": False, "num_beams": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-                   "min_new_tokens": 0, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
-# What lm-eval's HFLM sets (protocol="lm-eval"): no sampling; the rest of the model's generation_config applies.
-LM_EVAL_GENERATION_SETTINGS = {"do_sample": False}
 MAX_BYTES_PER_CHARACTER = 4  # UTF-8; a byte-level token holds at least one byte
 
 
@@ -67,14 +63,43 @@ class StopInGeneratedText(StoppingCriteria):
         return is_done.to(input_ids.device)
 
 
+@contextmanager
+def _generation_config_of_its_own(model, generation_config: GenerationConfig):
+    """`model` with `generation_config` in place of its own while generating. transformers fills every setting that
+    generate()'s generation_config leaves unset from the model's, so the folder's bad_words_ids, sequence_bias,
+    forced_eos_token_id, decay penalty... applied to "plain argmax" decoding (the genflow hunt): only a model whose
+    own config is bare decodes plainly."""
+    saved = model.generation_config
+    model.generation_config = generation_config
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
+def _refuse_what_lm_eval_cannot_score(model) -> None:
+    """lm-eval's HFLM fails on these too: several sequences per context (num_return_sequences) would be zipped with
+    the contexts, each document scored on another's beam, and a dict output is no tensor of ids."""
+    own = model.generation_config
+    for name, value, works in (("num_return_sequences", own.num_return_sequences, (None, 1)),
+                               ("return_dict_in_generate", own.return_dict_in_generate, (None, False))):
+        if value not in works:
+            raise UserError(f"the model's generation_config.json sets {name}={value!r}, which --protocol lm-eval "
+                            f"cannot score (lm-eval's HFLM fails on it too: one answer per document is scored); "
+                            f"evaluate with --protocol ours (plain argmax decoding), or drop {name} from that file")
+
+
 @torch.no_grad()
 def generate_greedy(
     model, tokenizer, requests: Sequence[Request], max_length: int, padding_token_id: int,
-    settings: dict = GREEDY_SETTINGS,
+    obeys_generation_config: bool = False,
 ) -> list[tuple[str, int, bool]]:
     """(text cut before its first stop sequence, tokens generated, was the context cut) for requests that share
-    their `until` and `max_gen_toks`, generated as one left-padded batch with the generation `settings`.
+    their `until` and `max_gen_toks`, generated as one left-padded batch.
 
+    Decoding is plain argmax whatever the model's generation_config asks for, or, `obeys_generation_config` (the
+    lm-eval protocol), as lm-eval's HFLM asks: do_sample=False and max_length = the batch's width + max_gen_toks,
+    everything else the model's generation_config says (a max_new_tokens there wins over max_length, as in HFLM).
     The context keeps its last max_length - max_gen_toks tokens, so the answer fits the model's window.
     """
     (until,) = {request.until for request in requests}
@@ -85,14 +110,20 @@ def generate_greedy(
     eos_token_ids = end_of_text_ids(model, tokenizer)
     stopping = StopInGeneratedText(tokenizer, until, input_ids.shape[1], eos_token_ids, len(requests))
     device = next(model.parameters()).device
-    output = model.generate(
-        input_ids=input_ids.to(device),
-        attention_mask=mask.to(device),
-        generation_config=GenerationConfig(
-            **settings, max_new_tokens=max_new, eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id
-        ),
-        stopping_criteria=StoppingCriteriaList([stopping]),
-    )
+    ids = dict(eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id)
+    if obeys_generation_config:
+        _refuse_what_lm_eval_cannot_score(model)
+        own_config, length = nullcontext(), dict(max_length=input_ids.shape[1] + max_new)
+    else:
+        bare = GenerationConfig(bos_token_id=model.generation_config.bos_token_id, **ids)
+        own_config, length = _generation_config_of_its_own(model, bare), dict(max_new_tokens=max_new)
+    with own_config:
+        output = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=GenerationConfig(do_sample=False, **length, **ids),
+            stopping_criteria=StoppingCriteriaList([stopping]),
+        )
     generated = output[:, input_ids.shape[1] :].tolist()
     stops = [stop for stop in (*until, tokenizer.eos_token) if stop]
     results = []

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_gpt_custom.eval.batching import batches, pad_rows, padded_batches
-from hf_gpt_custom.eval.generation import GREEDY_SETTINGS, LM_EVAL_GENERATION_SETTINGS, generate_greedy
+from hf_gpt_custom.eval.generation import generate_greedy
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.shared_prefix import score_shared_prefixes
 from hf_gpt_custom.eval.tokens import (
@@ -47,7 +47,7 @@ class CausalLMScorer:
         """obeys_generation_config: generate_until decodes as the model's generation_config says apart from
         sampling (lm-eval's HFLM: a repetition_penalty there applies); by default it is plain argmax decoding."""
         self.model = model
-        self.generation_settings = LM_EVAL_GENERATION_SETTINGS if obeys_generation_config else GREEDY_SETTINGS
+        self.obeys_generation_config = obeys_generation_config
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         self.max_length = max_length or resolve_max_length(model.config, tokenizer)
@@ -217,7 +217,7 @@ class CausalLMScorer:
         for batch in (batch for group in by_settings.values() for batch in batches(group, self.batch_size, size=lambda _: 1)):
             generated = generate_greedy(
                 self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.padding_token_id,
-                self.generation_settings,
+                self.obeys_generation_config,
             )
             for index, (text, n_tokens, is_truncated) in zip(batch, generated):
                 outputs[index] = ScoredRequest(requests[index], 0.0, True, n_tokens, generation=text, is_truncated=is_truncated)

@@ -121,6 +121,12 @@ def attach_generation_config(model, path: str | os.PathLike, config_dict: dict, 
     generation_config = kwargs.get("generation_config")
     if generation_config is None:
         generation_config = saved_generation_config(path, **kwargs)
+        if generation_config is not None:
+            # from_pretrained's arguments that name a generation setting apply to the saved file too, as
+            # transformers' GenerationConfig.from_pretrained(folder, **kwargs) applies them: eos_token_id=<an
+            # end-of-turn id> changed config.json's copy only, and generate() ran past it
+            generation_config.update(**{name: value for name, value in kwargs.items()
+                                        if name not in HUB_KEYS and hasattr(generation_config, name)})
     if generation_config is None:
         generation_config = GenerationConfig.from_model_config(dict(config_dict))
     model.generation_config = copy.deepcopy(generation_config)

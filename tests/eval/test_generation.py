@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from hf_gpt_custom.eval.requests import Request
@@ -185,3 +186,79 @@ def test_the_lm_eval_protocol_decodes_greedily_whatever_the_generation_config_sa
         torch.manual_seed(seed)
         scorer = CausalLMScorer(sampling, tokenizer, batch_size=8, obeys_generation_config=True)
         assert [g.generation for g in scorer.generate_until(requests, show_progress=False)] == expected
+
+
+def _first_tokens(model, tokenizer) -> list[int]:
+    return sorted({greedy_reference(model, tokenizer, context, 1)[0] for context in CONTEXTS})
+
+
+# generation_config fields that act on greedy decoding and that the default protocol's settings did not override:
+# transformers fills every field generate()'s config leaves unset from the model's own
+ACTING_FIELDS = {
+    "suppress_tokens": lambda first: first,
+    "bad_words_ids": lambda first: [[token] for token in first],
+    "sequence_bias": lambda first: {(token,): -100.0 for token in first},
+    "begin_suppress_tokens": lambda first: first,
+    "forced_eos_token_id": lambda first: first[0],
+    "exponential_decay_length_penalty": lambda first: (1, 5.0),
+}
+
+
+@pytest.mark.parametrize("field", ACTING_FIELDS)
+def test_the_default_protocol_decodes_plainly_whatever_the_generation_config_asks(tiny_model_and_tokenizer, field):
+    """The docs promise plain argmax decoding whatever generation_config.json asks: the folder's suppressed or banned
+    tokens, sequence bias, forced eos or decay penalty still applied (the genflow hunt). Reference: the independent
+    greedy loop; the same field does change what the lm-eval protocol (which obeys the config) generates."""
+    model, tokenizer = tiny_model_and_tokenizer
+    asking = copy.deepcopy(model)
+    value = ACTING_FIELDS[field](_first_tokens(model, tokenizer))
+    if field == "forced_eos_token_id":
+        asking.generation_config.max_length = 12  # forced at the last position generate() allows
+    setattr(asking.generation_config, field, value)
+    expected = _greedy_texts(model, tokenizer)
+    assert [g.generation for g in generate(asking, tokenizer, CONTEXTS)] == expected
+    requests = [Request(i, c, "", request_type="generate_until", max_gen_toks=8) for i, c in enumerate(CONTEXTS)]
+    obeying = CausalLMScorer(asking, tokenizer, batch_size=8, obeys_generation_config=True)
+    assert [g.generation for g in obeying.generate_until(requests, show_progress=False)] != expected
+    assert getattr(asking.generation_config, field) == value  # the model's own config is back as it was
+
+
+@pytest.mark.parametrize("fields", [dict(max_new_tokens=3), dict(max_new_tokens=12), dict(repetition_penalty=50.0)])
+def test_the_lm_eval_protocol_generates_what_lm_evals_hflm_generates_from_the_same_model(tiny_model_and_tokenizer,
+                                                                                         fields):
+    """HFLM passes max_length (the batch's width + max_gen_toks), so a max_new_tokens in the model's generation_config
+    wins there; ours passed max_new_tokens and ignored it (the genflow hunt). Reference: lm-eval 0.4.13's HFLM
+    wrapping the same model object."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    model, tokenizer = tiny_model_and_tokenizer
+    asking = copy.deepcopy(model)
+    for name, value in fields.items():
+        setattr(asking.generation_config, name, value)
+    lm = HFLM(pretrained=asking, tokenizer=tokenizer, batch_size=1, device="cpu")
+    settings = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
+    theirs = lm.generate_until([Instance("generate_until", {}, (context, dict(settings)), index)
+                                for index, context in enumerate(CONTEXTS)], disable_tqdm=True)
+    requests = [Request(i, c, "", request_type="generate_until", until=("\n\n",), max_gen_toks=8)
+                for i, c in enumerate(CONTEXTS)]
+    ours = CausalLMScorer(asking, tokenizer, batch_size=1, obeys_generation_config=True)
+    assert [g.generation for g in ours.generate_until(requests, show_progress=False)] == theirs
+
+
+@pytest.mark.parametrize("fields", [dict(num_beams=2, num_return_sequences=2), dict(return_dict_in_generate=True)])
+def test_the_lm_eval_protocol_refuses_a_generation_config_it_cannot_score_by_name(tiny_model_and_tokenizer, fields):
+    """Two sequences per context were zipped with the contexts (each document scored on another's beam); a dict
+    output was a bare TypeError. lm-eval's HFLM fails on both too; the default protocol decodes plainly."""
+    from hf_gpt_custom.errors import UserError
+
+    model, tokenizer = tiny_model_and_tokenizer
+    asking = copy.deepcopy(model)
+    for name, value in fields.items():
+        setattr(asking.generation_config, name, value)
+    requests = [Request(i, c, "", request_type="generate_until", max_gen_toks=4) for i, c in enumerate(CONTEXTS)]
+    name = next(iter(fields)) if "num_return_sequences" not in fields else "num_return_sequences"
+    with pytest.raises(UserError, match=rf"generation_config.json sets {name}=.*--protocol ours"):
+        CausalLMScorer(asking, tokenizer, obeys_generation_config=True).generate_until(requests, show_progress=False)
+    assert [g.generation for g in generate(asking, tokenizer, CONTEXTS, max_gen_toks=8)] == \
+        _greedy_texts(model, tokenizer)

@@ -594,3 +594,22 @@ def test_converting_back_to_openai_gpt_keeps_the_generic_config_fields():
     config = GPTCustomConfig(**TINY_GPT2, **GPT1_BLOCK, prefix="ROMEO: ", output_hidden_states=True, sep_token_id=7)
     back = openai_gpt_config_from(config)
     assert (back.prefix, back.output_hidden_states, back.sep_token_id) == ("ROMEO: ", True, 7)
+
+
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "LlamaForCausalLM"])
+def test_token_ids_given_to_from_pretrained_reach_the_folders_generation_config(tmp_path, class_name):
+    """from_pretrained(folder, eos_token_id=<an end-of-turn id>) changed config.json's copy only: generate() kept
+    stopping at the saved generation_config.json's eos, where transformers' class applies the argument to both (the
+    genflow hunt). Reference: transformers' class loading the same folder with the same arguments."""
+    reference_model(class_name).save_pretrained(tmp_path)
+    prompt = torch.tensor([[5, 6, 7, 8]])
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path)
+    greedy = theirs.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=PAD)[0, 4:].tolist()
+    stop_at = greedy[3]  # the 4th token it generates
+    arguments = dict(eos_token_id=stop_at, pad_token_id=PAD, bos_token_id=3)
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path, **arguments)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, **arguments)
+    for name, value in arguments.items():
+        assert getattr(ours.generation_config, name) == getattr(theirs.generation_config, name) == value, name
+    tokens = [model.generate(prompt, max_new_tokens=8, do_sample=False)[0, 4:].tolist() for model in (ours, theirs)]
+    assert tokens[0] == tokens[1] and len(tokens[0]) < 8
