@@ -491,3 +491,62 @@ def test_the_rope_theta_set_last_is_the_one_built_on_every_reuse_of_the_config(t
             torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
     config.save_pretrained(tmp_path / "saved")
     assert GPTCustomConfig.from_pretrained(tmp_path / "saved").rope_theta == 2e5
+
+
+@pytest.mark.parametrize("then", ["plain rope_parameters", "None"])
+def test_a_scaling_assigned_then_replaced_or_cleared_builds_the_plain_model(tmp_path, then):
+    """`config.rope_parameters = {linear scaling}`, then the user changes their mind: a plain rope_parameters sets
+    rope_theta and drops the stored scaling, None clears it. Whichever is assigned last holds, as for any other
+    field (the mutation sweep: a kept scaling still refused the build, and None raised a TypeError on assignment).
+    Reference: a model whose config is constructed with the final rope_theta."""
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=64, n_layer=1, n_embd=32, n_head=2, n_positions=64,
+                                         position_embedding_type="rope")).save_pretrained(tmp_path / "ours")
+    config = GPTCustomConfig.from_pretrained(tmp_path / "ours")
+    config.rope_parameters = {"rope_type": "linear", "factor": 2.0}
+    if then == "None":
+        config.rope_parameters = None
+        theta = 10000.0
+    else:
+        config.rope_parameters = {"rope_type": "default", "rope_theta": 5e5}
+        theta = 5e5
+    model = GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config).eval()
+    reference = GPTCustomForCausalLM.from_pretrained(
+        tmp_path / "ours", config=GPTCustomConfig.from_pretrained(tmp_path / "ours", rope_theta=theta)).eval()
+    assert model.config.rope_theta == theta
+    ids = torch.arange(40)[None] % 64
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rope", [{"type": "linear", "factor": 2.0},  # transformers 4's key for the scaling's kind
+                                  {"rope_type": "linear", "rope_theta": 10000.0}])
+def test_a_scaling_in_any_spelling_is_refused_at_construction_and_when_set_on_a_built_config(tmp_path, rope):
+    """Only {"rope_type": "default", "rope_theta": ...} is plain RoPE: another rope_type, or any other key (the older
+    "type" spelling of it included), is scaling this model does not implement. Reference: transformers' Llama reads
+    rope_scaling={"type": "linear", "factor": 2.0} from a config.json as linear scaling (its logits change)."""
+    import warnings
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, max_position_embeddings=64)).eval()
+    llama.save_pretrained(tmp_path / "llama")
+    saved = json.loads((tmp_path / "llama" / "config.json").read_text())
+    saved.pop("rope_parameters", None)
+    saved.update(rope_theta=10000.0, rope_scaling={"type": "linear", "factor": 2.0})
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(saved))
+    ids = torch.arange(40)[None] % 64
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scaled = LlamaForCausalLM.from_pretrained(tmp_path / "llama").eval()(ids).logits
+        assert not torch.allclose(scaled, llama(ids).logits, atol=1e-4)
+
+    with pytest.raises(ValueError, match="only plain RoPE is implemented"):
+        GPTCustomConfig(position_embedding_type="rope", rope_parameters=dict(rope))
+    GPTCustomForCausalLM(GPTCustomConfig(vocab_size=64, n_layer=1, n_embd=32, n_head=2, n_positions=64,
+                                         position_embedding_type="rope")).save_pretrained(tmp_path / "ours")
+    config = GPTCustomConfig.from_pretrained(tmp_path / "ours")
+    config.rope_parameters = dict(rope)
+    with pytest.raises(ValueError, match="only plain RoPE is implemented"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config)

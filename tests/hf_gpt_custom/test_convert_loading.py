@@ -2,6 +2,8 @@
 classes do: the folder's generation_config.json, `config=`, `output_loading_info`, a one-device `device_map`; any
 argument it cannot honour is refused by name instead of being dropped."""
 
+import json
+
 import pytest
 import torch
 import transformers
@@ -613,3 +615,43 @@ def test_token_ids_given_to_from_pretrained_reach_the_folders_generation_config(
         assert getattr(ours.generation_config, name) == getattr(theirs.generation_config, name) == value, name
     tokens = [model.generate(prompt, max_new_tokens=8, do_sample=False)[0, 4:].tolist() for model in (ours, theirs)]
     assert tokens[0] == tokens[1] and len(tokens[0]) < 8
+
+
+@pytest.mark.parametrize("class_name", ["GPT2LMHeadModel", "LlamaForCausalLM"])
+def test_a_converted_folder_keeps_the_rest_of_the_generic_config_fields(tmp_path, class_name):
+    """The generic fields the test above leaves at their defaults: output_attentions (forward returns the attention
+    maps), return_dict, decoder_start_token_id. Reference: transformers' class loading the same folder (the mutation
+    sweep: each could be dropped from the list without a test failing)."""
+    saved_folder(tmp_path, class_name, return_dict=False, decoder_start_token_id=3)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["output_attentions"] = True  # transformers validates it against sdpa on save: written by hand, loaded eager
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path, attn_implementation="eager")
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, attn_implementation="eager")
+    for name in ("output_attentions", "return_dict", "decoder_start_token_id"):
+        assert getattr(ours.config, name) == getattr(theirs.config, name), name
+    assert (theirs.config.output_attentions, theirs.config.return_dict, theirs.config.decoder_start_token_id) == \
+        (True, False, 3)
+    for model in (ours, theirs):  # forward with return_dict=False in the config fails alike in both (transformers 5)
+        model.config.return_dict = True
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert len(ours(ids).attentions) == len(theirs(ids).attentions) == 2
+
+
+@pytest.mark.parametrize("to", ["Llama", "OpenAI GPT"])
+def test_converting_back_keeps_generic_fields_whose_value_is_false_or_zero(to):
+    """sep_token_id=0 and return_dict=False are set values, not unset ones: the converted-back config held None and
+    True (transformers' defaults) where a falsy check skipped them (the mutation sweep). Reference: the values the
+    config holds."""
+    from hf_gpt_custom.convert_llama import llama_config_from
+    from hf_gpt_custom.convert_openai_gpt import GPT1_BLOCK, openai_gpt_config_from
+
+    generic = dict(sep_token_id=0, decoder_start_token_id=0, return_dict=False)
+    if to == "Llama":
+        config = GPTCustomConfig(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                 position_embedding_type="rope", norm_type="rmsnorm", mlp_type="swiglu",
+                                 attention_bias=False, mlp_bias=False, tie_word_embeddings=False, **generic)
+        back = llama_config_from(config)
+    else:
+        back = openai_gpt_config_from(GPTCustomConfig(**TINY_GPT2, **GPT1_BLOCK, **generic))
+    assert {name: getattr(back, name) for name in generic} == generic

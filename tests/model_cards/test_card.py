@@ -589,3 +589,40 @@ def test_the_cards_first_snippet_runs_as_written_on_a_short_context(tmp_path):
                             capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("ROMEO:")
+
+
+def test_the_snippets_new_tokens_count_the_prompt_in_bytes_and_are_never_zero():
+    """A prompt of non-ASCII text is more byte-level tokens than characters (counted in characters, the snippet asked
+    for more than the context holds), and a context the prompt already fills still asks for one new token:
+    transformers refuses max_new_tokens=0 (the mutation sweep). Reference: a byte-level tokenizer's count."""
+    from transformers import GenerationConfig
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from model_cards.card import _example_max_new_tokens
+
+    prompt = "ÉTÉ:"
+    n_tokens = len(GPTCustomTokenizerFast.bytes_only()(prompt).input_ids)
+    assert n_tokens == 6 > len(prompt)
+    assert _example_max_new_tokens(prompt, 32) == 32 - n_tokens - 2  # room for a BOS and a leading-space piece
+    assert _example_max_new_tokens("ROMEO:", 8) == _example_max_new_tokens("ROMEO:", 4) == 1
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        GenerationConfig(max_new_tokens=0).validate()
+
+
+def test_the_snippets_new_tokens_follow_the_context_length_not_another_field(tmp_path):
+    """The card reads n_positions: a 40-position model 32 wide asks for 40 - 6 - 2 = 32 new tokens (the short-context
+    test above has n_positions = n_embd = 32, where a wrong field gives the same count; the mutation sweep)."""
+    import re
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.hub import export_folder
+    from tests.helpers import save_tiny_model
+
+    run = make_tiny_run(tmp_path / "run", with_eval=False)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(run / "final")
+    model = save_tiny_model(run / "final", len(tokenizer), n_positions=40, seed=0, bos_token_id=tokenizer.eos_token_id,
+                            eos_token_id=tokenizer.eos_token_id)
+    assert (model.config.n_positions, model.config.n_embd) == (40, 32)
+    out = export_folder(run, tmp_path / "export")
+    snippet = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(encoding="utf-8"), re.S).group(1)
+    assert "max_new_tokens=32," in snippet

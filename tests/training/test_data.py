@@ -604,6 +604,25 @@ def test_a_val_fraction_that_holds_out_every_document_names_it(make_config, toke
     assert (len(train), len(val)) == (1, 1)
 
 
+def test_the_val_fraction_a_refusal_offers_is_the_largest_that_keeps_a_document_to_train_on(
+        make_config, tokenizer, shakespeare_tokenizer_dir, tmp_path):
+    """Three documents and val_fraction=0.9 hold out ceil(2.7) = 3: the message offers "below 0.667" ((3 - 1) / 3),
+    and a fraction just below it trains on one document (the mutation sweep: with two documents, (n - 1) / n and 1 / n
+    are both 0.5). Reference: the split that fraction makes."""
+    three = tmp_path / "three.txt"
+    three.write_text("\n\n".join(f"speech number {i}, long enough to train on " * 20 for i in range(3)),
+                     encoding="utf-8")
+    config = make_config(f"dataset={three}", "val_fraction=0.9", "val_holdout=tail",
+                         f"data_cache_dir={tmp_path / 'cache'}")
+    with pytest.raises(ValueError, match=r"holds out all 3 documents .*lower val_fraction below 0\.667"):
+        prepare_datasets(config, tokenizer, shakespeare_tokenizer_dir)
+    from hf_gpt_custom.training.data import split_documents
+
+    train, val = split_documents(make_config(f"dataset={three}", "val_fraction=0.666", "val_holdout=tail",
+                                             f"data_cache_dir={tmp_path / 'cache'}"))
+    assert (len(train), len(val)) == (1, 2)
+
+
 # --- what the data-pipeline hunt found ------------------------------------------------------------------------------
 
 

@@ -346,3 +346,53 @@ def test_an_older_checkpoint_of_a_run_from_a_folder_without_tokenizer_json_keeps
     settings.get(CONTENTS, {}).pop("tokenizer", None)  # older than the record
     (copy / SETTINGS_NAME).write_text(json.dumps(settings))
     assert checkpoint_run_tokenizer(copy) == run / "tokenizer"
+
+
+@pytest.mark.parametrize("case", ["recorded, an earlier run's tokenizer left in the folder",
+                                  "older checkpoint, no tokenizer folder"])
+def test_a_run_started_from_a_checkpoint_takes_the_tokenizer_that_checkpoints_run_trained_with(
+        checkpoint, same_size_other_tokenizer, tmp_path, case):
+    """Run B trained with init_from=<run A's checkpoint> (no tokenizer setting): its tokenizer is A's, found one run
+    back. With the sha256 record, a tokenizer/ in B's folder that does not hold those files is an earlier run's; in an
+    older checkpoint with no tokenizer/ of B's own there is nothing else to take (the mutation sweep: either was
+    refused). Reference: the folder run A was trained with."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.training.resume import CONTENTS, SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, trained_with = checkpoint  # run A's checkpoint, trained with tokenizer=<trained_with>
+    run = tmp_path / "run_b"
+    copy = run / "checkpoints" / folder.name
+    shutil.copytree(folder, copy)
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    settings.update(tokenizer=None, init_from=str(folder))
+    if case.startswith("recorded"):
+        assert settings[CONTENTS]["tokenizer"]
+        shutil.copytree(same_size_other_tokenizer, run / "tokenizer")  # the earlier run's: 512 tokens, other merges
+    else:
+        settings.get(CONTENTS, {}).pop("tokenizer", None)
+    (copy / SETTINGS_NAME).write_text(json.dumps(settings))
+    assert checkpoint_run_tokenizer(copy) == trained_with
+
+
+def test_a_moved_run_keeps_its_proven_tokenizer_when_the_folder_it_started_from_is_gone(checkpoint, tmp_path):
+    """A run from init_from=<model folder> whose <run>/tokenizer holds the very files its checkpoint recorded (sha256):
+    that one, also when the model folder it started from is gone since (the mutation sweep: the rule one run back was
+    tried first, and refused the missing folder as "not a checkpoint of a run")."""
+    import json
+    import shutil
+
+    from hf_gpt_custom.training.resume import SETTINGS_NAME
+    from hf_gpt_custom.training.workload import checkpoint_run_tokenizer
+
+    folder, trained_with = checkpoint
+    run = tmp_path / "run_b"
+    copy = run / "checkpoints" / folder.name
+    shutil.copytree(folder, copy)
+    shutil.copytree(trained_with, run / "tokenizer")  # the recorded files
+    settings = json.loads((copy / SETTINGS_NAME).read_text())
+    settings.update(tokenizer=None, init_from=str(tmp_path / "deleted_model_folder"))
+    (copy / SETTINGS_NAME).write_text(json.dumps(settings))
+    assert checkpoint_run_tokenizer(copy) == run / "tokenizer"
