@@ -319,17 +319,34 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str | 
 
 
 def _copy_in_dtype(model, dtype):
-    """A copy of `model` in `dtype`, built as from_pretrained(dtype=...) builds it: the weights cast, the buffers a
-    model computes at construction kept as it keeps them (transformers' Llama holds RoPE's inv_freq in float32).
-    copy.deepcopy(model).to(dtype) rounded those too, and the rotary angles drifted with the position (0.18 rad at
-    position 1000 in bfloat16: the dtypes2 hunt)."""
-    if not hasattr(type(model), "_from_config"):  # not a transformers model: cast as Module.to casts
-        return copy.deepcopy(model).to(dtype)
-    copied = type(model)._from_config(copy.deepcopy(model.config), dtype=dtype)
-    copied.load_state_dict(model.state_dict(), strict=True)
-    if getattr(model, "generation_config", None) is not None and copied.can_generate():
-        copied.generation_config = copy.deepcopy(model.generation_config)
-    return copied.to(next(model.parameters()).device)
+    """A copy of `model` in `dtype` (Module.to casts in place; the object passed in is left as it is), holding in
+    float32 the buffers that from_pretrained(dtype=...) holds in float32: transformers' Llama keeps RoPE's inv_freq
+    so, and .to(bfloat16) rounded it, the rotary angles drifting with the position (0.18 rad at position 1000: the
+    dtypes2 hunt). A deep copy keeps everything else the object has: hooks, adapters injected in place, its
+    generation_config, a config edited since it was built (a copy rebuilt from the config lost them)."""
+    copied = copy.deepcopy(model).to(dtype)
+    for name in _buffers_built_in_float32(model, dtype):
+        module_name, _, buffer_name = name.rpartition(".")
+        original = model.get_buffer(name)
+        copied.get_submodule(module_name)._buffers[buffer_name] = original.detach().clone()
+    return copied
+
+
+def _buffers_built_in_float32(model, dtype) -> list[str]:
+    """The floating-point buffers that the model's class, built in `dtype` as from_pretrained builds it (on the meta
+    device: no memory, no weights), still holds in float32; none where it cannot be built that way."""
+    import torch
+
+    if not hasattr(type(model), "_from_config") or dtype == torch.float32:
+        return []
+    try:
+        with torch.device("meta"):
+            built = type(model)._from_config(copy.deepcopy(model.config), dtype=dtype)
+    except Exception:  # noqa: BLE001  a class that cannot be built from its config alone: cast as Module.to casts
+        return []
+    own = dict(model.named_buffers())
+    return [name for name, buffer in built.named_buffers()
+            if buffer.dtype == torch.float32 and name in own and own[name].dtype == torch.float32]
 
 
 def _manifest_text(folder: Path) -> str | None:

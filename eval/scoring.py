@@ -72,6 +72,7 @@ class CausalLMScorer:
             position_ids=position_ids,
             **cache_kwarg(past_key_values),  # `cache` from transformers 5.24 on
             use_cache=use_cache,
+            return_dict=True,  # outputs by name, whatever the folder's config.return_dict says
         )
         features = output.last_hidden_state if self._use_head_split else output.logits
         return features, (output_cache(output) if use_cache else None)
@@ -91,8 +92,8 @@ class CausalLMScorer:
             return False
         probe = torch.tensor([[self.padding_token_id] * 4], device=self.device)
         try:
-            full = self.model(input_ids=probe).logits
-            split = head(base(input_ids=probe).last_hidden_state)
+            full = self.model(input_ids=probe, return_dict=True).logits
+            split = head(base(input_ids=probe, return_dict=True).last_hidden_state)
         except (TypeError, AttributeError):
             return False
         self._logit_width = full.shape[-1]  # the model's own logits may be narrower than the head (padded rows cut)

@@ -299,7 +299,7 @@ class GPTCustomForSequenceClassification(GPTCustomTaskHeadModel):
         regression. `lm_loss_weight` λ >= 0 adds λ × the LM loss on input_ids to `loss` (GPT-1 trained with 0.5)."""
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state
         rows = hidden_states.shape[0]
@@ -364,7 +364,7 @@ class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
         """`labels`: (batch, seq) class indices, -100 where a position has no label (padding, sub-word pieces)."""
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
-            use_cache=False, **kwargs,
+            use_cache=False, return_dict=True, **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
         loss = None
@@ -400,7 +400,7 @@ class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
         position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error."""
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
-            use_cache=False, **kwargs,
+            use_cache=False, return_dict=True, **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)  # (batch, seq, 2)
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
@@ -482,7 +482,7 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
         outputs: BaseModelOutputWithPast = self.transformer(
             flat_ids, attention_mask=flat_mask, position_ids=flatten(position_ids, 1),
             inputs_embeds=flatten(inputs_embeds, 2), token_type_ids=flatten(token_type_ids, 1), use_cache=False,
-            **kwargs,
+            return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (batch·n_choices, seq, n_embd)
         rows = hidden_states.shape[0]

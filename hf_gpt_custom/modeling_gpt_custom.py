@@ -134,8 +134,8 @@ class GPTCustomAttention(nn.Module):
         """Output (batch, seq, n_embd) and the attention weights (None from sdpa/flash).
         `position_embeddings`: RoPE's (cos, sin) for these positions, None for learned/sinusoidal positions.
         `attention_mask`: transformers' 4-D mask, causality and padding combined (GPTCustomModel._causal_mask); None
-        where the kernel's causal flag is the whole mask (sdpa without a padding mask, a cache or given positions:
-        uses_sdpa_causal_flag).
+        where the kernel's causal flag is the whole mask (e.g. sdpa without a padding mask, a cache or given positions:
+        uses_sdpa_causal_flag; transformers' create_causal_mask decides for the other kernels).
         `kwargs`: the attention interface's other arguments (position_ids, which flash/flex read for packed rows)."""
         batch, seq_len, _ = hidden_states.shape
         query, key, value = self.c_attn(hidden_states).split(self.split_sizes, dim=-1)
@@ -660,6 +660,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             token_type_ids=token_type_ids,
+            return_dict=True,  # the body's output by name; this forward's own return_dict is can_return_tuple's
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

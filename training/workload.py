@@ -447,7 +447,9 @@ def checkpoint_run_tokenizer(init_from: Path, fix: str = "pass tokenizer=<the fo
     """The tokenizer that the run of checkpoint `init_from` (<run>/checkpoints/step_NNNNNN, no tokenizer files of its
     own) trained with: the folder its recorded `tokenizer:` setting names; for a run without that setting started
     from a model folder or checkpoint of its own (init_from), that one's tokenizer, unless <run>/tokenizer is proven
-    the run's (below); else <run>/tokenizer (trained there, or a Hub tokenizer saved there). Refused when it is not
+    the run's by the checkpoint's sha256 record, or the checkpoint predates that record and the folder it started from
+    has no tokenizer.json (those versions trained <run>/tokenizer for such a run); else <run>/tokenizer (trained
+    there, or a Hub tokenizer saved there). Refused when it is not
     found, is not the one the checkpoint recorded, or its size is not the checkpoint's vocab_size; any other
     init_from without tokenizer.json is refused too."""
     from hf_gpt_custom.training.checkpoint import checkpoint_step

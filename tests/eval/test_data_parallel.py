@@ -28,14 +28,28 @@ def test_each_document_is_scored_by_exactly_one_process_with_all_its_requests():
 
 
 # One torchrun launch of two ranks serves both launched tests (each launch costs two Python processes importing
-# torch). Each rank first makes the Python calls (its own model alone; the main process's call alone; a shared call
-# of different models, refused), then counts the requests it scores while it runs the CLI as `accelerate launch -m
-# hf_gpt_custom.cli` would.
+# torch). Each rank first counts the requests it scores while it runs the CLI as `accelerate launch -m
+# hf_gpt_custom.cli` would (first, so that the CLI joins the processes itself), then makes the Python calls (its own
+# model alone, in a process that has joined the group; the main process's call alone; a shared call of different
+# models, refused).
 _LAUNCHED = """
 import json, os, sys
+rank, (first, second, said_dir, counts, *cli) = int(os.environ["RANK"]), sys.argv[1:]
+
+from hf_gpt_custom.eval import sharding
+scored = []
+def counting(scorer, requests, **options):
+    scored.extend(request.doc_id for request in requests)
+    return original(scorer, requests, **options)
+original, sharding.score_requests = sharding.score_requests, counting
+from hf_gpt_custom.cli import main
+main(cli)  # first: the CLI joins the launched processes itself
+sharding.score_requests = original
+with open(os.path.join(counts, "rank%s.json" % os.environ["RANK"]), "w") as handle:
+    json.dump(len(scored), handle)
+
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.eval.runner import evaluate
-rank, (first, second, said_dir, counts, *cli) = int(os.environ["RANK"]), sys.argv[1:]
 mine = [first, second][rank]
 said = {}
 settings = dict(tasks=["lambada"], shots=[0], limit=4, device="cpu", show_progress=False)
@@ -48,17 +62,6 @@ except UserError as err:
     said["shared"] = str(err)
 with open(os.path.join(said_dir, "rank%d.json" % rank), "w") as handle:
     json.dump(said, handle)
-
-from hf_gpt_custom.eval import sharding
-scored = []
-def counting(scorer, requests, **options):
-    scored.extend(request.doc_id for request in requests)
-    return original(scorer, requests, **options)
-original, sharding.score_requests = sharding.score_requests, counting
-from hf_gpt_custom.cli import main
-main(cli)
-with open(os.path.join(counts, "rank%s.json" % os.environ["RANK"]), "w") as handle:
-    json.dump(len(scored), handle)
 """
 
 

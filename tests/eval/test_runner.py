@@ -289,3 +289,63 @@ def test_a_rope_model_object_scored_in_bfloat16_keeps_its_rotary_frequencies_in_
     reference = evaluate(loaded_bf16, tokenizer, **settings)
     assert llama.model.rotary_emb.inv_freq.dtype == torch.float32 and next(llama.parameters()).dtype == torch.float32
     assert [row["value"] for row in copied.results] == [row["value"] for row in reference.results]
+
+
+def test_a_model_object_scored_in_another_dtype_keeps_its_generation_config(tiny_model_and_tokenizer):
+    """The copy in the scored dtype is built from the model's config: its generation_config (here an eos id of its
+    own, as Llama 3's end-of-turn) must come along, or generate_until ran past it. Reference: the same object scored
+    in its own dtype, and a model that always predicts that token stops after one."""
+    import torch
+
+    from tests.eval.test_generation import constant_model
+
+    _, tokenizer = tiny_model_and_tokenizer
+    favourite = tokenizer.encode("x")[0]
+    model = constant_model(tokenizer, favourite)
+    model.generation_config.eos_token_id = favourite
+    scored = [evaluate(model, tokenizer, tasks=["triviaqa"], limit=2, show_progress=False, dtype=dtype)
+              for dtype in ("float32", "bfloat16")]
+    assert next(model.parameters()).dtype == torch.float32
+    for report in scored:
+        assert [example["prediction"] for example in report.examples] == ["x", "x"]
+
+
+def test_the_copy_in_another_dtype_is_the_object_with_its_hooks_and_built_modules(tiny_model_and_tokenizer):
+    """A copy rebuilt from the config dropped a forward hook (an activation-steering vector: 0.76 off) and took a
+    config field edited after the model was built (0.63 off), which the object's modules never read (the
+    roundreview17 hunt). Reference: the object's own float32 logits, within bfloat16's rounding."""
+    import copy
+
+    import torch
+
+    from hf_gpt_custom.eval.runner import _copy_in_dtype
+
+    model, _ = tiny_model_and_tokenizer
+    model = copy.deepcopy(model)
+    model.config.layer_norm_epsilon = 0.5  # edited since it was built: its modules keep their own epsilon
+    steering = torch.zeros(model.config.n_embd)
+    steering[0] = 3.0
+    model.transformer.h[0].register_forward_hook(lambda module, args, output: output + steering.to(output.dtype))
+    ids = torch.arange(1, 17)[None]
+    with torch.no_grad():
+        expected = model(ids).logits
+        got = _copy_in_dtype(model, torch.bfloat16)(ids).logits.float()
+    assert next(model.parameters()).dtype == torch.float32
+    assert (got - expected).abs().max() < 0.05
+
+
+def test_a_model_whose_config_asks_for_tuples_is_scored_as_with_outputs_by_name(tiny_model_and_tokenizer):
+    """config.return_dict=False (a converted folder may carry it): the scorer read the outputs by name and failed.
+    Reference: the same model with return_dict=True."""
+    import copy
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+
+    gpt2, tokenizer = tiny_model_and_tokenizer
+    ours = from_gpt2_model(gpt2, GPTCustomForCausalLM)
+    tuples = copy.deepcopy(ours)
+    tuples.config.return_dict = False
+    settings = dict(tasks=["copa", "lambada"], limit=3, show_progress=False)
+    expected, got = (evaluate(model, tokenizer, **settings) for model in (ours, tuples))
+    assert [row["value"] for row in got.results] == [row["value"] for row in expected.results]

@@ -172,3 +172,36 @@ def test_the_gpt1_lm_loss_of_a_classifier_continuing_a_cache_scores_the_new_toke
     logits = continued.hidden_states[-1][0] @ model.transformer.wte.weight.T  # (5 new tokens, vocab)
     expected = torch.nn.functional.cross_entropy(logits[:-1], input_ids[0, 5:])
     torch.testing.assert_close(continued.lm_loss, expected, rtol=0, atol=1e-5)
+
+
+def test_a_config_asking_for_tuples_gets_them_from_the_lm_and_every_head_as_openai_gpt_gives_them():
+    """A converted folder's config.json may say return_dict=false (now carried over): the body then returned a tuple
+    to the LM head and task heads, which read it by name ('tuple' object has no attribute 'last_hidden_state'), even
+    when the caller passed return_dict=True (the roundreview17 hunt). Reference: transformers' OpenAI GPT, which
+    honours the setting; the values are those of return_dict=True."""
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    from hf_gpt_custom import GPTCustomForQuestionAnswering, GPTCustomForTokenClassification
+    from hf_gpt_custom.convert_openai_gpt import from_openai_gpt_model
+
+    torch.manual_seed(0)
+    reference = randomize_(OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=99, n_positions=32, n_embd=32, n_layer=2,
+                                                                n_head=4, return_dict=False))).eval()
+    ours = from_openai_gpt_model(reference, GPTCustomForCausalLM)
+    assert ours.config.return_dict is False
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        theirs_tuple, ours_tuple = reference(ids), ours(ids)
+        assert isinstance(ours_tuple, tuple) and isinstance(theirs_tuple, tuple)
+        torch.testing.assert_close(ours_tuple[0], theirs_tuple[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours(ids, return_dict=True).logits, theirs_tuple[0], rtol=1e-5, atol=1e-5)
+        assert ours.generate(ids, max_new_tokens=4, do_sample=False).tolist() == \
+            reference.generate(ids, max_new_tokens=4, do_sample=False).tolist()
+        for head in (GPTCustomForSequenceClassification, GPTCustomForTokenClassification,
+                     GPTCustomForQuestionAnswering):
+            model = head(ours.config).eval()
+            as_tuple, as_dict = model(ids), model(ids, return_dict=True)
+            assert isinstance(as_tuple, tuple)
+            torch.testing.assert_close(as_tuple[0], as_dict.to_tuple()[0])
+        choices = GPTCustomForMultipleChoice(ours.config).eval()
+        assert isinstance(choices(ids[:, None].expand(1, 2, 5), attention_mask=torch.ones(1, 2, 5)), tuple)

@@ -214,6 +214,8 @@ def device_requests(tmp_path_factory):
     completed = subprocess.run([sys.executable, str(tmp_path / "driver.py"), json.dumps(arguments), str(tmp_path)],
                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-2000:]
+    # what importing the libraries printed (a warning a user would see as a line of its own) is no child's
+    assert completed.stderr == "", completed.stderr[-2000:]
     codes = [int(line) for line in completed.stdout.split()]
     return {case: (codes[index], (tmp_path / f"{index}.err").read_text(), tmp_path / str(index))
             for index, case in enumerate(cases)}
