@@ -68,13 +68,17 @@ def _generation_config_of_its_own(model, generation_config: GenerationConfig):
     """`model` with `generation_config` in place of its own while generating. transformers fills every setting that
     generate()'s generation_config leaves unset from the model's, so the folder's bad_words_ids, sequence_bias,
     forced_eos_token_id, decay penalty... applied to "plain argmax" decoding (the genflow hunt): only a model whose
-    own config is bare decodes plainly."""
-    saved = model.generation_config
-    model.generation_config = generation_config
+    own config is bare decodes plainly. Every module holding one is swapped, and each gets its own back: a PEFT
+    wrapper generates through the model it wraps, whose config PEFT's generate() overwrites with the wrapper's."""
+    holders = [module for module in model.modules() if getattr(module, "generation_config", None) is not None]
+    saved = [holder.generation_config for holder in holders]
+    for holder in holders:
+        holder.generation_config = generation_config
     try:
         yield
     finally:
-        model.generation_config = saved
+        for holder, own in zip(holders, saved):
+            holder.generation_config = own
 
 
 def _refuse_what_lm_eval_cannot_score(model) -> None:
@@ -113,6 +117,9 @@ def generate_greedy(
     ids = dict(eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id)
     if obeys_generation_config:
         _refuse_what_lm_eval_cannot_score(model)
+        # HFLM passes the pad id alone: the eos ids are the model's (an eos the file leaves out is not suppressed by
+        # its min_new_tokens); the stopping criterion above still ends a row at any of them, as HFLM's `until` does
+        ids = dict(pad_token_id=padding_token_id)
         own_config, length = nullcontext(), dict(max_length=input_ids.shape[1] + max_new)
     else:
         bare = GenerationConfig(bos_token_id=model.generation_config.bos_token_id, **ids)

@@ -323,29 +323,42 @@ def _copy_in_dtype(model, dtype):
     float32 the buffers that from_pretrained(dtype=...) holds in float32: transformers' Llama keeps RoPE's inv_freq
     so, and .to(bfloat16) rounded it, the rotary angles drifting with the position (0.18 rad at position 1000: the
     dtypes2 hunt). A deep copy keeps everything else the object has: hooks, adapters injected in place, its
-    generation_config, a config edited since it was built (a copy rebuilt from the config lost them)."""
-    copied = copy.deepcopy(model).to(dtype)
-    for name in _buffers_built_in_float32(model, dtype):
-        module_name, _, buffer_name = name.rpartition(".")
-        original = model.get_buffer(name)
-        copied.get_submodule(module_name)._buffers[buffer_name] = original.detach().clone()
-    return copied
+    generation_config, a config edited since it was built (a copy rebuilt from the config lost them). Each tensor is
+    cast as it is copied (deepcopy's memo), so no full-precision duplicate is ever held, and tied weights stay tied."""
+    import torch
+    from torch import nn
+
+    kept = set(_buffers_built_in_float32(model, dtype))
+    memo: dict[int, torch.Tensor] = {}
+    for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if id(tensor) in memo:
+            continue
+        cast = tensor.detach().to(dtype) if tensor.is_floating_point() and name not in kept else tensor.detach().clone()
+        memo[id(tensor)] = nn.Parameter(cast, requires_grad=tensor.requires_grad) \
+            if isinstance(tensor, nn.Parameter) else cast
+    return copy.deepcopy(model, memo)
 
 
 def _buffers_built_in_float32(model, dtype) -> list[str]:
-    """The floating-point buffers that the model's class, built in `dtype` as from_pretrained builds it (on the meta
-    device: no memory, no weights), still holds in float32; none where it cannot be built that way."""
+    """The floating-point buffers that the model's transformers class (the outermost one: a PEFT wrapper's is the
+    model it wraps), built in `dtype` as from_pretrained builds it (on the meta device: no memory, no weights), still
+    holds in float32; none where it cannot be built that way."""
     import torch
+    from transformers import PreTrainedModel
 
-    if not hasattr(type(model), "_from_config") or dtype == torch.float32:
+    if dtype == torch.float32:
+        return []
+    prefix, inner = next(((name, module) for name, module in model.named_modules()
+                          if isinstance(module, PreTrainedModel)), (None, None))
+    if inner is None:
         return []
     try:
         with torch.device("meta"):
-            built = type(model)._from_config(copy.deepcopy(model.config), dtype=dtype)
+            built = type(inner)._from_config(copy.deepcopy(inner.config), dtype=dtype)
     except Exception:  # noqa: BLE001  a class that cannot be built from its config alone: cast as Module.to casts
         return []
-    own = dict(model.named_buffers())
-    return [name for name, buffer in built.named_buffers()
+    own = dict(inner.named_buffers())
+    return [f"{prefix}.{name}" if prefix else name for name, buffer in built.named_buffers()
             if buffer.dtype == torch.float32 and name in own and own[name].dtype == torch.float32]
 
 

@@ -136,7 +136,7 @@ class FinetuneWorkload:
         return PreparedWork(self.tokenizer, self.model, train_loader, val_loader)
 
     def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return model(**batch, lm_loss_weight=self.task.lm_loss_weight).loss  # GPT-1's L3 = L2 + λ·L1
+        return model(**batch, lm_loss_weight=self.task.lm_loss_weight, return_dict=True).loss  # GPT-1's L3 = L2 + λ·L1
 
     def count_tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return batch["attention_mask"].sum()  # padding is not trained on; stays on the device (no host read)
@@ -155,7 +155,7 @@ class FinetuneWorkload:
         with_lm = self.task.lm_loss_weight > 0
         task_losses, correct, lm_row_losses, lm_rows = [], [], 0.0, 0
         for batch in val_loader:
-            output = model(**batch, output_hidden_states=with_lm)
+            output = model(**batch, output_hidden_states=with_lm, return_dict=True)
             losses = F.cross_entropy(output.logits.float(), batch["labels"], reduction="none")
             hits = (output.logits.argmax(-1) == batch["labels"]).float()
             per_example = (losses, hits)

@@ -88,8 +88,9 @@ class Workload(Protocol):
 
 def language_model_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """A training step's loss, as the loop asks for it (the benchmarks time this same call): only the loss leaves the
-    forward, since compiled, returned logits would be handed a zero gradient of their size (return_logits)."""
-    return model(input_ids=input_ids, labels=labels, return_logits=False).loss
+    forward, since compiled, returned logits would be handed a zero gradient of their size (return_logits). Outputs by
+    name whatever the folder's config.return_dict says (a converted folder may say false)."""
+    return model(input_ids=input_ids, labels=labels, return_logits=False, return_dict=True).loss
 
 
 # --- language modelling: the default workload ------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def evaluate_loss(model, val_loader, accelerator) -> dict[str, float]:
     total_bytes = torch.zeros((), dtype=torch.int64, device=accelerator.device)
     total_tokens = 0
     for batch in val_loader:
-        logits = model(input_ids=batch["input_ids"]).logits
+        logits = model(input_ids=batch["input_ids"], return_dict=True).logits
         targets = batch["labels"][:, 1:]
         nats = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.size(-1)), targets.reshape(-1),
                                reduction="none").view(targets.shape).sum(dim=1)

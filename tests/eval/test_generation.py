@@ -262,3 +262,44 @@ def test_the_lm_eval_protocol_refuses_a_generation_config_it_cannot_score_by_nam
         CausalLMScorer(asking, tokenizer, obeys_generation_config=True).generate_until(requests, show_progress=False)
     assert [g.generation for g in generate(asking, tokenizer, CONTEXTS, max_gen_toks=8)] == \
         _greedy_texts(model, tokenizer)
+
+
+def test_the_lm_eval_protocol_leaves_the_tokenizers_eos_to_the_models_list_as_hflm_does(tiny_model_and_tokenizer):
+    """A generation_config whose eos list leaves the tokenizer's eos out, with min_new_tokens: we added that eos to
+    eos_token_id, so min_new_tokens suppressed it too, where HFLM (which passes no eos_token_id) let the model end at
+    once (the roundreview18 hunt). Reference: lm-eval 0.4.13's HFLM on the same model object."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    model, tokenizer = tiny_model_and_tokenizer
+    likes_to_end = copy.deepcopy(model)
+    eos = tokenizer.eos_token_id
+    likes_to_end.lm_head.register_forward_hook(  # +3 on the tokenizer's eos in every logit row
+        lambda module, args, out: out.index_add(-1, torch.tensor([eos]), torch.full_like(out[..., :1], 3.0)))
+    likes_to_end.generation_config.eos_token_id = 66  # an end-of-turn id; the tokenizer's eos is not in the list
+    likes_to_end.generation_config.min_new_tokens = 3
+    lm = HFLM(pretrained=likes_to_end, tokenizer=tokenizer, batch_size=3, device="cpu")
+    settings = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
+    theirs = lm.generate_until([Instance("generate_until", {}, (context, dict(settings)), index)
+                                for index, context in enumerate(CONTEXTS)], disable_tqdm=True)
+    requests = [Request(i, c, "", request_type="generate_until", until=("\n\n",), max_gen_toks=8)
+                for i, c in enumerate(CONTEXTS)]
+    ours = CausalLMScorer(likes_to_end, tokenizer, batch_size=3, obeys_generation_config=True)
+    assert [g.generation for g in ours.generate_until(requests, show_progress=False)] == theirs
+
+
+@pytest.mark.parametrize("task_type", [None, "CAUSAL_LM"])
+def test_a_peft_wrapped_model_decodes_plainly_and_keeps_its_own_generation_config(tiny_model_and_tokenizer,
+                                                                                   task_type):
+    """The bare generation_config was set on the PEFT wrapper alone: generate() runs on the model it wraps, whose
+    config still asked for the folder's repetition penalty; and PEFT's generate() copied the bare one onto it for
+    good (the roundreview18 hunt). Reference: the independent greedy loop; the wrapped model's config afterwards."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer = tiny_model_and_tokenizer
+    base = copy.deepcopy(model)
+    base.generation_config.repetition_penalty = 50.0
+    base.generation_config.max_new_tokens = 17
+    wrapped = get_peft_model(base, LoraConfig(target_modules=["c_attn"], task_type=task_type, init_lora_weights=True))
+    assert [g.generation for g in generate(wrapped, tokenizer, CONTEXTS)] == _greedy_texts(model, tokenizer)
+    assert (base.generation_config.repetition_penalty, base.generation_config.max_new_tokens) == (50.0, 17)

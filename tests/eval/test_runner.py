@@ -349,3 +349,26 @@ def test_a_model_whose_config_asks_for_tuples_is_scored_as_with_outputs_by_name(
     settings = dict(tasks=["copa", "lambada"], limit=3, show_progress=False)
     expected, got = (evaluate(model, tokenizer, **settings) for model in (ours, tuples))
     assert [row["value"] for row in got.results] == [row["value"] for row in expected.results]
+
+
+def test_a_peft_wrapped_rope_model_copied_in_bfloat16_keeps_inv_freq_in_float32_and_ties_stay_tied(
+        tiny_model_and_tokenizer):
+    """The float32 buffers were looked up on the wrapper's class, which transformers cannot build from a config: a
+    PEFT-wrapped Llama got a bfloat16 inv_freq (0.54 rad at position 3000: the roundreview18 hunt). Reference:
+    transformers' own bfloat16 build holds it in float32. A tied embedding stays one tensor in the copy."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hf_gpt_custom.eval.runner import _copy_in_dtype
+
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, max_position_embeddings=64)).eval()
+    wrapped = get_peft_model(llama, LoraConfig(target_modules=["q_proj"]))
+    copied = _copy_in_dtype(wrapped, torch.bfloat16)
+    assert copied.get_base_model().model.rotary_emb.inv_freq.dtype == torch.float32
+    assert copied.get_base_model().model.embed_tokens.weight.dtype == torch.bfloat16
+    assert llama.model.embed_tokens.weight.dtype == torch.float32  # the object passed in is left as it is
+    gpt2, _ = tiny_model_and_tokenizer
+    tied = _copy_in_dtype(gpt2, torch.bfloat16)
+    assert tied.lm_head.weight is tied.transformer.wte.weight and tied.lm_head.weight.dtype == torch.bfloat16

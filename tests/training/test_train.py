@@ -706,3 +706,23 @@ def test_a_validation_split_holding_most_of_the_text_is_warned_about(make_config
     with caplog.at_level(logging.WARNING):
         data = prepare_datasets(by_paragraph, tokenizer, shakespeare_tokenizer_dir)
     assert len(data.val) / (len(data.train) + len(data.val)) < 0.2 and "validation holds" not in caplog.text
+
+
+def test_init_from_a_folder_whose_config_asks_for_tuples_trains_and_validates(make_config, tmp_path,
+                                                                              shakespeare_tokenizer_dir):
+    """A converted folder now carries config.json's return_dict=false: the training step and the validation loop read
+    the outputs by name and failed ('tuple' object has no attribute 'loss': the roundreview18 hunt). Reference:
+    transformers' GPT-2 with the same weights, its loss read with return_dict=True."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    reference = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, return_dict=False)).eval()
+    reference.save_pretrained(tmp_path / "tuples")
+    config = make_config(f"init_from={tmp_path / 'tuples'}", "max_steps=1", "warmup_steps=0", run_name="tuples",
+                         with_model_section=False)
+    run_dir = train(config)
+    reference.config.return_dict = True  # transformers 5's GPT-2 itself fails with return_dict=False in its config
+    first_loss = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])["loss"]
+    assert first_loss == pytest.approx(_first_batch_loss(reference, config, shakespeare_tokenizer_dir), abs=1e-5)
+    assert json.loads((run_dir / "training_summary.json").read_text())["final_val_loss"] > 0
