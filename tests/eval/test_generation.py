@@ -223,27 +223,36 @@ def test_the_default_protocol_decodes_plainly_whatever_the_generation_config_ask
     assert getattr(asking.generation_config, field) == value  # the model's own config is back as it was
 
 
+def _as_hflm(model, tokenizer, batch_size: int) -> list[str]:
+    """lm-eval 0.4.13's HFLM answers to CONTEXTS (until a blank line, 8 tokens at most), wrapping `model` itself."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu")
+    settings = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
+    return lm.generate_until([Instance("generate_until", {}, (context, dict(settings)), index)
+                              for index, context in enumerate(CONTEXTS)], disable_tqdm=True)
+
+
+def _as_lm_eval_protocol(model, tokenizer, batch_size: int) -> list[str]:
+    """Ours, protocol lm-eval, on the same requests."""
+    requests = [Request(i, c, "", request_type="generate_until", until=("\n\n",), max_gen_toks=8)
+                for i, c in enumerate(CONTEXTS)]
+    scorer = CausalLMScorer(model, tokenizer, batch_size=batch_size, obeys_generation_config=True)
+    return [g.generation for g in scorer.generate_until(requests, show_progress=False)]
+
+
 @pytest.mark.parametrize("fields", [dict(max_new_tokens=3), dict(max_new_tokens=12), dict(repetition_penalty=50.0)])
 def test_the_lm_eval_protocol_generates_what_lm_evals_hflm_generates_from_the_same_model(tiny_model_and_tokenizer,
                                                                                          fields):
     """HFLM passes max_length (the batch's width + max_gen_toks), so a max_new_tokens in the model's generation_config
     wins there; ours passed max_new_tokens and ignored it (the genflow hunt). Reference: lm-eval 0.4.13's HFLM
     wrapping the same model object."""
-    from lm_eval.api.instance import Instance
-    from lm_eval.models.huggingface import HFLM
-
     model, tokenizer = tiny_model_and_tokenizer
     asking = copy.deepcopy(model)
     for name, value in fields.items():
         setattr(asking.generation_config, name, value)
-    lm = HFLM(pretrained=asking, tokenizer=tokenizer, batch_size=1, device="cpu")
-    settings = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
-    theirs = lm.generate_until([Instance("generate_until", {}, (context, dict(settings)), index)
-                                for index, context in enumerate(CONTEXTS)], disable_tqdm=True)
-    requests = [Request(i, c, "", request_type="generate_until", until=("\n\n",), max_gen_toks=8)
-                for i, c in enumerate(CONTEXTS)]
-    ours = CausalLMScorer(asking, tokenizer, batch_size=1, obeys_generation_config=True)
-    assert [g.generation for g in ours.generate_until(requests, show_progress=False)] == theirs
+    assert _as_lm_eval_protocol(asking, tokenizer, batch_size=1) == _as_hflm(asking, tokenizer, batch_size=1)
 
 
 @pytest.mark.parametrize("fields", [dict(num_beams=2, num_return_sequences=2), dict(return_dict_in_generate=True)])
@@ -268,9 +277,6 @@ def test_the_lm_eval_protocol_leaves_the_tokenizers_eos_to_the_models_list_as_hf
     """A generation_config whose eos list leaves the tokenizer's eos out, with min_new_tokens: we added that eos to
     eos_token_id, so min_new_tokens suppressed it too, where HFLM (which passes no eos_token_id) let the model end at
     once (the roundreview18 hunt). Reference: lm-eval 0.4.13's HFLM on the same model object."""
-    from lm_eval.api.instance import Instance
-    from lm_eval.models.huggingface import HFLM
-
     model, tokenizer = tiny_model_and_tokenizer
     likes_to_end = copy.deepcopy(model)
     eos = tokenizer.eos_token_id
@@ -278,14 +284,8 @@ def test_the_lm_eval_protocol_leaves_the_tokenizers_eos_to_the_models_list_as_hf
         lambda module, args, out: out.index_add(-1, torch.tensor([eos]), torch.full_like(out[..., :1], 3.0)))
     likes_to_end.generation_config.eos_token_id = 66  # an end-of-turn id; the tokenizer's eos is not in the list
     likes_to_end.generation_config.min_new_tokens = 3
-    lm = HFLM(pretrained=likes_to_end, tokenizer=tokenizer, batch_size=3, device="cpu")
-    settings = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
-    theirs = lm.generate_until([Instance("generate_until", {}, (context, dict(settings)), index)
-                                for index, context in enumerate(CONTEXTS)], disable_tqdm=True)
-    requests = [Request(i, c, "", request_type="generate_until", until=("\n\n",), max_gen_toks=8)
-                for i, c in enumerate(CONTEXTS)]
-    ours = CausalLMScorer(likes_to_end, tokenizer, batch_size=3, obeys_generation_config=True)
-    assert [g.generation for g in ours.generate_until(requests, show_progress=False)] == theirs
+    ours = _as_lm_eval_protocol(likes_to_end, tokenizer, batch_size=3)
+    assert ours == _as_hflm(likes_to_end, tokenizer, batch_size=3)
 
 
 @pytest.mark.parametrize("task_type", [None, "CAUSAL_LM"])
