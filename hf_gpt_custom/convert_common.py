@@ -84,7 +84,9 @@ def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomCo
     config = family.config_from(config_dict)
     for name in (*TASK_CONFIG_FIELDS, *GENERIC_CONFIG_FIELDS):
         if config_dict.get(name) is not None:
-            setattr(config, name, config_dict[name])
+            # output_attentions as config.json's loading stores it: its property setter also switches the
+            # attention to eager, which transformers' class loading the same folder does not (it stays on sdpa)
+            setattr(config, "_output_attentions" if name == "output_attentions" else name, config_dict[name])
     if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints
         config.id2label = {int(index): label for index, label in config_dict["id2label"].items()}
     if str((config_dict.get("architectures") or [""])[0]).endswith("ForTokenClassification"):

@@ -226,12 +226,15 @@ def _with_stderr(value: float, stderr: float | None) -> str:
 
 
 def _usage_example(task: dict, model_config) -> str:
-    # the tokenizer adds GPT-1's template (start, delimiter, extract) itself: the example passes raw text
+    # the tokenizer adds GPT-1's template (start, delimiter, extract) itself: the example passes raw text. A config
+    # saying return_dict=false (carried from a converted base folder) returns tuples: the snippet asks for outputs by
+    # name there, or `.logits` failed as written
+    by_name = "" if getattr(model_config, "return_dict", True) else ", return_dict=True"
     if task["format"] == "multiple_choice":  # truncation=True: a long context is cut as fine-tuning cut it
         return ('context, answers = "...", ["...", "..."]\n'
                 'inputs = tokenizer([context] * len(answers), answers, padding=True, truncation=True, '
                 'return_tensors="pt")\n'
-                'scores = model(**{k: v.unsqueeze(0) for k, v in inputs.items()}).logits  # (1, n_answers)\n'
+                f'scores = model(**{{k: v.unsqueeze(0) for k, v in inputs.items()}}{by_name}).logits  # (1, n_answers)\n'
                 'print(int(scores.argmax()))  # the index of the chosen answer')
     # the task's own column names where they are Python names (BoolQ: passage, question); truncation=True cuts a
     # long input as fine-tuning cut it, or the model refuses it past its context
@@ -241,4 +244,4 @@ def _usage_example(task: dict, model_config) -> str:
     values = ", ".join('"..."' for _ in names)
     return (f"{', '.join(names)} = {values}\n"
             f"inputs = tokenizer({', '.join(names)}, truncation=True, return_tensors=\"pt\")\n"
-            "print(model.config.id2label[int(model(**inputs).logits.argmax())])")
+            f"print(model.config.id2label[int(model(**inputs{by_name}).logits.argmax())])")

@@ -654,3 +654,17 @@ def test_converting_back_keeps_generic_fields_whose_value_is_false_or_zero(to):
     else:
         back = openai_gpt_config_from(GPTCustomConfig(**TINY_GPT2, **GPT1_BLOCK, **generic))
     assert {name: getattr(back, name) for name in generic} == generic
+
+
+def test_a_folder_saying_output_attentions_loads_with_the_attention_transformers_chooses(tmp_path):
+    """output_attentions=true carried over through the config's property setter switched our model to eager attention
+    (slower; a T x T matrix a layer on a GPU) where GPT2LMHeadModel on the same folder stays on sdpa, and a final/
+    trained from it reloaded as sdpa (the convflow hunt). Reference: transformers' class on the same folder."""
+    saved_folder(tmp_path, "GPT2LMHeadModel")
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["output_attentions"] = True  # transformers validates it against sdpa on save: written by hand
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert ours.config._attn_implementation == theirs.config._attn_implementation == "sdpa"
+    assert ours.config.output_attentions is theirs.config.output_attentions is True

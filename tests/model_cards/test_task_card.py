@@ -434,3 +434,32 @@ def test_a_known_dataset_copy_is_recognised_when_a_record_holds_a_line_separator
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     assert "\u2028" in path.read_text(encoding="utf-8")
     assert _known_copy(path) == "boolq"
+
+
+def test_the_cards_snippet_runs_as_written_where_the_config_asks_for_tuples(boolq_export, tmp_path):
+    """A base converted from a transformers folder whose config.json says return_dict=false passes it on to the
+    fine-tuned export: the card's `model(**inputs).logits` then failed on a tuple (the convflow hunt). The snippet
+    asks for outputs by name there, and runs as written (as in the test above)."""
+    import re
+    import shutil
+
+    import hf_gpt_custom  # noqa: F401
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import write_manifest
+
+    run, _ = boolq_export
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    config = json.loads((copy / "final" / "config.json").read_text())
+    (copy / "final" / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    write_manifest(copy / "final")
+    export = export_folder(copy, tmp_path / "export")
+    snippet = re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S).group(1)
+    assert "model(**inputs, return_dict=True).logits" in snippet
+    repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
+    printed = []
+    exec(snippet.replace(f'"{repo_id}"', repr(str(export))).replace('"..."', repr("a passage")),  # noqa: S102
+         {"print": printed.append})
+    assert printed[0] in ("false", "true")
+    plain = re.search(r"```python\n(.*?)```", (run.parent / "export" / "README.md").read_text(), re.S).group(1)
+    assert "return_dict" not in plain  # a usual config's snippet is as before
