@@ -573,7 +573,7 @@ def test_the_cards_first_snippet_runs_as_written_on_a_short_context(tmp_path):
 
     from hf_gpt_custom import GPTCustomTokenizerFast
     from hf_gpt_custom.hub import export_folder
-    from model_cards.card import _example_max_new_tokens
+    from hf_gpt_custom.model_cards.card import _example_max_new_tokens
     from tests.helpers import save_tiny_model
 
     assert _example_max_new_tokens("ROMEO:", 64) == 40  # where it fits, as before
@@ -598,7 +598,7 @@ def test_the_snippets_new_tokens_count_the_prompt_in_bytes_and_are_never_zero():
     from transformers import GenerationConfig
 
     from hf_gpt_custom import GPTCustomTokenizerFast
-    from model_cards.card import _example_max_new_tokens
+    from hf_gpt_custom.model_cards.card import _example_max_new_tokens
 
     prompt = "ÉTÉ:"
     n_tokens = len(GPTCustomTokenizerFast.bytes_only()(prompt).input_ids)
