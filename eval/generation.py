@@ -114,7 +114,6 @@ def generate_greedy(
     eos_token_ids = end_of_text_ids(model, tokenizer)
     stopping = StopInGeneratedText(tokenizer, until, input_ids.shape[1], eos_token_ids, len(requests))
     device = next(model.parameters()).device
-    ids = dict(eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id)
     if obeys_generation_config:
         _refuse_what_lm_eval_cannot_score(model)
         # HFLM passes the pad id alone: the eos ids are the model's (an eos the file leaves out is not suppressed by
@@ -122,6 +121,7 @@ def generate_greedy(
         ids = dict(pad_token_id=padding_token_id)
         own_config, length = nullcontext(), dict(max_length=input_ids.shape[1] + max_new)
     else:
+        ids = dict(eos_token_id=eos_token_ids or None, pad_token_id=padding_token_id)
         bare = GenerationConfig(bos_token_id=model.generation_config.bos_token_id, **ids)
         own_config, length = _generation_config_of_its_own(model, bare), dict(max_new_tokens=max_new)
     with own_config:
