@@ -143,13 +143,17 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
         shutil.rmtree(aside, ignore_errors=True)
     staging.mkdir(parents=True)
     (staging / _STAGING_MARKER).write_text("a folder `hf-gpt-custom export` is writing; removed when it is complete\n")
+    saved_tokenizer = load_folder_tokenizer(final_dir)
+    if getattr(model.config, "tokenizer_class", None) not in (None, *_class_names(saved_tokenizer)):
+        # carried from a converted base (its "GPT2TokenizerFast"), untrue of the tokenizer this folder ships, whose
+        # own class tokenizer_config.json names (and AutoTokenizer reads first)
+        del model.config.tokenizer_class
     model.save_pretrained(staging)  # safetensors + config.json (auto_map for 3 Auto classes) + the code files
     # The tokenizer the run trained with: ours, or a folder's own class where ours would encode differently (a
     # SentencePiece one, load_folder_tokenizer). Batched generation and `padding=True` need a pad token; GPT-2
     # recipes pad with eos on the left. A task head keeps the side it was fine-tuned and saved with (right: a padded
     # row then scores as it does alone) and pads with the token config.pad_token_id names, the one the head skips
     # to find the extract token (a base tokenizer's own pad token, not always eos).
-    saved_tokenizer = load_folder_tokenizer(final_dir)
     pad_token_id = model.config.pad_token_id if head_class is not None else None
     pad_token = saved_tokenizer.convert_ids_to_tokens(pad_token_id) if pad_token_id is not None else \
         saved_tokenizer.pad_token or saved_tokenizer.eos_token  # a causal LM: its own pad (a Llama's), else eos
@@ -223,6 +227,12 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
 
 
 EXPORT_OPTIONS = ("repo_id", "license", "license_name", "license_link", "package_source", "language")
+
+
+def _class_names(tokenizer) -> tuple[str, str]:
+    """A tokenizer's class name as config.tokenizer_class may give it: with or without "Fast"."""
+    name = type(tokenizer).__name__
+    return name, name.removesuffix("Fast")
 
 
 def previous_export_options(out_dir: str | Path) -> dict[str, str]:

@@ -159,7 +159,8 @@ def build_model_card(
         base_model=hub_base_model(summary, train_config),
         library_name="transformers",
         pipeline_tag="text-generation",
-        tags=["hf-gpt-custom", "gpt_custom", "gpt2", "causal-lm", "custom_code", "text-generation"],
+        tags=["hf-gpt-custom", "gpt_custom", *architecture_tags(model_config), "causal-lm", "custom_code",
+              "text-generation"],
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=sorted({row["metric"] for row in eval_rows if row["task"] not in trained_on}) or None,
         # the model-index's name: without one, huggingface_hub writes it as a key of its own, no Hub metadata field
@@ -188,6 +189,7 @@ def build_model_card(
             "n_positions": model_config.n_positions,
             "vocab_size": model_config.vocab_size,
             "block": model_config.describe_block(),
+            "tied_head": model_config.tie_word_embeddings,
             # the names PEFT's target_modules take, and the norms' class: a SwiGLU MLP adds its gate
             "swiglu": model_config.mlp_type == "swiglu",
             "linear_names": ["c_attn", "c_proj", "c_fc", *(["c_gate"] if model_config.mlp_type == "swiglu" else [])],
@@ -376,6 +378,19 @@ def _benchmark_dataset(dataset: Any) -> dict[str, str | None] | None:
 
 
 # --- facts for the template ----------------------------------------------------------------------------------------
+
+
+def architecture_tags(model_config) -> list[str]:
+    """The Hub tag of the family whose block this model's is: "gpt2" for GPT-2's (pre-LayerNorm, learned positions,
+    a plain MLP), "llama" for LLaMA's (RoPE, RMSNorm, SwiGLU), none for the others (GPT-1's post-norm block, the
+    original Transformer's), which the Hub would otherwise list under a family they are not."""
+    if (model_config.norm_position, model_config.norm_type, model_config.position_embedding_type,
+            model_config.mlp_type) == ("pre", "layernorm", "learned", "standard"):
+        return ["gpt2"]
+    if (model_config.position_embedding_type, model_config.norm_type, model_config.mlp_type) == \
+            ("rope", "rmsnorm", "swiglu"):
+        return ["llama"]
+    return []
 
 
 def _human_count(count: Any) -> str:

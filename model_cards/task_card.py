@@ -55,7 +55,7 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
     dataset = task_dataset_facts(str(summary.get("dataset") or ""), train_config.get("dataset_config"),
                                  train_config.get("dataset_split") or "train")
     run_name = facts["model_name"]
-    from hf_gpt_custom.model_cards.card import KNOWN_DATASET_LANGUAGE, hub_base_model
+    from hf_gpt_custom.model_cards.card import KNOWN_DATASET_LANGUAGE, architecture_tags, hub_base_model
 
     card_data = ModelCardData(
         language=language or (KNOWN_DATASET_LANGUAGE if dataset["known"] else None),
@@ -63,7 +63,8 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
         base_model=hub_base_model(summary, train_config),
         library_name="transformers",
         pipeline_tag=pipeline_tag,
-        tags=["hf-gpt-custom", "gpt_custom", "gpt2", "custom_code", "gpt1-fine-tuning", task_type],
+        tags=["hf-gpt-custom", "gpt_custom", *architecture_tags(model_config), "custom_code", "gpt1-fine-tuning",
+              task_type],
         datasets=[dataset["hub_id"]] if dataset["hub_id"] else None,
         metrics=["accuracy"],
         # the model-index's name; without a model-index huggingface_hub would write it as a key of its own, which

@@ -277,6 +277,11 @@ def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
                 f"\"architectures\": [\"{head_class.__name__}\"] in its config.json")
         body = load_model_folder(config.init_from)  # strict: a missing tensor is an error, not a random init
         model_config = copy.deepcopy(body.config)
+        # what the base's config said of its own task (a converted GPT-2's finetuning_task "lm", its pipeline's
+        # text-generation settings) is untrue of the classifier: not carried into it
+        for name in ("finetuning_task", "task_specific_params"):
+            if hasattr(model_config, name):
+                delattr(model_config, name)
         if task.is_multiple_choice:
             model_config.max_choices = task.max_choices
         else:

@@ -1643,3 +1643,25 @@ def test_license_other_without_its_name_and_link_warns(tmp_path, caplog, given):
         export_folder(run_dir, tmp_path / "out", license="other", **given)
     warned = "--license other without --license-name and --license-link" in caplog.text
     assert warned is (len(given) < 2)
+
+
+@pytest.mark.parametrize("carried, published", [("GPT2TokenizerFast", None),
+                                                ("GPTCustomTokenizerFast", "GPTCustomTokenizerFast"),
+                                                ("GPTCustomTokenizer", "GPTCustomTokenizer")])
+def test_the_exported_config_names_no_tokenizer_class_but_the_one_it_ships(tmp_path, carried, published):
+    """A run from a converted GPT-2 folder carried its config's tokenizer_class "GPT2TokenizerFast" into the export,
+    beside the GPTCustomTokenizerFast the folder ships (the convflow hunt). AutoTokenizer reads tokenizer_config.json
+    first, so it loaded right; config.json still named a class the folder does not hold."""
+    from transformers import AutoTokenizer
+
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import MANIFEST_NAME, write_manifest
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny", with_eval=False)
+    config_path = run_dir / "final" / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "tokenizer_class": carried}))
+    if (run_dir / "final" / MANIFEST_NAME).is_file():
+        write_manifest(run_dir / "final")
+    out_dir = export_folder(run_dir, tmp_path / "export", repo_id="alice/tiny")
+    assert json.loads((out_dir / "config.json").read_text()).get("tokenizer_class") == published
+    assert type(AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)).__name__ == "GPTCustomTokenizerFast"

@@ -626,3 +626,23 @@ def test_the_snippets_new_tokens_follow_the_context_length_not_another_field(tmp
     out = export_folder(run, tmp_path / "export")
     snippet = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(encoding="utf-8"), re.S).group(1)
     assert "max_new_tokens=32," in snippet
+
+
+@pytest.mark.parametrize("block, family_tag, head_note", [
+    ({}, "gpt2", "the tied head is counted once"),
+    ({"position_embedding_type": "rope", "norm_type": "rmsnorm", "mlp_type": "swiglu", "tie_word_embeddings": False},
+     "llama", "the untied output head is a row of its own"),
+    ({"norm_position": "post"}, None, "the tied head is counted once"),  # GPT-1's block: neither family's tag
+])
+def test_card_names_the_blocks_family_and_how_the_head_is_counted(tmp_path, block, family_tag, head_note):
+    """The card's tags and its parameter note follow the block: a LLaMA-style model is tagged llama, not gpt2 (the
+    Hub files models by these tags), and an untied head is not said to be tied."""
+    from hf_gpt_custom.model_cards.card import build_model_card
+
+    run = make_tiny_run(tmp_path / "runs" / "tiny")
+    config_path = run / "final" / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), **block}))
+    card = build_model_card(run)
+    assert {"gpt2", "llama"} & set(card.data.tags) == ({family_tag} if family_tag else set())
+    assert "GPT-family causal language model" in card.text and "GPT-2 family" not in card.text
+    assert head_note in card.text

@@ -150,6 +150,7 @@ def test_fine_tuned_card_model_index_holds_the_heldout_accuracy(boolq_export):
     summary = json.loads((run / "training_summary.json").read_text())
     metadata = metadata_load(export / "README.md")
     assert metadata["pipeline_tag"] == "text-classification" and metadata["datasets"] == ["aps/super_glue"]
+    assert "gpt2" in metadata["tags"]  # the tiny base has GPT-2's block
     _, [result] = model_index_to_eval_results(metadata["model-index"])
     assert (result.task_type, result.dataset_type, result.dataset_config, result.dataset_split) == (
         "text-classification", "aps/super_glue", "boolq", "validation")

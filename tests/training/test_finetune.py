@@ -1188,3 +1188,28 @@ def test_a_base_replaced_while_fine_tuning_reads_it_is_refused(tmp_path, base_mo
     with pytest.raises(UserError, match=rf"init_from={base} was replaced while it was being read"):
         finetune(_config(tmp_path, base, learnable_pairs, "max_steps=2", "checkpoint_interval=0"))
     finetune(_config(tmp_path, base, learnable_pairs, "max_steps=2", "checkpoint_interval=0", "eval_interval=2"))
+
+
+def test_a_new_head_does_not_carry_what_its_bases_config_says_of_the_bases_own_task(tmp_path, base_model_dir,
+                                                                                      learnable_pairs):
+    """A converted GPT-2's config says finetuning_task "lm" and its pipeline's text-generation settings: the
+    classifier built on it published both as its own (the convflow hunt). transformers' run_glue names the
+    fine-tuning task; with no task name here, the base's is dropped rather than kept as the classifier's."""
+    import shutil
+
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.training.finetune import build_task_model
+    from hf_gpt_custom.training.finetune_data import add_task_tokens, load_task_tokenizer
+
+    base = tmp_path / "base"
+    shutil.copytree(base_model_dir, base)
+    config = json.loads((base / "config.json").read_text())
+    config.update(finetuning_task="lm", task_specific_params={"text-generation": {"max_length": 50}})
+    (base / "config.json").write_text(json.dumps(config))
+    write_manifest(base)
+    finetune_config = _config(tmp_path, base, learnable_pairs)
+    tokenizer = load_task_tokenizer(base)
+    add_task_tokens(tokenizer)
+    model = build_task_model(finetune_config, finetune_config.task_section, tokenizer)
+    assert not {"finetuning_task", "task_specific_params"} & set(json.loads(model.config.to_json_string()))
+    assert model.config.num_labels == 2
