@@ -68,9 +68,11 @@ def _generation_config_of_its_own(model, generation_config: GenerationConfig):
     """`model` with `generation_config` in place of its own while generating. transformers fills every setting that
     generate()'s generation_config leaves unset from the model's, so the folder's bad_words_ids, sequence_bias,
     forced_eos_token_id, decay penalty... applied to "plain argmax" decoding (the genflow hunt): only a model whose
-    own config is bare decodes plainly. Every module holding one is swapped, and each gets its own back: a PEFT
-    wrapper generates through the model it wraps, whose config PEFT's generate() overwrites with the wrapper's."""
-    holders = [module for module in model.modules() if getattr(module, "generation_config", None) is not None]
+    own config is bare decodes plainly. Every module holding one of its own is swapped, and each gets it back: a PEFT
+    wrapper generates through the model it wraps, whose config PEFT's generate() overwrites with the wrapper's. A
+    wrapper that only forwards the attribute to the model it wraps (PEFT's, torch.compile's) is left alone: assigned
+    one, it would keep it, and PEFT's generate() would copy that stale config over every later one."""
+    holders = [module for module in model.modules() if vars(module).get("generation_config") is not None]
     saved = [holder.generation_config for holder in holders]
     for holder in holders:
         holder.generation_config = generation_config

@@ -37,17 +37,32 @@ def test_auto_halves_from_64_until_the_forward_of_the_longest_rows_fits(tiny_mod
     assert seen == [(size, 48) for size in tried] and tried[-1] == chosen
 
 
-def test_auto_where_not_one_row_fits_is_one_line_and_other_errors_are_not_memory(tiny_model_and_tokenizer,
-                                                                                 monkeypatch):
-    from hf_gpt_custom.errors import UserError
-
+def test_auto_where_not_one_row_fits_scores_one_at_a_time_as_lm_eval_and_other_errors_are_not_memory(
+        tiny_model_and_tokenizer, monkeypatch, caplog):
+    """lm-eval's HFLM._detect_batch_size falls back to batch 1 where no row as long as the context fits (a
+    long-context model's 131,072 tokens): the requests it scores are shorter. We refused the whole evaluation."""
     model, _ = tiny_model_and_tokenizer
     _holding(model, monkeypatch, 0, [])
-    with pytest.raises(UserError, match=r"--batch-size auto: not even one row of 48 tokens fits on cpu"):
-        largest_batch_that_fits(model, max_length=48, probe=True)
+    with caplog.at_level("WARNING"):
+        assert largest_batch_that_fits(model, max_length=48, probe=True) == 1
+    assert "not even one row of 48 tokens (the model's context) fits on cpu; scoring with batch size 1" in caplog.text
     monkeypatch.setattr(model, "forward", lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):  # not taken for a full GPU
         largest_batch_that_fits(model, max_length=48, probe=True)
+
+
+def test_auto_probes_a_model_whose_config_asks_for_tuples(tmp_path):
+    """A converted folder carries config.json's return_dict: false; the probe read .logits off a tuple (the
+    roundreview19 hunt). Reference: transformers' GPT-2 folder with return_dict=False."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=60, n_positions=32,
+                               return_dict=False)).save_pretrained(tmp_path)
+    model = GPTCustomForCausalLM.from_pretrained(tmp_path)
+    assert model.config.return_dict is False
+    assert largest_batch_that_fits(model, max_length=32, start=4, probe=True) == 4
 
 
 def test_auto_on_a_cpu_is_16_and_scores_as_any_batch_does(tiny_model_folder, tmp_path):

@@ -295,6 +295,7 @@ def test_a_peft_wrapped_model_decodes_plainly_and_keeps_its_own_generation_confi
     config still asked for the folder's repetition penalty; and PEFT's generate() copied the bare one onto it for
     good (the roundreview18 hunt). Reference: the independent greedy loop; the wrapped model's config afterwards."""
     from peft import LoraConfig, get_peft_model
+    from transformers import GenerationConfig
 
     model, tokenizer = tiny_model_and_tokenizer
     base = copy.deepcopy(model)
@@ -303,3 +304,10 @@ def test_a_peft_wrapped_model_decodes_plainly_and_keeps_its_own_generation_confi
     wrapped = get_peft_model(base, LoraConfig(target_modules=["c_attn"], task_type=task_type, init_lora_weights=True))
     assert [g.generation for g in generate(wrapped, tokenizer, CONTEXTS)] == _greedy_texts(model, tokenizer)
     assert (base.generation_config.repetition_penalty, base.generation_config.max_new_tokens) == (50.0, 17)
+    # no wrapper was left a config of its own: PEFT's generate() copies the wrapper's onto the model it wraps at
+    # every call, so one pinned here would override the config the user sets next (the roundreview19 hunt)
+    assert not [type(module).__name__ for module in wrapped.modules()
+                if module is not base and "generation_config" in vars(module)]
+    base.generation_config = GenerationConfig(max_new_tokens=2, min_new_tokens=2, pad_token_id=tokenizer.eos_token_id)
+    prompt = torch.tensor([tokenizer.encode("To be")])
+    assert wrapped.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt)).shape[1] == prompt.shape[1] + 2
