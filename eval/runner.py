@@ -320,29 +320,32 @@ def load_model_and_tokenizer(model, tokenizer, device: str | None, dtype: str | 
 
 def _copy_in_dtype(model, dtype):
     """A copy of `model` in `dtype` (Module.to casts in place; the object passed in is left as it is), holding in
-    float32 the buffers that from_pretrained(dtype=...) holds in float32: transformers' Llama keeps RoPE's inv_freq
-    so, and .to(bfloat16) rounded it, the rotary angles drifting with the position (0.18 rad at position 1000: the
-    dtypes2 hunt). A deep copy keeps everything else the object has: hooks, adapters injected in place, its
-    generation_config, a config edited since it was built (a copy rebuilt from the config lost them). Each tensor is
-    cast as it is copied (deepcopy's memo), so no full-precision duplicate is ever held, and tied weights stay tied."""
+    float32 the buffers and parameters that from_pretrained(dtype=...) holds in float32: transformers' Llama keeps
+    RoPE's inv_freq so, and .to(bfloat16) rounded it, the rotary angles drifting with the position (0.18 rad at
+    position 1000: the dtypes2 hunt); DeepSeek-V3's router weights (_keep_in_fp32_modules) are kept so too, or the
+    experts chosen change (0.07 nats per token: the roundreview19 hunt). A deep copy keeps everything else the
+    object has: hooks, adapters injected in place, its generation_config, a config edited since it was built (a copy
+    rebuilt from the config lost them). Each tensor is cast as it is copied (deepcopy's memo), so no full-precision
+    duplicate is ever held, and tied weights stay tied."""
     import torch
     from torch import nn
 
-    kept = set(_buffers_built_in_float32(model, dtype))
+    kept = set(_tensors_built_in_float32(model, dtype))
     memo: dict[int, torch.Tensor] = {}
     for name, tensor in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
         if id(tensor) in memo:
             continue
-        cast = tensor.detach().to(dtype) if tensor.is_floating_point() and name not in kept else tensor.detach().clone()
+        cast = tensor.detach().to(dtype, copy=True) if tensor.is_floating_point() and name not in kept \
+            else tensor.detach().clone()
         memo[id(tensor)] = nn.Parameter(cast, requires_grad=tensor.requires_grad) \
             if isinstance(tensor, nn.Parameter) else cast
     return copy.deepcopy(model, memo)
 
 
-def _buffers_built_in_float32(model, dtype) -> list[str]:
-    """The floating-point buffers that the model's transformers class (the outermost one: a PEFT wrapper's is the
-    model it wraps), built in `dtype` as from_pretrained builds it (on the meta device: no memory, no weights), still
-    holds in float32; none where it cannot be built that way."""
+def _tensors_built_in_float32(model, dtype) -> list[str]:
+    """The floating-point buffers and parameters that the model's transformers class (the outermost one: a PEFT
+    wrapper's is the model it wraps), built in `dtype` as from_pretrained builds it (on the meta device: no memory,
+    no weights), still holds in float32; none where it cannot be built that way."""
     import torch
     from transformers import PreTrainedModel
 
@@ -357,9 +360,10 @@ def _buffers_built_in_float32(model, dtype) -> list[str]:
             built = type(inner)._from_config(copy.deepcopy(inner.config), dtype=dtype)
     except Exception:  # noqa: BLE001  a class that cannot be built from its config alone: cast as Module.to casts
         return []
-    own = dict(inner.named_buffers())
-    return [f"{prefix}.{name}" if prefix else name for name, buffer in built.named_buffers()
-            if buffer.dtype == torch.float32 and name in own and own[name].dtype == torch.float32]
+    own = {**dict(inner.named_parameters()), **dict(inner.named_buffers())}
+    return [f"{prefix}.{name}" if prefix else name
+            for name, tensor in [*built.named_parameters(), *built.named_buffers()]
+            if tensor.dtype == torch.float32 and name in own and own[name].dtype == torch.float32]
 
 
 def _manifest_text(folder: Path) -> str | None:

@@ -13,9 +13,12 @@ DEFAULT_MAX_LENGTH = 2048  # lm-eval's fallback when neither config nor tokenize
 
 
 def resolve_max_length(config, tokenizer) -> int:
-    """Context window in tokens: config n_positions / max_position_embeddings / n_ctx, then the tokenizer."""
+    """Context window in tokens: config n_positions / max_position_embeddings / n_ctx, then the tokenizer. A
+    composite config's (Gemma 3's, which AutoModelForCausalLM loads) text model's own, under text_config, as lm-eval
+    reads it: the top level holds none there, or a vision encoder's."""
+    text_config = getattr(config, "text_config", None) or config
     for attribute in ("n_positions", "max_position_embeddings", "n_ctx"):
-        value = getattr(config, attribute, None)
+        value = getattr(text_config, attribute, None)
         if isinstance(value, int) and value > 0:
             return value
     model_max_length = getattr(tokenizer, "model_max_length", None)
@@ -45,14 +48,28 @@ def padding_token_id(tokenizer) -> int:
     return 0
 
 
-def encode_texts(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, in one batched call (the fast tokenizer parallelises it).
+def encode_texts(tokenizer, texts: Sequence[str], special_tokens: bool = True) -> list[list[int]]:
+    """Token ids of each text, in batched calls (the fast tokenizer parallelises them).
 
-    Texts longer than the model's context are expected here (the callers truncate or window them), so the
-    tokenizer's "sequence length is longer than the specified maximum" warning is turned off (`verbose=False`)."""
+    With the tokenizer's own special tokens (a Llama tokenizer's BOS), except on a text that already starts with the
+    prefix token's text ("<s>Question: ..."), which would get a second one: lm-eval's `tok_encode` encodes that
+    without them. `special_tokens=False` never adds them (lm-eval's empty-context continuations). Texts longer
+    than the model's context are expected here (the callers truncate or window them), so the tokenizer's "sequence
+    length is longer than the specified maximum" warning is turned off (`verbose=False`)."""
     if not texts:
         return []
-    return [list(ids) for ids in tokenizer(list(texts), verbose=False)["input_ids"]]
+    prefix = prefix_token_id(tokenizer)
+    starts_with_prefix = tokenizer.decode([prefix]) if special_tokens and prefix is not None else None
+    plain = [not special_tokens or (starts_with_prefix is not None and text.startswith(starts_with_prefix))
+             for text in texts]
+    ids: list[list[int] | None] = [None] * len(texts)
+    for add_special_tokens in (True, False):
+        chosen = [i for i, is_plain in enumerate(plain) if is_plain != add_special_tokens]
+        if chosen:
+            encoded = tokenizer([texts[i] for i in chosen], add_special_tokens=add_special_tokens, verbose=False)
+            for i, row in zip(chosen, encoded["input_ids"]):
+                ids[i] = list(row)
+    return ids  # type: ignore[return-value]
 
 
 def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -61,7 +78,9 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     Trailing spaces of the context move to the continuation; then the whole string is encoded and cut at the
     length of the encoded context, so the continuation's ids are the ones the model would produce after the
     context. Example with GPT-2: ("The cat", " sat") -> [464, 3797] and [3332] (" sat" is one token).
-    An empty context becomes the prefix token (BOS/EOS).
+    An empty context becomes the prefix token (BOS/EOS), and so does one of whitespace only once its spaces moved:
+    lm-eval's HFLM then encodes the empty context, [BOS] with a tokenizer that adds one (the same split) and no
+    token with GPT-2's, where it fails.
     """
     return encode_pairs(tokenizer, [(context, continuation)])[0]
 
@@ -71,7 +90,7 @@ def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list
     moved = []
     for context, continuation in pairs:
         n_spaces = len(context) - len(context.rstrip())
-        if n_spaces and context.strip():
+        if n_spaces:  # a context of whitespace only moves whole, and is then empty (lm-eval moves it too)
             continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
         moved.append((context, continuation))
     nonempty = [i for i, (context, _) in enumerate(moved) if context]
@@ -85,7 +104,8 @@ def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list
         result[i] = (ctx, whole[len(ctx) :])
     if empty:
         prefix = prefix_token_id(tokenizer, needed_for="empty contexts")
-        for i, continuation_ids in zip(empty, encode_texts(tokenizer, [moved[i][1] for i in empty])):
+        continuations = encode_texts(tokenizer, [moved[i][1] for i in empty], special_tokens=False)  # lm-eval's
+        for i, continuation_ids in zip(empty, continuations):
             # lm-eval: the prefix token is the context unless the continuation already starts with it.
             if continuation_ids and continuation_ids[0] == prefix:
                 result[i] = (continuation_ids[:1], continuation_ids[1:])

@@ -291,9 +291,41 @@ def test_a_rope_model_object_scored_in_bfloat16_keeps_its_rotary_frequencies_in_
     assert [row["value"] for row in copied.results] == [row["value"] for row in reference.results]
 
 
+def test_a_model_object_scored_in_bfloat16_keeps_the_parameters_transformers_keeps_in_float32(
+        tiny_model_and_tokenizer, tmp_path):
+    """DeepSeek-V3's router weights are _keep_in_fp32_modules: from_pretrained(dtype=bfloat16) (and lm-eval's HFLM
+    with that dtype) keeps them in float32, where our bfloat16 copy rounded them and chose other experts (up to 0.07
+    nats per token: the roundreview19 hunt). Reference: the same weights as transformers loads them in bfloat16."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    from hf_gpt_custom.eval.runner import _copy_in_dtype
+
+    _, tokenizer = tiny_model_and_tokenizer
+    torch.manual_seed(0)
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=16, num_experts_per_tok=2,
+        n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=8, max_position_embeddings=256, bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id)).eval()
+    with torch.no_grad():
+        model.model.layers[1].mlp.gate.weight.normal_(0, 0.02)  # router scores close together, as trained ones are
+    model.save_pretrained(tmp_path)
+    loaded_bf16 = DeepseekV3ForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert loaded_bf16.model.layers[1].mlp.gate.weight.dtype == torch.float32
+    copied_model = _copy_in_dtype(model, torch.bfloat16)
+    assert {name: tensor.dtype for name, tensor in copied_model.state_dict().items()} == \
+        {name: tensor.dtype for name, tensor in loaded_bf16.state_dict().items()}
+    ids = torch.randint(0, len(tokenizer), (2, 64))
+    with torch.no_grad():
+        assert torch.equal(copied_model(ids).logits, loaded_bf16(ids).logits)
+    assert model.model.layers[1].mlp.experts.gate_up_proj.dtype == torch.float32  # the object passed in: as it was
+
+
 def test_a_model_object_scored_in_another_dtype_keeps_its_generation_config(tiny_model_and_tokenizer):
-    """The copy in the scored dtype is built from the model's config: its generation_config (here an eos id of its
-    own, as Llama 3's end-of-turn) must come along, or generate_until ran past it. Reference: the same object scored
+    """The copy in the scored dtype (once rebuilt from the model's config): its generation_config (here an eos id of
+    its own, as Llama 3's end-of-turn) must come along, or generate_until ran past it. Reference: the same object scored
     in its own dtype, and a model that always predicts that token stops after one."""
     import torch
 
@@ -332,6 +364,10 @@ def test_the_copy_in_another_dtype_is_the_object_with_its_hooks_and_built_module
         got = _copy_in_dtype(model, torch.bfloat16)(ids).logits.float()
     assert next(model.parameters()).dtype == torch.float32
     assert (got - expected).abs().max() < 0.05
+    model.transformer.h[1].to(torch.bfloat16)  # a tensor already in the dtype is copied too, not shared
+    shared = {tensor.data_ptr() for tensor in model.state_dict().values()} & \
+        {tensor.data_ptr() for tensor in _copy_in_dtype(model, torch.bfloat16).state_dict().values()}
+    assert not shared
 
 
 def test_a_model_whose_config_asks_for_tuples_is_scored_as_with_outputs_by_name(tiny_model_and_tokenizer):

@@ -132,6 +132,57 @@ def test_an_empty_context_with_a_bos_adding_tokenizer_scores_as_lm_eval_does():
     assert [score.loglikelihood for score in ours] == pytest.approx([value for value, _ in theirs], abs=1e-4)
 
 
+@pytest.mark.parametrize("adds", [dict(add_bos_token=True), dict(add_bos_token=True, add_eos_token=True)])
+def test_texts_starting_with_the_bos_text_and_empty_contexts_get_no_second_special_token_as_in_lm_eval(adds):
+    """lm-eval's tok_encode encodes a text that already starts with the BOS text ("<s>Question: ...") without the
+    tokenizer's special tokens, and an empty context's continuation without them too; we gave such texts a second
+    BOS (and an EOS-adding tokenizer's EOS inside the continuation), up to 5 nats off. A context of whitespace only
+    moves into the continuation, as lm-eval moves it (the evalflow2 hunt). Reference: lm-eval's HFLM on the same
+    model and tokenizer, request by request; our own tokenizer adds no special token, so only Llama-style ones did."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only(**adds)
+    bos = tokenizer.bos_token
+    assert tokenizer("x")["input_ids"][0] == tokenizer.bos_token_id
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2,
+                                                 n_head=2, bos_token_id=tokenizer.bos_token_id,
+                                                 eos_token_id=tokenizer.eos_token_id)).eval()
+    pairs = [(bos + "Start", " here"), ("", bos + " Hello"), ("", " yes"), ("Plain", " here")]
+    if "add_eos_token" not in adds:  # lm-eval splits [BOS, EOS] from a whitespace context's EOS-adding encoding
+        pairs.append(("  ", " yes"))
+    ours = CausalLMScorer(model, tokenizer, batch_size=4).loglikelihood(
+        [Request(0, context, continuation) for context, continuation in pairs], show_progress=False)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4, max_length=64, device="cpu")
+    theirs = lm.loglikelihood([Instance("loglikelihood", {}, pair, index) for index, pair in enumerate(pairs)],
+                              disable_tqdm=True)
+    assert [score.loglikelihood for score in ours] == pytest.approx([value for value, _ in theirs], abs=1e-4)
+    documents = [bos + "First Citizen: Before we proceed any further, hear me speak.", "Plain text, no BOS."]
+    ours = CausalLMScorer(model, tokenizer, batch_size=4).loglikelihood_rolling(
+        [Request(0, "", text, request_type="loglikelihood_rolling") for text in documents], show_progress=False)
+    theirs = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), index)
+                                       for index, text in enumerate(documents)], disable_tqdm=True)
+    assert [score.loglikelihood for score in ours] == pytest.approx(theirs, abs=1e-3)
+
+
+def test_a_composite_configs_context_is_its_text_models_as_lm_eval_reads_it():
+    """Gemma 3's config (which AutoModelForCausalLM loads) keeps the context length under text_config only: we fell
+    back to 2048 and cut longer contexts and rolling windows silently (the evalflow2 hunt). Reference: lm-eval's
+    resolve_max_length on the same config."""
+    from lm_eval.models.utils import resolve_max_length as lm_eval_max_length
+    from transformers import Gemma3Config
+
+    from hf_gpt_custom import GPTCustomTokenizerFast
+    from hf_gpt_custom.eval.tokens import resolve_max_length
+
+    config = Gemma3Config(text_config={"max_position_embeddings": 4096, "hidden_size": 32, "num_hidden_layers": 1})
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    assert resolve_max_length(config, tokenizer) == lm_eval_max_length(config, tokenizer) == 4096
+
+
 def test_a_tokenizer_whose_bos_is_not_its_eos_starts_windows_and_empty_contexts_with_bos_as_lm_eval_does():
     """A converted Llama's BOS (<s>) is not its EOS (</s>); every other eval test's tokenizer has one token for both,
     so taking EOS first went unnoticed: each perplexity document's first token and each empty-context request scored
