@@ -30,7 +30,7 @@ from hf_gpt_custom.training.finetune_data import (
     split_heldout,
 )
 from hf_gpt_custom.training.train import train
-from hf_gpt_custom.training.workload import PreparedWork
+from hf_gpt_custom.training.workload import PreparedWork, without_attention_maps
 
 
 def finetune(config: FinetuneConfig, start_over: bool = False) -> Path:
@@ -292,6 +292,7 @@ def build_task_model(config: FinetuneConfig, task: TaskSection, tokenizer):
         model.transformer.load_state_dict(body.transformer.state_dict())
     if task.lm_loss_weight > 0 and not model.config.tie_word_embeddings:
         raise UserError(f"init_from={config.init_from}: {untied_lm_loss_message(model.config)}")
+    without_attention_maps(model.config, config.init_from)
     model.config.pad_token_id = tokenizer.pad_token_id  # the heads find the extract token as the last non-pad one
     if model.config.n_positions < config.block_size:
         raise UserError(f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "

@@ -168,6 +168,18 @@ class LanguageModelling:
         the fingerprint they record."""
 
 
+def without_attention_maps(model_config, init_from: str) -> None:
+    """Turn off a folder's `output_attentions: true` (a converted GPT-2's config may carry it) for training, with a
+    warning. Training never reads attention maps, and transformers refuses to save that setting beside sdpa attention:
+    kept, every step trained and then final/ could not be written."""
+    if getattr(model_config, "output_attentions", False):
+        logger.warning("init_from=%s asks for attention maps (output_attentions: true in its config.json), which "
+                       "training never reads and transformers cannot save beside sdpa attention: training without "
+                       "them. To get them from the trained model, load it with output_attentions=True and "
+                       "attn_implementation=\"eager\"", init_from)
+        model_config.output_attentions = False
+
+
 def _load_model(config: TrainConfig, tokenizer):
     from hf_gpt_custom import GPTCustomForCausalLM
 
@@ -188,6 +200,7 @@ def _load_model(config: TrainConfig, tokenizer):
                 f"block_size={config.block_size} exceeds n_positions={model.config.n_positions} of "
                 f"init_from={config.init_from}; lower block_size"
             )
+        without_attention_maps(model.config, config.init_from)
     else:
         model_config = build_model_config(config, vocab_size=config.model.get("vocab_size") or len(tokenizer),
                                           eos_token_id=tokenizer.eos_token_id)

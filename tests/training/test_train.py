@@ -307,6 +307,25 @@ def test_init_from_a_transformers_gpt2_folder_starts_from_its_weights(make_confi
                     with_model_section=False)  # refused with the settings, before a run folder is written
 
 
+def test_init_from_a_folder_asking_for_attention_maps_trains_and_writes_final(make_config, tmp_path, caplog):
+    """A GPT-2 folder whose config.json says output_attentions: true trained every step, then final/ was refused by
+    transformers' save-time check (attention maps need eager attention; the model is on sdpa), with no fix named and
+    the training time lost (the roundreview19 hunt). GPT2LMHeadModel refuses to save that folder too; training never
+    reads the maps, so it turns them off at the start, with a warning that says how to get them back."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2)).save_pretrained(
+        tmp_path / "gpt2-attn")
+    config_path = tmp_path / "gpt2-attn" / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "output_attentions": True}))
+    config = make_config(f"init_from={tmp_path / 'gpt2-attn'}", "max_steps=1", "warmup_steps=0",
+                         run_name="attn", with_model_section=False)
+    with caplog.at_level("WARNING"):
+        run_dir = train(config)
+    assert "asks for attention maps (output_attentions: true in its config.json)" in caplog.text
+    assert not json.loads((run_dir / "final" / "config.json").read_text()).get("output_attentions")
+
+
 def test_cli_reports_a_bad_override_in_one_line(capsys):
     from hf_gpt_custom.cli import main
 
