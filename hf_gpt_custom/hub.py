@@ -64,12 +64,18 @@ def export_folder(run_dir: str | Path, out_dir: str | Path, repo_id: str | None 
     out_dir = Path(os.path.realpath(os.path.expanduser(out_dir)))
     if repo_id is not None:
         check_repo_id(repo_id)
+    if package_source is not None:
+        check_package_source(package_source)
     if license is not None:
         license = hub_license(license)
     check_license_fields(license, license_name, license_link)
     if language is not None:
         language = ",".join(hub_languages(language))  # recorded as given to export, a string like the other options
     final_dir = Path(run_dir) / "final"
+    if not (final_dir / "config.json").is_file() and Path(run_dir).name == "final" and \
+            (Path(run_dir) / "config.json").is_file():
+        raise UserError(f"cannot export {run_dir}: give the run folder, its parent ({Path(run_dir).parent}), which "
+                        "holds final/ beside the run's records that the card is written from")
     if not (final_dir / "config.json").is_file():
         raise MissingFileError(
             f"cannot export: {final_dir / 'config.json'} not found; {run_dir} must be a finished training run "
@@ -118,9 +124,11 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
                         "or choose another OUT_DIR")
     from hf_gpt_custom.model_cards.card import DEFAULT_LICENSE, build_model_card
 
-    from .model_folder import load_folder_tokenizer, load_model_folder
+    from .model_folder import check_model_folder, load_folder_tokenizer, load_model_folder
 
-    # fails early, before any writing, if the run is incomplete
+    # fails early, before any writing, if the run is incomplete; final/ first: its weights missing or damaged were
+    # reported as an evaluation of other weights, with a fix (evaluate again) that could not work
+    check_model_folder(final_dir)
     license = licensing["license"]
     card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source,
                             license=license or DEFAULT_LICENSE, license_name=licensing["license_name"],
@@ -289,6 +297,20 @@ def _edited_since_export(old: Path, new: Path) -> list[str]:
         if name not in written or sha256_file(path) != written[name]:
             edited.append(name)
     return edited
+
+
+def check_package_source(source: str) -> None:
+    """A UserError when `source`, the requirement the card tells users to pip install, names something only this
+    machine has: a file URL ("hf-gpt-custom @ file:///home/me/hf-gpt-custom", as pip freeze writes a local
+    install; "git+file://...") or a local path. The card would publish the path, and nobody could install it."""
+    candidate = source.split("@", 1)[1].strip() if "@" in source and "://" not in source.split("@", 1)[0] else source
+    scheme = candidate.split("://", 1)[0].lower() if "://" in candidate else ""
+    local = scheme.rsplit("+", 1)[-1] == "file" or (not scheme and (
+        os.path.isabs(os.path.expanduser(candidate)) or candidate.startswith((".", "~"))))
+    if local:
+        raise UserError(f"--package-source {source!r} names a place on this machine, which the card would publish and "
+                        "nobody else could install from; give a requirement others can install: the package's PyPI "
+                        "name, or its repository's URL (git+https://github.com/you/hf-gpt-custom)")
 
 
 def check_repo_id(repo_id: str) -> None:

@@ -102,6 +102,36 @@ def write_manifest(folder: str | os.PathLike, leave_out: tuple[str, ...] = (), *
     return folder / MANIFEST_NAME
 
 
+@contextmanager
+def manifest_kept_current(folder: str | os.PathLike):
+    """Around a save_pretrained into `folder`: where the folder has a manifest (an export, a run's final/, a download
+    of either), the entries of the files the save wrote or removed are brought up to date; the others stay as they
+    were, so a file damaged before still shows. Left stale, every later load refused the folder as damaged, and
+    saving again, as the message said, did not help (the publishflow hunt)."""
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST_NAME
+    if not manifest_path.is_file():
+        yield
+        return
+    before = {path: file_identity(path) for path in folder.rglob("*") if path.is_file()}
+    yield
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = dict(manifest["files"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return  # unreadable before the save: verify_manifest says so, as it did
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if path.name == MANIFEST_NAME or path.name.endswith(".partial") or is_documentation(name):
+            continue
+        if before.get(path) != file_identity(path):  # written by the save
+            files[name] = {"size": path.stat().st_size, "sha256": cached_sha256(path)}
+    for path in before:
+        if not path.exists():  # removed by the save (transformers deletes the shards a smaller save replaces)
+            files.pop(path.relative_to(folder).as_posix(), None)
+    write_text_atomically(manifest_path, json.dumps({**manifest, "files": files}, indent=2))
+
+
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through `<path>.partial`, renamed into place: a kill while writing leaves the previous
     file whole (or none), never half of one; flushed to disk before the rename, so a power cut cannot leave the new
@@ -208,7 +238,9 @@ def unlisted_files(folder: str | os.PathLike, names: list[str]) -> list[str] | N
 def check_manifest(folder: str | os.PathLike) -> None:
     """Raise a UserError naming the damaged file when `folder` has a manifest that it does not match."""
     if (Path(folder) / MANIFEST_NAME).is_file() and (problem := verify_manifest(folder)) is not None:
-        raise UserError(f"{folder} is damaged: {problem}; save, copy or export it again")
+        raise UserError(f"{folder} is damaged: {problem}; save, copy or export it again (a file you changed in it "
+                        f"yourself, other than by save_pretrained: delete its {MANIFEST_NAME} to take the folder as "
+                        "it is now)")
 
 
 def _has_sha256(path: Path, sha256: str) -> bool:
@@ -302,6 +334,7 @@ def _key(mismatched_item) -> str:
 
 
 __all__ = [
-    "MANIFEST_NAME", "check_manifest", "from_pretrained_checked", "is_documentation", "raise_if_incomplete",
+    "MANIFEST_NAME", "check_manifest", "from_pretrained_checked", "is_documentation", "manifest_kept_current",
+    "raise_if_incomplete",
     "sha256_file", "unlisted_files", "verify_manifest", "write_manifest",
 ]

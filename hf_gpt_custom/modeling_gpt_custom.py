@@ -49,7 +49,7 @@ from .causal_lm_loss import causal_lm_loss
 from .checkpoint_files import read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
-from .manifest import from_pretrained_checked  # the folder's manifest; a missing tensor is an error
+from .manifest import from_pretrained_checked, manifest_kept_current  # the folder's manifest, checked and kept
 from .model_inputs import (
     check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
 )
@@ -333,7 +333,8 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
             **AUTO_MODEL_CLASSES,
         }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        with manifest_kept_current(save_directory):  # saved into an export or final/: its manifest follows
+            return super().save_pretrained(save_directory, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):

@@ -397,7 +397,8 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
     text = path.read_bytes().decode("utf-8", errors="replace")
     if name == "tokenizer.json":  # its settings, not its vocabulary (VOCABULARY_FILES)
         text = json.dumps(without_vocabulary(json.loads(text)))
-    matches = (re.search(re.escape(prefix) + r"(?![\w.-])", text) for prefix in _local_prefixes(forbidden))
+    prefixes = (re.search(re.escape(prefix) + r"(?![\w.-])", text) for prefix in _local_prefixes(forbidden))
+    matches = itertools.chain(prefixes, _FILE_URL.finditer(text))
     if is_documentation(name) and not name.endswith(".png"):
         matches = itertools.chain(matches, (home for home in _ANY_HOME_FOLDER.finditer(text)
                                             if home["name"].lower() not in _NO_ONES_HOME),
@@ -414,6 +415,9 @@ def _check_no_local_paths(path: Path, name: str, forbidden) -> None:
             raise UserError(f"cannot publish: {name} contains local information {found}; export again")
 
 
+# A file URL ("hf-gpt-custom @ file:///home/me/hf-gpt-custom", as pip freeze writes a local install): a path of the
+# machine it was written on, whatever comes before it
+_FILE_URL = re.compile(r"\bfile:/{1,3}[^\s'\"<>)\]]+", re.IGNORECASE)
 # An absolute path of two names or more inside prose ("evaluated from /work/runs/x/final"): not after a word, a dot,
 # a colon or a slash, so a URL's path ("huggingface.co/docs/hub") and a relative one ("eval/table.md") are not one.
 _ABSOLUTE_PATH_IN_TEXT = re.compile(r"(?<![\w.:/~-])/[\w.@+-]+(?:/[\w.@+-]+)+")

@@ -21,6 +21,7 @@ from .batch_output import (BatchEncodingWithLazyEncodings, as_text_batch, backen
                            cut_to_length, pad_rows)
 from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import MissingFileError, UserError
+from .manifest import manifest_kept_current
 from .task_template import TaskTemplate, read_task_template
 from .tiktoken_engine import ENGINES, TiktokenEngine, build_tiktoken_engine, resolve_num_threads
 
@@ -195,7 +196,9 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         # "left" for batched generation) came back "right" on reload; GPT2TokenizerFast kept it only by way of its
         # backend's padding state, after a padded call
         self.init_kwargs.update(padding_side=self.padding_side, truncation_side=self.truncation_side)
-        return super().save_pretrained(*args, **kwargs)
+        folder = args[0] if args else kwargs.get("save_directory")
+        with manifest_kept_current(folder):  # saved into an export or final/: its manifest follows
+            return super().save_pretrained(*args, **kwargs)
 
     # -- encoding ---------------------------------------------------------------------------------------------------
 

@@ -1665,3 +1665,90 @@ def test_the_exported_config_names_no_tokenizer_class_but_the_one_it_ships(tmp_p
     out_dir = export_folder(run_dir, tmp_path / "export", repo_id="alice/tiny")
     assert json.loads((out_dir / "config.json").read_text()).get("tokenizer_class") == published
     assert type(AutoTokenizer.from_pretrained(out_dir, trust_remote_code=True)).__name__ == "GPTCustomTokenizerFast"
+
+
+def test_saving_into_an_exported_folder_keeps_it_loadable_and_a_damaged_file_still_shows(exported, tmp_path,
+                                                                                          python_without_project):
+    """A user who downloads an export, trains it a step and saves back into the folder (transformers' ordinary
+    workflow) got every later load refused as damaged, and saving again, as the message said, did not help: the
+    manifest kept the old files' hashes (the publishflow hunt). Here and where the package is absent (remote code),
+    the save brings the entries of the files it wrote up to date; a file damaged otherwise is still named."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom.errors import UserError
+
+    _, out_dir = exported
+    folder = shutil.copytree(out_dir, tmp_path / "downloaded")
+    model = GPTCustomForCausalLM.from_pretrained(folder)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
+    with torch.no_grad():
+        model.transformer.wte.weight[0] += 1.0  # "trained"
+    model.generation_config.max_new_tokens = 50
+    tokenizer.padding_side = "right"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    reloaded = GPTCustomForCausalLM.from_pretrained(folder)
+    assert torch.equal(reloaded.transformer.wte.weight, model.transformer.wte.weight)
+    assert reloaded.generation_config.max_new_tokens == 50
+
+    remote = python_without_project(
+        "import json, sys, torch\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "with torch.no_grad():\n"
+        "    model.get_input_embeddings().weight[1] += 1.0\n"
+        "model.save_pretrained(sys.argv[1]); tokenizer.save_pretrained(sys.argv[1])\n"
+        "again = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "print(json.dumps({'row': again.get_input_embeddings().weight[1].tolist(),"
+        " 'expected': model.get_input_embeddings().weight[1].tolist()}))\n", folder)
+    assert remote["row"] == remote["expected"]
+
+    merges = folder / "merges.txt"
+    if not merges.is_file():
+        merges = folder / "tokenizer.json"
+    merges.write_bytes(merges.read_bytes() + b" ")  # damaged, not by a save
+    model.save_pretrained(folder)  # a model save leaves the tokenizer's entries as they were
+    with pytest.raises(UserError, match=rf"{merges.name} has .* bytes, the manifest says"):
+        GPTCustomForCausalLM.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("source", ["hf-gpt-custom @ file:///home/alice/hf-gpt-custom", "git+file:///srv/hf-gpt-custom",
+                                    "/home/alice/hf-gpt-custom", "~/hf-gpt-custom", "./hf-gpt-custom"])
+def test_a_package_source_on_this_machine_is_refused_before_the_card_publishes_it(exported, tmp_path, source):
+    """`--package-source` as pip freeze writes a local install put the machine's path into the published card and
+    manifest, and the local-path checks passed it (the path follows a "/"); the plain path was refused with a fix
+    that named no option (the publishflow hunt)."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.publish_checks import check_export
+
+    run_dir, out_dir = exported
+    with pytest.raises(UserError, match=r"--package-source .* names a place on this machine.*git\+https://"):
+        export_folder(run_dir, tmp_path / "export", repo_id="alice/tiny", package_source=source)
+    assert not (tmp_path / "export").exists()
+    for good in ("hf-gpt-custom==0.3", "hf-gpt-custom @ git+https://github.com/alice/hf-gpt-custom@v1"):
+        from hf_gpt_custom.hub import check_package_source
+
+        check_package_source(good)
+    edited = shutil.copytree(out_dir, tmp_path / "edited")  # a card edited by hand to name one: push refuses it
+    card = edited / "README.md"
+    card.write_text(card.read_text() + "\npip install 'hf-gpt-custom @ file:///home/alice/hf-gpt-custom'\n")
+    with pytest.raises(UserError, match=r"README.md contains the local path 'file:///home/alice/hf-gpt-custom'"):
+        check_export(edited)
+
+
+def test_an_export_of_a_run_whose_weights_are_gone_names_the_weights_not_the_evaluation(tmp_path):
+    """final/model.safetensors missing: export said eval/results.json "scored other weights" and told the user to
+    evaluate again, which fails on the same missing file (the publishflow hunt). And final/ given for the run."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.hub import export_folder
+
+    run_dir = make_tiny_run(tmp_path / "runs" / "tiny")
+    (run_dir / "final" / "model.safetensors").unlink()
+    with pytest.raises(UserError, match=r"final") as refused:
+        export_folder(run_dir, tmp_path / "export", repo_id="alice/tiny")
+    assert "model.safetensors" in str(refused.value) and "scored other weights" not in str(refused.value)
+    with pytest.raises(UserError, match=r"give the run folder, its parent \(.*whole\)"):
+        export_folder(make_tiny_run(tmp_path / "runs" / "whole") / "final", tmp_path / "export", repo_id="alice/tiny")
