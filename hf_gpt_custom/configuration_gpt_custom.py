@@ -54,15 +54,18 @@ def refuse_unsupported_fields(values: dict, where: str) -> None:
     """A UserError for the first of UNSUPPORTED_FIELDS set in `values` (None, False and pretraining_tp=1 are unset)."""
     for name, fix in UNSUPPORTED_FIELDS.items():
         value = values.get(name)
+        if name == "rope_scaling" and _is_plain_rope(value):  # {"type": "default"}: plain RoPE, read as rope_parameters
+            continue
         if value is not None and value is not False and (name, value) != ("pretraining_tp", 1):
             raise UserError(f"{where} {name}={value!r}, which other transformers configs have and this model does not "
                             f"implement: it would be stored and ignored; {fix}")
 
 
 def _is_plain_rope(rope) -> bool:
-    """rope_parameters without scaling: {} or {"rope_type": "default", "rope_theta": ...}, either key optional."""
-    return isinstance(rope, dict) and not set(rope) - {"rope_type", "rope_theta"} \
-        and rope.get("rope_type", "default") == "default"
+    """rope_parameters without scaling: {} or {"rope_type": "default", "rope_theta": ...}, either key optional;
+    "type" is transformers 4's name for rope_type (LlamaConfig reads {"type": "default"} as plain RoPE too)."""
+    return isinstance(rope, dict) and not set(rope) - {"rope_type", "type", "rope_theta"} \
+        and rope.get("rope_type", rope.get("type", "default")) == "default"
 
 
 def refuse_rope_scaling(rope: dict, name: str) -> None:
@@ -130,7 +133,8 @@ class GPTCustomConfig(PretrainedConfig):
             if kwargs.get(name) not in (None, 0, 0.0):
                 warnings.warn(f"this config sets {name}={kwargs[name]!r}, saved by an older version: "
                               + meaning.format(value=kwargs[name]), stacklevel=2)
-        rope = kwargs.pop("rope_parameters", None) or {}  # transformers 5's spelling of rope_theta (LlamaConfig)
+        # transformers 5's spelling of rope_theta (LlamaConfig), or transformers 4's plain rope_scaling
+        rope = kwargs.pop("rope_parameters", None) or kwargs.pop("rope_scaling", None) or {}
         refuse_rope_scaling(rope, "rope_parameters")
         if "rope_theta" in rope:
             self.rope_theta = float(rope["rope_theta"])

@@ -550,3 +550,26 @@ def test_a_scaling_in_any_spelling_is_refused_at_construction_and_when_set_on_a_
     config.rope_parameters = dict(rope)
     with pytest.raises(ValueError, match="only plain RoPE is implemented"):
         GPTCustomForCausalLM.from_pretrained(tmp_path / "ours", config=config)
+
+
+@pytest.mark.parametrize("spelling", [{"type": "default"}, {"rope_type": "default"},
+                                      {"type": "default", "rope_theta": 700.0}])
+def test_a_plain_rope_scaling_in_either_spelling_is_plain_rope_as_llama_reads_it(spelling):
+    """transformers 4 wrote plain RoPE as rope_scaling={"type": "default"}; LlamaConfig reads it (given or assigned)
+    as default RoPE, where ours refused it as scaling (the roundreview19 hunt). Reference: LlamaConfig's reading."""
+    import warnings
+
+    from transformers import LlamaConfig
+
+    tiny = dict(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=64, position_embedding_type="rope")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        llama = LlamaConfig(rope_theta=500.0)
+        llama.rope_scaling = dict(spelling)
+        given = GPTCustomConfig(**tiny, rope_theta=500.0, rope_scaling=dict(spelling))
+        assigned = GPTCustomConfig(**tiny, rope_theta=500.0)
+        assigned.rope_scaling = dict(spelling)
+    assert llama.rope_parameters["rope_type"] == "default"
+    for config in (given, assigned):
+        GPTCustomForCausalLM(config)  # built, not refused
+        assert config.rope_theta == spelling.get("rope_theta", 500.0)  # a theta given with it is read
