@@ -408,3 +408,28 @@ def test_a_peft_wrapped_rope_model_copied_in_bfloat16_keeps_inv_freq_in_float32_
     gpt2, _ = tiny_model_and_tokenizer
     tied = _copy_in_dtype(gpt2, torch.bfloat16)
     assert tied.lm_head.weight is tied.transformer.wte.weight and tied.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_the_copy_in_another_dtype_casts_only_the_floating_point_tensors_as_module_to_does(tiny_model_and_tokenizer):
+    """A module the object carries may hold integer or bool buffers (the token ids a steering hook bans, a mask): the
+    copy casts only floating-point tensors, or ids above 256 were rounded in bfloat16 (1001 -> 1000) and a bool mask
+    became numbers (the mutation sweep). Reference: torch's Module.to(dtype), which casts floating-point tensors only."""
+    import copy
+
+    import torch
+
+    from hf_gpt_custom.eval.runner import _copy_in_dtype
+
+    gpt2, _ = tiny_model_and_tokenizer
+    model = copy.deepcopy(gpt2)
+    holder = torch.nn.Module()
+    holder.register_buffer("banned_ids", torch.tensor([1001, 5, 257]))
+    holder.register_buffer("mask", torch.tensor([True, False, True]))
+    model.add_module("steering", holder)
+    copied = _copy_in_dtype(model, torch.bfloat16)
+    reference = copy.deepcopy(model).to(torch.bfloat16)
+    for name in ("steering.banned_ids", "steering.mask"):
+        got, expected = copied.get_buffer(name), reference.get_buffer(name)
+        assert got.dtype == expected.dtype and torch.equal(got, expected), name
+    assert copied.get_buffer("steering.banned_ids").tolist() == [1001, 5, 257]
+    assert model.get_buffer("steering.banned_ids").dtype == torch.int64  # the object passed in is left as it is

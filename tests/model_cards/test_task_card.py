@@ -464,3 +464,35 @@ def test_the_cards_snippet_runs_as_written_where_the_config_asks_for_tuples(bool
     assert printed[0] in ("false", "true")
     plain = re.search(r"```python\n(.*?)```", (run.parent / "export" / "README.md").read_text(), re.S).group(1)
     assert "return_dict" not in plain  # a usual config's snippet is as before
+
+
+def test_the_multiple_choice_cards_snippet_runs_as_written_where_the_config_asks_for_tuples(base_model, tmp_path):
+    """The pair snippet asks for outputs by name where config.json says return_dict=false (carried from a converted
+    base); the multiple-choice one must too, or its `.logits` fails on a tuple as written (the mutation sweep: the
+    test above covers the pair snippet only). Reference: the head's own choice, read with return_dict=True."""
+    import re
+
+    import hf_gpt_custom  # noqa: F401
+    from hf_gpt_custom import GPTCustomForMultipleChoice
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import write_manifest
+
+    rows = [{"goal": f"goal {i}", "sol1": "yes a", "sol2": "no b", "label": i % 2} for i in range(40)]
+    data = _write_jsonl(tmp_path / "mine" / "mc.jsonl", rows)
+    run = _finetune(tmp_path / "run", base_model, data, "task.format=multiple_choice", "task.text_columns=goal",
+                    "task.choice_columns=sol1,sol2", "task.lm_loss_weight=0")
+    config = json.loads((run / "final" / "config.json").read_text())
+    (run / "final" / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    write_manifest(run / "final")
+    export = export_folder(run, tmp_path / "export")
+    snippet = re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S).group(1)
+    assert "return_dict=True).logits" in snippet
+    repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
+    code = snippet.replace(f'"{repo_id}"', repr(str(export))).replace('"..."', repr("a context"), 1)
+    printed, names = [], {}
+    exec(code, {"print": printed.append, "__name__": "snippet"}, names)  # noqa: S102 - the card's own example
+    model = GPTCustomForMultipleChoice.from_pretrained(export).eval()
+    assert model.config.return_dict is False
+    with torch.no_grad():
+        expected = model(**{k: v.unsqueeze(0) for k, v in names["inputs"].items()}, return_dict=True).logits
+    assert printed == [int(expected.argmax())]

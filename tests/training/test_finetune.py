@@ -1214,3 +1214,50 @@ def test_a_new_head_does_not_carry_what_its_bases_config_says_of_the_bases_own_t
     model = build_task_model(finetune_config, finetune_config.task_section, tokenizer)
     assert not {"finetuning_task", "task_specific_params"} & set(json.loads(model.config.to_json_string()))
     assert model.config.num_labels == 2 and not model.config.output_attentions
+
+
+def test_a_base_whose_config_asks_for_tuples_is_fine_tuned_and_scored_on_its_heldout_part(tmp_path, base_model_dir,
+                                                                                          learnable_pairs):
+    """A converted base may carry config.json's return_dict=false into the head: the training step reads its loss by
+    name whatever the config says, and so must the held-out evaluation ('tuple' object has no attribute 'logits';
+    the mutation sweep). Reference: a hand computation from the head's logits read with return_dict=True, each
+    row's LM loss from GPTCustomForCausalLM with the same body on the row alone (as the λ test above)."""
+    import shutil
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.manifest import write_manifest
+    from hf_gpt_custom.training.finetune import FinetuneWorkload
+
+    base = tmp_path / "base"
+    shutil.copytree(base_model_dir, base)
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    write_manifest(base)
+    finetune_config = _config(tmp_path, base, learnable_pairs, "task.lm_loss_weight=0.5")
+    work = FinetuneWorkload(finetune_config)
+    model = work.model.eval()
+    assert model.config.return_dict is False
+    val_loader = work.prepare(finetune_config, SimpleNamespace(print=lambda *args: None)).val_loader
+    no_accelerator = SimpleNamespace(unwrap_model=lambda module: module, gather_for_metrics=lambda values: values)
+    got = work.evaluate(model, val_loader, no_accelerator)
+    model.eval()  # evaluate hands the model back in training mode
+    language_model = GPTCustomForCausalLM(model.config).eval()
+    language_model.transformer.load_state_dict(model.transformer.state_dict())
+    task_losses, hits, lm_losses = [], [], []
+    with torch.no_grad():
+        for batch in val_loader:
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], return_dict=True).logits
+            task_losses += F.cross_entropy(logits, batch["labels"], reduction="none").tolist()
+            hits += (logits.argmax(-1) == batch["labels"]).tolist()
+            for ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
+                row = ids[mask.bool()][None]
+                lm_losses.append(float(language_model(input_ids=row, labels=row, return_dict=True).loss))
+        assert torch.isfinite(work.loss(model, next(iter(val_loader))))
+    assert got["val_examples"] == len(hits) == 30
+    assert got["val_task_loss"] == pytest.approx(sum(task_losses) / 30, rel=1e-5)
+    assert got["val_accuracy"] == sum(hits) / 30
+    assert got["val_lm_loss"] == pytest.approx(sum(lm_losses) / 30, rel=1e-4)
+    assert got["val_loss"] == pytest.approx(got["val_task_loss"] + 0.5 * got["val_lm_loss"])
