@@ -216,6 +216,9 @@ def verify_manifest(folder: str | os.PathLike, quick: bool = False) -> str | Non
         if not path.is_file():
             return f"{name} is missing"
         if path.stat().st_size != expected["size"]:
+            if path.stat().st_size < 1024 and path.read_bytes().startswith(b"version https://git-lfs"):
+                return (f"{name} is a Git LFS pointer, not the file (a clone without git-lfs): run `git lfs install` "
+                        "and `git lfs pull` in the clone")
             return f"{name} has {path.stat().st_size} bytes, the manifest says {expected['size']}"
         if not quick and not _has_sha256(path, expected["sha256"]):
             return f"{name} does not match its sha256 in the manifest (the file changed or is corrupt)"

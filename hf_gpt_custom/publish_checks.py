@@ -134,6 +134,9 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     manifest (`require_manifest`: export checks its staging folder before writing it): without one, nothing tells an
     edited or added file apart."""
     folder = Path(folder)
+    if folder.is_file():
+        raise UserError(f"cannot publish {folder}: it is a file; give the folder export wrote ({folder.parent}, if "
+                        "it is that folder's)")
     if not folder.is_dir():
         raise MissingFileError(f"cannot publish {folder}: there is no such folder; write it first with "
                                "`hf-gpt-custom export RUN_DIR OUT_DIR`")
@@ -557,7 +560,8 @@ def _check_card(folder: Path, linked_license_required: bool = True) -> None:
                         f"license's text there (a LICENSE, LICENSE.txt or LICENSE.md file)")
     for image in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8")):
         if "://" not in image and not (folder / image).is_file():
-            raise UserError(f"cannot publish: {readme} shows {image}, which is not in {folder}")
+            raise UserError(f"cannot publish: {readme} shows {image}, which is not in {folder}; put the image "
+                            "there, or remove it from the card")
 
 
 def is_local_path(value: str) -> bool:

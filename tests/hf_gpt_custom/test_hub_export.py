@@ -411,6 +411,9 @@ def test_push_of_a_folder_that_is_not_an_export_is_refused_naming_what_it_lacks(
         push_folder(tmp_path, "alice/x")
     with pytest.raises(FileNotFoundError, match=rf"cannot publish {tmp_path / 'gone'}: there is no such folder"):
         push_folder(tmp_path / "gone", "alice/x")
+    with pytest.raises(ValueError, match=rf"cannot publish {tmp_path / 'config.json'}: it is a file; give the folder "
+                                         rf"export wrote \({tmp_path}"):
+        push_folder(tmp_path / "config.json", "alice/x")
 
 
 def test_the_commands_it_suggests_paste_into_a_shell_with_spaces_in_paths(exported, tmp_path, capsys):
@@ -766,7 +769,8 @@ def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, m
         check_export(edited)
     (edited / "training_summary.json").write_text(json.dumps(summary))
     (edited / "loss_curve.png").unlink()
-    with pytest.raises(ValueError, match=r"README\.md shows loss_curve\.png, which is not in"):
+    with pytest.raises(ValueError, match=r"README\.md shows loss_curve\.png, which is not in .*; put the image there, "
+                                         r"or remove it from the card"):
         check_export(edited)
 
 
@@ -1752,3 +1756,17 @@ def test_an_export_of_a_run_whose_weights_are_gone_names_the_weights_not_the_eva
     assert "model.safetensors" in str(refused.value) and "scored other weights" not in str(refused.value)
     with pytest.raises(UserError, match=r"give the run folder, its parent \(.*whole\)"):
         export_folder(make_tiny_run(tmp_path / "runs" / "whole") / "final", tmp_path / "export", repo_id="alice/tiny")
+
+
+def test_a_clone_without_git_lfs_is_named_as_one(exported, tmp_path):
+    """A Hub repository cloned without git-lfs holds pointer files where the weights are: the load said "damaged ...
+    save, copy or export it again" (the publishflow hunt); the fix is `git lfs pull`."""
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.errors import UserError
+
+    _, out_dir = exported
+    clone = shutil.copytree(out_dir, tmp_path / "clone")
+    (clone / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:"
+                                             + "0" * 64 + "\nsize 178216\n")
+    with pytest.raises(UserError, match=r"model\.safetensors is a Git LFS pointer, not the file .*git lfs pull"):
+        GPTCustomForCausalLM.from_pretrained(clone)
