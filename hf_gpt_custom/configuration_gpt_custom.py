@@ -133,7 +133,11 @@ class GPTCustomConfig(PretrainedConfig):
             if kwargs.get(name) not in (None, 0, 0.0):
                 warnings.warn(f"this config sets {name}={kwargs[name]!r}, saved by an older version: "
                               + meaning.format(value=kwargs[name]), stacklevel=2)
-        # transformers 5's spelling of rope_theta (LlamaConfig), or transformers 4's plain rope_scaling
+        # transformers 5's spelling of rope_theta (LlamaConfig), or transformers 4's plain rope_scaling: one of them
+        if kwargs.get("rope_parameters") and kwargs.get("rope_scaling"):
+            raise UserError(f"GPTCustomConfig got both rope_parameters={kwargs['rope_parameters']!r} and "
+                            f"rope_scaling={kwargs['rope_scaling']!r}, two spellings of one setting; give one "
+                            "(rope_parameters, or rope_theta)")
         rope = kwargs.pop("rope_parameters", None) or kwargs.pop("rope_scaling", None) or {}
         refuse_rope_scaling(rope, "rope_parameters")
         if "rope_theta" in rope:

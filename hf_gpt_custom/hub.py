@@ -303,10 +303,16 @@ def check_package_source(source: str) -> None:
     """A UserError when `source`, the requirement the card tells users to pip install, names something only this
     machine has: a file URL ("hf-gpt-custom @ file:///home/me/hf-gpt-custom", as pip freeze writes a local
     install; "git+file://...") or a local path. The card would publish the path, and nobody could install it."""
-    candidate = source.split("@", 1)[1].strip() if "@" in source and "://" not in source.split("@", 1)[0] else source
+    candidate = source.strip()
+    for editable in ("-e ", "--editable ", "--editable="):  # pip freeze's line for an editable install
+        candidate = candidate.removeprefix(editable).strip()
+    if "@" in candidate and "://" not in candidate.split("@", 1)[0]:
+        candidate = candidate.split("@", 1)[1].strip()  # NAME @ URL
     scheme = candidate.split("://", 1)[0].lower() if "://" in candidate else ""
+    # without a scheme, a requirement is a name (hf-gpt-custom==0.3): a "/" or an archive's suffix makes it a path
     local = scheme.rsplit("+", 1)[-1] == "file" or (not scheme and (
-        os.path.isabs(os.path.expanduser(candidate)) or candidate.startswith((".", "~"))))
+        "/" in candidate or "\\" in candidate or candidate.startswith((".", "~"))
+        or candidate.lower().endswith((".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz"))))
     if local:
         raise UserError(f"--package-source {source!r} names a place on this machine, which the card would publish and "
                         "nobody else could install from; give a requirement others can install: the package's PyPI "

@@ -382,13 +382,13 @@ def _benchmark_dataset(dataset: Any) -> dict[str, str | None] | None:
 
 def architecture_tags(model_config) -> list[str]:
     """The Hub tag of the family whose block this model's is: "gpt2" for GPT-2's (pre-LayerNorm, learned positions,
-    a plain MLP), "llama" for LLaMA's (RoPE, RMSNorm, SwiGLU), none for the others (GPT-1's post-norm block, the
+    a plain MLP), "llama" for LLaMA's (pre-norm RMSNorm, RoPE, SwiGLU), none for the others (GPT-1's post-norm block, the
     original Transformer's), which the Hub would otherwise list under a family they are not."""
     if (model_config.norm_position, model_config.norm_type, model_config.position_embedding_type,
             model_config.mlp_type) == ("pre", "layernorm", "learned", "standard"):
         return ["gpt2"]
-    if (model_config.position_embedding_type, model_config.norm_type, model_config.mlp_type) == \
-            ("rope", "rmsnorm", "swiglu"):
+    if (model_config.norm_position, model_config.position_embedding_type, model_config.norm_type,
+            model_config.mlp_type) == ("pre", "rope", "rmsnorm", "swiglu"):
         return ["llama"]
     return []
 

@@ -573,3 +573,13 @@ def test_a_plain_rope_scaling_in_either_spelling_is_plain_rope_as_llama_reads_it
     for config in (given, assigned):
         GPTCustomForCausalLM(config)  # built, not refused
         assert config.rope_theta == spelling.get("rope_theta", 500.0)  # a theta given with it is read
+    with pytest.raises(ValueError, match="only plain RoPE"):  # the old spelling of a scaling type is still scaling
+        GPTCustomConfig(**tiny, rope_scaling={"type": "dynamic"})
+
+
+def test_rope_parameters_and_a_rope_scaling_given_together_are_refused_not_half_read():
+    """Both given at construction, only the first was read: the model in memory used one theta, its saved folder
+    reloaded with the other (the roundreview20 hunt, a regression of reading a plain rope_scaling)."""
+    with pytest.raises(ValueError, match=r"both rope_parameters=.* and rope_scaling=.*give one"):
+        GPTCustomConfig(position_embedding_type="rope", rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+                        rope_scaling={"type": "default", "rope_theta": 5e5})

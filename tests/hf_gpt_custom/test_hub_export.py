@@ -1719,7 +1719,9 @@ def test_saving_into_an_exported_folder_keeps_it_loadable_and_a_damaged_file_sti
 
 
 @pytest.mark.parametrize("source", ["hf-gpt-custom @ file:///home/alice/hf-gpt-custom", "git+file:///srv/hf-gpt-custom",
-                                    "/home/alice/hf-gpt-custom", "~/hf-gpt-custom", "./hf-gpt-custom"])
+                                    "/home/alice/hf-gpt-custom", "~/hf-gpt-custom", "./hf-gpt-custom",
+                                    "-e /home/alice/hf-gpt-custom", "dist/hf_gpt_custom-0.1.tar.gz",
+                                    "hf_gpt_custom-0.1-py3-none-any.whl"])
 def test_a_package_source_on_this_machine_is_refused_before_the_card_publishes_it(exported, tmp_path, source):
     """`--package-source` as pip freeze writes a local install put the machine's path into the published card and
     manifest, and the local-path checks passed it (the path follows a "/"); the plain path was refused with a fix

@@ -638,6 +638,8 @@ def test_the_snippets_new_tokens_follow_the_context_length_not_another_field(tmp
     # SwiGLU (LlamaMLP's gate_proj)
     ({"position_embedding_type": "sinusoidal"}, None, "the tied head is counted once"),
     ({"position_embedding_type": "rope", "norm_type": "rmsnorm"}, None, "the tied head is counted once"),
+    ({"position_embedding_type": "rope", "norm_type": "rmsnorm", "mlp_type": "swiglu", "norm_position": "post"}, None,
+     "the tied head is counted once"),  # LLaMA's parts in a post-norm block: not LLaMA's (roundreview20)
 ])
 def test_card_names_the_blocks_family_and_how_the_head_is_counted(tmp_path, block, family_tag, head_note):
     """The card's tags and its parameter note follow the block: a LLaMA-style model is tagged llama, not gpt2 (the
