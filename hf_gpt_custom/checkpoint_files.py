@@ -22,6 +22,33 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"  # older checkpoints' shards
 
 
+WEIGHT_LAYOUTS = ("model.safetensors", SAFETENSORS_INDEX)  # one file, or shards listed by their index
+
+
+def weight_layouts_written(folder: str | os.PathLike):
+    """Call before a save_pretrained into `folder`, then call what it returns after: where the save left both weight
+    layouts, the one it did not write is deleted. transformers' save removes only stale shards, so a folder saved
+    whole before and sharded now (max_shard_size) kept its old model.safetensors, which from_pretrained reads before
+    the index: the old weights loaded, silently (the roundreview20 hunt). Its old index, the other way round."""
+    def identity(name: str):
+        try:
+            status = os.stat(os.path.join(folder, name))
+        except OSError:
+            return None
+        return status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+    before = {name: identity(name) for name in WEIGHT_LAYOUTS}
+
+    def drop_the_stale_layout() -> None:
+        now = {name: identity(name) for name in WEIGHT_LAYOUTS}
+        if all(now.values()):
+            for name in WEIGHT_LAYOUTS:
+                if now[name] == before[name]:  # there before, not written by this save
+                    os.remove(os.path.join(folder, name))
+
+    return drop_the_stale_layout
+
+
 def hub_kwargs(kwargs: dict) -> dict:
     """The `from_pretrained` keyword arguments that say where files come from (revision, cache, token...)."""
     return {key: kwargs[key] for key in HUB_KEYS if key in kwargs}

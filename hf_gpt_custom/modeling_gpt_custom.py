@@ -46,10 +46,10 @@ from .block_variants import (
     repeat_kv,
 )
 from .causal_lm_loss import causal_lm_loss
-from .checkpoint_files import read_config_dict
+from .checkpoint_files import read_config_dict, weight_layouts_written
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
-from .manifest import from_pretrained_checked, manifest_kept_current  # the folder's manifest, checked and kept
+from .manifest import MANIFEST_NAME, from_pretrained_checked, manifest_kept_current  # checked, kept current
 from .model_inputs import (
     check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
 )
@@ -333,8 +333,18 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
             **AUTO_MODEL_CLASSES,
         }
+        if kwargs.get("push_to_hub") and os.path.isfile(os.path.join(save_directory, MANIFEST_NAME)):
+            # transformers uploads from inside its save, before the manifest below is brought up to date: the Hub
+            # would get the new weights beside the old manifest.json, and a download of it refused as damaged
+            raise UserError(f"save_pretrained({save_directory!r}, push_to_hub=True): that folder has a "
+                            f"{MANIFEST_NAME} (an export's, or a run's), which must be updated before the upload; "
+                            "save without push_to_hub, then upload the folder (`hf-gpt-custom push FOLDER --repo-id "
+                            "USER/NAME`, or huggingface_hub's upload_folder)")
         with manifest_kept_current(save_directory):  # saved into an export or final/: its manifest follows
-            return super().save_pretrained(save_directory, *args, **kwargs)
+            drop_the_stale_layout = weight_layouts_written(save_directory)
+            saved = super().save_pretrained(save_directory, *args, **kwargs)
+            drop_the_stale_layout()
+            return saved
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):

@@ -1772,3 +1772,38 @@ def test_a_clone_without_git_lfs_is_named_as_one(exported, tmp_path):
                                              + "0" * 64 + "\nsize 178216\n")
     with pytest.raises(UserError, match=r"model\.safetensors is a Git LFS pointer, not the file .*git lfs pull"):
         GPTCustomForCausalLM.from_pretrained(clone)
+
+
+def test_a_sharded_save_into_a_whole_export_leaves_only_the_new_weights(exported, tmp_path):
+    """transformers' save removes stale shards only: saved sharded (max_shard_size) into an export that held one
+    model.safetensors, the old file stayed, and from_pretrained reads it before the index: the old weights loaded,
+    and the manifest, now brought up to date on save, let the folder through to a push (the roundreview20 hunt).
+    Reference: the weights saved. Also: a push from inside save_pretrained into such a folder is refused, and a
+    folder holding both layouts is not published."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.publish_checks import check_export
+
+    _, out_dir = exported
+    folder = shutil.copytree(out_dir, tmp_path / "downloaded")
+    model = GPTCustomForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        model.transformer.wte.weight[0] += 1.0
+    model.save_pretrained(folder, max_shard_size="20KB")
+    assert not (folder / "model.safetensors").exists() and (folder / "model.safetensors.index.json").is_file()
+    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight, model.transformer.wte.weight)
+    check_export(folder)  # listed by the manifest, one layout: publishable
+    model.save_pretrained(folder)  # and whole again: the index goes with its shards
+    assert (folder / "model.safetensors").is_file() and not list(folder.glob("model*index.json"))
+    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight, model.transformer.wte.weight)
+
+    with pytest.raises(UserError, match=r"push_to_hub=True\): that folder has a manifest\.json .* save without "
+                                        r"push_to_hub, then upload"):
+        model.save_pretrained(folder, push_to_hub=True, repo_id="alice/tiny")
+    shutil.copyfile(folder / "model.safetensors", tmp_path / "whole.safetensors")
+    model.save_pretrained(folder, max_shard_size="20KB")
+    shutil.copyfile(tmp_path / "whole.safetensors", folder / "model.safetensors")  # both, by hand
+    with pytest.raises(UserError, match=r"holds the weights twice"):
+        check_export(folder)
