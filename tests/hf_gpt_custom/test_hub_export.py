@@ -1793,11 +1793,13 @@ def test_a_sharded_save_into_a_whole_export_leaves_only_the_new_weights(exported
         model.transformer.wte.weight[0] += 1.0
     model.save_pretrained(folder, max_shard_size="20KB")
     assert not (folder / "model.safetensors").exists() and (folder / "model.safetensors.index.json").is_file()
-    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight, model.transformer.wte.weight)
+    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight,
+                       model.transformer.wte.weight)
     check_export(folder)  # listed by the manifest, one layout: publishable
     model.save_pretrained(folder)  # and whole again: the index goes with its shards
     assert (folder / "model.safetensors").is_file() and not list(folder.glob("model*index.json"))
-    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight, model.transformer.wte.weight)
+    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight,
+                       model.transformer.wte.weight)
 
     with pytest.raises(UserError, match=r"push_to_hub=True\): that folder has a manifest\.json .* save without "
                                         r"push_to_hub, then upload"):
