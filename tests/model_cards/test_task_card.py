@@ -437,6 +437,21 @@ def test_a_known_dataset_copy_is_recognised_when_a_record_holds_a_line_separator
     assert _known_copy(path) == "boolq"
 
 
+def _exported_asking_for_tuples(run, out_dir):
+    """The run's final/ made to say return_dict=false (as a converted base passes it on), exported: (folder, the
+    card's first Python snippet)."""
+    import re
+
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import write_manifest
+
+    config = json.loads((run / "final" / "config.json").read_text())
+    (run / "final" / "config.json").write_text(json.dumps({**config, "return_dict": False}))
+    write_manifest(run / "final")
+    export = export_folder(run, out_dir)
+    return export, re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S).group(1)
+
+
 def test_the_cards_snippet_runs_as_written_where_the_config_asks_for_tuples(boolq_export, tmp_path):
     """A base converted from a transformers folder whose config.json says return_dict=false passes it on to the
     fine-tuned export: the card's `model(**inputs).logits` then failed on a tuple (the convflow hunt). The snippet
@@ -445,17 +460,11 @@ def test_the_cards_snippet_runs_as_written_where_the_config_asks_for_tuples(bool
     import shutil
 
     import hf_gpt_custom  # noqa: F401
-    from hf_gpt_custom.hub import export_folder
-    from hf_gpt_custom.manifest import write_manifest
 
     run, _ = boolq_export
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    config = json.loads((copy / "final" / "config.json").read_text())
-    (copy / "final" / "config.json").write_text(json.dumps({**config, "return_dict": False}))
-    write_manifest(copy / "final")
-    export = export_folder(copy, tmp_path / "export")
-    snippet = re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S).group(1)
+    export, snippet = _exported_asking_for_tuples(copy, tmp_path / "export")
     assert "model(**inputs, return_dict=True).logits" in snippet
     repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
     printed = []
@@ -474,18 +483,12 @@ def test_the_multiple_choice_cards_snippet_runs_as_written_where_the_config_asks
 
     import hf_gpt_custom  # noqa: F401
     from hf_gpt_custom import GPTCustomForMultipleChoice
-    from hf_gpt_custom.hub import export_folder
-    from hf_gpt_custom.manifest import write_manifest
 
     rows = [{"goal": f"goal {i}", "sol1": "yes a", "sol2": "no b", "label": i % 2} for i in range(40)]
     data = _write_jsonl(tmp_path / "mine" / "mc.jsonl", rows)
     run = _finetune(tmp_path / "run", base_model, data, "task.format=multiple_choice", "task.text_columns=goal",
                     "task.choice_columns=sol1,sol2", "task.lm_loss_weight=0")
-    config = json.loads((run / "final" / "config.json").read_text())
-    (run / "final" / "config.json").write_text(json.dumps({**config, "return_dict": False}))
-    write_manifest(run / "final")
-    export = export_folder(run, tmp_path / "export")
-    snippet = re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S).group(1)
+    export, snippet = _exported_asking_for_tuples(run, tmp_path / "export")
     assert "return_dict=True).logits" in snippet
     repo_id = re.search(r'from_pretrained\("([^"]+)"', snippet).group(1)
     code = snippet.replace(f'"{repo_id}"', repr(str(export))).replace('"..."', repr("a context"), 1)
