@@ -31,7 +31,8 @@ def prefix_token_id(tokenizer, needed_for: str | None = None) -> int | None:
     """The token an empty context and a rolling window's first token stand after (BOS, else EOS), as lm-eval's
     `prefix_token_id`. None where the tokenizer has neither (OpenAI GPT's): only what is `needed_for` refuses it, so
     the tasks that never score such a request still run (lm-eval's HFLM fails on such a tokenizer whatever the task)."""
-    token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    bos, eos = getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)  # any tokenizer
+    token_id = bos if bos is not None else eos
     if token_id is None and needed_for is not None:
         raise UserError(f"the tokenizer has neither a BOS nor an EOS token, which {needed_for} start with (as in "
                         f"lm-eval); give the model folder a tokenizer with one (tokenizer.eos_token = ..., then "
