@@ -2,8 +2,8 @@
 shards, safetensors or pytorch_model.bin), the dtype to load them in and its generation config, each as
 transformers' from_pretrained reads it. Its own module because reading files is one job and converting what was read
 another: convert_common builds our model from these, and the modeling file needs config.json alone, before it knows
-whether to convert. Shipped as remote code beside the modeling file: imports only torch, transformers, safetensors
-and errors.py.
+whether to convert. Shipped as remote code beside the modeling file: imports only torch, transformers, safetensors,
+errors.py and manifest.py.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import copy
 import json
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
 
 from .errors import MissingFileError, UserError
+from .manifest import file_identity
 
 HUB_KEYS = ("cache_dir", "force_download", "local_files_only", "proxies", "token", "revision", "subfolder")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -25,28 +27,19 @@ BIN_INDEX = "pytorch_model.bin.index.json"  # older checkpoints' shards
 WEIGHT_LAYOUTS = ("model.safetensors", SAFETENSORS_INDEX)  # one file, or shards listed by their index
 
 
-def weight_layouts_written(folder: str | os.PathLike):
-    """Call before a save_pretrained into `folder`, then call what it returns after: where the save left both weight
-    layouts, the one it did not write is deleted. transformers' save removes only stale shards, so a folder saved
-    whole before and sharded now (max_shard_size) kept its old model.safetensors, which from_pretrained reads before
-    the index: the old weights loaded, silently (the roundreview20 hunt). Its old index, the other way round."""
-    def identity(name: str):
-        try:
-            status = os.stat(os.path.join(folder, name))
-        except OSError:
-            return None
-        return status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
-
-    before = {name: identity(name) for name in WEIGHT_LAYOUTS}
-
-    def drop_the_stale_layout() -> None:
-        now = {name: identity(name) for name in WEIGHT_LAYOUTS}
-        if all(now.values()):
-            for name in WEIGHT_LAYOUTS:
-                if now[name] == before[name]:  # there before, not written by this save
-                    os.remove(os.path.join(folder, name))
-
-    return drop_the_stale_layout
+@contextmanager
+def one_weight_layout(folder: str | os.PathLike):
+    """Around a save_pretrained into `folder`: where the save leaves both weight layouts, the one it did not write is
+    deleted. transformers' save removes only stale shards, so a folder saved whole before and sharded now
+    (max_shard_size) kept its old model.safetensors, which from_pretrained reads before the index: the old weights
+    loaded, silently (the roundreview20 hunt). Its old index, the other way round."""
+    before = {name: file_identity(os.path.join(folder, name)) for name in WEIGHT_LAYOUTS}
+    yield
+    now = {name: file_identity(os.path.join(folder, name)) for name in WEIGHT_LAYOUTS}
+    if all(now.values()):
+        for name in WEIGHT_LAYOUTS:
+            if now[name] == before[name]:  # there before, not written by this save
+                os.remove(os.path.join(folder, name))
 
 
 def hub_kwargs(kwargs: dict) -> dict:

@@ -46,7 +46,7 @@ from .block_variants import (
     repeat_kv,
 )
 from .causal_lm_loss import causal_lm_loss
-from .checkpoint_files import read_config_dict, weight_layouts_written
+from .checkpoint_files import one_weight_layout, read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
 from .manifest import MANIFEST_NAME, from_pretrained_checked, manifest_kept_current  # checked, kept current
@@ -340,11 +340,9 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
                             f"{MANIFEST_NAME} (an export's, or a run's), which must be updated before the upload; "
                             "save without push_to_hub, then upload the folder (`hf-gpt-custom push FOLDER --repo-id "
                             "USER/NAME`, or huggingface_hub's upload_folder)")
-        with manifest_kept_current(save_directory):  # saved into an export or final/: its manifest follows
-            drop_the_stale_layout = weight_layouts_written(save_directory)
-            saved = super().save_pretrained(save_directory, *args, **kwargs)
-            drop_the_stale_layout()
-            return saved
+        # saved into an export or final/: its manifest follows, after the stale weight layout is gone
+        with manifest_kept_current(save_directory), one_weight_layout(save_directory):
+            return super().save_pretrained(save_directory, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
