@@ -79,9 +79,10 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     Trailing spaces of the context move to the continuation; then the whole string is encoded and cut at the
     length of the encoded context, so the continuation's ids are the ones the model would produce after the
     context. Example with GPT-2: ("The cat", " sat") -> [464, 3797] and [3332] (" sat" is one token).
-    An empty context becomes the prefix token (BOS/EOS), and so does one of whitespace only once its spaces moved:
-    lm-eval's HFLM then encodes the empty context, [BOS] with a tokenizer that adds one (the same split) and no
-    token with GPT-2's, where it fails.
+    An empty context becomes the prefix token (BOS/EOS), and so does one of whitespace only once its spaces moved.
+    lm-eval's HFLM encodes that empty context instead: [BOS] with a tokenizer that adds only a BOS (the same split),
+    no token with GPT-2's, where it fails, and other splits with a tokenizer that also appends an EOS or adds a
+    token other than its bos_token (it then loses a continuation token); we keep the empty context's rule there.
     """
     return encode_pairs(tokenizer, [(context, continuation)])[0]
 

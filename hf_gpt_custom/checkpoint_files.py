@@ -27,18 +27,30 @@ BIN_INDEX = "pytorch_model.bin.index.json"  # older checkpoints' shards
 WEIGHT_LAYOUTS = ("model.safetensors", SAFETENSORS_INDEX)  # one file, or shards listed by their index
 
 
+def weight_layouts(variant: str | None = None) -> tuple[str, str]:
+    """The two names a safetensors save writes the weights under (WEIGHT_LAYOUTS), with a save's `variant` inserted
+    where transformers' `_add_variant` inserts it: model.fp16.safetensors, model.safetensors.index.fp16.json."""
+    if not variant:
+        return WEIGHT_LAYOUTS
+    return f"model.{variant}.safetensors", f"model.safetensors.index.{variant}.json"
+
+
 @contextmanager
-def one_weight_layout(folder: str | os.PathLike):
-    """Around a save_pretrained into `folder`: where the save leaves both weight layouts, the one it did not write is
-    deleted. transformers' save removes only stale shards, so a folder saved whole before and sharded now
-    (max_shard_size) kept its old model.safetensors, which from_pretrained reads before the index: the old weights
-    loaded, silently (the roundreview20 hunt). Its old index, the other way round."""
-    before = {name: file_identity(os.path.join(folder, name)) for name in WEIGHT_LAYOUTS}
+def one_weight_layout(folder: str | os.PathLike, variant: str | None = None):
+    """Around a save_pretrained into `folder`: where the save wrote one weight layout (of its `variant`) and the
+    other is still there from before, that other one is deleted. transformers' save removes only stale shards, so a
+    folder saved whole before and sharded now (max_shard_size) kept its old model.safetensors, which from_pretrained
+    reads before the index: the old weights loaded, silently (the roundreview20 hunt). Its old index, the other way
+    round. A save that wrote neither name (another variant, an adapter, a rank that is not the main process) deletes
+    nothing: deleting "whichever was not written" removed both (the roundreview21 hunt)."""
+    names = weight_layouts(variant)
+    before = {name: file_identity(os.path.join(folder, name)) for name in names}
     yield
-    now = {name: file_identity(os.path.join(folder, name)) for name in WEIGHT_LAYOUTS}
-    if all(now.values()):
-        for name in WEIGHT_LAYOUTS:
-            if now[name] == before[name]:  # there before, not written by this save
+    now = {name: file_identity(os.path.join(folder, name)) for name in names}
+    written = [name for name in names if now[name] is not None and now[name] != before[name]]
+    if len(written) == 1:
+        for name in names:
+            if name not in written and now[name] is not None:
                 os.remove(os.path.join(folder, name))
 
 

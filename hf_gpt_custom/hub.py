@@ -303,9 +303,8 @@ def check_package_source(source: str) -> None:
     """A UserError when `source`, the requirement the card tells users to pip install, names something only this
     machine has: a file URL ("hf-gpt-custom @ file:///home/me/hf-gpt-custom", as pip freeze writes a local
     install; "git+file://...") or a local path. The card would publish the path, and nobody could install it."""
-    candidate = source.strip()
-    for editable in ("-e ", "--editable ", "--editable="):  # pip freeze's line for an editable install
-        candidate = candidate.removeprefix(editable).strip()
+    # pip freeze's line for an editable install; pip also reads "-e." (a short option's value attached)
+    candidate = re.sub(r"^(?:-e|--editable\b=?)\s*", "", source.strip())
     if "@" in candidate and "://" not in candidate.split("@", 1)[0]:
         candidate = candidate.split("@", 1)[1].strip()  # NAME @ URL
     scheme = candidate.split("://", 1)[0].lower() if "://" in candidate else ""

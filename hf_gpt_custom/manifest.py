@@ -1,13 +1,15 @@
 """A model folder's manifest: the size and sha256 of every file but the documentation, written by training (into
 each checkpoint and final/) and by export, and checked by every reader — our classes' `from_pretrained` (through
 `from_pretrained_checked`, which also refuses a tensor missing from the file), eval, finetune, export and push.
-Shipped as remote code beside the modeling file: imports only the standard library and siblings.
+Shipped as remote code beside the modeling file: imports only the standard library and siblings (and
+huggingface_hub, which transformers installs, inside the one function that talks to the Hub).
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import inspect
 import json
 import os
 from contextlib import contextmanager
@@ -130,6 +132,51 @@ def manifest_kept_current(folder: str | os.PathLike):
         if not path.exists():  # removed by the save (transformers deletes the shards a smaller save replaces)
             files.pop(path.relative_to(folder).as_posix(), None)
     write_text_atomically(manifest_path, json.dumps({**manifest, "files": files}, indent=2))
+
+
+def save_options(save_pretrained, *args, **kwargs) -> dict:
+    """The arguments of a call to transformers' `save_pretrained` (its signature given), by name, positional ones
+    too: `model.save_pretrained(folder, True, None, True)` asks for push_to_hub as surely as the keyword does. Empty
+    where they do not fit: the save itself then raises transformers' own error."""
+    try:
+        return inspect.signature(save_pretrained).bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}
+
+
+def refuse_upload_from_manifest_folder(folder: str | os.PathLike, call: str) -> None:
+    """`call` (a save_pretrained with push_to_hub=True) into a folder with a manifest: refused. transformers uploads
+    from inside its save, before manifest_kept_current brings the manifest up to date: the Hub got the new files
+    beside the old manifest.json, and a download of it was refused as damaged."""
+    if os.path.isfile(os.path.join(folder, MANIFEST_NAME)):
+        raise UserError(f"{call}({str(folder)!r}, push_to_hub=True): that folder has a {MANIFEST_NAME} (an export's, "
+                        "or a run's), which must be updated before the upload; save without push_to_hub, then upload "
+                        "the folder (`hf-gpt-custom push FOLDER --repo-id USER/NAME`, or huggingface_hub's "
+                        "upload_folder)")
+
+
+def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, create_pr: bool = False) -> None:
+    """Before a push_to_hub of our model or tokenizer: where the repo holds an export's manifest.json, it is deleted.
+    push_to_hub uploads the new files on top of the repo's and leaves the rest, so the old manifest stayed and every
+    download was refused as damaged. Without it the repo is a plain transformers repo, loaded unchecked, as
+    push_to_hub's users expect; `hf-gpt-custom push` of an export is what publishes a manifest."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi(token=token)
+    try:
+        full_id = repo_id if "/" in repo_id else f"{api.whoami()['name']}/{repo_id}"
+        if not api.file_exists(full_id, MANIFEST_NAME, revision=revision):
+            return
+    except (HfHubHTTPError, OSError, KeyError):
+        return  # no token, no network: push_to_hub itself says so, in its own words
+    if create_pr:
+        raise UserError(f"push_to_hub({repo_id!r}, create_pr=True): that repo holds an export's {MANIFEST_NAME}, which "
+                        "would list the old files beside the new ones; delete it from the repo first "
+                        f"(HfApi().delete_file({MANIFEST_NAME!r}, {full_id!r})), or open the pull request with an "
+                        "export's folder (`hf-gpt-custom export`, then huggingface_hub's upload_folder)")
+    api.delete_file(MANIFEST_NAME, full_id, revision=revision,
+                    commit_message=f"Remove {MANIFEST_NAME}: push_to_hub replaces the files it lists")
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

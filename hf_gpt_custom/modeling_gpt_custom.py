@@ -16,6 +16,7 @@ the mask, the stack of blocks) and GPTCustomForCausalLM (the LM head, the loss, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -49,7 +50,9 @@ from .causal_lm_loss import causal_lm_loss
 from .checkpoint_files import one_weight_layout, read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
-from .manifest import MANIFEST_NAME, from_pretrained_checked, manifest_kept_current  # checked, kept current
+from .manifest import (  # checked on load, kept current on save, dropped from a repo push_to_hub replaces
+    drop_hub_manifest, from_pretrained_checked, manifest_kept_current, refuse_upload_from_manifest_folder, save_options,
+)
 from .model_inputs import (
     check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
 )
@@ -333,16 +336,20 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             "AutoConfig": "configuration_gpt_custom.GPTCustomConfig",
             **AUTO_MODEL_CLASSES,
         }
-        if kwargs.get("push_to_hub") and os.path.isfile(os.path.join(save_directory, MANIFEST_NAME)):
-            # transformers uploads from inside its save, before the manifest below is brought up to date: the Hub
-            # would get the new weights beside the old manifest.json, and a download of it refused as damaged
-            raise UserError(f"save_pretrained({save_directory!r}, push_to_hub=True): that folder has a "
-                            f"{MANIFEST_NAME} (an export's, or a run's), which must be updated before the upload; "
-                            "save without push_to_hub, then upload the folder (`hf-gpt-custom push FOLDER --repo-id "
-                            "USER/NAME`, or huggingface_hub's upload_folder)")
-        # saved into an export or final/: its manifest follows, after the stale weight layout is gone
-        with manifest_kept_current(save_directory), one_weight_layout(save_directory):
+        options = save_options(PreTrainedModel.save_pretrained, self, save_directory, *args, **kwargs)
+        if options.get("push_to_hub"):
+            refuse_upload_from_manifest_folder(save_directory, "save_pretrained")
+        # saved into an export or final/: its manifest follows, after the stale weight layout is gone (the main
+        # process's save only: another rank writes nothing)
+        layout = one_weight_layout(save_directory, options.get("variant")) if options.get("is_main_process", True) \
+            else contextlib.nullcontext()
+        with manifest_kept_current(save_directory), layout:
             return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def push_to_hub(self, repo_id, *args, **kwargs):
+        drop_hub_manifest(repo_id, token=kwargs.get("token"), revision=kwargs.get("revision"),
+                          create_pr=kwargs.get("create_pr", False))
+        return super().push_to_hub(repo_id, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):

@@ -149,10 +149,13 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
     if require_manifest and not (folder / MANIFEST_NAME).is_file():
         raise UserError(f"cannot publish {folder}: it has no {MANIFEST_NAME}, so its files cannot be checked against "
                         f"what export wrote (not an export, or the manifest was removed); export the run again")
-    if all((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
-        raise UserError(f"cannot publish {folder}: it holds the weights twice, model.safetensors and the shards of "
-                        "model.safetensors.index.json, and from_pretrained reads model.safetensors alone; delete the "
-                        "layout that is not the model's (save_pretrained of this package's model does so itself)")
+    for index in sorted(folder.glob("model.safetensors.index*.json")):  # model.safetensors.index.fp16.json: a variant
+        variant = index.name.removeprefix("model.safetensors.index").removesuffix(".json")
+        if (folder / f"model{variant}.safetensors").is_file():
+            raise UserError(f"cannot publish {folder}: it holds the weights twice, model{variant}.safetensors and the "
+                            f"shards of {index.name}, and from_pretrained reads model{variant}.safetensors alone; "
+                            "delete the layout that is not the model's (save_pretrained of this package's model does "
+                            "so itself)")
     # An upload follows symlinks: one to a file or folder elsewhere on the machine would publish that file's bytes
     inside = folder.resolve()
     for path in sorted(folder.rglob("*")):

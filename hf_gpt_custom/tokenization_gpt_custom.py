@@ -21,7 +21,7 @@ from .batch_output import (BatchEncodingWithLazyEncodings, as_text_batch, backen
                            cut_to_length, pad_rows)
 from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import MissingFileError, UserError
-from .manifest import manifest_kept_current
+from .manifest import drop_hub_manifest, manifest_kept_current, refuse_upload_from_manifest_folder, save_options
 from .task_template import TaskTemplate, read_task_template
 from .tiktoken_engine import ENGINES, TiktokenEngine, build_tiktoken_engine, resolve_num_threads
 
@@ -196,9 +196,17 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         # "left" for batched generation) came back "right" on reload; GPT2TokenizerFast kept it only by way of its
         # backend's padding state, after a padded call
         self.init_kwargs.update(padding_side=self.padding_side, truncation_side=self.truncation_side)
-        folder = args[0] if args else kwargs.get("save_directory")
+        options = save_options(PreTrainedTokenizerFast.save_pretrained, self, *args, **kwargs)
+        folder = options.get("save_directory")
+        if options.get("push_to_hub"):
+            refuse_upload_from_manifest_folder(folder, "save_pretrained")
         with manifest_kept_current(folder):  # saved into an export or final/: its manifest follows
             return super().save_pretrained(*args, **kwargs)
+
+    def push_to_hub(self, repo_id, *args, **kwargs):
+        drop_hub_manifest(repo_id, token=kwargs.get("token"), revision=kwargs.get("revision"),
+                          create_pr=kwargs.get("create_pr", False))
+        return super().push_to_hub(repo_id, *args, **kwargs)
 
     # -- encoding ---------------------------------------------------------------------------------------------------
 

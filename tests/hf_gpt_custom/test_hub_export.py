@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import types
 from pathlib import Path
 
 import pytest
@@ -1720,7 +1721,7 @@ def test_saving_into_an_exported_folder_keeps_it_loadable_and_a_damaged_file_sti
 
 @pytest.mark.parametrize("source", ["hf-gpt-custom @ file:///home/alice/hf-gpt-custom", "git+file:///srv/hf-gpt-custom",
                                     "/home/alice/hf-gpt-custom", "~/hf-gpt-custom", "./hf-gpt-custom",
-                                    "-e /home/alice/hf-gpt-custom", "dist/hf_gpt_custom-0.1.tar.gz",
+                                    "-e /home/alice/hf-gpt-custom", "-e.", "dist/hf_gpt_custom-0.1.tar.gz",
                                     "hf_gpt_custom-0.1-py3-none-any.whl"])
 def test_a_package_source_on_this_machine_is_refused_before_the_card_publishes_it(exported, tmp_path, source):
     """`--package-source` as pip freeze writes a local install put the machine's path into the published card and
@@ -1809,3 +1810,129 @@ def test_a_sharded_save_into_a_whole_export_leaves_only_the_new_weights(exported
     shutil.copyfile(tmp_path / "whole.safetensors", folder / "model.safetensors")  # both, by hand
     with pytest.raises(UserError, match=r"holds the weights twice"):
         check_export(folder)
+
+
+def test_a_save_that_writes_neither_weight_layout_deletes_neither(exported, tmp_path):
+    """A folder holding both layouts (an older save's, or transformers' own sharded save over a whole one), then a
+    save that writes neither name — another variant, or a rank that is not the main process: both were deleted as
+    "not written by this save", and the folder's weights were gone (the roundreview21 hunt). Reference: the files
+    there before, and the weights from_pretrained read before."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    _, out_dir = exported
+    folder = shutil.copytree(out_dir, tmp_path / "downloaded")
+    model = GPTCustomForCausalLM.from_pretrained(folder)
+    whole = (folder / "model.safetensors").read_bytes()
+    model.save_pretrained(folder, max_shard_size="20KB")
+    (folder / "model.safetensors").write_bytes(whole)  # both layouts, as transformers' own save leaves them
+    before = sorted(path.name for path in folder.iterdir())
+    model.save_pretrained(folder, variant="fp16")
+    model.save_pretrained(folder, is_main_process=False)
+    after = sorted(path.name for path in folder.iterdir())
+    assert after == sorted([*before, "model.fp16.safetensors"])
+    assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight, model.transformer.wte.weight)
+
+
+def test_a_variant_saved_sharded_over_its_whole_file_loads_the_new_weights(exported, tmp_path):
+    """The stale-layout bug through a variant: saved whole with variant="fp16", then sharded with it, the old
+    model.fp16.safetensors stayed, from_pretrained(variant="fp16") read it before the index: the old weights, and
+    push passed the folder (the roundreview21 hunt). Reference: the weights saved last."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.publish_checks import check_export
+
+    _, out_dir = exported
+    folder = shutil.copytree(out_dir, tmp_path / "downloaded")
+    model = GPTCustomForCausalLM.from_pretrained(folder)
+    model.save_pretrained(folder, variant="fp16")
+    with torch.no_grad():
+        model.transformer.wte.weight[0] += 1.0
+    model.save_pretrained(folder, variant="fp16", max_shard_size="20KB")
+    assert not (folder / "model.fp16.safetensors").exists() and (folder / "model.safetensors.index.fp16.json").is_file()
+    assert (folder / "model.safetensors").is_file()  # the plain layout is another variant's: kept
+    loaded = GPTCustomForCausalLM.from_pretrained(folder, variant="fp16")
+    assert torch.equal(loaded.transformer.wte.weight, model.transformer.wte.weight)
+
+    model.save_pretrained(tmp_path / "whole", variant="fp16")  # both of one variant, by hand: not published
+    shutil.copyfile(tmp_path / "whole" / "model.fp16.safetensors", folder / "model.fp16.safetensors")
+    with pytest.raises(UserError, match=r"holds the weights twice, model\.fp16\.safetensors and the shards of "
+                                        r"model\.safetensors\.index\.fp16\.json"):
+        check_export(folder)
+
+
+def test_a_push_from_inside_save_pretrained_into_an_export_is_refused_for_the_tokenizer_and_by_position(exported,
+                                                                                                          tmp_path):
+    """transformers uploads from inside save_pretrained, before the manifest is brought up to date: refused for the
+    model's keyword only, the tokenizer's save (padding side changed, then pushed) and the model's push_to_hub given
+    by position uploaded files beside the old manifest.json (the roundreview21 hunt)."""
+    from transformers.utils import hub as transformers_hub
+
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom.errors import UserError
+
+    _, out_dir = exported
+    folder = shutil.copytree(out_dir, tmp_path / "downloaded")
+    uploads = []
+    with pytest.MonkeyPatch.context() as patch:  # an upload that got through would be recorded, not sent
+        patch.setattr(transformers_hub.PushToHubMixin, "_upload_modified_files", lambda *a, **k: uploads.append(a))
+        tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
+        saved_side = tokenizer.padding_side
+        tokenizer.padding_side = {"left": "right", "right": "left"}[saved_side]
+        with pytest.raises(UserError, match=r"save_pretrained\(.*push_to_hub=True\): that folder has a manifest"):
+            tokenizer.save_pretrained(folder, push_to_hub=True, repo_id="alice/tiny")
+        with pytest.raises(UserError, match=r"save_pretrained\(.*push_to_hub=True\): that folder has a manifest"):
+            tokenizer.save_pretrained(folder, None, None, True, repo_id="alice/tiny")
+        model = GPTCustomForCausalLM.from_pretrained(folder)
+        with pytest.raises(UserError, match=r"save_pretrained\(.*push_to_hub=True\): that folder has a manifest"):
+            model.save_pretrained(folder, True, None, True, repo_id="alice/tiny")
+    assert uploads == []
+    assert GPTCustomTokenizerFast.from_pretrained(folder).padding_side == saved_side  # nothing saved either
+
+
+@pytest.mark.parametrize("which", ["model", "tokenizer"])
+def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uploading(exported, monkeypatch, which):
+    """`model.push_to_hub(repo)` onto the repository an export was pushed to (a download trained further): the new
+    files went up beside the export's manifest.json, which push_to_hub never deletes, and every download was refused
+    as damaged (the roundreview21 hunt). Now the manifest is deleted first, in the repository pushed to (the full id,
+    the revision); a repository without one is left alone; with create_pr=True it is refused. The Hub is stubbed:
+    each call is recorded in order."""
+    from huggingface_hub import HfApi
+    from transformers.utils import hub as transformers_hub
+
+    from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
+    from hf_gpt_custom.errors import UserError
+
+    _, out_dir = exported
+    obj = (GPTCustomForCausalLM if which == "model" else GPTCustomTokenizerFast).from_pretrained(out_dir)
+    calls, remote = [], {"alice/tiny": {"manifest.json", "model.safetensors"}, "alice/plain": {"model.safetensors"}}
+    monkeypatch.setattr(HfApi, "whoami", lambda self, *a, **k: {"name": "alice"})
+    monkeypatch.setattr(HfApi, "file_exists",
+                        lambda self, repo_id, filename, **k: calls.append(("exists", repo_id, filename, k.get("revision")))
+                        or filename in remote.get(repo_id, ()))
+    monkeypatch.setattr(HfApi, "delete_file", lambda self, path, repo_id, **k: calls.append(
+        ("delete", repo_id, path, k.get("revision"))) or remote[repo_id].discard(path))
+    monkeypatch.setattr(transformers_hub, "hf_api", lambda: types.SimpleNamespace(
+        create_repo=lambda repo_id, **k: types.SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"alice/{repo_id}")))
+    monkeypatch.setattr(transformers_hub, "create_and_tag_model_card",
+                        lambda *a, **k: types.SimpleNamespace(save=lambda path: None))
+    monkeypatch.setattr(transformers_hub.PushToHubMixin, "_upload_modified_files",
+                        lambda self, folder, repo_id, **k: calls.append(("upload", repo_id, sorted(os.listdir(folder)))))
+
+    obj.push_to_hub("tiny", revision="main")  # a bare name: the repository is the pusher's
+    assert [call[:2] for call in calls] == [("exists", "alice/tiny"), ("delete", "alice/tiny"), ("upload", "alice/tiny")]
+    assert calls[1] == ("delete", "alice/tiny", "manifest.json", "main")
+    assert "manifest.json" not in calls[2][2] and "manifest.json" not in remote["alice/tiny"]
+
+    calls.clear()
+    obj.push_to_hub("alice/plain")
+    assert [call[0] for call in calls] == ["exists", "upload"]
+
+    calls.clear()
+    remote["alice/tiny"].add("manifest.json")
+    with pytest.raises(UserError, match=r"create_pr=True\): that repo holds an export's manifest\.json.*delete_file"):
+        obj.push_to_hub("alice/tiny", create_pr=True)
+    assert [call[0] for call in calls] == ["exists"]
