@@ -66,6 +66,18 @@ GENERIC_CONFIG_FIELDS = ("prefix", "output_hidden_states", "output_attentions", 
                          "decoder_start_token_id", "finetuning_task", "task_specific_params", "tokenizer_class")
 
 
+def read_as_transformers_does(config_class, config_dict: dict, source: str):
+    """transformers' own `config_class` (GPT2Config, LlamaConfig...) for a config.json dict: the fields as that class
+    reads them — a generic alias (num_attention_heads for n_head: its attribute_map), a field left out (its default),
+    every generation of a format (rope_theta and rope_scaling at the top, or rope_parameters). Read raw, a GPT-2
+    folder naming num_attention_heads loaded with 12 heads, no error and other logits (the convmatrix hunt)."""
+    try:
+        return config_class.from_dict(config_dict)
+    except (TypeError, ValueError, RuntimeError) as err:  # RuntimeError: a per_layer_config it cannot read either
+        raise UserError(f"this {source} config.json is not valid for transformers' {config_class.__name__}: "
+                        f"{err}") from err
+
+
 def generic_config_fields(config) -> dict:
     """PretrainedConfig's generic fields set on `config`, for the transformers config it converts to (the reverse of
     converted_config's copy)."""

@@ -17,6 +17,7 @@ from .convert_common import (
     CheckpointFamily,
     convert_model,
     load_converted_checkpoint,
+    read_as_transformers_does,
     refuse_options,
     refuse_unsupported_summary,
     same_names,
@@ -36,7 +37,10 @@ UNSUPPORTED_GPT2_OPTIONS = ("scale_attn_by_inverse_layer_idx", "reorder_and_upca
 
 
 def config_from_gpt2(gpt2_config: dict) -> GPTCustomConfig:
-    """Our config for the same architecture as a GPT2Config dict."""
+    """Our config for the same architecture as a GPT2Config dict (read as GPT2Config reads it)."""
+    from transformers import GPT2Config
+
+    gpt2_config = read_as_transformers_does(GPT2Config, gpt2_config, "GPT-2").to_dict()
     enabled = {name: gpt2_config[name] for name in UNSUPPORTED_GPT2_OPTIONS if gpt2_config.get(name)}
     refuse_options("GPT-2", enabled, "load it with transformers' GPT2LMHeadModel instead")
     if "GPT2DoubleHeadsModel" in (gpt2_config.get("architectures") or ()):

@@ -23,6 +23,7 @@ from .convert_common import (
     convert_model,
     generic_config_fields,
     load_converted_checkpoint,
+    read_as_transformers_does,
     refuse_inexpressible,
     refuse_options,
     same_names,
@@ -57,20 +58,11 @@ LLAMA_FIELDS = {  # LlamaConfig name -> ours
 ALTERNATIVE = "load it with transformers' LlamaForCausalLM instead"
 
 
-def _llama_config(llama_config: dict):
-    """transformers' LlamaConfig for a config.json dict: it reads every generation of the format (rope_theta and
-    rope_scaling at the top, or rope_parameters) into one shape."""
-    from transformers import LlamaConfig
-
-    try:
-        return LlamaConfig.from_dict(llama_config)
-    except (TypeError, ValueError) as err:
-        raise UserError(f"this Llama config.json is not valid for transformers' LlamaConfig: {err}") from err
-
-
 def config_from_llama(llama_config: dict) -> GPTCustomConfig:
     """Our config for the same architecture as a LlamaConfig dict (UserError for what we cannot reproduce)."""
-    config = _llama_config(llama_config)
+    from transformers import LlamaConfig
+
+    config = read_as_transformers_does(LlamaConfig, llama_config, "Llama")
     rope = dict(config.rope_parameters or {})
     actual = {
         "rope_parameters.rope_type": rope.get("rope_type", "default"),  # linear, dynamic, yarn, llama3 scaling

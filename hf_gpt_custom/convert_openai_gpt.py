@@ -18,6 +18,7 @@ from .convert_common import (
     convert_model,
     generic_config_fields,
     load_converted_checkpoint,
+    read_as_transformers_does,
     refuse_inexpressible,
     refuse_options,
     refuse_unsupported_summary,
@@ -48,16 +49,17 @@ def _renamed(name: str, prefixes: dict[str, str]) -> str:
 
 
 def config_from_openai_gpt(openai_config: dict) -> GPTCustomConfig:
-    """Our config for the same architecture as an OpenAIGPTConfig dict."""
-    afn = openai_config.get("afn", "gelu")
+    """Our config for the same architecture as an OpenAIGPTConfig dict (read as OpenAIGPTConfig reads it: a field
+    config.json leaves out is transformers' default, no bos/eos, not GPT-2's)."""
+    from transformers import OpenAIGPTConfig
+
+    openai_config = read_as_transformers_does(OpenAIGPTConfig, openai_config, "OpenAI GPT").to_dict()
+    afn = openai_config["afn"]
     refuse_options("OpenAI GPT", {"afn": afn} if afn not in ACTIVATIONS_FROM_AFN else {},
                    f"afn must be one of {', '.join(ACTIVATIONS_FROM_AFN)}")
     if "OpenAIGPTDoubleHeadsModel" in (openai_config.get("architectures") or ()):
         refuse_unsupported_summary("OpenAIGPTDoubleHeadsModel", openai_config)
-    from transformers import OpenAIGPTConfig
-
-    defaults = OpenAIGPTConfig()  # a field config.json leaves out is transformers' default: no bos/eos, not GPT-2's
-    fields = {key: openai_config.get(key, getattr(defaults, key)) for key in FIELDS_CARRIED_OVER}
+    fields = {key: openai_config.get(key) for key in FIELDS_CARRIED_OVER}
     return GPTCustomConfig(**fields, **GPT1_BLOCK, activation_function=ACTIVATIONS_FROM_AFN[afn])
 
 
