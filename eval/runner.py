@@ -11,7 +11,7 @@ import copy
 import logging
 import math
 import os
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,7 @@ def evaluate(
     loaded model then stays on its own device (as lm-eval's HFLM keeps a model object where it is). `dtype` None
     loads a folder or Hub id in float32 and scores a loaded model in its own dtype; a loaded model asked for another
     dtype is scored as a converted copy, never cast in place (that rounded the caller's float32 weights to bfloat16
-    for good).
+    for good). It comes back in the train/eval mode it had (scoring is in eval mode).
     Rolling-loglikelihood tasks (wikitext) are run at K=0 only.
 
     A K whose examples cannot fit the model's context even once is a ValueError naming the task; with
@@ -142,7 +142,8 @@ def evaluate(
     code = scoring_code_sha256()  # the code that scores, not the code on disk when the report is written
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would
     # mix their reports (one's results.json beside the other's table.md)
-    with lock_output_folder(out_dir, "the evaluation folder", "another --out") if writes else nullcontext():
+    lock = lock_output_folder(out_dir, "the evaluation folder", "another --out") if writes else nullcontext()
+    with lock, training_modes_kept(model):
         # The weights scored, taken as they are loaded: taken after planning (seconds to minutes), a training run
         # writing a new final/ meanwhile gave the old model's scores the new weights' name, and export published them
         # as the new model's (the concurrency hunt). Taken before and after loading: the same, or refused.
@@ -216,6 +217,20 @@ def evaluate(
     if processes is not None:
         processes.wait_for_everyone()  # the report is written before any process returns
     return results
+
+
+@contextmanager
+def training_modes_kept(model):
+    """A loaded model passed in comes back with each module in the train/eval mode it had: scoring switches it to
+    eval (dropout off), and a notebook loop that called model.train() once, before its loop, then trained without
+    dropout after its first evaluate (the sideeffects hunt; lm-eval's HFLM leaves eval behind, Trainer's evaluate
+    sets train again at its next step)."""
+    modes = [(module, module.training) for module in model.modules()] if isinstance(model, torch.nn.Module) else []
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def check_limit(limit: int | float | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import torch
 
 from hf_gpt_custom.eval.runner import evaluate, load_model_and_tokenizer
 from hf_gpt_custom.errors import MissingFileError, UserError
@@ -433,3 +434,26 @@ def test_the_copy_in_another_dtype_casts_only_the_floating_point_tensors_as_modu
         assert got.dtype == expected.dtype and torch.equal(got, expected), name
     assert copied.get_buffer("steering.banned_ids").tolist() == [1001, 5, 257]
     assert model.get_buffer("steering.banned_ids").dtype == torch.int64  # the object passed in is left as it is
+
+
+def test_a_loaded_model_comes_back_in_the_modes_it_was_passed_in_and_is_scored_without_dropout(
+        tiny_model_and_tokenizer):
+    """Scoring switches the model to eval; the caller's model stayed there, so a loop that called model.train() once
+    trained without dropout after its first evaluate (the sideeffects hunt). Each module's own mode comes back (one
+    frozen in eval stays so). Reference for the scores: the same model put in eval mode by hand."""
+    import copy
+
+    gpt2, tokenizer = tiny_model_and_tokenizer
+    model = copy.deepcopy(gpt2)
+    model.config.resid_pdrop = model.config.attn_pdrop = model.config.embd_pdrop = 0.5
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.5
+    model.train()
+    model.transformer.h[0].eval()  # the caller's own mix of modes
+    modes = [module.training for module in model.modules()]
+    settings = dict(tasks=["copa", "lambada"], limit=3, show_progress=False)
+    got = evaluate(model, tokenizer, **settings)
+    assert [module.training for module in model.modules()] == modes
+    expected = evaluate(copy.deepcopy(model).eval(), tokenizer, **settings)
+    assert [row["value"] for row in got.results] == [row["value"] for row in expected.results]
