@@ -255,6 +255,16 @@ def test_parameter_breakdown_equals_num_parameters(variant):
     assert sum(p.numel() for p in model.parameters()) == config.parameter_breakdown()["total"]
 
 
+def test_parameter_breakdown_counts_an_untied_heads_padded_rows():
+    """An untied head has padded_vocab_size rows as the embedding does: the breakdown's total is num_parameters()
+    for the combination too, and the head's own count is the embedding's."""
+    config = _config(tie_word_embeddings=False, pad_vocab_size_to_multiple_of=64)
+    model = GPTCustomForCausalLM(config)
+    breakdown = config.parameter_breakdown()
+    assert model.lm_head.weight.numel() == breakdown["lm_head"] == breakdown["token_embedding"]
+    assert model.num_parameters() == breakdown["total"]
+
+
 def test_untied_head_is_its_own_weight_and_survives_save_and_load(tmp_path):
     model = _model(tie_word_embeddings=False)
     assert model.lm_head.weight is not model.transformer.wte.weight
@@ -355,6 +365,23 @@ def test_cache_holds_kv_heads_and_cached_logits_equal_a_full_pass(variant):
         step = model(input_ids[:, 8:], past_key_values=prefix.past_key_values)
     assert step.past_key_values.layers[0].keys.shape == (2, model.config.n_kv_head, 12, 8)
     torch.testing.assert_close(step.logits, full[:, 8:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["llama", "sinusoidal", "gqa"])
+def test_a_static_cache_stepped_without_positions_or_mask_gives_the_full_pass_logits(variant):
+    """Decoding by hand through a StaticCache, with neither position_ids nor attention_mask: each step's positions
+    continue from the cache's count (held on the device), so every step's logits are the full pass's."""
+    from transformers import StaticCache
+
+    model = _model(**VARIANTS[variant])
+    input_ids = _prompt(2, 11)
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    with torch.no_grad():
+        full = model(input_ids).logits
+        steps = [model(input_ids[:, :8], past_key_values=cache, use_cache=True).logits]
+        for column in range(8, 11):
+            steps.append(model(input_ids[:, column:column + 1], past_key_values=cache, use_cache=True).logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
 
 
 def test_rope_left_padded_batch_generates_what_each_row_generates_alone():

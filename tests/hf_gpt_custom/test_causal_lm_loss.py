@@ -129,3 +129,20 @@ def test_the_device_choice_is_the_measured_one():
     Changing either is a decision to make with a new measurement, not by accident."""
     assert causal_lm_loss.COMPILED_LOSS_DEVICES == ("cuda",)
     assert causal_lm_loss.COMPILE_BACKEND == "inductor"
+
+
+@pytest.mark.parametrize("compiler_fails", [False, True], ids=["compiled", "fallen-back"])
+def test_num_items_in_batch_reaches_the_loss_on_the_compiled_and_the_fallback_path(cuda_path_on_the_cpu,
+                                                                                   compiler_fails):
+    """Trainer's gradient accumulation passes num_items_in_batch: the loss is then a sum over the labels divided by
+    it, not a mean. On the compiled path and on the first (falling-back) call alike the loss is GPT2LMHeadModel's
+    with the same weights and the same num_items_in_batch (a path that dropped it would give the per-token mean)."""
+    cuda_path_on_the_cpu(RecordingBackend(fail=compiler_fails))
+    gpt2, ours = _pair()
+    input_ids, labels = _batch()
+    num_items = torch.tensor(100)  # more than this micro-batch's labels, as over several micro-batches
+    want = gpt2(input_ids=input_ids, labels=labels, num_items_in_batch=num_items).loss
+    got = ours(input_ids=input_ids, labels=labels, num_items_in_batch=num_items).loss
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    mean = gpt2(input_ids=input_ids, labels=labels).loss
+    assert not torch.allclose(want, mean, rtol=1e-3)  # the count really changes the number

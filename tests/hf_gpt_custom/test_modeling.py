@@ -152,6 +152,28 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_config, dropout):
         torch.testing.assert_close(plain, checkpointed, rtol=0, atol=1e-6)
 
 
+def test_gradient_checkpointing_with_use_cache_returns_no_cache_as_gpt2_does():
+    """use_cache=True in a checkpointed training forward is turned off, as transformers' GPT-2 turns it off: no cache
+    comes back (a cache object built anyway is never filled by the checkpointed blocks, and a caller decoding on from
+    it would get logits computed without the prompt), and the gradients are GPT-2's."""
+    from tests.helpers import make_gpt2_pair
+
+    ours, reference = make_gpt2_pair("sdpa", embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0)
+    input_ids = torch.randint(0, 99, (2, 9), generator=torch.Generator().manual_seed(3))
+    outputs, grads = [], []
+    for model in (ours, reference):
+        model.train()
+        model.activation_checkpointing_enable()
+        out = model(input_ids, labels=input_ids, use_cache=True)
+        out.loss.backward()
+        outputs.append(out)
+        grads.append(model.transformer.wte.weight.grad.clone())
+    for out in outputs:
+        assert out.get("cache") is None and out.get("past_key_values") is None
+    torch.testing.assert_close(outputs[0].loss, outputs[1].loss, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-5)
+
+
 def test_too_long_input_names_both_lengths(model):
     with pytest.raises(ValueError, match=r"input_ids has 65 tokens but n_positions is 64; truncate"):
         model(torch.randint(0, 99, (1, 65)))

@@ -299,3 +299,25 @@ def test_a_sequence_classified_in_two_steps_through_a_cache_is_pooled_as_the_row
         stepped = ours(input_ids[:, 4:], attention_mask=attention_mask, past_key_values=cache).logits
         alone = torch.cat([gpt2(torch.tensor([tokens])).logits for tokens in rows])
     torch.testing.assert_close(stepped, alone, rtol=0, atol=1e-5)
+
+
+def test_the_lm_loss_of_a_head_stepping_through_a_cache_reads_the_masks_last_columns():
+    """GPT-1's auxiliary LM loss of a sequence-classification head called on new tokens after a cached, left-padded
+    prefix: the mask covers the cached and new columns, and the new tokens' padding is its last columns. By hand:
+    the tied head's next-token cross-entropy over the new tokens' hidden states (from one pass over the whole rows,
+    the same states), each row's mean, averaged over the rows."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    ours = GPTCustomForSequenceClassification(_config("learned", num_labels=3)).eval()
+    rows = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]
+    input_ids = torch.tensor([rows[0], [PAD, PAD, PAD, *rows[1]]])
+    attention_mask = (input_ids != PAD).long()
+    with torch.no_grad():
+        cache = ours(input_ids[:, :3], attention_mask=attention_mask[:, :3], use_cache=True).past_key_values
+        stepped = ours(input_ids[:, 3:], attention_mask=attention_mask, past_key_values=cache,
+                       labels=torch.tensor([0, 1]), lm_loss_weight=1.0)
+        hidden = ours.transformer(input_ids, attention_mask=attention_mask).last_hidden_state[:, 3:]
+        logits = hidden @ ours.transformer.wte.weight[: ours.config.vocab_size].T
+        per_row = F.cross_entropy(logits[:, :-1].transpose(1, 2), input_ids[:, 4:], reduction="none").mean(-1)
+    torch.testing.assert_close(stepped.lm_loss, per_row.mean(), rtol=1e-5, atol=1e-6)

@@ -296,6 +296,9 @@ CALL_OPTIONS = {
     "stride": {"truncation": True, "max_length": 7, "stride": 2},  # the backend's own path: it checks the stride
     "pad_to_multiple": {"padding": True, "pad_to_multiple_of": 8, "return_tensors": "np"},
     "multiple_of_max_length": {"padding": "max_length", "max_length": 48, "pad_to_multiple_of": 16, "truncation": True},
+    # max_length itself not a multiple (transformers refuses that with truncation): the backend pads the shorter rows
+    # past it, to the next multiple (48)
+    "max_length_rounded_up_to_the_multiple": {"padding": "max_length", "max_length": 45, "pad_to_multiple_of": 16},
     "special_tokens_as_text": {"split_special_tokens": True},
     "no_special_tokens_added": {"add_special_tokens": False, "padding": "longest"},
 }
