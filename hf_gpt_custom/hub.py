@@ -27,6 +27,7 @@ from .manifest import MANIFEST_NAME, sync_to_disk, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
                              hub_languages, hub_license, is_local_path, without_vocabulary)
+from .versions import export_code_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     # (while hashing the weights, say) leaves a staging folder the next export may remove.
     write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging),
                    export_options={"repo_id": repo_id, "package_source": package_source, "language": language,
-                                   **licensing})
+                                   **licensing}, export_code_sha256=export_code_sha256())
     _make_world_readable(staging)
     sync_to_disk(staging)
 

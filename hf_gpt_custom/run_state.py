@@ -89,13 +89,26 @@ def model_kept(record: dict[str, Any], run_dir: Path) -> bool:
 def made_by_older_code(stage: str, run_dir: Path) -> str | None:
     """Why what a finished stage wrote came from other code than this package's, None when it did not (or for a
     stage that leaves no such trace): an export holds remote code files that differ from this package's (whoever
-    loads it with trust_remote_code would run the old version's model), an evaluation recorded another
-    scoring_code_sha256 (the old version's figures would stay in the card after an upgrade that fixed them)."""
+    loads it with trust_remote_code would run the old version's model) or its manifest another export_code_sha256
+    (the old card stayed after an upgrade that fixed it), an evaluation recorded another scoring_code_sha256 (the
+    old version's figures would stay in the card after an upgrade that fixed them)."""
     if stage == "export" and (run_dir / "export").is_dir():
         package = Path(__file__).parent
         older = sorted(path.name for path in (run_dir / "export").glob("*.py")
                        if (package / path.name).is_file() and path.read_bytes() != (package / path.name).read_bytes())
-        return f"export/ holds an older version's code ({', '.join(older)})" if older else None
+        if older:
+            return f"export/ holds an older version's code ({', '.join(older)})"
+        from .manifest import MANIFEST_NAME
+        from .versions import export_code_sha256
+
+        try:
+            recorded = json.loads((run_dir / "export" / MANIFEST_NAME).read_text(encoding="utf-8"))
+            recorded = recorded.get("export_code_sha256")
+        except (OSError, ValueError, AttributeError):
+            return None  # no readable manifest: _export_is_whole sees the export is not whole
+        if recorded != export_code_sha256():  # None: an export older than the record
+            return "export/ was written by another version of the export and model card code"
+        return None
     results = run_dir / "eval" / "results.json"
     if stage == "eval" and results.is_file():
         from .versions import scoring_code_sha256

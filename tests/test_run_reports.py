@@ -377,6 +377,33 @@ def test_an_export_holding_an_older_versions_code_is_made_again(overrides, capsy
     assert _stages_run(capsys) == []  # the same code: nothing to redo
 
 
+@pytest.mark.parametrize("recorded", ["no record", "another version's"])
+def test_an_export_written_by_another_versions_card_code_is_made_again(overrides, capsys, recorded):
+    """An upgrade that fixed what export writes (the card's snippet, its checks) kept the old export: only the model's
+    shipped .py files were compared, so the rerun said "[done] export" in 0 s over a card whose snippet failed (the
+    cachekeys hunt). Reference: the manifest's export_code_sha256 against versions.export_code_sha256."""
+    from hf_gpt_custom.versions import export_code_sha256
+
+    run_dir = run_pipeline(SMOKE_CONFIG, overrides)
+    manifest_path = run_dir / "export" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["export_code_sha256"] == export_code_sha256()
+    if recorded == "no record":  # as every export before the record was added
+        del manifest["export_code_sha256"]
+    else:
+        manifest["export_code_sha256"] = "0" * 64
+    manifest_path.write_text(json.dumps(manifest))
+    capsys.readouterr()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    out = capsys.readouterr().out
+    assert ("export/ was written by another version of the export and model card code: running the export stage "
+            "again") in out
+    assert [line.split()[-1] for line in out.splitlines() if "[running ]" in line] == ["export"]
+    assert json.loads(manifest_path.read_text())["export_code_sha256"] == export_code_sha256()
+    run_pipeline(SMOKE_CONFIG, overrides)
+    assert _stages_run(capsys) == []  # the same code: nothing to redo
+
+
 @pytest.mark.parametrize("removed", ["model.safetensors", "README.md", "modeling_gpt_custom.py"])
 def test_an_export_missing_a_file_it_wrote_is_made_again(overrides, capsys, removed):
     """A rerun after files were deleted from export/ redid nothing and called the folder Hub-ready; it no longer

@@ -265,7 +265,7 @@ def test_a_report_killed_while_writing_leaves_the_previous_one_whole(report_dir,
 
 
 @pytest.mark.parametrize("edited", ["eval/scoring.py", "eval/lm_eval_tasks/gptc_data.py", "modeling_gpt_custom.py",
-                                    "block_variants.py"])
+                                    "block_variants.py", "model_folder.py"])
 def test_the_scoring_code_hash_changes_with_the_evaluation_and_the_model_code(edited, monkeypatch):
     """results.json's scoring_code_sha256 is what `run` compares to evaluate again after an upgrade (the package says
     0.1.0 at every commit): an edit of the scorer, the model or a module it imports must change it. A task file is
@@ -283,6 +283,28 @@ def test_the_scoring_code_hash_changes_with_the_evaluation_and_the_model_code(ed
 
     monkeypatch.setattr(Path, "read_bytes", edited_read)
     assert scoring_code_sha256() != before
+
+
+@pytest.mark.parametrize("edited", ["hf_gpt_custom/hub.py", "hf_gpt_custom/publish_checks.py", "model_cards/card.py",
+                                    "model_cards/templates/model_card.md", "hf_gpt_custom/modeling_gpt_custom.py"])
+def test_the_export_code_hash_changes_with_the_export_and_card_code(edited, monkeypatch):
+    """An export's manifest records export_code_sha256, which `run` compares to export again after an upgrade that
+    changed what export writes (the card kept an old snippet: the cachekeys hunt); the eval code is not in it."""
+    from pathlib import Path
+
+    from hf_gpt_custom.versions import export_code_sha256
+
+    before = export_code_sha256()
+    read_bytes = Path.read_bytes
+
+    def edited_read(path, changed=edited):
+        data = read_bytes(path)
+        return data + b"\n# edited\n" if path.as_posix().endswith("/" + changed) else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited_read)
+    assert export_code_sha256() != before
+    monkeypatch.setattr(Path, "read_bytes", lambda path: edited_read(path, "eval/scoring.py"))
+    assert export_code_sha256() == before
 
 
 def test_the_scoring_code_hash_is_of_the_code_that_scored_not_the_code_when_the_report_is_written(
