@@ -53,7 +53,6 @@ class CausalLMScorer:
         self.max_length = max_length or resolve_max_length(model.config, tokenizer)
         # The shared-prefix pass pads each prefix's KV cache to the longest of its batch; a sliding or local window
         # counted in cache columns then covers other tokens (GPT-Neo, Mistral, Gemma-3, Phi-3: up to 22 nats off).
-        self.share_context = share_context and not attends_through_a_window(model.config)
         # Context tokens whose KV caches are kept at once while their choices are sorted by length: ~50 zero-shot
         # HellaSwag questions, a few 5-shot ones. Bounds memory: GPT-2 small keeps 2048 x 12 layers x 2 x 768
         # floats = 150 MB.
@@ -62,6 +61,9 @@ class CausalLMScorer:
         self.padding_token_id = padding_token_id(tokenizer)
         self.vocab_size = _vocab_size(model)
         self._use_head_split = self._check_head_split()
+        # It needs the model's KV cache, which a model without one (transformers' OpenAIGPT) returns as None: a loaded
+        # one failed on every multiple-choice task with a bare TypeError (the docsclaims3 hunt)
+        self.share_context = share_context and not attends_through_a_window(model.config) and self._returns_a_cache()
 
     def forward_features(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
         """(features, cache): the final hidden states (head split) or the logits, and the KV cache if use_cache."""
@@ -83,6 +85,14 @@ class CausalLMScorer:
             # never predictable, they must not take probability mass either
             features = self.model.get_output_embeddings()(features)[..., : self._logit_width]
         return F.log_softmax(features.float(), dim=-1)
+
+    @torch.no_grad()
+    def _returns_a_cache(self) -> bool:
+        probe = torch.tensor([[self.padding_token_id] * 2], device=self.device)
+        try:
+            return self.forward_features(probe, use_cache=True)[1] is not None
+        except TypeError:  # a forward without use_cache at all
+            return False
 
     @torch.no_grad()
     def _check_head_split(self) -> bool:

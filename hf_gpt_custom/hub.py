@@ -23,7 +23,7 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from .errors import MissingFileError, UserError, write_failure_cause, write_failure_fix
-from .manifest import MANIFEST_NAME, sync_to_disk, write_manifest
+from .manifest import MANIFEST_NAME, sync_to_disk, weights_fingerprint, write_manifest
 from .model_folder import is_hub_repo_id, saved_task_head_class
 from .publish_checks import (LOAD_TIME_KEYS, VOCABULARY_FILES, check_card_names, check_export, check_license_fields,
                              hub_languages, hub_license, is_local_path, without_vocabulary)
@@ -206,7 +206,8 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     # (while hashing the weights, say) leaves a staging folder the next export may remove.
     write_manifest(staging, leave_out=(_STAGING_MARKER,), documentation=_documentation_hashes(staging),
                    export_options={"repo_id": repo_id, "package_source": package_source, "language": language,
-                                   **licensing}, export_code_sha256=export_code_sha256())
+                                   **licensing}, export_code_sha256=export_code_sha256(),
+                   card_weights_sha256=weights_fingerprint(staging))  # the weights the card's figures are of
     _make_world_readable(staging)
     sync_to_disk(staging)
 

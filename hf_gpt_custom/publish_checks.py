@@ -115,9 +115,36 @@ def _check_scores_are_of_these_weights(folder: Path) -> None:
         return  # not a results file of ours: the card's own checks read what it publishes
     if isinstance(results, dict) and scored_other_weights(results, folder):
         raise UserError(f"cannot publish {folder}: eval/results.json scored other weights than this folder's "
-                        f"model.safetensors, so its numbers would be published beside this model; evaluate this "
-                        f"folder into it (hf-gpt-custom eval --model {folder} --out {folder / 'eval'} ...) or export "
-                        f"the run again")
+                        f"model.safetensors, so its numbers would be published beside this model; export the run "
+                        f"again, or evaluate this folder into it ({_EVALUATE_HERE.format(folder=folder)}) and bring "
+                        f"the card's figures up to date")
+
+
+# Run from inside the folder: `--model .` records no path of this machine in results.json, which push would refuse
+_EVALUATE_HERE = "cd {folder} && hf-gpt-custom eval --model . --out eval --tasks ..."
+
+
+def _check_card_is_of_these_weights(folder: Path) -> None:
+    """The card export wrote shows the figures (table, model-index) of the weights it was written for, which the
+    manifest records. New weights saved into the folder since, then evaluated into eval/ as push asked, were published
+    under the old model's figures (the docsclaims3 hunt). A card edited since export is the user's, taken as it is."""
+    import json
+
+    from .manifest import sha256_file, weights_fingerprint
+
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+        written_for, card = manifest.get("card_weights_sha256"), (manifest.get("documentation") or {}).get("README.md")
+    except (OSError, ValueError, AttributeError):
+        return  # check_manifest says what is wrong with it
+    if written_for is None or card is None or not (folder / "README.md").is_file():
+        return  # an export before the record, or no card of export's
+    if written_for != weights_fingerprint(folder) and sha256_file(folder / "README.md") == card:
+        raise UserError(f"cannot publish {folder}: its model card (README.md) is the one export wrote for other "
+                        "weights than this folder's (a model was saved into it since), so its evaluation figures "
+                        "and model-index are the old model's; export the run again, or evaluate this folder "
+                        f"({_EVALUATE_HERE.format(folder=folder)}) and put its figures into the card, which push "
+                        "then takes as yours")
 
 
 def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = (),
@@ -185,6 +212,7 @@ def check_export(folder: str | Path, forbidden: tuple[str, ...] | list[str] = ()
         raise UserError(f"cannot publish {folder}: it holds pickled files ({', '.join(pickled)}); remove them")
     _check_nothing_added(folder, sorted(names))
     _check_scores_are_of_these_weights(folder)
+    _check_card_is_of_these_weights(folder)
     for name in sorted(names):
         if Path(name).suffix not in WEIGHT_SUFFIXES and name not in VOCABULARY_FILES:
             _check_no_local_paths(folder / name, name, forbidden)

@@ -355,7 +355,9 @@ def find_checkpoint(checkpoints_dir: str | os.PathLike, which: str, verify: bool
         folders = list_checkpoints(checkpoints_dir)
         if not folders:
             raise MissingFileError(
-                f"no checkpoint to resume from in {checkpoints_dir}; run without resume_from_checkpoint to start fresh"
+                f"no checkpoint to resume from in {checkpoints_dir}; run without resume_from_checkpoint to start from "
+                f"step 0, or pass --start_over instead where a run here stopped before its first checkpoint (a "
+                f"divergence, which a plain rerun refuses to repeat)"
             )
         candidate = folders[-1]
     else:

@@ -457,3 +457,22 @@ def test_a_loaded_model_comes_back_in_the_modes_it_was_passed_in_and_is_scored_w
     assert [module.training for module in model.modules()] == modes
     expected = evaluate(copy.deepcopy(model).eval(), tokenizer, **settings)
     assert [row["value"] for row in got.results] == [row["value"] for row in expected.results]
+
+
+def test_a_loaded_model_without_a_kv_cache_is_scored_without_shared_contexts(tiny_model_and_tokenizer):
+    """Shared contexts reuse the model's KV cache; transformers' OpenAIGPT returns none, and a loaded one failed on
+    every multiple-choice task with a bare TypeError (the docsclaims3 hunt). Reference: the straightforward
+    scoring, one row per request (share_context=False, lm-eval's way)."""
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    from tests.helpers import randomize_
+
+    _, tokenizer = tiny_model_and_tokenizer
+    torch.manual_seed(0)
+    model = randomize_(OpenAIGPTLMHeadModel(OpenAIGPTConfig(vocab_size=len(tokenizer), n_positions=128, n_embd=32,
+                                                            n_layer=2, n_head=2))).eval()
+    assert model(input_ids=torch.tensor([[1, 2]]), use_cache=True).get("past_key_values") is None
+    settings = dict(tasks=["copa", "piqa"], limit=4, show_progress=False)
+    got = evaluate(model, tokenizer, **settings)
+    expected = evaluate(model, tokenizer, share_context=False, **settings)
+    assert [row["value"] for row in got.results] == [row["value"] for row in expected.results]

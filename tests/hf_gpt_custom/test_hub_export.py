@@ -744,6 +744,43 @@ def test_push_refuses_scores_of_other_weights_put_into_the_export(exported, tmp_
     check_export(folder)  # results that name no weights (written before they did) are taken as they are
 
 
+def test_push_refuses_the_card_export_wrote_for_weights_saved_over_since(exported, tmp_path, monkeypatch):
+    """New weights saved into an export, then evaluated into its eval/ as push asked: push passed, and the card's
+    table and model-index published the old model's figures beside the new weights (the docsclaims3 hunt). The
+    suggested evaluation, run as printed from inside the folder, records no local path. A card edited since export is
+    the user's: taken as it is. Reference: the figures evaluate() gives the new weights."""
+    import torch
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.publish_checks import check_export
+
+    _, out_dir = exported
+    folder = shutil.copytree(out_dir, tmp_path / "export")
+    check_export(folder)
+    model = GPTCustomForCausalLM.from_pretrained(folder)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    model.save_pretrained(folder)
+    card_refused = r"its model card \(README\.md\) is the one export wrote for other weights"
+    with pytest.raises(UserError, match=card_refused + r".*cd .* && hf-gpt-custom eval --model \. --out eval"):
+        check_export(folder)
+    old_results = json.loads((folder / "eval" / "results.json").read_text())
+    monkeypatch.chdir(folder)  # as the message says
+    new_results = evaluate(".", tasks=old_results["config"]["tasks"], shots=old_results["config"]["shots"],
+                           limit=old_results["config"]["limit"], out_dir="eval", show_progress=False,
+                           skip_unfittable=True)
+    assert [row["value"] for row in new_results.results] != [row["value"] for row in old_results["results"]]
+    with pytest.raises(UserError, match=card_refused):  # the scores are this folder's now, the card's are not
+        check_export(folder)
+    with open(folder / "README.md", "a", encoding="utf-8") as card:  # the user brings the figures up to date
+        card.write("\nScores of this version: see eval/results.json.\n")
+    check_export(folder)
+
+
 def test_push_checks_the_export_again_before_anything_else(exported, tmp_path, monkeypatch):
     import shutil
 
@@ -1796,6 +1833,8 @@ def test_a_sharded_save_into_a_whole_export_leaves_only_the_new_weights(exported
     assert not (folder / "model.safetensors").exists() and (folder / "model.safetensors.index.json").is_file()
     assert torch.equal(GPTCustomForCausalLM.from_pretrained(folder).transformer.wte.weight,
                        model.transformer.wte.weight)
+    with open(folder / "README.md", "a", encoding="utf-8") as card:  # the card brought up to date by its user
+        card.write("\nFurther trained.\n")
     check_export(folder)  # listed by the manifest, one layout: publishable
     model.save_pretrained(folder)  # and whole again: the index goes with its shards
     assert (folder / "model.safetensors").is_file() and not list(folder.glob("model*index.json"))

@@ -309,7 +309,8 @@ def test_a_killed_saves_tmp_folder_is_removed_by_the_next_session(make_config):
 
 
 def test_resume_without_checkpoints_says_how_to_start(make_config):
-    with pytest.raises(FileNotFoundError, match="no checkpoint to resume from .* run without resume_from_checkpoint"):
+    with pytest.raises(FileNotFoundError,
+                       match="no checkpoint to resume from .* run without resume_from_checkpoint .* --start_over"):
         train(make_config("resume_from_checkpoint=latest"))
 
 
