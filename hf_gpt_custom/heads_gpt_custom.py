@@ -118,6 +118,21 @@ def check_class_labels(name: str, labels: torch.Tensor, num_classes: int, ignore
         )
 
 
+def check_answer_positions(name: str, positions, batch_size: int) -> None:
+    """Raise a UserError for QA answer positions the loss would refuse from deep inside torch or Python: a list, int32
+    (torch.from_numpy of an int32 array), floats, or another batch size. Positions past the input stay allowed: as in
+    transformers, the loss ignores them (an answer truncated away)."""
+    if not isinstance(positions, torch.Tensor):
+        raise UserError(f"{name} must be a tensor of token positions, got {type(positions).__name__}; pass "
+                        f"torch.tensor({name}) (shape (batch,))")
+    if positions.dtype != torch.long:
+        raise UserError(f"{name} must hold token positions as torch.long, got dtype {positions.dtype}; convert "
+                        "with .long()")
+    if tuple(positions.shape) not in ((batch_size,), (batch_size, 1)):  # (batch, 1): squeezed by the loss
+        raise UserError(f"{name} has shape {tuple(positions.shape)} but the batch has {batch_size} rows; give one "
+                        "position per row, shape (batch,)")
+
+
 def check_sequence_labels(labels: torch.Tensor, pooled_logits: torch.Tensor, config: GPTCustomConfig) -> None:
     """Raise a UserError for sequence-classification labels whose shape or dtype the loss would broadcast or refuse
     from deep inside torch, before transformers' loss sets config.problem_type from them (a failed call left it set
@@ -370,6 +385,9 @@ class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
         loss = None
         if labels is not None:
             check_class_labels("labels", labels, self.num_labels, ignore_index=-100)
+            if labels.shape != logits.shape[:2]:  # flattened by the loss: a (seq, batch) layout scored other tokens
+                raise UserError(f"labels has shape {tuple(labels.shape)} but the input has {tuple(logits.shape[:2])} "
+                                "(batch, seq_len); give one label per token, -100 where a token has none")
             loss = self.loss_function(logits, labels, config=self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -406,6 +424,8 @@ class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None and end_positions is not None:
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                check_answer_positions(name, positions, batch_size=start_logits.shape[0])
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
         return QuestionAnsweringModelOutput(
             loss=loss,

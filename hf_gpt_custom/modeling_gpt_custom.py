@@ -697,6 +697,9 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             check_token_ids("labels", labels, self.config.vocab_size, ignore_index=-100)
+            if labels.dtype != torch.long:  # input_ids may be int32; the loss pads labels with -100 and takes int64
+                raise UserError(f"labels must hold token ids as torch.long, got dtype {labels.dtype}; convert with "
+                                ".long()")
             if kwargs.get("num_items_in_batch") is None:
                 # With num_items_in_batch (transformers' Trainer) the caller has counted the labels it gave as the
                 # loss's denominator, before the model ran, over every micro-batch: leaving one out here made the

@@ -166,6 +166,60 @@ def test_question_answering_matches_transformers_gpt2(side):
     torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
 
 
+def test_question_answering_takes_positions_of_shape_batch_by_one_as_gpt2_does():
+    ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
+    input_ids, attention_mask = padded_batch("right")
+    start_positions, end_positions = torch.tensor([[1], [2], [0]]), torch.tensor([[3], [3], [1]])
+    with torch.no_grad():
+        got = ours(input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions)
+        expected = reference(input_ids, attention_mask=attention_mask, start_positions=start_positions,
+                             end_positions=end_positions)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("positions, refused", [
+    ([1, 4, 5], r"start_positions must be a tensor of token positions, got list"),
+    (torch.tensor([1, 4, 5], dtype=torch.int32), r"start_positions must hold token positions as torch\.long, got "
+                                                 r"dtype torch\.int32; convert with \.long\(\)"),
+    (torch.tensor([1.0, 4.0, 5.0]), r"as torch\.long, got dtype torch\.float32"),
+    (torch.tensor([1, 4]), r"start_positions has shape \(2,\) but the batch has 3 rows"),
+    (torch.tensor([[1, 4, 5]]), r"start_positions has shape \(1, 3\) but the batch has 3 rows"),
+])
+def test_question_answering_positions_the_loss_cannot_take_are_refused_by_name(positions, refused):
+    """A list, int32 (torch.from_numpy of an int32 array), floats or another batch size ended in a bare torch or
+    Python error (GPT-2's head the same: the headinputs hunt)."""
+    ours, _ = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
+    input_ids, attention_mask = padded_batch("right")
+    with pytest.raises(UserError, match=refused):
+        ours(input_ids, attention_mask=attention_mask, start_positions=positions, end_positions=torch.tensor([3, 6, 4]))
+
+
+@pytest.mark.parametrize("layout", ["one column short", "seq by batch"])
+def test_token_labels_of_another_shape_than_the_input_are_refused_by_name(layout):
+    """The loss flattens labels: one column short failed with torch's "use .reshape", and a (seq, batch) layout of
+    the same size was scored against other tokens in silence (GPT-2's head the same: the headinputs hunt)."""
+    ours, _ = head_pair(GPT2ForTokenClassification, GPTCustomForTokenClassification, {"classifier"}, num_labels=4)
+    input_ids, attention_mask = padded_batch("right")
+    labels = torch.randint(0, 4, input_ids.shape)
+    labels = labels[:, :-1] if layout == "one column short" else labels.t().contiguous()
+    with pytest.raises(UserError, match=rf"labels has shape \({labels.shape[0]}, {labels.shape[1]}\) but the input "
+                                        r"has \(3, 7\) \(batch, seq_len\)"):
+        ours(input_ids, attention_mask=attention_mask, labels=labels)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_causal_lm_labels_not_int64_are_refused_by_name(dtype):
+    """input_ids may be int32, labels may not: the loss pads them with -100 and takes int64; they failed deep in
+    torch ("expected target dtype to be Long", an overflow for uint8: the headinputs hunt)."""
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2)).eval()
+    input_ids = torch.randint(0, 98, (2, 5))
+    with pytest.raises(UserError, match=rf"labels must hold token ids as torch\.long, got dtype {dtype}; convert "
+                                        r"with \.long\(\)"):
+        model(input_ids.int(), labels=input_ids.to(dtype))
+    assert model(input_ids.int(), labels=input_ids).loss.isfinite()  # int32 input_ids stay fine
+
+
 def multiple_choice_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """2 examples × 3 choices, right-padded to 6 tokens, with different lengths per choice."""
     torch.manual_seed(2)
