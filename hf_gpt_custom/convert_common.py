@@ -71,9 +71,11 @@ def read_as_transformers_does(config_class, config_dict: dict, source: str):
     reads them — a generic alias (num_attention_heads for n_head: its attribute_map), a field left out (its default),
     every generation of a format (rope_theta and rope_scaling at the top, or rope_parameters). Read raw, a GPT-2
     folder naming num_attention_heads loaded with 12 heads, no error and other logits (the convmatrix hunt)."""
+    from huggingface_hub.errors import StrictDataclassError  # a field of the wrong type (transformers 5 validates)
+
     try:
         return config_class.from_dict(config_dict)
-    except (TypeError, ValueError, RuntimeError) as err:  # RuntimeError: a per_layer_config it cannot read either
+    except (TypeError, ValueError, RuntimeError, StrictDataclassError) as err:  # RuntimeError: a per_layer_config
         raise UserError(f"this {source} config.json is not valid for transformers' {config_class.__name__}: "
                         f"{err}") from err
 
@@ -101,6 +103,8 @@ def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomCo
             setattr(config, "_output_attentions" if name == "output_attentions" else name, config_dict[name])
     if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints
         config.id2label = {int(index): label for index, label in config_dict["id2label"].items()}
+    elif config_dict.get("num_labels") is not None:  # num_labels alone: PretrainedConfig's setter names them
+        config.num_labels = config_dict["num_labels"]  # (left out, a 3-label head was refused as another shape)
     if str((config_dict.get("architectures") or [""])[0]).endswith("ForTokenClassification"):
         # transformers' token heads (GPT-2's, and Llama's GenericForTokenClassification) drop out at hidden_dropout
         # where classifier_dropout is unset, and Llama's may leave out the classifier's bias

@@ -155,28 +155,35 @@ def refuse_upload_from_manifest_folder(folder: str | os.PathLike, call: str) -> 
                         "upload_folder)")
 
 
-def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, create_pr: bool = False) -> None:
-    """Before a push_to_hub of our model or tokenizer: where the repo holds an export's manifest.json, it is deleted.
-    push_to_hub uploads the new files on top of the repo's and leaves the rest, so the old manifest stayed and every
-    download was refused as damaged. Without it the repo is a plain transformers repo, loaded unchecked, as
-    push_to_hub's users expect; `hf-gpt-custom push` of an export is what publishes a manifest."""
+def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, create_pr: bool = False,
+                      call: str = "push_to_hub") -> None:
+    """Before `call` (a push_to_hub, or a save_pretrained with push_to_hub=True) of our model or tokenizer: where the
+    repo holds an export's manifest.json, it is deleted. transformers uploads the new files on top of the repo's and
+    leaves the rest, so the old manifest stayed and every download was refused as damaged. Without it the repo is a
+    plain transformers repo, loaded unchecked, as push_to_hub's users expect; `hf-gpt-custom push` of an export is
+    what publishes a manifest. A `revision` branch that does not exist yet starts from the default branch's files,
+    manifest included: it is created first, as push_to_hub would create it, and cleaned."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
     api = HfApi(token=token)
     try:
         full_id = repo_id if "/" in repo_id else f"{api.whoami()['name']}/{repo_id}"
-        if not api.file_exists(full_id, MANIFEST_NAME, revision=revision):
+        new_branch = (revision is not None and not revision.startswith("refs/pr")
+                      and not api.revision_exists(full_id, revision))
+        if not api.file_exists(full_id, MANIFEST_NAME, revision=None if new_branch else revision):
             return
     except (HfHubHTTPError, OSError, KeyError):
         return  # no token, no network: push_to_hub itself says so, in its own words
     if create_pr:
-        raise UserError(f"push_to_hub({repo_id!r}, create_pr=True): that repo holds an export's {MANIFEST_NAME}, which "
+        raise UserError(f"{call}({repo_id!r}, create_pr=True): that repo holds an export's {MANIFEST_NAME}, which "
                         "would list the old files beside the new ones; delete it from the repo first "
                         f"(HfApi().delete_file({MANIFEST_NAME!r}, {full_id!r})), or open the pull request with an "
                         "export's folder (`hf-gpt-custom export`, then huggingface_hub's upload_folder)")
+    if new_branch:
+        api.create_branch(full_id, branch=revision, exist_ok=True)
     api.delete_file(MANIFEST_NAME, full_id, revision=revision,
-                    commit_message=f"Remove {MANIFEST_NAME}: push_to_hub replaces the files it lists")
+                    commit_message=f"Remove {MANIFEST_NAME}: {call} replaces the files it lists")
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

@@ -337,8 +337,11 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
             **AUTO_MODEL_CLASSES,
         }
         options = save_options(PreTrainedModel.save_pretrained, self, save_directory, *args, **kwargs)
-        if options.get("push_to_hub"):
+        if options.get("push_to_hub") and options.get("is_main_process", True):
             refuse_upload_from_manifest_folder(save_directory, "save_pretrained")
+            drop_hub_manifest(kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory))),
+                              token=options.get("token"), create_pr=kwargs.get("create_pr", False),
+                              call="save_pretrained")
         # saved into an export or final/: its manifest follows, after the stale weight layout is gone (the main
         # process's save only: another rank writes nothing)
         layout = one_weight_layout(save_directory, options.get("variant")) if options.get("is_main_process", True) \

@@ -200,6 +200,8 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         folder = options.get("save_directory")
         if options.get("push_to_hub"):
             refuse_upload_from_manifest_folder(folder, "save_pretrained")
+            drop_hub_manifest(kwargs.get("repo_id", os.path.basename(os.path.normpath(folder))),
+                              token=kwargs.get("token"), create_pr=kwargs.get("create_pr", False), call="save_pretrained")
         with manifest_kept_current(folder):  # saved into an export or final/: its manifest follows
             return super().save_pretrained(*args, **kwargs)
 

@@ -397,6 +397,25 @@ def test_a_config_json_naming_a_field_by_its_generic_alias_loads_as_transformers
         torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("class_name", ["GPT2ForSequenceClassification", "LlamaForSequenceClassification"])
+def test_a_config_json_giving_num_labels_without_id2label_loads_that_many_labels(tmp_path, class_name):
+    """PretrainedConfig reads `num_labels` alone into id2label; the conversion copied id2label only, built 2 labels,
+    refused the saved 3-label head as another shape, and its advice (ignore_mismatched_sizes=True) gave a random one
+    (the roundreview22 hunt). Reference: transformers' class on the same folder."""
+    saved_folder(tmp_path, class_name, num_labels=3, pad_token_id=PAD)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    for key in ("id2label", "label2id"):
+        saved.pop(key)
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "num_labels": 3}))
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path).eval()
+    ours = GPTCustomForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert ours.config.num_labels == theirs.config.num_labels == 3
+    assert ours.config.id2label == theirs.config.id2label
+    ids = torch.randint(1, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("to_reference", ["llama", "openai"])
 def test_converting_back_to_transformers_keeps_the_generation_config(to_reference):
     """to_llama_model / to_openai_gpt_model gave the generation config their config implies: eos [2, 7, 9] became 2,
@@ -418,7 +437,8 @@ def test_converting_back_to_transformers_keeps_the_generation_config(to_referenc
     assert back.generate(prompt, pad_token_id=PAD).tolist() == original.generate(prompt, pad_token_id=PAD).tolist()
 
 
-@pytest.mark.parametrize("problem", ["bogus dtype", "config.json not JSON", "an override of a weight's shape"])
+@pytest.mark.parametrize("problem", ["bogus dtype", "config.json not JSON", "an override of a weight's shape",
+                                     "a field of the wrong type"])
 def test_a_bad_folder_or_argument_is_one_line_naming_the_fix(tmp_path, problem):
     saved_folder(tmp_path, "GPT2LMHeadModel")
     kwargs, match = {}, None
@@ -427,6 +447,10 @@ def test_a_bad_folder_or_argument_is_one_line_naming_the_fix(tmp_path, problem):
     elif problem == "config.json not JSON":
         (tmp_path / "config.json").write_text("{'n_layer': 2,")
         match = "config.json is not valid JSON"
+    elif problem == "a field of the wrong type":  # transformers' GPT2Config refuses it; its error, in one line
+        saved = json.loads((tmp_path / "config.json").read_text())
+        (tmp_path / "config.json").write_text(json.dumps({**saved, "n_head": "four"}))
+        match = "this GPT-2 config.json is not valid for transformers' GPT2Config: .*n_head"
     else:
         kwargs, match = {"n_positions": 48}, "weights do not fit this config .*size mismatch.*leave out the override"
     with pytest.raises(UserError, match=match):

@@ -1936,45 +1936,69 @@ def test_a_push_from_inside_save_pretrained_into_an_export_is_refused_for_the_to
 
 
 @pytest.mark.parametrize("which", ["model", "tokenizer"])
-def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uploading(exported, monkeypatch, which):
+def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uploading(exported, monkeypatch, tmp_path,
+                                                                                      which):
     """`model.push_to_hub(repo)` onto the repository an export was pushed to (a download trained further): the new
     files went up beside the export's manifest.json, which push_to_hub never deletes, and every download was refused
     as damaged (the roundreview21 hunt). Now the manifest is deleted first, in the repository pushed to (the full id,
-    the revision); a repository without one is left alone; with create_pr=True it is refused. The Hub is stubbed:
-    each call is recorded in order."""
+    the revision); on a new branch too, which starts from main's files (created first, as push_to_hub creates it);
+    and before a save_pretrained(push_to_hub=True) of a folder without a manifest (the roundreview22 hunt). A
+    repository without one is left alone; with create_pr=True it is refused. The Hub is stubbed: branches hold file
+    names, and each call is recorded in order."""
     from huggingface_hub import HfApi
     from transformers.utils import hub as transformers_hub
 
+    import transformers.modeling_utils
+    import transformers.tokenization_utils_base
     from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomTokenizerFast
     from hf_gpt_custom.errors import UserError
 
     _, out_dir = exported
     obj = (GPTCustomForCausalLM if which == "model" else GPTCustomTokenizerFast).from_pretrained(out_dir)
-    calls, remote = [], {"alice/tiny": {"manifest.json", "model.safetensors"}, "alice/plain": {"model.safetensors"}}
+    export_files = {"manifest.json", "model.safetensors"}
+    calls, remote = [], {("alice/tiny", "main"): set(export_files), ("alice/plain", "main"): {"model.safetensors"}}
+    branch = lambda repo_id, revision: remote.get((repo_id, revision or "main"))  # noqa: E731
     monkeypatch.setattr(HfApi, "whoami", lambda self, *a, **k: {"name": "alice"})
-    monkeypatch.setattr(HfApi, "file_exists",
-                        lambda self, repo_id, filename, **k: calls.append(("exists", repo_id, filename, k.get("revision")))
-                        or filename in remote.get(repo_id, ()))
-    monkeypatch.setattr(HfApi, "delete_file", lambda self, path, repo_id, **k: calls.append(
-        ("delete", repo_id, path, k.get("revision"))) or remote[repo_id].discard(path))
-    monkeypatch.setattr(transformers_hub, "hf_api", lambda: types.SimpleNamespace(
-        create_repo=lambda repo_id, **k: types.SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"alice/{repo_id}")))
-    monkeypatch.setattr(transformers_hub, "create_and_tag_model_card",
-                        lambda *a, **k: types.SimpleNamespace(save=lambda path: None))
+    monkeypatch.setattr(HfApi, "revision_exists", lambda self, repo_id, revision, **k: branch(repo_id, revision) is not None)
+    monkeypatch.setattr(HfApi, "file_exists", lambda self, repo_id, filename, revision=None, **k: calls.append(
+        ("exists", repo_id, filename, revision)) or filename in (branch(repo_id, revision) or ()))
+    monkeypatch.setattr(HfApi, "create_branch", lambda self, repo_id, branch, **k: calls.append(
+        ("branch", repo_id, branch)) or remote.setdefault((repo_id, branch), set(remote[(repo_id, "main")])))
+    monkeypatch.setattr(HfApi, "delete_file", lambda self, path, repo_id, revision=None, **k: calls.append(
+        ("delete", repo_id, path, revision)) or branch(repo_id, revision).discard(path))
+    hub_stub = lambda: types.SimpleNamespace(  # noqa: E731
+        create_repo=lambda repo_id, **k: types.SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"alice/{repo_id}"))
+    for module in (transformers_hub, transformers.modeling_utils, transformers.tokenization_utils_base):
+        monkeypatch.setattr(module, "hf_api", hub_stub)
+    for module in (transformers_hub, transformers.modeling_utils):
+        monkeypatch.setattr(module, "create_and_tag_model_card",
+                            lambda *a, **k: types.SimpleNamespace(save=lambda path: None))
     monkeypatch.setattr(transformers_hub.PushToHubMixin, "_upload_modified_files",
-                        lambda self, folder, repo_id, **k: calls.append(("upload", repo_id, sorted(os.listdir(folder)))))
+                        lambda self, folder, repo_id, *a, **k: calls.append(("upload", repo_id, sorted(os.listdir(folder)))))
 
     obj.push_to_hub("tiny", revision="main")  # a bare name: the repository is the pusher's
     assert [call[:2] for call in calls] == [("exists", "alice/tiny"), ("delete", "alice/tiny"), ("upload", "alice/tiny")]
     assert calls[1] == ("delete", "alice/tiny", "manifest.json", "main")
-    assert "manifest.json" not in calls[2][2] and "manifest.json" not in remote["alice/tiny"]
+    assert "manifest.json" not in calls[2][2] and "manifest.json" not in remote[("alice/tiny", "main")]
+
+    calls.clear()
+    remote[("alice/tiny", "main")].add("manifest.json")
+    obj.push_to_hub("alice/tiny", revision="v2")  # a new branch: main's files, its manifest too
+    assert [call[0] for call in calls] == ["exists", "branch", "delete", "upload"]
+    assert calls[0][3] is None and calls[2] == ("delete", "alice/tiny", "manifest.json", "v2")
+    assert remote[("alice/tiny", "v2")] == {"model.safetensors"} and "manifest.json" in remote[("alice/tiny", "main")]
+
+    calls.clear()
+    obj.save_pretrained(tmp_path / "saved", push_to_hub=True, repo_id="alice/tiny")  # uploads from inside the save
+    assert [call[0] for call in calls] == ["exists", "delete", "upload"]
+    assert "manifest.json" not in remote[("alice/tiny", "main")]
 
     calls.clear()
     obj.push_to_hub("alice/plain")
     assert [call[0] for call in calls] == ["exists", "upload"]
 
     calls.clear()
-    remote["alice/tiny"].add("manifest.json")
+    remote[("alice/tiny", "main")].add("manifest.json")
     with pytest.raises(UserError, match=r"create_pr=True\): that repo holds an export's manifest\.json.*delete_file"):
         obj.push_to_hub("alice/tiny", create_pr=True)
     assert [call[0] for call in calls] == ["exists"]
