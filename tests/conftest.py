@@ -62,13 +62,8 @@ for _name in ("hf_gpt_custom", "training", "eval", "model_cards"):
 """
 
 
-@pytest.fixture
-def python_without_project(tmp_path):
-    """Run a Python script where none of this project's packages is importable (as on a user's machine that only
-    has torch/transformers): `run(script, *args) -> dict`, the JSON object the script prints on its last line.
-
-    The process starts outside the repository, offline, with its remote-code module cache under tmp_path, so a
-    folder saved with its code files must load through `trust_remote_code=True` alone."""
+def _python_without_project(tmp_path: Path):
+    """python_without_project's runner, its module cache and working folder under `tmp_path`."""
     import json
     import subprocess
     import sys
@@ -90,3 +85,19 @@ def python_without_project(tmp_path):
         return json.loads(completed.stdout.strip().splitlines()[-1])
 
     return run
+
+
+@pytest.fixture
+def python_without_project(tmp_path):
+    """Run a Python script where none of this project's packages is importable (as on a user's machine that only
+    has torch/transformers): `run(script, *args) -> dict`, the JSON object the script prints on its last line.
+
+    The process starts outside the repository, offline, with its remote-code module cache under tmp_path, so a
+    folder saved with its code files must load through `trust_remote_code=True` alone."""
+    return _python_without_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_python_without_project(tmp_path_factory):
+    """python_without_project for a module-scoped fixture (one clean process shared by several tests)."""
+    return _python_without_project(tmp_path_factory.mktemp("without_project"))

@@ -403,3 +403,27 @@ def compiled_forward(backend: str = "inductor"):
     config = CompileConfig(backend=backend, mode="default" if backend == "inductor" else None)
     config._compile_all_devices = True  # generate() compiles the forward only on accelerators unless told
     return config
+
+
+def uncompiled_flex_attention(monkeypatch) -> list:
+    """transformers' flex attention and its BlockMask builder, run eagerly: both sides of a comparison take the same
+    kernels, and the test is spared inductor compiling flex (a minute of C++ on the CPU). The BlockMask is the same
+    object type, so what our input checks are handed is unchanged. Returns the list of flex calls made since (one entry
+    per attention layer's call), so a test can show that flex attention really ran."""
+    from torch.nn.attention import flex_attention as torch_flex
+    from transformers import masking_utils
+    from transformers.integrations import flex_attention as transformers_flex
+
+    calls = []
+
+    def eager_flex(query, key, value, training=False, **kwargs):
+        calls.append(query.shape)
+        return torch_flex.flex_attention(query, key, value, **kwargs)
+
+    monkeypatch.setattr(transformers_flex, "compile_friendly_flex_attention", eager_flex)
+
+    def eager_block_mask(*args, _compile=False, **kwargs):
+        return torch_flex.create_block_mask(*args, **kwargs)
+
+    monkeypatch.setattr(masking_utils, "create_block_mask", eager_block_mask)
+    return calls

@@ -210,11 +210,12 @@ def test_first_generate_call_does_not_recompile(gpu_code_path, monkeypatch):
     """torch._dynamo.config.error_on_recompile=True (a user's guard against recompiles): transformers' loop with the
     same compiled forward runs, and so does ours (the compiled choice raised RecompileError on its first call, a
     second graph at the last step where MaxLengthCriteria flips: the last token is now chosen eagerly, and the choice
-    is not compiled under that setting, since a minimum length reached flips a branch too)."""
+    is not compiled under that setting, since a minimum length reached flips a branch too). The eager backend:
+    dynamo's guards and error_on_recompile are every backend's alike, as in the recompile-limit test below."""
     ours, _ = make_gpt2_pair("sdpa", seed=8)
     prompt = torch.randint(1, 98, (2, 10), generator=torch.Generator().manual_seed(1))
     kwargs = dict(do_sample=False, max_new_tokens=8, pad_token_id=0, cache_implementation="static",
-                  compile_config=compiled_forward())
+                  compile_config=compiled_forward("eager"))
     with torch._dynamo.config.patch(error_on_recompile=True):
         expected = transformers_loop(monkeypatch, ours, prompt, **kwargs)
         assert ours.generate(prompt, **kwargs).tolist() == expected.tolist()

@@ -7,7 +7,7 @@ from transformers import pipeline
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.errors import UserError
 
-from tests.helpers import make_gpt2_pair
+from tests.helpers import make_gpt2_pair, uncompiled_flex_attention
 
 STRATEGIES = {
     "greedy": dict(do_sample=False),
@@ -100,25 +100,6 @@ def test_text_generation_pipeline(tmp_path, shared_data_dir):
     assert output.startswith("ROMEO:")
 
 
-def _uncompiled_flex_attention(monkeypatch):
-    """transformers' flex attention and its BlockMask builder, run eagerly: both sides of a comparison take the same
-    kernels, and the test is spared inductor compiling flex (a minute of C++ on the CPU). The BlockMask is the same
-    object type, so what our input checks are handed is unchanged."""
-    from torch.nn.attention import flex_attention as torch_flex
-    from transformers import masking_utils
-    from transformers.integrations import flex_attention as transformers_flex
-
-    def eager_flex(query, key, value, training=False, **kwargs):
-        return torch_flex.flex_attention(query, key, value, **kwargs)
-
-    monkeypatch.setattr(transformers_flex, "compile_friendly_flex_attention", eager_flex)
-
-    def eager_block_mask(*args, _compile=False, **kwargs):
-        return torch_flex.create_block_mask(*args, **kwargs)
-
-    monkeypatch.setattr(masking_utils, "create_block_mask", eager_block_mask)
-
-
 def test_flex_attention_generates_with_a_static_cache_as_llama_does(monkeypatch):
     """transformers' generate hands flex attention a BlockMask for a static cache: our input checks called .dim() on
     it, a bare AttributeError (the gen4 hunt), where LlamaForCausalLM generates. Reference: LlamaForCausalLM with the
@@ -142,7 +123,7 @@ def test_flex_attention_generates_with_a_static_cache_as_llama_does(monkeypatch)
     ours = from_llama_model(reference, GPTCustomForCausalLM).eval()
     prompt = torch.randint(3, 98, (2, 6))
     options = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0, "eos_token_id": None}
-    _uncompiled_flex_attention(monkeypatch)
+    uncompiled_flex_attention(monkeypatch)
     expected = reference.generate(prompt, cache_implementation="static", **options)
     masks = []
     hook = ours.register_forward_pre_hook(lambda _, args, kwargs: masks.append(kwargs.get("attention_mask")),

@@ -69,9 +69,56 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert not list(out_dir.rglob("*.bin")) and not list(out_dir.rglob("optimizer*"))
 
 
-def test_export_loads_without_the_package_and_matches_the_in_process_model(exported, python_without_project):
+# One interpreter where the package is not importable serves the two tests that load the export there: it first loads
+# a copy of the export with one bit of model.safetensors flipped (which must be refused), then the export itself with
+# tests.helpers.REMOTE_LOAD_SCRIPT, run as it is. One clean process (torch and transformers imported once) instead of
+# two; the refused load comes first, so it still meets a process that has loaded nothing.
+_BIT_FLIP_THEN_REMOTE_LOAD = """
+import contextlib, io, json, sys
+from transformers import AutoModelForCausalLM
+try:
+    AutoModelForCausalLM.from_pretrained(sys.argv[4], trust_remote_code=True)
+    bit_flip = {}
+except ValueError as err:
+    bit_flip = {'error': type(err).__module__ + '.' + type(err).__name__, 'message': str(err)}
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    exec(compile(%r, "<REMOTE_LOAD_SCRIPT>", "exec"), {"__name__": "__main__"})
+print(json.dumps({"bit_flip": bit_flip, "remote_load": json.loads(printed.getvalue().strip().splitlines()[-1])}))
+"""
+
+
+@pytest.fixture(scope="module")
+def exported_loaded_without_the_package(exported, tmp_path_factory, module_python_without_project) -> dict:
+    """{"bit_flip": what loading the bit-flipped copy raised, "remote_load": REMOTE_LOAD_SCRIPT's result on the
+    export}, from one process where hf_gpt_custom is not importable."""
+    import shutil
+
+    from tests.helpers import PROMPT, REMOTE_LOAD_SCRIPT
+
+    _, out_dir = exported
+    copy = tmp_path_factory.mktemp("bit_flip") / "copy"
+    shutil.copytree(out_dir, copy)
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-10] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    result = module_python_without_project(_BIT_FLIP_THEN_REMOTE_LOAD % REMOTE_LOAD_SCRIPT, out_dir, PROMPT,
+                                           NEW_TOKENS, copy)
+    return {**result, "load_arguments": [str(out_dir), PROMPT, str(NEW_TOKENS)]}
+
+
+def test_export_loads_without_the_package_and_matches_the_in_process_model(exported,
+                                                                          exported_loaded_without_the_package):
+    from tests.helpers import REMOTE_LOAD_SCRIPT
+
     run_dir, out_dir = exported
-    remote = assert_export_matches_in_process(run_dir, out_dir, python_without_project)
+
+    def already_run(script, *args):  # the clean process's REMOTE_LOAD_SCRIPT result, for exactly this call
+        assert script == REMOTE_LOAD_SCRIPT
+        assert list(map(str, args)) == exported_loaded_without_the_package["load_arguments"]
+        return exported_loaded_without_the_package["remote_load"]
+
+    remote = assert_export_matches_in_process(run_dir, out_dir, already_run)
     assert all(name.startswith("transformers_modules.") for name in remote["classes"]), remote["classes"]
     assert [name.rsplit(".", 1)[1] for name in remote["classes"]] == [
         "GPTCustomConfig", "GPTCustomTokenizerFast", "GPTCustomForCausalLM", "GPTCustomModel",
@@ -889,22 +936,10 @@ def test_an_edited_card_is_accepted_and_an_edited_config_refused_by_every_reader
             pytest.fail(f"{name} accepted an edited config.json")
 
 
-def test_a_bit_flip_is_refused_where_the_package_is_not_installed(exported, tmp_path, python_without_project):
-    """The exported remote code verifies the manifest itself (manifest.py ships beside the modeling file)."""
-    import shutil
-
-    _, out_dir = exported
-    copy = tmp_path / "copy"
-    shutil.copytree(out_dir, copy)
-    data = bytearray((copy / "model.safetensors").read_bytes())
-    data[-10] ^= 1
-    (copy / "model.safetensors").write_bytes(bytes(data))
-    script = (
-        "import json, sys\nfrom transformers import AutoModelForCausalLM\n"
-        "try:\n    AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n    print(json.dumps({}))\n"
-        "except ValueError as err:\n    print(json.dumps({'error': type(err).__module__ + '.' + type(err).__name__, 'message': str(err)}))\n"
-    )
-    result = python_without_project(script, copy)
+def test_a_bit_flip_is_refused_where_the_package_is_not_installed(exported_loaded_without_the_package):
+    """The exported remote code verifies the manifest itself (manifest.py ships beside the modeling file). The copy
+    with one bit flipped is loaded first in the clean process of exported_loaded_without_the_package."""
+    result = exported_loaded_without_the_package["bit_flip"]
     assert result["error"].startswith("transformers_modules.") and result["error"].endswith(".UserError")
     assert "model.safetensors does not match its sha256" in result["message"]
 

@@ -329,11 +329,15 @@ def test_out_of_range_labels_get_an_error_but_minus_100_is_ignored(model, bad_la
         model(input_ids, labels=labels)
 
 
-@pytest.mark.slow  # flex attention compiles its kernel (~15 s on the CPU)
-def test_flex_attention_gives_sdpas_logits_after_transformers_widens_the_heads():
+def test_flex_attention_gives_sdpas_logits_after_transformers_widens_the_heads(monkeypatch):
     """transformers' flex test sets config.head_dim = 16 and widens hidden_size to match (head_dim must be a settable
     field, as in LlamaConfig), then runs the model on flex attention. On the CPU flex attention has no backward, so
-    the comparison here is in no_grad; the gradient version runs in the common tests where CUDA is present."""
+    the comparison here is in no_grad; the gradient version runs in the common tests where CUDA is present. Flex runs
+    uncompiled (tests.helpers.uncompiled_flex_attention): our model's head layout, mask and scaling as flex receives
+    them are under test, not inductor's flex kernel (which compiled for ~15 s here)."""
+    from tests.helpers import uncompiled_flex_attention
+
+    flex_calls = uncompiled_flex_attention(monkeypatch)
     config = GPTCustomConfig(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
                              embd_pdrop=0.0, attn_pdrop=0.0)
     config.head_dim = 16
@@ -347,6 +351,7 @@ def test_flex_attention_gives_sdpas_logits_after_transformers_widens_the_heads()
         sdpa = model(input_ids, attention_mask=attention_mask).logits
         model.set_attn_implementation("flex_attention")
         flex = model(input_ids, attention_mask=attention_mask).logits
+    assert flex_calls == [torch.Size([2, 4, 16, 16])] * 2  # both layers ran flex, on 4 heads of 16
     keep = attention_mask.bool()
     torch.testing.assert_close(flex[keep], sdpa[keep], rtol=0, atol=1e-5)
 

@@ -223,13 +223,15 @@ from hf_gpt_custom.training.config import TrainConfig
 from hf_gpt_custom.training.hub_revision import check_every_process_reads_one_revision
 
 accelerator = Accelerator(cpu=True)
-same = sys.argv[1] == "same"
-revision = "abc" if same or accelerator.process_index == 0 else None  # rank 1 could not ask the Hub
-try:
-    check_every_process_reads_one_revision(accelerator, TrainConfig(dataset="someone/corpus", dataset_revision=revision))
-    print(f"rank {accelerator.process_index}: agreed", flush=True)
-except UserError as err:
-    print(f"rank {accelerator.process_index}: {err}", flush=True)
+for case in sys.argv[1:]:  # each case a check of its own over the launch's two processes
+    same = case == "same"
+    revision = "abc" if same or accelerator.process_index == 0 else None  # rank 1 could not ask the Hub
+    try:
+        check_every_process_reads_one_revision(accelerator,
+                                               TrainConfig(dataset="someone/corpus", dataset_revision=revision))
+        print(f"{case}: rank {accelerator.process_index}: agreed", flush=True)
+    except UserError as err:
+        print(f"{case}: rank {accelerator.process_index}: {err}", flush=True)
 accelerator.end_training()  # the process group torn down before exit (else gloo may abort the interpreter's exit)
 """
 
@@ -247,14 +249,18 @@ def test_two_processes_pinned_to_different_commits_are_refused_on_both(tmp_path)
         pytest.fail("the accelerate launcher is not on PATH; install the project as README says")
     script = tmp_path / "check.py"
     script.write_text(_TWO_PROCESS_SCRIPT)
-    outputs = {}
-    for case in ("same", "different"):
-        command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-                   str(script), case]
-        result = subprocess.run(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True,
-                                text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs[case] = result.stdout
-    assert outputs["same"].count("agreed") == 2
-    assert outputs["different"].count("at different commits (process 0: abc, process 1: not pinned)") == 2
+    # one launch of two processes checks both cases in turn (was a launch per case: torch imported twice as often)
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               str(script), "same", "different"]
+    result = subprocess.run(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # each print is one write to the shared pipe: the two ranks' lines may run together, never into each other
+    said = {(case, rank): result.stdout.count(f"{case}: rank {rank}: ") for case in ("same", "different")
+            for rank in (0, 1)}
+    assert said == dict.fromkeys(said, 1)  # each rank said one thing per case
+    assert result.stdout.count("agreed") == 2 and all(f"same: rank {rank}: agreed" in result.stdout for rank in (0, 1))
+    refused = "at different commits (process 0: abc, process 1: not pinned)"
+    assert result.stdout.count(refused) == 2
+    assert all(f"different: rank {rank}: the processes would read" in result.stdout for rank in (0, 1))
