@@ -184,6 +184,7 @@ def test_question_answering_takes_positions_of_shape_batch_by_one_as_gpt2_does()
     (torch.tensor([1.0, 4.0, 5.0]), r"as torch\.long, got dtype torch\.float32"),
     (torch.tensor([1, 4]), r"start_positions has shape \(2,\) but the batch has 3 rows"),
     (torch.tensor([[1, 4, 5]]), r"start_positions has shape \(1, 3\) but the batch has 3 rows"),
+    (torch.tensor([[1, 2], [4, 5], [5, 6]]), r"start_positions has shape \(3, 2\) .*one position per row"),
 ])
 def test_question_answering_positions_the_loss_cannot_take_are_refused_by_name(positions, refused):
     """A list, int32 (torch.from_numpy of an int32 array), floats or another batch size ended in a bare torch or
