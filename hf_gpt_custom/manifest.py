@@ -11,6 +11,7 @@ import errno
 import hashlib
 import inspect
 import json
+import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -184,6 +185,10 @@ def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, 
         api.create_branch(full_id, branch=revision, exist_ok=True)
     api.delete_file(MANIFEST_NAME, full_id, revision=revision,
                     commit_message=f"Remove {MANIFEST_NAME}: {call} replaces the files it lists")
+    # push_to_hub keeps the repo's card (it only adds tags) and the rest of its files: the export's figures stay
+    logging.getLogger(__name__).warning(
+        "%s was an export's: its model card and eval/ show the figures of the weights it held, and %s keeps them; "
+        "update the card, or export the new model and publish it with `hf-gpt-custom push`", full_id, call)
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

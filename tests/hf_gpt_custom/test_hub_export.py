@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -1972,7 +1973,7 @@ def test_a_push_from_inside_save_pretrained_into_an_export_is_refused_for_the_to
 
 @pytest.mark.parametrize("which", ["model", "tokenizer"])
 def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uploading(exported, monkeypatch, tmp_path,
-                                                                                      which):
+                                                                                      caplog, which):
     """`model.push_to_hub(repo)` onto the repository an export was pushed to (a download trained further): the new
     files went up beside the export's manifest.json, which push_to_hub never deletes, and every download was refused
     as damaged (the roundreview21 hunt). Now the manifest is deleted first, in the repository pushed to (the full id,
@@ -2011,7 +2012,9 @@ def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uplo
     monkeypatch.setattr(transformers_hub.PushToHubMixin, "_upload_modified_files",
                         lambda self, folder, repo_id, *a, **k: calls.append(("upload", repo_id, sorted(os.listdir(folder)))))
 
-    obj.push_to_hub("tiny", revision="main")  # a bare name: the repository is the pusher's
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.manifest"):
+        obj.push_to_hub("tiny", revision="main")  # a bare name: the repository is the pusher's
+    assert "alice/tiny was an export's: its model card and eval/ show the figures of the weights it held" in caplog.text
     assert [call[:2] for call in calls] == [("exists", "alice/tiny"), ("delete", "alice/tiny"), ("upload", "alice/tiny")]
     assert calls[1] == ("delete", "alice/tiny", "manifest.json", "main")
     assert "manifest.json" not in calls[2][2] and "manifest.json" not in remote[("alice/tiny", "main")]
