@@ -116,12 +116,16 @@ def _check_scores_are_of_these_weights(folder: Path) -> None:
     if isinstance(results, dict) and scored_other_weights(results, folder):
         raise UserError(f"cannot publish {folder}: eval/results.json scored other weights than this folder's "
                         f"model.safetensors, so its numbers would be published beside this model; export the run "
-                        f"again, or evaluate this folder into it ({_EVALUATE_HERE.format(folder=folder)}) and bring "
-                        f"the card's figures up to date")
+                        f"again, or evaluate this folder into it ({_evaluate_here(folder)}) and bring the card's "
+                        f"figures up to date")
 
 
-# Run from inside the folder: `--model .` records no path of this machine in results.json, which push would refuse
-_EVALUATE_HERE = "cd {folder} && hf-gpt-custom eval --model . --out eval --tasks ..."
+def _evaluate_here(folder: Path) -> str:
+    """The evaluation of `folder` into its eval/, as a command to paste: run from inside the folder, `--model .`
+    records no path of this machine in results.json, which push would refuse."""
+    from .errors import shell_word
+
+    return f"cd {shell_word(folder)} && hf-gpt-custom eval --model . --out eval --tasks ..."
 
 
 def _check_card_is_of_these_weights(folder: Path) -> None:
@@ -140,10 +144,12 @@ def _check_card_is_of_these_weights(folder: Path) -> None:
     if written_for is None or card is None or not (folder / "README.md").is_file():
         return  # an export before the record, or no card of export's
     if written_for != weights_fingerprint(folder) and sha256_file(folder / "README.md") == card:
+        # a task head is not evaluated by `eval` (language models only): its figures are fine-tuning's held-out ones
+        new_figures = ("put this model's held-out figures into the card" if saved_task_head_class(folder) is not None
+                       else f"evaluate this folder ({_evaluate_here(folder)}) and put its figures into the card")
         raise UserError(f"cannot publish {folder}: its model card (README.md) is the one export wrote for other "
                         "weights than this folder's (a model was saved into it since), so its evaluation figures "
-                        "and model-index are the old model's; export the run again, or evaluate this folder "
-                        f"({_EVALUATE_HERE.format(folder=folder)}) and put its figures into the card, which push "
+                        f"and model-index are the old model's; export the run again, or {new_figures}, which push "
                         "then takes as yours")
 
 

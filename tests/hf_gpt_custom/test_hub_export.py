@@ -805,7 +805,7 @@ def test_push_refuses_the_card_export_wrote_for_weights_saved_over_since(exporte
     from hf_gpt_custom.publish_checks import check_export
 
     _, out_dir = exported
-    folder = shutil.copytree(out_dir, tmp_path / "export")
+    folder = shutil.copytree(out_dir, tmp_path / "my export")  # a space: the printed command quotes it
     check_export(folder)
     model = GPTCustomForCausalLM.from_pretrained(folder)
     torch.manual_seed(0)
@@ -814,7 +814,8 @@ def test_push_refuses_the_card_export_wrote_for_weights_saved_over_since(exporte
             parameter.add_(torch.randn_like(parameter) * 0.5)
     model.save_pretrained(folder)
     card_refused = r"its model card \(README\.md\) is the one export wrote for other weights"
-    with pytest.raises(UserError, match=card_refused + r".*cd .* && hf-gpt-custom eval --model \. --out eval"):
+    with pytest.raises(UserError, match=card_refused + r".*cd '.*/my export' && hf-gpt-custom eval --model \. --out "
+                                                     r"eval"):
         check_export(folder)
     old_results = json.loads((folder / "eval" / "results.json").read_text())
     monkeypatch.chdir(folder)  # as the message says

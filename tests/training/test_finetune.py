@@ -884,6 +884,27 @@ def test_final_and_export_of_a_tokenizer_of_another_class_cut_as_fine_tuning_cut
                 example["input_ids"]
 
 
+def test_push_refuses_a_task_heads_card_after_new_weights_naming_a_fix_that_applies(finetuned_run, tmp_path):
+    """A fine-tuned head's export with new weights saved into it: push refuses its card (the held-out figures are the
+    old model's), and the fix named must not be `hf-gpt-custom eval`, which scores language models only (the
+    roundreview23 hunt)."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.heads_gpt_custom import GPTCustomForSequenceClassification
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.publish_checks import check_export
+
+    export = export_folder(finetuned_run, tmp_path / "export", repo_id="alice/ft")
+    check_export(export)
+    model = GPTCustomForSequenceClassification.from_pretrained(export)
+    with torch.no_grad():
+        model.score.weight.add_(0.1)
+    model.save_pretrained(export)
+    with pytest.raises(UserError, match=r"is the one export wrote for other weights .*export the run again, or put "
+                                        r"this model's held-out figures into the card") as refused:
+        check_export(export)
+    assert "hf-gpt-custom eval" not in str(refused.value)
+
+
 def test_encoding_long_records_does_not_warn_of_indexing_errors_it_prevents(caplog):
     """transformers warned "Token indices sequence length is longer ... will result in indexing errors" for every
     fine-tuning run on long passages, while encode_examples cuts each sequence to block_size itself."""
