@@ -89,8 +89,12 @@ class MultipleChoice(OutputType):
         choices = spec.choices(doc)
         gold = spec.gold_index(doc)
         lls = [s.loglikelihood for s in conditional]
+        # a choice cut to fit the window is normalised by the part scored (lm-eval fails on such a doc); several
+        # inputs (winogrande) share one continuation and are normalised by the inputs, as in lm-eval
+        lengths = choices if spec.multiple_input else [
+            choice if s.scored_continuation is None else s.scored_continuation for choice, s in zip(choices, conditional)]
         values = multiple_choice_values(
-            lls, choices, gold, n_tokens=[s.n_tokens for s in conditional],
+            lls, lengths, gold, n_tokens=[s.n_tokens for s in conditional],
             uncond_loglikelihoods=[s.loglikelihood for s in unconditional] if unconditional else None,
         )
         log = {"choices": choices, "loglikelihoods": lls, "prediction": int(max(range(len(lls)), key=lls.__getitem__)), "gold": gold}

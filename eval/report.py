@@ -125,7 +125,7 @@ def format_results_table(rows: list[dict], skipped: list[dict] = ()) -> str:
     for row in rows:
         task_order.setdefault(row["task"], len(task_order))
     lines = [
-        "| task | K (shots) | metric | value | ± stderr | documents | prompts cut to fit the context |",
+        "| task | K (shots) | metric | value | ± stderr | documents | documents cut to fit the context |",
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     for row in sorted(rows, key=lambda row: (task_order[row["task"]], int(row["num_fewshot"]))):
@@ -185,7 +185,7 @@ def plot_shots_curve(rows: list[dict], path: str | Path) -> Path:
                 if row["metric"] == metric and row.get("n_truncated"):
                     ax.plot(row["num_fewshot"], row["value"], marker="o", markersize=11, fillstyle="none",
                             color="tab:red", linestyle="none")
-                    ax.annotate(f"{row['n_truncated']} of {row['n']} prompts cut", (row["num_fewshot"], row["value"]),
+                    ax.annotate(f"{row['n_truncated']} of {row['n']} documents cut", (row["num_fewshot"], row["value"]),
                                 textcoords="offset points", xytext=(6, -12), fontsize=7, color="tab:red")
         ax.set_title(task)
         ax.set_xlabel("K (examples in the prompt)")

@@ -29,3 +29,6 @@ class ScoredRequest:
     n_tokens: int  # continuation tokens scored (generation: tokens generated)
     generation: str | None = None
     is_truncated: bool = False  # cut from the left to fit the context window (the context, or even the continuation)
+    # where the continuation alone was longer than the window, the text of its last tokens, the ones scored: what
+    # acc_norm divides the log-likelihood by (the whole choice's characters made a cut choice look likelier)
+    scored_continuation: str | None = None

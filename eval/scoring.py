@@ -116,10 +116,16 @@ class CausalLMScorer:
         """(sum log p(continuation | context), is_greedy) for each request, in the order given."""
         pairs = encode_pairs(self.tokenizer, [(r.context, r.continuation) for r in requests])
         results = self.loglikelihood_tokens(pairs, show_progress=show_progress, desc=desc)
-        return [
-            ScoredRequest(request, loglikelihood, is_greedy, len(pair[1]), is_truncated=len(pair[0]) + len(pair[1]) > self.max_length + 1)
-            for request, (loglikelihood, is_greedy), pair in zip(requests, results, pairs)
-        ]
+        scored = []
+        for request, (loglikelihood, is_greedy), (context, continuation) in zip(requests, results, pairs):
+            # a continuation longer than the window is scored on its last max_length tokens (_score_full)
+            kept = continuation[-self.max_length :]
+            scored.append(ScoredRequest(
+                request, loglikelihood, is_greedy, len(kept),
+                is_truncated=len(context) + len(continuation) > self.max_length + 1,
+                scored_continuation=self.tokenizer.decode(kept) if len(kept) < len(continuation) else None,
+            ))
+        return scored
 
     @torch.no_grad()
     def loglikelihood_tokens(

@@ -240,7 +240,7 @@ def _scored_how(row: dict[str, Any], k: int, limit: int | float | None) -> tuple
         args["sample_of_split"] = True
     cut = row.get("n_truncated") or 0
     if cut:
-        words.append(f"{cut} of {n} prompts cut to fit")
+        words.append(f"{cut} of {n} documents cut to fit")
         args["prompts_cut_to_fit"] = cut
     return ", ".join(words), args
 

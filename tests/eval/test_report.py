@@ -382,7 +382,7 @@ def test_the_shots_curve_marks_a_point_whose_prompts_were_cut(tmp_path, monkeypa
 
     plot_shots_curve([row("copa", 0, 0.5, 0), row("copa", 1, 0.55, 15), row("piqa", 0, 0.6, 0),
                       row("piqa", 1, 0.62, 0)], tmp_path / "shots.png")
-    assert [text for task, text in said if "cut" in text] == ["15 of 20 prompts cut"]
+    assert [text for task, text in said if "cut" in text] == ["15 of 20 documents cut"]
     assert [axes.get_title() for axes, text in said if "cut" in text] == ["copa"]  # titled once the panel is drawn
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -488,3 +489,33 @@ def test_a_sliding_window_model_scores_each_request_as_alone_at_any_batch_size(t
             log_probs = model(ids).logits[0, :-1].float().log_softmax(-1)
         alone = sum(float(log_probs[len(context) - 1 + i, token]) for i, token in enumerate(continuation))
         assert result.loglikelihood == pytest.approx(alone, abs=1e-3)
+
+
+def test_acc_norm_of_a_choice_cut_to_fit_the_window_divides_by_the_part_scored(constant_logits_model):
+    """A choice longer than the window is scored on its last tokens; acc_norm divided that partial log-likelihood by
+    the whole choice's characters, so a long, cut choice looked likelier per character than it is (PIQA at 64
+    positions: the newcomer2 hunt; lm-eval fails an assertion on such a doc). Reference, by hand with constant
+    logits: each token's log-probability is its logit - log Z; the kept part is the last `window` tokens."""
+    from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+
+    model, tokenizer, favourite, second = constant_logits_model
+    window = 4
+    spec = load_task("piqa")
+    long_choice = " ".join(["king"] * 12)  # 12 tokens at logit 0: about -log Z per token, 5 characters each
+    doc = {"goal": "Pick:", "choices": [long_choice, "the"], "gold": 1}
+    scorer = CausalLMScorer(model, tokenizer, max_length=window, share_context=False)
+    requests = [Request(0, "Pick:", spec.target_delimiter + choice, choice_index=i)
+                for i, choice in enumerate(spec.choices(doc))]
+    scored = scorer.loglikelihood(requests, show_progress=False)
+    cut_ids = encode_pair(tokenizer, "Pick:", requests[0].continuation)[1]
+    assert len(cut_ids) > window and scored[0].n_tokens == window and scored[1].scored_continuation is None
+    assert scored[0].scored_continuation == tokenizer.decode(cut_ids[-window:])
+    log_z = math.log((len(tokenizer) - 2) + math.e**2 + math.e)
+    lls = [window * (0.0 - log_z), 2.0 - log_z]  # the kept tokens' log-probabilities; " the" alone
+    assert [s.loglikelihood for s in scored] == pytest.approx(lls, abs=1e-4)
+    per_character = [lls[0] / len(scored[0].scored_continuation), lls[1] / len("the")]
+    whole_choice = [lls[0] / len(long_choice), lls[1] / len("the")]
+    assert per_character.index(max(per_character)) == 1 != whole_choice.index(max(whole_choice))  # they differ here
+    values, _ = OUTPUT_TYPES["multiple_choice"].doc_metric_values(spec, doc, scored)
+    assert values["acc_norm"] == 1.0  # " the" per character, as scored
+    assert values["acc_norm_tokens"] == float(np.argmax(np.array(lls) / np.array([window, 1])) == 1)

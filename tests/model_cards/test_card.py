@@ -129,7 +129,7 @@ def test_a_k_shot_score_whose_prompts_were_cut_says_how_many_in_the_model_index(
     (cut,) = [r for r in results if "prompts_cut_to_fit" in r.metric_args]
     assert (cut.task_name, cut.metric_type, cut.metric_args) == (
         "lambada", "acc", {"num_fewshot": 3, "limit": 16, "prompts_cut_to_fit": 2})  # RESULT_ROWS: 2 of 16 cut
-    assert cut.metric_name == "acc (3-shot, first 16 documents, 2 of 16 prompts cut to fit)"
+    assert cut.metric_name == "acc (3-shot, first 16 documents, 2 of 16 documents cut to fit)"
 
 
 def test_a_score_on_a_sample_of_the_split_says_so_in_the_model_index():
