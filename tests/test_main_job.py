@@ -203,7 +203,7 @@ def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
     """`train --start_over` in a main-job folder moves final/, eval/ and export/ aside; `run` must then train,
     evaluate and export again rather than count those stages done from its saved state."""
     from hf_gpt_custom import run as run_module
-    from hf_gpt_custom import run_state
+    from hf_gpt_custom import run_state, versions
     from hf_gpt_custom.training.config import load_train_config
 
     config = load_train_config(SMOKE_CONFIG, _overrides(tmp_path))
@@ -220,8 +220,10 @@ def test_a_stage_whose_output_was_moved_aside_runs_again(tmp_path, monkeypatch):
         def run_stage(config, run_dir, state, start_over=False):
             ran.append(stage)
             outputs[stage].mkdir(exist_ok=True)
-            if stage == "export":  # an export is whole while its manifest's files are there (none here)
-                (outputs[stage] / "manifest.json").write_text('{"files": {}}')
+            if stage == "export":  # an export is whole while its manifest's files are there (none here), and
+                # made by this version's export code while the manifest says so
+                (outputs[stage] / "manifest.json").write_text(json.dumps(
+                    {"files": {}, "export_code_sha256": versions.export_code_sha256()}))
             return outputs[stage], "done"
         return run_stage
 
@@ -260,8 +262,10 @@ def _fake_stages(run_module, monkeypatch, ran: list[str], record_scoring_code: b
             if stage == "train":
                 trained = ran.count("train")  # each training writes another model, as a retrained one may be
                 (output / "manifest.json").write_text(f'{{"files": {{"model.safetensors": "model {trained}"}}}}')
-            if stage == "export":  # an export is whole while its manifest's files are there (none here)
-                (output / "manifest.json").write_text('{"files": {}}')
+            if stage == "export":  # an export is whole while its manifest's files are there (none here), and
+                # made by this version's export code while the manifest says so
+                (output / "manifest.json").write_text(json.dumps(
+                    {"files": {}, "export_code_sha256": versions.export_code_sha256()}))
             return output, "done"
         return run_stage
 
