@@ -79,7 +79,7 @@ def _count_or_auto(value: str) -> int | str:
 
 def _add_tokenizer(subparsers) -> None:
     parser = subparsers.add_parser("tokenizer", help="train a byte-level BPE tokenizer")
-    tokenizer_sub = parser.add_subparsers(dest="tokenizer_command", required=True)
+    tokenizer_sub = parser.add_subparsers(dest="tokenizer_command", required=True, metavar="{train}")
     train = tokenizer_sub.add_parser("train", help="train a tokenizer on text files or a datasets dataset")
     train.add_argument("inputs", nargs="+", help="text files / folders (.txt .text .raw .jsonl .json .parquet .csv) or a Hub dataset name")
     train.add_argument("--out", required=True, type=_user_path,
@@ -130,7 +130,8 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
         split=args.split,
         show_progress=args.progress,
     )
-    print(f"tokenizer saved to {folder}; load it with AutoTokenizer.from_pretrained({str(folder)!r})")
+    print(f"tokenizer saved to {folder}; load it with `import hf_gpt_custom` then AutoTokenizer.from_pretrained("
+          f"{str(folder)!r}) (or trust_remote_code=True where the package is not installed)")
 
 
 # --- train -------------------------------------------------------------------------------------------------------
@@ -418,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-gpt-custom", description="Train, fine-tune, evaluate and publish GPT-family models in the Hugging "
         "Face ecosystem. The main job: hf-gpt-custom run training/configs/shakespeare.yaml")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_subcommand in (_add_tokenizer, _add_train, _add_finetune, _add_eval, _add_export, _add_push, _add_run):
         add_subcommand(subparsers)
     return parser
@@ -451,6 +452,31 @@ def _refuse_a_multi_process_launch(command: str) -> None:
     sys.exit(2)
 
 
+# Flags as lm-evaluation-harness names them, and ours
+LM_EVAL_FLAGS = {"--num_fewshot": "--shots", "--output_path": "--out", "--model_args": "--model",
+                 "--batch_size": "--batch-size"}
+
+
+def _refuse_unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]):
+    """Unknown arguments, said by the subcommand's own parser (its usage line, not the top level's), with a hint for
+    a flag as transformers' TrainingArguments or lm-eval spell it (`--max_steps 5`, `--num_fewshot 0`): they got the
+    top-level usage and nothing else (the newcomer2 walk)."""
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    command = subparsers.choices.get(getattr(args, "command", None), parser)
+    nested = [action for action in command._actions if isinstance(action, argparse._SubParsersAction)]
+    if nested and getattr(args, "tokenizer_command", None) in nested[0].choices:
+        command = nested[0].choices[args.tokenizer_command]
+    options = {option for action in command._actions for option in action.option_strings}
+    hints = []
+    for flag in (item.split("=", 1)[0] for item in extra if item.startswith("--")):
+        ours = LM_EVAL_FLAGS.get(flag) if LM_EVAL_FLAGS.get(flag) in options else flag.replace("_", "-")
+        if ours in options:
+            hints.append(f"{flag} is {ours} here")
+        elif hasattr(args, "overrides"):
+            hints.append(f"settings follow the config as key=value: {flag[2:]}=VALUE")
+    command.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     # key=value overrides may also follow the options (`train CONFIG --init_from DIR max_steps=5`): argparse stops
@@ -459,7 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     if extra and hasattr(args, "overrides") and all("=" in item and not item.startswith("-") for item in extra):
         args.overrides = [*args.overrides, *extra]
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _refuse_unrecognized(parser, args, extra)
     _refuse_a_multi_process_launch(args.command)
     try:
         args.func(args)

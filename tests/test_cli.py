@@ -301,6 +301,27 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
         main(["train", "cfg.yaml", "--init_from", "runs/x/final", "--no-such-option"])
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["train", "cfg.yaml", "--max_steps", "5"],
+     "hf-gpt-custom train: error: unrecognized arguments: --max_steps 5 (settings follow the config as key=value: "
+     "max_steps=VALUE)"),
+    (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--num_fewshot", "0", "--batch_size", "4"],
+     "hf-gpt-custom eval: error: unrecognized arguments: --num_fewshot 0 --batch_size 4 (--num_fewshot is --shots "
+     "here; --batch_size is --batch-size here)"),
+    (["tokenizer", "train", "a.txt", "--out", "o", "--vocab_size", "300"],
+     "hf-gpt-custom tokenizer train: error: unrecognized arguments: --vocab_size 300 (--vocab_size is --vocab-size "
+     "here)"),
+])
+def test_a_flag_spelt_as_transformers_or_lm_eval_spell_it_gets_the_subcommands_usage_and_our_name(argv, said, capsys):
+    """`train CONFIG --max_steps 5` (TrainingArguments' flag) or `eval --num_fewshot 0` (lm-eval's) got the top-level
+    usage line and no hint (the newcomer2 walk); the subcommand's own usage and our spelling now."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.strip().splitlines()[-1] == said
+    assert f"usage: hf-gpt-custom {' '.join(argv[:2] if argv[0] == 'tokenizer' else argv[:1])}" in err
+
+
 @pytest.mark.parametrize("flag, override", [("--init_from", "init_from=runs/y/final"),
                                             ("--resume_from_checkpoint", "resume_from_checkpoint=latest")])
 def test_a_flag_and_an_override_of_the_same_key_are_refused(flag, override, capsys):
