@@ -519,3 +519,24 @@ def test_acc_norm_of_a_choice_cut_to_fit_the_window_divides_by_the_part_scored(c
     values, _ = OUTPUT_TYPES["multiple_choice"].doc_metric_values(spec, doc, scored)
     assert values["acc_norm"] == 1.0  # " the" per character, as scored
     assert values["acc_norm_tokens"] == float(np.argmax(np.array(lls) / np.array([window, 1])) == 1)
+
+
+def test_acc_norm_of_several_inputs_sharing_a_cut_continuation_divides_by_the_inputs_as_lm_eval(
+        constant_logits_model):
+    """WinoGrande-style docs (several contexts, one continuation) are normalised by the inputs' characters, as
+    lm-eval's multiple_input does, also where the shared continuation was cut to fit the window: dividing by the
+    part scored, the same for every input, turned acc_norm into acc. Reference: with constant logits every input
+    gives the continuation the same log-likelihood L, so acc_norm is argmax(L / len(input)): the longer input."""
+    from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
+
+    model, tokenizer, _, _ = constant_logits_model
+    spec = load_task("winogrande")
+    doc = {"contexts": ["a", "a b c d"], "continuation": " ".join(["king"] * 12), "gold": 1}
+    (continuation,) = OUTPUT_TYPES["multiple_choice"].continuations(spec, doc)
+    scorer = CausalLMScorer(model, tokenizer, max_length=4, share_context=False)
+    requests = [Request(0, context, continuation, choice_index=i) for i, context in enumerate(doc["contexts"])]
+    scored = scorer.loglikelihood(requests, show_progress=False)
+    assert all(s.scored_continuation is not None for s in scored)  # the continuation was cut in both
+    assert scored[0].loglikelihood == pytest.approx(scored[1].loglikelihood, abs=1e-5)
+    values, _ = OUTPUT_TYPES["multiple_choice"].doc_metric_values(spec, doc, scored)
+    assert values["acc_norm"] == 1.0  # L / 7 > L / 1 for L < 0
