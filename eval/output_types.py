@@ -91,13 +91,16 @@ class MultipleChoice(OutputType):
         lls = [s.loglikelihood for s in conditional]
         # a choice cut to fit the window is normalised by the part scored (lm-eval fails on such a doc); several
         # inputs (winogrande) share one continuation and are normalised by the inputs, as in lm-eval
-        lengths = choices if spec.multiple_input else [
-            choice if s.scored_continuation is None else s.scored_continuation for choice, s in zip(choices, conditional)]
+        cut = not spec.multiple_input and any(s.scored_continuation is not None for s in conditional)
+        lengths = [choice if s.scored_continuation is None else s.scored_continuation
+                   for choice, s in zip(choices, conditional)] if cut else choices
         values = multiple_choice_values(
             lls, lengths, gold, n_tokens=[s.n_tokens for s in conditional],
             uncond_loglikelihoods=[s.loglikelihood for s in unconditional] if unconditional else None,
         )
         log = {"choices": choices, "loglikelihoods": lls, "prediction": int(max(range(len(lls)), key=lls.__getitem__)), "gold": gold}
+        if lengths is not choices:  # an answer was cut: the texts acc_norm divided by, so the row can be recomputed
+            log["acc_norm_choices"] = lengths
         if unconditional:
             log["uncond_loglikelihoods"] = [s.loglikelihood for s in unconditional]
         return values, log

@@ -452,9 +452,29 @@ def _refuse_a_multi_process_launch(command: str) -> None:
     sys.exit(2)
 
 
-# Flags as lm-evaluation-harness names them, and ours
+# Flags as lm-evaluation-harness names them, and ours: eval's flags, and run's settings for its benchmark stage
 LM_EVAL_FLAGS = {"--num_fewshot": "--shots", "--output_path": "--out", "--model_args": "--model",
                  "--batch_size": "--batch-size"}
+LM_EVAL_SETTINGS = {"num_fewshot": "benchmark_shots", "shots": "benchmark_shots", "tasks": "benchmark_tasks",
+                    "output_dir": "out_dir", "output_path": "out_dir"}
+
+
+def _setting_hint(command: str, flag: str) -> str:
+    """For `train`/`finetune`/`run`: the key=value setting a flag means, named as the config names it (a close
+    match where the flag is spelt another way), or the rule alone where none is near."""
+    import difflib
+    import dataclasses
+
+    if command == "finetune":
+        from hf_gpt_custom.training.finetune_config import FinetuneConfig as config_class
+    else:
+        from hf_gpt_custom.training.config import TrainConfig as config_class
+    keys = [field.name for field in dataclasses.fields(config_class)]
+    key = flag[2:].replace("-", "_")
+    key = LM_EVAL_SETTINGS.get(key, key) if LM_EVAL_SETTINGS.get(key) in keys else key
+    near = key if key in keys else next(iter(difflib.get_close_matches(key, keys, n=1)), None)
+    return f"settings follow the config as key=value: {near}=VALUE" if near else \
+        "settings follow the config as key=value (docs/training.md lists them)"
 
 
 def _refuse_unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]):
@@ -471,9 +491,10 @@ def _refuse_unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]
     for flag in (item.split("=", 1)[0] for item in extra if item.startswith("--")):
         ours = LM_EVAL_FLAGS.get(flag) if LM_EVAL_FLAGS.get(flag) in options else flag.replace("_", "-")
         if ours in options:
-            hints.append(f"{flag} is {ours} here")
+            value = " FOLDER_OR_HUB_ID, not pretrained=..." if flag == "--model_args" else ""
+            hints.append(f"{flag} is {ours}{value} here")
         elif hasattr(args, "overrides"):
-            hints.append(f"settings follow the config as key=value: {flag[2:]}=VALUE")
+            hints.append(_setting_hint(args.command, flag))
     command.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 

@@ -307,7 +307,7 @@ def build_eval_results(rows: list[dict[str, Any]], model_name: str, limit: int |
     `model_index_to_eval_results(eval_results_to_model_index(...))` return exactly this list. Non-finite values
     (a diverged perplexity; null in results.json) stay in the card's table but are left out here: the Hub wants a
     number, and YAML's .nan would not round-trip. Scored on the first `limit` documents only (eval's --limit,
-    benchmark_limit), on a sample of the split, or with prompts cut to fit, a metric says so in its name and args
+    benchmark_limit), on a sample of the split, or with documents cut to fit, a metric says so in its name and args
     (_scored_how): a score on 4 documents must not read as the benchmark's.
     """
     eval_results = []

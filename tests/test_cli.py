@@ -308,6 +308,15 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
     (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--num_fewshot", "0", "--batch_size", "4"],
      "hf-gpt-custom eval: error: unrecognized arguments: --num_fewshot 0 --batch_size 4 (--num_fewshot is --shots "
      "here; --batch_size is --batch-size here)"),
+    (["run", "cfg.yaml", "--num_fewshot", "5", "--max-steps", "3"],
+     "hf-gpt-custom run: error: unrecognized arguments: --num_fewshot 5 --max-steps 3 (settings follow the config as "
+     "key=value: benchmark_shots=VALUE; settings follow the config as key=value: max_steps=VALUE)"),
+    (["finetune", "cfg.yaml", "--output_dir", "x"],
+     "hf-gpt-custom finetune: error: unrecognized arguments: --output_dir x (settings follow the config as key=value: "
+     "out_dir=VALUE)"),
+    (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--model_args", "pretrained=m"],
+     "hf-gpt-custom eval: error: unrecognized arguments: --model_args pretrained=m (--model_args is --model "
+     "FOLDER_OR_HUB_ID, not pretrained=... here)"),
     (["tokenizer", "train", "a.txt", "--out", "o", "--vocab_size", "300"],
      "hf-gpt-custom tokenizer train: error: unrecognized arguments: --vocab_size 300 (--vocab_size is --vocab-size "
      "here)"),

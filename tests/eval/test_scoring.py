@@ -516,8 +516,13 @@ def test_acc_norm_of_a_choice_cut_to_fit_the_window_divides_by_the_part_scored(c
     per_character = [lls[0] / len(scored[0].scored_continuation), lls[1] / len("the")]
     whole_choice = [lls[0] / len(long_choice), lls[1] / len("the")]
     assert per_character.index(max(per_character)) == 1 != whole_choice.index(max(whole_choice))  # they differ here
-    values, _ = OUTPUT_TYPES["multiple_choice"].doc_metric_values(spec, doc, scored)
+    values, log = OUTPUT_TYPES["multiple_choice"].doc_metric_values(spec, doc, scored)
     assert values["acc_norm"] == 1.0  # " the" per character, as scored
+    # the row of examples.jsonl says what acc_norm divided by, so that it can be recomputed from the row alone
+    assert log["acc_norm_choices"] == [scored[0].scored_continuation, "the"]
+    recomputed = evaluate_module("multiple_choice").compute(
+        loglikelihoods=[log["loglikelihoods"]], choices=[log["acc_norm_choices"]], gold=[log["gold"]])
+    assert recomputed["acc_norm"] == values["acc_norm"]
     assert values["acc_norm_tokens"] == float(np.argmax(np.array(lls) / np.array([window, 1])) == 1)
 
 
@@ -540,3 +545,12 @@ def test_acc_norm_of_several_inputs_sharing_a_cut_continuation_divides_by_the_in
     assert scored[0].loglikelihood == pytest.approx(scored[1].loglikelihood, abs=1e-5)
     values, _ = OUTPUT_TYPES["multiple_choice"].doc_metric_values(spec, doc, scored)
     assert values["acc_norm"] == 1.0  # L / 7 > L / 1 for L < 0
+
+
+def evaluate_module(name: str):
+    """One of eval/metric_modules, as a user loads it (a local path, offline)."""
+    import evaluate
+
+    from tests.eval.test_metric_modules import METRIC_MODULES_DIR
+
+    return evaluate.load(str(METRIC_MODULES_DIR / name))

@@ -2,7 +2,8 @@
 
 acc: the choice with the highest log-likelihood is the gold one (ties go to the first). acc_norm: the same after
 dividing each log-likelihood by the length of its choice in characters (lm-eval; GPT-3 divided by tokens).
-`choices` are the answer texts without the delimiter before them. Returns means and standard errors.
+`choices` are the answer texts without the delimiter before them; for a row of examples.jsonl whose answer was cut to
+fit the context, pass its `acc_norm_choices` (the part scored) instead. Returns means and standard errors.
 
     >>> metric = evaluate.load("eval/metric_modules/multiple_choice")
     >>> metric.compute(loglikelihoods=[[-4.0, -6.0]], choices=[["ab", "abcdef"]], gold=[1])
