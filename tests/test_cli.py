@@ -311,6 +311,9 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
     (["run", "cfg.yaml", "--num_fewshot", "5", "--max-steps", "3"],
      "hf-gpt-custom run: error: unrecognized arguments: --num_fewshot 5 --max-steps 3 (settings follow the config as "
      "key=value: benchmark_shots=VALUE; settings follow the config as key=value: max_steps=VALUE)"),
+    (["run", "cfg.yaml", "--num-fewshot", "5"],
+     "hf-gpt-custom run: error: unrecognized arguments: --num-fewshot 5 (settings follow the config as key=value: "
+     "benchmark_shots=VALUE)"),
     (["finetune", "cfg.yaml", "--output_dir", "x"],
      "hf-gpt-custom finetune: error: unrecognized arguments: --output_dir x (settings follow the config as key=value: "
      "out_dir=VALUE)"),
