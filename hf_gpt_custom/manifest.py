@@ -145,15 +145,19 @@ def save_options(save_pretrained, *args, **kwargs) -> dict:
         return {}
 
 
-def refuse_upload_from_manifest_folder(folder: str | os.PathLike, call: str) -> None:
-    """`call` (a save_pretrained with push_to_hub=True) into a folder with a manifest: refused. transformers uploads
-    from inside its save, before manifest_kept_current brings the manifest up to date: the Hub got the new files
-    beside the old manifest.json, and a download of it was refused as damaged."""
+def before_a_save_that_pushes(folder: str | os.PathLike, token, kwargs: dict) -> None:
+    """Before a save_pretrained(push_to_hub=True) of our model or tokenizer. Into a folder with a manifest: refused,
+    since transformers uploads from inside its save, before manifest_kept_current brings the manifest up to date (the
+    Hub got the new files beside the old manifest.json, and a download of it was refused as damaged). Onto a repo
+    holding an export's manifest.json: that file goes first (drop_hub_manifest). `kwargs` are the save's own:
+    repo_id (by default the folder's name, as transformers takes it) and create_pr."""
     if os.path.isfile(os.path.join(folder, MANIFEST_NAME)):
-        raise UserError(f"{call}({str(folder)!r}, push_to_hub=True): that folder has a {MANIFEST_NAME} (an export's, "
-                        "or a run's), which must be updated before the upload; save without push_to_hub, then upload "
-                        "the folder (`hf-gpt-custom push FOLDER --repo-id USER/NAME`, or huggingface_hub's "
+        raise UserError(f"save_pretrained({str(folder)!r}, push_to_hub=True): that folder has a {MANIFEST_NAME} (an "
+                        "export's, or a run's), which must be updated before the upload; save without push_to_hub, "
+                        "then upload the folder (`hf-gpt-custom push FOLDER --repo-id USER/NAME`, or huggingface_hub's "
                         "upload_folder)")
+    drop_hub_manifest(kwargs.get("repo_id", os.path.basename(os.path.normpath(folder))), token=token,
+                      create_pr=kwargs.get("create_pr", False), call="save_pretrained")
 
 
 def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, create_pr: bool = False,

@@ -51,7 +51,7 @@ from .checkpoint_files import one_weight_layout, read_config_dict
 from .configuration_gpt_custom import GPTCustomConfig
 from .errors import UserError
 from .manifest import (  # checked on load, kept current on save, dropped from a repo push_to_hub replaces
-    drop_hub_manifest, from_pretrained_checked, manifest_kept_current, refuse_upload_from_manifest_folder, save_options,
+    before_a_save_that_pushes, drop_hub_manifest, from_pretrained_checked, manifest_kept_current, save_options,
 )
 from .model_inputs import (
     check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
@@ -338,10 +338,7 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
         }
         options = save_options(PreTrainedModel.save_pretrained, self, save_directory, *args, **kwargs)
         if options.get("push_to_hub") and options.get("is_main_process", True):
-            refuse_upload_from_manifest_folder(save_directory, "save_pretrained")
-            drop_hub_manifest(kwargs.get("repo_id", os.path.basename(os.path.normpath(save_directory))),
-                              token=options.get("token"), create_pr=kwargs.get("create_pr", False),
-                              call="save_pretrained")
+            before_a_save_that_pushes(save_directory, options.get("token"), kwargs)
         # saved into an export or final/: its manifest follows, after the stale weight layout is gone (the main
         # process's save only: another rank writes nothing)
         layout = one_weight_layout(save_directory, options.get("variant")) if options.get("is_main_process", True) \

@@ -21,7 +21,7 @@ from .batch_output import (BatchEncodingWithLazyEncodings, as_text_batch, backen
                            cut_to_length, pad_rows)
 from .byte_level import GPT2_SPLIT_PATTERN, bytes_to_unicode, token_to_bytes
 from .errors import MissingFileError, UserError
-from .manifest import drop_hub_manifest, manifest_kept_current, refuse_upload_from_manifest_folder, save_options
+from .manifest import before_a_save_that_pushes, drop_hub_manifest, manifest_kept_current, save_options
 from .task_template import TaskTemplate, read_task_template
 from .tiktoken_engine import ENGINES, TiktokenEngine, build_tiktoken_engine, resolve_num_threads
 
@@ -199,9 +199,7 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         options = save_options(PreTrainedTokenizerFast.save_pretrained, self, *args, **kwargs)
         folder = options.get("save_directory")
         if options.get("push_to_hub"):
-            refuse_upload_from_manifest_folder(folder, "save_pretrained")
-            drop_hub_manifest(kwargs.get("repo_id", os.path.basename(os.path.normpath(folder))),
-                              token=kwargs.get("token"), create_pr=kwargs.get("create_pr", False), call="save_pretrained")
+            before_a_save_that_pushes(folder, kwargs.get("token"), kwargs)
         with manifest_kept_current(folder):  # saved into an export or final/: its manifest follows
             return super().save_pretrained(*args, **kwargs)
 
