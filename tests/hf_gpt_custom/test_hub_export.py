@@ -2040,4 +2040,6 @@ def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uplo
     remote[("alice/tiny", "main")].add("manifest.json")
     with pytest.raises(UserError, match=r"create_pr=True\): that repo holds an export's manifest\.json.*delete_file"):
         obj.push_to_hub("alice/tiny", create_pr=True)
-    assert [call[0] for call in calls] == ["exists"]
+    with pytest.raises(UserError, match=r"save_pretrained\('alice/tiny', create_pr=True\): that repo holds"):
+        obj.save_pretrained(tmp_path / "saved again", push_to_hub=True, repo_id="alice/tiny", create_pr=True)
+    assert [call[0] for call in calls] == ["exists", "exists"]
