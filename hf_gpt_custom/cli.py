@@ -469,8 +469,12 @@ def _setting_hint(command: str, flag: str) -> str:
         from hf_gpt_custom.training.finetune_config import FinetuneConfig as config_class
     else:
         from hf_gpt_custom.training.config import TrainConfig as config_class
+    from hf_gpt_custom.training.config_values import transformers_name_hint
+
     keys = [field.name for field in dataclasses.fields(config_class)]
     key = flag[2:].replace("-", "_")
+    if transformers_name_hint(key):  # --per_device_train_batch_size, --bf16: a Trainer user's spelling
+        return f"settings follow the config as key=value: {transformers_name_hint(key).removesuffix('; ')}"
     key = LM_EVAL_SETTINGS.get(key, key) if LM_EVAL_SETTINGS.get(key) in keys else key
     near = key if key in keys else next(iter(difflib.get_close_matches(key, keys, n=1)), None)
     return f"settings follow the config as key=value: {near}=VALUE" if near else \

@@ -316,7 +316,14 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
      "benchmark_shots=VALUE)"),
     (["finetune", "cfg.yaml", "--output_dir", "x"],
      "hf-gpt-custom finetune: error: unrecognized arguments: --output_dir x (settings follow the config as key=value: "
-     "out_dir=VALUE)"),
+     "TrainingArguments' output_dir is out_dir=VALUE here)"),
+    (["train", "cfg.yaml", "--per_device_train_batch_size", "4", "--bf16"],
+     "hf-gpt-custom train: error: unrecognized arguments: --per_device_train_batch_size 4 --bf16 (settings follow the "
+     "config as key=value: TrainingArguments' per_device_train_batch_size is batch_size=VALUE here; settings follow "
+     "the config as key=value: TrainingArguments' bf16 is mixed_precision=bf16 here)"),
+    (["run", "cfg.yaml", "--num_train_epochs", "3"],
+     "hf-gpt-custom run: error: unrecognized arguments: --num_train_epochs 3 (settings follow the config as key=value: "
+     "TrainingArguments' num_train_epochs: no setting here, give max_steps (optimizer steps) instead)"),
     (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--model_args", "pretrained=m"],
      "hf-gpt-custom eval: error: unrecognized arguments: --model_args pretrained=m (--model_args is --model "
      "FOLDER_OR_HUB_ID, not pretrained=... here)"),

@@ -125,10 +125,43 @@ def declared_types(config_class: type) -> dict[str, Any]:
     return {field.name: hints[field.name] for field in dataclasses.fields(config_class)}
 
 
+# transformers' TrainingArguments names for settings this config spells its own way: the key (or key=value) here,
+# or what to give instead where the setting has no twin. docs/training.md's table is this dict (a test checks both,
+# and that each name on the left is a TrainingArguments field).
+TRAINING_ARGUMENTS_NAMES = {
+    "output_dir": "out_dir",
+    "per_device_train_batch_size": "batch_size",
+    "adam_epsilon": "adam_eps",
+    "max_grad_norm": "grad_clip",
+    "bf16": "mixed_precision=bf16",
+    "fp16": "mixed_precision=fp16",
+    "use_cpu": "cpu",
+    "torch_compile": "compile",
+    "logging_steps": "log_interval",
+    "eval_steps": "eval_interval",
+    "save_steps": "checkpoint_interval",
+    "save_total_limit": "keep_checkpoints",
+    "report_to": "log_with",
+    "lr_scheduler_kwargs": "min_lr_ratio",
+    "lr_scheduler_type": "no setting here, the schedule is always cosine_with_min_lr (warmup_steps, min_lr_ratio)",
+    "num_train_epochs": "no setting here, give max_steps (optimizer steps) instead",
+}
+
+
+def transformers_name_hint(key: Any) -> str:
+    """"TrainingArguments' per_device_train_batch_size is batch_size here; " for a name Trainer users type, or ""."""
+    ours = TRAINING_ARGUMENTS_NAMES.get(str(key))
+    if ours is None:
+        return ""
+    if " " in ours:
+        return f"TrainingArguments' {key}: {ours}; "
+    return f"TrainingArguments' {key} is {ours if '=' in ours else ours + '=VALUE'} here; "
+
+
 def check_known_key(key: Any, fields: dict) -> None:
     if key in fields:
         return
-    hint = did_you_mean(key, fields)
+    hint = transformers_name_hint(key) or did_you_mean(key, fields)
     if str(key).split(".")[0] == "task" and "task" not in fields:  # a fine-tuning YAML given to train or run
         hint = "a `task:` section is a fine-tuning config: run it with `hf-gpt-custom finetune`; "
     raise UserError(f"unknown training config key {key!r}; {hint}known keys: {', '.join(sorted(fields))}")

@@ -563,3 +563,38 @@ def test_a_shipped_configs_missing_input_names_the_command_that_makes_it(config_
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match=re.escape(missing) + r".*" + re.escape(command)):
         load_finetune_config(CONFIGS / config_name, overrides)
+
+
+def test_the_trainer_names_table_is_the_code_and_each_side_names_a_real_setting():
+    """docs/training.md's TrainingArguments table is TRAINING_ARGUMENTS_NAMES; each name on the left is a field of
+    transformers' TrainingArguments (so a renamed field there shows here), and each key on the right one of ours."""
+    import dataclasses
+    import re
+
+    from transformers import SchedulerType, TrainingArguments
+
+    from hf_gpt_custom.training.config_values import TRAINING_ARGUMENTS_NAMES
+
+    text = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
+    rows = dict(re.findall(r"^  \| `(\w+)` \| (.+?) \|$", text, flags=re.M))
+    assert rows.pop("TrainingArguments") == "here"  # the header
+    assert {name: ours.strip("`") for name, ours in rows.items()} == TRAINING_ARGUMENTS_NAMES
+    trainer_fields = {field.name for field in dataclasses.fields(TrainingArguments)}
+    ours = {field.name for field in dataclasses.fields(TrainConfig)}
+    assert set(TRAINING_ARGUMENTS_NAMES) <= trainer_fields and not set(TRAINING_ARGUMENTS_NAMES) & ours
+    schedules = {schedule.value for schedule in SchedulerType}
+    for name, here in TRAINING_ARGUMENTS_NAMES.items():
+        named = set(re.findall(r"\b[a-z0-9]+_[a-z0-9_]+\b", here)) - schedules if " " in here else {here.split("=")[0]}
+        assert named and named <= ours, (name, here)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("per_device_train_batch_size=4", "unknown training config key 'per_device_train_batch_size'; TrainingArguments' "
+                                      "per_device_train_batch_size is batch_size=VALUE here; known keys"),
+    ("bf16=true", "unknown training config key 'bf16'; TrainingArguments' bf16 is mixed_precision=bf16 here;"),
+    ("max_grad_norm=0.5", "TrainingArguments' max_grad_norm is grad_clip=VALUE here;"),
+])
+def test_a_trainer_name_given_as_an_override_is_answered_with_ours(override, message):
+    with pytest.raises(ValueError) as err:
+        load_train_config(SMOKE, [override])
+    assert message in str(err.value)
