@@ -377,8 +377,18 @@ def _finish(s: Session, loop: LoopResult) -> None:
     if accelerator.is_main_process:
         with write_errors_named(s.run_dir, None, "the training summary"):
             _write_summary_and_plot(s, loop, last_eval)
-        accelerator.print(f"done: {s.workload.describe(last_eval)}; {s.run_dir}")
+        accelerator.print(f"done: {s.workload.describe(last_eval)}{_part_scored(s, last_eval)}; {s.run_dir}")
     s.end_training()
+
+
+def _part_scored(s: Session, last_eval: dict) -> str:
+    """" (on the first 64 of 850 validation blocks: eval_batches=8)" when eval_batches cut the split, else "": the
+    final line's figures are then of a part, which the newcomer2 walk took for the whole split's."""
+    fields = s.workload.summary_fields(last_eval)
+    scored, blocks = fields.get("val_blocks_scored"), fields.get("val_blocks")
+    if scored is None or blocks is None or scored >= blocks:
+        return ""
+    return f" (on the first {scored} of {blocks} validation blocks: eval_batches={s.config.eval_batches})"
 
 
 def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> None:
