@@ -8,9 +8,11 @@ can check tokenizer_vocab_size against `smallest_vocab_size` before torch loads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -88,6 +90,9 @@ def train_tokenizer(
         counter = _CountingIterator(texts)
         tokenizer = Tokenizer(BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        # The bars are drawn on stderr, and only where it is a terminal: elsewhere (a log file) they would show
+        # nothing but the newlines below.
+        show_progress = show_progress and _is_a_terminal(sys.stderr)
         trainer = BpeTrainer(
             vocab_size=vocab_size - len(special_tokens),  # specials are appended after the merges, not by the trainer
             min_frequency=min_frequency,
@@ -95,7 +100,8 @@ def train_tokenizer(
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             special_tokens=[],
         )
-        tokenizer.train_from_iterator(counter, trainer=trainer)
+        with _native_stdout_to_stderr() if show_progress else contextlib.nullcontext():
+            tokenizer.train_from_iterator(counter, trainer=trainer)
         if counter.n_chars == 0:
             raise UserError(
                 f"the corpus {_describe(inputs)} is empty ({counter.n_texts} documents, 0 characters of text); "
@@ -114,6 +120,31 @@ def train_tokenizer(
             vocab=vocab, merges=merges, pad_token=ENDOFTEXT, extra_special_tokens=special_tokens[1:]
         )
         return _save_in_place_of(fast_tokenizer, Path(out_dir).absolute())
+
+
+def _is_a_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+@contextlib.contextmanager
+def _native_stdout_to_stderr():
+    """tokenizers' Rust trainer ends each of its progress bars (stderr) with a newline printed to the process's
+    stdout: three blank lines at the top of `hf-gpt-custom run ... | tee log`. They go to stderr, with the bars they
+    end, while it trains. Where stdout is the terminal too, nothing is moved."""
+    if _is_a_terminal(sys.stdout):
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _save_in_place_of(tokenizer, out_dir: Path) -> Path:

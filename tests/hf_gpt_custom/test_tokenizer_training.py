@@ -364,3 +364,19 @@ def test_tokenizer_train_into_the_working_directory_as_dot(tmp_path, lambada_tex
     cli_main(["tokenizer", "train", str(corpus), "--out", ".", "--vocab-size", "300"])
     assert len(GPTCustomTokenizerFast.from_pretrained(tmp_path / "here")) == 300
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "here"]
+
+
+
+@pytest.mark.parametrize("stderr_is_a_terminal", [False, True])
+def test_training_writes_nothing_to_a_piped_stdout(tmp_path, capfd, monkeypatch, stderr_is_a_terminal):
+    """tokenizers' trainer ends each progress bar with a newline printed to the process's stdout (fd 1), even where
+    the bars (stderr) are hidden: `hf-gpt-custom run ... | tee log` began with three blank lines. stdout gets only what
+    the caller prints, whether the bars are shown (stderr a terminal) or not."""
+    monkeypatch.setattr(tokenizer_training, "_is_a_terminal", lambda stream: stream is sys.stderr and stderr_is_a_terminal,
+                        raising=False)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 200)
+    capfd.readouterr()
+    train_tokenizer([str(corpus)], tmp_path / "tok", vocab_size=300)
+    print("end")
+    assert capfd.readouterr().out == "end\n"
