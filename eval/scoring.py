@@ -63,7 +63,10 @@ class CausalLMScorer:
         self._use_head_split = self._check_head_split()
         # It needs the model's KV cache, which a model without one (transformers' OpenAIGPT) returns as None: a loaded
         # one failed on every multiple-choice task with a bare TypeError (the docsclaims3 hunt)
-        self.share_context = share_context and not attends_through_a_window(model.config) and self._returns_a_cache()
+        # PEFT's prompt learning (prefix, prompt, p-tuning) puts learned tokens before each row, which a cache copied
+        # between choices would not carry: such a model is scored one row at a time, as lm-eval scores it
+        self.share_context = (share_context and not attends_through_a_window(model.config)
+                              and not is_prompt_learning(model) and self._returns_a_cache())
 
     def forward_features(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
         """(features, cache): the final hidden states (head split) or the logits, and the KV cache if use_cache."""
@@ -72,7 +75,9 @@ class CausalLMScorer:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            **cache_kwarg(past_key_values),  # `cache` from transformers 5.24 on
+            # `cache` from transformers 5.24 on; none given when there is none: an explicit None took the place of
+            # the prefix a PEFT prefix-tuned model passes as past_key_values (the adapter was silently not applied)
+            **(cache_kwarg(past_key_values) if past_key_values is not None else {}),
             use_cache=use_cache,
             return_dict=True,  # outputs by name, whatever the folder's config.return_dict says
         )
@@ -165,10 +170,14 @@ class CausalLMScorer:
         rows = [(context + continuation)[-(self.max_length + 1) :][:-1] for context, continuation in pairs]
         input_ids, _ = pad_rows(rows, self.padding_token_id)  # right padding: causal attention never reaches it
         features, _ = self.forward_features(input_ids.to(self.device))
+        # PEFT's prompt tuning returns a row of logits for each of its virtual tokens before the input's own: a row's
+        # positions start after them (lm-eval's offset for "virtual tokens")
+        virtual = features.shape[1] - input_ids.shape[1]
         # A continuation longer than the window keeps its last len(row) tokens: the only ones one window can predict
         # (lm-eval's slice goes out of range here). Such a request is reported as truncated.
         kept = [continuation[-len(row) :] for (_, continuation), row in zip(pairs, rows)]
-        selected = [features[i, len(row) - len(tokens) : len(row)] for i, (tokens, row) in enumerate(zip(kept, rows))]
+        selected = [features[i, virtual + len(row) - len(tokens) : virtual + len(row)]
+                    for i, (tokens, row) in enumerate(zip(kept, rows))]
         ends = list(accumulate(len(tokens) for tokens in kept))
         positions = [range(end - len(tokens), end) for end, tokens in zip(ends, kept)]
         return self.sum_and_greedy(torch.cat(selected), positions, kept)
@@ -241,6 +250,12 @@ class CausalLMScorer:
             progress.update(len(batch))
         progress.close()
         return outputs  # type: ignore[return-value]
+
+
+def is_prompt_learning(model) -> bool:
+    """A PEFT model whose active adapter is prompt learning (prefix tuning, prompt tuning, P-tuning)."""
+    config = getattr(model, "active_peft_config", None)
+    return bool(getattr(config, "is_prompt_learning", False))
 
 
 def attends_through_a_window(config) -> bool:

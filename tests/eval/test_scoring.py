@@ -554,3 +554,46 @@ def evaluate_module(name: str):
     from tests.eval.test_metric_modules import METRIC_MODULES_DIR
 
     return evaluate.load(str(METRIC_MODULES_DIR / name))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "ours"])
+@pytest.mark.parametrize("method", ["prefix", "prompt"])
+def test_a_peft_prompt_learning_model_is_scored_with_its_learned_tokens(tiny_model_folder, tiny_model_and_tokenizer,
+                                                                       family, method):
+    """PEFT's prefix tuning passes its prefix as past_key_values: the scorer's explicit `cache=None` took its place on
+    GPT-2 (the adapter silently not applied: the base model's numbers) and made ours fail. Prompt tuning returns a
+    logits row per virtual token before the input's: positions were read from the row's start. The shared-context
+    path scored a third set. Reference: the PEFT model's own forward, read after its virtual rows as lm-eval's HFLM
+    reads it (the roundreview25 hunt checked HFLM(peft=adapter) gives exactly these numbers)."""
+    from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
+    from transformers import GPT2LMHeadModel
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    _, tokenizer = tiny_model_and_tokenizer
+    torch.manual_seed(0)
+    base = (GPT2LMHeadModel if family == "gpt2" else GPTCustomForCausalLM).from_pretrained(str(tiny_model_folder))
+    config = (PrefixTuningConfig if method == "prefix" else PromptTuningConfig)(task_type=TaskType.CAUSAL_LM,
+                                                                                 num_virtual_tokens=4)
+    model = get_peft_model(base, config)
+    with torch.no_grad():
+        for parameter in model.prompt_encoder.parameters():
+            parameter.mul_(5)  # learned tokens that move the scores
+    model.eval()
+    requests = [Request(doc_id=0, context="The king said to", continuation=choice)
+                for choice in (" the man", " the woman who came", " a star")]
+    expected = []
+    for request in requests:
+        context, continuation = encode_pair(tokenizer, request.context, request.continuation)
+        ids = torch.tensor([context + continuation])
+        with torch.no_grad():
+            log_probs = torch.log_softmax(model(input_ids=ids).logits[0, -ids.shape[1]:].float(), -1)
+        expected.append(sum(log_probs[len(context) - 1 + j, token].item() for j, token in enumerate(continuation)))
+    with torch.no_grad():
+        unadapted = CausalLMScorer(base, tokenizer, share_context=False).loglikelihood(requests, show_progress=False)
+    assert all(abs(got.loglikelihood - want) > 1e-2 for got, want in zip(unadapted, expected))  # the tokens matter
+    for share_context in (True, False):
+        scorer = CausalLMScorer(model, tokenizer, share_context=share_context)
+        scored = scorer.loglikelihood(requests, show_progress=False)
+        assert [round(r.loglikelihood, 4) for r in scored] == pytest.approx([round(x, 4) for x in expected], abs=1e-4)
+        assert not scorer.share_context
