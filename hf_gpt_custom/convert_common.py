@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from transformers import PretrainedConfig
 
 from .auto_classes import refuse_another_head
 from .checkpoint_files import HUB_KEYS, attach_generation_config, load_weights, loading_dtype, read_config_dict
@@ -101,10 +102,14 @@ def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomCo
             # output_attentions as config.json's loading stores it: its property setter also switches the
             # attention to eager, which transformers' class loading the same folder does not (it stays on sdpa)
             setattr(config, "_output_attentions" if name == "output_attentions" else name, config_dict[name])
-    if config_dict.get("id2label") is not None:  # JSON keys are strings; transformers reads them as ints
-        config.id2label = {int(index): label for index, label in config_dict["id2label"].items()}
-    elif config_dict.get("num_labels") is not None:  # num_labels alone: PretrainedConfig's setter names them
-        config.num_labels = config_dict["num_labels"]  # (left out, a 3-label head was refused as another shape)
+    if config_dict.get("id2label") is not None or config_dict.get("num_labels") is not None:
+        # The labels as transformers' class reads them (PretrainedConfig's rule): JSON's string keys as ints, and a
+        # num_labels that disagrees with id2label wins, naming LABEL_i. Read raw, id2label won: a folder
+        # GPT2ForSequenceClassification loads was refused as another head's (the roundreview25 hunt), and num_labels
+        # alone gave a 2-label head (roundreview22).
+        labels = PretrainedConfig.from_dict({name: config_dict[name] for name in ("num_labels", "id2label", "label2id")
+                                             if config_dict.get(name) is not None})
+        config.id2label, config.label2id = labels.id2label, labels.label2id
     if str((config_dict.get("architectures") or [""])[0]).endswith("ForTokenClassification"):
         # transformers' token heads (GPT-2's, and Llama's GenericForTokenClassification) drop out at hidden_dropout
         # where classifier_dropout is unset, and Llama's may leave out the classifier's bias

@@ -416,6 +416,27 @@ def test_a_config_json_giving_num_labels_without_id2label_loads_that_many_labels
         torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("head_labels, edits", [
+    (3, {"num_labels": 3, "id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "pos": 1}}),
+    (2, {"num_labels": 2, "id2label": {"0": "neg", "1": "neu", "2": "pos"}}),
+    (2, {"id2label": {"0": "neg", "1": "pos"}, "label2id": None}),
+])
+def test_a_config_jsons_num_labels_and_id2label_are_read_as_transformers_reads_them(tmp_path, head_labels, edits):
+    """A num_labels that disagrees with id2label wins in PretrainedConfig (labels named LABEL_i); the conversion let
+    id2label win, refused a folder GPT2ForSequenceClassification loads, and advised ignore_mismatched_sizes=True,
+    which throws the trained head away (the roundreview25 hunt). Reference: transformers' class on the same folder."""
+    saved_folder(tmp_path, "GPT2ForSequenceClassification", num_labels=head_labels, pad_token_id=PAD)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved.update(edits)
+    (tmp_path / "config.json").write_text(json.dumps({key: value for key, value in saved.items() if value is not None}))
+    theirs = transformers.GPT2ForSequenceClassification.from_pretrained(tmp_path).eval()
+    ours = GPTCustomForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert ours.config.id2label == theirs.config.id2label and ours.config.label2id == theirs.config.label2id
+    ids = torch.randint(1, 99, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, theirs(ids).logits, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("to_reference", ["llama", "openai"])
 def test_converting_back_to_transformers_keeps_the_generation_config(to_reference):
     """to_llama_model / to_openai_gpt_model gave the generation config their config implies: eos [2, 7, 9] became 2,
