@@ -207,8 +207,11 @@ def evaluate(
             skipped=skipped,
             benchmarks_sha256=benchmarks,
             scoring_code_sha256=code,
-            # (the built-in root is found again by export; any other, $HF_GPT_CUSTOM_DATA_DIR's too, is recorded)
-            data_dir=None if data_dir.resolve() == BUILT_IN_DATA_DIR.resolve() else str(data_dir.resolve()),
+            # (the built-in root is found again by export; any other, $HF_GPT_CUSTOM_DATA_DIR's too, is recorded,
+            # except in the eval/ of a model folder that push publishes as it is, which nothing reads it from: there
+            # it was a local path push refused, after push itself had asked for that evaluation: roundreview25)
+            data_dir=None if data_dir.resolve() == BUILT_IN_DATA_DIR.resolve() or _inside_a_published_folder(out_dir)
+            else str(data_dir.resolve()),
         )
         if writes:
             from hf_gpt_custom.eval.report import write_report
@@ -217,6 +220,13 @@ def evaluate(
     if processes is not None:
         processes.wait_for_everyone()  # the report is written before any process returns
     return results
+
+
+def _inside_a_published_folder(out_dir) -> bool:
+    """Whether the report goes into a subfolder of a model folder with a manifest (an export's eval/)."""
+    from hf_gpt_custom.manifest import MANIFEST_NAME
+
+    return out_dir is not None and (Path(out_dir).absolute().parent / MANIFEST_NAME).is_file()
 
 
 @contextmanager

@@ -801,6 +801,7 @@ def test_push_refuses_the_card_export_wrote_for_weights_saved_over_since(exporte
 
     from hf_gpt_custom import GPTCustomForCausalLM
     from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR
     from hf_gpt_custom.errors import UserError
     from hf_gpt_custom.publish_checks import check_export
 
@@ -818,6 +819,13 @@ def test_push_refuses_the_card_export_wrote_for_weights_saved_over_since(exporte
                                                      r"eval"):
         check_export(folder)
     old_results = json.loads((folder / "eval" / "results.json").read_text())
+    # the benchmark files from another folder than ../shared/data, as README says to give them where that is
+    # missing: its path, recorded in results.json, was a local path push refused (the roundreview25 hunt)
+    data = tmp_path / "benchmark data"
+    data.mkdir()
+    for child in BUILT_IN_DATA_DIR.iterdir():
+        (data / child.name).symlink_to(child)
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(data))
     monkeypatch.chdir(folder)  # as the message says
     new_results = evaluate(".", tasks=old_results["config"]["tasks"], shots=old_results["config"]["shots"],
                            limit=old_results["config"]["limit"], out_dir="eval", show_progress=False,
