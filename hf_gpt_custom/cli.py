@@ -416,7 +416,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hf-gpt-custom", description="Train, fine-tune, evaluate and publish GPT-family models in the Hugging "
         "Face ecosystem. The main job: hf-gpt-custom run training/configs/shakespeare.yaml")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -452,9 +452,10 @@ def _refuse_a_multi_process_launch(command: str) -> None:
     sys.exit(2)
 
 
-# Flags as lm-evaluation-harness names them, and ours: eval's flags, and run's settings for its benchmark stage
-LM_EVAL_FLAGS = {"--num_fewshot": "--shots", "--output_path": "--out", "--model_args": "--model",
-                 "--batch_size": "--batch-size"}
+# Flags as lm-evaluation-harness (and transformers, --output_dir) name them, and ours: eval's, tokenizer train's and
+# push's flags, and run's settings for its benchmark stage
+LM_EVAL_FLAGS = {"--num_fewshot": "--shots", "--output_path": "--out", "--output_dir": "--out",
+                 "--model_args": "--model", "--batch_size": "--batch-size"}
 LM_EVAL_SETTINGS = {"num_fewshot": "benchmark_shots", "shots": "benchmark_shots", "tasks": "benchmark_tasks",
                     "output_dir": "out_dir", "output_path": "out_dir"}
 
@@ -481,6 +482,37 @@ def _setting_hint(command: str, flag: str) -> str:
         "settings follow the config as key=value (docs/training.md lists them)"
 
 
+def _flag_hints(command: argparse.ArgumentParser, arguments: list[str]) -> str:
+    """" (--num_fewshot is --shots here; ...)" for the flags among `arguments` that `command` (a subcommand's parser)
+    does not know, spelt as transformers' TrainingArguments or lm-eval spell them, or "" when there is none."""
+    options = {option for action in command._actions for option in action.option_strings}
+    takes_settings = any(action.dest == "overrides" for action in command._actions)
+    hints = []
+    for flag in (item.split("=", 1)[0] for item in arguments if item.startswith("--")):
+        if flag in options:
+            continue
+        ours = LM_EVAL_FLAGS.get(flag) if LM_EVAL_FLAGS.get(flag) in options else flag.replace("_", "-")
+        if ours in options:
+            value = " FOLDER_OR_HUB_ID, not pretrained=..." if flag == "--model_args" else ""
+            hints.append(f"{flag} is {ours}{value} here")
+        elif takes_settings:
+            hints.append(_setting_hint(command.prog.split()[-1], flag))
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "the following arguments are required: --out" also names the flag given in its place
+    (`eval ... --output_path o`, `push ... --repo_id x`): the hint for a flag spelt as lm-eval or transformers spell
+    it was only reached when nothing required was missing (the roundreview25 hunt)."""
+
+    arguments: list[str] = []  # the command line being parsed (main sets it)
+
+    def error(self, message: str):
+        if message.startswith("the following arguments are required"):
+            message += _flag_hints(self, self.arguments)
+        super().error(message)
+
+
 def _refuse_unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]):
     """Unknown arguments, said by the subcommand's own parser (its usage line, not the top level's), with a hint for
     a flag as transformers' TrainingArguments or lm-eval spell it (`--max_steps 5`, `--num_fewshot 0`): they got the
@@ -490,20 +522,12 @@ def _refuse_unrecognized(parser: argparse.ArgumentParser, args, extra: list[str]
     nested = [action for action in command._actions if isinstance(action, argparse._SubParsersAction)]
     if nested and getattr(args, "tokenizer_command", None) in nested[0].choices:
         command = nested[0].choices[args.tokenizer_command]
-    options = {option for action in command._actions for option in action.option_strings}
-    hints = []
-    for flag in (item.split("=", 1)[0] for item in extra if item.startswith("--")):
-        ours = LM_EVAL_FLAGS.get(flag) if LM_EVAL_FLAGS.get(flag) in options else flag.replace("_", "-")
-        if ours in options:
-            value = " FOLDER_OR_HUB_ID, not pretrained=..." if flag == "--model_args" else ""
-            hints.append(f"{flag} is {ours}{value} here")
-        elif hasattr(args, "overrides"):
-            hints.append(_setting_hint(args.command, flag))
-    command.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    command.error(f"unrecognized arguments: {' '.join(extra)}" + _flag_hints(command, extra))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
+    _Parser.arguments = list(sys.argv[1:] if argv is None else argv)
     # key=value overrides may also follow the options (`train CONFIG --init_from DIR max_steps=5`): argparse stops
     # collecting a positional list at the first option, so the rest arrive here as unrecognised
     args, extra = parser.parse_known_args(argv)

@@ -572,3 +572,24 @@ def test_a_suggested_command_reads_each_path_as_the_path_it_names(name):
     words = shlex.split(f"export {shell_word(name)} {shell_word(os.path.join(name, 'export'))} --repo-id a/b")
     args = build_parser().parse_args(words)
     assert (os.path.normpath(args.run_dir), os.path.normpath(args.out_dir)) == (name, os.path.join(name, "export"))
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["eval", "--model", "m", "--tasks", "copa", "--output_path", "o"],
+     "hf-gpt-custom eval: error: the following arguments are required: --out (--output_path is --out here)"),
+    (["eval", "--model_args", "pretrained=m", "--tasks", "copa", "--out", "o"],
+     "hf-gpt-custom eval: error: the following arguments are required: --model (--model_args is --model "
+     "FOLDER_OR_HUB_ID, not pretrained=... here)"),
+    (["push", "o", "--repo_id", "alice/x"],
+     "hf-gpt-custom push: error: the following arguments are required: --repo-id (--repo_id is --repo-id here)"),
+    (["tokenizer", "train", "a.txt", "--output_dir", "o"],
+     "hf-gpt-custom tokenizer train: error: the following arguments are required: --out (--output_dir is --out here)"),
+    (["eval", "--model", "m", "--tasks", "copa"], "hf-gpt-custom eval: error: the following arguments are required: "
+                                                  "--out"),
+])
+def test_a_flag_given_in_place_of_a_required_one_is_named_with_ours(argv, said, capsys):
+    """`eval ... --output_path o` (lm-eval's spelling in place of --out) got "required: --out" alone: the hint for
+    the flag given instead was only reached when nothing required was missing (the roundreview25 hunt)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == said
