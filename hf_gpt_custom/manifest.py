@@ -176,7 +176,11 @@ def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, 
         full_id = repo_id if "/" in repo_id else f"{api.whoami()['name']}/{repo_id}"
         new_branch = (revision is not None and not revision.startswith("refs/pr")
                       and not api.revision_exists(full_id, revision))
-        if not api.file_exists(full_id, MANIFEST_NAME, revision=None if new_branch else revision):
+        source = None if new_branch else revision
+        if not api.file_exists(full_id, MANIFEST_NAME, revision=source):
+            return
+        # another tool's manifest.json (a web app's) is the user's file: only ours lists the files this push replaces
+        if not _is_one_of_ours(api.hf_hub_download(full_id, MANIFEST_NAME, revision=source)):
             return
     except (HfHubHTTPError, OSError, KeyError):
         return  # no token, no network: push_to_hub itself says so, in its own words
@@ -193,6 +197,16 @@ def drop_hub_manifest(repo_id: str, *, token=None, revision: str | None = None, 
     logging.getLogger(__name__).warning(
         "%s was an export's: its model card and eval/ show the figures of the weights it held, and %s keeps them; "
         "update the card, or export the new model and publish it with `hf-gpt-custom push`", full_id, call)
+
+
+def _is_one_of_ours(path: str | os.PathLike) -> bool:
+    """Whether the file at `path` is a manifest write_manifest wrote (its format and a files table)."""
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and isinstance(
+        manifest.get("files"), dict)
 
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:

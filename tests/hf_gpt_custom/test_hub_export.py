@@ -2011,6 +2011,11 @@ def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uplo
         ("branch", repo_id, branch)) or remote.setdefault((repo_id, branch), set(remote[(repo_id, "main")])))
     monkeypatch.setattr(HfApi, "delete_file", lambda self, path, repo_id, revision=None, **k: calls.append(
         ("delete", repo_id, path, revision)) or branch(repo_id, revision).discard(path))
+    remote[("alice/webapp", "main")] = {"manifest.json", "model.safetensors"}  # another tool's manifest.json
+    web_manifest = tmp_path / "web_manifest.json"
+    web_manifest.write_text(json.dumps({"name": "my web demo", "icons": []}))
+    monkeypatch.setattr(HfApi, "hf_hub_download", lambda self, repo_id, filename, revision=None, **k: str(
+        web_manifest if repo_id == "alice/webapp" else out_dir / filename))
     hub_stub = lambda: types.SimpleNamespace(  # noqa: E731
         create_repo=lambda repo_id, **k: types.SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"alice/{repo_id}"))
     for module in (transformers_hub, transformers.modeling_utils, transformers.tokenization_utils_base):
@@ -2043,6 +2048,13 @@ def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uplo
     calls.clear()
     obj.push_to_hub("alice/plain")
     assert [call[0] for call in calls] == ["exists", "upload"]
+
+    calls.clear()  # a manifest.json that is not an export's is the user's file: kept (the roundreview25 hunt)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hf_gpt_custom.manifest"):
+        obj.push_to_hub("alice/webapp")
+    assert [call[0] for call in calls] == ["exists", "upload"] and "manifest.json" in remote[("alice/webapp", "main")]
+    assert "was an export's" not in caplog.text
 
     calls.clear()
     remote[("alice/tiny", "main")].add("manifest.json")
