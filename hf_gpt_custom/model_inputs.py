@@ -88,6 +88,12 @@ def position_ids_for(
     is_real = attention_mask.bool()
     columns = torch.arange(attention_mask.shape[-1], device=attention_mask.device).clamp(max=n_positions - 1)
     positions = torch.where(is_real, is_real.long().cumsum(-1) - 1, columns)
+    if isinstance(past_length, torch.Tensor):
+        # A static cache's mask may span the whole cache, 0 past the tokens written so far (the fixed-shape mask a
+        # compiled decoding loop keeps): the new tokens' columns follow the count cached, not the mask's end, which
+        # gave the token the last position, silently (the batchinvariance2 hunt). Gathered on the device: no read.
+        new_columns = torch.arange(seq_len, device=positions.device) + past_length.to(positions.device)
+        return positions.index_select(-1, new_columns.clamp(max=positions.shape[-1] - 1).flatten())
     return positions[:, -seq_len:]
 
 
@@ -95,12 +101,14 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
                          seq_len: int) -> None:
     """A UserError naming a mask that does not fit the input, before it becomes an IndexError or, worse, is
     broadcast: a 2-D (batch, cached + new) mask of 1s and 0s, or a 4-D (batch, 1, new, cached + new) one, bool or
-    float. A static cache counts its tokens in a tensor (`past_length`): read where `checks_values`, elsewhere a 2-D
-    mask's length is checked against the new tokens alone, so that a GPU's decoding step never waits for the host.
+    float. A static cache counts its tokens in a tensor (`past_length`), and its 2-D mask may span the whole cache:
+    the count is read where `checks_values`, elsewhere compared on the device (an async assert), so that a GPU's
+    decoding step never waits for the host.
     A flex BlockMask (what transformers' generate builds for flex attention with a static cache) is taken as built."""
     if not isinstance(attention_mask, torch.Tensor):
         return
-    if isinstance(past_length, torch.Tensor) and checks_values(past_length):
+    static = isinstance(past_length, torch.Tensor)
+    if static and checks_values(past_length):
         past_length = int(past_length)
     total = past_length + seq_len if isinstance(past_length, int) else None
     if attention_mask.dim() == 4:  # its key length may be a static cache's whole length: not checked
@@ -110,8 +118,13 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
         fits = attention_mask.shape[0] in (1, batch) and attention_mask.shape[-2] == seq_len
     elif total is None:
         fits = attention_mask.dim() == 2 and attention_mask.shape[0] == batch and attention_mask.shape[1] >= seq_len
-    else:
-        fits = tuple(attention_mask.shape) == (batch, total)
+        if fits:  # the cached count is on the device: asserted there, with no host read
+            torch._assert_async(past_length.to(attention_mask.device) + seq_len <= attention_mask.shape[1],
+                                "attention_mask is narrower than the cached and new tokens; pass a (batch, cached + "
+                                "new) mask, or one over the static cache's whole length")
+    else:  # a static cache's mask may also span the whole cache (transformers' classes take that too)
+        fits = attention_mask.dim() == 2 and attention_mask.shape[0] == batch and (
+            attention_mask.shape[1] == total or (static and attention_mask.shape[1] > total))
     if not fits:
         cached = "the cached and " if total is None else f"{past_length} cached and " if past_length else ""
         columns = "cached + new" if total is None else total

@@ -478,3 +478,30 @@ def test_a_users_processor_and_criterion_get_contiguous_ids_as_in_transformers_l
                            logits_processor=LogitsProcessorList([BansTheLastIdViewed()]), **kwargs)
     assert loops["ours"] == 1
     assert tokens.tolist() == expected.tolist() and mine_seen.seen == theirs_seen.seen
+
+
+@pytest.mark.parametrize("value_checks", [True, False])
+def test_a_mask_over_the_static_caches_whole_length_gives_the_tokens_their_own_positions(value_checks, monkeypatch):
+    """A compiled decoding loop keeps one fixed-shape mask over the whole static cache, 0 past the tokens written.
+    On the GPU code path the positions were read from the mask's last columns (unwritten): the new token got the last
+    position and other logits, silently; the CPU refused the mask (the batchinvariance2 hunt). Reference: GPT-2 on
+    the same tokens without a cache (GPT2LMHeadModel takes the same mask too). A mask narrower than the tokens cached
+    stops, on the device where its count is not read."""
+    if not value_checks:
+        monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())  # the code a GPU runs
+    ours, reference = make_gpt2_pair("sdpa", seed=3)
+    prompt = torch.randint(1, 99, (2, 6), generator=torch.Generator().manual_seed(1))
+    new = torch.tensor([[7], [8]])
+    written = torch.ones(2, 7, dtype=torch.long)
+    with torch.no_grad():
+        expected = reference(torch.cat([prompt, new], 1)).logits[:, -1]
+        for mask in (written, torch.cat([written, torch.zeros(2, 9, dtype=torch.long)], 1)):  # 7 used, 16 long
+            cache = StaticCache(config=ours.config, max_cache_len=16)
+            ours(prompt, past_key_values=cache, use_cache=True)
+            got = ours(new, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+        cache = StaticCache(config=ours.config, max_cache_len=16)
+        ours(prompt, past_key_values=cache, use_cache=True)
+        with pytest.raises((ValueError, RuntimeError), match="narrower than the cached and new tokens"
+                           if not value_checks else r"pass a \(batch, 7\) mask"):
+            ours(new, attention_mask=written[:, :5], past_key_values=cache, use_cache=True)
