@@ -93,7 +93,10 @@ def eager_attention_forward(
         # masked scores set to the dtype's minimum: added as 0/1, a bool mask would mask nothing
         scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
     elif attention_mask is not None:
-        scores = scores + attention_mask
+        # float16's minimum (the mask) plus a score below about -16 overflows to -inf: a left pad's query, masked from
+        # every key, then got a NaN row, which the next layer spread to the real tokens (0 x NaN; GPT-2's eager path
+        # does the same). Added in float32, as the softmax runs: the batchinvariance2 hunt.
+        scores = (scores.float() if scores.dtype == torch.float16 else scores) + attention_mask
     # softmax in float32, then back to the values' dtype: in bf16/fp16 the small weights would round away (as
     # Llama's eager path does)
     weights = F.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)

@@ -321,3 +321,29 @@ def test_the_lm_loss_of_a_head_stepping_through_a_cache_reads_the_masks_last_col
         logits = hidden @ ours.transformer.wte.weight[: ours.config.vocab_size].T
         per_row = F.cross_entropy(logits[:, :-1].transpose(1, 2), input_ids[:, 4:], reduction="none").mean(-1)
     torch.testing.assert_close(stepped.lm_loss, per_row.mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_left_padded_row_in_float16_eager_attention_stays_the_row_alone():
+    """float16's minimum (the additive mask) plus a score below about -16 overflowed to -inf: a left pad's query, which
+    every key is masked from, got a NaN row, and the next layer spread it to the real tokens (0 x NaN). GPT-2's eager
+    path does the same (the batchinvariance2 hunt). Reference: the row alone, and the same batch under sdpa."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.convert_gpt2 import from_gpt2_model
+    from tests.helpers import randomize_
+
+    torch.manual_seed(0)
+    gpt2 = randomize_(GPT2LMHeadModel(GPT2Config(vocab_size=99, n_positions=32, n_embd=32, n_layer=6, n_head=4)),
+                      std=0.7).eval()
+    model = from_gpt2_model(gpt2, GPTCustomForCausalLM).eval().half()
+    ids = torch.tensor([[0, 0, 0, 5, 6, 7], [8, 9, 10, 11, 12, 13]])
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        alone = model(ids[:1, 3:]).logits[0]
+        padded = model(ids, attention_mask=mask).logits[0, 3:]
+        model.set_attn_implementation("sdpa")
+        with_sdpa = model(ids, attention_mask=mask).logits[0, 3:]
+    assert torch.isfinite(alone).all() and torch.isfinite(padded).all()
+    torch.testing.assert_close(padded, with_sdpa, rtol=0, atol=0.05)
+    torch.testing.assert_close(padded, alone, rtol=0, atol=0.05)
