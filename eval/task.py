@@ -134,6 +134,10 @@ class TaskSpec:
                             f"acc_uncond")
         if self.output_type == "generate_until":
             _check_generation_kwargs(self.generation_kwargs, self.source_file)
+            if "until" not in self.generation_kwargs and self.fewshot_delimiter == "":
+                raise UserError(f"{self.source_file}: generation stops at the fewshot_delimiter when "
+                                "generation_kwargs give no until, and it is empty, which lm-eval finds in every text "
+                                "(each answer ends after its first token); give generation_kwargs until: [...]")
         if self.output_type == "multiple_choice" and self.doc_to_choice is None:
             raise UserError(f"{self.source_file}: a multiple_choice task needs doc_to_choice")
         if self.doc_to_target is None:  # it ended the run at the first doc as "template missing"
@@ -538,6 +542,10 @@ def _check_generation_kwargs(kwargs: dict[str, Any], source_file: str) -> None:
         raise UserError(f"{source_file}: generation_kwargs until: {until!r} must be a string or a list of strings "
                         "(e.g. until: [\"\\n\"]); [] stops at the end-of-text token only, and leaving it out stops "
                         "at the fewshot_delimiter")
+    if "" in ([until] if isinstance(until, str) else until):
+        raise UserError(f"{source_file}: generation_kwargs until: {until!r} holds an empty string, which lm-eval "
+                        "finds in every text (each answer ends after its first token) and generation here would "
+                        "skip; drop it ([] stops at the end-of-text token only)")
     if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0.0) > 0.0:
         raise UserError(f"{source_file}: generation_kwargs ask for sampling (do_sample: {kwargs.get('do_sample')}, "
                         f"temperature: {kwargs.get('temperature')}), but evaluation decodes greedily; set "

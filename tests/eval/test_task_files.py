@@ -357,8 +357,13 @@ def _triviaqa_variant(tmp_path, **changes) -> Path:
     ({"generation_kwargs": {"until": None}}, r"generation_kwargs until: None must be a string or a list of strings"),
     ({"generation_kwargs": {"until": 5}}, r"generation_kwargs until: 5 must be a string or a list of strings"),
     ({"generation_kwargs": {"until": ["\n", 7]}}, r"until: \['\\n', 7\] must be a string or a list of strings"),
+    # an empty stop: lm-eval finds it in every text and ends each answer after one token; generation here skipped it
+    ({"generation_kwargs": {"until": ["", "\n"]}}, r"until: \['', '\\n'\] holds an empty string, which lm-eval"),
+    ({"generation_kwargs": {"until": ""}}, r"until: '' holds an empty string"),
+    ({"generation_kwargs": {"max_gen_toks": 8}, "fewshot_delimiter": ""},
+     r"generation stops at the fewshot_delimiter when generation_kwargs give no until, and it is empty"),
 ], ids=["mc_exact_match", "unknown_option", "f1_option", "aggregation", "no_metric", "twice", "top_p", "sampling", "until_null",
-        "until_number", "until_list_number"])
+        "until_number", "until_list_number", "until_empty_in_list", "until_empty", "empty_delimiter_as_stop"])
 def test_a_task_setting_that_would_be_ignored_or_fail_late_is_refused_when_it_loads(tmp_path, changes, message):
     """Each of these was accepted: exact_match on a multiple_choice task failed with a KeyError after every
     request was scored; an unknown option, an aggregation or sampling settings were silently not applied."""
