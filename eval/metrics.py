@@ -157,7 +157,9 @@ def perplexity_stderr(items: Sequence[float], iters: int = BOOTSTRAP_ITERS, seed
     """lm-eval's standard error of perplexity: the sample standard deviation of exp(-mean) over `iters` resamples of
     the docs with replacement (lm-eval draws 100,000 with Python's random module in a process pool; these are numpy
     draws, ~80 MB of indices at a time, so the two agree to the bootstrap's own noise: measured, +0.3% to +0.9% at
-    300 docs, 5% at 10 heavy-tailed LAMBADA docs; lm-eval's own value moves ~0.3% with its seed at 300)."""
+    300 docs, lm-eval's own value moving ~0.3% with its seed there. On a few heavy-tailed docs of a weak model the
+    estimate is good to its order of magnitude only: at 10 LAMBADA docs of a random model each one moved several-fold
+    with its seed, and the two were 5x apart (the evalparity3 hunt))."""
     if len(items) < 2:
         return None
     values = np.asarray(items, dtype=np.float64)
