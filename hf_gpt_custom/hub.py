@@ -130,6 +130,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     # fails early, before any writing, if the run is incomplete; final/ first: its weights missing or damaged were
     # reported as an evaluation of other weights, with a fix (evaluate again) that could not work
     check_model_folder(final_dir)
+    _refuse_weights_training_did_not_write(run_dir, final_dir)
     license = licensing["license"]
     card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source,
                             license=license or DEFAULT_LICENSE, license_name=licensing["license_name"],
@@ -513,6 +514,23 @@ def _run_local_paths(run_dir: Path) -> list[str]:
     if (run_dir / "config.yaml").is_file():
         collect(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
     return sorted(found, key=len, reverse=True)
+
+
+def _refuse_weights_training_did_not_write(run_dir: Path, final_dir: Path) -> None:
+    """A UserError when final/ holds other weights than the run's training_summary.json records it wrote there (a
+    merged adapter saved over them): the card's training figures and loss curve would have been the trained
+    weights', in silence (the crossfeature hunt). A summary written before it recorded them is trusted."""
+    from .manifest import weights_fingerprint
+
+    summary = run_dir / "training_summary.json"
+    recorded = read_json(summary).get("final_weights_sha256") if summary.is_file() else None
+    if recorded is None or weights_fingerprint(final_dir) == recorded:
+        return
+    raise UserError(f"{final_dir} holds other weights than this run's training wrote there (saved into it since), "
+                    "and the card would give them the trained weights' figures and loss curve; publish those "
+                    "weights from a folder of their own (save_pretrained(DIR) with the tokenizer, `hf-gpt-custom eval "
+                    "--model DIR` for their figures, then push_to_hub), or rerun `hf-gpt-custom train` with the same "
+                    "config to write the run's own final/ again (yours is kept beside it)")
 
 
 def read_json(path: Path) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.manifest import sync_to_disk, write_manifest
+from hf_gpt_custom.manifest import sync_to_disk, weights_fingerprint, write_manifest
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.versions import software_versions
 from hf_gpt_custom.training.checkpoint import (
@@ -420,6 +420,9 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "peak_flops_range": steps["peak_flops_range"],
         "num_processes": accelerator.num_processes,
         **s.workload.summary_fields(last_eval),
+        # the weights these figures are of: export refuses a final/ saved over since (a merged adapter's weights got
+        # the trained ones' figures in their card: the crossfeature hunt)
+        "final_weights_sha256": weights_fingerprint(s.run_dir / "final"),
         "loss_curve": LOSS_CURVE_NAME,
         "software": software_versions(),  # of the session that finished the run
     })
@@ -443,8 +446,30 @@ def _save_final_folder(s: Session) -> None:
         s.workload.save_beside_model(staging, s.model_config)
         write_manifest(staging)  # what eval/export verify final/ against
         sync_to_disk(staging)
+        kept = _weights_saved_into_final_since(s.run_dir)
+        if kept is not None:  # not this run's to delete: the user's own, saved there after training
+            os.replace(final_dir, kept)
+            accelerator.print(f"final/ held other weights than this run wrote (saved into it since training); they are "
+                              f"kept in {kept}")
         if final_dir.exists():  # deleted in place, a kill left a final/ missing files, its manifest perhaps
             os.replace(final_dir, replaced)
         os.replace(staging, final_dir)
         sync_to_disk(s.run_dir, contents=False)
         shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _weights_saved_into_final_since(run_dir: Path) -> Path | None:
+    """Where to keep final/ when it holds other weights than the ones training_summary.json records this run wrote
+    there (a merged adapter saved over them): a rerun of train or run rewrote final/ and deleted them (the
+    crossfeature hunt). None when final/ is the run's own, or the summary records none."""
+    import json
+
+    final_dir = run_dir / "final"
+    try:
+        recorded = json.loads((run_dir / SUMMARY_NAME).read_text(encoding="utf-8")).get("final_weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if recorded is None or not final_dir.is_dir() or weights_fingerprint(final_dir) in (recorded, None):
+        return None
+    kept = run_dir / f"final.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    return next(path for path in (kept, *(Path(f"{kept}_{n}") for n in range(2, 1000))) if not path.exists())

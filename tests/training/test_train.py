@@ -751,3 +751,39 @@ def test_init_from_a_folder_whose_config_asks_for_tuples_trains_and_validates(ma
     first_loss = json.loads((run_dir / "run_log.jsonl").read_text().splitlines()[0])["loss"]
     assert first_loss == pytest.approx(_first_batch_loss(reference, config, shakespeare_tokenizer_dir), abs=1e-5)
     assert json.loads((run_dir / "training_summary.json").read_text())["final_val_loss"] > 0
+
+
+def test_weights_saved_into_final_since_are_kept_by_a_rerun_and_refused_by_export(make_config, tmp_path, capfd):
+    """A merged adapter saved into final/ (save_pretrained keeps its manifest current): export gave those weights the
+    trained ones' figures and loss curve in the card, and a rerun of the same command rewrote final/ and deleted
+    them (the crossfeature hunt). The summary records the weights it is of; the rerun keeps the user's beside."""
+    from transformers import AutoModelForCausalLM
+
+    import hf_gpt_custom  # noqa: F401
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.manifest import weights_fingerprint
+
+    config = make_config("max_steps=2", "eval_interval=2", "warmup_steps=1")
+    run_dir = train(config)
+    summary = json.loads((run_dir / "training_summary.json").read_text())
+    trained = weights_fingerprint(run_dir / "final")
+    assert summary["final_weights_sha256"] == trained
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01)
+    model.save_pretrained(run_dir / "final")
+    mine = weights_fingerprint(run_dir / "final")
+    assert mine != trained
+    with pytest.raises(UserError, match=r"final holds other weights than this run's training wrote there"):
+        export_folder(run_dir, tmp_path / "export")
+    assert not (tmp_path / "export").exists()
+
+    capfd.readouterr()
+    train(config)  # the same command again: the run is complete, final/ is written again
+    kept = list(run_dir.glob("final.edited_*"))
+    assert len(kept) == 1 and weights_fingerprint(kept[0]) == mine
+    assert weights_fingerprint(run_dir / "final") == trained
+    assert f"final/ held other weights than this run wrote (saved into it since training); they are kept in {kept[0]}" \
+        in capfd.readouterr().out
+    export_folder(run_dir, tmp_path / "export")  # the run's own weights again
