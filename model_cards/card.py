@@ -20,6 +20,7 @@ import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from hf_gpt_custom.errors import MissingFileError, UserError
+from hf_gpt_custom.model_cards.task_card import base_model_name
 
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "model_card.md"
 
@@ -483,7 +484,7 @@ def _tokenizer_facts(final_dir: Path, summary: dict, train_config: dict, n_posit
         # trained by the run itself when it was given no tokenizer and no init_from (workload.prepare_tokenizer),
         # wherever the run folder is now: a Hub tokenizer saved into <run>/tokenizer was not trained here
         "trained_here": bool(source) and not train_config.get("tokenizer") and not train_config.get("init_from"),
-        "source": _public_name(source) if source else None,
+        "source": base_model_name(source) if source else None,  # a run's final/ as "<run>/final", not "final"
         "eos_token": eos,
         "pad_token": pad,  # export_folder saves the tokenizer with its own pad, else eos, left (GPT-2 recipes)
         "model_max_length": n_positions,
@@ -508,7 +509,7 @@ def _training_facts(summary: dict, train_config: dict) -> dict[str, Any]:
             "max_steps": train_config.get("max_steps", summary.get("steps")),
         }
     return {
-        "fine_tuned_from": _public_name(str(init_from)) if init_from else None,
+        "fine_tuned_from": base_model_name(str(init_from)) if init_from else None,  # as the fine-tuning card names it
         "processes": processes,
         "duration": _duration(wall_time_s),
         "tokens_per_step": tokens_per_step,

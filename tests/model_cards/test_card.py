@@ -342,6 +342,11 @@ def test_a_scratch_run_says_scratch_and_a_fine_tune_names_its_base(tmp_path):
     assert "Fine-tuned from the weights of `gpt2-shakespeare-base`" in tuned
     assert "from scratch" not in tuned and str(tmp_path) not in tuned
 
+    # a run's final/ is named with its run, as the fine-tuning card names it: "final" alone named no model (crossfeature)
+    base = tmp_path / "runs" / "wiki-base" / "final"
+    continued = build_model_card(make_tiny_run(tmp_path / "continued", with_eval=False, init_from=str(base))).text
+    assert "fine-tuned from `wiki-base/final`" in continued and "`final`" not in continued
+
 
 @pytest.mark.parametrize(("settings", "sentence"), [
     ({}, "Learning rate: linear warmup from 0 to 0.0006 over 2 steps, then cosine decay to 6e-05 (0.1 × the peak) "
