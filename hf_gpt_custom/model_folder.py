@@ -37,6 +37,10 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, ve
         raise UserError(f"{path} is a file, not a model folder; pass the folder that holds config.json")
     config_path = folder / "config.json"
     if not config_path.is_file():
+        if (folder / "adapter_config.json").is_file():  # PEFT's save_pretrained: an adapter, without its base
+            raise UserError(f"{folder} is a PEFT adapter (adapter_config.json), not a model: merge it into its base "
+                            f"and save that (PeftModel.from_pretrained(base_model, {str(folder)!r})"
+                            ".merge_and_unload().save_pretrained(DIR), and the tokenizer into DIR), then pass DIR")
         hint = _model_inside(folder) or "pass a folder written by save_pretrained"
         raise MissingFileError(f"{folder} has no config.json; {hint}")
     try:

@@ -81,6 +81,35 @@ def test_a_run_folder_given_as_the_model_points_at_the_model_inside_it(tmp_path,
         check_model_folder(run_dir)
 
 
+def test_a_peft_adapter_folder_given_as_the_model_is_named_with_the_merge_that_makes_one(tmp_path):
+    """A folder PEFT's save_pretrained wrote was told "pass a folder written by save_pretrained" (the crossfeature
+    hunt): it holds an adapter, which needs its base. The merge the message names is checked to give a model folder
+    that loads, with the adapted model's logits."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
+    from hf_gpt_custom.model_folder import check_model_folder
+
+    config = GPTCustomConfig(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    base = GPTCustomForCausalLM(config).eval()
+    adapted = get_peft_model(copy.deepcopy(base), LoraConfig(target_modules=["c_attn"], init_lora_weights=False))
+    adapted.save_pretrained(tmp_path / "adapter")
+    with pytest.raises(UserError, match=r"adapter is a PEFT adapter \(adapter_config\.json\), not a model: merge it "
+                                        r"into its base and save that \(PeftModel\.from_pretrained\(base_model, "):
+        check_model_folder(tmp_path / "adapter")
+    merged = PeftModel.from_pretrained(base, str(tmp_path / "adapter")).merge_and_unload()
+    merged.save_pretrained(tmp_path / "merged")
+    check_model_folder(tmp_path / "merged")
+    ids = torch.randint(0, 64, (1, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(GPTCustomForCausalLM.from_pretrained(tmp_path / "merged")(ids).logits,
+                                   adapted.eval()(ids).logits, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("reference_class", ["OpenAIGPTLMHeadModel", "LlamaForCausalLM"])
 def test_openai_gpt_and_llama_folders_load_for_our_commands_converted(tmp_path, reference_class):
     """`train init_from=`, `eval` and `finetune` load through load_model_folder: a transformers GPT-1 or Llama folder
