@@ -16,6 +16,11 @@ from .errors import UserError
 # a GPU takes to zero host reads while running on a CPU.
 VALUE_CHECK_DEVICES = ("cpu",)
 
+# Said when the input passes the last position: transformers' Llama runs a RoPE model past its trained context in
+# silence, this model stops there, and a converted Llama's user knows the limit as max_position_embeddings
+PAST_THE_CONTEXT = ("; or, for a RoPE model, load it with a larger n_positions= (transformers' "
+                    "max_position_embeddings) to run past the context it was trained for, as LlamaForCausalLM does")
+
 
 def checks_values(tensor: torch.Tensor) -> bool:
     """True when input checks may read `tensor`'s values (see VALUE_CHECK_DEVICES); never while compiling or tracing,
@@ -81,8 +86,8 @@ def position_ids_for(
         if past_length + seq_len > n_positions:
             cached = f" (after {past_length} cached)" if past_length else ""
             raise UserError(
-                f"input_ids has {seq_len} tokens{cached} but n_positions is {n_positions}; truncate the input or use "
-                "a longer-context preset"
+                f"input_ids has {seq_len} tokens{cached} but n_positions is {n_positions}; truncate the input"
+                f"{PAST_THE_CONTEXT}"
             )
         return torch.arange(past_length, past_length + seq_len, device=device)[None]
     is_real = attention_mask.bool()
@@ -187,6 +192,6 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
     if highest >= n_positions:
         raise UserError(
             f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "
-            "the input or use a longer-context preset (in generate(), the prompt plus max_new_tokens may be at most "
-            f"{n_positions + 1}: the last new token is read from the logits before it and needs no position)"
+            f"the input (in generate(), the prompt plus max_new_tokens may be at most {n_positions + 1}: the last new "
+            f"token is read from the logits before it and needs no position){PAST_THE_CONTEXT}"
         )

@@ -139,6 +139,21 @@ def test_from_pretrained_converts_a_llama_folder(tmp_path):
     assert_folder_converts_on_load(tmp_path, reference)
 
 
+def test_generating_past_a_llamas_context_is_refused_naming_the_load_that_allows_it(tmp_path):
+    """LlamaForCausalLM runs past max_position_embeddings in silence; ours stops there, and the message named only
+    n_positions and "a longer-context preset", which a converted Llama has none of (the genparity2 hunt). The load it
+    names gives LlamaForCausalLM's tokens."""
+    _, reference = make_llama_pair(max_position_embeddings=16)
+    reference.save_pretrained(tmp_path)
+    prompt = torch.randint(0, 98, (1, 6), generator=torch.Generator().manual_seed(2))
+    settings = dict(max_new_tokens=20, do_sample=False, pad_token_id=0)
+    with pytest.raises(UserError, match=r"but n_positions is 16; truncate the input .*load it with a larger "
+                                        r"n_positions= \(transformers' max_position_embeddings\)"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path).generate(prompt, **settings)
+    longer = GPTCustomForCausalLM.from_pretrained(tmp_path, max_position_embeddings=64).eval()
+    assert longer.generate(prompt, **settings).tolist() == reference.generate(prompt, **settings).tolist()
+
+
 def test_a_task_head_loads_the_llama_body_with_its_own_config_overrides(tmp_path):
     _, reference = make_llama_pair()
     reference.save_pretrained(tmp_path)
