@@ -4,6 +4,7 @@ a diverging run stops naming the step, and init_from starts from a transformers 
 import json
 import math
 import re
+import types
 
 import pytest
 import torch
@@ -161,6 +162,12 @@ def test_a_rerun_on_another_eval_batches_logs_and_plots_the_figure_the_summary_g
     assert done == [f"done: val loss {summary['final_val_loss']:.4f}, perplexity {summary['val_perplexity']:.2f}, "
                     f"{summary['val_bits_per_byte']:.4f} bits/byte (on the first 12 of {summary['val_blocks']} "
                     f"validation blocks: eval_batches=3); {run_dir}"]
+    from hf_gpt_custom.training.train import _part_scored  # the whole split (eval_batches null, or as many) says none
+    session = types.SimpleNamespace(config=config, workload=types.SimpleNamespace(summary_fields=lambda _: {
+        "val_blocks": 850, "val_blocks_scored": 850}))
+    assert _part_scored(session, {}) == ""
+    session.workload.summary_fields = lambda _: {"val_blocks": 850, "val_blocks_scored": 849}
+    assert _part_scored(session, {}) == " (on the first 849 of 850 validation blocks: eval_batches=3)"
     evaluations = latest_evaluations(read_run_log(run_dir / "run_log.jsonl"))
     assert [record["step"] for record in evaluations] == [4]
     assert evaluations[-1]["val_loss"] == summary["final_val_loss"]
@@ -787,3 +794,6 @@ def test_weights_saved_into_final_since_are_kept_by_a_rerun_and_refused_by_expor
     assert f"final/ held other weights than this run wrote (saved into it since training); they are kept in {kept[0]}" \
         in capfd.readouterr().out
     export_folder(run_dir, tmp_path / "export")  # the run's own weights again
+    train(config)  # and a rerun over the run's own final/ keeps nothing aside
+    assert list(run_dir.glob("final.edited_*")) == kept and weights_fingerprint(run_dir / "final") == trained
+    assert "final/ held other weights" not in capfd.readouterr().out
