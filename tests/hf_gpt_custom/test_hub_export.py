@@ -2013,7 +2013,7 @@ def test_push_to_hub_onto_an_exports_repository_deletes_its_manifest_before_uplo
         ("delete", repo_id, path, revision)) or branch(repo_id, revision).discard(path))
     remote[("alice/webapp", "main")] = {"manifest.json", "model.safetensors"}  # another tool's manifest.json
     web_manifest = tmp_path / "web_manifest.json"
-    web_manifest.write_text(json.dumps({"name": "my web demo", "icons": []}))
+    web_manifest.write_text(json.dumps({"name": "my web demo", "files": {"index.html": "sha384-..."}}))
     monkeypatch.setattr(HfApi, "hf_hub_download", lambda self, repo_id, filename, revision=None, **k: str(
         web_manifest if repo_id == "alice/webapp" else out_dir / filename))
     hub_stub = lambda: types.SimpleNamespace(  # noqa: E731

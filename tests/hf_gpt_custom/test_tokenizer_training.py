@@ -367,13 +367,15 @@ def test_tokenizer_train_into_the_working_directory_as_dot(tmp_path, lambada_tex
 
 
 
-@pytest.mark.parametrize("stderr_is_a_terminal", [False, True])
-def test_training_writes_nothing_to_a_piped_stdout(tmp_path, capfd, monkeypatch, stderr_is_a_terminal):
+@pytest.mark.parametrize("terminals", [(), ("stderr",), ("stdout",)], ids=["piped", "bars_shown", "stderr_to_a_file"])
+def test_training_writes_nothing_to_a_piped_stdout(tmp_path, capfd, monkeypatch, terminals):
     """tokenizers' trainer ends each progress bar with a newline printed to the process's stdout (fd 1), even where
-    the bars (stderr) are hidden: `hf-gpt-custom run ... | tee log` began with three blank lines. stdout gets only what
-    the caller prints, whether the bars are shown (stderr a terminal) or not."""
-    monkeypatch.setattr(tokenizer_training, "_is_a_terminal", lambda stream: stream is sys.stderr and stderr_is_a_terminal,
-                        raising=False)
+    the bars (stderr) are hidden: `hf-gpt-custom run ... | tee log` began with three blank lines, and a terminal's
+    output three blank lines where stderr went to a file. stdout gets only what the caller prints, whether the bars
+    are shown (stderr a terminal) or not."""
+    monkeypatch.setattr(tokenizer_training, "_is_a_terminal",
+                        lambda stream: (stream is sys.stderr and "stderr" in terminals)
+                        or (stream is sys.stdout and "stdout" in terminals), raising=False)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("to be or not to be, that is the question\n" * 200)
     capfd.readouterr()
