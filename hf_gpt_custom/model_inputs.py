@@ -99,11 +99,11 @@ def position_ids_for(
         # gave the token the last position, silently (the batchinvariance2 hunt). Gathered on the device: no read.
         new_columns = torch.arange(seq_len, device=positions.device) + past_length.to(positions.device)
         return positions.index_select(-1, new_columns.clamp(max=positions.shape[-1] - 1).flatten())
-    return positions[:, -seq_len:]
+    return positions[:, past_length:past_length + seq_len]  # the last seq_len columns, unless the mask spans a cache
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_length: int | torch.Tensor,
-                         seq_len: int) -> None:
+                         seq_len: int, static_cache: bool = False) -> None:
     """A UserError naming a mask that does not fit the input, before it becomes an IndexError or, worse, is
     broadcast: a 2-D (batch, cached + new) mask of 1s and 0s, or a 4-D (batch, 1, new, cached + new) one, bool or
     float. A static cache counts its tokens in a tensor (`past_length`), and its 2-D mask may span the whole cache:
@@ -112,8 +112,9 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
     A flex BlockMask (what transformers' generate builds for flex attention with a static cache) is taken as built."""
     if not isinstance(attention_mask, torch.Tensor):
         return
-    static = isinstance(past_length, torch.Tensor)
-    if static and checks_values(past_length):
+    # (an empty static cache counts 0 as an int: its first call, the prompt's, may bring the whole-cache mask too)
+    static = static_cache or isinstance(past_length, torch.Tensor)
+    if isinstance(past_length, torch.Tensor) and checks_values(past_length):
         past_length = int(past_length)
     total = past_length + seq_len if isinstance(past_length, int) else None
     if attention_mask.dim() == 4:  # its key length may be a static cache's whole length: not checked

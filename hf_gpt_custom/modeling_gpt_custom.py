@@ -489,7 +489,8 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         batch, seq_len = inputs_embeds.shape[:2]
         use_cache, past_key_values = self._cache_for_this_call(use_cache, past_key_values)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        check_attention_mask(attention_mask, batch, past_length, seq_len)  # also when position_ids are given
+        check_attention_mask(attention_mask, batch, past_length, seq_len,  # also when position_ids are given
+                             static_cache=getattr(past_key_values, "is_compileable", False))
         positions_given = position_ids is not None
         position_ids = self._positions(position_ids, attention_mask, past_key_values, past_length, inputs_embeds)
         causal_mask = self._causal_mask(attention_mask, past_key_values, past_length,

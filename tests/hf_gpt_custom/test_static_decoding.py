@@ -497,7 +497,10 @@ def test_a_mask_over_the_static_caches_whole_length_gives_the_tokens_their_own_p
         expected = reference(torch.cat([prompt, new], 1)).logits[:, -1]
         for mask in (written, torch.cat([written, torch.zeros(2, 9, dtype=torch.long)], 1)):  # 7 used, 16 long
             cache = StaticCache(config=ours.config, max_cache_len=16)
-            ours(prompt, past_key_values=cache, use_cache=True)
+            prefill = ours(prompt, attention_mask=(mask[:, :6] if mask.shape[1] == 7 else  # the prompt's call too
+                                                   torch.cat([mask[:, :6], torch.zeros(2, 10, dtype=torch.long)], 1)),
+                           past_key_values=cache, use_cache=True).logits
+            torch.testing.assert_close(prefill, reference(prompt).logits, rtol=0, atol=1e-5)
             got = ours(new, attention_mask=mask, past_key_values=cache, use_cache=True).logits[:, -1]
             torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
         cache = StaticCache(config=ours.config, max_cache_len=16)
