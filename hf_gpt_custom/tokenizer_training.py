@@ -133,18 +133,33 @@ def _is_a_terminal(stream) -> bool:
 def _native_stdout_to_stderr():
     """tokenizers' Rust trainer ends each of its progress bars (stderr) with a newline printed to the process's
     stdout: three blank lines at the top of `hf-gpt-custom run ... | tee log`. They go to stderr, with the bars they
-    end, while it trains. Where stdout is the terminal too, nothing is moved."""
-    if _is_a_terminal(sys.stdout):
+    end, while it trains. Where stdout is the terminal too, or closed, nothing is moved. The move is the process's:
+    a line another thread writes to fd 1 meanwhile goes to stderr too (Python's own print is buffered)."""
+    if sys.stdout is None or _is_a_terminal(sys.stdout):
         yield
         return
     sys.stdout.flush()
-    saved = os.dup(1)
+    saved = _moved_to_stderr()
     try:
-        os.dup2(2, 1)
         yield
     finally:
-        os.dup2(saved, 1)
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _moved_to_stderr() -> int | None:
+    """fd 1 pointed at stderr; returns a copy of what it was, or None where either is closed (nothing moved)."""
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
         os.close(saved)
+        return None
+    return saved
 
 
 def _save_in_place_of(tokenizer, out_dir: Path) -> Path:
