@@ -22,6 +22,27 @@ LOADABLE_MODEL_TYPES = ("gpt_custom", *CHECKPOINT_CONVERTERS)
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
+# PEFT's adapters that add tokens or a prefix rather than changing weights: nothing to merge (no merge_and_unload)
+PROMPT_LEARNING_PEFT_TYPES = ("PROMPT_TUNING", "PREFIX_TUNING", "P_TUNING", "MULTITASK_PROMPT_TUNING", "CPT",
+                              "ADAPTION_PROMPT")
+
+
+def _adapter_advice(folder: Path) -> str:
+    """What to do with a PEFT adapter folder given where a model folder belongs: merge a weight adapter (LoRA...)
+    into its base, or score a prompt-learning one on its base in Python, where nothing can be merged."""
+    try:
+        peft_type = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("peft_type")
+    except (OSError, ValueError, AttributeError):
+        peft_type = None
+    said = f"{folder} is a PEFT adapter (adapter_config.json{f', {peft_type}' if peft_type else ''}), not a model"
+    if peft_type in PROMPT_LEARNING_PEFT_TYPES:
+        return (f"{said}, and its learned tokens cannot be merged into weights: evaluate it on its base in Python "
+                f"(hf_gpt_custom.eval.runner.evaluate(PeftModel.from_pretrained(base_model, {str(folder)!r}), tokenizer, "
+                "tasks=[...])) or in lm-eval (--model_args pretrained=BASE,peft=DIR)")
+    return (f"{said}: merge it into its base and save that (PeftModel.from_pretrained(base_model, {str(folder)!r})"
+            ".merge_and_unload().save_pretrained(DIR), and the tokenizer into DIR), then pass DIR")
+
+
 def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, verify_manifest: bool = True) -> Path:
     """The folder as a Path after checking what can be checked before loading; raises a UserError naming the fix.
     `any_model_type` lets through folders of other architectures (for eval, which scores any causal LM).
@@ -38,9 +59,7 @@ def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, ve
     config_path = folder / "config.json"
     if not config_path.is_file():
         if (folder / "adapter_config.json").is_file():  # PEFT's save_pretrained: an adapter, without its base
-            raise UserError(f"{folder} is a PEFT adapter (adapter_config.json), not a model: merge it into its base "
-                            f"and save that (PeftModel.from_pretrained(base_model, {str(folder)!r})"
-                            ".merge_and_unload().save_pretrained(DIR), and the tokenizer into DIR), then pass DIR")
+            raise UserError(_adapter_advice(folder))
         hint = _model_inside(folder) or "pass a folder written by save_pretrained"
         raise MissingFileError(f"{folder} has no config.json; {hint}")
     try:

@@ -88,7 +88,7 @@ def test_a_peft_adapter_folder_given_as_the_model_is_named_with_the_merge_that_m
     import copy
 
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import LoraConfig, PeftModel, PromptTuningConfig, get_peft_model
 
     from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
     from hf_gpt_custom.model_folder import check_model_folder
@@ -98,9 +98,15 @@ def test_a_peft_adapter_folder_given_as_the_model_is_named_with_the_merge_that_m
     base = GPTCustomForCausalLM(config).eval()
     adapted = get_peft_model(copy.deepcopy(base), LoraConfig(target_modules=["c_attn"], init_lora_weights=False))
     adapted.save_pretrained(tmp_path / "adapter")
-    with pytest.raises(UserError, match=r"adapter is a PEFT adapter \(adapter_config\.json\), not a model: merge it "
-                                        r"into its base and save that \(PeftModel\.from_pretrained\(base_model, "):
+    with pytest.raises(UserError, match=r"adapter is a PEFT adapter \(adapter_config\.json, LORA\), not a model: merge "
+                                        r"it into its base and save that \(PeftModel\.from_pretrained\(base_model, "):
         check_model_folder(tmp_path / "adapter")
+    prompt_tuned = get_peft_model(copy.deepcopy(base), PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2))
+    prompt_tuned.save_pretrained(tmp_path / "prompt")  # nothing to merge: PEFT gives it no merge_and_unload
+    assert not hasattr(PeftModel.from_pretrained(copy.deepcopy(base), str(tmp_path / "prompt")), "merge_and_unload")
+    with pytest.raises(UserError, match=r"prompt is a PEFT adapter \(adapter_config\.json, PROMPT_TUNING\), not a "
+                                        r"model, and its learned tokens cannot be merged into weights: evaluate it"):
+        check_model_folder(tmp_path / "prompt")
     merged = PeftModel.from_pretrained(base, str(tmp_path / "adapter")).merge_and_unload()
     merged.save_pretrained(tmp_path / "merged")
     check_model_folder(tmp_path / "merged")
