@@ -50,7 +50,9 @@ class CausalLMScorer:
         self.obeys_generation_config = obeys_generation_config
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
-        self.max_length = max_length or resolve_max_length(model.config, tokenizer)
+        # a prompt-learning adapter's learned tokens take positions before each row's own: the window is the rest
+        # (lm-eval's HFLM does not leave them room, and fails on a full window with an IndexError)
+        self.max_length = max_length or resolve_max_length(model.config, tokenizer) - virtual_tokens(model)
         # The shared-prefix pass pads each prefix's KV cache to the longest of its batch; a sliding or local window
         # counted in cache columns then covers other tokens (GPT-Neo, Mistral, Gemma-3, Phi-3: up to 22 nats off).
         # Context tokens whose KV caches are kept at once while their choices are sorted by length: ~50 zero-shot
@@ -256,6 +258,14 @@ def is_prompt_learning(model) -> bool:
     """A PEFT model whose active adapter is prompt learning (prefix tuning, prompt tuning, P-tuning)."""
     config = getattr(model, "active_peft_config", None)
     return bool(getattr(config, "is_prompt_learning", False))
+
+
+def virtual_tokens(model) -> int:
+    """The positions a PEFT prompt-learning adapter's learned tokens take before each row (0 for any other model)."""
+    if not is_prompt_learning(model):
+        return 0
+    config = model.active_peft_config
+    return int(config.num_virtual_tokens) * int(getattr(config, "num_transformer_submodules", None) or 1)
 
 
 def attends_through_a_window(config) -> bool:

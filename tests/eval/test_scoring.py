@@ -597,3 +597,33 @@ def test_a_peft_prompt_learning_model_is_scored_with_its_learned_tokens(tiny_mod
         scored = scorer.loglikelihood(requests, show_progress=False)
         assert [round(r.loglikelihood, 4) for r in scored] == pytest.approx([round(x, 4) for x in expected], abs=1e-4)
         assert not scorer.share_context
+
+
+@pytest.mark.parametrize("method", ["prefix", "prompt"])
+def test_a_prompt_learning_models_window_leaves_its_learned_tokens_room(method):
+    """The learned tokens take positions before each row's own: a request filling the window failed on positions
+    past the context (lm-eval's HFLM fails there too; the roundreview26 hunt). The window is the rest; reference:
+    the PEFT model's own forward on the row cut to that window, read after its virtual rows."""
+    from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    torch.manual_seed(0)
+    base = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=1,
+                                                n_head=2))
+    config = (PrefixTuningConfig if method == "prefix" else PromptTuningConfig)(task_type=TaskType.CAUSAL_LM,
+                                                                                 num_virtual_tokens=4)
+    model = get_peft_model(base, config).eval()
+    scorer = CausalLMScorer(model, tokenizer, share_context=False)
+    assert scorer.max_length == 28
+    request = Request(doc_id=0, context="a" * 30, continuation="bc")
+    context, continuation = encode_pair(tokenizer, request.context, request.continuation)
+    row = (context + continuation)[-29:][:-1]
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(input_ids=torch.tensor([row])).logits[0, -len(row):].float(), -1)
+    expected = sum(log_probs[len(row) - len(continuation) + j, token].item() for j, token in enumerate(continuation))
+    assert scorer.loglikelihood([request], show_progress=False)[0].loglikelihood == pytest.approx(expected, abs=1e-4)
+    rolled = scorer.loglikelihood_rolling([Request(doc_id=0, context="", continuation="hello world " * 8)],
+                                          show_progress=False)
+    assert math.isfinite(rolled[0].loglikelihood)
