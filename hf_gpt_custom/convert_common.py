@@ -102,7 +102,7 @@ def converted_config(family: CheckpointFamily, config_dict: dict) -> GPTCustomCo
             # output_attentions as config.json's loading stores it: its property setter also switches the
             # attention to eager, which transformers' class loading the same folder does not (it stays on sdpa)
             setattr(config, "_output_attentions" if name == "output_attentions" else name, config_dict[name])
-    if config_dict.get("id2label") is not None or config_dict.get("num_labels") is not None:
+    if any(config_dict.get(name) is not None for name in ("num_labels", "id2label", "label2id")):
         # The labels as transformers' class reads them (PretrainedConfig's rule): JSON's string keys as ints, and a
         # num_labels that disagrees with id2label wins, naming LABEL_i. Read raw, id2label won: a folder
         # GPT2ForSequenceClassification loads was refused as another head's (the roundreview25 hunt), and num_labels

@@ -420,6 +420,7 @@ def test_a_config_json_giving_num_labels_without_id2label_loads_that_many_labels
     (3, {"num_labels": 3, "id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "pos": 1}}),
     (2, {"num_labels": 2, "id2label": {"0": "neg", "1": "neu", "2": "pos"}}),
     (2, {"id2label": {"0": "neg", "1": "pos"}, "label2id": None}),
+    (2, {"id2label": None, "label2id": {"neg": 0, "pos": 1}}),  # label2id alone: transformers names LABEL_i
 ])
 def test_a_config_jsons_num_labels_and_id2label_are_read_as_transformers_reads_them(tmp_path, head_labels, edits):
     """A num_labels that disagrees with id2label wins in PretrainedConfig (labels named LABEL_i); the conversion let
