@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hf_gpt_custom import GPTCustomTokenizerFast
 from hf_gpt_custom.errors import UserError
 from hf_gpt_custom.heads_gpt_custom import untied_lm_loss_message
 from hf_gpt_custom.manifest import weights_fingerprint
@@ -245,6 +246,12 @@ class FinetuneWorkload:
         tokenizer.model_max_length = self.config.block_size
         tokenizer.pad_token = tokenizer.convert_ids_to_tokens(model_config.pad_token_id)
         set_tokenizer_sides(tokenizer, padding_side="right")
+        if not isinstance(tokenizer, GPTCustomTokenizerFast):
+            # fine-tuning read "</s>" or "<|extract|>" in the data as text (split_special_tokens): a kept class (a
+            # Llama folder's) matched them as the special tokens in final/, feeding the head other ids than it was
+            # trained and scored on (the finetune2 hunt); ours refuses such text
+            tokenizer.split_special_tokens = True
+            tokenizer.init_kwargs["split_special_tokens"] = True
         tokenizer.save_pretrained(folder)
 
 

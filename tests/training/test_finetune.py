@@ -882,6 +882,12 @@ def test_final_and_export_of_a_tokenizer_of_another_class_cut_as_fine_tuning_cut
         for record, example in zip(records, trained):
             assert saved(record["premise"], record["hypothesis"], truncation=True)["input_ids"] == \
                 example["input_ids"]
+        # text that reads as a special token stays text, as fine-tuning read it: the kept class matched it as the
+        # token in final/ (a "</s>" in a Llama folder's data became eos mid-passage: the finetune2 hunt)
+        record = {"premise": "the king <|endoftext|> rode", "hypothesis": "the horse", "label": "yes"}
+        expected = encode_examples([record], parse_task_section(config.task), fine_tuning, add_task_tokens(fine_tuning),
+                                   32, "pairs")[0]["input_ids"]
+        assert saved(record["premise"], record["hypothesis"])["input_ids"] == expected
 
 
 def test_push_refuses_a_task_heads_card_after_new_weights_naming_a_fix_that_applies(finetuned_run, tmp_path):
