@@ -151,7 +151,7 @@ def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict
             return _processed(spec, records, transform, where=str(paths[0]))
         missing_message = (
             f"task {spec.task}: {missing[0]} not found; put the benchmark files under {data_dir} "
-            f"or point ${DATA_DIR_ENV} (or data_dir=) at the folder that holds them"
+            f"or point --data-dir (${DATA_DIR_ENV}; data_dir= in Python) at the folder that holds them"
         )
         if spec.dataset_path is None:
             raise MissingFileError(missing_message)

@@ -278,6 +278,24 @@ def _add_eval(subparsers) -> None:
     parser.set_defaults(func=_cmd_eval)
 
 
+def _benchmark_data_dir(given: str | None) -> str | None:
+    """--data-dir (or $HF_GPT_CUSTOM_DATA_DIR) found as train finds its data: in the working directory, then the
+    repository root, so `--data-dir ../shared/data` works from anywhere (it was looked up in the working directory
+    only: the newcomer3 walk). A folder in neither is named, with both places looked in."""
+    from hf_gpt_custom.eval.task_data import DATA_DIR_ENV
+    from hf_gpt_custom.training.config_values import REPO_ROOT, find_local_path
+
+    flag, value = ("--data-dir", given) if given else (f"${DATA_DIR_ENV}", os.environ.get(DATA_DIR_ENV))
+    if not value:
+        return None
+    found = find_local_path(value)
+    if found is None or not found.is_dir():
+        where = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        raise UserError(f"{flag} {value} is no folder in {where}; give the folder holding the benchmark files "
+                        "(README: ../shared/data, beside the checkout)")
+    return str(found)
+
+
 def _cmd_eval(args: argparse.Namespace) -> None:
     if not args.tasks:  # else evaluate's own message, written for Python callers (tasks=[...]), reaches the shell
         raise UserError("--tasks is empty; give comma-separated task names, e.g. --tasks lambada,hellaswag")
@@ -285,6 +303,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         raise UserError("--shots is empty; give comma-separated K values, e.g. --shots 0,1,5")
     _check_output_folder(args.out, "--out")
     _check_model_argument(args.model)
+    args.data_dir = _benchmark_data_dir(args.data_dir)
     from hf_gpt_custom.eval.task import task_file
 
     for task in args.tasks:

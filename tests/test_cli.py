@@ -593,3 +593,35 @@ def test_a_flag_given_in_place_of_a_required_one_is_named_with_ours(argv, said, 
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == said
+
+
+def test_evals_data_dir_is_found_as_trains_data_is_from_any_working_directory(tmp_path, monkeypatch, capsys):
+    """`eval --data-dir ../shared/data` was looked up in the working directory only, where train finds the same path
+    from anywhere (working directory, then the repository root: the newcomer3 walk); the error then named a task's
+    file under the unresolved path. A folder in neither place is named with both."""
+    from hf_gpt_custom import cli
+    from hf_gpt_custom.eval import runner
+    from hf_gpt_custom.training.config_values import REPO_ROOT
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_evaluate(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(cli, "_check_model_argument", lambda model: None)
+    monkeypatch.setattr(runner, "evaluate", fake_evaluate)
+    monkeypatch.chdir(tmp_path)  # no ../shared here
+    argv = ["eval", "--model", "m", "--tasks", "copa", "--out", str(tmp_path / "out")]
+    with pytest.raises(Stop):
+        main([*argv, "--data-dir", "../shared/data"])
+    assert seen["data_dir"] == str((REPO_ROOT / "../shared/data").resolve())
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", "../shared/data")
+    with pytest.raises(Stop):
+        main(argv)
+    assert seen["data_dir"] == str((REPO_ROOT / "../shared/data").resolve())
+    code, _, err = _run_main([*argv, "--data-dir", "no_such_folder"], capsys)
+    _assert_one_line_error(code, err, "eval", f"--data-dir no_such_folder is no folder in {tmp_path} or {REPO_ROOT}")
