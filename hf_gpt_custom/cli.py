@@ -61,6 +61,9 @@ def _count_or_fraction(value: str) -> int | float:
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"expected a number of documents like 300 or a fraction like 0.1, got "
                                          f"{value!r}") from err
+    if not (number >= 1 and number.is_integer() or 0 < number < 1):  # said at once, not after the model loads
+        raise argparse.ArgumentTypeError(f"expected a number of documents (300) or a fraction of each task's between "
+                                         f"0 and 1 (0.1), got {value!r}; leave --limit out to score them all")
     return int(number) if number.is_integer() else number
 
 

@@ -625,3 +625,15 @@ def test_evals_data_dir_is_found_as_trains_data_is_from_any_working_directory(tm
     assert seen["data_dir"] == str((REPO_ROOT / "../shared/data").resolve())
     code, _, err = _run_main([*argv, "--data-dir", "no_such_folder"], capsys)
     _assert_one_line_error(code, err, "eval", f"--data-dir no_such_folder is no folder in {tmp_path} or {REPO_ROOT}")
+
+
+@pytest.mark.parametrize("limit", ["0", "1.5", "-2", "nan"])
+def test_a_limit_that_is_no_count_or_fraction_is_refused_before_anything_loads(limit, capsys):
+    """`--limit 0` or `--limit 1.5` was refused only after the model loaded, in words for Python callers ("or None
+    for all": the newcomer3 walk). lm-eval's rule: a count of documents, or a fraction between 0 and 1."""
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--model", "no/such-model", "--tasks", "copa", "--out", "o", "--limit", limit])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exited.value.code == 2 and err == (
+        f"hf-gpt-custom eval: error: argument --limit: expected a number of documents (300) or a fraction of each "
+        f"task's between 0 and 1 (0.1), got {limit!r}; leave --limit out to score them all")
