@@ -91,7 +91,8 @@ def build_prompts(
         raise ContextTooShortError(
             f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
             f"(the shortest prompt with one, doc {best}'s, needs {needs[best]} tokens); "
-            f"score it zero-shot (--shots 0), leave the task out, or use a model with a longer context"
+            f"score it zero-shot (K = 0: eval's --shots 0, run's benchmark_shots), leave the task out, or use a model "
+            f"with a longer context"
         )
     return prompts
 

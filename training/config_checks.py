@@ -188,7 +188,7 @@ def _readers(source: str) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=None)  # a config is made again by every dataclasses.replace: said once per process
 def note_without_effect(name: str, value: Any, why: str) -> None:
-    logger.warning("%s=%r has no effect: %s; drop it", name, value, why)
+    logger.warning("%s=%r has no effect: %s (it may stay in the config)", name, value, why)
 
 
 @functools.lru_cache(maxsize=None)  # a config is made again by every dataclasses.replace: said once per process

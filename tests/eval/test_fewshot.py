@@ -103,6 +103,8 @@ def test_context_too_small_for_one_example_is_a_clear_error(shared_data_dir, tin
     # fits): by hand, each doc's prompt with its one example, the shortest of the three, plus its answer's tokens
     match = re.search(r"the shortest prompt with one, doc (\d)'s, needs (\d+) tokens", str(caught.value))
     assert match
+    # the fix in eval's words and run's (run has no --shots: the newcomer3 walk), as the card repeats it
+    assert "score it zero-shot (K = 0: eval's --shots 0, run's benchmark_shots)" in str(caught.value)
     from hf_gpt_custom.eval.fewshot import sample_fewshot_examples
 
     rnd = random.Random(1234)

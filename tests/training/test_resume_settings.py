@@ -89,7 +89,7 @@ def test_settings_the_run_never_reads_are_named_and_may_change_on_resume(resumab
         config = config_with("tokenizer_vocab_size=1024", "model.rope_theta=500.0", "model.multiple_of=32")
     said = caplog.text
     assert "tokenizer_vocab_size=1024 has no effect: it sizes the tokenizer a run trains when tokenizer and " \
-           "init_from are null; drop it" in said
+           "init_from are null (it may stay in the config)" in said
     assert "model.rope_theta=500.0 has no effect: it is read only with position_embedding_type=rope" in said
     assert "model.multiple_of=32 has no effect: it rounds SwiGLU's default inner width" in said
     train(config)  # resumed, not refused
