@@ -174,9 +174,19 @@ MADE_BY = {
 }
 
 
+# Shipped configs' data that no command makes: where it comes from (README, "The two commands")
+FETCHED_FROM = {
+    "../shared/data/tinyshakespeare/input.txt": "char-rnn's tiny Shakespeare: karpathy/char-rnn's "
+                                                "data/tinyshakespeare/input.txt, put at ../shared/data/tinyshakespeare/"
+                                                "input.txt beside the checkout",
+}
+
+
 def _made_by(value: str) -> str:
     command = next((command for prefix, command in MADE_BY.items() if value.startswith(prefix)), None)
-    return f" (`{command}` makes it)" if command else ""
+    if command:
+        return f" (`{command}` makes it)"
+    return f" (it is {FETCHED_FROM[value]})" if value in FETCHED_FROM else ""
 
 
 def find_local_path(value: str) -> Path | None:

@@ -598,3 +598,17 @@ def test_a_trainer_name_given_as_an_override_is_answered_with_ours(override, mes
     with pytest.raises(ValueError) as err:
         load_train_config(SMOKE, [override])
     assert message in str(err.value)
+
+
+def test_the_shipped_configs_missing_text_is_named_with_where_it_comes_from(tmp_path, monkeypatch):
+    """Without ../shared beside the checkout, the main job said only "not found ...; give an existing path or a Hub
+    name" (the newcomer3 walk): the file and its source are named, as README gives them."""
+    from hf_gpt_custom.training import config_values
+
+    monkeypatch.setattr(config_values, "REPO_ROOT", tmp_path / "checkout")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"dataset='\.\./shared/data/tinyshakespeare/input\.txt' not found in .* \(it "
+                                         r"is char-rnn's tiny Shakespeare: karpathy/char-rnn's data/tinyshakespeare/"
+                                         r"input\.txt, put at \.\./shared/data/tinyshakespeare/input\.txt beside the "
+                                         r"checkout\)"):
+        config_values.resolve_local_path("dataset", "../shared/data/tinyshakespeare/input.txt")
