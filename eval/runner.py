@@ -161,7 +161,7 @@ def evaluate(
                                 obeys_generation_config=protocol == "lm-eval")
         # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,
         # not after them.
-        plans, skipped = [], []
+        plans, skipped, unfittable = [], [], []
         for spec in specs:
             docs = spec.docs("test", data_dir)
             docs = docs[: documents_to_score(limit, len(docs))]
@@ -178,9 +178,14 @@ def evaluate(
                     plans.append(plan_task(spec, docs, k, scorer, seed, data_dir))
                 except ContextTooShortError as err:
                     if not skip_unfittable:
-                        raise
+                        unfittable.append(err)  # each one said at once, not one per try (the newcomer3 walk)
+                        continue
                     logger.warning("skipped: %s", err)
                     skipped.append({"task": spec.task, "num_fewshot": k, "reason": str(err)})
+        if len(unfittable) == 1:
+            raise unfittable[0]
+        if unfittable:
+            raise ContextTooShortError(f"{len(unfittable)} tasks or K values cannot fit: " + "; ".join(map(str, unfittable)))
         if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
             raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
                                                                  for row in skipped))

@@ -5,6 +5,7 @@ evaluation windows itself. CUDA is simulated with monkeypatched torch.cuda funct
 from __future__ import annotations
 
 import logging
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -114,6 +115,12 @@ def test_a_few_shot_k_the_context_cannot_hold_is_one_line_naming_the_fix(short_c
                            "--limit", "2", "--out", str(tmp_path / "out")], capsys)
     assert "lambada: the model's context of 64 tokens cannot hold even one few-shot example" in err
     assert "--shots 0" in err
+    # two such tasks: both named in one error, not one per try (the newcomer3 walk)
+    err = _one_line_error(["eval", "--model", str(short_context_model), "--tasks", "copa,piqa,lambada", "--shots",
+                           "0,1", "--limit", "2", "--out", str(tmp_path / "out")], capsys)
+    named = re.findall(r"task (\w+): the model's context of 64 tokens cannot hold even one few-shot example", err)
+    assert err.startswith(f"hf-gpt-custom eval: error: {len(named)} tasks or K values cannot fit: task ")
+    assert {"piqa", "lambada"} <= set(named)
 
 
 def test_long_documents_scored_in_windows_print_no_tokenizer_length_warning(short_context_model):
