@@ -251,7 +251,9 @@ def _flush(s: Session, window: _Window, guard: DivergenceGuard, progress, warm_u
             s.run_log.write(record)
         logged = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu")  # mfu is None where the peak is unknown
         accelerator.log({f"train/{key}": record[key] for key in logged if record[key] is not None}, step=number)
-    progress.set_postfix(loss=f"{values[-1][0]:.4f}", lr=f"{steps[-1].lr:.2e}")
+    # read once per log_interval window: the figures name the step they are of (the bar showed step 1's "lr=0" for
+    # the first ten steps as if current: the newcomer3 walk)
+    progress.set_postfix(loss=f"{values[-1][0]:.4f}", lr=f"{steps[-1].lr:.2e}", of_step=window.first_step + len(steps) - 1)
     return elapsed_s
 
 

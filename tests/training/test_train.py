@@ -647,9 +647,19 @@ def test_the_training_bar_leaves_disable_to_tqdm_on_the_main_process(tmp_path, s
     monkeypatch.setattr(tqdm.auto, "tqdm", lambda *args, **kwargs: given.append(kwargs) or real(*args, **kwargs))
     config = load_train_config(None, tiny_run_overrides(tmp_path / "run", shakespeare_path, shakespeare_tokenizer_dir,
                                                         shared_data_cache) + ["max_steps=2", "eval_interval=2"])
+    postfixes = []
+    monkeypatch.setattr(real, "set_postfix", lambda self, *args, **kwargs: postfixes.append(kwargs))
     train(config)
     bars = [kwargs for kwargs in given if kwargs.get("desc") == "training"]
     assert bars and all("disable" not in kwargs for kwargs in bars)
+    # its figures, read once per log_interval window, name the step they are of (the newcomer3 walk read step 1's
+    # lr=0 as current for ten steps); the run log has that step's own
+    log = {record["step"]: record for record in map(json.loads, (config.run_dir / "run_log.jsonl").read_text()
+                                                     .splitlines()) if record["kind"] == "train"}
+    for postfix in postfixes:
+        step = postfix["of_step"]
+        assert postfix["lr"] == f"{log[step]['lr']:.2e}" and postfix["loss"] == f"{log[step]['loss']:.4f}"
+    assert [postfix["of_step"] for postfix in postfixes] == [1, 2]  # step 1 is a window of its own (warm-up)
 
 
 def test_data_of_fewer_blocks_than_one_batch_says_why_there_is_no_batch(make_config, tmp_path):
