@@ -113,7 +113,8 @@ def test_eval_on_a_cuda_index_this_machine_lacks_is_one_line(monkeypatch, tmp_pa
 def test_a_few_shot_k_the_context_cannot_hold_is_one_line_naming_the_fix(short_context_model, tmp_path, capsys):
     err = _one_line_error(["eval", "--model", str(short_context_model), "--tasks", "lambada", "--shots", "1",
                            "--limit", "2", "--out", str(tmp_path / "out")], capsys)
-    assert "lambada: the model's context of 64 tokens cannot hold even one few-shot example" in err
+    assert err.startswith("hf-gpt-custom eval: error: task lambada: the model's context of 64 tokens cannot hold even "
+                          "one few-shot example")
     assert "--shots 0" in err
     # two such tasks: both named in one error, not one per try (the newcomer3 walk)
     err = _one_line_error(["eval", "--model", str(short_context_model), "--tasks", "copa,piqa,lambada", "--shots",
