@@ -646,7 +646,8 @@ def test_the_training_bar_leaves_disable_to_tqdm_on_the_main_process(tmp_path, s
     real = tqdm.auto.tqdm
     monkeypatch.setattr(tqdm.auto, "tqdm", lambda *args, **kwargs: given.append(kwargs) or real(*args, **kwargs))
     config = load_train_config(None, tiny_run_overrides(tmp_path / "run", shakespeare_path, shakespeare_tokenizer_dir,
-                                                        shared_data_cache) + ["max_steps=2", "eval_interval=2"])
+                                                        shared_data_cache) + ["max_steps=4", "eval_interval=4",
+                                                                              "log_interval=4"])
     postfixes = []
     monkeypatch.setattr(real, "set_postfix", lambda self, *args, **kwargs: postfixes.append(kwargs))
     train(config)
@@ -659,7 +660,7 @@ def test_the_training_bar_leaves_disable_to_tqdm_on_the_main_process(tmp_path, s
     for postfix in postfixes:
         step = postfix["of_step"]
         assert postfix["lr"] == f"{log[step]['lr']:.2e}" and postfix["loss"] == f"{log[step]['loss']:.4f}"
-    assert [postfix["of_step"] for postfix in postfixes] == [1, 2]  # step 1 is a window of its own (warm-up)
+    assert [postfix["of_step"] for postfix in postfixes] == [1, 4]  # step 1 is a window of its own (warm-up)
 
 
 def test_data_of_fewer_blocks_than_one_batch_says_why_there_is_no_batch(make_config, tmp_path):
