@@ -431,10 +431,12 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
         file_names = file_names + self.save_vocabulary(str(save_directory), filename_prefix)
         base_size = self._tokenizer.get_vocab_size(with_added_tokens=False)
-        if any(token_id >= base_size for token_id in self.added_tokens_decoder):
+        # a non-special token added with a text the vocabulary already holds keeps its learned id but is matched
+        # before BPE: recorded too, or a loader of the GPT-2 files split it by the merges (the tokhostile2 hunt)
+        if any(token_id >= base_size or not token.special for token_id, token in self.added_tokens_decoder.items()):
             self._record_added_tokens_in_config(file_names)
         added = {token.content: token_id for token_id, token in sorted(self.added_tokens_decoder.items())
-                 if token_id >= base_size and not token.special}
+                 if not token.special}
         if added:
             prefix = f"{filename_prefix}-" if filename_prefix else ""
             added_path = os.path.join(str(save_directory), prefix + "added_tokens.json")

@@ -189,6 +189,20 @@ def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(to
     assert GPTCustomTokenizerFast.from_pretrained(legacy)(text)["input_ids"] == expected
     assert GPTCustomTokenizerFast.from_pretrained(tmp_path / "task")(text)["input_ids"] == expected
 
+    # a token added with a text the vocabulary already learned keeps its id and is matched before BPE: it was left
+    # out of both records, and a loader of the GPT-2 files split it by the merges (the tokhostile2 hunt)
+    learned = max((token for token in tokenizer.get_vocab() if len(token) > 2 and token.isalpha()),
+                  key=tokenizer.convert_tokens_to_ids)
+    again = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    again.add_tokens([learned])
+    again.save_pretrained(tmp_path / "readded")
+    text = f"x{learned}{learned}y {learned}"
+    expected = again(text)["input_ids"]
+    assert expected != GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)(text)["input_ids"]  # it matters
+    legacy = _gpt2_style_files(tmp_path / "readded", tmp_path / "legacy_readded")
+    assert GPT2Tokenizer.from_pretrained(legacy)(text)["input_ids"] == expected
+    assert GPTCustomTokenizerFast.from_pretrained(legacy)(text)["input_ids"] == expected
+
 
 def test_an_added_tokens_strip_flags_reach_a_loader_of_the_gpt2_style_files(tokenizer_folder, tmp_path):
     """added_tokens.json holds content -> id only, so a token added with lstrip/rstrip=True took the spaces around it
