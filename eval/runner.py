@@ -69,7 +69,9 @@ class Results:
         for row in self.results:
             if (row["task"], row["metric"], row["num_fewshot"]) == (task, metric, num_fewshot):
                 return row["value"]
-        raise KeyError(f"no result for task={task} metric={metric} num_fewshot={num_fewshot}")
+        there = sorted({(row["task"], row["metric"], row["num_fewshot"]) for row in self.results})
+        raise KeyError(f"no result for task={task} metric={metric} num_fewshot={num_fewshot}; the results hold "
+                       + ", ".join(f"({name}, {what}, {k})" for name, what, k in there))
 
 
 def evaluate(

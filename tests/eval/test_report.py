@@ -487,3 +487,16 @@ def test_replacing_the_same_models_scores_on_other_tasks_says_which(tmp_path, ca
         write_report(results(row("piqa", 0)), tmp_path)
         assert (f"{tmp_path} held this model's scores on copa (0-shot), copa (1-shot), which this evaluation does "
                 "not include; they are replaced") in caplog.text
+
+
+def test_asking_results_for_a_metric_they_lack_names_the_ones_they_hold():
+    """`results.value("copa", "acc_norm")` on results without it raised a bare KeyError (the newcomer3 walk)."""
+    from hf_gpt_custom.eval.runner import Results
+
+    results = Results(model="m", config={}, results=[
+        {"task": "copa", "metric": "acc", "num_fewshot": 0, "value": 0.5},
+        {"task": "lambada", "metric": "perplexity", "num_fewshot": 0, "value": 9.0}])
+    assert results.value("copa", "acc") == 0.5
+    with pytest.raises(KeyError, match=r"no result for task=copa metric=acc_norm num_fewshot=0; the results hold "
+                                       r"\(copa, acc, 0\), \(lambada, perplexity, 0\)"):
+        results.value("copa", "acc_norm")
