@@ -191,12 +191,14 @@ def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(to
 
     # a token added with a text the vocabulary already learned keeps its id and is matched before BPE: it was left
     # out of both records, and a loader of the GPT-2 files split it by the merges (the tokhostile2 hunt)
+    from tokenizers import AddedToken
+
     learned = max((token for token in tokenizer.get_vocab() if len(token) > 2 and token.isalpha()),
                   key=tokenizer.convert_tokens_to_ids)
     again = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
-    again.add_tokens([learned])
+    again.add_tokens([AddedToken(learned, lstrip=True)])  # its flag lives in the config's added_tokens_decoder only
     again.save_pretrained(tmp_path / "readded")
-    text = f"x{learned}{learned}y {learned}"
+    text = f"x{learned}{learned}y   {learned}"
     expected = again(text)["input_ids"]
     assert expected != GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)(text)["input_ids"]  # it matters
     legacy = _gpt2_style_files(tmp_path / "readded", tmp_path / "legacy_readded")
