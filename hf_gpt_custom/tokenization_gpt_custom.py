@@ -433,7 +433,10 @@ class GPTCustomTokenizerFast(PreTrainedTokenizerFast):
         base_size = self._tokenizer.get_vocab_size(with_added_tokens=False)
         # a non-special token added with a text the vocabulary already holds keeps its learned id but is matched
         # before BPE: recorded too, or a loader of the GPT-2 files split it by the merges (the tokhostile2 hunt)
-        if any(token_id >= base_size or not token.special for token_id, token in self.added_tokens_decoder.items()):
+        # (a special one with single_word/lstrip/rstrip too: without the record it was re-added bare, matched inside
+        # words)
+        if any(token_id >= base_size or not token.special or token.single_word or token.lstrip or token.rstrip
+               for token_id, token in self.added_tokens_decoder.items()):
             self._record_added_tokens_in_config(file_names)
         added = {token.content: token_id for token_id, token in sorted(self.added_tokens_decoder.items())
                  if not token.special}

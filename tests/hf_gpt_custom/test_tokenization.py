@@ -164,7 +164,8 @@ def _gpt2_style_files(saved: Path, into: Path) -> Path:
     """The files a loader without tokenizer.json reads (GPT2Tokenizer, or ours without it), copied from `saved`."""
     into.mkdir()
     for name in ("vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"):
-        (into / name).write_bytes((saved / name).read_bytes())
+        if name != "added_tokens.json" or (saved / name).is_file():  # none where no non-special token was added
+            (into / name).write_bytes((saved / name).read_bytes())
     return into
 
 
@@ -204,6 +205,14 @@ def test_an_added_token_keeps_its_id_where_only_the_gpt2_style_files_are_read(to
     legacy = _gpt2_style_files(tmp_path / "readded", tmp_path / "legacy_readded")
     assert GPT2Tokenizer.from_pretrained(legacy)(text)["input_ids"] == expected
     assert GPTCustomTokenizerFast.from_pretrained(legacy)(text)["input_ids"] == expected
+    # a special one with single_word: without the config's record it came back bare, matched inside words
+    special = GPTCustomTokenizerFast.from_pretrained(tokenizer_folder)
+    special.add_special_tokens({"additional_special_tokens": [AddedToken(learned, single_word=True)]})
+    special.save_pretrained(tmp_path / "special")
+    text = f"x{learned}{learned}y {learned} z"
+    expected = special(text)["input_ids"]
+    assert GPTCustomTokenizerFast.from_pretrained(
+        _gpt2_style_files(tmp_path / "special", tmp_path / "legacy_special"))(text)["input_ids"] == expected
 
 
 def test_an_added_tokens_strip_flags_reach_a_loader_of_the_gpt2_style_files(tokenizer_folder, tmp_path):
