@@ -216,7 +216,7 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
     if out_dir.exists():
         edited = _edited_since_export(out_dir, staging)
         if edited:  # the user's work (a card edited before a push, a file added): kept, not deleted
-            kept = _unused_name(out_dir.with_name(f"{out_dir.name}.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
+            kept = edited_name(out_dir)
             os.replace(out_dir, kept)
             logger.warning("%s held files changed or added since it was exported (%s): the folder was moved to %s, "
                            "not deleted; carry your edits over to the new export", out_dir, ", ".join(edited[:5]), kept)
@@ -262,6 +262,11 @@ def previous_export_options(out_dir: str | Path) -> dict[str, str]:
         return {key: value for key, value in (recorded or {}).items()
                 if key in EXPORT_OPTIONS and isinstance(value, str)}
     return {}
+
+
+def edited_name(folder: Path) -> Path:
+    """Where a folder edited by hand is kept when the project writes its own again: <folder>.edited_<UTC time>."""
+    return _unused_name(folder.with_name(f"{folder.name}.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
 
 
 def _unused_name(path: Path) -> Path:
@@ -520,11 +525,9 @@ def _refuse_weights_training_did_not_write(run_dir: Path, final_dir: Path) -> No
     """A UserError when final/ holds other weights than the run's training_summary.json records it wrote there (a
     merged adapter saved over them): the card's training figures and loss curve would have been the trained
     weights', in silence (the crossfeature hunt). A summary written before it recorded them is trusted."""
-    from .manifest import weights_fingerprint
+    from .run_state import final_saved_over_since_training
 
-    summary = run_dir / "training_summary.json"
-    recorded = read_json(summary).get("final_weights_sha256") if summary.is_file() else None
-    if recorded is None or weights_fingerprint(final_dir) == recorded:
+    if not final_saved_over_since_training(run_dir):
         return
     raise UserError(f"{final_dir} holds other weights than this run's training wrote there (saved into it since), "
                     "and the card would give them the trained weights' figures and loss curve; publish those "

@@ -81,6 +81,21 @@ def _export_is_whole(folder: Path) -> bool:
     return all((folder / name).is_file() for name in written)
 
 
+def final_saved_over_since_training(run_dir: Path) -> bool:
+    """Whether final/ holds other weights than training_summary.json records the run's training wrote there (a
+    merged adapter saved over them, the crossfeature hunt): export refuses them, a rerun of train keeps them aside.
+    False for a summary written before it recorded them."""
+    from .manifest import weights_fingerprint
+
+    try:
+        recorded = json.loads((run_dir / "training_summary.json").read_text(encoding="utf-8")).get(
+            "final_weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return False
+    final_dir = run_dir / "final"
+    return recorded is not None and final_dir.is_dir() and weights_fingerprint(final_dir) not in (recorded, None)
+
+
 def model_kept(record: dict[str, Any], run_dir: Path) -> bool:
     """True while what a finished stage wrote is there and was made from the final/ that is there now."""
     return _output_still_there(record, run_dir) and _made_from_this_model(record, run_dir)

@@ -459,17 +459,10 @@ def _save_final_folder(s: Session) -> None:
 
 
 def _weights_saved_into_final_since(run_dir: Path) -> Path | None:
-    """Where to keep final/ when it holds other weights than the ones training_summary.json records this run wrote
-    there (a merged adapter saved over them): a rerun of train or run rewrote final/ and deleted them (the
-    crossfeature hunt). None when final/ is the run's own, or the summary records none."""
-    import json
+    """Where to keep final/ when it holds other weights than this run wrote there (a merged adapter saved over
+    them): a rerun of train or run rewrote final/ and deleted them (the crossfeature hunt). None when it is the
+    run's own."""
+    from hf_gpt_custom.hub import edited_name
+    from hf_gpt_custom.run_state import final_saved_over_since_training
 
-    final_dir = run_dir / "final"
-    try:
-        recorded = json.loads((run_dir / SUMMARY_NAME).read_text(encoding="utf-8")).get("final_weights_sha256")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if recorded is None or not final_dir.is_dir() or weights_fingerprint(final_dir) in (recorded, None):
-        return None
-    kept = run_dir / f"final.edited_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    return next(path for path in (kept, *(Path(f"{kept}_{n}") for n in range(2, 1000))) if not path.exists())
+    return edited_name(run_dir / "final") if final_saved_over_since_training(run_dir) else None
