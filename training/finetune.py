@@ -27,8 +27,8 @@ from hf_gpt_custom.training.data import build_loaders
 from hf_gpt_custom.training.config_checks import warn_once
 from hf_gpt_custom.training.finetune_config import FinetuneConfig, TaskSection
 from hf_gpt_custom.training.finetune_data import (
-    PadExamples, add_task_tokens, encode_examples, heldout_also_trained_on, load_labelled_records, load_task_tokenizer,
-    split_heldout,
+    PadExamples, add_task_tokens, encode_examples, heldout_also_trained_on, labelled_records_with_places,
+    load_task_tokenizer, split_heldout,
 )
 from hf_gpt_custom.training.train import train
 from hf_gpt_custom.training.workload import PreparedWork, without_attention_maps
@@ -83,9 +83,9 @@ class FinetuneWorkload:
         self.tokens = add_task_tokens(self.tokenizer)
         # what the card says of the task tokens: how many, and whether the embedding grew for them
         self.task_tokens_added = sorted(set(self.tokenizer.get_vocab()) - known, key=self.tokenizer.convert_tokens_to_ids)
-        records = load_labelled_records(config.dataset, config.dataset_config, config.dataset_split,
-                                        config.dataset_revision, task=self.task)
-        examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where)
+        records, places = labelled_records_with_places(config.dataset, config.dataset_config, config.dataset_split,
+                                                       config.dataset_revision, task=self.task)
+        examples = encode_examples(records, self.task, self.tokenizer, self.tokens, config.block_size, where, places)
         if not self.task.is_multiple_choice:
             seen = {example["label"] for example in examples}
             unused = [label for index, label in enumerate(self.task.labels) if index not in seen]

@@ -75,20 +75,33 @@ def load_labelled_records(dataset: str, dataset_config: str | None = None, split
     With `task`, a label column that is a datasets ClassLabel (a Hub dataset's, a parquet file's) gives its names
     when task.labels are those names (glue/sst2's negative/positive), as `features[column].int2str` reads them;
     stored as 0/1, labels written as names were refused as "label=0 is not in the label set"."""
+    return labelled_records_with_places(dataset, dataset_config, split, revision, task)[0]
+
+
+def labelled_records_with_places(dataset: str, dataset_config: str | None = None, split: str = "train",
+                                 revision: str | None = None,
+                                 task: TaskSection | None = None) -> tuple[list[dict], list[str]]:
+    """load_labelled_records's records, and where each one is for an error to name: "line N" of a JSON Lines or CSV
+    file (the line a user opens; a record's number pointed past blank lines and a CSV's header), "record N" of a
+    JSON array, "row N" (1-based, in split order) of a parquet file or a Hub split."""
     path = Path(dataset)
     if path.is_file():  # a Windows-1252 CSV or a UTF-16 file was a bare UnicodeDecodeError
         check_record_files_utf8([path])
     if path.is_file() and path.suffix.lower() in (".jsonl", ".json"):
-        records = _json_records(path)
-        if records is not None:
-            return records
+        read = _json_records(path)
+        if read is not None:
+            return read
     rows = _load_records(dataset, dataset_config, split, revision)
-    return rows.to_list() if task is None else _with_class_names(rows, task)
+    records = rows.to_list() if task is None else _with_class_names(rows, task)
+    places = _csv_lines(path) if path.is_file() and path.suffix.lower() == ".csv" else None
+    if places is None or len(places) != len(records):  # a layout the line count cannot follow: the record's number
+        places = [f"row {number}" for number in range(1, len(records) + 1)]
+    return records, places
 
 
-def _json_records(path: Path) -> list[dict] | None:
-    """The objects of a JSON Lines file, or of a JSON array of objects, with every number as the text the file holds
-    (None for another layout, which datasets reads). datasets (pyarrow) gives a column one type: an answer column of 7
+def _json_records(path: Path) -> tuple[list[dict], list[str]] | None:
+    """The objects of a JSON Lines file, or of a JSON array of objects, with every number as the text the file holds,
+    and where each is ("line N", "record N"); None for another layout, which datasets reads. datasets (pyarrow) gives a column one type: an answer column of 7
     and 2.5 trained as "7.0" and "2.5", a 20-digit number as "1.2345678901234567e+19", and a column whose type changed
     after the first ~10 MB was refused as "check the file's format". Labels compare as label_key reads them, so "1"
     is the label 1; true and false stay booleans."""
@@ -127,7 +140,24 @@ def _json_records(path: Path) -> list[dict] | None:
         if not isinstance(record, dict):
             raise UserError(f"{path} {place} is {type(record).__name__}, not a record of named fields like "
                             '{"text": ..., "label": ...}; give one object per record')
-    return records
+    return records, where
+
+
+def _csv_lines(path: Path) -> list[str]:
+    """The line each data record of a CSV file starts on ("line N"), as pandas reads them: blank lines are skipped,
+    and a quoted cell may span lines."""
+    import csv
+
+    places = []
+    with open(path, encoding="utf-8-sig", newline="") as file:
+        reader = csv.reader(file)
+        next(reader, None)  # the header
+        start = reader.line_num + 1
+        for cells in reader:
+            if cells:
+                places.append(f"line {start}")
+            start = reader.line_num + 1
+    return places
 
 
 def _with_class_names(rows, task: TaskSection) -> list[dict]:
@@ -252,24 +282,26 @@ def heldout_also_trained_on(train_examples: list[dict], heldout_examples: list[d
 
 
 def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: TaskTokens, max_length: int,
-                    where: str) -> list[dict[str, Any]]:
+                    where: str, places: list[str] | None = None) -> list[dict[str, Any]]:
     """Each record as {"input_ids": ids (or one list per answer), "label": class index, "cut": whether the first
     part was cut to fit max_length}.
 
     Every record is checked before anything is trained: a missing value, a label outside task.labels or an answer
-    index outside the answers is an error naming the row (1-based, in file order)."""
+    index outside the answers is an error naming the record: its place in `places` (labelled_records_with_places's
+    "line N"), else "row N" (1-based, in file order)."""
     check_columns(records, task, where)
-    for row, record in enumerate(records, start=1):
+    places = places or [f"row {number}" for number in range(1, len(records) + 1)]
+    for row, record in zip(places, records):
         for column in task.columns:
             if record.get(column) is None or (column != task.label_column and not str(record[column]).strip()):
-                raise UserError(f"{where} row {row}: column {column!r} is empty; fill it in or drop the row")
+                raise UserError(f"{where} {row}: column {column!r} is empty; fill it in or drop the row")
             value = record[column]
             if column != task.label_column and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
                 # str() of it was trained on: its Python text ("['fire']", "True"), not the record's words
-                raise UserError(f"{where} row {row}: column {column!r} holds a {type(value).__name__}, "
+                raise UserError(f"{where} {row}: column {column!r} holds a {type(value).__name__}, "
                                 f"{str(value)[:60]!r}, not text; give text (join a list of words into one string), "
                                 f"or name another column in task.text_columns")
-    labels = [_class_index(record[task.label_column], task, where, row) for row, record in enumerate(records, start=1)]
+    labels = [_class_index(record[task.label_column], task, where, row) for row, record in zip(places, records)]
     n_special = tokens.template.n_special_tokens(is_pair=len(task.text_columns) == 2 or task.is_multiple_choice)
     if max_length - n_special < 1:
         raise UserError(f"{where}: block_size={max_length} leaves no room for text beside the {n_special} special "
@@ -292,12 +324,12 @@ def encode_examples(records: list[dict], task: TaskSection, tokenizer, tokens: T
     return examples
 
 
-def _class_index(value: Any, task: TaskSection, where: str, row: int) -> int:
+def _class_index(value: Any, task: TaskSection, where: str, row: str) -> int:
     if task.is_multiple_choice:
         n_choices = len(task.choice_columns)
         key = label_key(value)
         if not (key.isascii() and key.lstrip("-").isdigit()) or not 0 <= int(key) < n_choices:
-            raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not the index of one of the "
+            raise UserError(f"{where} {row}: {task.label_column}={value!r} is not the index of one of the "
                             f"{n_choices} answers (0..{n_choices - 1}); fix the row")
         return int(key)
     key = label_key(value)
@@ -308,7 +340,7 @@ def _class_index(value: Any, task: TaskSection, where: str, row: int) -> int:
     composed = [unicodedata.normalize("NFC", name) for name in task.labels]
     if unicodedata.normalize("NFC", key) in composed:
         return composed.index(unicodedata.normalize("NFC", key))
-    raise UserError(f"{where} row {row}: {task.label_column}={value!r} is not in the label set "
+    raise UserError(f"{where} {row}: {task.label_column}={value!r} is not in the label set "
                     f"{list(task.labels)}; fix the row or add the label to task.labels")
 
 

@@ -103,10 +103,10 @@ def test_labels_in_other_scripts_digits_are_not_read_as_ascii_digits():
     # a JSON file's numbers are read as written: 1e2 is the label 100, as datasets read it, and 1e-1 is no integer
     assert [label_key(value) for value in ("1e2", "1.5E1", "-2e0", "1e-1")] == ["100", "15", "-2", "1e-1"]
     task = SimpleNamespace(is_multiple_choice=True, choice_columns=("a0", "a1", "a2"), label_column="label")
-    assert _class_index("2", task, "data.jsonl", 4) == 2
+    assert _class_index("2", task, "data.jsonl", "line 4") == 2
     for value in ("²", "١"):
-        with pytest.raises(UserError, match=r"data.jsonl row 4: label=.* is not the index of one of the 3 answers"):
-            _class_index(value, task, "data.jsonl", 4)
+        with pytest.raises(UserError, match=r"data.jsonl line 4: label=.* is not the index of one of the 3 answers"):
+            _class_index(value, task, "data.jsonl", "line 4")
 
 
 def test_csv_labels_match_the_label_set_as_json_labels_do():
@@ -699,7 +699,31 @@ def test_a_label_outside_the_label_set_names_the_row(tmp_path, base_model_dir):
     rows = [{"premise": "a b", "hypothesis": "a", "label": "yes"}] * 5 + [{"premise": "c", "hypothesis": "d",
                                                                           "label": "maybe"}]
     data = _write_jsonl(tmp_path / "d.jsonl", rows)
-    _refused(_config(tmp_path, base_model_dir, data), r"d\.jsonl row 6: label='maybe' is not in the label set \['no', 'yes'\]")
+    _refused(_config(tmp_path, base_model_dir, data), r"d\.jsonl line 6: label='maybe' is not in the label set \['no', 'yes'\]")
+
+
+@pytest.mark.parametrize("layout, place", [("jsonl", "line 7"), ("csv", "line 6"), ("json", "record 3"),
+                                           ("parquet", "row 3")])
+def test_a_refused_record_is_named_by_the_line_a_user_opens(tmp_path, base_model_dir, layout, place):
+    """A refusal said "row 2" for the record on line 4 of a JSON Lines file with blank lines, and for a CSV's line 3
+    (its header is line 1): the record's number, which a user reads as the line to fix (the finetune2 hunt).
+    Reference: the files written here by hand, and the line an editor shows for the bad record."""
+    import pandas as pd
+
+    good, bad = {"premise": "a b", "hypothesis": "a", "label": "yes"}, {"premise": "c", "hypothesis": "d",
+                                                                        "label": "maybe"}
+    path = tmp_path / f"d.{layout}"
+    if layout == "jsonl":  # records on lines 1, 3, 4 (after a blank line), 7 (after two more)
+        path.write_text("\n".join([json.dumps(good), "", json.dumps(good), json.dumps(good), "", "  ",
+                                    json.dumps(bad), json.dumps(good), ""]), encoding="utf-8")
+    elif layout == "csv":  # header on line 1; the second record's premise spans lines 3-4; line 5 is blank
+        path.write_text('premise,hypothesis,label\na b,a,yes\n"c\nd",a,yes\n\nc,d,maybe\na b,a,yes\n',
+                        encoding="utf-8")
+    elif layout == "json":
+        path.write_text(json.dumps([good, good, bad, good]), encoding="utf-8")
+    else:
+        pd.DataFrame([good, good, bad, good]).to_parquet(path)
+    _refused(_config(tmp_path, base_model_dir, path), rf"d\.{layout} {place}: label='maybe' is not in the label set")
 
 
 @pytest.mark.parametrize("value, kind", [(["fire"], "list"), ({"words": ["stone"]}, "dict"), (True, "bool")])
@@ -710,7 +734,7 @@ def test_a_text_column_that_is_not_text_is_refused_naming_the_row(tmp_path, base
     rows = [{"premise": "a b", "hypothesis": "a", "label": "yes"}] * 5 + [{"premise": "c", "hypothesis": value,
                                                                           "label": "no"}]
     data = _write_jsonl(tmp_path / "d.jsonl", rows)
-    _refused(_config(tmp_path, base_model_dir, data), rf"d\.jsonl row 6: column 'hypothesis' holds a {kind}, .*not "
+    _refused(_config(tmp_path, base_model_dir, data), rf"d\.jsonl line 6: column 'hypothesis' holds a {kind}, .*not "
                                                       rf"text")
 
 
@@ -817,7 +841,7 @@ def test_cli_prints_one_line_and_exits_2_on_a_bad_label(tmp_path, base_model_dir
     assert exit_info.value.code == 2
     last_line = capsys.readouterr().err.strip().splitlines()[-1]  # after the datasets progress bar
     assert last_line.startswith("hf-gpt-custom finetune: error: ")
-    assert "row 1: label='perhaps' is not in the label set ['no', 'yes']" in last_line
+    assert "line 1: label='perhaps' is not in the label set ['no', 'yes']" in last_line
     assert not (tmp_path / "run").exists()
 
 
@@ -1139,10 +1163,10 @@ def test_a_label_written_decomposed_is_the_composed_label():
     decomposed, composed = "ne\u0301gatif", "n\u00e9gatif"
     assert decomposed != composed and unicodedata.normalize("NFC", decomposed) == composed
     task = SimpleNamespace(is_multiple_choice=False, labels=("positif", composed), label_column="label")
-    assert _class_index(decomposed, task, "data.jsonl", 3) == 1
-    assert _class_index("positif", task, "data.jsonl", 3) == 0
-    with pytest.raises(UserError, match=r"data.jsonl row 3: label='neutre' is not in the label set"):
-        _class_index("neutre", task, "data.jsonl", 3)
+    assert _class_index(decomposed, task, "data.jsonl", "line 3") == 1
+    assert _class_index("positif", task, "data.jsonl", "line 3") == 0
+    with pytest.raises(UserError, match=r"data.jsonl line 3: label='neutre' is not in the label set"):
+        _class_index("neutre", task, "data.jsonl", "line 3")
 
 
 def test_resume_across_a_redefined_objective_is_refused_and_an_unrecorded_one_warned(finetuned_run, base_model_dir,
