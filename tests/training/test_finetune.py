@@ -726,6 +726,14 @@ def test_a_refused_record_is_named_by_the_line_a_user_opens(tmp_path, base_model
     _refused(_config(tmp_path, base_model_dir, path), rf"d\.{layout} {place}: label='maybe' is not in the label set")
 
 
+def test_an_empty_cell_in_a_csvs_first_record_is_named_by_line_2(tmp_path, base_model_dir):
+    """The header is line 1, so the first record is line 2; the empty-cell refusal names lines as the label one does.
+    Reference: the file written here by hand."""
+    path = tmp_path / "d.csv"
+    path.write_text("premise,hypothesis,label\na b,,yes\n" + "a b,a,yes\n" * 5, encoding="utf-8")
+    _refused(_config(tmp_path, base_model_dir, path), r"d\.csv line 2: column 'hypothesis' is empty")
+
+
 @pytest.mark.parametrize("value, kind", [(["fire"], "list"), ({"words": ["stone"]}, "dict"), (True, "bool")])
 def test_a_text_column_that_is_not_text_is_refused_naming_the_row(tmp_path, base_model_dir, value, kind):
     """A hypothesis of ["fire"] was trained on as the text "['fire']" (and true as "True"), with no message; an
