@@ -98,7 +98,7 @@ def _refuse_what_lm_eval_cannot_score(model) -> None:
 @torch.no_grad()
 def generate_greedy(
     model, tokenizer, requests: Sequence[Request], max_length: int, padding_token_id: int,
-    obeys_generation_config: bool = False,
+    obeys_generation_config: bool = False, use_cache: bool = True,
 ) -> list[tuple[str, int, bool]]:
     """(text cut before its first stop sequence, tokens generated, was the context cut) for requests that share
     their `until` and `max_gen_toks`, generated as one left-padded batch.
@@ -107,6 +107,8 @@ def generate_greedy(
     lm-eval protocol), as lm-eval's HFLM asks: do_sample=False and max_length = the batch's width + max_gen_toks,
     everything else the model's generation_config says (a max_new_tokens there wins over max_length, as in HFLM).
     The context keeps its last max_length - max_gen_toks tokens, so the answer fits the model's window.
+    use_cache=False runs the whole sequence each step: a PEFT prompt-learning model needs it (with a cache, PEFT 0.21
+    on transformers 5.24 adds its learned tokens again at every step: refuse_peft_prompt_with_a_cache says why).
     """
     (until,) = {request.until for request in requests}
     (max_new,) = {request.max_gen_toks for request in requests}
@@ -130,7 +132,7 @@ def generate_greedy(
         output = model.generate(
             input_ids=input_ids.to(device),
             attention_mask=mask.to(device),
-            generation_config=GenerationConfig(do_sample=False, **length, **ids),
+            generation_config=GenerationConfig(do_sample=False, use_cache=use_cache, **length, **ids),
             stopping_criteria=StoppingCriteriaList([stopping]),
         )
     generated = output[:, input_ids.shape[1] :].tolist()

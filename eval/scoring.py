@@ -51,7 +51,8 @@ class CausalLMScorer:
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
         # a prompt-learning adapter's learned tokens take positions before each row's own: the window is the rest
-        # (lm-eval's HFLM does not leave them room, and fails on a full window with an IndexError)
+        # (lm-eval's HFLM does not leave them room: a full window fails past GPT-2's position table with an
+        # IndexError, and on a RoPE model scores a longer context than ours)
         self.max_length = max_length or resolve_max_length(model.config, tokenizer) - virtual_tokens(model)
         # The shared-prefix pass pads each prefix's KV cache to the longest of its batch; a sliding or local window
         # counted in cache columns then covers other tokens (GPT-Neo, Mistral, Gemma-3, Phi-3: up to 22 nats off).
@@ -242,10 +243,15 @@ class CausalLMScorer:
             by_settings[(requests[index].until, requests[index].max_gen_toks)].append(index)
         outputs: list[ScoredRequest | None] = [None] * len(requests)
         progress = progress_bar(show=show_progress, total=len(requests), desc=desc)
-        for batch in (batch for group in by_settings.values() for batch in batches(group, self.batch_size, size=lambda _: 1)):
+        # PEFT's prompt learning: no KV cache (PEFT 0.21 would add its learned tokens again at every step, as under
+        # lm-eval's HFLM, generating other tokens than the tuned model predicts) and one row per call (PEFT drops
+        # position_ids, so a left-padded GPT-2 row read shifted positions; the roundreview27 hunt)
+        prompt_learning = is_prompt_learning(self.model)
+        rows_per_call = 1 if prompt_learning else self.batch_size
+        for batch in (batch for group in by_settings.values() for batch in batches(group, rows_per_call, size=lambda _: 1)):
             generated = generate_greedy(
                 self.model, self.tokenizer, [requests[i] for i in batch], self.max_length, self.padding_token_id,
-                self.obeys_generation_config,
+                self.obeys_generation_config, use_cache=not prompt_learning,
             )
             for index, (text, n_tokens, is_truncated) in zip(batch, generated):
                 outputs[index] = ScoredRequest(requests[index], 0.0, True, n_tokens, generation=text, is_truncated=is_truncated)

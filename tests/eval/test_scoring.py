@@ -599,6 +599,47 @@ def test_a_peft_prompt_learning_model_is_scored_with_its_learned_tokens(tiny_mod
         assert not scorer.share_context
 
 
+@pytest.mark.parametrize("obeys_generation_config", [False, True])
+@pytest.mark.parametrize("family", ["gpt2", "ours"])
+@pytest.mark.parametrize("method", ["prefix", "prompt"])
+def test_a_peft_prompt_learning_model_generates_the_tokens_it_predicts(tiny_model_folder, tiny_model_and_tokenizer,
+                                                                       family, method, obeys_generation_config):
+    """With a KV cache, PEFT 0.21 on transformers 5.24 puts the learned tokens in again at every step: GPT-2's prefix
+    tuning generated other tokens than the tuned model predicts, with no error (lm-eval's HFLM too), and ours refused
+    with advice (use_cache=False) an eval user cannot take (the roundreview27 hunt). PEFT drops position_ids, so a
+    left-padded GPT-2 row in a batch read shifted positions. Reference: a hand greedy loop over the PEFT model's own
+    forward on the whole sequence, each row alone."""
+    from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
+    from transformers import GPT2LMHeadModel
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    _, tokenizer = tiny_model_and_tokenizer
+    torch.manual_seed(0)
+    base = (GPT2LMHeadModel if family == "gpt2" else GPTCustomForCausalLM).from_pretrained(str(tiny_model_folder))
+    config = (PrefixTuningConfig if method == "prefix" else PromptTuningConfig)(task_type=TaskType.CAUSAL_LM,
+                                                                                 num_virtual_tokens=4)
+    model = get_peft_model(base, config)
+    with torch.no_grad():
+        for parameter in model.prompt_encoder.parameters():
+            parameter.mul_(5)  # learned tokens that move the choice
+    model.eval()
+    requests = [Request(doc_id=i, context=context, continuation="", request_type="generate_until", until=("\n\n",),
+                        max_gen_toks=6) for i, context in enumerate(["The king said to the", "O"])]
+    expected = []
+    for request in requests:
+        ids = tokenizer(request.context)["input_ids"]
+        generated = []
+        with torch.no_grad():
+            for _ in range(request.max_gen_toks):
+                generated.append(int(model(input_ids=torch.tensor([ids + generated])).logits[0, -1].argmax()))
+        if tokenizer.eos_token_id in generated:
+            generated = generated[:generated.index(tokenizer.eos_token_id)]
+        expected.append(tokenizer.decode(generated, skip_special_tokens=True).split("\n\n")[0])
+    scorer = CausalLMScorer(model, tokenizer, batch_size=2, obeys_generation_config=obeys_generation_config)
+    assert [r.generation for r in scorer.generate_until(requests, show_progress=False)] == expected
+
+
 @pytest.mark.parametrize("method", ["prefix", "prompt"])
 def test_a_prompt_learning_models_window_leaves_its_learned_tokens_room(method):
     """The learned tokens take positions before each row's own: a request filling the window failed on positions
