@@ -23,11 +23,10 @@ from hf_gpt_custom.eval.fewshot import ContextTooShortError, Prompt, build_promp
 from hf_gpt_custom.eval.metrics import METRICS, aggregate_metric
 from hf_gpt_custom.eval.output_types import OUTPUT_TYPES
 from hf_gpt_custom.eval.requests import Request, ScoredRequest
-from hf_gpt_custom.eval.scoring import CausalLMScorer
+from hf_gpt_custom.eval.scoring import CausalLMScorer, scoring_window
 from hf_gpt_custom.eval.sharding import check_every_process_asks_the_same, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR
-from hf_gpt_custom.eval.tokens import resolve_max_length
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
@@ -158,7 +157,9 @@ def evaluate(
                             f"the scores would be named after weights they are not of; evaluate again once that run "
                             f"has finished")
         if batch_size == AUTO:
-            batch_size = largest_batch_that_fits(model_obj, resolve_max_length(model_obj.config, tokenizer))
+            # rows as long as the scorer's: a prompt-learning model's learned tokens come before each (a row of the
+            # whole context ran past its last position on a GPU: the roundreview27 hunt)
+            batch_size = largest_batch_that_fits(model_obj, scoring_window(model_obj, tokenizer))
         scorer = CausalLMScorer(model_obj, tokenizer, batch_size=batch_size, share_context=share_context,
                                 obeys_generation_config=protocol == "lm-eval")
         # Every task and K is planned before any is scored: one that cannot fit stops the run before hours of scoring,

@@ -50,10 +50,7 @@ class CausalLMScorer:
         self.obeys_generation_config = obeys_generation_config
         self.tokenizer = tokenizer
         self.batch_size = max(1, int(batch_size))
-        # a prompt-learning adapter's learned tokens take positions before each row's own: the window is the rest
-        # (lm-eval's HFLM does not leave them room: a full window fails past GPT-2's position table with an
-        # IndexError, and on a RoPE model scores a longer context than ours)
-        self.max_length = max_length or resolve_max_length(model.config, tokenizer) - virtual_tokens(model)
+        self.max_length = max_length or scoring_window(model, tokenizer)
         # The shared-prefix pass pads each prefix's KV cache to the longest of its batch; a sliding or local window
         # counted in cache columns then covers other tokens (GPT-Neo, Mistral, Gemma-3, Phi-3: up to 22 nats off).
         # Context tokens whose KV caches are kept at once while their choices are sorted by length: ~50 zero-shot
@@ -258,6 +255,13 @@ class CausalLMScorer:
             progress.update(len(batch))
         progress.close()
         return outputs  # type: ignore[return-value]
+
+
+def scoring_window(model, tokenizer) -> int:
+    """The tokens a scored row holds: the model's context (lm-eval's max_length), less a prompt-learning adapter's
+    learned tokens, which take positions before each row's own (lm-eval's HFLM does not leave them room: a full
+    window fails past GPT-2's position table with an IndexError, and on a RoPE model scores a longer context)."""
+    return resolve_max_length(model.config, tokenizer) - virtual_tokens(model)
 
 
 def is_prompt_learning(model) -> bool:

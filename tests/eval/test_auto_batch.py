@@ -90,3 +90,29 @@ def test_evaluate_scores_in_the_batch_auto_chose_for_the_models_context(tiny_mod
     results = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, batch_size="auto", device="cpu",
                        show_progress=False)
     assert results.config["batch_size"] == 3 and asked == [1024]  # the tiny model's n_positions
+
+
+def test_auto_probes_a_prompt_learning_model_with_rows_as_long_as_the_scorers(monkeypatch):
+    """A PEFT prompt-learning model's learned tokens come before each row: the probe's rows of the whole context ran
+    past the last position on a GPU ("input_ids has 36 tokens but n_positions is 32"; GPT-2: an IndexError), though
+    no scored row is that long (the roundreview27 hunt). The probe is forced on here, as CUDA runs it. Reference: the
+    scorer's window, context less the learned tokens, and the batch a fixed size scores in."""
+    import functools
+
+    from peft import PromptTuningConfig, TaskType, get_peft_model
+
+    import hf_gpt_custom.eval.runner as runner
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomTokenizerFast
+
+    tokenizer = GPTCustomTokenizerFast.bytes_only()
+    torch.manual_seed(0)
+    base = GPTCustomForCausalLM(GPTCustomConfig(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=1,
+                                                n_head=2))
+    model = get_peft_model(base, PromptTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=4)).eval()
+    probed = []
+    monkeypatch.setattr(runner, "largest_batch_that_fits", lambda model, max_length: probed.append(max_length) or
+                        largest_batch_that_fits(model, max_length, start=4, probe=True))
+    auto = evaluate(model, tokenizer, tasks=["copa"], shots=[0], limit=2, batch_size="auto", show_progress=False)
+    assert probed == [28] and auto.config["batch_size"] == 4
+    fixed = evaluate(model, tokenizer, tasks=["copa"], shots=[0], limit=2, batch_size=4, show_progress=False)
+    assert auto.results == fixed.results
