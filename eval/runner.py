@@ -26,7 +26,7 @@ from hf_gpt_custom.eval.requests import Request, ScoredRequest
 from hf_gpt_custom.eval.scoring import CausalLMScorer, scoring_window
 from hf_gpt_custom.eval.sharding import check_every_process_asks_the_same, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
-from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR
+from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR, resolve_data_dir
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
@@ -138,7 +138,7 @@ def evaluate(
     if dtype is not None and dtype not in DTYPES:
         raise UserError(f"dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     specs = load_tasks(tasks, protocol=protocol)  # unknown task names fail here, before the model loads
-    data_dir = Path(data_dir) if data_dir else default_data_dir()
+    data_dir = resolve_data_dir(data_dir, "data_dir=") if data_dir else default_data_dir()
     benchmarks = [tasks_fingerprint([name], data_dir, protocol) for name in tasks]  # the files as they are scored
     code = scoring_code_sha256()  # the code that scores, not the code on disk when the report is written
     # One evaluation writes an --out folder at a time, from before the model loads to the last file: two would

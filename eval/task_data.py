@@ -31,10 +31,25 @@ BUILT_IN_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "dat
 
 
 def default_data_dir() -> Path:
-    """BUILT_IN_DATA_DIR, unless $HF_GPT_CUSTOM_DATA_DIR names another folder."""
+    """BUILT_IN_DATA_DIR, unless $HF_GPT_CUSTOM_DATA_DIR names another folder (found by resolve_data_dir)."""
     if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV])
+        return resolve_data_dir(os.environ[DATA_DIR_ENV], f"${DATA_DIR_ENV}")
     return BUILT_IN_DATA_DIR
+
+
+def resolve_data_dir(value: str | Path, named_by: str) -> Path:
+    """The benchmark folder `value` names, found as train finds its data: in the working directory, then the
+    repository root, so ../shared/data works from anywhere. One rule for eval's --data-dir, run's evaluation and
+    evaluate(): run and evaluate() read $HF_GPT_CUSTOM_DATA_DIR from the working directory only, where eval found it
+    (the roundreview27 hunt). A folder in neither place is refused, naming both and `named_by` (the flag or name)."""
+    from hf_gpt_custom.training.config_values import REPO_ROOT, find_local_path
+
+    found = find_local_path(str(value))
+    if found is None or not found.is_dir():
+        where = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        raise UserError(f"{named_by} {value} is no folder in {where}; give the folder holding the benchmark files "
+                        "(README: ../shared/data, beside the checkout)")
+    return found
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -151,7 +166,7 @@ def _load_docs_uncached(spec: TaskSpec, split: str, data_dir: str) -> tuple[dict
             return _processed(spec, records, transform, where=str(paths[0]))
         missing_message = (
             f"task {spec.task}: {missing[0]} not found; put the benchmark files under {data_dir} "
-            f"or point --data-dir (${DATA_DIR_ENV}; data_dir= in Python) at the folder that holds them"
+            f"or point ${DATA_DIR_ENV} (eval's --data-dir; data_dir= in Python) at the folder that holds them"
         )
         if spec.dataset_path is None:
             raise MissingFileError(missing_message)

@@ -282,21 +282,12 @@ def _add_eval(subparsers) -> None:
 
 
 def _benchmark_data_dir(given: str | None) -> str | None:
-    """--data-dir (or $HF_GPT_CUSTOM_DATA_DIR) found as train finds its data: in the working directory, then the
-    repository root, so `--data-dir ../shared/data` works from anywhere (it was looked up in the working directory
-    only: the newcomer3 walk). A folder in neither is named, with both places looked in."""
-    from hf_gpt_custom.eval.task_data import DATA_DIR_ENV
-    from hf_gpt_custom.training.config_values import REPO_ROOT, find_local_path
+    """--data-dir found as train finds its data (resolve_data_dir: the working directory, then the repository
+    root), so `--data-dir ../shared/data` works from anywhere (the newcomer3 walk); None leaves evaluate()'s default,
+    which reads $HF_GPT_CUSTOM_DATA_DIR by the same rule."""
+    from hf_gpt_custom.eval.task_data import resolve_data_dir
 
-    flag, value = ("--data-dir", given) if given else (f"${DATA_DIR_ENV}", os.environ.get(DATA_DIR_ENV))
-    if not value:
-        return None
-    found = find_local_path(value)
-    if found is None or not found.is_dir():
-        where = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
-        raise UserError(f"{flag} {value} is no folder in {where}; give the folder holding the benchmark files "
-                        "(README: ../shared/data, beside the checkout)")
-    return str(found)
+    return str(resolve_data_dir(given, "--data-dir")) if given else None
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
@@ -496,6 +487,12 @@ def _setting_hint(command: str, flag: str) -> str:
 
     keys = [field.name for field in dataclasses.fields(config_class)]
     key = flag[2:].replace("-", "_")
+    if key == "data_dir":  # eval's flag: data_cache_dir, the close match, is the packed training data's cache
+        from hf_gpt_custom.eval.task_data import DATA_DIR_ENV
+
+        benchmarks = f"the benchmark files come from ${DATA_DIR_ENV} (eval's --data-dir)"
+        return f"{benchmarks}; the training data is dataset=VALUE" if command == "run" else \
+            f"the training data is dataset=VALUE; {benchmarks}"
     if transformers_name_hint(key):  # --per_device_train_batch_size, --bf16: a Trainer user's spelling
         return f"settings follow the config as key=value: {transformers_name_hint(key).removesuffix('; ')}"
     key = LM_EVAL_SETTINGS.get(key, key) if LM_EVAL_SETTINGS.get(key) in keys else key

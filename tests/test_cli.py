@@ -327,6 +327,12 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
     (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--model_args", "pretrained=m"],
      "hf-gpt-custom eval: error: unrecognized arguments: --model_args pretrained=m (--model_args is --model "
      "FOLDER_OR_HUB_ID, not pretrained=... here)"),
+    (["run", "cfg.yaml", "--data-dir", "../shared/data"],
+     "hf-gpt-custom run: error: unrecognized arguments: --data-dir ../shared/data (the benchmark files come from "
+     "$HF_GPT_CUSTOM_DATA_DIR (eval's --data-dir); the training data is dataset=VALUE)"),
+    (["train", "cfg.yaml", "--data_dir", "d"],
+     "hf-gpt-custom train: error: unrecognized arguments: --data_dir d (the training data is dataset=VALUE; the "
+     "benchmark files come from $HF_GPT_CUSTOM_DATA_DIR (eval's --data-dir))"),
     (["tokenizer", "train", "a.txt", "--out", "o", "--vocab_size", "300"],
      "hf-gpt-custom tokenizer train: error: unrecognized arguments: --vocab_size 300 (--vocab_size is --vocab-size "
      "here)"),
@@ -619,12 +625,9 @@ def test_evals_data_dir_is_found_as_trains_data_is_from_any_working_directory(tm
     with pytest.raises(Stop):
         main([*argv, "--data-dir", "../shared/data"])
     assert seen["data_dir"] == str((REPO_ROOT / "../shared/data").resolve())
-    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", "../shared/data")
-    with pytest.raises(Stop):
-        main(argv)
-    assert seen["data_dir"] == str((REPO_ROOT / "../shared/data").resolve())
     code, _, err = _run_main([*argv, "--data-dir", "no_such_folder"], capsys)
     _assert_one_line_error(code, err, "eval", f"--data-dir no_such_folder is no folder in {tmp_path} or {REPO_ROOT}")
+
 
 
 @pytest.mark.parametrize("limit", ["0", "1.5", "-2", "nan"])

@@ -500,3 +500,30 @@ def test_a_list_target_of_a_task_scoring_one_text_is_refused_not_scored_as_its_p
     with pytest.raises(ValueError, match=expected):
         spec.target(doc)
     assert spec.target({"q": "x", "aliases": " blue", "page": "alpha beta"}) in (" blue", "alpha beta")
+
+
+def test_the_data_dir_variable_is_found_by_one_rule_for_eval_run_and_evaluate(tmp_path, monkeypatch, capsys,
+                                                                               tiny_model_folder):
+    """$HF_GPT_CUSTOM_DATA_DIR=../shared/data was found from any working directory by `eval` alone: `run`'s
+    evaluation stage and evaluate() read it from the working directory only, and the error named a --data-dir `run`
+    does not have (the roundreview27 hunt). Reference: the same task scored with the folder given absolute."""
+    from hf_gpt_custom.cli import main
+    from hf_gpt_custom.eval.runner import evaluate
+    from hf_gpt_custom.eval.task_data import default_data_dir
+    from hf_gpt_custom.training.config_values import REPO_ROOT
+
+    shared = (REPO_ROOT / "../shared/data").resolve()
+    monkeypatch.chdir(tmp_path)  # no ../shared here
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", "../shared/data")
+    assert default_data_dir() == shared  # what run's evaluation stage and evaluate() read
+    found = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, device="cpu", show_progress=False)
+    given = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, device="cpu", show_progress=False,
+                     data_dir=shared)
+    assert found.results == given.results
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", "no_such_folder")
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--out", "o"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"hf-gpt-custom eval: error: $HF_GPT_CUSTOM_DATA_DIR no_such_folder is no folder in {tmp_path} or "
+        f"{REPO_ROOT}; give the folder holding the benchmark files (README: ../shared/data, beside the checkout)")
