@@ -469,6 +469,8 @@ def _refuse_a_multi_process_launch(command: str) -> None:
 # push's flags, and run's settings for its benchmark stage
 LM_EVAL_FLAGS = {"--num_fewshot": "--shots", "--output_path": "--out", "--output_dir": "--out",
                  "--model_args": "--model", "--batch_size": "--batch-size"}
+# TrainingArguments' precision flags, which a transformers user gives eval: its --dtype
+DTYPE_FLAGS = {"--fp16": "float16", "--bf16": "bfloat16"}
 LM_EVAL_SETTINGS = {"num_fewshot": "benchmark_shots", "shots": "benchmark_shots", "tasks": "benchmark_tasks",
                     "output_dir": "out_dir", "output_path": "out_dir"}
 
@@ -511,7 +513,9 @@ def _flag_hints(command: argparse.ArgumentParser, arguments: list[str]) -> str:
         if flag in options:
             continue
         ours = LM_EVAL_FLAGS.get(flag) if LM_EVAL_FLAGS.get(flag) in options else flag.replace("_", "-")
-        if ours in options:
+        if flag in DTYPE_FLAGS and "--dtype" in options:
+            hints.append(f"{flag} is --dtype {DTYPE_FLAGS[flag]} here")
+        elif ours in options:
             value = " FOLDER_OR_HUB_ID, not pretrained=..." if flag == "--model_args" else ""
             hints.append(f"{flag} is {ours}{value} here")
         elif takes_settings:

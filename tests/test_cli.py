@@ -327,6 +327,8 @@ def test_overrides_may_follow_the_options_as_the_docs_write_them(monkeypatch, tm
     (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--model_args", "pretrained=m"],
      "hf-gpt-custom eval: error: unrecognized arguments: --model_args pretrained=m (--model_args is --model "
      "FOLDER_OR_HUB_ID, not pretrained=... here)"),
+    (["eval", "--model", "m", "--tasks", "copa", "--out", "o", "--fp16"],
+     "hf-gpt-custom eval: error: unrecognized arguments: --fp16 (--fp16 is --dtype float16 here)"),
     (["run", "cfg.yaml", "--data-dir", "../shared/data"],
      "hf-gpt-custom run: error: unrecognized arguments: --data-dir ../shared/data (the benchmark files come from "
      "$HF_GPT_CUSTOM_DATA_DIR (eval's --data-dir); the training data is dataset=VALUE)"),
