@@ -149,7 +149,9 @@ def apply_config_overrides(config: GPTCustomConfig, kwargs: dict, source: str) -
     for name, value in kwargs.items():
         if name in LOADING_KWARGS or name in HARMLESS_KWARGS:
             continue
-        if hasattr(config, name):
+        # rope_parameters (transformers 5's spelling of rope_theta; LlamaForCausalLM takes no rope_theta=) is no
+        # attribute: the config reads it when set, and refuses scaling by name (the dtypeload3 hunt)
+        if hasattr(config, name) or name in ("rope_parameters", "rope_scaling"):
             setattr(config, name, value)
         elif value is not None and INERT_VALUES.get(name, object()) != value:
             ignored.append(f"{name}={value!r}")
@@ -333,7 +335,11 @@ def load_converted_checkpoint(path: str | os.PathLike, model_class, family: Chec
     # transformers 5's from_pretrained: dtype=None is unset, so an older torch_dtype given beside it counts, else "auto"
     requested = kwargs.get("dtype")
     requested = kwargs.get("torch_dtype") if requested is None else requested
-    dtype = loading_dtype("auto" if requested is None else requested, weights, config_dict)
+    # "auto" reads the config object in hand, as transformers' _get_dtype does: a config= given (its dtype, else the
+    # weights'), not config.json, which gave a float32 model for a bf16 config (the dtypeload3 hunt)
+    given = kwargs.get("config")
+    saved = config_dict if given is None else {"dtype": getattr(given, "dtype", None)}
+    dtype = loading_dtype("auto" if requested is None else requested, weights, saved)
     state = converted_state_dict(family, weights, architecture)
     model, loading_info = model_and_loading_info(config, state, model_class, source, architecture, dtype=dtype,
                                                  ignore_mismatched_sizes=bool(kwargs.get("ignore_mismatched_sizes")))

@@ -331,6 +331,42 @@ def test_dtype_none_is_the_dtype_transformers_loads(tmp_path, class_name, kwargs
             torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("class_name", ["LlamaForCausalLM", "GPT2LMHeadModel"])
+@pytest.mark.parametrize("folder_dtype, config_dtype", [(torch.float32, "bfloat16"), (torch.bfloat16, "float32")])
+def test_dtype_auto_reads_a_config_argument_as_transformers_does(tmp_path, class_name, folder_dtype, config_dtype):
+    """dtype "auto" (the default) reads the config object in hand: a config= given (a model's loaded in bf16, or
+    AutoConfig.from_pretrained(folder, dtype="float32")) decides it, not the folder's config.json. The conversion
+    read config.json: a float32 model for a bf16 config, a bf16 one for a float32 config (the dtypeload3 hunt).
+    Reference: transformers' own class given the same config."""
+    reference_model(class_name).to(folder_dtype).save_pretrained(tmp_path)
+    config = AutoConfig.from_pretrained(tmp_path, dtype=config_dtype)
+    theirs = getattr(transformers, class_name).from_pretrained(tmp_path, config=config).eval()
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, config=config)
+    assert ours.dtype == theirs.dtype == getattr(torch, config_dtype)
+    if class_name.startswith("Llama"):  # the same arithmetic as LlamaForCausalLM, bit for bit, in the same dtype
+        prompt = torch.randint(3, 99, (1, 7), generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            torch.testing.assert_close(ours(prompt).logits, theirs(prompt).logits, rtol=0, atol=0)
+
+
+def test_rope_parameters_at_load_set_rope_theta_as_llama_takes_them(tmp_path):
+    """transformers 5 spells RoPE's base rope_parameters (LlamaForCausalLM takes no rope_theta=): converting a Llama
+    folder refused it as an argument it "does not support", though our own folders take it (the dtypeload3 hunt).
+    Reference: LlamaForCausalLM loaded with the same argument, at positions where the base matters."""
+    saved_folder(tmp_path, "LlamaForCausalLM")
+    rope = {"rope_type": "default", "rope_theta": 500.0}
+    theirs = transformers.LlamaForCausalLM.from_pretrained(tmp_path, rope_parameters=rope).eval()
+    ours = GPTCustomForCausalLM.from_pretrained(tmp_path, rope_parameters=rope)
+    assert ours.config.rope_theta == 500.0
+    prompt = torch.randint(3, 99, (1, 7), generator=torch.Generator().manual_seed(4))
+    positions = torch.arange(40, 47)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(prompt, position_ids=positions).logits,
+                                   theirs(prompt, position_ids=positions).logits, rtol=0, atol=1e-6)
+    with pytest.raises(UserError, match="only plain RoPE is implemented"):
+        GPTCustomForCausalLM.from_pretrained(tmp_path, rope_parameters={"rope_type": "linear", "factor": 2.0})
+
+
 def test_sharded_pytorch_model_bin_checkpoints_load(tmp_path):
     """pytorch_model.bin.index.json with its shards, as older repositories ship: transformers loads it, the
     conversion said the folder had no weights."""
