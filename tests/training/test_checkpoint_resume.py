@@ -547,6 +547,27 @@ def test_resume_refuses_a_random_state_file_it_cannot_load(run_with_checkpoints)
         train(config)
 
 
+@pytest.mark.parametrize("damage", ["saved by 2 processes", "unloadable random state"])
+def test_a_resume_refused_for_its_random_states_leaves_the_newer_work_in_place(run_with_checkpoints, damage):
+    """Resuming an older checkpoint sets the newer checkpoints, final/ and the summary aside: the refusal for the
+    checkpoint's process count (or an unloadable random state) came after that, so a refused command left a run that
+    could not be exported, and a correct rerun trained the newer steps again (the distributed3 hunt). Reference:
+    the folder's files before the command."""
+    config, run_dir = run_with_checkpoints
+    older = run_dir / "checkpoints" / "step_000006"
+    if damage.startswith("saved"):
+        shutil.copy(older / "random_states_0.pkl", older / "random_states_1.pkl")
+    else:
+        (older / "random_states_0.pkl").write_bytes(pickle.dumps({"random_state": datetime.date(2026, 1, 1)}))
+    manifest.write_manifest(older, step=6)  # the checkpoint itself verifies: only its random states are refused
+    before = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*"))
+    config.resume_from_checkpoint = str(older)
+    with pytest.raises(UserError, match="saved by 2 process" if damage.startswith("saved") else "cannot load the "
+                                                                                              "random state"):
+        train(config)
+    assert sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*")) == before
+
+
 def test_resume_with_another_number_of_processes_than_saved_the_checkpoint_is_refused_by_every_rank(
         run_with_checkpoints):
     _, run_dir = run_with_checkpoints
