@@ -519,7 +519,9 @@ def test_the_data_dir_variable_is_found_by_one_rule_for_eval_run_and_evaluate(tm
     found = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, device="cpu", show_progress=False)
     given = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, device="cpu", show_progress=False,
                      data_dir=shared)
-    assert found.results == given.results
+    relative = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, device="cpu",
+                        show_progress=False, data_dir="../shared/data")  # data_dir= by the same rule
+    assert found.results == given.results == relative.results
     monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", "no_such_folder")
     with pytest.raises(SystemExit) as exited:
         main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--out", "o"])
