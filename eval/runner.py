@@ -27,6 +27,7 @@ from hf_gpt_custom.eval.scoring import CausalLMScorer, scoring_window
 from hf_gpt_custom.eval.sharding import check_every_process_asks_the_same, score_across_processes
 from hf_gpt_custom.eval.task import TaskSpec, default_data_dir, load_tasks, tasks_fingerprint
 from hf_gpt_custom.eval.task_data import BUILT_IN_DATA_DIR, resolve_data_dir
+from hf_gpt_custom.eval.tokens import encode_pairs
 from hf_gpt_custom.errors import MissingFileError, UserError, check_listed_once
 from hf_gpt_custom.manifest import MANIFEST_NAME, weights_fingerprint
 from hf_gpt_custom.model_folder import check_model_folder, is_hub_repo_id, load_model_folder, saved_task_head_class
@@ -530,7 +531,25 @@ def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, 
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length)
     requests = [request for doc, prompt in zip(docs, prompts) for request in build_requests(spec, doc, prompt)]
+    _refuse_answers_without_tokens(spec, k, requests, scorer.tokenizer)
     return TaskPlan(spec, docs, k, prompts, requests, spec.scored_data_info(data_dir))
+
+
+def _refuse_answers_without_tokens(spec: TaskSpec, k: int, requests: list[Request], tokenizer) -> None:
+    """A UserError naming the first answer that tokenizes to nothing after its context: an empty choice, or one the
+    tokenizer merges into the context's last token ("my lor" + "d" with target_delimiter ""). lm-eval asserts on
+    it too; refused only while scoring, it cost the tasks scored before it and named a flat request index (the
+    lmevalparity4 hunt)."""
+    scored = [request for request in requests if request.request_type == "loglikelihood"]
+    pairs = encode_pairs(tokenizer, [(request.context, request.continuation) for request in scored])
+    for request, (_, continuation) in zip(scored, pairs):
+        if not continuation:
+            raise UserError(
+                f"task {spec.task} ({k}-shot), doc {request.doc_id}: the answer {request.continuation!r} has no token "
+                f"of its own after the context ending {request.context[-30:]!r} (an empty answer, or one the "
+                f"tokenizer merges into the context's last word); give the answers a leading space, or set "
+                f"target_delimiter: \" \" in the task file"
+            )
 
 
 def score_task(plan: TaskPlan, scorer: CausalLMScorer, show_progress: bool = True,

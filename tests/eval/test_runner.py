@@ -476,3 +476,28 @@ def test_a_loaded_model_without_a_kv_cache_is_scored_without_shared_contexts(tin
     got = evaluate(model, tokenizer, **settings)
     expected = evaluate(model, tokenizer, share_context=False, **settings)
     assert [row["value"] for row in got.results] == [row["value"] for row in expected.results]
+
+
+def test_an_answer_without_tokens_is_refused_before_any_task_is_scored(tmp_path, tiny_model_folder, monkeypatch):
+    """An empty choice (or one the tokenizer merges into the context) was refused while scoring: the tasks scored
+    before it were lost, though docs/evaluation.md says every task is checked first, and the error named a flat
+    "request 6" (the lmevalparity4 hunt). lm-eval refuses it too (an assertion). Reference: the task file written
+    here, whose doc 2 has the empty answer."""
+    import json
+
+    import hf_gpt_custom.eval.runner as runner
+
+    docs = [{"q": "Say it:", "opts": [" yes", " no"], "lab": 0}, {"q": "Say it:", "opts": [" no", " yes"], "lab": 1},
+            {"q": "Say it:", "opts": [" yes", ""], "lab": 0}]
+    (tmp_path / "empty.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+    task = tmp_path / "empty.yaml"
+    task.write_text(f"task: empty\ndata_files: {{test: {tmp_path / 'empty.jsonl'}}}\noutput_type: multiple_choice\n"
+                    "doc_to_text: \"{{q}}\"\ndoc_to_target: lab\ndoc_to_choice: opts\ntarget_delimiter: \"\"\n"
+                    "metric_list: [{metric: acc}]\n")
+    scored = []
+    monkeypatch.setattr(runner, "score_task", lambda plan, *args, **kwargs: scored.append(plan.spec.task))
+    with pytest.raises(UserError, match=r"task empty \(0-shot\), doc 2: the answer '' has no token of its own after "
+                                        r"the context ending 'Say it:'.*target_delimiter"):
+        evaluate(str(tiny_model_folder), tasks=["copa", str(task)], shots=[0], limit=3, device="cpu",
+                 show_progress=False)
+    assert scored == []
