@@ -168,7 +168,8 @@ def _refuse_a_too_long_answer(request, tokenizer, max_length: int, task_name: st
         raise UserError(
             f"{task_name} cannot run on {model_name}: the answer of doc {request.doc_id} is {len(continuation)} tokens, "
             f"longer than the model's context of {max_length}, and lm-eval needs every answer to fit (it stops at an "
-            f"assertion); leave {task_name} out for this model, or score it with `hf-gpt-custom eval --protocol lm-eval "
+            f"assertion; every doc is checked, --limit or not, as lm-eval does not tell the task which it scores); "
+            f"leave {task_name} out for this model, or score it with `hf-gpt-custom eval --protocol lm-eval "
             f"--tasks {task_name.removeprefix(TASK_PREFIX)}`, which keeps an answer's last {max_length} tokens and "
             "counts the doc as truncated"
         )
