@@ -367,6 +367,15 @@ def convert_model(reference, model_class, family: CheckpointFamily):
     return model.eval()
 
 
+def require_causal_lm(model, converter: str) -> None:
+    """A UserError naming the limit when `converter` (to_llama_model, to_openai_gpt_model) is given a task head: it
+    failed with an AttributeError about generation_config (the heads3 hunt)."""
+    if not getattr(model, "can_generate", lambda: False)():
+        raise UserError(f"{converter} converts a causal LM (GPTCustomForCausalLM), not a {type(model).__name__}: a "
+                        "task head has no way back to transformers' classes here; save_pretrained it and load the "
+                        "folder with trust_remote_code=True")
+
+
 def transformers_model_with_weights(reference_class, reference_config, state: dict[str, torch.Tensor],
                                     generation_config=None):
     """`reference_class(reference_config)` (a transformers model), in eval mode, holding `state`: every weight it

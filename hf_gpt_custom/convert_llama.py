@@ -26,6 +26,7 @@ from .convert_common import (
     read_as_transformers_does,
     refuse_inexpressible,
     refuse_options,
+    require_causal_lm,
     same_names,
     transformers_model_with_weights,
 )
@@ -189,6 +190,7 @@ def to_llama_state_dict(state: dict[str, torch.Tensor], config: GPTCustomConfig)
 
 def to_llama_model(model):
     """transformers' LlamaForCausalLM, in eval mode, holding the weights of our Llama-block causal LM."""
+    require_causal_lm(model, "to_llama_model")
     from transformers import LlamaForCausalLM
 
     reference_config = llama_config_from(model.config)

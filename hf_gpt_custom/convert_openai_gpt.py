@@ -22,6 +22,7 @@ from .convert_common import (
     refuse_inexpressible,
     refuse_options,
     refuse_unsupported_summary,
+    require_causal_lm,
     same_names,
     transformers_model_with_weights,
 )
@@ -160,6 +161,7 @@ def to_openai_gpt_state_dict(state: dict[str, torch.Tensor], config: GPTCustomCo
 
 def to_openai_gpt_model(model):
     """transformers' OpenAIGPTLMHeadModel, in eval mode, holding the weights of our GPT-1-block causal LM."""
+    require_causal_lm(model, "to_openai_gpt_model")
     from transformers import OpenAIGPTLMHeadModel
 
     state = to_openai_gpt_state_dict(model.state_dict(), model.config)

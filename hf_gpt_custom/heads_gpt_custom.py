@@ -133,6 +133,25 @@ def check_answer_positions(name: str, positions, batch_size: int) -> None:
                         "position per row, shape (batch,)")
 
 
+def _real_columns_only(start_logits, end_logits, start_positions, end_positions, attention_mask):
+    """The QA loss's arguments with the padding taken out: pad columns' logits at the dtype's minimum (no share of
+    the softmax) and a position on a pad column moved past the input, which transformers' loss ignores. On the
+    device, with no host read; a mask other than (batch, seq) of 0/1 is left to the model as given."""
+    if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape != start_logits.shape:
+        return start_logits, end_logits, start_positions, end_positions
+    padding = attention_mask == 0
+    seq_len = start_logits.shape[1]
+    lowest = torch.finfo(start_logits.dtype).min
+
+    def off_padding(positions):
+        positions = positions.view(-1).clamp(0, seq_len)  # transformers' clamp: past the end is ignored
+        on_padding = padding.gather(1, positions.clamp(max=seq_len - 1)[:, None]).squeeze(1) & (positions < seq_len)
+        return torch.where(on_padding, seq_len, positions)
+
+    return (start_logits.masked_fill(padding, lowest), end_logits.masked_fill(padding, lowest),
+            off_padding(start_positions), off_padding(end_positions))
+
+
 def check_sequence_labels(labels: torch.Tensor, pooled_logits: torch.Tensor, config: GPTCustomConfig) -> None:
     """Raise a UserError for sequence-classification labels whose shape or dtype the loss would broadcast or refuse
     from deep inside torch, before transformers' loss sets config.problem_type from them (a failed call left it set
@@ -377,6 +396,7 @@ class GPTCustomForTokenClassification(GPTCustomTaskHeadModel):
         **kwargs,
     ) -> TokenClassifierOutput:
         """`labels`: (batch, seq) class indices, -100 where a position has no label (padding, sub-word pieces)."""
+        kwargs.pop("use_cache", None)  # no cache to return (a loop's use_cache= was a TypeError: the heads3 hunt)
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
             use_cache=False, return_dict=True, **kwargs,
@@ -415,7 +435,12 @@ class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         """`start_positions`/`end_positions`: (batch,) token positions of the answer span. As in transformers, a
-        position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error."""
+        position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error; so is
+        one on a padding column. The loss's softmax runs over each row's real columns: GPT2ForQuestionAnswering's
+        runs over the pad columns too, so its loss moved with the padding side and the batch's width (1.91 left,
+        1.91 right, 2.43 at width 12 for rows whose loss alone is 1.32: the heads3 hunt). The logits returned are
+        GPT-2's."""
+        kwargs.pop("use_cache", None)  # no cache to return, as GPT2ForQuestionAnswering takes the argument
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
             use_cache=False, return_dict=True, **kwargs,
@@ -426,7 +451,8 @@ class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
         if start_positions is not None and end_positions is not None:
             for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
                 check_answer_positions(name, positions, batch_size=start_logits.shape[0])
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+            loss = self.loss_function(*_real_columns_only(start_logits, end_logits, start_positions, end_positions,
+                                                          attention_mask), **kwargs)
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
@@ -499,6 +525,7 @@ class GPTCustomForMultipleChoice(GPTCustomTaskHeadModel):
             return None if tensor is None else tensor.reshape(batch * n_choices, *tensor.shape[-trailing:])
 
         flat_ids, flat_mask = flatten(input_ids, 1), flatten(attention_mask, 1)
+        kwargs.pop("use_cache", None)  # no cache to return, as GPT2DoubleHeadsModel takes the argument
         outputs: BaseModelOutputWithPast = self.transformer(
             flat_ids, attention_mask=flat_mask, position_ids=flatten(position_ids, 1),
             inputs_embeds=flatten(inputs_embeds, 2), token_type_ids=flatten(token_type_ids, 1), use_cache=False,

@@ -79,7 +79,11 @@ def head_outputs(model, our_class, side: str) -> dict[str, torch.Tensor]:
         inputs["labels"] = inputs["labels"].masked_fill(attention_mask == 0, -100)
     else:
         last = attention_mask.shape[1] - 1 if side == "left" else attention_mask.sum(-1) - 1
-        inputs.update(start_positions=torch.tensor([1, 2, 0]), end_positions=torch.as_tensor(last).expand(3))
+        positions = dict(start_positions=torch.tensor([1, 2, 0]), end_positions=torch.as_tensor(last).expand(3))
+        with torch.no_grad():  # the QA loss: unpadded, where ours (over real columns) and transformers' agree
+            loss = model(input_ids=input_ids, **positions).loss
+            output = model(**inputs)
+        return {"loss": loss, "start_logits": output.start_logits, "end_logits": output.end_logits}
     with torch.no_grad():
         output = model(**inputs)
     return {name: value for name, value in output.items() if name in ("loss", "logits", "start_logits", "end_logits")}
@@ -272,3 +276,20 @@ def test_a_causal_lm_converted_into_a_head_reports_its_new_and_unused_weights_as
     if family == "GPT2":
         assert "score.weight" in theirs.out and "MISSING" in theirs.out
     assert "LOAD REPORT" not in whole.out
+
+
+@pytest.mark.parametrize("converter", ["to_llama_model", "to_openai_gpt_model"])
+def test_converting_a_task_head_back_is_refused_naming_the_limit(converter):
+    """docs/model.md gives to_llama_model / to_openai_gpt_model as the way back to transformers: a task head failed
+    with an AttributeError about generation_config (the heads3 hunt). A causal LM of the same block converts."""
+    import hf_gpt_custom.convert_llama as convert_llama
+    import hf_gpt_custom.convert_openai_gpt as convert_openai_gpt
+
+    from hf_gpt_custom import GPTCustomConfig, GPTCustomForSequenceClassification
+
+    module = convert_llama if converter == "to_llama_model" else convert_openai_gpt
+    config = GPTCustomConfig.from_preset("llama-small" if converter == "to_llama_model" else "gpt1", vocab_size=99,
+                                         n_positions=32, n_embd=32, n_layer=1, n_head=4, num_labels=2)
+    with pytest.raises(UserError, match=rf"{converter} converts a causal LM \(GPTCustomForCausalLM\), not a "
+                                        r"GPTCustomForSequenceClassification.*trust_remote_code=True"):
+        getattr(module, converter)(GPTCustomForSequenceClassification(config))

@@ -151,10 +151,18 @@ def test_token_classification_takes_classifier_dropout_from_the_config_as_gpt2_d
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_question_answering_matches_transformers_gpt2(side):
+    """The logits are GPT-2's; the loss is each row's own, over its real columns. GPT2ForQuestionAnswering's softmax
+    also spans the pad columns, so its loss moved with the padding side and width (the heads3 hunt). Reference for
+    the loss: a hand cross-entropy over each row's real columns of GPT-2's logits, a position on padding or past the
+    input ignored, as transformers ignores one past the input."""
     ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
     input_ids, attention_mask = padded_batch(side)
-    # The last row's end lies outside the input: ignored by both, as transformers does for truncated answers.
-    start_positions, end_positions = torch.tensor([1, 4, 5]), torch.tensor([3, 6, 40])
+    lengths, width = attention_mask.sum(1).tolist(), attention_mask.shape[1]
+    offsets = [width - length if side == "left" else 0 for length in lengths]
+    # Row 0's end lies past the input; row 2's start sits on padding (left) or past its text (right): ignored
+    starts = [offsets[0] + 1, offsets[1] + 2, offsets[2] - 1 if side == "left" else 2]
+    ends = [40, offsets[1] + 3, offsets[2] + 1]
+    start_positions, end_positions = torch.tensor(starts), torch.tensor(ends)
     with torch.no_grad():
         got = ours(input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions)
         expected = reference(
@@ -163,18 +171,53 @@ def test_question_answering_matches_transformers_gpt2(side):
         )
     torch.testing.assert_close(got.start_logits, expected.start_logits, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.end_logits, expected.end_logits, rtol=0, atol=1e-5)
-    torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+
+    def row_losses(logits, positions):  # -log softmax over the row's real columns, at the position if it is one
+        losses = []
+        for row, position in enumerate(positions):
+            real = attention_mask[row].bool()
+            if position < width and real[position]:
+                log_probs = torch.log_softmax(logits[row][real], dim=-1)
+                losses.append(-log_probs[int(real[:position].sum())])
+        return torch.stack(losses).mean()
+
+    by_hand = (row_losses(expected.start_logits, starts) + row_losses(expected.end_logits, ends)) / 2
+    torch.testing.assert_close(got.loss, by_hand, rtol=0, atol=1e-5)
+    assert abs(got.loss - expected.loss) > 1e-3  # GPT-2's loss counts the pad columns
+
+
+@pytest.mark.parametrize("head_class, inputs", [
+    (GPTCustomForTokenClassification, {}),
+    (GPTCustomForQuestionAnswering, {}),
+    (GPTCustomForMultipleChoice, {"n_choices": 2}),
+])
+def test_the_heads_take_use_cache_as_transformers_heads_do(head_class, inputs):
+    """A loop written for any model passes model(**batch, use_cache=False): three heads failed with "got multiple
+    values for keyword argument 'use_cache'" and a printout of the whole body (the heads3 hunt). Reference: the same
+    head's output without the argument (GPT-2's heads take it)."""
+    torch.manual_seed(0)
+    model = head_class(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD)).eval()
+    shape = (2, inputs["n_choices"], 5) if inputs else (2, 5)
+    input_ids = torch.randint(1, 98, shape, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        plain = model(input_ids)
+        for use_cache in (False, True):
+            given = model(input_ids, use_cache=use_cache)
+            for name, value in plain.items():
+                torch.testing.assert_close(given[name], value, rtol=0, atol=0)
 
 
 def test_question_answering_takes_positions_of_shape_batch_by_one_as_gpt2_does():
     ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
-    input_ids, attention_mask = padded_batch("right")
+    input_ids = torch.randint(1, 98, (3, 7), generator=torch.Generator().manual_seed(2))  # unpadded: GPT-2's loss
     start_positions, end_positions = torch.tensor([[1], [2], [0]]), torch.tensor([[3], [3], [1]])
     with torch.no_grad():
-        got = ours(input_ids, attention_mask=attention_mask, start_positions=start_positions, end_positions=end_positions)
-        expected = reference(input_ids, attention_mask=attention_mask, start_positions=start_positions,
-                             end_positions=end_positions)
+        got = ours(input_ids, start_positions=start_positions, end_positions=end_positions)
+        expected = reference(input_ids, start_positions=start_positions, end_positions=end_positions)
+        flat = ours(input_ids, attention_mask=torch.ones_like(input_ids), start_positions=start_positions.view(-1),
+                    end_positions=end_positions.view(-1))
     torch.testing.assert_close(got.loss, expected.loss, rtol=0, atol=1e-5)
+    torch.testing.assert_close(flat.loss, expected.loss, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("positions, refused", [
