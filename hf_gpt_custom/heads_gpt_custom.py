@@ -145,7 +145,7 @@ def _real_columns_only(start_logits, end_logits, start_positions, end_positions,
 
     def off_padding(positions):
         positions = positions.view(-1).clamp(0, seq_len)  # transformers' clamp: past the end is ignored
-        on_padding = padding.gather(1, positions.clamp(max=seq_len - 1)[:, None]).squeeze(1) & (positions < seq_len)
+        on_padding = padding.gather(1, positions.clamp(max=seq_len - 1)[:, None]).squeeze(1)  # (seq_len: ignored)
         return torch.where(on_padding, seq_len, positions)
 
     return (start_logits.masked_fill(padding, lowest), end_logits.masked_fill(padding, lowest),

@@ -159,8 +159,9 @@ def test_question_answering_matches_transformers_gpt2(side):
     input_ids, attention_mask = padded_batch(side)
     lengths, width = attention_mask.sum(1).tolist(), attention_mask.shape[1]
     offsets = [width - length if side == "left" else 0 for length in lengths]
-    # Row 0's end lies past the input; row 2's start sits on padding (left) or past its text (right): ignored
-    starts = [offsets[0] + 1, offsets[1] + 2, offsets[2] - 1 if side == "left" else 2]
+    # Row 0's end lies past the input; row 2's start sits on padding (left) or past its text (right): ignored. Row
+    # 1's start is negative: column 0, as transformers clamps it (padding on the left: ignored)
+    starts = [offsets[0] + 1, -3, offsets[2] - 1 if side == "left" else 2]
     ends = [40, offsets[1] + 3, offsets[2] + 1]
     start_positions, end_positions = torch.tensor(starts), torch.tensor(ends)
     with torch.no_grad():
@@ -175,7 +176,7 @@ def test_question_answering_matches_transformers_gpt2(side):
     def row_losses(logits, positions):  # -log softmax over the row's real columns, at the position if it is one
         losses = []
         for row, position in enumerate(positions):
-            real = attention_mask[row].bool()
+            position, real = max(position, 0), attention_mask[row].bool()
             if position < width and real[position]:
                 log_probs = torch.log_softmax(logits[row][real], dim=-1)
                 losses.append(-log_probs[int(real[:position].sum())])
