@@ -401,7 +401,8 @@ def _write_down_new_settings(run_dir: Path, state: dict[str, Any], new: dict[str
             if (run_dir / RUN_LOG_NAME).is_file() and summary.get("n_params"):
                 plot_loss_curve(read_run_log(run_dir / RUN_LOG_NAME), run_dir / LOSS_CURVE_NAME,
                                 title=loss_curve_title(new["run_name"], summary["n_params"]),
-                                **({"loss_name": summary["loss_name"]} if summary.get("loss_name") else {}))
+                                **({"loss_name": summary["loss_name"]} if summary.get("loss_name") else {}),
+                                val_blocks=summary.get("val_blocks"))
         write_training_summary(summary_path, summary)
     if "wrote" in record:
         record["wrote"] = _report_identities(run_dir, tuple(record["wrote"]))

@@ -94,9 +94,10 @@ def loss_curve_title(run_name: str, n_params: int) -> str:
 
 
 def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, title: str = "",
-                    loss_name: str = "cross-entropy loss (nats / token)") -> None:
+                    loss_name: str = "cross-entropy loss (nats / token)", val_blocks: int | None = None) -> None:
     """Train loss per step and validation loss at each evaluation, on one axis named `loss_name` (the workload's:
-    fine-tuning's is a task loss per example, plus λ × the LM loss per token)."""
+    fine-tuning's is a task loss per example, plus λ × the LM loss per token). `val_blocks`, the validation split's
+    size, labels a line scored on fewer (eval_batches) "first N of M blocks": the image alone said "validation"."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,8 +113,11 @@ def plot_loss_curve(records: list[dict[str, Any]], path: str | os.PathLike, titl
         ax.plot(*zip(*train), label="train", linewidth=1.0, alpha=0.8)
     for scored in scored_sets:
         val = [(r["step"], r["val_loss"]) for r in evaluations if r.get("blocks_scored") == scored]
-        label = "validation" if len(scored_sets) == 1 else (
-            f"validation ({scored:,} blocks)" if scored is not None else "validation (blocks unrecorded)")
+        if scored is not None and val_blocks is not None and scored < val_blocks:
+            label = f"validation (first {scored:,} of {val_blocks:,} blocks)"
+        else:
+            label = "validation" if len(scored_sets) == 1 else (
+                f"validation ({scored:,} blocks)" if scored is not None else "validation (blocks unrecorded)")
         ax.plot(*zip(*val), label=label, marker="o", markersize=3.5, linewidth=1.5)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel(loss_name)

@@ -430,8 +430,8 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "loss_curve": LOSS_CURVE_NAME,
         "software": software_versions(),  # of the session that finished the run
     })
-    plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME,
-                    title=loss_curve_title(config.run_name, s.n_params), loss_name=s.workload.loss_name)
+    plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME, title=loss_curve_title(config.run_name, s.n_params),
+                    loss_name=s.workload.loss_name, val_blocks=s.workload.summary_fields(last_eval).get("val_blocks"))
 
 
 def _save_final_folder(s: Session) -> None:

@@ -88,6 +88,12 @@ def test_the_loss_curve_draws_validation_points_of_other_blocks_apart(tmp_path, 
     drawn.clear()
     plot_loss_curve([r for r in records if r.get("blocks_scored") != 2], tmp_path / "curve.png")
     assert dict(drawn)["validation"] == ((2, 4), (4.5, 4.2))  # one set: one line, as before
+    drawn.clear()  # eval_batches cut the split: the image says so, as the card's table does (the figuretruth hunt)
+    plot_loss_curve([r for r in records if r.get("blocks_scored") != 2], tmp_path / "curve.png", val_blocks=850)
+    assert dict(drawn)["validation (first 8 of 850 blocks)"] == ((2, 4), (4.5, 4.2))
+    drawn.clear()
+    plot_loss_curve([r for r in records if r.get("blocks_scored") != 2], tmp_path / "curve.png", val_blocks=8)
+    assert dict(drawn)["validation"] == ((2, 4), (4.5, 4.2))  # the whole split
 
 
 def test_the_loss_curve_draws_each_train_loss_at_its_own_step(tmp_path, monkeypatch):

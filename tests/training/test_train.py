@@ -143,7 +143,8 @@ def test_bits_per_byte_matches_a_hand_count(trained_run, shakespeare_tokenizer_d
 
 
 def test_a_rerun_on_another_eval_batches_logs_and_plots_the_figure_the_summary_gives(make_config,
-                                                                                      shakespeare_tokenizer_dir, capfd):
+                                                                                      shakespeare_tokenizer_dir, capfd,
+                                                                                      monkeypatch):
     """Rerunning a finished run with another eval_batches evaluates its last step again. The summary took the new
     figure while run_log.jsonl (and the loss curve drawn from it) kept the old one: two values for one step. The
     new figure is checked against a hand computation from final/ over the new cut. The final line says its figures
@@ -156,8 +157,15 @@ def test_a_rerun_on_another_eval_batches_logs_and_plots_the_figure_the_summary_g
     run_dir = train(make_config("max_steps=4", "eval_interval=4", "eval_batches=1"))
     config = make_config("max_steps=4", "eval_interval=4", "eval_batches=3")
     capfd.readouterr()
+    import hf_gpt_custom.training.train as train_module
+
+    plotted = []
+    real_plot = train_module.plot_loss_curve
+    monkeypatch.setattr(train_module, "plot_loss_curve",
+                        lambda *args, **kwargs: plotted.append(kwargs.get("val_blocks")) or real_plot(*args, **kwargs))
     train(config)
     summary = json.loads((run_dir / "training_summary.json").read_text())
+    assert plotted == [summary["val_blocks"]]  # the curve's legend says "first 12 of N blocks" (figuretruth)
     done = [line for line in capfd.readouterr().out.splitlines() if line.startswith("done: ")]
     assert done == [f"done: val loss {summary['final_val_loss']:.4f}, perplexity {summary['val_perplexity']:.2f}, "
                     f"{summary['val_bits_per_byte']:.4f} bits/byte (on the first 12 of {summary['val_blocks']} "
