@@ -98,7 +98,9 @@ def build_task_model_card(run_dir: Path, summary: dict, train_config: dict, mode
                  "repeated": summary.get("heldout_repeating_training_inputs")},
         training={"steps": summary.get("steps"), "examples_per_step": _examples_per_step(train_config, summary),
                   "learning_rate": f"{train_config.get('learning_rate', float('nan')):g}",
-                  "warmup_steps": train_config.get("warmup_steps"), "duration": facts["duration"]},
+                  "warmup_steps": train_config.get("warmup_steps"), "duration": facts["duration"],
+                  # the cosine's floor: the card said "cosine decay" alone, read as decay to 0 (the figuretruth hunt)
+                  "min_lr_ratio": train_config.get("min_lr_ratio")},
         results={"accuracy": _with_stderr(summary["val_accuracy"], summary.get("val_accuracy_stderr")),
                  "majority": f"{summary['majority_class_accuracy']:.4f}",
                  "task_loss": f"{summary['val_task_loss']:.4f}"},

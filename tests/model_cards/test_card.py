@@ -349,12 +349,13 @@ def test_a_scratch_run_says_scratch_and_a_fine_tune_names_its_base(tmp_path):
 
 
 @pytest.mark.parametrize(("settings", "sentence"), [
-    ({}, "Learning rate: linear warmup from 0 to 0.0006 over 2 steps, then cosine decay to 6e-05 (0.1 × the peak) "
-         "at step 10."),
-    ({"warmup_steps": 0}, "Learning rate: no warmup; cosine decay to 6e-05 (0.1 × the peak) at step 10."),
+    ({}, "Learning rate: linear warmup from 0 to 0.0006 over 2 steps, then cosine decay to 6e-05 (0.1 × the peak), "
+         "reached as step 10 ends (`run_log.jsonl` gives the rate each step used)."),
+    ({"warmup_steps": 0}, "Learning rate: no warmup; cosine decay to 6e-05 (0.1 × the peak), reached as step 10 "
+                          "ends"),
     ({"min_lr_ratio": 1.0, "learning_rate": 0.001}, "Learning rate: linear warmup from 0 to 0.001 over 2 steps, "
                                                     "then constant at 0.001."),
-    ({"min_lr_ratio": 0.0, "max_steps": 40}, "then cosine decay to 0 (0.0 × the peak) at step 40."),
+    ({"min_lr_ratio": 0.0, "max_steps": 40}, "then cosine decay to 0 (0.0 × the peak), reached as step 40 ends"),
 ], ids=["warmup+cosine", "no-warmup", "constant", "to-zero"])
 def test_the_schedule_sentence_is_the_configured_schedule(tmp_path, settings, sentence):
     """lr(step) = peak · (min_ratio + (1 - min_ratio) · ½(1 + cos π·progress)) after warmup (train.py's schedule):

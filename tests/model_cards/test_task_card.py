@@ -82,6 +82,8 @@ def test_fine_tuned_card_names_base_data_lambda_and_never_scratch(boolq_export, 
     assert "fine-tuned from the pre-trained model `wiki-base/final`" in text  # its run and folder, not its path
     assert "scratch" not in text.lower()
     assert "λ = 0.25" in text and "BoolQ (SuperGLUE dev)" in text and "`val.jsonl`" in text
+    min_lr_ratio = json.loads((run / "training_summary.json").read_text())["config"]["min_lr_ratio"]
+    assert f"then cosine decay to {min_lr_ratio} × the peak, in" in " ".join(text.split())  # its floor (figuretruth)
     assert "25% of its records (10), drawn with seed\n  5," in text or "25% of its records (10), drawn with seed 5" in \
         " ".join(text.split())
     assert "AutoModelForSequenceClassification" in text and "AutoModelForCausalLM" not in text
