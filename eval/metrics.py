@@ -158,10 +158,13 @@ def perplexity_stderr(items: Sequence[float]) -> float | None:
     resampled mean is a sum of n independent draws, so E[exp(-k·mean*)] = (mean_i exp(-k·x_i/n))^n for k = 1, 2,
     taken in log space. Drawn at random (as lm-eval, and this function before), the estimate was good to its order
     of magnitude only on a few heavy-tailed docs of a weak model: at 16 LAMBADA docs, lm-eval's was 0.28x the value
-    and ours 0.02x (the lmevalparity4 hunt); from ~50 docs on, lm-eval's draws agree with it within their noise."""
+    and ours 0.02x (the lmevalparity4 hunt). How close lm-eval's draws come depends on the tail against the number of
+    docs: within their noise at 300 docs of LAMBADA-like values, far off with one doc at -200 nats among 50."""
     if len(items) < 2:
         return None
     values = np.asarray(items, dtype=np.float64)
+    if not np.isfinite(values).all():  # a NaN or -inf log-likelihood (float16 overflow): no spread to give, as
+        return math.nan  # lm-eval's bootstrap gives nan (min(0.0, nan) below read it as no spread: 0.0)
     n = len(values)
 
     def log_mean_exp(exponents: np.ndarray) -> float:

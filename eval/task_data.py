@@ -46,8 +46,9 @@ def resolve_data_dir(value: str | Path, named_by: str) -> Path:
 
     found = find_local_path(str(value))
     if found is None or not found.is_dir():
-        where = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
-        raise UserError(f"{named_by} {value} is no folder in {where}; give the folder holding the benchmark files "
+        where = "" if Path(os.path.expanduser(str(value))).is_absolute() else " in " + " or ".join(
+            dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        raise UserError(f"{named_by} {value} is no folder{where}; give the folder holding the benchmark files "
                         "(README: ../shared/data, beside the checkout)")
     return found
 

@@ -150,8 +150,10 @@ def apply_config_overrides(config: GPTCustomConfig, kwargs: dict, source: str) -
         if name in LOADING_KWARGS or name in HARMLESS_KWARGS:
             continue
         # rope_parameters (transformers 5's spelling of rope_theta; LlamaForCausalLM takes no rope_theta=) is no
-        # attribute: the config reads it when set, and refuses scaling by name (the dtypeload3 hunt)
-        if hasattr(config, name) or name in ("rope_parameters", "rope_scaling"):
+        # attribute: a RoPE model's config reads it when set, and refuses scaling by name (the dtypeload3 hunt). A
+        # learned-position model has no use for it (GPT2LMHeadModel refuses it): refused below, not ignored
+        rope_argument = name in ("rope_parameters", "rope_scaling") and config.position_embedding_type == "rope"
+        if hasattr(config, name) or rope_argument:
             setattr(config, name, value)
         elif value is not None and INERT_VALUES.get(name, object()) != value:
             ignored.append(f"{name}={value!r}")
@@ -371,8 +373,8 @@ def require_causal_lm(model, converter: str) -> None:
     """A UserError naming the limit when `converter` (to_llama_model, to_openai_gpt_model) is given a task head: it
     failed with an AttributeError about generation_config (the heads3 hunt)."""
     if not getattr(model, "can_generate", lambda: False)():
-        raise UserError(f"{converter} converts a causal LM (GPTCustomForCausalLM), not a {type(model).__name__}: a "
-                        "task head has no way back to transformers' classes here; save_pretrained it and load the "
+        raise UserError(f"{converter} converts a causal LM (GPTCustomForCausalLM), not a {type(model).__name__}: "
+                        "only a causal LM goes back to transformers' classes here; save_pretrained it and load the "
                         "folder with trust_remote_code=True")
 
 

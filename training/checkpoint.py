@@ -402,6 +402,23 @@ def load_checkpoint(accelerator, folder: str | os.PathLike) -> TrainingState:
     return read_training_state(folder)
 
 
+def check_random_states_on_every_rank(accelerator, folder: str | os.PathLike) -> None:
+    """check_random_states on each rank, the first refusal raised on every rank: each rank reads only its own file,
+    so rank 0, whose file loaded, went on to set the run's newer checkpoints and final/ aside while rank 1 refused
+    (another numpy on another node; the roundreview28 hunt)."""
+    try:
+        check_random_states(folder, accelerator.process_index, accelerator.num_processes)
+        refusal = None
+    except UserError as err:
+        refusal = str(err)
+    if accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        refusal = next((said for said in gather_object([refusal]) if said is not None), None)
+    if refusal is not None:
+        raise UserError(refusal)
+
+
 def check_random_states(folder: str | os.PathLike, rank: int, num_processes: int) -> None:
     """Raise a UserError unless this rank's random_states_<rank>.pkl loads as accelerate's load_state will load it."""
     from accelerate.utils import load

@@ -143,20 +143,23 @@ def _json_records(path: Path) -> tuple[list[dict], list[str]] | None:
     return records, where
 
 
-def _csv_lines(path: Path) -> list[str]:
+def _csv_lines(path: Path) -> list[str] | None:
     """The line each data record of a CSV file starts on ("line N"), as pandas reads them: blank lines are skipped,
-    and a quoted cell may span lines."""
+    and a quoted cell may span lines. None where the csv module cannot follow the file."""
     import csv
 
     places = []
     with open(path, encoding="utf-8-sig", newline="") as file:
         reader = csv.reader(file)
-        next(reader, None)  # the header
-        start = reader.line_num + 1
-        for cells in reader:
-            if cells:
-                places.append(f"line {start}")
+        try:
+            next(reader, None)  # the header
             start = reader.line_num + 1
+            for cells in reader:
+                if cells:
+                    places.append(f"line {start}")
+                start = reader.line_num + 1
+        except csv.Error:  # a cell past csv's 131,072-character limit, which datasets reads: records are numbered
+            return None
     return places
 
 

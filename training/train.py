@@ -27,8 +27,8 @@ from hf_gpt_custom.manifest import sync_to_disk, weights_fingerprint, write_mani
 from hf_gpt_custom.model_folder import check_model_folder
 from hf_gpt_custom.versions import software_versions
 from hf_gpt_custom.training.checkpoint import (
-    TrainingState, check_random_states, list_checkpoints, load_checkpoint, outputs_not_being_written, replaces_the_run,
-    save_checkpoint, set_aside_other_histories, set_aside_replaced_outputs, write_errors_named,
+    TrainingState, check_random_states_on_every_rank, list_checkpoints, load_checkpoint, outputs_not_being_written,
+    replaces_the_run, save_checkpoint, set_aside_other_histories, set_aside_replaced_outputs, write_errors_named,
 )
 from hf_gpt_custom.training.config import TrainConfig, save_train_config
 from hf_gpt_custom.training.corpus import check_local_source_readable
@@ -196,7 +196,7 @@ def _set_up(config: TrainConfig, workload: Workload, start_over: bool, device_ty
     if resume_folder is not None:  # before newer checkpoints and final/ are set aside below: a resume refused for
         # another process count or an unloadable random state moved them, and the run could not be exported (the
         # distributed3 hunt)
-        check_random_states(resume_folder, accelerator.process_index, accelerator.num_processes)
+        check_random_states_on_every_rank(accelerator, resume_folder)
     check_every_process_reads_one_revision(accelerator, config)
     warn_if_bf16_is_emulated(accelerator.device.type, accelerator.mixed_precision)
     # Checkpoint rotation then sees only this branch, and no output of a replaced run passes for this one's. Before

@@ -81,6 +81,8 @@ def test_perplexity_stderr_is_the_bootstraps_exact_value_on_heavy_tailed_documen
     resampled = [math.exp(-sum(draw) / len(draw)) for draw in itertools.product(items, repeat=len(items))]
     assert aggregate_metric("perplexity", items)[1] == pytest.approx(float(np.std(resampled)), rel=1e-9)
     assert aggregate_metric("perplexity", [-2.0] * 4)[1] == 0.0  # one value: no spread
+    for bad in (math.nan, -math.inf):  # a float16 overflow: nan, as lm-eval's bootstrap gives (not 0.0)
+        assert math.isnan(aggregate_metric("perplexity", [-1.0, bad, -2.0])[1])
 
 
 def test_perplexity_stderr_is_lm_evals_bootstrap(monkeypatch):

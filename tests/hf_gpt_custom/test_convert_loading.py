@@ -365,6 +365,12 @@ def test_rope_parameters_at_load_set_rope_theta_as_llama_takes_them(tmp_path):
                                    theirs(prompt, position_ids=positions).logits, rtol=0, atol=1e-6)
     with pytest.raises(UserError, match="only plain RoPE is implemented"):
         GPTCustomForCausalLM.from_pretrained(tmp_path, rope_parameters={"rope_type": "linear", "factor": 2.0})
+    # a learned-position model has no RoPE to set: refused by name (GPT2LMHeadModel: a TypeError), not ignored
+    gpt2 = saved_folder(tmp_path / "gpt2", "GPT2LMHeadModel")
+    with pytest.raises(TypeError):
+        transformers.GPT2LMHeadModel.from_pretrained(gpt2, rope_parameters=rope)
+    with pytest.raises(UserError, match=r"from_pretrained got rope_parameters=.*does not support"):
+        GPTCustomForCausalLM.from_pretrained(gpt2, rope_parameters=rope)
 
 
 def test_sharded_pytorch_model_bin_checkpoints_load(tmp_path):

@@ -568,6 +568,29 @@ def test_a_resume_refused_for_its_random_states_leaves_the_newer_work_in_place(r
     assert sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*")) == before
 
 
+def test_a_random_state_refused_on_another_rank_stops_this_rank_too(run_with_checkpoints, monkeypatch):
+    """Each rank reads only its own random_states_<rank>.pkl: rank 0, whose file loads, set the run's newer work
+    aside while rank 1 refused (the roundreview28 hunt). The refusals are gathered first. Reference: rank 1's
+    message, as accelerate's gather_object hands it to rank 0 (simulated: CI runs one process here)."""
+    import types
+
+    from hf_gpt_custom.training.checkpoint import check_random_states_on_every_rank
+
+    _, run_dir = run_with_checkpoints
+    folder = run_dir / "checkpoints" / "step_000006"
+    shutil.copy(folder / "random_states_0.pkl", folder / "random_states_1.pkl")  # saved by two processes
+    rank_0 = types.SimpleNamespace(process_index=0, num_processes=2)
+    said_by_rank_1 = f"cannot load the random state {folder / 'random_states_1.pkl'} (UnpicklingError: ...)"
+    gathered = []
+    monkeypatch.setattr("accelerate.utils.gather_object",
+                        lambda objects: gathered.append(objects) or [objects[0], said_by_rank_1])
+    with pytest.raises(UserError) as refused:
+        check_random_states_on_every_rank(rank_0, folder)
+    assert str(refused.value) == said_by_rank_1 and gathered == [[None]]
+    monkeypatch.setattr("accelerate.utils.gather_object", lambda objects: [objects[0], None])
+    check_random_states_on_every_rank(rank_0, folder)  # every rank's file loads: nothing said
+
+
 def test_resume_with_another_number_of_processes_than_saved_the_checkpoint_is_refused_by_every_rank(
         run_with_checkpoints):
     _, run_dir = run_with_checkpoints

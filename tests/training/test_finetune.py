@@ -734,6 +734,19 @@ def test_an_empty_cell_in_a_csvs_first_record_is_named_by_line_2(tmp_path, base_
     _refused(_config(tmp_path, base_model_dir, path), r"d\.csv line 2: column 'hypothesis' is empty")
 
 
+def test_a_csv_cell_past_the_csv_modules_limit_is_read_with_records_numbered(tmp_path):
+    """The line numbers are read with Python's csv module, whose cells stop at 131,072 characters: a longer passage,
+    which datasets reads, crashed fine-tuning with a bare _csv.Error (the roundreview28 hunt). Reference: the
+    records as written, numbered as a JSON array's are."""
+    from hf_gpt_custom.training.finetune_data import labelled_records_with_places
+
+    passage = "word " * 30_000  # 150,000 characters
+    path = tmp_path / "long.csv"
+    path.write_text(f"premise,hypothesis,label\n{passage},a,yes\nb,c,no\n", encoding="utf-8")
+    records, places = labelled_records_with_places(str(path))
+    assert [record["premise"] for record in records] == [passage, "b"] and places == ["row 1", "row 2"]
+
+
 @pytest.mark.parametrize("value, kind", [(["fire"], "list"), ({"words": ["stone"]}, "dict"), (True, "bool")])
 def test_a_text_column_that_is_not_text_is_refused_naming_the_row(tmp_path, base_model_dir, value, kind):
     """A hypothesis of ["fire"] was trained on as the text "['fire']" (and true as "True"), with no message; an
