@@ -179,15 +179,20 @@ def _save_in_place_of(tokenizer, out_dir: Path) -> Path:
     for name in TOKENIZER_FILE_NAMES:
         if name not in written and (out_dir / name).is_file():
             (out_dir / name).unlink()
+    if CHAT_TEMPLATES_FOLDER not in written and (out_dir / CHAT_TEMPLATES_FOLDER).is_dir():
+        shutil.rmtree(out_dir / CHAT_TEMPLATES_FOLDER)
     for name in sorted(written, key=lambda name: name == "tokenizer.json"):
         os.replace(staging / name, out_dir / name)
     staging.rmdir()
     return out_dir
 
 
-# What a tokenizer folder's loaders read (AutoTokenizer, GPT2Tokenizer): a previous tokenizer's are replaced or removed
+# What a tokenizer folder's loaders read (AutoTokenizer, GPT2Tokenizer): a previous tokenizer's are replaced or
+# removed. The chat templates too: a retrained folder kept the old template, naming tokens the new vocabulary lacks
+# (applied as plain bytes, silently: the tokparity3 hunt)
 TOKENIZER_FILE_NAMES = ("tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json", "special_tokens_map.json",
-                        "tokenizer_config.json")
+                        "tokenizer_config.json", "chat_template.jinja", "chat_template.json")
+CHAT_TEMPLATES_FOLDER = "additional_chat_templates"
 
 
 def smallest_vocab_size(num_special_tokens: int = 1) -> int:
