@@ -15,6 +15,8 @@ import math
 import warnings
 
 from transformers import PretrainedConfig
+
+from .transformers_compat import MIN_TRANSFORMERS  # noqa: F401  refuses a transformers too old (edits were ignored)
 from .architecture import (
     ACTIVATIONS, GENERIC_NAMES, MLP_TYPES, NORM_POSITIONS, NORM_TYPES, POSITION_EMBEDDING_TYPES, PRESETS,
     check_architecture, swiglu_inner_dim,

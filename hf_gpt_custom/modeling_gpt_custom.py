@@ -27,6 +27,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# first: it refuses a transformers too old, before one of the modules below is missing there
+from .transformers_compat import MIN_TRANSFORMERS  # noqa: F401
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache

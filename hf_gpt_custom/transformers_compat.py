@@ -8,9 +8,12 @@ version logs a deprecation warning. Two lists of key names spell out both names 
 `keys_to_ignore_at_inference` and the model's `_skip_keys_device_placement`. PEFT's prompt learning still looks for
 the cache under the old name, which `refuse_peft_prompt_with_a_cache` turns into a refusal.
 
-Also `slice_logits_to_keep`, transformers' reading of `logits_to_keep` from 5.23 (per-row 2-D forms), for the
-earlier 5.x releases the remote code may meet. Ships with the model as remote code: imports only torch, transformers
-and its sibling errors.py.
+The oldest release the model runs on is MIN_TRANSFORMERS, the package's pin: the remote code meets whatever a Hub
+user has installed, and older 5.x releases failed to import (5.0, 5.1), failed to build a mask (5.2, 5.3), failed to
+load remote code (before 5.10) or ran silently wrong (before 5.21.1, config edits such as `config.n_head = 8` kept
+the old head width; before 5.20, apply_chat_template ignored sanitize_control_tokens: the versionmatrix hunt), so
+they are refused on import, naming the upgrade. Ships with the model as remote code: imports only torch,
+transformers (and its dependency packaging) and its sibling errors.py.
 """
 
 from __future__ import annotations
@@ -19,33 +22,25 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 
-import torch
+import transformers
+from packaging.version import Version  # a dependency of transformers
 from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401  (re-exported for the model)
 
 from .errors import UserError
 
+MIN_TRANSFORMERS = (5, 23)
+
+
+if Version(transformers.__version__).release[:2] < MIN_TRANSFORMERS:  # 5.23.0.dev0 counts as 5.23
+    raise ImportError(
+        f"this model needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, and transformers "
+        f"{transformers.__version__} is installed (older 5.x releases fail or give other numbers); upgrade with "
+        f"pip install -U \"transformers>={'.'.join(map(str, MIN_TRANSFORMERS))},<5.25\""
+    )
+
 # The field name transformers' own outputs declare, hence what generate() reads and passes back.
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-
-
-def slice_logits_to_keep_before_5_23(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
-    """transformers' `slice_logits_to_keep` (5.23), for the 5.x releases before it: `hidden_states` (batch, seq, n)
-    at the positions `logits_to_keep` names: an int k, the last k (0: all); a 1-D tensor, those positions of every
-    row; a 2-D integer (batch, k), each row's own positions; a 2-D bool (batch, seq), the True positions, flattened
-    to (count, n)."""
-    if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.ndim == 2:
-        if logits_to_keep.dtype == torch.bool:
-            return hidden_states[logits_to_keep]
-        return torch.take_along_dim(hidden_states, logits_to_keep[..., None], dim=1)
-    if isinstance(logits_to_keep, int):
-        logits_to_keep = slice(-logits_to_keep, None)
-    return hidden_states[:, logits_to_keep, :]
-
-
-try:
-    from transformers.modeling_utils import slice_logits_to_keep
-except ImportError:
-    slice_logits_to_keep = slice_logits_to_keep_before_5_23
 
 
 def cache_kwarg(cache: object) -> dict:

@@ -6,6 +6,7 @@ from transformers import pipeline
 
 from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM
 from hf_gpt_custom.errors import UserError
+from hf_gpt_custom.transformers_compat import CACHE_NAME
 
 from tests.helpers import make_gpt2_pair, uncompiled_flex_attention
 
@@ -100,6 +101,8 @@ def test_text_generation_pipeline(tmp_path, shared_data_dir):
     assert output.startswith("ROMEO:")
 
 
+@pytest.mark.skipif(CACHE_NAME != "cache", reason="transformers 5.18-5.23's flex attention fails on a static cache's "
+                    "BlockMask (no .contiguous) in LlamaForCausalLM, the reference, too; fixed in 5.24")
 def test_flex_attention_generates_with_a_static_cache_as_llama_does(monkeypatch):
     """transformers' generate hands flex attention a BlockMask for a static cache: our input checks called .dim() on
     it, a bare AttributeError (the gen4 hunt), where LlamaForCausalLM generates. Reference: LlamaForCausalLM with the

@@ -11,7 +11,6 @@ from hf_gpt_custom import GPTCustomForCausalLM, GPTCustomForMultipleChoice, GPTC
 from hf_gpt_custom.convert_gpt2 import from_gpt2_model
 from hf_gpt_custom.convert_llama import from_llama_model
 from hf_gpt_custom.errors import UserError
-from hf_gpt_custom.transformers_compat import slice_logits_to_keep_before_5_23
 
 from tests.helpers import TINY_GPT2, make_gpt2_pair, randomize_
 
@@ -42,14 +41,6 @@ def test_logits_to_keep_reads_every_form_as_llama(keep):
     if keep is PER_ROW_POSITIONS:  # and by hand: row r at its own positions
         for row, positions in enumerate(PER_ROW_POSITIONS):
             torch.testing.assert_close(got[row], full[row, positions], rtol=0, atol=1e-6)
-
-
-def test_the_slicing_for_transformers_before_5_23_equals_transformers():
-    from transformers.modeling_utils import slice_logits_to_keep
-
-    hidden = torch.randn(3, 10, 4)
-    for keep in (PER_ROW_POSITIONS, torch.rand(3, 10) > 0.5, torch.tensor([1, 7]), 3, 0):
-        torch.testing.assert_close(slice_logits_to_keep_before_5_23(hidden, keep), slice_logits_to_keep(hidden, keep))
 
 
 def _classifier(pad_token_id):

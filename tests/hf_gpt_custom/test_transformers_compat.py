@@ -66,3 +66,30 @@ def test_trainer_keeps_only_the_logits_of_an_eval_forward():
     assert CACHE_NAME in outputs.keys()
     ignored = ours.config.keys_to_ignore_at_inference + ["loss"]
     assert [key for key in outputs.keys() if key not in ignored] == ["logits"]
+
+
+@pytest.mark.parametrize("version, refused", [("5.22.2", True), ("5.4.0", True), ("5.23.0.dev0", False),
+                                              ("5.23.0", False), ("5.24.0", False)])
+def test_a_transformers_older_than_the_pin_is_refused_on_import_naming_the_upgrade(version, refused):
+    """The remote code meets whatever transformers a Hub user has: releases the old pin (>=5) admitted failed to
+    import (5.0), load (5.4-5.9) or ran silently wrong (5.4-5.21.0: `config.n_head = 8` kept the old head width;
+    the versionmatrix hunt). Reference: the package's own pin, read from its metadata."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    from packaging.requirements import Requirement
+
+    (pin,) = [Requirement(line) for line in importlib.metadata.requires("hf-gpt-custom")
+              if Requirement(line).name == "transformers"]
+    if "dev" not in version:  # a development build of 5.23 runs it (pip's pin would not pick one)
+        assert pin.specifier.contains(version) is not refused
+    code = (f"import transformers; transformers.__version__ = {version!r}\n"
+            "from hf_gpt_custom.configuration_gpt_custom import GPTCustomConfig\nprint('imported')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if refused:
+        assert result.returncode != 0 and (
+            f"ImportError: this model needs transformers >= 5.23, and transformers {version} is installed") in result.stderr
+        assert 'pip install -U "transformers>=5.23,<5.25"' in result.stderr
+    else:
+        assert result.returncode == 0 and result.stdout.strip() == "imported", result.stderr
