@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 import transformers
 from packaging.version import Version  # a dependency of transformers
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401  (re-exported for the model)
 
 from .errors import UserError
 
@@ -38,6 +37,9 @@ if Version(transformers.__version__).release[:2] < MIN_TRANSFORMERS:  # 5.23.0.d
         f"{transformers.__version__} is installed (older 5.x releases fail or give other numbers); upgrade with "
         f"pip install -U \"transformers>={'.'.join(map(str, MIN_TRANSFORMERS))},<5.25\""
     )
+
+# after the check: older releases lack it (re-exported for the model)
+from transformers.modeling_utils import slice_logits_to_keep  # noqa: E402,F401
 
 # The field name transformers' own outputs declare, hence what generate() reads and passes back.
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
