@@ -31,7 +31,7 @@ from .errors import UserError
 MIN_TRANSFORMERS = (5, 23)
 
 
-if Version(transformers.__version__).release[:2] < MIN_TRANSFORMERS:  # 5.23.0.dev0 counts as 5.23
+if Version(transformers.__version__).release < MIN_TRANSFORMERS:  # (5, 23, 0): 5.23.0.dev0 counts as 5.23
     raise ImportError(
         f"this model needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, and transformers "
         f"{transformers.__version__} is installed (older 5.x releases fail or give other numbers); upgrade with "

@@ -93,3 +93,30 @@ def test_a_transformers_older_than_the_pin_is_refused_on_import_naming_the_upgra
         assert 'pip install -U "transformers>=5.23,<5.25"' in result.stderr
     else:
         assert result.returncode == 0 and result.stdout.strip() == "imported", result.stderr
+
+
+REMOTE_CODE_ON_AN_OLD_TRANSFORMERS = """
+import json, sys
+import transformers
+transformers.__version__ = "5.22.2"
+from transformers import AutoConfig, AutoModelForCausalLM
+said = {}
+for name, load in (("config", AutoConfig), ("model", AutoModelForCausalLM)):
+    try:
+        load.from_pretrained(sys.argv[1], trust_remote_code=True)
+        said[name] = "loaded"
+    except ImportError as err:
+        said[name] = str(err)
+print(json.dumps(said))
+"""
+
+
+def test_a_saved_folder_refuses_an_old_transformers_as_remote_code(tmp_path, tiny_config, python_without_project):
+    """Where the package is not installed, the folder's own code files must refuse the release, the config's first
+    (AutoConfig loads it alone, and config edits were what older releases got silently wrong)."""
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    GPTCustomForCausalLM(tiny_config).save_pretrained(tmp_path / "ours")
+    said = python_without_project(REMOTE_CODE_ON_AN_OLD_TRANSFORMERS, tmp_path / "ours")
+    for name in ("config", "model"):
+        assert said[name].startswith("this model needs transformers >= 5.23, and transformers 5.22.2 is installed"), said
