@@ -556,6 +556,25 @@ def evaluate_module(name: str):
     return evaluate.load(str(METRIC_MODULES_DIR / name))
 
 
+def _prompt_learning_model(folder, family: str, method: str):
+    """(base, PEFT model in eval mode): GPT-2 ("gpt2") or ours from `folder`, with prefix or prompt tuning of 4
+    learned tokens, scaled so that they move the scores and the generated tokens."""
+    from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
+    from transformers import GPT2LMHeadModel
+
+    from hf_gpt_custom import GPTCustomForCausalLM
+
+    torch.manual_seed(0)
+    base = (GPT2LMHeadModel if family == "gpt2" else GPTCustomForCausalLM).from_pretrained(str(folder))
+    config = (PrefixTuningConfig if method == "prefix" else PromptTuningConfig)(task_type=TaskType.CAUSAL_LM,
+                                                                                 num_virtual_tokens=4)
+    model = get_peft_model(base, config)
+    with torch.no_grad():
+        for parameter in model.prompt_encoder.parameters():
+            parameter.mul_(5)
+    return base, model.eval()
+
+
 @pytest.mark.parametrize("family", ["gpt2", "ours"])
 @pytest.mark.parametrize("method", ["prefix", "prompt"])
 def test_a_peft_prompt_learning_model_is_scored_with_its_learned_tokens(tiny_model_folder, tiny_model_and_tokenizer,
@@ -565,21 +584,8 @@ def test_a_peft_prompt_learning_model_is_scored_with_its_learned_tokens(tiny_mod
     logits row per virtual token before the input's: positions were read from the row's start. The shared-context
     path scored a third set. Reference: the PEFT model's own forward, read after its virtual rows as lm-eval's HFLM
     reads it (the roundreview25 hunt checked HFLM(peft=adapter) gives exactly these numbers)."""
-    from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
-    from transformers import GPT2LMHeadModel
-
-    from hf_gpt_custom import GPTCustomForCausalLM
-
     _, tokenizer = tiny_model_and_tokenizer
-    torch.manual_seed(0)
-    base = (GPT2LMHeadModel if family == "gpt2" else GPTCustomForCausalLM).from_pretrained(str(tiny_model_folder))
-    config = (PrefixTuningConfig if method == "prefix" else PromptTuningConfig)(task_type=TaskType.CAUSAL_LM,
-                                                                                 num_virtual_tokens=4)
-    model = get_peft_model(base, config)
-    with torch.no_grad():
-        for parameter in model.prompt_encoder.parameters():
-            parameter.mul_(5)  # learned tokens that move the scores
-    model.eval()
+    base, model = _prompt_learning_model(tiny_model_folder, family, method)
     requests = [Request(doc_id=0, context="The king said to", continuation=choice)
                 for choice in (" the man", " the woman who came", " a star")]
     expected = []
@@ -609,21 +615,8 @@ def test_a_peft_prompt_learning_model_generates_the_tokens_it_predicts(tiny_mode
     with advice (use_cache=False) an eval user cannot take (the roundreview27 hunt). PEFT drops position_ids, so a
     left-padded GPT-2 row in a batch read shifted positions. Reference: a hand greedy loop over the PEFT model's own
     forward on the whole sequence, each row alone."""
-    from peft import PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
-    from transformers import GPT2LMHeadModel
-
-    from hf_gpt_custom import GPTCustomForCausalLM
-
     _, tokenizer = tiny_model_and_tokenizer
-    torch.manual_seed(0)
-    base = (GPT2LMHeadModel if family == "gpt2" else GPTCustomForCausalLM).from_pretrained(str(tiny_model_folder))
-    config = (PrefixTuningConfig if method == "prefix" else PromptTuningConfig)(task_type=TaskType.CAUSAL_LM,
-                                                                                 num_virtual_tokens=4)
-    model = get_peft_model(base, config)
-    with torch.no_grad():
-        for parameter in model.prompt_encoder.parameters():
-            parameter.mul_(5)  # learned tokens that move the choice
-    model.eval()
+    _, model = _prompt_learning_model(tiny_model_folder, family, method)
     requests = [Request(doc_id=i, context=context, continuation="", request_type="generate_until", until=("\n\n",),
                         max_gen_toks=6) for i, context in enumerate(["The king said to the", "O"])]
     expected = []
