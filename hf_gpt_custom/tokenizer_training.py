@@ -179,8 +179,9 @@ def _save_in_place_of(tokenizer, out_dir: Path) -> Path:
     for name in TOKENIZER_FILE_NAMES:
         if name not in written and (out_dir / name).is_file():
             (out_dir / name).unlink()
-    if CHAT_TEMPLATES_FOLDER not in written and (out_dir / CHAT_TEMPLATES_FOLDER).is_dir():
-        shutil.rmtree(out_dir / CHAT_TEMPLATES_FOLDER)
+    templates = out_dir / CHAT_TEMPLATES_FOLDER
+    if CHAT_TEMPLATES_FOLDER not in written and (templates.is_symlink() or templates.is_dir()):
+        templates.unlink() if templates.is_symlink() else shutil.rmtree(templates)  # a link: never what it points at
     for name in sorted(written, key=lambda name: name == "tokenizer.json"):
         os.replace(staging / name, out_dir / name)
     staging.rmdir()

@@ -11,8 +11,8 @@ the cache under the old name, which `refuse_peft_prompt_with_a_cache` turns into
 The oldest release the model runs on is MIN_TRANSFORMERS, the package's pin: the remote code meets whatever a Hub
 user has installed, and older 5.x releases failed to import (5.0, 5.1), failed to build a mask (5.2, 5.3), failed to
 load remote code (before 5.10) or ran silently wrong (before 5.21.1, config edits such as `config.n_head = 8` kept
-the old head width; before 5.20, apply_chat_template ignored sanitize_control_tokens: the versionmatrix hunt), so
-they are refused on import, naming the upgrade. Ships with the model as remote code: imports only torch,
+the old head width: the versionmatrix hunt), so the config and model modules refuse them on import, naming the
+upgrade (the tokenizer's code does not import this module). Ships with the model as remote code: imports only torch,
 transformers (and its dependency packaging) and its sibling errors.py.
 """
 
@@ -34,7 +34,7 @@ MIN_TRANSFORMERS = (5, 23)
 if Version(transformers.__version__).release < MIN_TRANSFORMERS:  # (5, 23, 0): 5.23.0.dev0 counts as 5.23
     raise ImportError(
         f"this model needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}, and transformers "
-        f"{transformers.__version__} is installed (older 5.x releases fail or give other numbers); upgrade with "
+        f"{transformers.__version__} is installed (older releases fail or give other numbers); upgrade with "
         f"pip install -U \"transformers>={'.'.join(map(str, MIN_TRANSFORMERS))},<5.25\""
     )
 

@@ -354,7 +354,7 @@ def test_a_kill_while_saving_over_an_earlier_tokenizer_leaves_it_whole(tmp_path,
     assert (out / "notes.txt").read_text() == "mine" and not (out / ".tokenizer.tmp").exists()
 
 
-@pytest.mark.parametrize("templates", ["one", "several"])
+@pytest.mark.parametrize("templates", ["one", "several", "linked"])
 def test_retraining_into_a_folder_drops_the_earlier_tokenizers_chat_templates(tmp_path, lambada_texts, templates):
     """A chat template saved into a trained folder stayed when a new tokenizer was trained into it: AutoTokenizer
     loaded the old template with the new vocabulary, its special tokens then plain bytes (the tokparity3 hunt).
@@ -368,12 +368,17 @@ def test_retraining_into_a_folder_drops_the_earlier_tokenizers_chat_templates(tm
     template = "{% for m in messages %}<|sys|>{{ m['content'] }}{% endfor %}"
     tokenizer.chat_template = template if templates == "one" else {"default": template, "tool_use": template}
     tokenizer.save_pretrained(out)
+    if templates == "linked":  # a shared templates folder linked in: the link goes, the folder it names stays
+        (out / "additional_chat_templates").rename(tmp_path / "shared_templates")
+        (out / "additional_chat_templates").symlink_to(tmp_path / "shared_templates")
     assert AutoTokenizer.from_pretrained(out).chat_template is not None
     train_tokenizer(lambada_texts, out, vocab_size=300, show_progress=False)
     train_tokenizer(lambada_texts, tmp_path / "empty", vocab_size=300, show_progress=False)
     retrained, fresh = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(tmp_path / "empty")
     assert retrained.chat_template is None and fresh.chat_template is None
     assert sorted(path.name for path in out.iterdir()) == sorted(path.name for path in (tmp_path / "empty").iterdir())
+    if templates == "linked":
+        assert sorted(path.name for path in (tmp_path / "shared_templates").iterdir()) == ["tool_use.jinja"]
 
 
 def test_tokenizer_train_into_the_working_directory_as_dot(tmp_path, lambada_texts, monkeypatch):
