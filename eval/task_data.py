@@ -42,12 +42,11 @@ def resolve_data_dir(value: str | Path, named_by: str) -> Path:
     repository root, so ../shared/data works from anywhere. One rule for eval's --data-dir, run's evaluation and
     evaluate(): run and evaluate() read $HF_GPT_CUSTOM_DATA_DIR from the working directory only, where eval found it
     (the roundreview27 hunt). A folder in neither place is refused, naming both and `named_by` (the flag or name)."""
-    from hf_gpt_custom.training.config_values import REPO_ROOT, find_local_path
+    from hf_gpt_custom.training.config_values import find_local_path, searched_places
 
     found = find_local_path(str(value))
     if found is None or not found.is_dir():
-        where = "" if Path(os.path.expanduser(str(value))).is_absolute() else " in " + " or ".join(
-            dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        where = "" if Path(os.path.expanduser(str(value))).is_absolute() else f" in {searched_places()}"
         raise UserError(f"{named_by} {value} is no folder{where}; give the folder holding the benchmark files "
                         "(README: ../shared/data, beside the checkout)")
     return found

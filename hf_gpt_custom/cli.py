@@ -111,14 +111,13 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
                         "the model's own and damage the folder; choose a new folder")
     # On the command line every input is a path or one Hub name, never literal text. A relative path is looked up
     # in the working directory, then in the repository root, as `train` looks up its dataset.
-    from hf_gpt_custom.training.config_values import REPO_ROOT, find_local_path
+    from hf_gpt_custom.training.config_values import find_local_path, searched_places
 
     found = [find_local_path(item) for item in args.inputs]
     missing = [item for item, path in zip(args.inputs, found) if path is None]
     if missing and not (len(args.inputs) == 1 and is_hub_repo_id(args.inputs[0])):
-        searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
-        raise MissingFileError(f"input {missing[0]!r} not found in {searched}; pass existing files/folders or one Hub "
-                               "dataset name")
+        raise MissingFileError(f"input {missing[0]!r} not found in {searched_places()}; pass existing files/folders or "
+                               "one Hub dataset name")
     inputs = [str(path) if path else item for item, path in zip(args.inputs, found)]
     from hf_gpt_custom.tokenizer_training import train_tokenizer
 

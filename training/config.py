@@ -22,7 +22,7 @@ from hf_gpt_custom.manifest import write_text_atomically
 from hf_gpt_custom.training.config_checks import check_train_config
 from hf_gpt_custom.training.config_values import (  # noqa: F401  (REPO_ROOT, read_config_yaml: imported from here too)
     REPO_ROOT, check_known_key, convert_override, convert_value, declared_types, is_text_type, parse_override_value,
-    read_config_file, read_config_yaml, resolve_local_path, write_config_yaml,
+    read_config_file, read_config_yaml, resolve_local_path, searched_places, write_config_yaml,
 )
 
 def _setting(default: Any = dataclasses.MISSING, *, help: str, changes_training: bool, factory: Any = None):
@@ -222,7 +222,7 @@ def find_config_file(path: str | os.PathLike, what: str, example: str) -> Path:
     if path.is_dir():
         raise UserError(f"{what} {path} is a folder; pass a YAML file, e.g. {REPO_ROOT / example}")
     if not path.is_file():
-        searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+        searched = searched_places()
         raise MissingFileError(f"{what} {path} not found (looked in {searched}); pass a YAML file, e.g. "
                                f"{REPO_ROOT / example}")
     return path

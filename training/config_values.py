@@ -189,6 +189,11 @@ def _made_by(value: str) -> str:
     return f" (it is {FETCHED_FROM[value]})" if value in FETCHED_FROM else ""
 
 
+def searched_places() -> str:
+    """Where find_local_path looks, as an error names them: "<working directory> or <repository root>"."""
+    return " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+
+
 def find_local_path(value: str) -> Path | None:
     """The existing file or folder `value` names, looked up in the working directory, then in the repository root
     (so ../shared/data/... works from anywhere); None when neither has it. train's data paths and tokenizer train's
@@ -208,7 +213,7 @@ def resolve_local_path(key: str, value: str) -> str:
         return str(found)
     # init_from is read from a local folder only (a Hub model: download it first); a dataset may be a Hub name
     looks_local = value.startswith((".", "/", "~")) or Path(value).suffix.lower() in CORPUS_SUFFIXES
-    searched = " or ".join(dict.fromkeys(str(base) for base in (Path.cwd(), REPO_ROOT)))
+    searched = searched_places()
     if key == "init_from":
         raise MissingFileError(
             f"init_from={value!r} not found in {searched}{_made_by(value)}; give a model folder (e.g. "

@@ -400,6 +400,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
     s.run_log.close()
     records = read_run_log(s.run_dir / RUN_LOG_NAME)
     steps = summarize_train_steps(records, peak_flops=config.peak_flops)
+    workload_fields = s.workload.summary_fields(last_eval)  # the summary's and the plot's (the corpus hashed once)
     write_training_summary(s.run_dir / SUMMARY_NAME, {
         "run_name": config.run_name,
         "config": config.to_dict(),
@@ -423,7 +424,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "peak_flops": steps["peak_flops"] if steps["mfu"] is not None else s.peak_flops,
         "peak_flops_range": steps["peak_flops_range"],
         "num_processes": accelerator.num_processes,
-        **s.workload.summary_fields(last_eval),
+        **workload_fields,
         # the weights these figures are of: export refuses a final/ saved over since (a merged adapter's weights got
         # the trained ones' figures in their card: the crossfeature hunt)
         "final_weights_sha256": weights_fingerprint(s.run_dir / "final"),
@@ -431,7 +432,7 @@ def _write_summary_and_plot(s: Session, loop: LoopResult, last_eval: dict) -> No
         "software": software_versions(),  # of the session that finished the run
     })
     plot_loss_curve(records, s.run_dir / LOSS_CURVE_NAME, title=loss_curve_title(config.run_name, s.n_params),
-                    loss_name=s.workload.loss_name, val_blocks=s.workload.summary_fields(last_eval).get("val_blocks"))
+                    loss_name=s.workload.loss_name, val_blocks=workload_fields.get("val_blocks"))
 
 
 def _save_final_folder(s: Session) -> None:
