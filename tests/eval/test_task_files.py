@@ -507,7 +507,10 @@ def test_the_data_dir_variable_is_found_by_one_rule_for_eval_run_and_evaluate(tm
     """$HF_GPT_CUSTOM_DATA_DIR=../shared/data was found from any working directory by `eval` alone: `run`'s
     evaluation stage and evaluate() read it from the working directory only, and the error named a --data-dir `run`
     does not have (the roundreview27 hunt). Reference: the same task scored with the folder given absolute."""
+    import re
+
     from hf_gpt_custom.cli import main
+    from hf_gpt_custom.errors import UserError
     from hf_gpt_custom.eval.runner import evaluate
     from hf_gpt_custom.eval.task_data import default_data_dir
     from hf_gpt_custom.training.config_values import REPO_ROOT
@@ -522,6 +525,10 @@ def test_the_data_dir_variable_is_found_by_one_rule_for_eval_run_and_evaluate(tm
     relative = evaluate(str(tiny_model_folder), tasks=["copa"], shots=[0], limit=2, device="cpu",
                         show_progress=False, data_dir="../shared/data")  # data_dir= by the same rule
     assert found.results == given.results == relative.results
+    absent = tmp_path / "absent"  # an absolute folder is not looked for elsewhere, and the message says no "in"
+    monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", str(absent))
+    with pytest.raises(UserError, match=rf"^\$HF_GPT_CUSTOM_DATA_DIR {re.escape(str(absent))} is no folder; give"):
+        default_data_dir()
     monkeypatch.setenv("HF_GPT_CUSTOM_DATA_DIR", "no_such_folder")
     with pytest.raises(SystemExit) as exited:
         main(["eval", "--model", str(tiny_model_folder), "--tasks", "copa", "--out", "o"])
