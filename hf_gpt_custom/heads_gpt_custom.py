@@ -134,22 +134,25 @@ def check_answer_positions(name: str, positions, batch_size: int) -> None:
 
 
 def _real_columns_only(start_logits, end_logits, start_positions, end_positions, attention_mask):
-    """The QA loss's arguments with the padding taken out: pad columns' logits at the dtype's minimum (no share of
-    the softmax) and a position on a pad column moved past the input, which transformers' loss ignores. On the
-    device, with no host read; a mask other than (batch, seq) of 0/1 is left to the model as given."""
+    """The QA loss's arguments with the padding taken out of each row's softmax: pad columns' logits at the dtype's
+    minimum, except a pad column a position labels. transformers' run_qa.py labels an unanswerable example with its
+    first bos token, which is the first pad column where pad = bos (GPT-2's tokenizers, ours): ignoring that label
+    left every unanswerable example untrained, and a batch of them with a nan loss (roundreview30). On the device,
+    with no host read; a mask other than (batch, seq) of 0/1 is left to the model as given."""
     if attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape != start_logits.shape:
         return start_logits, end_logits, start_positions, end_positions
     padding = attention_mask == 0
     seq_len = start_logits.shape[1]
-    lowest = torch.finfo(start_logits.dtype).min
+    columns = torch.arange(seq_len, device=start_logits.device)
 
-    def off_padding(positions):
-        positions = positions.view(-1).clamp(0, seq_len)  # transformers' clamp: past the end is ignored
-        on_padding = padding.gather(1, positions.clamp(max=seq_len - 1)[:, None]).squeeze(1)  # (seq_len: ignored)
-        return torch.where(on_padding, seq_len, positions)
+    def real_or_labelled(logits, positions):
+        positions = positions.view(-1).clamp(0, seq_len)  # transformers' clamp: seq_len (past the end) is ignored
+        labelled = columns[None, :] == positions[:, None]
+        return logits.masked_fill(padding & ~labelled, torch.finfo(logits.dtype).min), positions
 
-    return (start_logits.masked_fill(padding, lowest), end_logits.masked_fill(padding, lowest),
-            off_padding(start_positions), off_padding(end_positions))
+    (start_logits, start_positions), (end_logits, end_positions) = (
+        real_or_labelled(start_logits, start_positions), real_or_labelled(end_logits, end_positions))
+    return start_logits, end_logits, start_positions, end_positions
 
 
 def check_sequence_labels(labels: torch.Tensor, pooled_logits: torch.Tensor, config: GPTCustomConfig) -> None:
@@ -435,11 +438,11 @@ class GPTCustomForQuestionAnswering(GPTCustomTaskHeadModel):
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         """`start_positions`/`end_positions`: (batch,) token positions of the answer span. As in transformers, a
-        position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error; so is
-        one on a padding column. The loss's softmax runs over each row's real columns: GPT2ForQuestionAnswering's
-        runs over the pad columns too, so its loss moved with the padding side and the batch's width (1.91 left,
-        1.91 right, 2.43 at width 12 for rows whose loss alone is 1.32: the heads3 hunt). The logits returned are
-        GPT-2's."""
+        position outside the input (e.g. the answer was truncated away) is ignored by the loss, not an error. The
+        loss's softmax runs over each row's real columns, and a padding column a position labels (run_qa.py's
+        no-answer label where pad = bos): GPT2ForQuestionAnswering's runs over every pad column, so its loss moved
+        with the padding side and the batch's width (1.91 left, 1.91 right, 2.43 at width 12 for rows whose loss
+        alone is 1.32: the heads3 hunt). The logits returned are GPT-2's."""
         kwargs.pop("use_cache", None)  # no cache to return, as GPT2ForQuestionAnswering takes the argument
         outputs: BaseModelOutputWithPast = self.transformer(
             input_ids, attention_mask=attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,

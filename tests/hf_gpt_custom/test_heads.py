@@ -153,14 +153,14 @@ def test_token_classification_takes_classifier_dropout_from_the_config_as_gpt2_d
 def test_question_answering_matches_transformers_gpt2(side):
     """The logits are GPT-2's; the loss is each row's own, over its real columns. GPT2ForQuestionAnswering's softmax
     also spans the pad columns, so its loss moved with the padding side and width (the heads3 hunt). Reference for
-    the loss: a hand cross-entropy over each row's real columns of GPT-2's logits, a position on padding or past the
-    input ignored, as transformers ignores one past the input."""
+    the loss: a hand cross-entropy over each row's real columns of GPT-2's logits (and the pad column a position
+    labels, if it does), a position past the input ignored, as transformers ignores it."""
     ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
     input_ids, attention_mask = padded_batch(side)
     lengths, width = attention_mask.sum(1).tolist(), attention_mask.shape[1]
     offsets = [width - length if side == "left" else 0 for length in lengths]
-    # Row 0's end lies past the input; row 2's start sits on padding (left) or past its text (right): ignored. Row
-    # 1's start is negative: column 0, as transformers clamps it (padding on the left: ignored)
+    # Row 0's end lies past the input: ignored. Row 2's start sits on padding (left) or just past its text (right),
+    # and row 1's start is negative: column 0, as transformers clamps it (padding on the left)
     starts = [offsets[0] + 1, -3, offsets[2] - 1 if side == "left" else 2]
     ends = [40, offsets[1] + 3, offsets[2] + 1]
     start_positions, end_positions = torch.tensor(starts), torch.tensor(ends)
@@ -173,18 +173,41 @@ def test_question_answering_matches_transformers_gpt2(side):
     torch.testing.assert_close(got.start_logits, expected.start_logits, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.end_logits, expected.end_logits, rtol=0, atol=1e-5)
 
-    def row_losses(logits, positions):  # -log softmax over the row's real columns, at the position if it is one
+    def row_losses(logits, positions):  # -log softmax over the row's real columns and the labelled one
         losses = []
         for row, position in enumerate(positions):
-            position, real = max(position, 0), attention_mask[row].bool()
-            if position < width and real[position]:
-                log_probs = torch.log_softmax(logits[row][real], dim=-1)
-                losses.append(-log_probs[int(real[:position].sum())])
+            position = max(position, 0)
+            if position < width:
+                kept = attention_mask[row].bool().clone()
+                kept[position] = True
+                losses.append(-torch.log_softmax(logits[row][kept], dim=-1)[int(kept[:position].sum())])
         return torch.stack(losses).mean()
 
     by_hand = (row_losses(expected.start_logits, starts) + row_losses(expected.end_logits, ends)) / 2
     torch.testing.assert_close(got.loss, by_hand, rtol=0, atol=1e-5)
     assert abs(got.loss - expected.loss) > 1e-3  # GPT-2's loss counts the pad columns
+
+
+def test_an_unanswerable_example_labelled_as_run_qa_labels_it_trains_whatever_the_padding():
+    """transformers' run_qa.py labels an unanswerable example with its first bos token's position; with pad = bos
+    (GPT-2's tokenizers, ours) and padding to max_length that is the row's first pad column. The loss ignored a label
+    on a pad column, so those examples never trained, and a batch of only them had a nan loss and no gradient
+    (roundreview30). Reference: with that one pad column the row is GPT2ForQuestionAnswering's whole input, and its
+    loss is GPT-2's; more padding leaves ours unchanged."""
+    ours, reference = head_pair(GPT2ForQuestionAnswering, GPTCustomForQuestionAnswering, {"qa_outputs"})
+    text = torch.randint(1, 98, (1, 6), generator=torch.Generator().manual_seed(4))
+    no_answer = torch.tensor([6])  # run_qa.py: input_ids.index(bos), the first pad column
+    with_one_pad, mask = torch.cat([text, torch.full((1, 1), PAD)], dim=1), (torch.arange(7) < 6).long()[None]
+    with torch.no_grad():
+        expected = reference(with_one_pad, attention_mask=mask, start_positions=no_answer, end_positions=no_answer).loss
+    for pads in (1, 4):
+        input_ids = torch.cat([text, torch.full((1, pads), PAD)], dim=1)
+        attention_mask = (torch.arange(6 + pads) < 6).long()[None]
+        ours.zero_grad()
+        got = ours(input_ids, attention_mask=attention_mask, start_positions=no_answer, end_positions=no_answer).loss
+        got.backward()
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+        assert ours.qa_outputs.weight.grad.abs().max() > 0
 
 
 @pytest.mark.parametrize("head_class, inputs", [
