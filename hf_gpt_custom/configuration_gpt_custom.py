@@ -25,8 +25,8 @@ from .errors import UserError, did_you_mean
 
 
 # Fields of other transformers configs that change what a model computes, and this one does not implement or names
-# otherwise: given (other than None, False or pretraining_tp=1), they were stored and silently ignored. Each with
-# what to do instead.
+# otherwise: given (other than None, False or a value in HARMLESS_VALUES), they were stored and silently ignored. Each
+# with what to do instead.
 UNSUPPORTED_FIELDS = {
     "sliding_window": "every layer attends to the whole context; drop it",
     "attention_chunk_size": "every layer attends to the whole context; drop it",
@@ -41,7 +41,10 @@ UNSUPPORTED_FIELDS = {
     "hidden_act": "this config's name for it is activation_function",
     "afn": "this config's name for it is activation_function (OpenAI GPT's afn='gelu' is gelu_new); a folder of "
            "OpenAI GPT's loads with GPTCustomForCausalLM.from_pretrained, which converts it",
+    "add_cross_attention": "there are no cross-attention layers (GPT2Config's option builds them); drop it",
+    "partial_rotary_factor": "RoPE turns every dimension of each head (a factor of 1.0); drop it",
 }
+HARMLESS_VALUES = {"pretraining_tp": 1, "partial_rotary_factor": 1.0}  # what the model computes anyway
 # Fields an older version of this config had and read, which nothing reads now: a folder saved then still holds them
 # (and keeps them), and is named on load with what to do instead.
 RETIRED_FIELDS = {
@@ -53,12 +56,13 @@ RETIRED_FIELDS = {
 
 
 def refuse_unsupported_fields(values: dict, where: str) -> None:
-    """A UserError for the first of UNSUPPORTED_FIELDS set in `values` (None, False and pretraining_tp=1 are unset)."""
+    """A UserError for the first of UNSUPPORTED_FIELDS set in `values` (None, False and HARMLESS_VALUES are unset)."""
     for name, fix in UNSUPPORTED_FIELDS.items():
         value = values.get(name)
         if name == "rope_scaling" and _is_plain_rope(value):  # {"type": "default"}: plain RoPE, read as rope_parameters
             continue
-        if value is not None and value is not False and (name, value) != ("pretraining_tp", 1):
+        harmless = name in HARMLESS_VALUES and value == HARMLESS_VALUES[name]
+        if value is not None and value is not False and not harmless:
             raise UserError(f"{where} {name}={value!r}, which other transformers configs have and this model does not "
                             f"implement: it would be stored and ignored; {fix}")
 

@@ -68,7 +68,7 @@ def last_non_padding_index(
             return torch.where(is_real_token.any(-1), last_real, unmasked.to(torch.int32).argmax(-1))
         is_real_token = is_real_token.to(torch.int32)
     elif attention_mask is not None:  # no pad id to look for, or no ids to look in: the mask says where padding is
-        is_real_token = attention_mask.to(torch.int32)
+        is_real_token = attention_mask.bool().to(torch.int32)  # any non-zero value is a real token, as in attention
     elif pad_token_id is None:
         if rows != 1:
             raise UserError(

@@ -32,6 +32,13 @@ def checks_values(tensor: torch.Tensor) -> bool:
     )
 
 
+def check_is_tensor(name: str, token_ids) -> None:
+    """A list or an array of token ids: torch's own errors named no argument ('list' object has no attribute ...)."""
+    if not isinstance(token_ids, torch.Tensor):
+        raise UserError(f"{name} must be a torch tensor of token ids, got {type(token_ids).__name__}; pass "
+                        f"torch.tensor({name}) (or return_tensors='pt' from the tokenizer)")
+
+
 def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_index: int | None = None,
                     table_rows: int | None = None) -> None:
     """Raise a UserError naming what is wrong with `token_ids` (input_ids or labels) before it becomes a cryptic
@@ -40,8 +47,10 @@ def check_token_ids(name: str, token_ids: torch.Tensor, vocab_size: int, ignore_
     Elsewhere an id past the embedding table stops the kernel (CUDA's device-side assert), but with a padded
     vocabulary (`table_rows` > vocab_size) an id in the padding indexed an untrained row in silence (a token added to
     the tokenizer without resize_token_embeddings): that range is asserted on the device, with no host read."""
-    if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool:
-        raise UserError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}; convert with .long()")
+    check_is_tensor(name, token_ids)
+    if token_ids.dtype not in (torch.long, torch.int32):  # what embedding lookups take (and the losses, as long)
+        raise UserError(f"{name} must hold integer token ids as torch.long, got dtype {token_ids.dtype}; convert "
+                        "with .long()")
     if token_ids.dim() != 2:
         raise UserError(
             f"{name} must be 2-D (batch, seq_len), got shape {tuple(token_ids.shape)}; for one sequence add the "
@@ -121,6 +130,12 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
         if not (attention_mask.dtype == torch.bool or attention_mask.dtype.is_floating_point):
             raise UserError(f"a 4-D attention_mask must be bool (True = attend) or an additive float mask, got "
                             f"dtype {attention_mask.dtype}; or pass the 2-D (batch, seq_len) mask of 1s and 0s")
+        if (attention_mask.dtype.is_floating_point and checks_values(attention_mask)
+                and bool((attention_mask > 0).any())):  # 1s and 0s added to the scores: nothing masked, future included
+            raise UserError("a 4-D float attention_mask is added to the attention scores (0 = attend, "
+                            "torch.finfo(dtype).min = masked), but this one holds positive values, as a mask of 1s and "
+                            "0s does, which would mask nothing; pass it as bool (mask.bool(): True = attend), or pass "
+                            "the 2-D (batch, seq_len) mask")
         fits = attention_mask.shape[0] in (1, batch) and attention_mask.shape[-2] == seq_len
     elif total is None:
         fits = attention_mask.dim() == 2 and attention_mask.shape[0] == batch and attention_mask.shape[1] >= seq_len

@@ -57,7 +57,7 @@ from .manifest import (  # checked on load, kept current on save, dropped from a
     before_a_save_that_pushes, drop_hub_manifest, from_pretrained_checked, manifest_kept_current, save_options,
 )
 from .model_inputs import (
-    check_attention_mask, check_cache_shape, check_position_ids, check_token_ids, position_ids_for,
+    check_attention_mask, check_cache_shape, check_is_tensor, check_position_ids, check_token_ids, position_ids_for,
 )
 from .static_decoding import decode_with_static_cache, uses_static_decoding
 from .transformers_compat import (
@@ -528,15 +528,22 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
             # the process aborted on a corrupted heap (LlamaForCausalLM too), and a bool mask would be added as 0/1
             raise UserError("a 4-D attention_mask tensor is not supported with attn_implementation='flex_attention'; "
                             "pass a 2-D padding mask (or a flex BlockMask), or use attn_implementation='sdpa'")
+        if kwargs.get("encoder_hidden_states") is not None:  # GPT-2 refuses it too, without cross-attention layers
+            raise UserError("encoder_hidden_states was given, but GPTCustom has no cross-attention layers: it would be "
+                            "ignored; drop it")
 
     def _embed(self, input_ids, inputs_embeds, token_type_ids) -> torch.Tensor:
         """The token embeddings (plus GPT-1's and GPT-2's segment embeddings), their ids and shapes checked."""
         if inputs_embeds is None:
             check_token_ids("input_ids", input_ids, self.config.vocab_size, table_rows=self.config.padded_vocab_size)
             inputs_embeds = self.wte(input_ids)
-        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.n_embd:
-            raise UserError(f"inputs_embeds must be (batch, seq_len, n_embd={self.config.n_embd}), got shape "
-                            f"{tuple(inputs_embeds.shape)}; for one sequence add the batch dimension")
+        elif not isinstance(inputs_embeds, torch.Tensor) or not inputs_embeds.dtype.is_floating_point:
+            raise UserError(f"inputs_embeds must be a floating-point tensor (batch, seq_len, n_embd), got "
+                            f"{getattr(inputs_embeds, 'dtype', type(inputs_embeds).__name__)}")
+        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.n_embd or not inputs_embeds.numel():
+            raise UserError(f"inputs_embeds must be (batch, seq_len, n_embd={self.config.n_embd}) with at least one "
+                            f"token per row, got shape {tuple(inputs_embeds.shape)}; for one sequence add the batch "
+                            "dimension")
         if token_type_ids is None:
             return inputs_embeds
         batch, seq_len = inputs_embeds.shape[:2]
@@ -687,6 +694,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
+        if labels is not None:
+            check_is_tensor("labels", labels)
         if labels is not None and labels.shape != hidden_states.shape[:2]:
             raise UserError(
                 f"labels has shape {tuple(labels.shape)} but the input has {tuple(hidden_states.shape[:2])} (batch, "

@@ -272,6 +272,10 @@ def test_the_block_is_described_from_the_fields(preset, expected):
     ("attention_dropout", 0.0, "this config's name for it is attn_pdrop"),
     ("hidden_act", "silu", "this config's name for it is activation_function"),
     ("afn", "relu", "this config's name for it is activation_function"),
+    # GPT2Config(add_cross_attention=True) builds cross-attention layers; a half-turned RoPE is another model (the
+    # hostilemodel hunt: both were stored and ignored)
+    ("add_cross_attention", True, "there are no cross-attention layers"),
+    ("partial_rotary_factor", 0.5, "RoPE turns every dimension of each head"),
 ])
 def test_fields_of_other_configs_this_model_does_not_implement_are_refused(field, value, fix):
     """Stored and ignored, they changed nothing: sliding_window=4 even made DynamicCache(config=...) build sliding
@@ -280,6 +284,11 @@ def test_fields_of_other_configs_this_model_does_not_implement_are_refused(field
     with pytest.raises(ValueError, match=rf"GPTCustomConfig got {field}=.*ignored; {re.escape(fix)}"):
         GPTCustomConfig(**{field: value})
     GPTCustomConfig(**{field: None})
+
+
+@pytest.mark.parametrize("field, value", [("pretraining_tp", 1), ("partial_rotary_factor", 1.0)])
+def test_a_field_set_to_what_the_model_computes_anyway_is_accepted(field, value):
+    GPTCustomConfig(position_embedding_type="rope", **{field: value})
 
 
 def test_rope_parameters_set_rope_theta_and_scaling_is_refused():

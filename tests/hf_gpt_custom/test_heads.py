@@ -188,6 +188,21 @@ def test_question_answering_matches_transformers_gpt2(side):
     assert abs(got.loss - expected.loss) > 1e-3  # GPT-2's loss counts the pad columns
 
 
+def test_a_classifier_reading_the_padding_from_the_mask_takes_any_non_zero_value_as_a_real_token():
+    """Without ids to look for pad ids in (inputs_embeds), the last real token is read from the mask. It was read as
+    integers, so a 2 moved the read token to it (0.34 off in the logits) and a 0.5 dropped a token that attention
+    saw (the hostilemodel hunt). Reference: GPT-2's classifier given the ids and the 0/1 mask."""
+    ours, reference = head_pair(GPT2ForSequenceClassification, GPTCustomForSequenceClassification, {"score"},
+                                num_labels=3)
+    input_ids, attention_mask = padded_batch("right")
+    odd_values = attention_mask.float()
+    odd_values[0, 3], odd_values[1, 3] = 2.0, 0.5  # real tokens, as attention reads them
+    with torch.no_grad():
+        expected = reference(input_ids, attention_mask=attention_mask).logits
+        got = ours(inputs_embeds=ours.transformer.wte(input_ids), attention_mask=odd_values).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
 def test_an_unanswerable_example_labelled_as_run_qa_labels_it_trains_whatever_the_padding():
     """transformers' run_qa.py labels an unanswerable example with its first bos token's position; with pad = bos
     (GPT-2's tokenizers, ours) and padding to max_length that is the row's first pad column. The loss ignored a label

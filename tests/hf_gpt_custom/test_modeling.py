@@ -305,9 +305,14 @@ def test_from_pretrained_with_device_map_auto(tmp_path, model):
     [
         (torch.tensor([[1, -3, 2]]), "token id -3"),
         (torch.tensor([[1, 99, 2]]), "token id 99 but vocab_size is 99"),
-        (torch.tensor([[1.0, 2.0]]), "integer token ids, got dtype torch.float32"),
+        (torch.tensor([[1.0, 2.0]]), "integer token ids as torch.long, got dtype torch.float32"),
         (torch.tensor([1, 2, 3]), r"2-D \(batch, seq_len\), got shape \(3,\)"),
         (torch.zeros(1, 0, dtype=torch.long), r"empty \(shape \(1, 0\)\)"),
+        # torch's own errors named no argument (a list: 'list' object has no attribute 'dtype'; int16: the embedding's)
+        ([[1, 2, 3]], r"input_ids must be a torch tensor of token ids, got list; pass torch.tensor\(input_ids\)"),
+        (torch.tensor([[1, 2]]).numpy(), "input_ids must be a torch tensor of token ids, got ndarray"),
+        (torch.tensor([[1, 2]], dtype=torch.int16), r"as torch.long, got dtype torch.int16; convert with .long\(\)"),
+        (torch.tensor([[1, 2]], dtype=torch.uint8), "as torch.long, got dtype torch.uint8"),
     ],
 )
 def test_bad_input_ids_get_an_error_naming_the_problem(model, input_ids, message):
@@ -315,6 +320,47 @@ def test_bad_input_ids_get_an_error_naming_the_problem(model, input_ids, message
 
     with pytest.raises(UserError, match=message):
         model(input_ids)
+
+
+@pytest.mark.parametrize("labels", [[[1, 2, 3]], torch.tensor([[1, 2, 3]]).numpy()], ids=["list", "ndarray"])
+def test_labels_that_are_not_a_tensor_are_named(model, labels):
+    from hf_gpt_custom.errors import UserError
+
+    with pytest.raises(UserError, match="labels must be a torch tensor of token ids"):
+        model(torch.tensor([[1, 2, 3]]), labels=labels)
+
+
+def test_int32_input_ids_give_the_logits_of_int64_ones(model):
+    """int32 ids (torch.from_numpy of an int32 array) are what an embedding takes: kept, not refused."""
+    input_ids = torch.tensor([[5, 7, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids.int()).logits, model(input_ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("inputs_embeds, message", [
+    (torch.zeros(1, 0, 32), r"at least one token per row, got shape \(1, 0, 32\)"),
+    (torch.zeros(1, 3, 32, dtype=torch.long), "inputs_embeds must be a floating-point tensor .* got torch.int64"),
+])
+def test_bad_inputs_embeds_get_an_error_naming_the_problem(model, inputs_embeds, message):
+    from hf_gpt_custom.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        model(inputs_embeds=inputs_embeds)
+
+
+def test_encoder_hidden_states_are_refused_as_gpt2_refuses_them_without_cross_attention(model):
+    """They were accepted and ignored (the logits of the call without them). GPT2LMHeadModel without cross-attention
+    layers refuses them; GPTCustom has none."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_gpt_custom.errors import UserError
+
+    input_ids, encoder_states = torch.tensor([[5, 7, 9]]), torch.randn(1, 4, 32)
+    with pytest.raises(ValueError, match="cross-attention"):
+        GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=99))(
+            input_ids, encoder_hidden_states=encoder_states)
+    with pytest.raises(UserError, match="encoder_hidden_states was given, but GPTCustom has no cross-attention"):
+        model(input_ids, encoder_hidden_states=encoder_states)
 
 
 @pytest.mark.parametrize("bad_label, message", [(99, "token id 99 but vocab_size is 99"), (-5, "token id -5")])

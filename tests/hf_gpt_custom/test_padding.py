@@ -131,6 +131,10 @@ def test_a_mask_or_positions_that_do_not_fit_the_input_are_named_even_with_posit
                 model(prompt, attention_mask=wrong)
         with pytest.raises(ValueError, match="a 4-D attention_mask must be bool"):
             model(prompt, attention_mask=torch.ones(2, 1, 6, 6, dtype=torch.long))
+        # A float 4-D mask is added to the scores: 1s and 0s masked nothing, the future included (GPT-2 and Llama do
+        # the same in silence)
+        with pytest.raises(ValueError, match=r"4-D float attention_mask .* holds positive values.*mask.bool\(\)"):
+            model(prompt, attention_mask=torch.ones(6, 6).tril()[None, None].expand(2, 1, 6, 6))
         for wrong in (torch.ones(3, 1, 6, 6, dtype=torch.bool), torch.ones(2, 1, 5, 6, dtype=torch.bool)):
             with pytest.raises(ValueError, match=r"attention_mask has shape \((3, 1, 6|2, 1, 5), 6\)"):
                 model(prompt, attention_mask=wrong)
