@@ -591,6 +591,33 @@ def test_a_random_state_refused_on_another_rank_stops_this_rank_too(run_with_che
     check_random_states_on_every_rank(rank_0, folder)  # every rank's file loads: nothing said
 
 
+def test_train_raises_another_ranks_random_state_refusal_before_setting_the_newer_work_aside(run_with_checkpoints,
+                                                                                               monkeypatch):
+    """train itself asks every rank: with rank 0's own check alone (a one-line revert that the test above cannot see)
+    rank 0 set the newer checkpoints aside while rank 1 refused (roundreview30). Two ranks simulated: rank 0's
+    accelerator says 2 processes, and gather_object brings rank 1's refusal."""
+    config, run_dir = run_with_checkpoints
+    older = run_dir / "checkpoints" / "step_000006"
+    shutil.copy(older / "random_states_0.pkl", older / "random_states_1.pkl")  # saved by two processes
+    manifest.write_manifest(older, step=6)
+    said_by_rank_1 = f"cannot load the random state {older / 'random_states_1.pkl'} (UnpicklingError: ...)"
+    real_accelerator = train_module._make_accelerator
+
+    def rank_0_of_2(*args, **kwargs):
+        accelerator = real_accelerator(*args, **kwargs)
+        monkeypatch.setattr(type(accelerator), "num_processes", property(lambda self: 2))
+        return accelerator
+
+    monkeypatch.setattr(train_module, "_make_accelerator", rank_0_of_2)
+    monkeypatch.setattr("accelerate.utils.gather_object", lambda objects: [objects[0], said_by_rank_1])
+    before = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*"))
+    config.resume_from_checkpoint = str(older)
+    with pytest.raises(UserError) as refused:
+        train(config)
+    assert str(refused.value) == said_by_rank_1
+    assert sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*")) == before
+
+
 def test_resume_with_another_number_of_processes_than_saved_the_checkpoint_is_refused_by_every_rank(
         run_with_checkpoints):
     _, run_dir = run_with_checkpoints
