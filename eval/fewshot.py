@@ -43,7 +43,12 @@ def sample_fewshot_examples(pool: list[dict], k: int, rnd: random.Random, exclud
 
 
 class ContextTooShortError(UserError):
-    """The model's context cannot hold even one few-shot example of the task: a K-shot score would be 0-shot."""
+    """The model's context cannot hold even one few-shot example of the task: a K-shot score would be 0-shot.
+    `what` names the task and K, `advice` the fix: several such errors are said as one, the advice once."""
+
+    def __init__(self, what: str, advice: str | None = None):
+        super().__init__(what if advice is None else f"{what}; {advice}")
+        self.what, self.advice = what, advice
 
 
 def build_prompts(
@@ -89,10 +94,10 @@ def build_prompts(
         needs = [reserve[i] + _length_with_one_example(spec, i, doc, drafts[i], tokenizer) for i, doc in enumerate(docs)]
         best = min(range(len(docs)), key=needs.__getitem__)
         raise ContextTooShortError(
-            f"task {spec.task}: the model's context of {max_length} tokens cannot hold even one few-shot example "
-            f"(the shortest prompt with one, doc {best}'s, needs {needs[best]} tokens); "
-            f"score it zero-shot (K = 0: eval's --shots 0, run's benchmark_shots), leave the task out, or use a model "
-            f"with a longer context"
+            f"task {spec.task} at K={k}: the model's context of {max_length} tokens cannot hold even one few-shot "
+            f"example (the shortest prompt with one, doc {best}'s, needs {needs[best]} tokens)",
+            "score it zero-shot (K = 0: eval's --shots 0, run's benchmark_shots), leave the task out, or use a model "
+            "with a longer context"
         )
     return prompts
 

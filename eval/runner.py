@@ -188,8 +188,10 @@ def evaluate(
                     skipped.append({"task": spec.task, "num_fewshot": k, "reason": str(err)})
         if len(unfittable) == 1:
             raise unfittable[0]
-        if unfittable:
-            raise ContextTooShortError(f"{len(unfittable)} tasks or K values cannot fit: " + "; ".join(map(str, unfittable)))
+        if unfittable:  # each task and K named, each piece of advice once (the newcomer4 walk: six times over)
+            advice = "; or ".join(dict.fromkeys(err.advice for err in unfittable if err.advice))
+            raise ContextTooShortError(f"{len(unfittable)} tasks or K values cannot fit: "
+                                       + "; ".join(err.what for err in unfittable), advice or None)
         if not plans and not skip_unfittable:  # the main job's sweep reports an empty table with what it skipped
             raise UserError("nothing to evaluate: " + "; ".join(f"{row['reason']} (K={row['num_fewshot']})"
                                                                  for row in skipped))
@@ -524,9 +526,9 @@ def plan_task(spec: TaskSpec, docs: list[dict], k: int, scorer: CausalLMScorer, 
     output_type = OUTPUT_TYPES[spec.output_type]
     if output_type.request_type == "generate_until" and output_type.max_gen_toks(spec) >= scorer.max_length:
         raise ContextTooShortError(
-            f"task {spec.task}: it generates up to {output_type.max_gen_toks(spec)} tokens, which leaves no room for a "
-            f"prompt in the model's context of {scorer.max_length} tokens; leave the task out or use a model with a "
-            "longer context"
+            f"task {spec.task} at K={k}: it generates up to {output_type.max_gen_toks(spec)} tokens, which leaves no "
+            f"room for a prompt in the model's context of {scorer.max_length} tokens",
+            "leave the task out or use a model with a longer context"
         )
     pool = spec.fewshot_docs(data_dir) if k > 0 else []
     prompts = build_prompts(spec, docs, pool, k, seed, scorer.tokenizer, scorer.max_length)

@@ -113,15 +113,18 @@ def test_eval_on_a_cuda_index_this_machine_lacks_is_one_line(monkeypatch, tmp_pa
 def test_a_few_shot_k_the_context_cannot_hold_is_one_line_naming_the_fix(short_context_model, tmp_path, capsys):
     err = _one_line_error(["eval", "--model", str(short_context_model), "--tasks", "lambada", "--shots", "1",
                            "--limit", "2", "--out", str(tmp_path / "out")], capsys)
-    assert err.startswith("hf-gpt-custom eval: error: task lambada: the model's context of 64 tokens cannot hold even "
-                          "one few-shot example")
+    assert err.startswith("hf-gpt-custom eval: error: task lambada at K=1: the model's context of 64 tokens cannot "
+                          "hold even one few-shot example")
     assert "--shots 0" in err
-    # two such tasks: both named in one error, not one per try (the newcomer3 walk)
+    # two such tasks and two K: each named with its K in one error, not one per try (the newcomer3 walk), and the
+    # advice said once, not once per task and K (the newcomer4 walk)
     err = _one_line_error(["eval", "--model", str(short_context_model), "--tasks", "copa,piqa,lambada", "--shots",
-                           "0,1", "--limit", "2", "--out", str(tmp_path / "out")], capsys)
-    named = re.findall(r"task (\w+): the model's context of 64 tokens cannot hold even one few-shot example", err)
+                           "0,1,5", "--limit", "2", "--out", str(tmp_path / "out")], capsys)
+    named = re.findall(r"task (\w+) at K=(\d): the model's context of 64 tokens cannot hold even one few-shot example",
+                       err)
     assert err.startswith(f"hf-gpt-custom eval: error: {len(named)} tasks or K values cannot fit: task ")
-    assert {"piqa", "lambada"} <= set(named)
+    assert {("piqa", "1"), ("piqa", "5"), ("lambada", "1"), ("lambada", "5")} <= set(named)
+    assert err.count("--shots 0") == 1
 
 
 def test_long_documents_scored_in_windows_print_no_tokenizer_length_warning(short_context_model):
