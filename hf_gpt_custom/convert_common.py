@@ -234,7 +234,11 @@ def model_and_loading_info(config: GPTCustomConfig, state: dict[str, torch.Tenso
                       "its weights hold an lm_head.weight of its own, with other values: loaded untied, as "
                       "transformers loads it (config.tie_word_embeddings is now False)", stacklevel=3)
         config.tie_word_embeddings = False
-    model = model_class._from_config(config, dtype=dtype)
+    # Built at random and then overwritten: the random draws must not move the caller's generator, which
+    # transformers' from_pretrained leaves where it was (a seed set before loading gave LoRA another start than on
+    # GPT-2: the peftround2 hunt)
+    with torch.random.fork_rng(devices=[]):
+        model = model_class._from_config(config, dtype=dtype)
     own_state = model.state_dict()
     prefix = model_class.base_model_prefix + "."
     unused = set()
@@ -387,7 +391,8 @@ def transformers_model_with_weights(reference_class, reference_config, state: di
     dtypes = {tensor.dtype for tensor in state.values() if tensor.is_floating_point()}
     # built in that dtype as from_pretrained(dtype=...) builds it: .to(bfloat16) would also round Llama's RoPE
     # frequencies, which transformers keeps in float32
-    reference = reference_class._from_config(reference_config, dtype=dtypes.pop() if len(dtypes) == 1 else None)
+    with torch.random.fork_rng(devices=[]):  # overwritten next: the caller's generator stays where it was
+        reference = reference_class._from_config(reference_config, dtype=dtypes.pop() if len(dtypes) == 1 else None)
     reference.load_state_dict(state, strict=True)
     if generation_config is not None and reference.can_generate():
         reference.generation_config = copy.deepcopy(generation_config)

@@ -125,11 +125,12 @@ def _write_export(run_dir: Path, out_dir: Path, repo_id: str | None, package_sou
                         "or choose another OUT_DIR")
     from hf_gpt_custom.model_cards.card import DEFAULT_LICENSE, build_model_card
 
-    from .model_folder import check_model_folder, load_folder_tokenizer, load_model_folder
+    from .model_folder import check_model_folder, load_folder_tokenizer, load_model_folder, refuse_an_adapter_inside
 
     # fails early, before any writing, if the run is incomplete; final/ first: its weights missing or damaged were
     # reported as an evaluation of other weights, with a fix (evaluate again) that could not work
     check_model_folder(final_dir)
+    refuse_an_adapter_inside(final_dir, "an export")
     _refuse_weights_training_did_not_write(run_dir, final_dir)
     license = licensing["license"]
     card = build_model_card(run_dir, repo_id=repo_id, package_source=package_source,

@@ -43,6 +43,21 @@ def _adapter_advice(folder: Path) -> str:
             ".merge_and_unload().save_pretrained(DIR), and the tokenizer into DIR), then pass DIR")
 
 
+def refuse_an_adapter_inside(folder: str | os.PathLike, action: str) -> None:
+    """A UserError for a model folder that also holds a PEFT adapter, where `action` (training from it, exporting it)
+    would save the model again: from_pretrained attaches the adapter (as transformers does), and save_pretrained of a
+    model carrying one writes the adapter alone."""
+    folder = Path(folder)
+    if (folder / "adapter_config.json").is_file() and (folder / "config.json").is_file():
+        raise UserError(
+            f"{folder} holds a PEFT adapter beside its model (adapter_config.json), which loading attaches and "
+            f"{action} cannot keep apart from the base: move adapter_config.json and the adapter's weights "
+            "(adapter_model.safetensors) into a folder of their own, merge them (PeftModel.from_pretrained("
+            f"GPTCustomForCausalLM.from_pretrained({str(folder)!r}), ADAPTER_DIR).merge_and_unload()"
+            ".save_pretrained(DIR), and the tokenizer into DIR), then pass DIR"
+        )
+
+
 def check_model_folder(path: str | os.PathLike, any_model_type: bool = False, verify_manifest: bool = True) -> Path:
     """The folder as a Path after checking what can be checked before loading; raises a UserError naming the fix.
     `any_model_type` lets through folders of other architectures (for eval, which scores any causal LM).

@@ -40,6 +40,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import can_return_tuple, logging
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .adapter_folders import adapter_to_attach, load_with_adapter
 from .auto_classes import AUTO_MODEL_CLASSES, CHECKPOINT_CONVERTERS, refuse_another_head, resolve
 from .block_variants import (
     POSITION_MODULES,
@@ -360,7 +361,10 @@ class GPTCustomPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load our checkpoint, or convert a transformers GPT-2, OpenAI GPT or Llama checkpoint on the fly. A folder
-        holding another task head than `cls` is refused by name (transformers would drop its head)."""
+        holding another task head than `cls` is refused by name (transformers would drop its head). A PEFT adapter
+        transformers would attach is attached to the base loaded so (adapter_folders.py)."""
+        if (adapter := adapter_to_attach(pretrained_model_name_or_path, kwargs)) is not None:
+            return load_with_adapter(cls.from_pretrained, pretrained_model_name_or_path, adapter, *model_args, **kwargs)
         saved = None if model_args else read_config_dict(pretrained_model_name_or_path, **kwargs)
         converter = CHECKPOINT_CONVERTERS.get((saved or {}).get("model_type"))
         if converter is not None:
@@ -714,8 +718,8 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         if labels is not None:
             check_token_ids("labels", labels, self.config.vocab_size, ignore_index=-100)
             if labels.dtype != torch.long:  # input_ids may be int32; the loss pads labels with -100 and takes int64
-                raise UserError(f"labels must hold token ids as torch.long, got dtype {labels.dtype}; convert with "
-                                ".long()")
+                raise UserError(f"labels must hold integer token ids as torch.long, got dtype {labels.dtype}; "
+                                "convert with .long()")
             if kwargs.get("num_items_in_batch") is None:
                 # With num_items_in_batch (transformers' Trainer) the caller has counted the labels it gave as the
                 # loss's denominator, before the model ran, over every micro-batch: leaving one out here made the

@@ -47,9 +47,10 @@ def check_train_config(config: TrainConfig) -> None:
         raise MissingFileError(f"init_from={config.init_from} is not a folder; give a model folder (e.g. "
                                f"runs/<name>/final) that holds config.json and the weights")
     if config.init_from:
-        from hf_gpt_custom.model_folder import check_model_folder
+        from hf_gpt_custom.model_folder import check_model_folder, refuse_an_adapter_inside
 
         check_model_folder(config.init_from, verify_manifest=False)  # a loadable model type, weights: before any import
+        refuse_an_adapter_inside(config.init_from, "training from it")
         if not hasattr(config, "task"):  # language modelling (fine-tuning loads a head folder as its head)
             _refuse_a_task_head_to_train_as_a_language_model(config.init_from)
             _refuse_a_model_section_that_init_from_contradicts(config)

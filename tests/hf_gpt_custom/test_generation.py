@@ -134,7 +134,9 @@ def test_flex_attention_generates_with_a_static_cache_as_llama_does(monkeypatch)
     assert torch.equal(ours.generate(prompt, cache_implementation="static", **options), expected)
     hook.remove()
     assert any(isinstance(mask, BlockMask) for mask in masks)  # the BlockMask reached our input checks
-    assert torch.equal(ours.generate(prompt, **options), expected)
+    # the dynamic cache against Llama's own: eager flex over a static cache's whole length need not give the dynamic
+    # cache's tokens (Llama's two differ at a 0.07 logit gap on some seeds), so each is compared with its own
+    assert torch.equal(ours.generate(prompt, **options), reference.generate(prompt, **options))
 
 
 def test_generation_past_the_context_names_the_longest_call_that_works():

@@ -297,8 +297,8 @@ def test_causal_lm_labels_not_int64_are_refused_by_name(dtype):
     torch.manual_seed(0)
     model = GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2)).eval()
     input_ids = torch.randint(0, 98, (2, 5))
-    with pytest.raises(UserError, match=rf"labels must hold token ids as torch\.long, got dtype {dtype}; convert "
-                                        r"with \.long\(\)"):
+    with pytest.raises(UserError, match=rf"labels must hold integer token ids as torch\.long, got dtype {dtype}; "
+                                        r"convert with \.long\(\)"):
         model(input_ids.int(), labels=input_ids.to(dtype))
     assert model(input_ids.int(), labels=input_ids).loss.isfinite()  # int32 input_ids stay fine
 

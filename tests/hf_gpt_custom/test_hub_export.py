@@ -37,7 +37,8 @@ def test_export_writes_the_hub_files_and_no_trainer_state(exported):
     assert files == sorted([
         "README.md", "config.json", "generation_config.json", "model.safetensors",
         "configuration_gpt_custom.py", "modeling_gpt_custom.py", "tokenization_gpt_custom.py",
-        "architecture.py", "block_variants.py", "causal_lm_loss.py", "checkpoint_files.py", "convert_gpt2.py",
+        "adapter_folders.py", "architecture.py", "block_variants.py", "causal_lm_loss.py", "checkpoint_files.py",
+        "convert_gpt2.py",
         "errors.py", "heads_gpt_custom.py", "manifest.py", "model_inputs.py", "static_decoding.py",
         "tiktoken_engine.py", "transformers_compat.py", "batch_output.py", "byte_level.py", "task_template.py",  # relative imports
         "auto_classes.py", "convert_common.py", "convert_llama.py", "convert_openai_gpt.py",  # what auto_classes names

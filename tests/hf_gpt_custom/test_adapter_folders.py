@@ -1,0 +1,111 @@
+"""PEFT adapters that from_pretrained attaches (hf_gpt_custom/adapter_folders.py), against transformers' GPT-2 loading
+the same folders: an adapter saved inside a model folder, and an adapter folder alone naming its base. Found by the
+peftround2 hunt: a converted GPT-2 folder dropped its adapter in silence, an adapter on a GPT-2 base loaded Conv1D
+weights unconverted, and a base loaded through an adapter skipped the missing-tensor and manifest checks."""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+
+from hf_gpt_custom import GPTCustomForCausalLM
+from hf_gpt_custom.errors import UserError
+
+from tests.helpers import randomize_
+
+INPUT_IDS = torch.randint(0, 99, (2, 9), generator=torch.Generator().manual_seed(1))
+
+
+def _gpt2_folder(folder):
+    torch.manual_seed(0)
+    randomize_(GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=99, n_positions=64))).save_pretrained(
+        folder)
+    return folder
+
+
+def _save_lora(base, adapter_dir) -> torch.Tensor:
+    """A LoRA on `base` that changes its logits (B starts non-zero), saved to `adapter_dir`; the adapted logits."""
+    torch.manual_seed(1)
+    adapted = get_peft_model(base, LoraConfig(target_modules=["c_attn", "c_fc"], init_lora_weights=False)).eval()
+    adapted.save_pretrained(adapter_dir)
+    with torch.no_grad():
+        return adapted(input_ids=INPUT_IDS).logits
+
+
+def _logits(model):
+    with torch.no_grad():
+        return model.eval()(input_ids=INPUT_IDS).logits
+
+
+def test_an_adapter_saved_inside_a_gpt2_folder_is_attached_as_gpt2_attaches_it(tmp_path):
+    folder = _gpt2_folder(tmp_path / "gpt2")
+    base_logits = _logits(GPT2LMHeadModel.from_pretrained(folder))
+    _save_lora(GPT2LMHeadModel.from_pretrained(folder), folder)  # beside config.json: transformers attaches it
+    expected = _logits(GPT2LMHeadModel.from_pretrained(folder))
+    assert (expected - base_logits).abs().max() > 1e-2
+    torch.testing.assert_close(_logits(GPTCustomForCausalLM.from_pretrained(folder)), expected, rtol=0, atol=1e-5)
+
+
+def test_an_adapter_folder_whose_base_is_a_gpt2_folder_loads_onto_the_converted_base(tmp_path):
+    folder = _gpt2_folder(tmp_path / "gpt2")
+    adapted = _save_lora(GPT2LMHeadModel.from_pretrained(folder), tmp_path / "adapter")
+    torch.testing.assert_close(_logits(GPT2LMHeadModel.from_pretrained(tmp_path / "adapter")), adapted, rtol=0,
+                               atol=1e-6)
+    loaded = GPTCustomForCausalLM.from_pretrained(tmp_path / "adapter")
+    assert isinstance(loaded, GPTCustomForCausalLM)
+    torch.testing.assert_close(_logits(loaded), adapted, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("damage", ["missing tensor", "manifest"])
+@pytest.mark.parametrize("loader", [GPTCustomForCausalLM, AutoModelForCausalLM], ids=["ours", "auto"])
+def test_a_base_loaded_through_its_adapter_gets_every_check_a_base_gets(tmp_path, loader, damage):
+    """transformers hands back the adapter's loading info, so the base's missing tensor was started at random."""
+    from hf_gpt_custom.manifest import write_manifest
+
+    base = tmp_path / "base"
+    GPTCustomForCausalLM.from_pretrained(_gpt2_folder(tmp_path / "gpt2")).save_pretrained(base)
+    _save_lora(GPTCustomForCausalLM.from_pretrained(base), tmp_path / "adapter")
+    weights = load_file(base / "model.safetensors")
+    if damage == "missing tensor":
+        del weights["transformer.h.0.mlp.c_fc.weight"]
+        save_file(weights, base / "model.safetensors", metadata={"format": "pt"})
+        write_manifest(base)  # the folder is consistent: only the tensor is missing
+        message = r"does not hold every weight .*transformer.h.0.mlp.c_fc.weight"
+    else:
+        write_manifest(base)
+        weights["transformer.wte.weight"] += 1
+        save_file(weights, base / "model.safetensors", metadata={"format": "pt"})
+        message = "model.safetensors does not match its sha256 in the manifest"
+    with pytest.raises(UserError, match=message):
+        loader.from_pretrained(tmp_path / "adapter", trust_remote_code=True)
+
+
+def test_converting_a_folder_leaves_the_random_generator_where_gpt2s_loading_leaves_it(tmp_path):
+    """A seed set before loading, then a LoRA initialised: ours drew the whole random initialisation of the model it
+    then overwrote, so the LoRA started elsewhere than on GPT-2."""
+    folder = _gpt2_folder(tmp_path / "gpt2")
+    after = {}
+    for name, load in (("gpt2", GPT2LMHeadModel.from_pretrained), ("ours", GPTCustomForCausalLM.from_pretrained)):
+        torch.manual_seed(5)
+        load(folder)
+        after[name] = torch.rand(3)
+    torch.testing.assert_close(after["ours"], after["gpt2"], rtol=0, atol=0)
+
+
+def test_a_folder_holding_an_adapter_is_refused_where_it_would_be_saved_again(tmp_path):
+    """Training from it or exporting it loads base + adapter, and save_pretrained of a model carrying an adapter
+    writes the adapter alone."""
+    from hf_gpt_custom.hub import export_folder
+    from hf_gpt_custom.training.config import load_train_config
+
+    from tests.training.test_config import SMOKE
+
+    folder = _gpt2_folder(tmp_path / "run" / "final")
+    load_train_config(SMOKE, [f"init_from={folder}", "model={}"])  # no adapter: nothing said
+    _save_lora(GPT2LMHeadModel.from_pretrained(folder), folder)
+    with pytest.raises(UserError, match=r"holds a PEFT adapter beside its model .* training from it cannot keep .*"
+                                        r"merge_and_unload"):
+        load_train_config(SMOKE, [f"init_from={folder}", "model={}"])
+    with pytest.raises(UserError, match=r"holds a PEFT adapter beside its model .* an export cannot keep"):
+        export_folder(tmp_path / "run", tmp_path / "export")
