@@ -36,15 +36,22 @@ def _check_model_argument(model: str) -> None:
 
 
 def _special_tokens(value: str) -> list[str]:
-    """Comma-separated tokens, each stripped of the spaces around it ("<a>, <b>"); a token that is only whitespace
-    ($'\\n') is refused by name, not dropped: the space around a name cannot be part of it on the command line."""
+    """Comma-separated tokens, the spaces after each comma dropped ("<a>, <b>"); a token that is only whitespace
+    ($'\\n') is refused by name, not dropped. So is one that begins or ends with other whitespace (' the'): stripped,
+    it was a different token ('the'), accepted in silence."""
     items = value.split(",")
     blank = [item for item in items if item and not item.strip()]
     if blank:
-        raise argparse.ArgumentTypeError(f"{blank[0]!r} is whitespace only, and the command line strips the spaces "
-                                         "around each token; add such a token from Python "
+        raise argparse.ArgumentTypeError(f"{blank[0]!r} is whitespace only, which the command line does not keep "
+                                         "as a token; add such a token from Python "
                                          "(train_tokenizer(..., special_tokens=[...]))")
-    return [item.strip() for item in items if item.strip()]
+    tokens = [items[0]] + [item.lstrip() for item in items[1:]]
+    spaced = [token for token in tokens if token != token.strip()]
+    if spaced:
+        raise argparse.ArgumentTypeError(f"{spaced[0]!r} begins or ends with whitespace; a special token must be a "
+                                         "name that cannot occur as text, like '<|sep|>' (a space after a comma is "
+                                         "dropped)")
+    return [token for token in tokens if token]
 
 
 def _comma_ints(value: str) -> list[int]:
@@ -93,7 +100,8 @@ def _add_tokenizer(subparsers) -> None:
     train.add_argument("--dataset-config", default=None, help="Hub dataset configuration name (default: none)")
     train.add_argument("--split", default="train", help="Hub dataset split (default: train)")
     train.add_argument("--special-tokens", type=_special_tokens, default=None,
-                       help="comma-separated extra special tokens after <|endoftext|>, e.g. '<|pad|>' (default: none)")
+                       help="comma-separated extra special tokens after <|endoftext|>, names that cannot occur as text "
+                            "in the corpus, e.g. '<|pad|>' (default: none)")
     train.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                        help="show the trainer's progress bars (default: on)")
     train.set_defaults(func=_cmd_tokenizer_train)

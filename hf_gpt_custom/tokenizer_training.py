@@ -62,7 +62,9 @@ def train_tokenizer(
     `vocab_size` counts everything: 256 bytes + merges + special tokens. `special_tokens` defaults to
     ["<|endoftext|>"]; "<|endoftext|>" is always the first of them (bos = eos). Layout: ids 0-255 = bytes in byte
     order, then merged tokens in the order they were learned, then the special tokens — GPT-2's convention of
-    <|endoftext|> right after the merges. If the corpus runs out of pairs occurring `min_frequency` times,
+    <|endoftext|> right after the merges. Any other special token whose text occurs in the corpus is refused, as the
+    corpus streams by: tokenizer() would read that text as the token, whose embedding training never sees (training
+    keeps corpus text as text). If the corpus runs out of pairs occurring `min_frequency` times,
     the vocabulary is smaller than asked (a warning says so); `len(tokenizer)` is always the true size.
 
     The same corpus and settings give byte-identical files.
@@ -87,7 +89,9 @@ def train_tokenizer(
         texts = iter_corpus(inputs, text_field=text_field, dataset_config=dataset_config, split=split, source=source,
                             revision=revision)
 
-        counter = _CountingIterator(texts)
+        # <|endoftext|> is not looked for: a literal one is text to training and the end-of-text token to
+        # tokenizer(), GPT-2's convention (docs/tokenizer.md), and its embedding is trained after every document
+        counter = _CountingIterator(texts, special_tokens_to_refuse=special_tokens[1:])
         tokenizer = Tokenizer(BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         # The bars are drawn on stderr, and only where it is a terminal: elsewhere (a log file) they would show
@@ -234,11 +238,17 @@ def _lay_out_vocabulary(trained_model: dict, special_tokens: list[str]) -> tuple
         if token in vocab or "".join(byte_to_char[byte] for byte in token.encode("utf-8")) in vocab:
             raise UserError(
                 f"special token {token!r} is also a learned (or byte) token, so it would take that text's place; pick "
-                f"a name that cannot occur as text in one GPT-2 chunk, like '<|{token.strip().strip('<|>') or 'pad'}|>'"
+                f"a name that cannot occur as text in one GPT-2 chunk, like {_suggested_name(token)!r}"
             )
         vocab[token] = len(vocab)
     merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in trained_model["merges"]]
     return vocab, merges
+
+
+def _suggested_name(token: str) -> str:
+    """The token's own letters wrapped as <|endoftext|> is, or another name where that is the token itself."""
+    name = f"<|{token.strip().strip('<|>') or 'pad'}|>"
+    return name if name != token else f"<|{token.strip('<|>')}_token|>"
 
 
 # --- reading the corpus ------------------------------------------------------------------------------------------
@@ -370,7 +380,7 @@ def _read_text_file(path: Path) -> Iterator[str]:
             for line in handle:
                 cut = _safe_cut(line) if block_chars >= TEXT_BLOCK_CHARS else None
                 if cut is not None:
-                    yield "".join(block) + line[:cut]
+                    yield _BlockCutFromMore("".join(block) + line[:cut])
                     block, block_chars = [], 0
                     line = line[cut:]
                 block.append(line)
@@ -382,6 +392,10 @@ def _read_text_file(path: Path) -> Iterator[str]:
         raise UserError(f"{path}: not UTF-8 text ({err.reason}); convert it to UTF-8") from err
     if block:
         yield "".join(block)
+
+
+class _BlockCutFromMore(str):
+    """A block of a text file that the next text continues: text (a special token's) can run across the cut."""
 
 
 def _safe_cut(line: str) -> int | None:
@@ -461,12 +475,15 @@ def _iter_strings(texts: Iterable, source: str) -> Iterator[str]:
 
 
 class _CountingIterator:
-    """Passes documents through to the trainer and counts them, so an empty corpus can be reported."""
+    """Passes documents through to the trainer and counts them, so an empty corpus can be reported; refuses, as the
+    text streams by, a special token that occurs in it."""
 
-    def __init__(self, texts: Iterator[str]):
+    def __init__(self, texts: Iterator[str], special_tokens_to_refuse: Iterable[str] = ()):
         self._texts = iter(texts)
         self.n_texts = 0
         self.n_chars = 0
+        self._special_tokens = list(special_tokens_to_refuse)
+        self._carried = ""  # the end of a file's block, where a token may begin and run on into the next block
 
     def __iter__(self):
         return self
@@ -482,7 +499,30 @@ class _CountingIterator:
                 raise UserError(f"document {self.n_texts} (starting {text[:40]!r}) holds {bad.object[bad.start]!r}, "
                                 f"half of a surrogate pair, at character {bad.start}: not text; fix or remove "
                                 "it") from None
+        if self._special_tokens:
+            self._refuse_special_token_text(text)
         return text
+
+    def _refuse_special_token_text(self, text: str) -> None:
+        """tokenizer() reads a special token's text anywhere in its input (inside words too: "the" in "other"), but
+        training keeps corpus text as text (encode_ids_batch), so the token's embedding would never be trained and
+        every prompt holding that text would be fed it. Refused at the first text holding it: one pass, no waiting
+        for the merges. Linear: one str.count per token over each text and the few characters carried before it."""
+        searched = self._carried + text
+        for token in self._special_tokens:
+            count = searched.count(token)
+            if count:
+                position = searched.find(token)
+                example = searched[max(0, position - 20):position + len(token) + 20]
+                raise UserError(
+                    f"special token {token!r} occurs as text in the corpus (at least {count} time"
+                    f"{'s' if count > 1 else ''}, e.g. {example!r}), "
+                    "where training reads it as text and tokenizer() as the special token, whose embedding training "
+                    f"never learns; pick a name that cannot occur as text, like {_suggested_name(token)!r}"
+                )
+        longest = max(len(token) for token in self._special_tokens)
+        is_cut = isinstance(text, _BlockCutFromMore) and longest > 1
+        self._carried = searched[max(0, len(searched) - longest + 1):] if is_cut else ""
 
 
 def _where_the_text_was_looked_for(inputs, text_field: str, split: str) -> str:

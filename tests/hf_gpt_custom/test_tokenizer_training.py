@@ -249,12 +249,51 @@ def test_non_text_inputs_are_rejected(tmp_path, inputs, message):
         train_tokenizer(inputs, tmp_path / "tok", show_progress=False)
 
 
-@pytest.mark.parametrize("special", ["the", " the", "\n", " "])
-def test_special_token_that_is_also_a_learned_token_is_rejected(tmp_path, special):
+@pytest.mark.parametrize("special", ["\t", "\x7f"])
+def test_special_token_that_is_also_a_byte_token_is_rejected(tmp_path, special):
     """" the" and "\n" were accepted (the vocabulary spells them "Ġthe", "Ċ"): the special token then took that text's
-    place, and decode(skip_special_tokens=True) dropped every newline."""
+    place, and decode(skip_special_tokens=True) dropped every newline. Text of the corpus is refused before this
+    check (below); a byte token the corpus lacks still reaches it."""
     with pytest.raises(ValueError, match=re.escape(f"special token {special!r} is also a learned (or byte) token")):
         train_tokenizer(["the the the the\nthe the\n"], tmp_path / "tok", special_tokens=[special], show_progress=False)
+
+
+SPEECH = "First Citizen:\nROMEO:\nthe other brother there <|sep|>\n"
+
+
+@pytest.mark.parametrize(("special", "count"), [("ROMEO:", 1), ("the", 4), (" the", 1), ("\n", 3), ("<|sep|>", 1)])
+def test_special_token_that_occurs_as_text_in_the_corpus_is_refused(tmp_path, special, count):
+    """"ROMEO:" and "the" were accepted: training kept them as text (encode_ids_batch), tokenizer() read every one as
+    the special id, inside words too ("the" in "other"), so prompts were fed an embedding training never saw.
+    Reference: str.count on the speech (4 "the": the, other, brother, there)."""
+    assert SPEECH.count(special) == count
+    with pytest.raises(ValueError, match=re.escape(f"special token {special!r} occurs as text in the corpus (at least "
+                                                   f"{count} time")) as refusal:
+        train_tokenizer(["a first document", SPEECH], tmp_path / "tok", special_tokens=[special], show_progress=False)
+    assert "pick a name that cannot occur as text, like '<|" in str(refusal.value) and "\n" not in str(refusal.value)
+    assert not (tmp_path / "tok" / "tokenizer.json").exists()
+
+
+def test_special_token_text_cut_across_two_blocks_of_a_text_file_is_refused(tmp_path, monkeypatch):
+    """A text file is read in blocks; the token "e\nX" runs across the cut between "more" and "\nX". Separate
+    documents are not one text: the same characters split between two of them are not refused."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("Next\nmore\nXavier\n", encoding="utf-8")
+    monkeypatch.setattr(tokenizer_training, "TEXT_BLOCK_CHARS", 1)
+    assert list(tokenizer_training.iter_corpus(path)) == ["Next\nmore", "\nXavier", "\n"]
+    with pytest.raises(ValueError, match=re.escape("special token 'e\\nX' occurs as text in the corpus")):
+        train_tokenizer(path, tmp_path / "tok", vocab_size=300, special_tokens=["e\nX"], show_progress=False)
+    train_tokenizer(["Next\nmore", "\nXavier\n"], tmp_path / "tok", vocab_size=300, special_tokens=["e\nX"],
+                    show_progress=False)
+
+
+def test_a_corpus_holding_endoftext_as_text_still_trains(tmp_path):
+    """The default token is not looked for: a literal <|endoftext|> is text to training and eos to tokenizer(), as
+    GPT-2's is (docs/tokenizer.md), and eos is trained after every document."""
+    folder = train_tokenizer(["a <|endoftext|> b\n", "c d\n"], tmp_path / "tok", vocab_size=300,
+                             special_tokens=[ENDOFTEXT], show_progress=False)
+    tokenizer = GPTCustomTokenizerFast.from_pretrained(folder)
+    assert tokenizer.eos_token_id in tokenizer("a <|endoftext|> b")["input_ids"]
 
 
 def test_min_frequency_below_one_is_rejected(tmp_path):
@@ -298,6 +337,32 @@ def test_cli_a_whitespace_only_special_token_is_refused_not_dropped(shakespeare_
     assert exit_info.value.code == 2 and not (tmp_path / "tok").exists()
     error = capsys.readouterr().err.strip()
     assert "is whitespace only" in error and "train_tokenizer(..., special_tokens=[...])" in error
+
+
+@pytest.mark.parametrize(("given", "named"),
+                         [(" the", "' the'"), ("the ", "'the '"), ("<|pad|> ,<|sep|>", "'<|pad|> '")])
+def test_cli_a_special_token_with_whitespace_at_its_edge_is_refused_not_stripped(shakespeare_path, tmp_path, capsys,
+                                                                                  given, named):
+    """--special-tokens ' the' was stripped to 'the' and trained, in silence, where Python refused ' the'."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["tokenizer", "train", str(shakespeare_path), "--out", str(tmp_path / "tok"), "--vocab-size", "700",
+                  "--special-tokens", given, "--no-progress"])
+    assert exit_info.value.code == 2 and not (tmp_path / "tok").exists()
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{named} begins or ends with whitespace" in error and "like '<|sep|>'" in error
+
+
+def test_cli_a_special_token_that_occurs_in_the_corpus_is_one_line_and_exit_2(shakespeare_path, tmp_path, capsys):
+    """'ROMEO:' (163 times in tiny Shakespeare) was accepted; reference: str.count over the file."""
+    assert shakespeare_path.read_text(encoding="utf-8").count("ROMEO:") == 163
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["tokenizer", "train", str(shakespeare_path), "--out", str(tmp_path / "tok"), "--vocab-size", "700",
+                  "--special-tokens", "ROMEO:", "--no-progress"])
+    assert exit_info.value.code == 2 and not (tmp_path / "tok" / "tokenizer.json").exists()
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0
+    assert "special token 'ROMEO:' occurs as text in the corpus (at least 163 times, e.g. " in error
+    assert "pick a name that cannot occur as text, like '<|ROMEO:|>'" in error
 
 
 def test_cli_special_tokens_may_be_written_with_spaces_after_the_commas(shakespeare_path, tmp_path):

@@ -146,6 +146,19 @@ def test_a_separate_validation_file_trains_the_tokenizer_on_the_documents_traini
     assert not any("\u010a\u010a" in token for token in vocabulary)  # "\n\n" as byte-level BPE writes it (Ċ)
 
 
+def test_a_corpus_that_mentions_endoftext_trains_the_runs_tokenizer(make_config, tmp_path):
+    """train_tokenizer refuses a special token whose text occurs in the corpus; the stage's only one, <|endoftext|>,
+    is not refused (training keeps a literal one as text, tokenizer() reads it as eos, GPT-2's convention)."""
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join([f"{TRAIN_SPEECH} <|endoftext|>"] * 50), encoding="utf-8")
+    config = make_config(f"dataset={corpus}", "tokenizer=null", "tokenizer_vocab_size=280", "val_fraction=0.1",
+                         "val_holdout=tail", run_name="endoftext_text")
+    vocabulary = _vocabulary(prepare_tokenizer(config))
+    assert "<|endoftext|>" in vocabulary and ("cat" in vocabulary or "Ġcat" in vocabulary)
+
+
 def test_a_document_that_is_not_text_is_named_with_its_source_and_number(make_config, tmp_path):
     """A JSONL column of strings with one number loads (as a JSON column); the error names the file and document."""
     import pytest
