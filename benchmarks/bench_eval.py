@@ -46,6 +46,26 @@ def build_model_folder(folder: Path, data_dir: Path) -> Path:
     return folder
 
 
+def find_data_dir() -> Path:
+    """The benchmark data folder eval reads ($HF_GPT_CUSTOM_DATA_DIR or ../shared/data); exits 2 naming it when it is
+    missing. Checked before lm-eval is imported: a missing folder was a FileNotFoundError traceback after it."""
+    from hf_gpt_custom.errors import UserError
+    from hf_gpt_custom.eval.task import default_data_dir
+
+    try:
+        folder = default_data_dir()
+    except UserError as err:  # $HF_GPT_CUSTOM_DATA_DIR names no folder
+        print(f"bench_eval: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    if not (folder / "tinyshakespeare" / "input.txt").is_file():
+        what = f"the data folder {folder} does not exist" if not folder.is_dir() else \
+            f"{folder / 'tinyshakespeare' / 'input.txt'} not found"
+        print(f"bench_eval: {what}; put the shared data there (README: ../shared/data, beside the checkout) or set "
+              "$HF_GPT_CUSTOM_DATA_DIR", file=sys.stderr)
+        raise SystemExit(2)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="hellaswag,piqa", help="comma-separated tasks (default: hellaswag,piqa)")
@@ -60,6 +80,7 @@ def main() -> None:
                              "only add noise)")
     parser.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results"), help="where to write bench_eval.json/.md")
     args = parser.parse_args()
+    data_dir = find_data_dir()
 
     import lm_eval
     import torch
@@ -69,7 +90,6 @@ def main() -> None:
 
     from benchmarks.common import compare_interleaved, describe_machine, machine_info
     from hf_gpt_custom.eval.runner import evaluate
-    from hf_gpt_custom.eval.task import default_data_dir
     from tests.eval.lm_eval_tasks import write_lm_eval_tasks
 
     import lm_eval.evaluator
@@ -82,7 +102,7 @@ def main() -> None:
     shots = [int(k) for k in args.shots.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="bench_eval_"))
     (work / "model").mkdir()
-    model_dir = build_model_folder(work / "model", default_data_dir())
+    model_dir = build_model_folder(work / "model", data_dir)
     names = write_lm_eval_tasks(tasks, work / "lm_eval_tasks")
     task_manager = TaskManager(include_path=str(work / "lm_eval_tasks"), include_defaults=False)
     lm = HFLM(pretrained=str(model_dir), batch_size=args.batch_size, device="cpu", dtype="float32")

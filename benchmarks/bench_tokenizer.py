@@ -29,6 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
+
+CORPUS_FILES = ("tinyshakespeare/input.txt", "wikitext-2-raw/wiki.test.raw")  # in the tokenizer's training order
 
 
 def parse_args() -> argparse.Namespace:
@@ -42,7 +45,22 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def find_data_dir(data_dir: str | None) -> Path:
+    """--data-dir, else ../shared/data beside the checkout; exits 2 naming the folder when a corpus file is missing.
+
+    Checked before the heavy imports: a missing folder was a FileNotFoundError traceback after them."""
+    folder = Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "shared" / "data"
+    missing = [folder / name for name in CORPUS_FILES if not (folder / name).is_file()]
+    if missing:
+        what = f"the data folder {folder} does not exist" if not folder.is_dir() else f"{missing[0]} not found"
+        print(f"bench_tokenizer: {what}; put the shared data there (README: ../shared/data, beside the checkout) "
+              "or pass --data-dir", file=sys.stderr)
+        raise SystemExit(2)
+    return folder
+
+
 ARGS = parse_args()
+DATA_DIR = find_data_dir(ARGS.data_dir)
 # The Rust thread pool (rayon) reads this once, when tokenizers first parallelises: set it before any import.
 os.environ["RAYON_NUM_THREADS"] = str(ARGS.threads)
 os.environ["TOKENIZERS_PARALLELISM"] = "true" if ARGS.threads > 1 else "false"
@@ -53,7 +71,6 @@ import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -100,15 +117,14 @@ def flatten(ids) -> list[int]:
 
 
 def main() -> None:
-    data_dir = Path(ARGS.data_dir) if ARGS.data_dir else REPO_ROOT.parent / "shared" / "data"
     out_dir = Path(ARGS.out) if ARGS.out else REPO_ROOT / "benchmarks" / "results"
-    text, documents = load_corpus(data_dir)
+    text, documents = load_corpus(DATA_DIR)
     megabytes = len(text.encode("utf-8")) / 1e6
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = ARGS.tokenizer
         if folder is None:
-            folder = train_tokenizer([data_dir / "tinyshakespeare" / "input.txt", data_dir / "wikitext-2-raw" / "wiki.test.raw"],
+            folder = train_tokenizer([DATA_DIR / name for name in CORPUS_FILES],
                                      Path(scratch) / "tokenizer", vocab_size=ARGS.vocab_size, show_progress=False)
         ours = GPTCustomTokenizerFast.from_pretrained(folder)
         gpt2 = GPT2TokenizerFast.from_pretrained(folder)

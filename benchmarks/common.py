@@ -29,6 +29,9 @@ import torch  # noqa: E402
 from hf_gpt_custom.training.devices import matmul_flops as measure_matmul_peak  # noqa: E402,F401  (MFU's roof)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# Where `run_all --quick` writes unless --out names a folder (git-ignored): a smoke run's few rounds are not figures
+# to quote, and written into results/ they would replace the measured files the docs link, unmarked.
+QUICK_RESULTS_DIR = RESULTS_DIR.parent / "results_quick"
 
 # The two sizes every model benchmark runs, with the dropout of the training config that uses them: SMALL is
 # training/configs/shakespeare.yaml (dropout 0.1, vocab 8192 from our tokenizer), GPT2_SMALL is gpt2-124m.yaml
