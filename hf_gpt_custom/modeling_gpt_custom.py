@@ -756,6 +756,17 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         refuse_peft_prompt_with_a_cache(self, generation_config)
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
+    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
+        """transformers' expansion for beams and num_return_sequences, after giving one row of `position_ids` (shape
+        (seq_len,) or (1, seq_len), which forward takes for every row, as GPT-2 does) a row per input row: expanded
+        as given, (seq_len,) became each position repeated ([0, 0, 1, 1, ...]), read as packed documents, and the
+        tokens were silently other than without positions (Llama refuses the call; the genparity3 hunt)."""
+        positions = model_kwargs.get("position_ids")
+        if (expand_size > 1 and isinstance(positions, torch.Tensor) and input_ids is not None
+                and positions.dim() <= 2 and (positions.dim() == 1 or positions.shape[0] == 1)):
+            model_kwargs["position_ids"] = positions.reshape(1, -1).expand(input_ids.shape[0], -1)
+        return super()._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids, **model_kwargs)
+
     def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                 streamer=None, **model_kwargs):
         """generate()'s greedy and sampling loop: with a static cache, static_decoding.py's loop (the same tokens with
