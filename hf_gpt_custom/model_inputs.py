@@ -207,7 +207,8 @@ def check_position_ids(position_ids: torch.Tensor, n_positions: int, batch: int 
                         f"or position_ids=None to derive them")
     if highest >= n_positions:
         raise UserError(
-            f"input_ids reach {highest + 1} tokens (position {highest}) but n_positions is {n_positions}; truncate "
-            f"the input (in generate(), the prompt plus max_new_tokens may be at most {n_positions + 1}: the last new "
-            f"token is read from the logits before it and needs no position){PAST_THE_CONTEXT}"
+            f"a row of input_ids reaches {highest + 1} tokens (position {highest}; padding not counted) but n_positions "
+            f"is {n_positions}; truncate the input (in generate(), each prompt's own tokens plus max_new_tokens may "
+            f"be at most {n_positions + 1}: the last new token is read from the logits before it and needs no "
+            f"position){PAST_THE_CONTEXT}"
         )

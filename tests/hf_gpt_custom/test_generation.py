@@ -169,5 +169,11 @@ def test_generation_past_the_context_names_the_longest_call_that_works():
     options = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
     longest = reference.generate(prompt, max_new_tokens=11, **options)
     assert longest.shape[1] == 17 and torch.equal(ours.generate(prompt, max_new_tokens=11, **options), longest)
-    with pytest.raises(UserError, match=r"the prompt plus max_new_tokens may be at most 17"):
+    with pytest.raises(UserError, match=r"each prompt's own tokens plus max_new_tokens may be at most 17"):
         ours.generate(prompt, max_new_tokens=12, **options)
+    # left-padded to 20 columns, the prompt of 6 still takes 11 new tokens: the limit is on a row's own tokens, which
+    # the message named as "the prompt", 20 wide here (the genparity3 hunt)
+    padded, mask = torch.cat([torch.zeros(1, 14, dtype=torch.long), prompt], 1), (torch.arange(20) >= 14).long()[None]
+    assert torch.equal(ours.generate(padded, attention_mask=mask, max_new_tokens=11, **options)[:, 14:], longest)
+    with pytest.raises(UserError, match=r"reaches 17 tokens \(position 16; padding not counted\)"):
+        ours.generate(padded, attention_mask=mask, max_new_tokens=12, **options)

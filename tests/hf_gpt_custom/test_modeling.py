@@ -221,7 +221,8 @@ def test_padded_cache_longer_than_n_positions_is_fine_when_every_row_fits(model)
     with pytest.raises(ValueError, match=r"position_ids hold position 64, outside 0..63 \(n_positions=64\), for an "
                                          r"input of 4 tokens"):
         model(continuation, position_ids=torch.tensor([[61, 62, 63, 64]] * 2))
-    with pytest.raises(ValueError, match=r"input_ids reach 65 tokens \(position 64\) but n_positions is 64"):
+    with pytest.raises(ValueError, match=r"a row of input_ids reaches 65 tokens \(position 64; padding not counted\) "
+                                         r"but n_positions is 64"):
         model.generate(context[:1, :60], max_new_tokens=10, do_sample=False)  # generate's positions: the input's
 
 
