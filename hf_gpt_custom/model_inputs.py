@@ -156,15 +156,20 @@ def check_attention_mask(attention_mask: torch.Tensor | None, batch: int, past_l
         )
 
 
-def check_cache_shape(cache, n_kv_head: int, head_dim: int) -> None:
+def check_cache_shape(cache, n_kv_head: int, head_dim: int, batch: int) -> None:
     """A UserError when a cache passed in holds keys of another shape than this model's (batch, n_kv_head, seq,
     head_dim), before the first block's update fails in torch.cat ("Sizes of tensors must match"). PEFT's prefix
     tuning sizes its prefix from n_embd and n_head, which fits neither grouped-query attention nor a head_dim of the
-    model's own. Reads shapes only (no host sync)."""
+    model's own; generate() with beams or num_return_sequences expands the input's rows but not a cache passed in
+    (GPT-2 and Llama fail in torch.cat too). Reads shapes only (no host sync)."""
     layers = getattr(cache, "layers", None) or ()
     keys = getattr(layers[0], "keys", None) if layers else None
     if not isinstance(keys, torch.Tensor) or keys.dim() != 4 or keys.numel() == 0:
         return
+    if keys.shape[0] != batch:
+        raise UserError(f"the cache passed in holds {keys.shape[0]} row(s) and the input has {batch}; in generate() "
+                        f"with num_beams or num_return_sequences n, which expand the input's rows but not a cache "
+                        f"passed in, pass cache.batch_repeat_interleave(n) (it expands in place)")
     if keys.shape[1] == n_kv_head and keys.shape[-1] == head_dim:
         return
     raise UserError(f"the cache passed in holds {keys.shape[1]} key/value heads of width {keys.shape[-1]}, and this "

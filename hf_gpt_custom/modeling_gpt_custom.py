@@ -494,7 +494,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         self._refuse_what_is_not_supported(input_ids, inputs_embeds, attention_mask, kwargs)
         inputs_embeds = self._embed(input_ids, inputs_embeds, token_type_ids)  # (batch, seq, n_embd)
         batch, seq_len = inputs_embeds.shape[:2]
-        use_cache, past_key_values = self._cache_for_this_call(use_cache, past_key_values)
+        use_cache, past_key_values = self._cache_for_this_call(use_cache, past_key_values, batch)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         check_attention_mask(attention_mask, batch, past_length, seq_len,  # also when position_ids are given
                              static_cache=getattr(past_key_values, "is_compileable", False))
@@ -560,7 +560,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
                         table_rows=self.config.padded_vocab_size)
         return inputs_embeds + self.wte(token_type_ids)  # GPT-2's and GPT-1's segments: rows of the token table
 
-    def _cache_for_this_call(self, use_cache: bool | None, past_key_values: Cache | None):
+    def _cache_for_this_call(self, use_cache: bool | None, past_key_values: Cache | None, batch: int):
         """(use_cache, past_key_values) as this call uses them: a new DynamicCache when caching starts here."""
         # Caching only helps decoding; during training it would hold every layer's keys and values for nothing.
         if use_cache is None:
@@ -578,7 +578,7 @@ class GPTCustomModel(GPTCustomPreTrainedModel):
         if use_cache and past_key_values is None:
             return use_cache, DynamicCache(config=self.config)
         if past_key_values is not None:
-            check_cache_shape(past_key_values, self.config.n_kv_head, self.config.head_dim)
+            check_cache_shape(past_key_values, self.config.n_kv_head, self.config.head_dim, batch)
         return use_cache, past_key_values
 
     def _positions(self, position_ids, attention_mask, past_key_values, past_length, inputs_embeds) -> torch.Tensor:

@@ -109,7 +109,7 @@ def test_bad_positions_are_named():
     with pytest.raises(ValueError, match=r"attention_mask has shape \(1, 3\) but the input has 1 row\(s\) of 2 new "
                                          r"tokens; pass a \(batch, 2\) mask"):
         model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match="reach 33 tokens .position 32. but n_positions is 32"):
+    with pytest.raises(ValueError, match="reaches 33 tokens .position 32; padding not counted. but n_positions is 32"):
         model(torch.ones(1, 33, dtype=torch.long), attention_mask=torch.ones(1, 33, dtype=torch.long))
 
 
