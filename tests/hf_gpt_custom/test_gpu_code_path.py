@@ -140,7 +140,8 @@ def test_generation_past_the_context_is_refused_on_the_gpu_code_path_too(block, 
     monkeypatch.setattr(model_inputs, "VALUE_CHECK_DEVICES", ())
     model = _model(block).eval()
     prompt = torch.randint(0, 99, (1, 28), generator=torch.Generator().manual_seed(2))
-    with pytest.raises(ValueError, match=r"reaches 33 tokens \(position 32; padding not counted\) but n_positions is 32"):
+    with pytest.raises(ValueError, match=r"reaches 33 tokens \(position 32; padding not counted\) but n_positions is "
+                                         r"32"):
         model.generate(prompt, max_new_tokens=6, do_sample=False, cache_implementation=cache_implementation)
     # A left-padded batch whose buffer is longer than n_positions but whose rows each fit is not refused, and a
     # fitting generation reads nothing more than before.
