@@ -756,6 +756,24 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         refuse_peft_prompt_with_a_cache(self, generation_config)
         return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
+    def _get_candidate_generator(self, generation_config, *args, **kwargs):
+        """transformers' candidate generator, prompt lookup's capped at max_length - 1 tokens as the assistant
+        model's drafts are: it proposed up to prompt_lookup_num_tokens past max_length, so a call that fits the
+        context (prompt + max_new_tokens <= n_positions + 1) was refused past the last position (GPT-2 failed with an
+        IndexError; the genparity3 hunt). Its tokens stay greedy's: candidates are only proposals."""
+        from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+        generator = super()._get_candidate_generator(generation_config, *args, **kwargs)
+        if isinstance(generator, PromptLookupCandidateGenerator):
+            propose = generator.get_candidates
+
+            def within_max_length(input_ids, *more, **options):
+                candidates, logits = propose(input_ids, *more, **options)
+                return candidates[:, :max(generator.max_length - 1, input_ids.shape[1])], logits
+
+            generator.get_candidates = within_max_length
+        return generator
+
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
         """transformers' expansion for beams and num_return_sequences, after giving one row of `position_ids` (shape
         (seq_len,) or (1, seq_len), which forward takes for every row, as GPT-2 does) a row per input row: expanded

@@ -63,6 +63,19 @@ def test_one_row_of_positions_serves_every_beam_and_returned_sequence(pair, stra
     assert _generate(ours, prompt, position_ids=positions, **settings).tolist() == expected.tolist()
 
 
+def test_prompt_lookup_at_the_context_edge_gives_greedys_tokens():
+    """Prompt lookup proposed candidates past max_length, so a call that fits n_positions=64 (a 50-token prompt + 8)
+    was refused past the last position; GPT-2 fails there with an IndexError (the genparity3 hunt). Reference:
+    greedy decoding's tokens, which prompt lookup promises."""
+    ours, _ = make_gpt2_pair("sdpa", seed=5)
+    passage = torch.randint(3, 98, (1, 25), generator=torch.Generator().manual_seed(2))
+    prompt = torch.cat([passage, passage], dim=1)  # repeated text: prompt lookup finds candidates
+    for new_tokens in (8, 15):  # 50 + 15 = 65 = n_positions + 1: the longest call
+        options = {"max_new_tokens": new_tokens, "pad_token_id": 0, "eos_token_id": None, "do_sample": False}
+        greedy = ours.generate(prompt, **options)
+        assert torch.equal(ours.generate(prompt, prompt_lookup_num_tokens=10, **options), greedy)
+
+
 def test_a_cache_passed_to_beam_search_unexpanded_is_named_with_the_expansion_that_works(pair):
     """generate() expands the input's rows for beams but not a cache passed in: the first block failed in torch.cat
     ("Sizes of tensors must match", GPT-2 and Llama alike; the genparity3 hunt). Reference for the fix it names: the
