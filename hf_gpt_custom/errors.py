@@ -40,8 +40,11 @@ def did_you_mean(value: str, choices: Iterable[str], prefix: str = "") -> str:
 
     Meant to sit inside a message: f"unknown task {name!r}; {did_you_mean(name, known)}known tasks: ...".
     """
-    close = difflib.get_close_matches(str(value), list(choices), n=1)
-    return f"did you mean {prefix + close[0]!r}? " if close else ""
+    by_lowercase = {}  # case aside: --tasks ARC_Easy is arc_easy (the newcomer4 walk got no suggestion)
+    for choice in choices:
+        by_lowercase.setdefault(str(choice).lower(), choice)
+    close = difflib.get_close_matches(str(value).lower(), list(by_lowercase), n=1)
+    return f"did you mean {prefix + str(by_lowercase[close[0]])!r}? " if close else ""
 
 
 def check_writable(path: str | os.PathLike, what: str, fix: str) -> None:

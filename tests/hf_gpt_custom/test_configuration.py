@@ -78,6 +78,7 @@ def test_did_you_mean_names_the_closest_choice_or_says_nothing():
     assert did_you_mean("gtp2", ["gpt1", "gpt2-medium", "gpt2"]) == "did you mean 'gpt2'? "
     assert did_you_mean("n_layr", {"n_layer", "n_head"}, prefix="model.") == "did you mean 'model.n_layer'? "
     assert did_you_mean("zzzz", ["gpt2", "gpt1"]) == ""
+    assert did_you_mean("ARC_Easy", ["arc_easy", "piqa"]) == "did you mean 'arc_easy'? "  # case aside (newcomer4)
 
 
 def test_preset_overrides_and_unknown_preset_suggestion():
