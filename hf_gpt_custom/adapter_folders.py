@@ -10,12 +10,12 @@ Left to transformers, our from_pretrained went wrong three ways (the peftround2 
 - transformers returns the adapter's loading info instead of the base's, so a tensor missing from the base (or a base
   failing its manifest) loaded at random, past the checks every other load gets.
 So the base is loaded first, by our from_pretrained (converted and checked), with transformers' own adapter lookup
-switched off, and the adapter is attached after, with transformers' load_adapter.
+switched off for that load (in this thread only: a switch installed once, at import, that reads a ContextVar), and
+the adapter is attached after, with transformers' load_adapter.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 from pathlib import Path
@@ -49,26 +49,38 @@ def load_with_adapter(from_pretrained, path, adapter: str, *model_args, **kwargs
     if kwargs.get("token") is not None:
         adapter_kwargs.setdefault("token", kwargs["token"])
     base = path
-    if Path(str(path)).resolve() == Path(adapter).resolve() and not (Path(adapter) / "config.json").is_file():
+    given_folder = Path(str(path)) / (kwargs.get("subfolder") or "")
+    if given_folder.resolve() == Path(adapter).resolve() and not (Path(adapter) / "config.json").is_file():
+        # an adapter alone names its base; subfolder= found the adapter, inside the folder given, not the base
         base = json.loads((Path(adapter) / ADAPTER_CONFIG).read_text(encoding="utf-8"))["base_model_name_or_path"]
-    with _base_without_its_adapter():
+        kwargs.pop("subfolder", None)
+    loading = _loading_the_base.set(True)
+    try:
         loaded = from_pretrained(base, *model_args, **kwargs)
+    finally:
+        _loading_the_base.reset(loading)
     model = loaded[0] if kwargs.get("output_loading_info") else loaded
     model.load_adapter(adapter, adapter_name=adapter_name, adapter_kwargs=adapter_kwargs)
     return loaded
 
 
-@contextlib.contextmanager
-def _base_without_its_adapter():
-    """Load a base alone: our adapter_to_attach says None, and so does transformers' own lookup (which would attach
-    an adapter saved in the folder and hand back its loading info instead of the base's)."""
+def _install_the_adapter_lookup_switch() -> None:
+    """Wrap transformers' adapter lookup (modeling_utils.maybe_load_adapters, which from_pretrained calls) so that it
+    finds no adapter while this thread loads a base here: it would attach an adapter saved in the folder and hand
+    back the adapter's loading info instead of the base's. Installed once per import of this module, never swapped
+    in and out around a load, which let another thread's load run with the lookup off (and two overlapping loads
+    leave it off for good: roundreview31). A remote-code copy of this module wraps the package's wrapper: each
+    reads its own ContextVar."""
     import transformers.modeling_utils as modeling_utils
 
-    original = modeling_utils.maybe_load_adapters
-    token = _loading_the_base.set(True)
-    modeling_utils.maybe_load_adapters = lambda path, download_kwargs, **adapter_kwargs: (None, path, adapter_kwargs)
-    try:
-        yield
-    finally:
-        modeling_utils.maybe_load_adapters = original
-        _loading_the_base.reset(token)
+    lookup = modeling_utils.maybe_load_adapters
+
+    def maybe_load_adapters(pretrained_model_name_or_path, download_kwargs, **adapter_kwargs):
+        if _loading_the_base.get():
+            return None, pretrained_model_name_or_path, adapter_kwargs
+        return lookup(pretrained_model_name_or_path, download_kwargs, **adapter_kwargs)
+
+    modeling_utils.maybe_load_adapters = maybe_load_adapters
+
+
+_install_the_adapter_lookup_switch()

@@ -163,7 +163,8 @@ def test_generation_that_cannot_leave_room_for_a_prompt_is_refused_naming_the_ta
     save_tiny_model(tmp_path / "m32", len(tokenizer), n_positions=32, seed=0, bos_token_id=tokenizer.eos_token_id,
                     eos_token_id=tokenizer.eos_token_id)
     tokenizer.save_pretrained(tmp_path / "m32")
-    with pytest.raises(ContextTooShortError, match=r"task triviaqa: it generates up to 32 tokens.*context of 32 tokens"):
+    with pytest.raises(ContextTooShortError, match=r"task triviaqa at K=0: it generates up to 32 tokens.*context of "
+                                                    r"32 tokens"):
         runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False)
     results = runner.evaluate(str(tmp_path / "m32"), tasks=["triviaqa"], limit=2, show_progress=False, skip_unfittable=True)
     assert [(row["task"], row["num_fewshot"]) for row in results.skipped] == [("triviaqa", 0)]

@@ -81,6 +81,31 @@ def test_a_base_loaded_through_its_adapter_gets_every_check_a_base_gets(tmp_path
         loader.from_pretrained(tmp_path / "adapter", trust_remote_code=True)
 
 
+def test_the_adapter_lookup_is_off_only_in_the_thread_loading_a_base(tmp_path):
+    """transformers' lookup was swapped out process-wide around our base's load, so a GPT-2 load in another thread
+    dropped its adapter, and two overlapping loads left the lookup off for good (roundreview31). Reference: GPT-2
+    loading the same folder alone."""
+    import threading
+
+    import transformers.modeling_utils as modeling_utils
+
+    from hf_gpt_custom import adapter_folders
+
+    folder = _gpt2_folder(tmp_path / "gpt2")
+    expected = _save_lora(GPT2LMHeadModel.from_pretrained(folder), folder)
+    loaded = {}
+    loading = adapter_folders._loading_the_base.set(True)  # this thread is loading a base
+    try:
+        found_here = modeling_utils.maybe_load_adapters(str(folder), {})[0]
+        other = threading.Thread(target=lambda: loaded.update(model=GPT2LMHeadModel.from_pretrained(folder)))
+        other.start()
+        other.join()
+    finally:
+        adapter_folders._loading_the_base.reset(loading)
+    assert found_here is None
+    torch.testing.assert_close(_logits(loaded["model"]), expected, rtol=0, atol=1e-6)
+
+
 def test_converting_a_folder_leaves_the_random_generator_where_gpt2s_loading_leaves_it(tmp_path):
     """A seed set before loading, then a LoRA initialised: ours drew the whole random initialisation of the model it
     then overwrote, so the LoRA started elsewhere than on GPT-2."""
