@@ -102,3 +102,25 @@ def test_the_eval_benchmark_names_a_missing_data_folder_in_one_line(tmp_path, mo
     (line,) = capsys.readouterr().err.splitlines()
     assert f"the data folder {missing} does not exist" in line and "HF_GPT_CUSTOM_DATA_DIR" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_gpu_benchmark_exits_1_and_leaves_the_tables_as_they_were(tmp_path, monkeypatch, capsys):
+    """(mutant: the gpu run's failure not counted). CUDA faked visible: gpu_bench_command gives bench_gpu.py's line."""
+    before = measured_results(tmp_path)
+    monkeypatch.setattr(run_all, "gpu_bench_command",
+                        lambda quick, out: ["python", str(run_all.BENCH_DIR / "bench_gpu.py"), "--out", str(out)])
+    fake_benchmarks(monkeypatch, failing=("gpu",))
+    with pytest.raises(SystemExit) as exit_info:
+        run_all.main(["--only", "gpu", "--out", str(tmp_path)])
+    assert exit_info.value.code == 1
+    assert {path.name: path.read_text() for path in tmp_path.iterdir()} == before
+    assert "1 benchmark(s) failed: gpu" in capsys.readouterr().err
+
+
+def test_the_loss_trajectory_is_checked_at_the_first_thread_count_only(tmp_path, monkeypatch):
+    """(mutant: checked at the last thread count). bench_command's docstring: the first thread count only."""
+    commands = fake_benchmarks(monkeypatch)
+    run_all.main(["--only", "train", "--threads", "1,2", "--out", str(tmp_path)])
+    by_threads = {command[command.index("--threads") + 1]: command for command in commands}
+    assert "--trajectory-steps" not in by_threads["1"]  # a full run: bench_train's own default
+    assert by_threads["2"][by_threads["2"].index("--trajectory-steps") + 1] == "0"

@@ -593,3 +593,13 @@ def test_rope_parameters_and_a_rope_scaling_given_together_are_refused_not_half_
     with pytest.raises(ValueError, match=r"both rope_parameters=.* and rope_scaling=.*give one"):
         GPTCustomConfig(position_embedding_type="rope", rope_parameters={"rope_type": "default", "rope_theta": 1e4},
                         rope_scaling={"type": "default", "rope_theta": 5e5})
+
+
+@pytest.mark.parametrize("field", ["add_cross_attention", "sliding_window", "scale_attn_by_inverse_layer_idx"])
+def test_an_unsupported_field_set_to_false_is_accepted(field):
+    """False is what the model does, as None is: GPT2Config().to_dict() writes add_cross_attention=False (a planted
+    refusal of False was missed: mut_s62)."""
+    from transformers import GPT2Config
+
+    assert GPT2Config().to_dict()["add_cross_attention"] is False
+    GPTCustomConfig(**{field: False})

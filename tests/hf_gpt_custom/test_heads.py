@@ -941,3 +941,21 @@ def test_integer_regression_targets_give_gpt2s_mean_squared_error(num_labels, la
     by_hand = ((got.logits.view(3, -1) - labels.view(3, -1).float()) ** 2).mean()
     torch.testing.assert_close(got.loss, expected, rtol=0, atol=1e-5)
     torch.testing.assert_close(got.loss, by_hand, rtol=0, atol=1e-5)
+
+
+def test_qa_loss_takes_any_non_zero_mask_value_as_a_real_column():
+    """Attention reads a mask value of 2 or 0.5 as a real token; the QA loss's softmax must too (a planted `!= 1` for
+    `== 0` was missed: mut_s62). Reference: the same call with the 0/1 mask."""
+    torch.manual_seed(0)
+    model = GPTCustomForQuestionAnswering(GPTCustomConfig(**TINY_GPT2, pad_token_id=PAD)).eval()
+    input_ids = torch.randint(1, 98, (2, 6))
+    input_ids[1, 4:] = 0
+    mask = torch.ones(2, 6)
+    mask[1, 4:] = 0
+    odd = mask.clone()
+    odd[0, 2], odd[1, 1] = 2.0, 0.5
+    starts, ends = torch.tensor([1, 2]), torch.tensor([3, 3])
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=mask, start_positions=starts, end_positions=ends).loss
+        got = model(input_ids, attention_mask=odd, start_positions=starts, end_positions=ends).loss
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)

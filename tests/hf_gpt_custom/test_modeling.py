@@ -12,6 +12,8 @@ from hf_gpt_custom import GPTCustomConfig, GPTCustomForCausalLM, GPTCustomModel
 from hf_gpt_custom.auto_classes import TASK_HEAD_AUTO_CLASSES
 from hf_gpt_custom.errors import UserError
 
+from tests.helpers import TINY_GPT2
+
 
 @pytest.fixture
 def model(tiny_config):
@@ -452,3 +454,16 @@ def test_a_model_pickles_as_gpt2lmheadmodel_does(tmp_path, activation_function):
     ids = torch.randint(0, 50, (2, 8))
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_a_4d_additive_float_mask_gives_the_logits_of_the_2d_mask():
+    """0 = attend, the dtype's minimum = masked: accepted, and the refusal of positive values leaves it alone (a planted
+    `>= 0` refused every such mask: mut_s62). Reference: the 2-D mask, which the model turns into its own."""
+    torch.manual_seed(0)
+    model = GPTCustomForCausalLM(GPTCustomConfig(**TINY_GPT2)).eval()
+    input_ids = torch.randint(0, 98, (2, 6))
+    causal = torch.full((6, 6), torch.finfo(torch.float32).min).triu(1)[None, None].expand(2, 1, 6, 6)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=torch.ones(2, 6, dtype=torch.long)).logits
+        got = model(input_ids, attention_mask=causal.contiguous()).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)

@@ -486,3 +486,40 @@ def test_training_with_stdout_closed_still_trains(tmp_path, monkeypatch):
     corpus.write_text("to be or not to be, that is the question\n" * 200)
     folder = train_tokenizer([str(corpus)], tmp_path / "tok", vocab_size=300)
     assert (folder / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("special", ["more\n", "e\n"])
+def test_special_token_with_only_its_last_character_past_a_block_cut_is_refused(tmp_path, monkeypatch, special):
+    """The block 'Next\\nmore' is cut before '\\nXavier': 'more\\n' needs every one of the longest-1 characters carried,
+    'e\\n' (two characters) needs any carrying at all. Reference: str.count over the file's text, and over each block.
+    (mutants: carry longest-2 characters; carry only for tokens longer than 2)"""
+    path = tmp_path / "corpus.txt"
+    text = "Next\nmore\nXavier\n"
+    path.write_text(text, encoding="utf-8")
+    monkeypatch.setattr(tokenizer_training, "TEXT_BLOCK_CHARS", 1)
+    blocks = list(tokenizer_training.iter_corpus(path))
+    assert blocks == ["Next\nmore", "\nXavier", "\n"]
+    assert text.count(special) == 1 and not any(special in block for block in blocks)
+    with pytest.raises(ValueError, match=re.escape(f"special token {special!r} occurs as text in the corpus")):
+        train_tokenizer(path, tmp_path / "tok", vocab_size=300, special_tokens=[special], show_progress=False)
+
+
+def test_the_refusal_counts_in_good_english_and_suggests_a_name_other_than_the_token(tmp_path):
+    """'<|sep|>' once: '1 time' (not '1 times'), and the suggested name is not '<|sep|>' itself.
+    (mutants: plural at count > 0; _suggested_name returning the token)"""
+    with pytest.raises(ValueError) as refusal:
+        train_tokenizer(["a first document", "x <|sep|> y\n"], tmp_path / "tok", special_tokens=["<|sep|>"],
+                        show_progress=False)
+    message = str(refusal.value)
+    assert "(at least 1 time, e.g. " in message
+    suggested = re.search(r"like '([^']*)'", message).group(1)
+    assert suggested != "<|sep|>" and suggested.startswith("<|") and suggested.endswith("|>")
+
+
+def test_cli_special_tokens_drop_empty_items():
+    """'<|pad|>,' or '<|pad|>,,<|sep|>' named no empty-string token (the old parser dropped empty items).
+    (mutant: return every item, the empty ones too)"""
+    from hf_gpt_custom.cli import _special_tokens
+
+    assert _special_tokens("<|pad|>,,<|sep|>,") == ["<|pad|>", "<|sep|>"]
+    assert _special_tokens("<|pad|>, <|sep|>") == ["<|pad|>", "<|sep|>"]
