@@ -223,3 +223,13 @@ def test_exporting_to_a_transformers_llama_leaves_the_random_generator_where_it_
     torch.manual_seed(5)
     to_llama_model(model)
     torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
+def test_an_adapter_alone_in_a_subfolder_loads_onto_the_base_it_names(tmp_path):
+    """subfolder= found the adapter inside the folder given; the base it names is a folder of its own, loaded without
+    that subfolder (the root was loaded as the base, then the base with the adapter's subfolder: roundreview31).
+    Reference: the adapted GPT-2's logits as saved."""
+    folder = _gpt2_folder(tmp_path / "gpt2")
+    expected = _save_lora(GPT2LMHeadModel.from_pretrained(folder), tmp_path / "repo" / "adapter")
+    got = _logits(GPTCustomForCausalLM.from_pretrained(tmp_path / "repo", subfolder="adapter"))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
