@@ -42,14 +42,16 @@ def write_lm_eval_tasks(task_names: list[str], out_dir: Path, data_dir: Path | N
     return names
 
 
-def run_lm_eval(model_dir: Path, task_dir: Path, lm_eval_names: list[str], num_fewshot: int, limit: int, batch_size: int = 16) -> dict:
+def run_lm_eval(model_dir: Path, task_dir: Path, lm_eval_names: list[str], num_fewshot: int, limit: int, batch_size: int = 16,
+                dtype: str = "float32") -> dict:
     """lm_eval.simple_evaluate with HFLM on a local folder, offline; returns its results dict (with samples)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     return lm_eval.simple_evaluate(
         model="hf",
-        model_args={"pretrained": str(model_dir), "dtype": "float32"},
+        # log-softmax in float32, as ours (HFLM's default is the model's dtype)
+        model_args={"pretrained": str(model_dir), "dtype": dtype, "softmax_dtype": "float32"},
         tasks=lm_eval_names,
         num_fewshot=num_fewshot,
         limit=limit,
