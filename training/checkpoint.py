@@ -224,7 +224,7 @@ def set_aside_other_histories(accelerator, checkpoints_dir: str | os.PathLike,
     if not other:
         return None
     reason = f"after_{checkpoint_name(resumed_step)}" if resumed_step is not None else "before_new_run"
-    abandoned = _new_abandoned_folder(checkpoints_dir, reason)
+    abandoned = new_abandoned_folder(checkpoints_dir, reason)
     for folder in other:
         os.rename(folder, abandoned / folder.name)
     why = f"resuming from {resume_folder}" if resume_folder is not None else "starting a new run in this folder"
@@ -247,7 +247,7 @@ def replaces_the_run(run_dir: Path, resume_folder: Path | None) -> bool:
     return any(checkpoint_step(folder) > resumed_step for folder in list_checkpoints(checkpoints_dir))
 
 
-def _new_abandoned_folder(checkpoints_dir: Path, reason: str) -> Path:
+def new_abandoned_folder(checkpoints_dir: Path, reason: str) -> Path:
     abandoned = checkpoints_dir / f"abandoned_{reason}_{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     suffix = 1
     while abandoned.exists():
@@ -280,7 +280,7 @@ def set_aside_replaced_outputs(accelerator, run_dir: Path, resume_folder: Path |
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     into = abandoned
     if present:  # the caller holds eval/'s and export's locks (outputs_not_being_written)
-        into = abandoned or _new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
+        into = abandoned or new_abandoned_folder(run_dir / "checkpoints", "before_new_run")
         for path in present:
             os.rename(path, into / path.name)
         if (run_dir / "eval") in present:  # the evaluation lock this process holds moved with its folder

@@ -368,6 +368,8 @@ def prepare_tokenizer(config: TrainConfig, start_over: bool = False) -> Path:
     if trained_with_old:
         shutil.rmtree(out_dir, ignore_errors=True)  # left by an interrupted call
     else:  # retrained in place: a kill before the new marker must not leave the new files under the old one
+        if start_over:
+            _keep_the_replaced_tokenizer(run_dir, target)
         marker.unlink(missing_ok=True)
 
     if holds_out_validation and config.streaming:
@@ -568,6 +570,20 @@ def vocabulary_difference(own, given, where: str, added_tokens_allowed: bool = F
         return None
     return (f"({len(given)} tokens) than {where} ({len(own)} tokens)" if len(given) != len(own) else
             f"(the same {len(own)} ids for other tokens) than {where}")
+
+
+def _keep_the_replaced_tokenizer(run_dir: Path, target: Path) -> None:
+    """--start_over sets the old checkpoints and final/ aside, kept; the tokenizer they were trained with is retrained
+    in place, so keep a copy beside them: it was the only one where the run had no final/ yet, and without it the
+    kept checkpoints could be neither resumed nor loaded (the hostilecli hunt)."""
+    from hf_gpt_custom.training.checkpoint import new_abandoned_folder
+
+    if not _outputs_trained_with_tokenizer(run_dir, target):
+        return
+    kept = new_abandoned_folder(run_dir / "checkpoints", "tokenizer_before_new_run") / "tokenizer"
+    shutil.copytree(target, kept)
+    logger.warning("--start_over retrains the run's tokenizer %s: the one its set-aside checkpoints and final/ were "
+                   "trained with is kept in %s (copy it back to %s to resume one of them)", target, kept, target)
 
 
 def _outputs_trained_with_tokenizer(run_dir: Path, tokenizer_dir: Path) -> list[str]:

@@ -419,3 +419,20 @@ def test_a_tiktoken_vocabulary_is_part_of_the_tokenizer_fingerprint(tmp_path):
     hashes = vocabulary_file_sha256s(tmp_path)
     assert list(hashes) == ["cl100k_base.tiktoken"]
     assert hashes["cl100k_base.tiktoken"] == hashlib.sha256(b"IQ== 0\nIg== 1\n").hexdigest()
+
+
+def test_start_over_keeps_the_tokenizer_the_set_aside_outputs_were_trained_with(make_config, tmp_path):
+    """--start_over sets the old checkpoints aside, kept, but retrained the run's tokenizer over the one they were
+    trained with: for a run stopped before final/, no copy was left, and the kept checkpoints could be neither resumed
+    nor loaded (the hostilecli hunt). Reference: the old tokenizer's own files."""
+    from hf_gpt_custom.training.workload import prepare_tokenizer
+
+    train_file = _indented_paragraphs(tmp_path / "train.txt", 300)
+    common = (f"dataset={train_file}", "tokenizer=null")
+    config = make_config(*common, "tokenizer_vocab_size=400", run_name="run")
+    old = _tokenizer_json(prepare_tokenizer(config))
+    (config.run_dir / "checkpoints" / "step_000010").mkdir(parents=True)  # trained with it, no final/ yet
+    new = _tokenizer_json(prepare_tokenizer(make_config(*common, "tokenizer_vocab_size=300", run_name="run"),
+                                            start_over=True))
+    kept = list((config.run_dir / "checkpoints").glob("abandoned_tokenizer_before_new_run_*/tokenizer"))
+    assert new != old and len(kept) == 1 and _tokenizer_json(kept[0]) == old
