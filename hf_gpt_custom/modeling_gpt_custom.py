@@ -699,7 +699,7 @@ class GPTCustomForCausalLM(GPTCustomPreTrainedModel, GenerationMixin):
         )
         hidden_states = outputs.last_hidden_state
         if labels is not None:
-            check_is_tensor("labels", labels)
+            check_is_tensor("labels", labels)  # before its shape is read
         if labels is not None and labels.shape != hidden_states.shape[:2]:
             raise UserError(
                 f"labels has shape {tuple(labels.shape)} but the input has {tuple(hidden_states.shape[:2])} (batch, "
